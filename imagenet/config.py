@@ -1,0 +1,205 @@
+"""One frozen training configuration, and the command line built from it.
+
+Flag names follow pytorch/examples imagenet/main.py (``-a -j -b --epochs --lr --wd -p --resume
+-e --pretrained --seed --gpu --dummy --dist-url --dist-backend --world-size --rank
+--multiprocessing-distributed``) and the seed tutorial's commands (``--b``, ``--desired-acc``,
+``--opt-level``, ``--local_rank``). Each field of :class:`TrainConfig` carries its flags and help
+text, so the parser and the config cannot drift apart. Runtime facts (rank, device) are never
+stored here: they live in :class:`imagenet.distributed.DistInfo`.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+VARIANTS = ("nd", "dp", "ddp", "amp")
+OPT_LEVELS = ("O0", "O1", "O2", "O3")
+
+
+class ConfigError(ValueError):
+    """A flag value that cannot work; the message says what to change."""
+
+
+def _flag(*flags: str, help: str, **argparse_kwargs: Any) -> dict:
+    return {"flags": flags, "help": help, **argparse_kwargs}
+
+
+def _opt(default: Any, *flags: str, help: str, **kw: Any):
+    return field(default=default, metadata=_flag(*flags, help=help, **kw))
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a run needs to know before it starts; see each field's help."""
+
+    # --- what to train on
+    data: Optional[str] = _opt(None, "data", help="dataset root holding train/ and val/ ImageFolders",
+                               nargs="?", metavar="DIR")
+    dummy: bool = _opt(False, "--dummy", help="synthetic tensors instead of images (compute-only benchmarks)",
+                       action="store_true")
+    image_size: int = _opt(224, "--image-size", help="training crop size (validation resizes to size*256/224 "
+                           "then centre-crops)", type=int)
+    workers: int = _opt(4, "-j", "--workers", help="data-loading worker processes per training process",
+                        type=int)
+    data_backend: str = _opt("pil", "--data-backend", help="image decoding pipeline (see imagenet.data)")
+    skip_bad_images: bool = _opt(False, "--skip-bad-images", help="skip (and count) corrupt or unreadable "
+                                 "images instead of stopping at the first one", action="store_true")
+    steps_per_epoch: int = _opt(0, "--steps-per-epoch", help="stop each training epoch after this many steps "
+                                "(0: the whole dataset); for benchmarks and smoke tests", type=int)
+    val_steps: int = _opt(0, "--val-steps", help="validate on at most this many batches per rank (0: all)",
+                          type=int)
+    dummy_size: int = _opt(1_281_167, "--dummy-size", help="images per epoch with --dummy", type=int)
+    num_classes: int = _opt(1000, "--num-classes", help="classes with --dummy (real data: from the folders)",
+                            type=int)
+
+    # --- model
+    arch: str = _opt("resnet18", "-a", "--arch", help="torchvision model name", metavar="ARCH")
+    pretrained: bool = _opt(False, "--pretrained", help="start from torchvision's pretrained weights",
+                            action="store_true")
+    channels_last: bool = _opt(False, "--channels-last", help="NHWC memory format (faster convs on tensor "
+                               "cores)", action="store_true")
+    sync_bn: bool = _opt(False, "--sync-bn", help="synchronise BatchNorm statistics across DDP ranks",
+                         action="store_true")
+    compile: bool = _opt(False, "--compile", help="torch.compile the model", action="store_true")
+
+    # --- optimisation
+    epochs: int = _opt(90, "--epochs", help="total epochs to run", type=int)
+    start_epoch: int = _opt(0, "--start-epoch", help="epoch number to start at (useful on restarts)", type=int)
+    batch_size: int = _opt(256, "-b", "--b", "--batch-size", help="batch size PER PROCESS (the global batch "
+                           "is printed at start)", type=int)
+    lr: float = _opt(0.1, "--lr", "--learning-rate", help="base learning rate for a global batch of 256 "
+                     "(scaled linearly, see --lr-scaling)", type=float)
+    lr_scaling: str = _opt("linear", "--lr-scaling", help="linear: lr * global_batch / 256; none: use --lr "
+                           "as given", choices=("linear", "none"))
+    lr_schedule: str = _opt("step", "--lr-schedule", help="step (x0.1 at --lr-steps) or cosine",
+                            choices=("step", "cosine"))
+    lr_steps: tuple = _opt((30, 60, 80), "--lr-steps", help="epochs where the step schedule divides lr by 10",
+                           type=int, nargs="+")
+    warmup_epochs: Optional[float] = _opt(None, "--warmup-epochs", help="linear warm-up length (default: 5 "
+                                          "when the scaled lr exceeds the base lr, else 0)", type=float)
+    momentum: float = _opt(0.9, "--momentum", help="SGD momentum", type=float)
+    weight_decay: float = _opt(1e-4, "--wd", "--weight-decay", help="weight decay", type=float)
+    no_bn_wd: bool = _opt(False, "--no-bn-wd", help="no weight decay on BatchNorm and bias parameters",
+                          action="store_true")
+    label_smoothing: float = _opt(0.0, "--label-smoothing", help="cross-entropy label smoothing", type=float)
+    desired_acc: Optional[float] = _opt(None, "--desired-acc", help="stop once validation top-1 reaches this "
+                                        "(0.75 or 75 both mean 75%%)", type=float)
+
+    # --- precision (imagenet_ddp_apex.py; every variant accepts them)
+    opt_level: Optional[str] = _opt(None, "--opt-level", help="O0 fp32, O1 autocast, O2 half model + fp32 "
+                                    "master weights, O3 pure half (default O0; O1 for the amp variant)",
+                                    choices=OPT_LEVELS)
+    keep_batchnorm_fp32: Optional[str] = _opt(None, "--keep-batchnorm-fp32", help="True/False: keep "
+                                              "BatchNorm in fp32 (default: per opt level, as Apex)")
+    loss_scale: str = _opt("dynamic", "--loss-scale", help="'dynamic' or a fixed float loss scale")
+    amp_backend: str = _opt("auto", "--amp-backend", help="auto: NVIDIA Apex if apex.amp imports, else "
+                            "native torch.amp", choices=("auto", "native", "apex"))
+    amp_dtype: Optional[str] = _opt(None, "--amp-dtype", help="half type (default float16 on CUDA, "
+                                    "bfloat16 on CPU)", choices=("float16", "bfloat16"))
+
+    # --- distributed
+    world_size: int = _opt(-1, "--world-size", help="with --dist-url: number of NODES (pytorch/examples "
+                           "semantics)", type=int)
+    rank: int = _opt(-1, "--rank", help="with --dist-url: this node's rank", type=int)
+    dist_url: Optional[str] = _opt(None, "--dist-url", help="tcp://MASTER_IP:PORT for node-level launch "
+                                   "(one process per local GPU is spawned)")
+    dist_backend: Optional[str] = _opt(None, "--dist-backend", help="nccl, gloo or mpi (default: nccl on "
+                                       "GPUs, gloo on CPU)", choices=("nccl", "gloo", "mpi"))
+    multiprocessing_distributed: bool = _opt(False, "--multiprocessing-distributed", help="spawn one "
+                                             "process per local GPU (implied by --dist-url)",
+                                             action="store_true")
+    procs_per_node: Optional[int] = _opt(None, "--procs-per-node", help="processes to spawn per node with "
+                                         "--dist-url (default: the GPU count, 1 on CPU)", type=int)
+    local_rank: Optional[int] = _opt(None, "--local-rank", "--local_rank", help="set by "
+                                     "torch.distributed.launch (LOCAL_RANK is read too)", type=int)
+    gpu: Optional[int] = _opt(None, "--gpu", help="GPU id to use (single-process variants)", type=int)
+    dist_timeout: float = _opt(1800.0, "--dist-timeout", help="seconds to wait for the other ranks "
+                               "(rendezvous and collectives) before failing", type=float)
+
+    # --- run, logging, checkpoints
+    print_freq: int = _opt(10, "-p", "--print-freq", help="print and log every N steps", type=int)
+    resume: str = _opt("", "--resume", help="checkpoint to resume from, or 'auto' for the run folder's "
+                       "latest", metavar="PATH")
+    evaluate: bool = _opt(False, "-e", "--evaluate", help="validate only", action="store_true")
+    seed: Optional[int] = _opt(None, "--seed", help="seed everything; with --deterministic, bit-exact "
+                               "reruns and resumes", type=int)
+    deterministic: bool = _opt(False, "--deterministic", help="deterministic kernels (slower)",
+                               action="store_true")
+    log_dir: Optional[str] = _opt(None, "--log-dir", help="run folder for TensorBoard, checkpoints and "
+                                  "run.json (default runs/<date>_<host>_<arch>_gpux<world>_b<batch>_<prec>)")
+
+    variant: str = _opt("ddp", "--variant", help="nd | dp | ddp | amp (set by the entry scripts)",
+                        choices=VARIANTS)
+
+    # ---- derived views (never stored back)
+    @property
+    def precision_level(self) -> str:
+        return self.opt_level or ("O1" if self.variant == "amp" else "O0")
+
+    @property
+    def distributed(self) -> bool:
+        return self.variant in ("ddp", "amp")
+
+    def to_dict(self) -> dict:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self)}
+
+
+def build_parser(variant: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=f"Train a torchvision model on ImageNet ({variant} variant)",
+        allow_abbrev=False,  # '--b' must mean --batch-size, not any flag starting with b
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in dataclasses.fields(TrainConfig):
+        meta = dict(f.metadata)
+        flags = meta.pop("flags")
+        if f.name == "variant" and variant != "any":
+            continue  # the entry script fixes it
+        if flags[0].startswith("-"):
+            parser.add_argument(*flags, dest=f.name, default=f.default, **meta)
+        else:
+            parser.add_argument(flags[0], default=f.default, **meta)
+    return parser
+
+
+def _check(cfg: TrainConfig) -> None:
+    if cfg.batch_size < 1:
+        raise ConfigError(f"--batch-size must be at least 1 (got {cfg.batch_size})")
+    if cfg.epochs < 1 or cfg.start_epoch < 0 or cfg.start_epoch > cfg.epochs:
+        raise ConfigError(f"--epochs {cfg.epochs} / --start-epoch {cfg.start_epoch}: need "
+                          "0 <= start-epoch <= epochs and epochs >= 1")
+    if cfg.image_size < 16:
+        raise ConfigError(f"--image-size must be at least 16 (got {cfg.image_size})")
+    if cfg.workers < 0:
+        raise ConfigError(f"--workers must be >= 0 (got {cfg.workers})")
+    if not cfg.dummy and not cfg.data:
+        raise ConfigError("no dataset given: pass the ImageNet root DIR (holding train/ and val/) or --dummy")
+    if cfg.desired_acc is not None and not 0 < cfg.desired_acc <= 1:
+        raise ConfigError(f"--desired-acc must be a fraction (0.75) or percentage (75), got {cfg.desired_acc}")
+    if cfg.loss_scale != "dynamic":
+        try:
+            float(cfg.loss_scale)
+        except ValueError:
+            raise ConfigError(f"--loss-scale must be 'dynamic' or a number, got {cfg.loss_scale!r}") from None
+    if cfg.keep_batchnorm_fp32 not in (None, "True", "False"):
+        raise ConfigError(f"--keep-batchnorm-fp32 takes True or False, got {cfg.keep_batchnorm_fp32!r}")
+    if cfg.dist_url and cfg.variant in ("nd", "dp"):
+        raise ConfigError(f"--dist-url needs a distributed variant; use imagenet_ddp.py, not the {cfg.variant} one")
+    if cfg.dist_url and (cfg.world_size < 1 or not 0 <= cfg.rank < cfg.world_size):
+        raise ConfigError(f"--dist-url needs --world-size NODES >= 1 and 0 <= --rank < NODES "
+                          f"(got --world-size {cfg.world_size} --rank {cfg.rank})")
+
+
+def parse(argv: Optional[Sequence[str]] = None, variant: str = "ddp") -> TrainConfig:
+    """Parse a command line into a checked, frozen config. Raises ConfigError on bad values."""
+    args = vars(build_parser(variant).parse_args(argv))
+    if variant != "any":
+        args["variant"] = variant
+    if args["desired_acc"] is not None and args["desired_acc"] > 1:
+        args["desired_acc"] = args["desired_acc"] / 100.0  # 75 means 75 %
+    args["lr_steps"] = tuple(args["lr_steps"])
+    cfg = TrainConfig(**args)
+    _check(cfg)
+    return cfg
