@@ -1,0 +1,110 @@
+"""Atomic, requeue-safe checkpoints in the run folder.
+
+A checkpoint is written to a temporary file in the same folder, flushed to disk, then renamed over
+the old one, so a crash at any moment leaves either the previous good checkpoint or the new one,
+never a torn file. Only rank 0 writes; every rank reads the same file (shared filesystem).
+Checkpoints hold only tensors and plain Python values so they load with ``weights_only=True``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+CHECKPOINT = "checkpoint.pth.tar"
+BEST = "model_best.pth.tar"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be found or read; the message says which file and what to do."""
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, write) -> None:
+    """Call WRITE(file_object) on a temp file next to PATH, fsync, then rename it over PATH."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def save(state: dict, run_dir: Path, is_best: bool = False) -> Path:
+    path = Path(run_dir) / CHECKPOINT
+    atomic_write(path, lambda f: torch.save(state, f))
+    if is_best:
+        atomic_write(Path(run_dir) / BEST, lambda f: shutil.copyfileobj(open(path, "rb"), f))
+    return path
+
+
+def write_json(path: Path, data: dict) -> None:
+    atomic_write(Path(path), lambda f: f.write(json.dumps(data, indent=2, default=str).encode()))
+
+
+def load(path, map_location="cpu") -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist; check --resume (or use --resume auto)")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # truncated, foreign or corrupt file
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"cannot read checkpoint {path} ({first[:200]}); it is not a checkpoint of this "
+                              "tool or is damaged: pass another --resume file") from None
+
+
+def resume_path(resume: str, run_dir: Path) -> Optional[Path]:
+    """The file --resume points at; for 'auto', the run folder's checkpoint if there is one."""
+    if not resume:
+        return None
+    if resume == "auto":
+        candidate = Path(run_dir) / CHECKPOINT
+        return candidate if candidate.is_file() else None
+    return Path(resume)
+
+
+# ---------------------------------------------------------------- random state
+
+def rng_state() -> dict:
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
+             "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "gauss": float(gauss)}}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"].cpu())
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])

@@ -1,0 +1,89 @@
+"""Command-line entry shared by the four scripts: parse, place the process(es), run, exit cleanly.
+
+User mistakes (bad flags, bad data, an unreachable master, a missing Apex) end with one line on
+stderr and exit status 2; a preempted run exits 75 after saving its checkpoint; Ctrl-C exits 130.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Optional, Sequence
+
+import torch
+
+from launch import environment
+
+from . import checkpoint, config, data, distributed, models, precision
+from .errors import one_line
+
+log = logging.getLogger(__name__)
+
+USER_ERRORS = (config.ConfigError, data.DataError, models.ModelError, precision.PrecisionError,
+               distributed.DistError, checkpoint.CheckpointError, environment.LaunchError)
+EXIT_USAGE = 2
+
+
+def _setup_logging(primary: bool) -> None:
+    logging.basicConfig(level=logging.INFO if primary else logging.WARNING, format="%(levelname)s: %(message)s",
+                        force=True)
+
+
+def _run(cfg: config.TrainConfig, info: distributed.DistInfo) -> int:
+    from . import run  # imported late: the spawning parent never needs it
+
+    _setup_logging(info.is_primary)
+    distributed.init(info, cfg.dist_timeout)
+    try:
+        return run.build_and_run(cfg, info)
+    finally:
+        distributed.cleanup()
+
+
+def _guarded(fn, *args) -> int:
+    try:
+        return fn(*args)
+    except USER_ERRORS as e:
+        print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        return 130
+
+
+def _spawned_worker(index: int, cfg: config.TrainConfig, procs: int) -> None:
+    code = _guarded(lambda: _run(cfg, distributed.for_spawned(cfg, index, procs)))
+    if code:
+        sys.exit(code)
+
+
+def _spawn_node(cfg: config.TrainConfig) -> int:
+    """pytorch/examples' node-level launch: one process per local GPU (1 on a CPU node)."""
+    procs = cfg.procs_per_node or torch.cuda.device_count() or 1
+    if procs == 1:
+        return _run(cfg, distributed.for_spawned(cfg, 0, 1))
+    try:
+        torch.multiprocessing.spawn(_spawned_worker, args=(cfg, procs), nprocs=procs, join=True)
+    except torch.multiprocessing.ProcessExitedException as e:
+        return e.exit_code if e.exit_code and e.exit_code > 0 else 1
+    except torch.multiprocessing.ProcessRaisedException as e:
+        print(f"error: a training process failed: {one_line(e)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _start(variant: str, argv: Optional[Sequence[str]]) -> int:
+    cfg = config.parse(argv, variant)
+    node_level = cfg.distributed and (cfg.dist_url or cfg.multiprocessing_distributed)
+    if node_level and environment.detect().name == "single":
+        if not cfg.dist_url:
+            raise config.ConfigError("--multiprocessing-distributed needs --dist-url tcp://MASTER_IP:PORT "
+                                     "--world-size NODES --rank NODE")
+        return _spawn_node(cfg)
+    return _run(cfg, distributed.from_environment(cfg))
+
+
+def main(variant: str = "any", argv: Optional[Sequence[str]] = None) -> int:
+    """Run one training job; returns the process exit status."""
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    return _guarded(_start, variant, argv)

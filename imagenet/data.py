@@ -1,0 +1,261 @@
+"""Datasets, samplers and loaders: ImageFolder JPEGs, synthetic tensors, and their checks.
+
+Images leave the loader as uint8 CHW tensors; the engine normalises them on the device, so worker
+pipes and host-to-device copies carry a quarter of the bytes of float tensors. Decoding pipelines
+("backends") are registered by name in :data:`BACKENDS`; ``--data-backend`` picks one.
+
+Bad data is reported as :class:`DataError` with one line naming the file or folder and the fix.
+A corrupt or unreadable image stops the run (naming the file) unless ``--skip-bad-images`` is
+given, in which case it is replaced by the next readable image and counted in a warning.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torchvision.transforms import v2 as T
+
+log = logging.getLogger(__name__)
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class DataError(RuntimeError):
+    """The dataset cannot be used; the message is one line naming the problem and the fix."""
+
+
+# ---------------------------------------------------------------- decoding backends
+
+def _pil_rgb(path: str) -> Image.Image:
+    with open(path, "rb") as f:
+        img = Image.open(f)
+        return img.convert("RGB")  # convert() forces the full decode inside the with-block
+
+
+def val_resize(image_size: int) -> int:
+    """The short side validation resizes to before the centre crop (256 for 224, as ImageNet)."""
+    return int(round(image_size * 256 / 224))
+
+
+def pil_backend(train: bool, image_size: int) -> Callable[[str], torch.Tensor]:
+    """PIL decode + torchvision v2 transforms, producing uint8 CHW tensors."""
+    if train:
+        ops = T.Compose([T.RandomResizedCrop(image_size, antialias=True), T.RandomHorizontalFlip(),
+                         T.PILToTensor()])
+    else:
+        ops = T.Compose([T.Resize(val_resize(image_size), antialias=True), T.CenterCrop(image_size),
+                         T.PILToTensor()])
+    return lambda path: ops(_pil_rgb(path))
+
+
+BACKENDS: Dict[str, Callable[[bool, int], Callable[[str], torch.Tensor]]] = {"pil": pil_backend}
+
+
+def get_backend(name: str) -> Callable[[bool, int], Callable[[str], torch.Tensor]]:
+    if name not in BACKENDS:
+        raise DataError(f"unknown --data-backend {name!r}; choose one of: {', '.join(sorted(BACKENDS))}")
+    return BACKENDS[name]
+
+
+# ---------------------------------------------------------------- folder scanning and checks
+
+def _classes(split_dir: Path) -> List[str]:
+    return sorted(e.name for e in os.scandir(split_dir) if e.is_dir() and not e.name.startswith("."))
+
+
+def _scan(split_dir: Path, classes: Sequence[str]) -> List[Tuple[str, int]]:
+    samples = []
+    for index, name in enumerate(classes):
+        for dirpath, _, files in sorted(os.walk(split_dir / name, followlinks=True)):
+            samples.extend((os.path.join(dirpath, f), index) for f in sorted(files)
+                           if f.lower().endswith(IMAGE_EXTENSIONS))
+    return samples
+
+
+def scan_dataset(root: str) -> Tuple[List[str], Dict[str, List[Tuple[str, int]]]]:
+    """Check ROOT/train and ROOT/val and list their samples; raise DataError on anything unusable."""
+    base = Path(root)
+    if not base.is_dir():
+        raise DataError(f"dataset directory {root} does not exist; pass the folder holding train/ and val/ "
+                        "(or use --dummy)")
+    split_classes = {}
+    for split in ("train", "val"):
+        d = base / split
+        if not d.is_dir():
+            raise DataError(f"{d} is missing: the dataset root needs train/ and val/ ImageFolders "
+                            "(class sub-folders of images); for ImageNet's val, sort images into class folders")
+        if not os.access(d, os.R_OK | os.X_OK):
+            raise DataError(f"{d} is not readable by this user; fix its permissions")
+        split_classes[split] = _classes(d)
+        if not split_classes[split]:
+            raise DataError(f"{d} has no class folders: put each class's images in {d}/<class_name>/")
+    train_c, val_c = split_classes["train"], split_classes["val"]
+    if train_c != val_c:
+        only_train = sorted(set(train_c) - set(val_c))[:3]
+        only_val = sorted(set(val_c) - set(train_c))[:3]
+        raise DataError(f"train/ and val/ have different class folders (only in train: {only_train}, only in "
+                        f"val: {only_val}); both splits need the same classes")
+    samples = {}
+    for split in ("train", "val"):
+        samples[split] = _scan(base / split, train_c)
+        if not samples[split]:
+            raise DataError(f"{base / split} has class folders but no images ({', '.join(IMAGE_EXTENSIONS)})")
+    return train_c, samples
+
+
+# ---------------------------------------------------------------- datasets
+
+class ImageFiles(Dataset):
+    """(path, class) samples decoded by a backend transform into uint8 tensors."""
+
+    def __init__(self, samples: List[Tuple[str, int]], transform: Callable[[str], torch.Tensor],
+                 skip_bad: bool = False):
+        self.samples = samples
+        self.transform = transform
+        self.skip_bad = skip_bad
+        self.skipped = 0
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def _load(self, index: int) -> Tuple[torch.Tensor, int]:
+        path, target = self.samples[index]
+        try:
+            return self.transform(path), target
+        except (OSError, ValueError, SyntaxError) as e:  # PIL raises all three for broken files
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if not self.skip_bad:
+                raise DataError(f"cannot read image {path}: {reason}; replace or remove the file, or pass "
+                                "--skip-bad-images to skip such files") from None
+            self.skipped += 1
+            log.warning("skipping unreadable image %s (%s); %d skipped in this worker", path, reason,
+                        self.skipped)
+            return None  # type: ignore[return-value]
+
+    def __getitem__(self, index: int) -> Tuple[torch.Tensor, int]:
+        for offset in range(len(self.samples)):
+            item = self._load((index + offset) % len(self.samples))
+            if item is not None:
+                return item
+        raise DataError("no image in the dataset could be read; check the files and their permissions")
+
+
+class SyntheticBatches:
+    """The same random batch, already on the device, ``steps`` times: compute-only benchmarking."""
+
+    def __init__(self, steps: int, batch_size: int, image_size: int, num_classes: int, device: torch.device):
+        g = torch.Generator().manual_seed(0)
+        self.images = torch.randint(0, 256, (batch_size, 3, image_size, image_size), dtype=torch.uint8,
+                                    generator=g).to(device)
+        self.targets = torch.randint(0, num_classes, (batch_size,), generator=g).to(device)
+        self.steps = steps
+        self.sampler = None
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        for _ in range(self.steps):
+            yield self.images, self.targets
+
+
+# ---------------------------------------------------------------- samplers
+
+class ResumableSampler(DistributedSampler):
+    """DistributedSampler that can start an epoch part-way, to resume a preempted epoch exactly."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.start_index = 0
+
+    def set_start(self, samples_done: int) -> None:
+        self.start_index = samples_done  # applies to the next iteration only
+
+    def __iter__(self) -> Iterator[int]:
+        indices = list(super().__iter__())[self.start_index:]
+        self.start_index = 0
+        return iter(indices)
+
+
+class ShardSampler(Sampler):
+    """Every index exactly once across ranks, no padding: exact validation, the tail included."""
+
+    def __init__(self, length: int, rank: int, world_size: int):
+        self.indices = list(range(rank, length, world_size))
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+
+# ---------------------------------------------------------------- loaders
+
+def _loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: int, pin: bool, drop_last: bool,
+            persistent: bool, generator: Optional[torch.Generator]) -> DataLoader:
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
+                      pin_memory=pin, drop_last=drop_last, generator=generator,
+                      persistent_workers=persistent and workers > 0,
+                      prefetch_factor=4 if workers > 0 else None)
+
+
+def build_loaders(cfg, rank: int, world_size: int, device: torch.device):
+    """(train_loader, val_loader, num_classes) for the config; loaders shard by rank."""
+    if cfg.dummy:
+        steps = max(1, cfg.dummy_size // (cfg.batch_size * world_size))
+        val_steps = max(1, steps // 25)
+        make = lambda n: SyntheticBatches(n, cfg.batch_size, cfg.image_size, cfg.num_classes, device)  # noqa: E731
+        return make(steps), make(val_steps), cfg.num_classes
+    classes, samples = scan_dataset(cfg.data)
+    backend = get_backend(cfg.data_backend)
+    train_set = ImageFiles(samples["train"], backend(True, cfg.image_size), cfg.skip_bad_images)
+    val_set = ImageFiles(samples["val"], backend(False, cfg.image_size), cfg.skip_bad_images)
+    if len(train_set) < cfg.batch_size * world_size:
+        raise DataError(f"{cfg.data}/train has {len(train_set)} images, fewer than one global batch "
+                        f"({cfg.batch_size} x {world_size} processes); lower -b")
+    pin = device.type == "cuda"
+    seeded = cfg.seed is not None
+    # Seeded runs re-create workers each epoch from a per-epoch generator so that a resumed run
+    # draws the same augmentations as an uninterrupted one.
+    generator = torch.Generator() if seeded else None
+    train_sampler = ResumableSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True,
+                                     seed=cfg.seed or 0, drop_last=False)
+    train = _loader(train_set, train_sampler, cfg.batch_size, cfg.workers, pin, True, not seeded, generator)
+    val = _loader(val_set, ShardSampler(len(val_set), rank, world_size), cfg.batch_size, cfg.workers, pin,
+                  False, not seeded, None)
+    return train, val, len(classes)
+
+
+def set_epoch(loader, epoch: int, seed: Optional[int], samples_done: int = 0) -> None:
+    """Prepare the train loader for EPOCH (shuffle order, augmentation seed, mid-epoch start)."""
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(sampler, ResumableSampler):
+        sampler.set_epoch(epoch)
+        sampler.set_start(samples_done)
+    gen = getattr(loader, "generator", None)
+    if gen is not None and seed is not None:
+        gen.manual_seed(seed * 100_003 + epoch)
+
+
+class DeviceNormalizer:
+    """uint8 NCHW batches -> normalised float on the device (float batches pass through)."""
+
+    def __init__(self, device: torch.device, channels_last: bool):
+        self.mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1) * 255
+        self.device = device
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        images = images.to(self.device, non_blocking=True)
+        if images.dtype == torch.uint8:
+            images = (images.float() - self.mean) / self.std
+        return images.contiguous(memory_format=self.memory_format)

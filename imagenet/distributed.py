@@ -1,0 +1,144 @@
+"""Process-group set-up and the few collectives the engine needs.
+
+:class:`DistInfo` is this process's place in the job (rank, device, backend). It comes either from
+the launcher's environment (torchrun, ``torch.distributed.launch``, SLURM, MPI: see
+``launch.environment``) or, for the node-level ``--dist-url`` style of pytorch/examples, from
+the node rank and the index of the process spawned on that node.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from launch import environment
+
+log = logging.getLogger(__name__)
+
+
+class DistError(RuntimeError):
+    """The process group cannot be formed; the message says what to check."""
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    environment: str
+    device: torch.device
+    backend: Optional[str] = None     # None: no process group (one process)
+    init_method: Optional[str] = None
+
+    @property
+    def is_primary(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.backend is not None
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.world_size // max(self.local_world_size, 1))
+
+
+def pick_device(local_rank: int, gpu: Optional[int] = None) -> torch.device:
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    index = gpu if gpu is not None else local_rank
+    if index >= torch.cuda.device_count():
+        raise DistError(f"GPU {index} requested but this node has {torch.cuda.device_count()}; start at most "
+                        f"{torch.cuda.device_count()} processes per node or fix --gpu")
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def pick_backend(requested: Optional[str], device: torch.device) -> str:
+    backend = requested or ("nccl" if device.type == "cuda" else "gloo")
+    if backend == "nccl" and device.type != "cuda":
+        raise DistError("--dist-backend nccl needs CUDA GPUs; on CPU use --dist-backend gloo")
+    if backend == "mpi" and not dist.is_mpi_available():
+        raise DistError("this PyTorch build has no MPI backend (torch.distributed.is_mpi_available() is False); "
+                        "use --dist-backend nccl (GPU) or gloo (CPU) — launching under mpirun still works")
+    return backend
+
+
+def from_environment(cfg) -> DistInfo:
+    """Layout from the launcher's variables (single process when there is none)."""
+    env = environment.detect()
+    local_rank = env.local_rank
+    if cfg.local_rank is not None and env.name == "single":
+        local_rank = cfg.local_rank  # an old torch.distributed.launch that passes only --local_rank
+    env.validate(torch.cuda.device_count())
+    if not cfg.distributed and env.world_size > 1:
+        raise DistError(f"the {cfg.variant} variant runs as one process, but the launcher started "
+                        f"{env.world_size}; use imagenet/imagenet_ddp.py for multi-process training")
+    device = pick_device(local_rank, cfg.gpu if not cfg.distributed else None)
+    multi = cfg.distributed and env.world_size > 1
+    backend = pick_backend(cfg.dist_backend, device) if multi else None
+    # torchrun's workers must join the agent's store through env://; other launchers give an address.
+    init = "env://" if env.name == "torchrun" else f"tcp://{env.master_addr}:{env.master_port}"
+    return DistInfo(env.rank, local_rank, env.world_size, env.local_world_size, env.node_rank, env.name,
+                    device, backend, init if multi else None)
+
+
+def for_spawned(cfg, local_index: int, procs_per_node: int) -> DistInfo:
+    """Layout of process LOCAL_INDEX spawned on node --rank by the --dist-url launch."""
+    device = pick_device(local_index)
+    return DistInfo(rank=cfg.rank * procs_per_node + local_index, local_rank=local_index,
+                    world_size=cfg.world_size * procs_per_node, local_world_size=procs_per_node,
+                    node_rank=cfg.rank, environment="dist-url", device=device,
+                    backend=pick_backend(cfg.dist_backend, device), init_method=cfg.dist_url)
+
+
+def init(info: DistInfo, timeout_s: float) -> None:
+    if not info.distributed:
+        return
+    try:
+        dist.init_process_group(info.backend, init_method=info.init_method, rank=info.rank,
+                                world_size=info.world_size, timeout=datetime.timedelta(seconds=timeout_s))
+    except (RuntimeError, ValueError, OSError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DistError(f"rank {info.rank} could not join the process group at {info.init_method} within "
+                        f"{timeout_s:.0f}s ({reason}); check that all {info.world_size} processes were started "
+                        "with the same master address/port and that it is reachable from this node") from None
+    if info.device.type == "cuda":
+        dist.barrier(device_ids=[info.device.index])
+    else:
+        dist.barrier()
+
+
+def cleanup() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """True on every rank when FLAG is true on any (one small collective)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def broadcast_object(obj: Any) -> Any:
+    """Rank 0's value of OBJ on every rank."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -1,0 +1,283 @@
+"""The training loop: train_epoch, validate and fit, the same for all four variants.
+
+What differs between variants (the parallel wrapper, the precision backend) is built elsewhere and
+handed in as :class:`Parts`; the loop only calls their common methods. The host waits for the
+device only at print boundaries and epoch ends, where it also checks (with every rank) whether a
+preemption signal asked it to stop.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from . import checkpoint, data, distributed
+from .metrics import EpochMeter, StepClock, peak_memory_bytes, synchronize
+from .preemption import StopSignal
+from .runrecord import RunRecord
+
+log = logging.getLogger(__name__)
+
+WARMUP_STEPS = 5  # per epoch, left out of the steady-state throughput (loader start, allocator, autotune)
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: a checkpoint was saved, start me again to continue
+
+
+@dataclass
+class Parts:
+    """Everything the loop uses, built by imagenet.run."""
+    model: torch.nn.Module          # what the step calls (DDP/DP-wrapped, maybe compiled)
+    raw_model: torch.nn.Module      # the bare module: checkpoints and validation
+    eval_model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    precision: Any
+    criterion: torch.nn.Module
+    train_loader: Any
+    val_loader: Any
+    normalizer: data.DeviceNormalizer
+    tb: Any
+    record: RunRecord
+    run_dir: Path
+
+
+@dataclass
+class TrainState:
+    """Progress that must survive a requeue, next to the model/optimizer/scheduler state."""
+    epoch: int = 0
+    step_in_epoch: int = 0
+    best_top1: float = 0.0
+    elapsed_s: float = 0.0
+    history: List[dict] = field(default_factory=list)
+
+
+@dataclass
+class Throughput:
+    """Steady-state training throughput of this rank, summed over epochs."""
+    images: int = 0
+    seconds: float = 0.0
+    data_s: float = 0.0
+    steps: int = 0
+    warmup_steps: int = 0
+
+    def as_dict(self, world_size: int, device: torch.device) -> dict:
+        per_proc = self.images / self.seconds if self.seconds > 0 else None
+        step_ms = 1000 * self.seconds / self.steps if self.steps else None
+        data_ms = 1000 * self.data_s / self.steps if self.steps else None
+        return {"images_per_s": per_proc * world_size if per_proc else None,
+                "images_per_s_per_process": per_proc, "step_time_ms": step_ms, "data_time_ms": data_ms,
+                "compute_time_ms": step_ms - data_ms if step_ms is not None else None,
+                "warmup_steps": self.warmup_steps, "measured_steps": self.steps,
+                "peak_memory_bytes": peak_memory_bytes(device)}
+
+
+class Trainer:
+    def __init__(self, cfg, info: distributed.DistInfo, parts: Parts, stop: StopSignal):
+        self.cfg, self.info, self.p, self.stop = cfg, info, parts, stop
+        self.state = TrainState(epoch=cfg.start_epoch)
+        self.throughput = Throughput()
+        self.steps_per_epoch = len(parts.train_loader)
+        if cfg.steps_per_epoch:
+            self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
+        self.global_batch = cfg.batch_size * info.world_size
+        self.tty = sys.stdout.isatty()
+
+    # ---------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict:
+        s = self.state
+        return {"version": 1, "arch": self.cfg.arch, "epoch": s.epoch, "step_in_epoch": s.step_in_epoch,
+                "best_top1": s.best_top1, "elapsed_s": s.elapsed_s, "history": s.history,
+                "model": self.p.raw_model.state_dict(), "optimizer": self.p.optimizer.state_dict(),
+                "scheduler": self.p.scheduler.state_dict(), "precision": self.p.precision.state_dict(),
+                "rng": checkpoint.rng_state(), "config": self.cfg.to_dict()}
+
+    def load_state_dict(self, ckpt: dict) -> None:
+        s = self.state
+        s.epoch, s.step_in_epoch = int(ckpt["epoch"]), int(ckpt["step_in_epoch"])
+        s.best_top1, s.elapsed_s = float(ckpt["best_top1"]), float(ckpt["elapsed_s"])
+        s.history = list(ckpt.get("history", []))
+        self.p.optimizer.load_state_dict(ckpt["optimizer"])
+        self.p.scheduler.load_state_dict(ckpt["scheduler"])
+        self.p.precision.load_state_dict(ckpt["precision"])
+        checkpoint.set_rng_state(ckpt["rng"])
+
+    def save(self, is_best: bool = False) -> None:
+        if self.info.is_primary:
+            checkpoint.save(self.state_dict(), self.p.run_dir, is_best)
+
+    # ---------------------------------------------------------------- one training epoch
+    def _step(self, images: torch.Tensor, target: torch.Tensor):
+        p = self.p
+        images = p.precision.cast_input(p.normalizer(images))
+        target = target.to(self.info.device, non_blocking=True)
+        with p.precision.autocast():
+            output = p.model(images)
+        loss = p.criterion(output.float(), target)
+        p.precision.zero_grad(p.optimizer)
+        p.precision.backward(loss, p.optimizer)
+        p.precision.step(p.optimizer)
+        p.scheduler.step()
+        return loss, output, target
+
+    def train_epoch(self, epoch: int) -> Optional[dict]:
+        """Train one epoch; None when a stop signal interrupted it (after saving a checkpoint)."""
+        p, cfg = self.p, self.cfg
+        p.model.train()
+        first = self.state.step_in_epoch
+        data.set_epoch(p.train_loader, epoch, cfg.seed, first * cfg.batch_size)
+        meter, clock = EpochMeter(self.info.device), StepClock()
+        warm = min(WARMUP_STEPS, (self.steps_per_epoch - first) // 4)
+        interval = (first, time.perf_counter())
+        steady_start = clock.start if warm == 0 else None
+        steady_data0 = 0.0
+        loader = iter(p.train_loader)
+        for step in range(first, self.steps_per_epoch):
+            images, target = next(loader)
+            clock.data_ready()
+            loss, output, target = self._step(images, target)
+            meter.update(loss, output, target)
+            clock.step_done()
+            done = step + 1
+            if done - first == warm and steady_start is None:
+                synchronize(self.info.device)
+                steady_start, steady_data0 = time.perf_counter(), clock.data_s
+            if done % cfg.print_freq == 0 or done == self.steps_per_epoch:
+                interval = self._report(epoch, done, loss, meter, interval)
+                if done < self.steps_per_epoch and distributed.any_rank(self.stop.requested, self.info.device):
+                    self._preempt(epoch, done, clock)
+                    return None
+        synchronize(self.info.device)
+        wall = clock.elapsed()
+        self._count_steady(steady_start, clock.data_s - steady_data0, self.steps_per_epoch - first - warm, warm)
+        self.state.elapsed_s += wall
+        stats = meter.global_()
+        return {"train_loss": stats["loss"], "train_top1": stats["top1"], "train_top5": stats["top5"],
+                "train_images_per_s": stats["samples"] / wall, "train_time_s": wall,
+                "data_time_s": clock.data_s, "lr": p.optimizer.param_groups[0]["lr"]}
+
+    def _count_steady(self, start: Optional[float], data_s: float, steps: int, warm: int) -> None:
+        if start is None or steps <= 0:
+            return
+        t = self.throughput
+        t.seconds += time.perf_counter() - start
+        t.images += steps * self.cfg.batch_size
+        t.steps += steps
+        t.data_s += data_s
+        t.warmup_steps += warm
+
+    def _report(self, epoch: int, done: int, loss: torch.Tensor, meter: EpochMeter, interval) -> tuple:
+        """Print and log one interval (the only per-interval host sync)."""
+        synchronize(self.info.device)
+        now = time.perf_counter()
+        steps, seconds = done - interval[0], now - interval[1]
+        rate = steps * self.global_batch / seconds if seconds > 0 else 0.0
+        local = meter.local()
+        global_step = epoch * self.steps_per_epoch + done
+        lr = self.p.optimizer.param_groups[0]["lr"]
+        scale = self.p.precision.loss_scale
+        self.p.tb.scalars({"Step/loss": float(loss.item()), "Step/images_per_s": rate, "Step/lr": lr,
+                           "Step/loss_scale": scale}, global_step)
+        if self.info.is_primary:
+            line = (f"Epoch: [{epoch}][{done:>{len(str(self.steps_per_epoch))}}/{self.steps_per_epoch}]  "
+                    f"loss {local['loss']:.4f}  top1 {local['top1']:6.2f}  top5 {local['top5']:6.2f}  "
+                    f"lr {lr:.4g}  {rate:8.1f} img/s" + (f"  scale {scale:g}" if scale else ""))
+            end = "\r" if self.tty and done < self.steps_per_epoch else "\n"
+            print(line, end=end, flush=True)
+        return done, time.perf_counter()
+
+    def _preempt(self, epoch: int, done: int, clock: StepClock) -> None:
+        self.state.elapsed_s += clock.elapsed()
+        self.state.epoch, self.state.step_in_epoch = epoch, done
+        self.save()
+        self.p.record.update(status="preempted", preempted_at={"epoch": epoch, "step": done})
+        if self.info.is_primary:
+            print(f"\nstop signal ({self.stop.name}): checkpoint saved at epoch {epoch} step {done}; "
+                  f"restart with --resume auto to continue", flush=True)
+
+    # ---------------------------------------------------------------- validation
+    @torch.no_grad()
+    def validate(self) -> dict:
+        p = self.p
+        p.eval_model.eval()
+        meter, start = EpochMeter(self.info.device), time.perf_counter()
+        for i, (images, target) in enumerate(p.val_loader):
+            if self.cfg.val_steps and i >= self.cfg.val_steps:
+                break
+            images = p.precision.cast_input(p.normalizer(images))
+            target = target.to(self.info.device, non_blocking=True)
+            with p.precision.autocast():
+                output = p.eval_model(images)
+            meter.update(p.criterion(output.float(), target), output, target)
+        stats = meter.global_()
+        wall = time.perf_counter() - start
+        return {"val_loss": stats["loss"], "val_top1": stats["top1"], "val_top5": stats["top5"],
+                "val_images_per_s": stats["samples"] / wall if wall > 0 else None, "val_time_s": wall,
+                "val_samples": stats["samples"]}
+
+    # ---------------------------------------------------------------- the run
+    def _log_epoch(self, epoch: int, row: dict) -> None:
+        self.p.tb.scalars({"Loss/train": row["train_loss"], "Loss/val": row["val_loss"],
+                           "Top1/train": row["train_top1"], "Top1/val": row["val_top1"],
+                           "Top5/train": row["train_top5"], "Top5/val": row["val_top5"], "Lr": row["lr"],
+                           "Throughput/train": row["train_images_per_s"],
+                           "Throughput/val": row["val_images_per_s"],
+                           "Time/train": row["train_time_s"], "Time/val": row["val_time_s"]}, epoch)
+        self.p.tb.flush()
+        if self.info.is_primary:
+            print(f" * Epoch {epoch}: val top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}  "
+                  f"loss {row['val_loss']:.4f}  ({row['val_samples']} images)  train "
+                  f"{row['train_images_per_s']:.1f} img/s", flush=True)
+
+    def _reached(self, top1: float) -> bool:
+        return self.cfg.desired_acc is not None and top1 >= 100.0 * self.cfg.desired_acc
+
+    def fit(self) -> int:
+        """Train to --epochs or --desired-acc; returns the process exit code."""
+        status = "finished"
+        epoch = self.state.epoch
+        while epoch < self.cfg.epochs:
+            train_row = self.train_epoch(epoch)
+            if train_row is None:
+                return EXIT_PREEMPTED
+            val_row = self.validate()
+            self.state.elapsed_s += val_row["val_time_s"]
+            row = {"epoch": epoch, **train_row, **val_row}
+            self.state.history.append(row)
+            is_best = row["val_top1"] > self.state.best_top1
+            self.state.best_top1 = max(self.state.best_top1, row["val_top1"])
+            self.state.epoch, self.state.step_in_epoch = epoch + 1, 0
+            self._log_epoch(epoch, row)
+            self.save(is_best)
+            self._write_record("running")
+            epoch += 1
+            if self._reached(row["val_top1"]):
+                status = "reached_desired_acc"
+                if self.info.is_primary:
+                    print(f"Reached desired accuracy: val top1 {row['val_top1']:.2f}% >= "
+                          f"{100 * self.cfg.desired_acc:.2f}% after {epoch} epochs, "
+                          f"{self.state.elapsed_s:.1f} s of training", flush=True)
+                break
+        self._write_record(status)
+        return 0
+
+    def _write_record(self, status: str) -> None:
+        s = self.state
+        self.p.record.update(
+            status=status, epochs=s.history,
+            throughput=self.throughput.as_dict(self.info.world_size, self.info.device),
+            final={"best_top1": s.best_top1, "epochs_run": s.epoch, "elapsed_s": s.elapsed_s,
+                   "reached_desired_acc": status == "reached_desired_acc",
+                   "last_val_top1": s.history[-1]["val_top1"] if s.history else None,
+                   "skipped_steps": self.p.precision.skipped_steps})
+
+    def evaluate(self) -> int:
+        row = self.validate()
+        if self.info.is_primary:
+            print(f" * Evaluation: top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}  "
+                  f"loss {row['val_loss']:.4f}  ({row['val_samples']} images)", flush=True)
+        self.p.record.update(status="evaluated", evaluation=row)
+        return 0

@@ -1,0 +1,12 @@
+#!/usr/bin/env python
+"""DistributedDataParallel ImageNet training: one process per GPU, started by torchrun, torch.distributed.launch, MPI, SLURM or --dist-url."""
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a file: import the project package, not this folder's modules
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+from imagenet.cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main("ddp"))

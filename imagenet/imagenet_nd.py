@@ -1,0 +1,12 @@
+#!/usr/bin/env python
+"""Non-distributed ImageNet training: one process on one device (a GPU when present, else the CPU)."""
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a file: import the project package, not this folder's modules
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+from imagenet.cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main("nd"))

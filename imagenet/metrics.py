@@ -1,0 +1,80 @@
+"""Accuracy and throughput bookkeeping that stays on the device between log boundaries.
+
+Sums live in one device tensor; nothing is read back to the host until a print interval or the
+end of an epoch, so measuring does not slow down what is measured.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Dict
+
+import torch
+
+from . import distributed
+
+
+def topk_correct(output: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> torch.Tensor:
+    """Number of samples whose target is in the top-k predictions, for each k (a device tensor)."""
+    maxk = min(max(ks), output.shape[1])
+    pred = output.topk(maxk, dim=1).indices
+    hit = pred.eq(target.view(-1, 1))
+    return torch.stack([hit[:, :min(k, maxk)].any(dim=1).sum() for k in ks]).float()
+
+
+class EpochMeter:
+    """Running sums of loss, top-1 and top-5 hits and samples, on the device."""
+
+    def __init__(self, device: torch.device):
+        self.sums = torch.zeros(4, device=device, dtype=torch.float64)
+
+    def update(self, loss: torch.Tensor, output: torch.Tensor, target: torch.Tensor) -> None:
+        n = target.shape[0]
+        hits = topk_correct(output.detach(), target)
+        self.sums += torch.stack([loss.detach().double() * n, hits[0].double(), hits[1].double(),
+                                  torch.tensor(float(n), device=self.sums.device, dtype=torch.float64)])
+
+    def local(self) -> Dict[str, float]:
+        return _as_metrics(self.sums.tolist())
+
+    def global_(self) -> Dict[str, float]:
+        """Metrics over every rank (all-reduce of the sums: each sample counted once)."""
+        return _as_metrics(distributed.all_reduce_sum(self.sums.clone()).tolist())
+
+
+def _as_metrics(sums) -> Dict[str, float]:
+    loss, top1, top5, n = sums
+    n = max(n, 1.0)
+    return {"loss": loss / n, "top1": 100.0 * top1 / n, "top5": 100.0 * top5 / n, "samples": int(sums[3])}
+
+
+@dataclass
+class StepClock:
+    """Wall time split into waiting for data and everything else, summed between reads."""
+
+    data_s: float = 0.0
+    start: float = field(default_factory=time.perf_counter)
+    _mark: float = field(default_factory=time.perf_counter)
+
+    def data_ready(self) -> None:
+        now = time.perf_counter()
+        self.data_s += now - self._mark
+        self._mark = now
+
+    def step_done(self) -> None:
+        self._mark = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    import resource
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB

@@ -1,0 +1,287 @@
+"""One mixed-precision interface with two backends: native torch.amp and NVIDIA Apex AMP.
+
+Opt levels mean the same in both (Apex's definitions):
+
+- O0: fp32 everywhere.
+- O1: fp32 weights, ops autocast to the half type (``torch.autocast``).
+- O2: the model in the half type with BatchNorm kept fp32, fp32 master weights in the optimizer;
+  gradients are copied to the masters, unscaled, stepped, and the masters copied back.
+- O3: everything in the half type (BatchNorm too unless ``--keep-batchnorm-fp32 True``).
+
+float16 needs loss scaling (dynamic by default: overflowing steps are skipped and the scale is
+halved; it doubles after 2000 clean steps); bfloat16 has fp32's range and needs none. The training
+loop calls the same methods whatever the backend or level.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import List, Optional, Tuple, Union
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+APEX_HINT = ("NVIDIA Apex with apex.amp is not installed (apex.amp exists only in Apex releases up to 25.05); "
+             "install Apex 25.05 or use --amp-backend native")
+
+
+class PrecisionError(RuntimeError):
+    """An impossible precision setting; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class PrecisionSpec:
+    level: str                      # O0..O3
+    dtype: Optional[torch.dtype]    # half type, None at O0
+    loss_scale: Union[str, float]   # "dynamic", a fixed float, or 1.0 when no scaling is needed
+    keep_bn_fp32: bool
+    backend: str                    # "native" or "apex"
+
+    @property
+    def label(self) -> str:
+        if self.level == "O0":
+            return "fp32"
+        return f"{self.level}-{'fp16' if self.dtype == torch.float16 else 'bf16'}"
+
+
+def apex_amp():
+    """The apex.amp module, or None when Apex (<= 25.05) is not importable."""
+    try:
+        from apex import amp  # type: ignore
+        return amp
+    except Exception:  # ImportError, or a broken Apex build raising anything on import
+        return None
+
+
+def resolve(cfg, device: torch.device) -> PrecisionSpec:
+    """Turn the precision flags into a spec; fails on combinations that cannot work."""
+    level = cfg.precision_level
+    dtype = None
+    if level != "O0":
+        name = cfg.amp_dtype or ("float16" if device.type == "cuda" else "bfloat16")
+        dtype = torch.float16 if name == "float16" else torch.bfloat16
+    backend = cfg.amp_backend
+    if backend == "auto":
+        backend = "apex" if (level != "O0" and device.type == "cuda" and apex_amp() is not None) else "native"
+    if backend == "apex":
+        if apex_amp() is None:
+            raise PrecisionError(APEX_HINT)
+        if device.type != "cuda":
+            raise PrecisionError("Apex AMP needs a CUDA GPU; on CPU use --amp-backend native")
+        if dtype == torch.bfloat16:
+            raise PrecisionError("Apex AMP scales float16 only; use --amp-dtype float16 or --amp-backend native")
+    keep_bn = {"True": True, "False": False}.get(cfg.keep_batchnorm_fp32, level != "O3")
+    if dtype == torch.float16:
+        scale: Union[str, float] = "dynamic" if cfg.loss_scale == "dynamic" else float(cfg.loss_scale)
+    else:
+        scale = 1.0  # fp32 and bf16 share fp32's exponent range: nothing underflows
+    return PrecisionSpec(level, dtype, scale, keep_bn, backend)
+
+
+class LossScaler:
+    """Static or dynamic loss scale; skips steps whose gradients overflowed."""
+
+    def __init__(self, scale: Union[str, float], growth_interval: int = 2000):
+        self.dynamic = scale == "dynamic"
+        self.scale = 2.0 ** 16 if self.dynamic else float(scale)
+        self.growth_interval = growth_interval
+        self.clean_steps = 0
+        self.skipped_steps = 0
+
+    @property
+    def active(self) -> bool:
+        return self.dynamic or self.scale != 1.0
+
+    def unscale_and_check(self, grads: List[torch.Tensor]) -> bool:
+        """Divide grads by the scale in place; True when any is inf/NaN (one host sync)."""
+        if not grads:
+            return False
+        found_inf = torch.zeros(1, device=grads[0].device)
+        inv = torch.full((1,), 1.0 / self.scale, device=grads[0].device)
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv)
+        return bool(found_inf.item())
+
+    def update(self, overflow: bool) -> None:
+        if overflow:
+            self.skipped_steps += 1
+            self.clean_steps = 0
+            if self.dynamic:
+                self.scale = max(self.scale / 2.0, 1.0)
+            log.warning("Gradient overflow: skipping step, loss scale now %g", self.scale)
+            return
+        self.clean_steps += 1
+        if self.dynamic and self.clean_steps % self.growth_interval == 0:
+            self.scale *= 2.0
+
+    def state_dict(self) -> dict:
+        return {"scale": self.scale, "clean_steps": self.clean_steps, "skipped_steps": self.skipped_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scale = float(state["scale"])
+        self.clean_steps = int(state["clean_steps"])
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+
+
+def _is_bn(module: nn.Module) -> bool:
+    return isinstance(module, nn.modules.batchnorm._BatchNorm)
+
+
+def cast_model(model: nn.Module, dtype: torch.dtype, keep_bn_fp32: bool) -> nn.Module:
+    """Cast parameters and float buffers to DTYPE, leaving BatchNorm layers fp32 if asked."""
+    for module in model.modules():
+        if keep_bn_fp32 and _is_bn(module):
+            continue
+        for param in module.parameters(recurse=False):
+            param.data = param.data.to(dtype)
+        for name, buf in module.named_buffers(recurse=False):
+            if buf is not None and buf.is_floating_point():
+                module._buffers[name] = buf.to(dtype)
+    return model
+
+
+class NativePrecision:
+    """torch.autocast + our loss scaler + fp32 master weights for O2."""
+
+    def __init__(self, spec: PrecisionSpec, device: torch.device):
+        self.spec = spec
+        self.device = device
+        self.scaler = LossScaler(spec.loss_scale)
+        self.model_params: List[nn.Parameter] = []
+        self.masters: List[nn.Parameter] = []
+
+    # -- set-up
+    def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Tuple[nn.Module, torch.optim.Optimizer]:
+        level, dtype = self.spec.level, self.spec.dtype
+        if level in ("O2", "O3"):
+            cast_model(model, dtype, self.spec.keep_bn_fp32)
+        if level == "O2":
+            self._use_master_weights(optimizer)
+        return model, optimizer
+
+    def _use_master_weights(self, optimizer: torch.optim.Optimizer) -> None:
+        """Point the optimizer at fp32 copies of every half-precision parameter."""
+        for group in optimizer.param_groups:
+            new_params = []
+            for p in group["params"]:
+                if p.dtype == torch.float32:
+                    new_params.append(p)  # BatchNorm kept fp32: it is its own master
+                    continue
+                master = nn.Parameter(p.detach().float().clone())
+                self.model_params.append(p)
+                self.masters.append(master)
+                new_params.append(master)
+            group["params"] = new_params
+
+    # -- the step
+    def autocast(self):
+        if self.spec.level == "O1":
+            return torch.autocast(self.device.type, dtype=self.spec.dtype)
+        return contextlib.nullcontext()
+
+    def cast_input(self, images: torch.Tensor) -> torch.Tensor:
+        return images.to(self.spec.dtype) if self.spec.level in ("O2", "O3") else images
+
+    def backward(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
+        (loss * self.scaler.scale if self.scaler.active else loss).backward()
+
+    def _optimizer_grads(self, optimizer: torch.optim.Optimizer) -> List[torch.Tensor]:
+        for model_p, master in zip(self.model_params, self.masters):
+            master.grad = None if model_p.grad is None else model_p.grad.detach().float()
+        return [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Unscale, skip on overflow, step; returns whether the step was taken."""
+        grads = self._optimizer_grads(optimizer)
+        if self.scaler.active:
+            overflow = self.scaler.unscale_and_check(grads)
+            self.scaler.update(overflow)
+            if overflow:
+                return False
+        optimizer.step()
+        with torch.no_grad():
+            for model_p, master in zip(self.model_params, self.masters):
+                model_p.copy_(master)
+        return True
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        for p in self.model_params:
+            p.grad = None
+
+    @property
+    def loss_scale(self) -> Optional[float]:
+        return self.scaler.scale if self.scaler.active else None
+
+    @property
+    def skipped_steps(self) -> int:
+        return self.scaler.skipped_steps
+
+    # -- checkpoints: O2 saves the fp32 masters, since the model holds only rounded copies
+    def state_dict(self) -> dict:
+        return {"scaler": self.scaler.state_dict(), "masters": [m.detach().clone() for m in self.masters]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scaler.load_state_dict(state["scaler"])
+        with torch.no_grad():
+            for master, model_p, saved in zip(self.masters, self.model_params, state.get("masters", [])):
+                master.copy_(saved)
+                model_p.copy_(saved)
+
+
+class ApexPrecision:
+    """NVIDIA Apex AMP (``amp.initialize`` / ``amp.scale_loss``), for Apex releases <= 25.05."""
+
+    def __init__(self, spec: PrecisionSpec, device: torch.device):
+        self.spec = spec
+        self.amp = apex_amp()
+        if self.amp is None:
+            raise PrecisionError(APEX_HINT)
+
+    def setup(self, model, optimizer):
+        kwargs = {"opt_level": self.spec.level, "verbosity": 0,
+                  "loss_scale": self.spec.loss_scale if self.spec.level != "O0" else None}
+        if self.spec.level in ("O2", "O3"):
+            kwargs["keep_batchnorm_fp32"] = self.spec.keep_bn_fp32
+        return self.amp.initialize(model, optimizer, **kwargs)
+
+    def autocast(self):
+        return contextlib.nullcontext()  # Apex patches the model's forward itself
+
+    def cast_input(self, images):
+        return images
+
+    def backward(self, loss, optimizer) -> None:
+        with self.amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+
+    def step(self, optimizer) -> bool:
+        optimizer.step()  # Apex turns this into a no-op after an overflow
+        return True
+
+    def zero_grad(self, optimizer) -> None:
+        optimizer.zero_grad(set_to_none=True)
+
+    @property
+    def loss_scale(self) -> Optional[float]:
+        try:
+            return float(self.amp._amp_state.loss_scalers[0].loss_scale())
+        except (AttributeError, IndexError):
+            return None
+
+    @property
+    def skipped_steps(self) -> int:
+        return 0  # Apex does not expose a count; it logs each overflow itself
+
+    def state_dict(self) -> dict:
+        return {"apex": self.amp.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "apex" in state:
+            self.amp.load_state_dict(state["apex"])
+
+
+def build(spec: PrecisionSpec, device: torch.device):
+    return ApexPrecision(spec, device) if spec.backend == "apex" else NativePrecision(spec, device)

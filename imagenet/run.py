@@ -1,0 +1,138 @@
+"""Build one run from a config and a DistInfo: model, precision, wrapper, data, logs; then fit.
+
+Order matters and is kept in one place: the model is cast by the precision backend and the
+checkpoint is loaded before the parallel wrapper is built, so DDP broadcasts the resumed weights
+and the optimizer already points at O2's fp32 master weights.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import random
+import socket
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import checkpoint, data, distributed, models, optim, precision, sysinfo, tblog
+from .errors import one_line
+from .engine import Parts, Trainer
+from .preemption import StopSignal
+from .runrecord import RunRecord
+
+log = logging.getLogger(__name__)
+
+
+def _seed_everything(cfg) -> None:
+    if cfg.seed is not None:
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    else:
+        torch.backends.cudnn.benchmark = True  # fixed input sizes: let cuDNN pick the fastest kernels
+
+
+def _run_dir(cfg, info, spec) -> Path:
+    if cfg.log_dir:
+        return Path(cfg.log_dir)
+    name = (f"{datetime.datetime.now():%Y%m%d-%H%M%S}_{socket.gethostname()}_{cfg.arch}_gpux{info.world_size}"
+            f"_b{cfg.batch_size}_{spec.label}")
+    return Path(distributed.broadcast_object(str(Path("runs") / name)))  # every rank: rank 0's name
+
+
+def _wrap(model: torch.nn.Module, cfg, info) -> torch.nn.Module:
+    if cfg.variant == "dp":
+        if info.device.type != "cuda":
+            log.warning("DataParallel: no CUDA GPU here, running on the CPU as a single device")
+            return model
+        return torch.nn.DataParallel(model)
+    if info.distributed:
+        ids = [info.device.index] if info.device.type == "cuda" else None
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+    return model
+
+
+def _load_model_weights(model: torch.nn.Module, ckpt: dict, path: Path, arch: str) -> None:
+    if ckpt.get("arch", arch) != arch:
+        raise checkpoint.CheckpointError(f"{path} holds a {ckpt['arch']} model but -a is {arch}; "
+                                         f"pass -a {ckpt['arch']} or another checkpoint")
+    state = {k.removeprefix("module."): v for k, v in ckpt.get("model", ckpt.get("state_dict", {})).items()}
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise checkpoint.CheckpointError(f"{path} does not fit this model ({str(e).splitlines()[0]}); "
+                                         "check -a and the number of classes") from None
+
+
+def _announce(cfg, info, spec, lr, warmup, run_dir, steps) -> None:
+    if not info.is_primary:
+        return
+    print(f"=> {cfg.variant} variant, {cfg.arch}, {info.world_size} process(es) on {info.device.type} "
+          f"[{info.environment}{', ' + info.backend if info.backend else ''}], precision {spec.label} "
+          f"({spec.backend})", flush=True)
+    print(f"=> batch {cfg.batch_size} per process, global batch {cfg.batch_size * info.world_size}; lr {lr:.4g} "
+          f"(base {cfg.lr:g} per 256, {cfg.lr_scaling} scaling), warm-up {warmup:g} epochs; {steps} steps/epoch",
+          flush=True)
+    print(f"=> run folder {run_dir} (TensorBoard: tensorboard --logdir {run_dir})", flush=True)
+
+
+def build_and_run(cfg, info: distributed.DistInfo) -> int:
+    _seed_everything(cfg)
+    spec = precision.resolve(cfg, info.device)
+    train_loader, val_loader, num_classes = data.build_loaders(cfg, info.rank, info.world_size, info.device)
+    run_dir = _run_dir(cfg, info, spec)
+    model = models.prepare(models.build(cfg.arch, num_classes, cfg.pretrained), info.device,
+                           cfg.channels_last, cfg.sync_bn and info.distributed)
+    global_batch = cfg.batch_size * info.world_size
+    lr = optim.peak_lr(cfg, global_batch)
+    warmup = optim.warmup_epochs(cfg, lr)
+    optimizer = optim.build_optimizer(model, cfg, lr)
+    prec = precision.build(spec, info.device)
+    model, optimizer = prec.setup(model, optimizer)
+    steps = min(len(train_loader), cfg.steps_per_epoch or len(train_loader))
+    scheduler = optim.build_scheduler(optimizer, cfg, steps, warmup)
+
+    resume = checkpoint.resume_path(cfg.resume, run_dir)
+    ckpt = checkpoint.load(resume) if resume else None
+    if ckpt is not None:
+        _load_model_weights(model, ckpt, resume, cfg.arch)
+
+    raw_model = model
+    wrapped = _wrap(model, cfg, info)
+    step_model = torch.compile(wrapped) if cfg.compile else wrapped
+    eval_model = wrapped if isinstance(wrapped, torch.nn.DataParallel) else raw_model
+    if info.is_primary:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    record = RunRecord(run_dir, info.is_primary, config=cfg.to_dict(),
+                       dist={"world_size": info.world_size, "backend": info.backend,
+                             "environment": info.environment, "device": info.device.type, "nodes": info.nodes,
+                             "local_world_size": info.local_world_size},
+                       environment=sysinfo.collect(nodes=info.nodes), global_batch=global_batch, lr=lr,
+                       precision={"label": spec.label, "backend": spec.backend, "level": spec.level})
+    tb = tblog.make(info.is_primary, str(run_dir))
+    parts = Parts(step_model, raw_model, eval_model, optimizer, scheduler, prec,
+                  torch.nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing).to(info.device),
+                  train_loader, val_loader, data.DeviceNormalizer(info.device, cfg.channels_last), tb, record,
+                  run_dir)
+    trainer = Trainer(cfg, info, parts, StopSignal().install())
+    if ckpt is not None and not cfg.evaluate:
+        trainer.load_state_dict(ckpt)
+        if info.is_primary:
+            print(f"=> resumed from {resume}: epoch {trainer.state.epoch}, step {trainer.state.step_in_epoch}, "
+                  f"best top1 {trainer.state.best_top1:.2f}", flush=True)
+    _announce(cfg, info, spec, lr, warmup, run_dir, trainer.steps_per_epoch)
+    tb.text("config", "\n".join(f"    {k}: {v}" for k, v in cfg.to_dict().items()))
+    tb.hparams({**cfg.to_dict(), "world_size": info.world_size}, {"hparam/best_top1": 0.0})
+    try:
+        record.update(status="running")
+        return trainer.evaluate() if cfg.evaluate else trainer.fit()
+    except BaseException as e:
+        record.update(status="failed", error=f"{type(e).__name__}: {one_line(e)}")
+        raise
+    finally:
+        tb.close()
