@@ -142,3 +142,13 @@ def broadcast_object(obj: Any) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def all_gather_float(value: float, device: torch.device) -> list:
+    """VALUE from every rank, in rank order."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [value]
+    mine = torch.tensor([value], dtype=torch.float64, device=device)
+    out = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, mine)
+    return [t.item() for t in out]

@@ -261,10 +261,16 @@ class Trainer:
                           f"{100 * self.cfg.desired_acc:.2f}% after {epoch} epochs, "
                           f"{self.state.elapsed_s:.1f} s of training", flush=True)
                 break
-        self._write_record(status)
+        self._write_record(status, weight_checksums=self._weight_checksums())
         return 0
 
-    def _write_record(self, status: str) -> None:
+    def _weight_checksums(self) -> List[float]:
+        """One number per rank summarising its weights: equal when DDP kept the replicas in sync."""
+        with torch.no_grad():
+            local = sum(float(p.double().sum() + p.double().pow(2).sum()) for p in self.p.raw_model.parameters())
+        return distributed.all_gather_float(local, self.info.device)
+
+    def _write_record(self, status: str, **final_extra: Any) -> None:
         s = self.state
         self.p.record.update(
             status=status, epochs=s.history,
@@ -272,7 +278,7 @@ class Trainer:
             final={"best_top1": s.best_top1, "epochs_run": s.epoch, "elapsed_s": s.elapsed_s,
                    "reached_desired_acc": status == "reached_desired_acc",
                    "last_val_top1": s.history[-1]["val_top1"] if s.history else None,
-                   "skipped_steps": self.p.precision.skipped_steps})
+                   "skipped_steps": self.p.precision.skipped_steps, **final_extra})
 
     def evaluate(self) -> int:
         row = self.validate()

@@ -34,9 +34,10 @@ def _pretrained_weights(arch: str):
 
 def _load_pretrained(arch: str, num_classes: int) -> torch.nn.Module:
     weights = _pretrained_weights(arch)
-    if num_classes != len(weights.meta.get("categories", [])):
-        raise ModelError(f"pretrained {arch} has {len(weights.meta['categories'])} classes but the data has "
-                         f"{num_classes}; drop --pretrained or use the 1000-class dataset")
+    classes = len(weights.meta.get("categories", []))
+    if num_classes > classes:
+        raise ModelError(f"pretrained {arch} predicts {classes} classes but the data has {num_classes}; "
+                         "drop --pretrained")
     previous = socket.getdefaulttimeout()
     socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)  # urllib would otherwise wait forever
     try:
