@@ -1,0 +1,94 @@
+"""Learning-rate schedule, atomic checkpoints, samplers and error messages, in-process."""
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from imagenet import checkpoint, config, data, optim
+from imagenet.errors import one_line
+
+
+def _cfg(*argv):
+    return config.parse(["--dummy", *argv], "ddp")
+
+
+def test_linear_scaling_and_default_warmup():
+    cfg = _cfg("--lr", "0.1")
+    assert optim.peak_lr(cfg, 1024) == pytest.approx(0.4)
+    assert optim.warmup_epochs(cfg, 0.4) == 5.0 and optim.warmup_epochs(cfg, 0.1) == 0.0
+    assert optim.peak_lr(_cfg("--lr-scaling", "none"), 1024) == 0.1
+
+
+def test_step_schedule_with_warmup():
+    cfg = _cfg("--lr-steps", "3", "6")
+    f = lambda it: optim.lr_factor(it, 10, cfg, warmup=1.0)  # noqa: E731
+    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
+    assert f(25) == 1.0 and f(30) == pytest.approx(0.1) and f(65) == pytest.approx(0.01)
+
+
+def test_cosine_schedule_ends_at_zero():
+    cfg = _cfg("--lr-schedule", "cosine", "--epochs", "10")
+    assert optim.lr_factor(0, 10, cfg, 0.0) == pytest.approx(1.0)
+    assert optim.lr_factor(50, 10, cfg, 0.0) == pytest.approx(0.5)
+    assert optim.lr_factor(100, 10, cfg, 0.0) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_no_bn_weight_decay_groups():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, bias=True), torch.nn.BatchNorm2d(4))
+    decay, no_decay = optim.param_groups(model, 1e-4, no_bn_wd=True)
+    assert len(decay["params"]) == 1 and len(no_decay["params"]) == 3 and no_decay["weight_decay"] == 0.0
+
+
+def test_crash_during_checkpoint_write_keeps_the_last_good_one(tmp_path):
+    checkpoint.save({"epoch": 1, "w": torch.ones(3)}, tmp_path)
+
+    def dies_half_way(f):
+        f.write(b"partial bytes")
+        raise KeyboardInterrupt  # the job is killed mid-write
+
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.atomic_write(tmp_path / checkpoint.CHECKPOINT, dies_half_way)
+    assert checkpoint.load(tmp_path / checkpoint.CHECKPOINT)["epoch"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [checkpoint.CHECKPOINT]  # no temp files left
+
+
+def test_damaged_checkpoint_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.pth.tar"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(checkpoint.CheckpointError, match="bad.pth.tar"):
+        checkpoint.load(bad)
+    with pytest.raises(checkpoint.CheckpointError, match="does not exist"):
+        checkpoint.load(tmp_path / "missing.pth.tar")
+
+
+def test_rng_state_round_trips_through_weights_only_load(tmp_path):
+    checkpoint.save({"rng": checkpoint.rng_state()}, tmp_path)
+    expected = torch.rand(3)
+    checkpoint.set_rng_state(checkpoint.load(tmp_path / checkpoint.CHECKPOINT)["rng"])
+    assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("length, world", [(21, 2), (7, 4), (3, 8), (100, 3)])
+def test_validation_shards_cover_every_image_once(length, world):
+    seen = sorted(i for r in range(world) for i in data.ShardSampler(length, r, world))
+    assert seen == list(range(length))
+
+
+def test_resumable_sampler_skips_exactly_the_consumed_samples():
+    full = data.ResumableSampler(range(40), num_replicas=2, rank=1, shuffle=True, seed=3)
+    full.set_epoch(2)
+    order = list(full)
+    part = data.ResumableSampler(range(40), num_replicas=2, rank=1, shuffle=True, seed=3)
+    part.set_epoch(2)
+    part.set_start(8)
+    assert list(part) == order[8:]
+    assert list(part) == order  # the offset applies to one epoch only
+
+
+def test_worker_errors_become_one_line():
+    wrapped = data.DataError("Caught DataError in DataLoader worker process 0.\nOriginal Traceback (most recent "
+                             "call last):\n  File \"x.py\", line 1\nimagenet.data.DataError: cannot read image "
+                             "/d/a.JPEG: broken; replace it")
+    assert one_line(wrapped) == "cannot read image /d/a.JPEG: broken; replace it"
+    assert one_line(ValueError("plain message")) == "plain message"

@@ -1,0 +1,100 @@
+"""Precision levels O0-O3 on the CPU (bfloat16 and float16), loss scaling and its state."""
+import pytest
+import torch
+from torch import nn
+
+from imagenet import config, precision
+
+
+def _tiny_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(8, 4))
+
+
+def _spec(level, dtype="bfloat16", **kw):
+    cfg = config.parse(["--dummy", "--opt-level", level, "--amp-dtype", dtype, "--amp-backend", "native",
+                        *sum(([f"--{k.replace('_', '-')}", str(v)] for k, v in kw.items()), [])], "amp")
+    return precision.resolve(cfg, torch.device("cpu"))
+
+
+def _train_steps(spec, steps=3):
+    model = _tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    prec = precision.build(spec, torch.device("cpu"))
+    model, opt = prec.setup(model, opt)
+    x, y = torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 3])
+    losses = []
+    for _ in range(steps):
+        with prec.autocast():
+            out = model(prec.cast_input(x))
+        loss = nn.functional.cross_entropy(out.float(), y)
+        prec.zero_grad(opt)
+        prec.backward(loss, opt)
+        prec.step(opt)
+        losses.append(loss.item())
+    return model, opt, prec, losses
+
+
+@pytest.mark.parametrize("level", ["O0", "O1", "O2", "O3"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_every_level_trains(level, dtype):
+    model, opt, prec, losses = _train_steps(_spec(level, dtype), steps=4)
+    assert all(torch.isfinite(torch.tensor(losses)))
+    half = torch.bfloat16 if dtype == "bfloat16" else torch.float16
+    conv_dtype = model[0].weight.dtype
+    assert conv_dtype == (half if level in ("O2", "O3") else torch.float32)
+    assert model[1].weight.dtype == (half if level == "O3" else torch.float32)  # BN fp32 except O3
+
+
+def test_o2_keeps_fp32_master_weights_in_the_optimizer():
+    model, opt, prec, _ = _train_steps(_spec("O2"))
+    params = [p for g in opt.param_groups for p in g["params"]]
+    assert all(p.dtype == torch.float32 for p in params)
+    assert prec.masters and torch.equal(prec.masters[0].to(torch.bfloat16), model[0].weight.detach())
+
+
+def test_bfloat16_needs_no_loss_scaling_and_float16_scales_dynamically():
+    assert _spec("O1", "bfloat16").loss_scale == 1.0
+    assert _spec("O1", "float16").loss_scale == "dynamic"
+    assert _spec("O1", "float16", loss_scale=128).loss_scale == 128.0
+
+
+def test_dynamic_scaler_skips_overflowing_step_and_halves_scale():
+    spec = _spec("O2", "float16")
+    model = _tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    prec = precision.build(spec, torch.device("cpu"))
+    model, opt = prec.setup(model, opt)
+    before = [m.detach().clone() for m in prec.masters]
+    out = model(prec.cast_input(torch.randn(2, 3, 8, 8)))
+    prec.zero_grad(opt)
+    prec.backward(out.float().sum(), opt)
+    model[0].weight.grad[0, 0, 0, 0] = float("inf")  # injected overflow
+    assert prec.step(opt) is False
+    assert prec.loss_scale == 2.0 ** 15 and prec.skipped_steps == 1
+    assert all(torch.equal(b, m) for b, m in zip(before, prec.masters))  # nothing applied
+    state = prec.state_dict()
+    fresh = precision.build(spec, torch.device("cpu"))
+    fresh.setup(_tiny_model(), torch.optim.SGD(_tiny_model().parameters(), lr=0.1))
+    fresh.load_state_dict(state)
+    assert fresh.loss_scale == 2.0 ** 15 and fresh.skipped_steps == 1
+
+
+def test_scale_grows_after_clean_steps():
+    scaler = precision.LossScaler("dynamic", growth_interval=2)
+    scaler.update(False)
+    scaler.update(False)
+    assert scaler.scale == 2.0 ** 17
+
+
+def test_apex_backend_without_apex_names_the_fix(monkeypatch):
+    monkeypatch.setattr(precision, "apex_amp", lambda: None)
+    cfg = config.parse(["--dummy", "--opt-level", "O1", "--amp-backend", "apex"], "amp")
+    with pytest.raises(precision.PrecisionError, match="25.05.*--amp-backend native"):
+        precision.resolve(cfg, torch.device("cpu"))
+
+
+def test_auto_backend_is_native_without_apex_or_gpu():
+    cfg = config.parse(["--dummy", "--opt-level", "O2"], "amp")
+    assert precision.resolve(cfg, torch.device("cpu")).backend == "native"
