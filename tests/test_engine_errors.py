@@ -1,0 +1,138 @@
+"""Bad input ends with one clear line and a non-zero exit; a dying rank ends the whole job."""
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from imagenet import demo_data
+from tests.helpers import PYTHON, REPO, TINY, child_env, explain, free_port, python, script
+
+
+def _fails_with_one_line(proc, *words):
+    assert proc.returncode == 2, explain(proc)
+    assert "Traceback" not in proc.stderr, explain(proc)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, explain(proc)
+    for word in words:
+        assert word in errors[0], f"{word!r} not in {errors[0]!r}"
+    return errors[0]
+
+
+def _train(data, tmp_path, *extra):
+    return python(script("imagenet_nd.py"), *TINY, "--epochs", "1", "--log-dir", tmp_path / "run", *extra, data)
+
+
+@pytest.fixture
+def small_data(tmp_path):
+    return demo_data.generate(tmp_path / "data", classes=2, train_per_class=8, val_per_class=2, size=(32, 32))
+
+
+def _first_image(root, split="train"):
+    return sorted((root / split / "class_000").iterdir())[0]
+
+
+def test_missing_dataset_dir(tmp_path):
+    _fails_with_one_line(_train(tmp_path / "nope", tmp_path), "does not exist", "--dummy")
+
+
+def test_missing_val_split(small_data, tmp_path):
+    shutil.rmtree(small_data / "val")
+    _fails_with_one_line(_train(small_data, tmp_path), "val is missing", "class sub-folders")
+
+
+def test_no_class_folders(tmp_path):
+    for split in ("train", "val"):
+        (tmp_path / "d" / split).mkdir(parents=True)
+    _fails_with_one_line(_train(tmp_path / "d", tmp_path), "no class folders")
+
+
+def test_train_and_val_classes_differ(small_data, tmp_path):
+    (small_data / "val" / "class_001").rename(small_data / "val" / "zebra")
+    _fails_with_one_line(_train(small_data, tmp_path), "different class folders", "zebra")
+
+
+def test_class_folders_without_images(tmp_path):
+    for split in ("train", "val"):
+        (tmp_path / "d" / split / "a").mkdir(parents=True)
+        (tmp_path / "d" / split / "a" / "notes.txt").write_text("x")
+    _fails_with_one_line(_train(tmp_path / "d", tmp_path), "no images")
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "truncated", "unreadable"])
+def test_bad_image_is_fatal_and_named_unless_skipped(damage, small_data, tmp_path):
+    bad = _first_image(small_data)
+    if damage == "corrupt":
+        bad.write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg" * 20)
+    elif damage == "truncated":
+        bad.write_bytes(bad.read_bytes()[:200])
+    else:  # root reads any file, so a dangling link stands in for an unreadable one
+        bad.unlink()
+        bad.symlink_to(tmp_path / "gone.JPEG")
+    _fails_with_one_line(_train(small_data, tmp_path), "cannot read image", bad.name, "--skip-bad-images")
+    skipped = _train(small_data, tmp_path, "--skip-bad-images")
+    assert skipped.returncode == 0, explain(skipped)
+    assert "skipping unreadable image" in skipped.stderr and bad.name in skipped.stderr
+
+
+def test_pretrained_without_network_fails_fast(small_data, tmp_path):
+    env = child_env(TORCH_HOME=str(tmp_path / "torch_home"))  # an empty weights cache
+    start = time.monotonic()
+    proc = python(script("imagenet_nd.py"), *TINY, "--pretrained", "--epochs", "1", "--log-dir", tmp_path / "r",
+                  small_data, env=env, timeout=120)
+    _fails_with_one_line(proc, "could not download pretrained weights", "drop --pretrained")
+    assert time.monotonic() - start < 90
+
+
+def test_unknown_model(small_data, tmp_path):
+    _fails_with_one_line(_train(small_data, tmp_path, "-a", "resnet51"), "unknown model", "resnet50")
+
+
+def test_apex_requested_but_missing(small_data, tmp_path):
+    proc = python(script("imagenet_ddp_apex.py"), *TINY, "--amp-backend", "apex", "--epochs", "1",
+                  "--log-dir", tmp_path / "r", small_data)
+    _fails_with_one_line(proc, "Apex", "25.05", "--amp-backend native")
+
+
+def test_nccl_on_a_cpu_machine(small_data, tmp_path):
+    proc = python(script("imagenet_ddp.py"), *TINY[:-2], "--dist-backend", "nccl", "--dist-url",
+                  f"tcp://127.0.0.1:{free_port()}", "--world-size", "1", "--rank", "0", "--log-dir", tmp_path / "r",
+                  small_data)
+    _fails_with_one_line(proc, "nccl needs CUDA", "gloo")
+
+
+def test_rendezvous_timeout_is_reported(small_data, tmp_path):
+    proc = python(script("imagenet_ddp.py"), *TINY, "--dist-url", f"tcp://127.0.0.1:{free_port()}",
+                  "--world-size", "2", "--rank", "0", "--dist-timeout", "5", "--log-dir", tmp_path / "r", small_data,
+                  timeout=120)
+    _fails_with_one_line(proc, "could not join the process group", "within 5s")
+
+
+def _start_node(rank, port, data, run_dir, log):
+    args = [PYTHON, script("imagenet_ddp.py"), *TINY, "--dist-url", f"tcp://127.0.0.1:{port}", "--world-size", "2",
+            "--rank", str(rank), "--epochs", "50", "-p", "1", "--log-dir", str(run_dir), str(data)]
+    return subprocess.Popen(args, cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT, text=True)
+
+
+def test_killing_one_rank_ends_the_other(small_data, tmp_path):
+    port = free_port()
+    log0, log1 = open(tmp_path / "n0.log", "w+"), open(tmp_path / "n1.log", "w+")
+    node0 = _start_node(0, port, small_data, tmp_path / "run", log0)
+    node1 = _start_node(1, port, small_data, tmp_path / "run", log1)
+    try:
+        deadline = time.monotonic() + 180
+        while "Epoch: [0][1/" not in (tmp_path / "n0.log").read_text():
+            assert time.monotonic() < deadline and node0.poll() is None, (tmp_path / "n0.log").read_text()
+            time.sleep(0.2)  # polling a log file, not synchronising on time
+        node1.kill()
+        started = time.monotonic()
+        code = node0.wait(timeout=120)
+        assert code != 0, "the surviving rank must fail, not hang or pretend success"
+        assert time.monotonic() - started < 120
+    finally:
+        for p in (node0, node1):
+            p.kill()
+            p.wait()
+        log0.close()
+        log1.close()
