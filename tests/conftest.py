@@ -18,3 +18,9 @@ def learnable_data(tmp_path_factory):
     """4 clearly different classes, enough images to learn in a few CPU epochs."""
     return demo_data.generate(tmp_path_factory.mktemp("learnable"), classes=4, train_per_class=32,
                               val_per_class=8, size=(40, 32))
+
+
+def pytest_report_header(config):
+    import torch
+
+    return f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}"

@@ -1,0 +1,71 @@
+"""What only a CUDA GPU can show: each variant on CUDA, NCCL, fp16/bf16 at O0-O3, loss-scale recovery.
+
+Marked ``gpu``: skipped, with the reason printed, where torch sees no CUDA device.
+"""
+import pytest
+import torch
+
+from tests.helpers import BIN, TINY, explain, python, read_run, run, script
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")]
+
+GPU_TINY = [a for a in TINY if a not in ("--dist-backend", "gloo")] + ["--channels-last"]
+
+
+@pytest.mark.parametrize("name", ["imagenet_nd.py", "imagenet_dp.py", "imagenet_ddp.py", "imagenet_ddp_apex.py"])
+def test_each_variant_trains_on_cuda(name, jpeg_data, tmp_path):
+    proc = python(script(name), *GPU_TINY, "--epochs", "1", "--log-dir", tmp_path, jpeg_data)
+    assert proc.returncode == 0, explain(proc)
+    record = read_run(tmp_path)
+    assert record["dist"]["device"] == "cuda" and record["environment"]["gpu_count"] >= 1
+
+
+def test_ddp_under_torchrun_with_nccl(jpeg_data, tmp_path):
+    proc = run([BIN / "torchrun", "--standalone", "--nproc_per_node=1", script("imagenet_ddp.py"), *GPU_TINY,
+                "--dist-backend", "nccl", "--epochs", "1", "--log-dir", tmp_path, jpeg_data])
+    assert proc.returncode == 0, explain(proc)
+    assert read_run(tmp_path)["dist"]["backend"] == "nccl"
+
+
+@pytest.mark.parametrize("level", ["O0", "O1", "O2", "O3"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_precision_levels_on_cuda(level, dtype, jpeg_data, tmp_path):
+    proc = python(script("imagenet_ddp_apex.py"), *GPU_TINY, "--opt-level", level, "--amp-dtype", dtype,
+                  "--amp-backend", "native", "--epochs", "1", "--log-dir", tmp_path, jpeg_data)
+    assert proc.returncode == 0, explain(proc)
+    record = read_run(tmp_path)
+    assert record["precision"]["level"] == level
+    assert all(row["train_loss"] == row["train_loss"] for row in record["epochs"])  # not NaN
+
+
+def test_loss_scale_recovers_from_injected_overflow_and_resume_restores_it():
+    from torch import nn
+
+    from imagenet import config, precision
+
+    cfg = config.parse(["--dummy", "--opt-level", "O1", "--amp-dtype", "float16", "--amp-backend", "native"],
+                       "amp")
+    device = torch.device("cuda")
+    spec = precision.resolve(cfg, device)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                          nn.Flatten(), nn.Linear(8, 4)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    prec = precision.build(spec, device)
+    model, opt = prec.setup(model, opt)
+    x, y = torch.randn(8, 3, 16, 16, device=device), torch.randint(0, 4, (8,), device=device)
+    taken, scales = [], []
+    for step in range(6):
+        with prec.autocast():
+            loss = nn.functional.cross_entropy(model(x).float(), y)
+        prec.zero_grad(opt)
+        prec.backward(loss, opt)
+        scales.append(prec.loss_scale)
+        if step == 1:
+            model[0].weight.grad.fill_(float("inf"))  # injected overflow
+        taken.append(prec.step(opt))
+    assert taken[1] is False and scales[2] == scales[1] / 2
+    assert any(taken[2:]), "training must go on after the overflow"
+    fresh = precision.build(spec, device)
+    fresh.load_state_dict(prec.state_dict())
+    assert fresh.loss_scale == prec.loss_scale and fresh.skipped_steps == prec.skipped_steps
