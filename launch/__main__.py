@@ -1,0 +1,54 @@
+"""``python -m launch``: show what this process's launcher looks like to the engine.
+
+Run it the way training would run (``srun python -m launch``, ``torchrun ... -m launch``,
+``mpirun ... python -m launch``) to see every rank's layout and whether it passes validation,
+before spending a GPU-hour on a job that cannot rendezvous. Exit status 2 when it does not.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+from typing import Optional, Sequence
+
+from launch import environment
+
+
+def gpu_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m launch", description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, help="GPUs per node to validate against (default: what torch sees)")
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of a line of text")
+    args = parser.parse_args(argv)
+    host = socket.gethostname()
+    env: Optional[environment.ClusterEnvironment] = None
+    error: Optional[str] = None
+    try:
+        env = environment.detect()
+        env.validate(gpu_count() if args.gpus is None else args.gpus)
+    except environment.LaunchError as e:
+        error = str(e)
+    if args.json:
+        view = {"host": host, "error": error}
+        if env is not None:
+            view.update({k: getattr(env, k) for k in ("name", "rank", "local_rank", "world_size",
+                                                      "local_world_size", "node_rank", "master_addr",
+                                                      "master_port", "device_index")})
+        print(json.dumps(view), flush=True)
+    elif error:
+        print(f"{host}: error: {error}", file=sys.stderr, flush=True)
+    else:
+        print(f"{host}: {env.describe()} device {env.device_index}: ok", flush=True)
+    return 2 if error else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
