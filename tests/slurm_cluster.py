@@ -352,6 +352,9 @@ class SlurmCluster:
             gres = f"Name=gpu File={self.layout.base}/dev/nvidia[0-{self.gpus_per_node - 1}]\n"
         (etc / "gres.conf").write_text(gres)
         (etc / "hosts").write_text(self._hosts())
+        # the host's DNS server is unreachable from the nodes: without this every reverse lookup
+        # (gloo and c10d do them) waits 10 s; a local refusal fails at once
+        (etc / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
         if self.accounting:
             dbd = etc / "slurmdbd.conf"
             dbd.write_text(self._slurmdbd_conf())
@@ -359,7 +362,8 @@ class SlurmCluster:
 
     def _hosts(self) -> str:
         lay = self.layout
-        lines = ["127.0.0.1 localhost", f"{lay.controller_ip} {socket.gethostname()}"]
+        lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback",
+                 f"{lay.controller_ip} {socket.gethostname()}"]
         lines += [f"{lay.node_ip(i)} {n}" for i, n in enumerate(lay.node_names, start=1)]
         return "\n".join(lines) + "\n"
 
@@ -502,7 +506,8 @@ def _make_network(lay: Layout) -> None:
 
 def _in_node(lay: Layout, i: int, cmd: Sequence[str]) -> List[str]:
     """Wrap ``cmd`` to run as node i: its network namespace, hostname and /etc/hosts."""
-    inner = (f"mount --bind {lay.base}/etc/hosts /etc/hosts && hostname node{i} && exec "
+    inner = (f"mount --bind {lay.base}/etc/hosts /etc/hosts && "
+             f"mount --bind {lay.base}/etc/resolv.conf /etc/resolv.conf && hostname node{i} && exec "
              + " ".join(cmd))
     return ["nsenter", f"--net=/run/netns/{lay.netns(i)}", "unshare", "--mount", "--uts", "sh", "-c", inner]
 

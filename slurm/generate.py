@@ -1,0 +1,577 @@
+"""sbatch files for N nodes x G GPUs, any variant and launcher, as a pure function of a JobSpec.
+
+    python -m slurm.generate --nodes 4 --gpus-per-node 4 --variant amp --name ddp_4node > job.sh
+    python -m slurm.generate --write-examples          # regenerate the committed slurm/*.sh
+
+What a generated script does, in order: ``#SBATCH`` directives; settings with defaults that
+``sbatch --export=ALL,DATA=/path,EPOCHS=90`` overrides; module/venv/conda setup and extra
+environment; MASTER_ADDR = first host of the allocation, MASTER_PORT derived from the job id; a log
+of the allocation; a trap that forwards the requeue signal to the training processes and requeues
+the job once they have checkpointed; the launcher; exit with the training's exit status.
+
+Launchers: ``torchrun`` (one ``python -m torch.distributed.run`` per node via srun, c10d
+rendezvous), ``srun`` (one task per GPU; also the single-process nd/dp variants), ``mpi``
+(``mpirun`` or ``srun --mpi=pmix`` + ``python -m launch.mpi``) and ``launch``
+(``torch.distributed.launch`` with explicit node ranks, the seed tutorial's style).
+
+Every value is shell-quoted (``shlex.quote``); a value that would break the script (a newline, a
+quote inside an ``#SBATCH`` line, a bad time limit) raises :class:`GenerateError` with one line.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+VARIANTS = ("nd", "dp", "ddp", "amp")
+LAUNCHERS = ("torchrun", "srun", "mpi", "launch")
+MPI_STARTERS = ("mpirun", "srun")
+SIGNALS = ("USR1", "USR2")
+SCRIPTS = {"nd": "imagenet/imagenet_nd.py", "dp": "imagenet/imagenet_dp.py", "ddp": "imagenet/imagenet_ddp.py",
+           "amp": "imagenet/imagenet_ddp_apex.py"}
+# Settings a user overrides with `sbatch --export=ALL,NAME=value`; the generator owns these flags.
+SETTINGS = ("DATA", "ARCH", "EPOCHS", "BATCH_SIZE", "WORKERS", "LOG_DIR", "EXTRA_ARGS")
+MANAGED_FLAGS = {"-a": "--arch", "--arch": "--arch", "--epochs": "--epochs", "-b": "--batch-size",
+                 "--b": "--batch-size", "--batch-size": "--batch-size", "-j": "--workers", "--workers": "--workers",
+                 "--log-dir": "--log-dir", "--resume": "(always --resume auto)", "--variant": "--variant"}
+CPUS_PER_PROCESS = 8
+EXIT_USAGE = 2
+
+_TIME_FORMATS = (  # SLURM's --time forms -> (days, hours, minutes, seconds) group names
+    re.compile(r"(?P<m>\d+)"), re.compile(r"(?P<m>\d+):(?P<s>\d+)"),
+    re.compile(r"(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"), re.compile(r"(?P<d>\d+)-(?P<h>\d+)"),
+    re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+)"), re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"))
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MEM = re.compile(r"\d+[KMGT]?")
+
+
+class GenerateError(ValueError):
+    """A JobSpec that cannot make a working script; the message is one line saying what to change."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a batch file depends on. Defaults: 1 node x 4 GPUs, DDP, torchrun, requeue on."""
+
+    name: str = "imagenet"  # job name (%x)
+    nodes: int = 1
+    gpus_per_node: int = 4  # 0: a CPU job (give procs_per_node)
+    tasks_per_node: Optional[int] = None  # SLURM tasks; default: 1 per node (torchrun/launch) or 1 per process
+    procs_per_node: Optional[int] = None  # training processes per node; default: gpus_per_node (or 1 on CPU)
+    cpus_per_task: Optional[int] = None  # default: 8 per training process in the task
+    mem: Optional[str] = None  # per node, e.g. 64G (0: all of it)
+    time: str = "24:00:00"
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    constraint: Optional[str] = None
+    output: Optional[str] = None  # default %x-%j.out (%x-%A_%a.out for sweeps)
+    error: Optional[str] = None  # default: with the output
+    modules: Tuple[str, ...] = ()
+    venv: Optional[str] = None  # activated with `source VENV/bin/activate`; relative to the checkout
+    conda_env: Optional[str] = None
+    env: Tuple[Tuple[str, str], ...] = ()  # extra exports (NCCL_*, ...), overridable at submit time
+    variant: str = "ddp"
+    launcher: Optional[str] = None  # default: torchrun for ddp/amp, srun for nd/dp
+    mpi_starter: str = "mpirun"  # launcher mpi: mpirun (any MPI that knows SLURM) or srun --mpi=pmix
+    python: str = "python"
+    data: str = "/path/to/imagenet"
+    arch: str = "resnet50"
+    epochs: int = 90
+    batch_size: int = 256  # per process
+    workers: int = 8  # loader processes per training process
+    train_args: Tuple[str, ...] = ()  # further imagenet flags, fixed in the file
+    requeue: bool = True  # checkpoint and requeue when the signal comes before the time limit
+    signal: str = "USR2"
+    signal_seconds: int = 180  # how long before the time limit the signal comes
+    sweep: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # (SETTING, values): a job array over the product
+    command: Tuple[str, ...] = field(default=(), compare=False)  # how it was generated, for the header
+
+    # ---- derived views
+
+    @property
+    def resolved_launcher(self) -> str:
+        return self.launcher or ("srun" if self.variant in ("nd", "dp") else "torchrun")
+
+    @property
+    def single_process(self) -> bool:
+        return self.variant in ("nd", "dp")
+
+    @property
+    def procs(self) -> int:
+        """Training processes per node."""
+        if self.single_process:
+            return 1
+        return self.procs_per_node or self.gpus_per_node or 1
+
+    @property
+    def tasks(self) -> int:
+        if self.tasks_per_node is not None:
+            return self.tasks_per_node
+        return 1 if self.resolved_launcher in ("torchrun", "launch") else self.procs
+
+    @property
+    def procs_per_task(self) -> int:
+        return self.procs // self.tasks
+
+    @property
+    def cpus(self) -> int:
+        if self.cpus_per_task:
+            return self.cpus_per_task
+        if self.variant == "dp":  # one process drives every GPU of the node
+            return CPUS_PER_PROCESS * max(self.gpus_per_node, 1)
+        return CPUS_PER_PROCESS * max(self.procs_per_task, 1)
+
+    @property
+    def sweep_points(self) -> List[Dict[str, str]]:
+        keys = [k for k, _ in self.sweep]
+        return [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in self.sweep))]
+
+
+# ---------------------------------------------------------------------------------------------
+# validation: one line that says what to change
+
+
+def parse_time(text: str) -> int:
+    """SLURM time limit -> seconds. Accepts M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+    for pattern in _TIME_FORMATS:
+        m = pattern.fullmatch(text.strip())
+        if m:
+            parts = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+            seconds = (parts.get("d", 0) * 86400 + parts.get("h", 0) * 3600 + parts.get("m", 0) * 60
+                       + parts.get("s", 0))
+            if seconds <= 0:
+                raise GenerateError(f"time limit {text!r} is zero; give at least one minute")
+            return seconds
+    raise GenerateError(f"time limit {text!r} does not parse; use minutes, HH:MM:SS or D-HH:MM:SS (e.g. 24:00:00)")
+
+
+def _no_control(label: str, value: str) -> None:
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise GenerateError(f"{label} {value!r} contains a newline or control character")
+
+
+def _directive_value(label: str, value: str) -> None:
+    # sbatch strips one level of quotes from #SBATCH lines itself; nested quotes cannot be expressed
+    _no_control(label, value)
+    if not value or any(c in value for c in "'\"\\"):
+        raise GenerateError(f"{label} {value!r} must be non-empty and contain no quotes or backslashes")
+
+
+def _check_layout(s: JobSpec) -> None:
+    if s.nodes < 1:
+        raise GenerateError(f"--nodes must be at least 1 (got {s.nodes})")
+    if s.gpus_per_node < 0:
+        raise GenerateError(f"--gpus-per-node must be 0 (CPU) or more (got {s.gpus_per_node})")
+    if s.variant not in VARIANTS:
+        raise GenerateError(f"unknown variant {s.variant!r}; choose one of {', '.join(VARIANTS)}")
+    if s.resolved_launcher not in LAUNCHERS:
+        raise GenerateError(f"unknown launcher {s.resolved_launcher!r}; choose one of {', '.join(LAUNCHERS)}")
+    if s.single_process:
+        _check_single(s)
+        return
+    if s.procs_per_node is not None and s.gpus_per_node and s.procs_per_node != s.gpus_per_node:
+        raise GenerateError(f"--procs-per-node {s.procs_per_node} does not match --gpus-per-node "
+                            f"{s.gpus_per_node}: DDP runs one process per GPU")
+    if s.resolved_launcher in ("torchrun", "launch") and s.tasks != 1:
+        raise GenerateError(f"the {s.resolved_launcher} launcher runs one task per node that starts "
+                            f"{s.procs} processes; drop --tasks-per-node {s.tasks} (or use --launcher srun)")
+    if s.resolved_launcher in ("srun", "mpi") and s.tasks != s.procs:
+        what = f"--gpus-per-node {s.gpus_per_node}" if s.gpus_per_node else f"--procs-per-node {s.procs}"
+        raise GenerateError(f"--tasks-per-node {s.tasks} does not match {what}: the {s.resolved_launcher} "
+                            f"launcher starts one task per GPU, so use --tasks-per-node {s.procs}")
+    if s.mpi_starter not in MPI_STARTERS:
+        raise GenerateError(f"unknown --mpi-starter {s.mpi_starter!r}; choose mpirun or srun")
+
+
+def _check_single(s: JobSpec) -> None:
+    if s.resolved_launcher != "srun":
+        raise GenerateError(f"the {s.variant} variant is one process; use --launcher srun, not {s.resolved_launcher}")
+    if s.nodes != 1:
+        raise GenerateError(f"the {s.variant} variant runs on one node; use --nodes 1 (or --variant ddp)")
+    if s.tasks != 1:
+        raise GenerateError(f"the {s.variant} variant is one process; drop --tasks-per-node {s.tasks}")
+    if s.variant == "nd" and s.gpus_per_node > 1:
+        raise GenerateError(f"the nd variant uses one GPU; use --gpus-per-node 1 (or --variant dp for "
+                            f"{s.gpus_per_node})")
+
+
+def _check_values(s: JobSpec) -> None:
+    for label, value in (("--name", s.name), ("--partition", s.partition), ("--account", s.account),
+                         ("--qos", s.qos), ("--constraint", s.constraint), ("--output", s.output),
+                         ("--error", s.error), ("--mem", s.mem), ("--time", s.time)):
+        if value is not None:
+            _directive_value(label, value)
+    if s.mem is not None and not _MEM.fullmatch(s.mem):
+        raise GenerateError(f"--mem {s.mem!r} must be a number with an optional K/M/G/T suffix (e.g. 64G)")
+    for label, value in (("--module", m) for m in s.modules):
+        _no_control(label, value)
+        if not value.strip() or any(c.isspace() for c in value):
+            raise GenerateError(f"--module {value!r} must be one module name (repeat --module for more)")
+    for label, value in (("--venv", s.venv), ("--conda-env", s.conda_env), ("--python", s.python),
+                         ("--data", s.data), ("--arch", s.arch)):
+        if value is not None:
+            _no_control(label, value)
+            if not value:
+                raise GenerateError(f"{label} must not be empty")
+    for name, value in s.env:
+        if not _ENV_NAME.fullmatch(name) or name in SETTINGS:
+            raise GenerateError(f"--env {name!r}: need NAME=VALUE with a shell variable name other than "
+                                f"{', '.join(SETTINGS)}")
+        _no_control(f"--env {name}", value)
+    for arg in s.train_args:
+        _no_control("training argument", arg)
+    for number, label in ((s.epochs, "--epochs"), (s.batch_size, "--batch-size"), (s.cpus, "--cpus-per-task")):
+        if number < 1:
+            raise GenerateError(f"{label} must be at least 1 (got {number})")
+    if s.workers < 0:
+        raise GenerateError(f"--workers must be 0 or more (got {s.workers})")
+
+
+def _check_requeue(s: JobSpec) -> None:
+    limit = parse_time(s.time)
+    if s.signal not in SIGNALS:
+        raise GenerateError(f"--signal {s.signal!r}: choose USR1 or USR2 (the trainers also stop on TERM)")
+    if s.requeue and not 0 < s.signal_seconds < min(limit, 65536):
+        raise GenerateError(f"--signal-seconds {s.signal_seconds} must be between 1 and the time limit "
+                            f"({limit}s) so the trainers can checkpoint before it")
+
+
+def _check_sweep(s: JobSpec) -> None:
+    for key, values in s.sweep:
+        if key not in SETTINGS or key in ("LOG_DIR", "EXTRA_ARGS"):
+            raise GenerateError(f"--sweep {key}: sweep one of DATA, ARCH, EPOCHS, BATCH_SIZE, WORKERS "
+                                "(submit one job per point to vary nodes: python -m slurm.submit --sweep)")
+        if not values or any(not v for v in values):
+            raise GenerateError(f"--sweep {key} needs comma-separated non-empty values")
+        for v in values:
+            _no_control(f"--sweep {key}", v)
+
+
+def _check_train_args(s: JobSpec) -> None:
+    for arg in s.train_args:
+        flag = arg.split("=", 1)[0]
+        if flag in MANAGED_FLAGS:
+            raise GenerateError(f"training flag {flag} is a generator setting: use {MANAGED_FLAGS[flag]} "
+                                "(it becomes a variable sbatch --export can override)")
+    from imagenet import config  # only the flag table; no torch import
+
+    parser = config.build_parser("any")
+
+    def reject(message: str) -> None:
+        raise GenerateError(f"training arguments {shlex.join(s.train_args)!r}: {message}")
+
+    parser.error = reject  # type: ignore[method-assign]  # argparse would print usage and exit
+    namespace = parser.parse_args([*s.train_args, "DATA-PLACEHOLDER"])
+    if namespace.data != "DATA-PLACEHOLDER":
+        reject("the dataset goes in --data, not among the training arguments")
+
+
+def validate(spec: JobSpec) -> None:
+    """Raise GenerateError (one line) for any spec that cannot make a working script."""
+    _check_layout(spec)
+    _check_values(spec)
+    _check_requeue(spec)
+    _check_sweep(spec)
+    _check_train_args(spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering: one function per section of the script
+
+
+def render(spec: JobSpec) -> str:
+    """The batch file for ``spec`` (validated first). Pure: same spec, same text."""
+    validate(spec)
+    sections = [_header(spec), _directives(spec), _settings(spec), _setup(spec), _rendezvous(),
+                _log_start(spec), _preemption(spec), _launch(spec), _finish(spec)]
+    return "\n".join(s for s in sections if s) + "\n"
+
+
+def _q(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def _header(s: JobSpec) -> str:
+    lines = ["#!/bin/bash",
+             f"# {s.name}: {s.nodes} node(s) x {s.procs} process(es), {s.variant} variant, "
+             f"{s.resolved_launcher} launcher. Generated by slurm/generate.py: edit its options, not this file.",
+             "#   sbatch THIS_FILE    (from the hpc-imagenet checkout; settings below can be overridden with",
+             "#   sbatch --export=ALL,DATA=/path/to/imagenet,EPOCHS=90 THIS_FILE)"]
+    if s.command:
+        lines.append(f"# Regenerate: python -m slurm.generate {shlex.join(s.command)}")
+    return "\n".join(lines)
+
+
+def _directives(s: JobSpec) -> str:
+    array = bool(s.sweep)
+    opts: List[Tuple[str, object]] = [("job-name", s.name), ("nodes", s.nodes), ("ntasks-per-node", s.tasks),
+                                      ("cpus-per-task", s.cpus)]
+    if s.gpus_per_node:
+        opts.append(("gpus-per-node", 1 if s.variant == "nd" else s.gpus_per_node))
+    opts += [(k, v) for k, v in (("mem", s.mem), ("time", s.time), ("partition", s.partition),
+                                 ("account", s.account), ("qos", s.qos), ("constraint", s.constraint))
+             if v is not None]
+    opts.append(("output", s.output or ("%x-%A_%a.out" if array else "%x-%j.out")))
+    if s.error:
+        opts.append(("error", s.error))
+    if array:
+        opts.append(("array", f"0-{len(s.sweep_points) - 1}"))
+    if s.requeue:
+        # B: the signal goes to this script only; its trap decides who gets what (see below)
+        opts += [("signal", f"B:{s.signal}@{s.signal_seconds}"), ("requeue", None), ("open-mode", "append")]
+    return "\n".join(f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={_q(v)}" for k, v in opts)
+
+
+def _settings(s: JobSpec) -> str:
+    log_dir = ("runs/$SLURM_JOB_NAME-${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID" if s.sweep
+               else "runs/$SLURM_JOB_NAME-$SLURM_JOB_ID")  # stable across requeues: --resume auto finds it
+    defaults = {"DATA": s.data, "ARCH": s.arch, "EPOCHS": s.epochs, "BATCH_SIZE": s.batch_size,
+                "WORKERS": s.workers}
+    lines = ["", "# ---- settings (sbatch --export=ALL,NAME=value,... overrides any of them)",
+             "REPO=${REPO:-$SLURM_SUBMIT_DIR}  # the hpc-imagenet checkout",
+             f"PYTHON=${{PYTHON:-{_q(s.python)}}}"]
+    if s.venv:
+        lines.append(f"VENV=${{VENV:-{_q(s.venv)}}}")
+    swept = dict(s.sweep)
+    for key, value in defaults.items():
+        if key in swept:
+            values = [p[key] for p in s.sweep_points]
+            lines.append(f"SWEEP_{key}=({' '.join(_q(v) for v in values)})")
+            lines.append(f"{key}=${{{key}:-${{SWEEP_{key}[$SLURM_ARRAY_TASK_ID]}}}}")
+        else:
+            lines.append(f"{key}=${{{key}:-{_q(value)}}}")
+    lines += [f"LOG_DIR=${{LOG_DIR:-{log_dir}}}",
+              "EXTRA_ARGS=${EXTRA_ARGS:-}  # more training flags, split on spaces"]
+    return "\n".join(lines)
+
+
+def _setup(s: JobSpec) -> str:
+    lines = ["", "# ---- software environment", 'cd "$REPO" || exit 2',
+             f'[ -f {_q(SCRIPTS[s.variant])} ] || {{ echo "error: $REPO is not the hpc-imagenet checkout; '
+             f'submit from it or pass --export=ALL,REPO=/path/to/hpc-imagenet" >&2; exit 2; }}']
+    lines += [f"module load {_q(m)} || exit 2" for m in s.modules]
+    if s.conda_env:
+        lines += ['eval "$(conda shell.bash hook)" || exit 2', f"conda activate {_q(s.conda_env)} || exit 2"]
+    if s.venv:
+        lines.append('source "$VENV/bin/activate" || exit 2')
+    threads = max(1, s.cpus // max(s.procs_per_task, 1))
+    env = {"OMP_NUM_THREADS": str(threads), **dict(s.env)}
+    lines += [f"export {k}=${{{k}:-{_q(v)}}}" for k, v in env.items()]
+    return "\n".join(lines)
+
+
+def _rendezvous() -> str:
+    return "\n".join([
+        "", "# ---- rendezvous: the first node hosts rank 0; the port follows the job id so jobs sharing",
+        "# a node do not collide (the same on every node, and again after a requeue)",
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}",
+        "export MASTER_ADDR MASTER_PORT"])
+
+
+def _log_start(s: JobSpec) -> str:
+    return "\n".join([
+        "", "# ---- what we got",
+        'echo "job $SLURM_JOB_ID ($SLURM_JOB_NAME) start $(date -Is) restart ${SLURM_RESTART_COUNT:-0}: '
+        '$SLURM_JOB_NUM_NODES node(s) $SLURM_JOB_NODELIST, tasks/node $SLURM_NTASKS_PER_NODE, '
+        'cpus/task $SLURM_CPUS_PER_TASK"',
+        'echo "master $MASTER_ADDR:$MASTER_PORT; run folder $LOG_DIR; data $DATA; python $(command -v "$PYTHON")"',
+        "env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|OMP_|MASTER_)' | sort"])
+
+
+def _preemption(s: JobSpec) -> str:
+    if not s.requeue:
+        return ""
+    via_launcher = s.resolved_launcher == "mpi" and s.mpi_starter == "mpirun"
+    forward = (f'kill -s {s.signal} "$launcher_pid"' if via_launcher  # mpirun relays USR1/USR2 to its ranks
+               else f'scancel --signal={s.signal} "$SLURM_JOB_ID"')  # every process of every job step, once
+    return "\n".join([
+        "", f"# ---- preemption: SLURM sends {s.signal} to this script {s.signal_seconds}s before the time limit.",
+        "# The training processes then stop at the next safe step, save a checkpoint and exit 75; this",
+        "# script requeues the job, which resumes from the run folder (--resume auto).",
+        "preempted=0",
+        "launcher_pid=",
+        "on_preempt() {",
+        "    preempted=1",
+        f'    echo "$(date -Is) {s.signal}: asking the training processes to checkpoint"',
+        f"    [ -n \"$launcher_pid\" ] && {forward}",
+        "}",
+        f"trap on_preempt {s.signal}"])
+
+
+def _train_args(s: JobSpec) -> List[str]:
+    lines = ['TRAIN_ARGS=(-a "$ARCH" --epochs "$EPOCHS" -b "$BATCH_SIZE" --workers "$WORKERS" '
+             '--log-dir "$LOG_DIR" --resume auto)']
+    if s.train_args:
+        lines.append(f"TRAIN_ARGS+=({' '.join(_q(a) for a in s.train_args)})")
+    lines += ["# shellcheck disable=SC2206  # EXTRA_ARGS is split into words on purpose",
+              'TRAIN_ARGS+=($EXTRA_ARGS "$DATA")']
+    return lines
+
+
+def _launch(s: JobSpec) -> str:
+    script = _q(SCRIPTS[s.variant])
+    launcher = s.resolved_launcher
+    srun = f'srun --nodes={s.nodes} --ntasks-per-node={s.tasks} --cpus-per-task="$SLURM_CPUS_PER_TASK"'
+    lines = ["", f"# ---- launch ({launcher})", *_train_args(s)]
+    if launcher == "srun":
+        lines.append(f'{srun} "$PYTHON" {script} "${{TRAIN_ARGS[@]}}" &')
+    elif launcher == "torchrun":
+        lines += _torchrun(s, srun, script)
+    elif launcher == "launch":
+        lines += _dist_launch(s, srun, script)
+    elif s.mpi_starter == "srun":
+        lines.append(f'{srun} --mpi=pmix "$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &')
+    else:
+        # the ranks inherit this environment through the srun that starts mpirun's node daemons
+        lines += [f"mpirun -np $((SLURM_JOB_NUM_NODES * {s.tasks})) --map-by ppr:{s.tasks}:node --bind-to none "
+                  f'"$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
+    return "\n".join(lines)
+
+
+# The agent (torchrun / torch.distributed.launch) must not act on the requeue signal or SIGTERM:
+# SLURM already delivers them to every training process, and an agent that re-sent SIGTERM would
+# deliver it twice. Ignored signals stay ignored across exec; the trainers install their own handlers.
+_AGENT_WRAP = ('export TORCHELASTIC_SIGNALS_TO_HANDLE=SIGINT,SIGHUP,SIGQUIT; trap "" {sig} TERM; '
+               'exec "$0" -m {module} {node_rank}"$@"')
+
+
+def _torchrun(s: JobSpec, srun: str, script: str) -> List[str]:
+    wrap = _AGENT_WRAP.format(sig=s.signal, module="torch.distributed.run", node_rank="")
+    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={s.procs} \\',
+            '    --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
+            f'    {script} "${{TRAIN_ARGS[@]}}" &']
+
+
+def _dist_launch(s: JobSpec, srun: str, script: str) -> List[str]:
+    wrap = _AGENT_WRAP.format(sig=s.signal, module="torch.distributed.launch",
+                              node_rank='--node_rank="$SLURM_NODEID" ')
+    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={s.procs} \\',
+            '    --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" \\',
+            f'    {script} "${{TRAIN_ARGS[@]}}" &']
+
+
+def _finish(s: JobSpec) -> str:
+    lines = ["launcher_pid=$!", "",
+             "# ---- wait (a trapped signal interrupts `wait`; keep waiting until the launcher is gone)",
+             'wait "$launcher_pid"; status=$?',
+             'while kill -0 "$launcher_pid" 2>/dev/null; do wait "$launcher_pid"; status=$?; done']
+    if s.requeue:
+        lines += ['if [ "$preempted" = 1 ]; then',
+                  '    echo "$(date -Is) training stopped with status $status; requeueing job $SLURM_JOB_ID"',
+                  '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
+                  "fi"]
+    lines += ['echo "$(date -Is) training exited with status $status"', 'exit "$status"']
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m slurm.generate", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
+    d = JobSpec()
+    p.add_argument("--name", default=d.name, help="job name (%%x in output paths)")
+    for flag, typ, help_ in (("--nodes", int, "nodes"), ("--gpus-per-node", int, "GPUs per node (0: CPU job)"),
+                             ("--tasks-per-node", int, "SLURM tasks per node (default from the launcher)"),
+                             ("--procs-per-node", int, "training processes per node on CPU nodes"),
+                             ("--cpus-per-task", int, f"default {CPUS_PER_PROCESS} per training process"),
+                             ("--epochs", int, "EPOCHS default"), ("--batch-size", int, "BATCH_SIZE default, per process"),
+                             ("--workers", int, "WORKERS default: loader processes per training process"),
+                             ("--signal-seconds", int, "send the requeue signal this long before the time limit")):
+        p.add_argument(flag, type=typ, default=getattr(d, flag[2:].replace("-", "_")), help=help_)
+    for flag in ("--mem", "--partition", "--account", "--qos", "--constraint", "--output", "--error", "--venv",
+                 "--conda-env", "--launcher"):
+        p.add_argument(flag, default=getattr(d, flag[2:].replace("-", "_")))
+    p.add_argument("--time", default=d.time, help="time limit (SLURM format)")
+    p.add_argument("--variant", default=d.variant, help="nd | dp | ddp | amp")
+    p.add_argument("--mpi-starter", default=d.mpi_starter, help="with --launcher mpi: mpirun or srun")
+    p.add_argument("--python", default=d.python, help="PYTHON default (after module/venv setup)")
+    p.add_argument("--data", default=d.data, help="DATA default: dataset root")
+    p.add_argument("--arch", default=d.arch, help="ARCH default")
+    p.add_argument("--module", action="append", default=[], help="module to load (repeatable)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="export (repeatable)")
+    p.add_argument("--sweep", action="append", default=[], metavar="SETTING=V1,V2",
+                   help="job array over the product of the values (repeatable)")
+    p.add_argument("--no-requeue", dest="requeue", action="store_false", help="no signal, no requeue")
+    p.add_argument("--signal", default=d.signal, help="requeue signal sent to the batch script")
+    p.add_argument("--write-examples", action="store_true", help="regenerate the committed slurm/*.sh")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then further training flags")
+    return p
+
+
+def _pairs(items: Sequence[str], flag: str) -> List[Tuple[str, str]]:
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise GenerateError(f"{flag} {item!r}: expected NAME=VALUE")
+        out.append(tuple(item.split("=", 1)))
+    return out
+
+
+def spec_from_args(argv: Sequence[str]) -> JobSpec:
+    """Parse a generator command line (the same one the header records) into a JobSpec."""
+    parser = build_parser()
+
+    def reject(message: str) -> None:
+        raise GenerateError(message)
+
+    parser.error = reject  # type: ignore[method-assign]
+    ns = vars(parser.parse_args(list(argv)))
+    ns.pop("write_examples")
+    train = ns.pop("train_args")
+    ns["train_args"] = tuple(train[1:] if train[:1] == ["--"] else train)
+    ns["modules"] = tuple(ns.pop("module"))
+    ns["env"] = tuple(_pairs(ns.pop("env"), "--env"))
+    ns["sweep"] = tuple((k, tuple(v.split(","))) for k, v in _pairs(ns.pop("sweep"), "--sweep"))
+    return JobSpec(**ns, command=tuple(argv))
+
+
+# The committed examples: name -> generator arguments. test_slurm_generate regenerates each one.
+EXAMPLES: Dict[str, List[str]] = {
+    "ddp_4node": ["--name", "ddp_4node", "--nodes", "4", "--gpus-per-node", "4", "--variant", "amp",
+                  "--launcher", "torchrun", "--venv", ".venv", "--env", "NCCL_DEBUG=WARN",
+                  "--", "--opt-level", "O1", "--channels-last"],
+    "ddp_1node": ["--name", "ddp_1node", "--nodes", "1", "--gpus-per-node", "4", "--variant", "ddp",
+                  "--launcher", "torchrun", "--venv", ".venv"],
+    "nd_1gpu": ["--name", "nd_1gpu", "--gpus-per-node", "1", "--variant", "nd", "--batch-size", "64",
+                "--venv", ".venv"],
+    "dp_1node": ["--name", "dp_1node", "--gpus-per-node", "4", "--variant", "dp", "--venv", ".venv"],
+    "ddp_apex_2node": ["--name", "ddp_apex_2node", "--nodes", "2", "--gpus-per-node", "4", "--variant", "amp",
+                       "--launcher", "launch", "--batch-size", "208", "--workers", "20", "--venv", ".venv",
+                       "--", "--opt-level", "O2", "--desired-acc", "0.75"],
+    "mpi_4node": ["--name", "mpi_4node", "--nodes", "4", "--gpus-per-node", "4", "--variant", "ddp",
+                  "--launcher", "mpi", "--venv", ".venv", "--env", "NCCL_DEBUG=WARN"],
+}
+EXAMPLES_DIR = Path(__file__).resolve().parent
+
+
+def render_example(name: str) -> str:
+    return render(spec_from_args(EXAMPLES[name]))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if "--write-examples" in argv:
+            for name in EXAMPLES:
+                (EXAMPLES_DIR / f"{name}.sh").write_text(render_example(name))
+                print(f"wrote slurm/{name}.sh", file=sys.stderr)
+            return 0
+        sys.stdout.write(render(spec_from_args(argv)))
+        return 0
+    except GenerateError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

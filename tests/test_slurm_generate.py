@@ -1,0 +1,172 @@
+"""slurm.generate: committed examples match the generator, values are quoted, bad input is one
+line, and a real ``sbatch --test-only`` on the 4-node x 4-GPU test cluster accepts every file."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from slurm import generate
+from slurm.generate import EXAMPLES, GenerateError, JobSpec, render, spec_from_args
+from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401 (fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = sorted((REPO / "slurm").glob("*.sh"))
+
+
+# ---------------------------------------------------------------- committed examples
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_committed_example_matches_the_generator(name: str) -> None:
+    path = REPO / "slurm" / f"{name}.sh"
+    assert path.exists(), f"slurm/{name}.sh missing: run python -m slurm.generate --write-examples"
+    assert path.read_text() == generate.render_example(name), (
+        f"slurm/{name}.sh drifted from slurm/generate.py: run python -m slurm.generate --write-examples")
+
+
+def test_every_committed_file_is_an_example() -> None:
+    assert {p.stem for p in COMMITTED} == set(EXAMPLES)
+    assert {"ddp_4node", "ddp_1node", "nd_1gpu", "dp_1node", "ddp_apex_2node", "mpi_4node"} <= set(EXAMPLES)
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
+def test_committed_file_is_valid_bash(path: Path) -> None:
+    proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_ddp_4node_is_what_the_users_expect() -> None:
+    text = (REPO / "slurm" / "ddp_4node.sh").read_text()
+    for line in ("#SBATCH --nodes=4", "#SBATCH --gpus-per-node=4", "#SBATCH --ntasks-per-node=1",
+                 "#SBATCH --requeue", "--nproc_per_node=4", "--rdzv_backend=c10d", "imagenet/imagenet_ddp_apex.py"):
+        assert line in text
+
+
+def test_render_is_pure() -> None:
+    spec = spec_from_args(EXAMPLES["mpi_4node"])
+    first = render(spec)
+    with mock.patch.dict(os.environ, {"SLURM_JOB_ID": "7", "HOME": "/elsewhere"}, clear=True):
+        assert render(spec) == first
+
+
+# ---------------------------------------------------------------- quoting
+
+
+def _settings_block(text: str) -> str:
+    start = text.index("# ---- settings")
+    return text[start:text.index("# ---- software environment")]
+
+
+def _eval_settings(text: str, names: list, env: dict) -> list:
+    probe = _settings_block(text) + "".join(f'printf "%s\\0" "${n}"\n' for n in names)
+    proc = subprocess.run(["bash", "-c", probe], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "42", "SLURM_JOB_NAME": "j", **env})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split("\0")[:-1]
+
+
+NASTY = ["/data/with space", "/d/$(touch /tmp/pwned)", "/d/`id`", "a'b\"c", "x;y&&z|w", "${HOME}", "}*?[a]"]
+
+
+@pytest.mark.parametrize("value", NASTY)
+def test_values_reach_the_script_verbatim(value: str) -> None:
+    text = render(JobSpec(data=value, arch=value, env=(("NCCL_SOCKET_IFNAME", value),), train_args=("--lr", "0.1")))
+    assert _eval_settings(text, ["DATA", "ARCH"], {}) == [value, value]
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_export_overrides_the_defaults_and_log_dir_is_per_job() -> None:
+    text = render(JobSpec(epochs=90))
+    assert _eval_settings(text, ["EPOCHS", "DATA", "LOG_DIR"], {"EPOCHS": "3", "DATA": "/x y"}) == \
+        ["3", "/x y", "runs/j-42"]
+
+
+def test_sweep_makes_a_job_array_over_the_product() -> None:
+    spec = spec_from_args(["--sweep", "BATCH_SIZE=32,64", "--sweep", "ARCH=resnet18,resnet50"])
+    text = render(spec)
+    assert "#SBATCH --array=0-3" in text and "#SBATCH --output=%x-%A_%a.out" in text
+    points = [_eval_settings(text, ["BATCH_SIZE", "ARCH"], {"SLURM_ARRAY_TASK_ID": str(i)}) for i in range(4)]
+    assert points == [["32", "resnet18"], ["32", "resnet50"], ["64", "resnet18"], ["64", "resnet50"]]
+
+
+# ---------------------------------------------------------------- bad input: one line each
+
+
+BAD = {
+    "nodes < 1": (["--nodes", "0"], "--nodes must be at least 1"),
+    "tasks vs gpus": (["--launcher", "srun", "--gpus-per-node", "4", "--tasks-per-node", "2"],
+                      "does not match --gpus-per-node 4"),
+    "torchrun tasks": (["--launcher", "torchrun", "--tasks-per-node", "4"], "one task per node"),
+    "unknown variant": (["--variant", "fsdp"], "unknown variant 'fsdp'"),
+    "bad time": (["--time", "1 day"], "time limit '1 day' does not parse"),
+    "bad time 2": (["--time", "12:xx"], "does not parse"),
+    "signal after limit": (["--time", "2", "--signal-seconds", "300"], "--signal-seconds 300"),
+    "nd on 2 nodes": (["--variant", "nd", "--nodes", "2"], "runs on one node"),
+    "quote in directive": (["--name", "it's"], "no quotes"),
+    "newline": (["--data", "/a\n#SBATCH --nodes=99"], "newline"),
+    "managed flag": (["--", "-b", "64"], "use --batch-size"),
+    "unknown flag": (["--", "--no-such-flag"], "no-such-flag"),
+    "bad mem": (["--mem", "lots"], "--mem 'lots'"),
+    "bad env": (["--env", "1BAD=x"], "--env '1BAD'"),
+    "bad sweep": (["--sweep", "LOG_DIR=a,b"], "--sweep LOG_DIR"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_one_line(case: str) -> None:
+    argv, expected = BAD[case]
+    with pytest.raises(GenerateError) as err:
+        render(spec_from_args(argv))
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_prints_one_line_and_exits_2() -> None:
+    proc = subprocess.run([sys.executable, "-m", "slurm.generate", "--nodes", "0"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: --nodes must be at least 1")
+
+
+def test_cli_writes_the_script_to_stdout() -> None:
+    proc = subprocess.run([sys.executable, "-m", "slurm.generate", "--nodes", "2", "--launcher", "srun"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "#SBATCH --nodes=2" in proc.stdout and "#SBATCH --ntasks-per-node=4" in proc.stdout
+
+
+# ---------------------------------------------------------------- a real sbatch --test-only
+
+
+def _test_only(cluster: SlurmCluster, path: Path) -> subprocess.CompletedProcess:
+    return cluster.run(["sbatch", "--test-only", str(path)], check=False, cwd=REPO)
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
+def test_sbatch_test_only_accepts_committed_file(slurm_cluster: SlurmCluster, path: Path) -> None:
+    proc = _test_only(slurm_cluster, path)
+    assert proc.returncode == 0 and "to start at" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slurm
+def test_sbatch_test_only_rejects_what_the_cluster_cannot_run(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """The check above can fail: 5 nodes or 8 GPUs per node do not fit the 4 x 4 cluster."""
+    for argv in (["--nodes", "5"], ["--gpus-per-node", "8"]):
+        path = tmp_path / "job.sh"
+        path.write_text(render(spec_from_args(argv)))
+        proc = _test_only(slurm_cluster, path)
+        assert proc.returncode != 0, f"{argv} accepted: {proc.stderr}"
+
+
+@pytest.mark.slurm
+def test_sbatch_test_only_accepts_site_options_and_arrays(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    path = tmp_path / "job.sh"
+    path.write_text(render(spec_from_args(["--nodes", "2", "--mem", "64G", "--time", "1-00:00:00",
+                                           "--partition", "debug", "--sweep", "BATCH_SIZE=64,128"])))
+    proc = _test_only(slurm_cluster, path)
+    assert proc.returncode == 0, proc.stderr
