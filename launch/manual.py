@@ -64,7 +64,9 @@ def node_command(plan: Plan, node: int) -> List[str]:
     """The argv to run on node NODE (0 is the master)."""
     script, args = plan.script[0], list(plan.script[1:])
     if plan.launcher == "torchrun":
-        return ["torchrun", f"--nnodes={plan.nnodes}", f"--nproc-per-node={plan.procs}", f"--node-rank={node}",
+        # a chosen Python (--python) runs torchrun as a module, so the nodes need no torchrun on PATH
+        runner = ["torchrun"] if plan.python == "python" else [plan.python, "-m", "torch.distributed.run"]
+        return [*runner, f"--nnodes={plan.nnodes}", f"--nproc-per-node={plan.procs}", f"--node-rank={node}",
                 f"--master-addr={plan.master_addr}", f"--master-port={plan.master_port}", script, *args]
     if plan.launcher == "launch":  # the seed tutorial's form, flag spelling included
         return [plan.python, "-m", "torch.distributed.launch", f"--nproc_per_node={plan.procs}",

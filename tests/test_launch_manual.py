@@ -83,6 +83,13 @@ def test_awkward_arguments_survive_the_shell():
         assert echoed[-len(nasty):] == nasty
 
 
+def test_chosen_python_runs_torchrun_as_a_module():
+    text = printed("--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "h", "--node", "1",
+                   "--python", "/opt/venv/bin/python", "--", "t.py")
+    assert text.startswith("/opt/venv/bin/python -m torch.distributed.run --nnodes=2 --nproc-per-node=1 "
+                           "--node-rank=1 ")
+
+
 def test_single_node_command_for_scripts():
     text = printed("--nnodes", "3", "--nproc-per-node", "8", "--master-addr", "n0", "--node", "2", "--", "t.py")
     assert text == "torchrun --nnodes=3 --nproc-per-node=8 --node-rank=2 --master-addr=n0 --master-port=29500 t.py\n"
