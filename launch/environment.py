@@ -321,6 +321,8 @@ class SlurmEnvironment(ClusterEnvironment):
         "nodelist": ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"),
         "job_id": ("SLURM_JOB_ID", "SLURM_JOBID"),
         "gpus_per_task": ("SLURM_GPUS_PER_TASK",),
+        # present when SLURM allocated GPUs to the job (--gpus-per-node, --gres=gpu:N)
+        "gpus_allocated": ("SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"),
         # only srun sets this one; the batch shell has SLURM_PROCID=0 but no step
         "srun_step": ("SLURM_STEP_NUM_TASKS",),
     }
@@ -381,10 +383,12 @@ class SlurmEnvironment(ClusterEnvironment):
         if self._gpus_bound_per_task(gpus):
             self._bound_device = 0
             return
-        if self.local_world_size != gpus:
-            where = f"node {self.node_rank}"
-            raise LaunchError(f"slurm: {self.local_world_size} task(s) on {where} but it has {gpus} GPU(s): "
-                              f"use {self._procs_hint(gpus)} with --gpus-per-node={gpus}")
+        # more tasks than GPUs never works; fewer wastes GPUs SLURM gave this job (GPUs merely
+        # visible on a shared node without GPU allocation may belong to someone else: warn only)
+        allocated = self._str("gpus_allocated") is not None
+        if self.local_world_size > gpus or (allocated and self.local_world_size < gpus):
+            raise LaunchError(f"slurm: {self.local_world_size} task(s) on node {self.node_rank} but it has {gpus} "
+                              f"GPU(s): use {self._procs_hint(gpus)} with --gpus-per-node={gpus}")
         super()._check_gpus(gpus)
 
 

@@ -213,7 +213,7 @@ def test_expand_tasks_per_node(spec, counts):
 
 
 def test_uneven_tasks_per_node_gives_each_node_its_own_count():
-    env = detect_with({**SRUN, "SLURM_NTASKS_PER_NODE": "", "SLURM_STEP_NUM_TASKS": "7",
+    env = detect_with({**SRUN, "SLURM_NTASKS_PER_NODE": "", "SLURM_STEP_NUM_TASKS": "7", "SLURM_JOB_GPUS": "0,1,2,3",
                        "SLURM_STEP_TASKS_PER_NODE": "4,3", "SLURM_PROCID": "5", "SLURM_LOCALID": "1"})
     assert env.local_world_size == 3
     with pytest.raises(LaunchError, match=r"3 task\(s\) on node 1 but it has 4 GPU\(s\): use #SBATCH "
@@ -256,9 +256,18 @@ def raises_hint(env: E.ClusterEnvironment, gpus: int, pattern: str) -> str:
 
 
 def test_hint_slurm_ntasks_per_node_differs_from_gpus():
-    raises_hint(detect_with(SRUN), 8, r"slurm: 4 task\(s\) on node 1 but it has 8 GPU\(s\): use "
-                                      r"#SBATCH --ntasks-per-node=8 .*--gpus-per-node=8")
-    raises_hint(detect_with(SRUN), 2, r"--ntasks-per-node=2")
+    allocated = {**SRUN, "SLURM_GPUS_ON_NODE": "8"}
+    raises_hint(detect_with(allocated), 8, r"slurm: 4 task\(s\) on node 1 but it has 8 GPU\(s\): use "
+                                           r"#SBATCH --ntasks-per-node=8 .*--gpus-per-node=8")
+    raises_hint(detect_with(SRUN), 2, r"slurm: 4 task\(s\) on node 1 but it has 2 GPU\(s\): use "
+                                      r"#SBATCH --ntasks-per-node=2")
+
+
+def test_slurm_fewer_tasks_than_unallocated_gpus_only_warns(caplog):
+    """GPUs visible on a node but not allocated to the job may be someone else's."""
+    with caplog.at_level(logging.WARNING, logger="launch.environment"):
+        detect_with(SRUN).validate(8)
+    assert "leave 4 of 8 GPUs idle" in caplog.text
 
 
 def test_hint_slurm_world_size_not_nodes_times_tasks():
