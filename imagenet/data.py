@@ -20,11 +20,12 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.transforms import v2 as T
 
+from . import pipelines
+from .pipelines import IMAGENET_MEAN, IMAGENET_STD, val_resize  # noqa: F401 (defined with the backends)
+
 log = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 class DataError(RuntimeError):
@@ -39,11 +40,6 @@ def _pil_rgb(path: str) -> Image.Image:
         return img.convert("RGB")  # convert() forces the full decode inside the with-block
 
 
-def val_resize(image_size: int) -> int:
-    """The short side validation resizes to before the centre crop (256 for 224, as ImageNet)."""
-    return int(round(image_size * 256 / 224))
-
-
 def pil_backend(train: bool, image_size: int) -> Callable[[str], torch.Tensor]:
     """PIL decode + torchvision v2 transforms, producing uint8 CHW tensors."""
     if train:
@@ -55,7 +51,9 @@ def pil_backend(train: bool, image_size: int) -> Callable[[str], torch.Tensor]:
     return lambda path: ops(_pil_rgb(path))
 
 
-BACKENDS: Dict[str, Callable[[bool, int], Callable[[str], torch.Tensor]]] = {"pil": pil_backend}
+# baseline (pytorch/examples, float) and fast (decode only what the crop needs) live in pipelines.
+BACKENDS: Dict[str, Callable[[bool, int], Callable[[str], torch.Tensor]]] = {"pil": pil_backend,
+                                                                            **pipelines.BACKENDS}
 
 
 def get_backend(name: str) -> Callable[[bool, int], Callable[[str], torch.Tensor]]:

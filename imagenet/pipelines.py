@@ -1,0 +1,451 @@
+"""Image decoding pipelines ("backends"): a file path goes in, one CHW image tensor comes out.
+
+Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
+
+``baseline``
+    pytorch/examples' pipeline, unchanged: ImageFolder's PIL loader, RandomResizedCrop(size) +
+    RandomHorizontalFlip + ToTensor + Normalize for training, Resize + CenterCrop + ToTensor +
+    Normalize for validation; float output. It is the reference every speed-up is measured against.
+
+``fast``
+    The same augmentation, decoding only what the crop needs:
+
+    1. The RandomResizedCrop box is drawn before decoding, from the size in the JPEG header, by
+       torchvision's own ``RandomResizedCrop.get_params`` with the same random stream, so a seed
+       gives the baseline's boxes and flips.
+    2. Rows below the box are never decoded: the frame height in the JPEG header (SOF) is lowered
+       to the box's last row plus one MCU row, so libjpeg stops there and skips the rest of the
+       entropy-coded data. On a ~110 KB ImageNet photo entropy decoding is about 3/4 of the decode
+       time, which DCT scaling cannot reduce and a shorter frame does.
+    3. When the box is at least 2, 4 or 8 times the output size, libjpeg's DCT scaling (PIL
+       ``draft``) decodes it at that reduction (common for big photos or small training sizes).
+    4. Crop, flip and the antialiased bilinear resize run on uint8 (torch's vectorised uint8
+       kernel, several times faster than PIL's resize), and the output stays uint8: a quarter of
+       the bytes through worker pipes; :class:`imagenet.data.DeviceNormalizer` normalises on the
+       device.
+
+    Outputs differ from the baseline's only by resampling error on the same box (a test checks it).
+
+``python -m imagenet.pipelines --bench`` measures both per core, in-process and through a DataLoader.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import math
+import os
+import resource
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from PIL import Image
+from torchvision import transforms as T
+from torchvision.datasets.folder import default_loader
+from torchvision.transforms.v2 import functional as TF
+
+log = logging.getLogger(__name__)
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+CROP_SCALE = (0.08, 1.0)  # RandomResizedCrop's defaults, spelled out because both backends must agree
+CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
+DCT_REDUCTIONS = (8, 4, 2)  # the power-of-two scalings PIL's draft() can ask libjpeg for
+
+Transform = Callable[[str], torch.Tensor]
+
+
+def val_resize(image_size: int) -> int:
+    """The short side validation resizes to before the centre crop (256 for 224, as ImageNet)."""
+    return int(round(image_size * 256 / 224))
+
+
+# ---------------------------------------------------------------- baseline
+
+def baseline_backend(train: bool, image_size: int) -> Transform:
+    """pytorch/examples imagenet/main.py's transforms on ImageFolder's loader; float output."""
+    normalize = T.Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    if train:
+        ops = T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(), normalize])
+    else:
+        ops = T.Compose([T.Resize(val_resize(image_size)), T.CenterCrop(image_size), T.ToTensor(), normalize])
+    return _Composed(ops)
+
+
+class _Composed:
+    """path -> ops(default_loader(path)); a class rather than a lambda so spawned workers can pickle it."""
+
+    def __init__(self, ops: Callable):
+        self.ops = ops
+
+    def __call__(self, path: str) -> torch.Tensor:
+        return self.ops(default_loader(path))
+
+
+# ---------------------------------------------------------------- JPEG header
+
+# Start-of-frame markers; C4 (DHT), C8 (reserved) and CC (DAC) share the range but are not frames.
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+# Huffman-coded frames (baseline, extended, progressive): their scans list blocks top to bottom,
+# so a frame declared shorter decodes the same top rows. Arithmetic-coded and lossless are rare
+# enough to simply decode in full.
+_ROW_PREFIX_SOF = frozenset({0xC0, 0xC1, 0xC2})
+_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})  # markers without a length field
+
+
+@dataclass(frozen=True)
+class JpegFrame:
+    """What the SOF segment says: size, where the height is stored, rows per MCU row."""
+
+    height: int
+    width: int
+    height_offset: int  # byte offset of the 16-bit frame height in the file
+    mcu_rows: int       # image rows covered by one MCU row (8 x the largest vertical sampling)
+    row_prefix: bool    # whether lowering the height yields the same top rows
+
+    def rows_for(self, bottom: int) -> int:
+        """Frame height that decodes rows [0, bottom) exactly: whole MCU rows plus one, because
+        chroma upsampling at the frame's edge would otherwise differ in the last MCU row."""
+        return min(self.height, (-(-bottom // self.mcu_rows) + 1) * self.mcu_rows)
+
+
+def jpeg_frame(buf: bytes) -> Optional[JpegFrame]:
+    """Parse the markers up to the first SOF; None for anything that is not a usable JPEG."""
+    if buf[:2] != b"\xff\xd8":
+        return None
+    pos, end = 2, len(buf)
+    while pos + 4 <= end:
+        if buf[pos] != 0xFF:
+            return None
+        marker = buf[pos + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            pos += 1
+            continue
+        if marker in _STANDALONE:
+            pos += 2
+            continue
+        if marker in (0xD9, 0xDA):  # EOI or a scan before any frame header
+            return None
+        length = (buf[pos + 2] << 8) | buf[pos + 3]
+        if marker in _SOF_MARKERS:
+            return _frame(buf, pos, marker)
+        pos += 2 + length
+    return None
+
+
+def _frame(buf: bytes, pos: int, marker: int) -> Optional[JpegFrame]:
+    if pos + 10 > len(buf):
+        return None
+    height = (buf[pos + 5] << 8) | buf[pos + 6]
+    width = (buf[pos + 7] << 8) | buf[pos + 8]
+    components = buf[pos + 9]
+    sampling = buf[pos + 11:pos + 10 + 3 * components:3]
+    if height == 0 or width == 0 or len(sampling) != components or components == 0:
+        return None  # height 0 is defined later by a DNL marker; leave such files to PIL
+    v_max = max(s & 0x0F for s in sampling) or 1
+    return JpegFrame(height, width, pos + 5, 8 * v_max, marker in _ROW_PREFIX_SOF)
+
+
+def with_rows(buf: bytes, frame: JpegFrame, rows: int) -> bytes:
+    """A copy of BUF whose frame declares ROWS rows: decoding stops there (the remaining scan data
+    is skipped as padding before the EOI marker)."""
+    if rows >= frame.height or not frame.row_prefix:
+        return buf
+    patched = bytearray(buf)
+    patched[frame.height_offset:frame.height_offset + 2] = rows.to_bytes(2, "big")
+    return bytes(patched)
+
+
+# ---------------------------------------------------------------- fast decoding
+
+def dct_reduction(crop_h: int, crop_w: int, out_h: int, out_w: int) -> int:
+    """Largest DCT scaling that still leaves the crop at least the output size (no upsampling)."""
+    for r in DCT_REDUCTIONS:
+        if crop_h >= r * out_h and crop_w >= r * out_w:
+            return r
+    return 1
+
+
+def _open(buf: bytes, reduction: int) -> Tuple[Image.Image, int]:
+    """Open (lazily) with DCT scaling asked for; returns the image and the scaling libjpeg will use."""
+    im = Image.open(io.BytesIO(buf), formats=_FORMATS)
+    if reduction == 1 or im.format != "JPEG":
+        return im, 1
+    width = im.width
+    im.draft(im.mode if im.mode in ("RGB", "L", "CMYK") else "RGB", (im.width // reduction, im.height // reduction))
+    return im, 1 << round(math.log2(width / im.width))  # draft rounds the size up: ceil(w / s)
+
+
+_FORMATS = None  # every format PIL knows; non-JPEG files are rare but allowed
+
+
+def _rgb(im: Image.Image) -> Image.Image:
+    return im if im.mode == "RGB" else im.convert("RGB")
+
+
+def _as_tensor(im: Image.Image) -> torch.Tensor:
+    """uint8 CHW view of an RGB image's HWC pixels (channels-last strides: no repacking).
+    np.array copies (a few microseconds) so the tensor is writable and torch does not warn."""
+    return torch.from_numpy(np.array(im)).permute(2, 0, 1)
+
+
+def _scaled_box(box: Tuple[int, int, int, int], scale: int, height: int, width: int) -> Tuple[int, int, int, int]:
+    """(top, left, h, w) in full-size pixels -> the nearest whole-pixel box after 1/scale decoding."""
+    if scale == 1:
+        return box
+    top, left, h, w = box
+    y0, x0 = min(round(top / scale), height - 1), min(round(left / scale), width - 1)
+    y1, x1 = min(max(round((top + h) / scale), y0 + 1), height), min(max(round((left + w) / scale), x0 + 1), width)
+    return y0, x0, y1 - y0, x1 - x0
+
+
+def crop_box(height: int, width: int, uniforms: Sequence[float], scale: Tuple[float, float] = CROP_SCALE,
+             ratio: Tuple[float, float] = CROP_RATIO) -> Tuple[int, int, int, int]:
+    """RandomResizedCrop's box (top, left, h, w) for a HEIGHT x WIDTH image, from 4 uniforms per try.
+
+    The Inception-style rule torchvision implements: up to ten tries of an area fraction uniform in
+    SCALE and a log-uniform aspect ratio in RATIO; the first box that fits is placed uniformly;
+    if none fits, the centred largest box with a clamped aspect ratio. Drawing the uniforms in one
+    torch call instead of eight scalar ones saves ~0.1 ms per image; tests check the distribution
+    matches torchvision's get_params.
+    """
+    area = height * width
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    for k in range(0, min(len(uniforms), 40) - 3, 4):
+        a, b, c, d = uniforms[k:k + 4]
+        target = area * (scale[0] + (scale[1] - scale[0]) * a)
+        aspect = math.exp(log_lo + (log_hi - log_lo) * b)
+        w = int(round(math.sqrt(target * aspect)))
+        h = int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            top = min(int(c * (height - h + 1)), height - h)
+            left = min(int(d * (width - w + 1)), width - w)
+            return top, left, h, w
+    in_ratio = width / height
+    if in_ratio < ratio[0]:
+        w, h = width, int(round(width / ratio[0]))
+    elif in_ratio > ratio[1]:
+        w, h = int(round(height * ratio[1])), height
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+class FastTrain:
+    """RandomResizedCrop + horizontal flip, decoding only the rows (and DCT scale) the crop needs."""
+
+    def __init__(self, image_size: int):
+        self.size = image_size
+
+    @staticmethod
+    def sample(height: int, width: int) -> Tuple[Tuple[int, int, int, int], bool]:
+        """A crop box and a flip, from torch's random stream (seeded per DataLoader worker)."""
+        u = torch.rand(41).tolist()
+        return crop_box(height, width, u[:40]), u[40] < 0.5
+
+    def __call__(self, path: str) -> torch.Tensor:
+        with open(path, "rb") as f:
+            buf = f.read()
+        frame = jpeg_frame(buf)
+        if frame is None:  # not a JPEG (or an odd one): decode fully, augment the same way
+            im = _rgb(Image.open(io.BytesIO(buf)))
+            return self.render_decoded(im, *self.sample(im.height, im.width))
+        return self.render(buf, frame, *self.sample(frame.height, frame.width))
+
+    def render(self, buf: bytes, frame: JpegFrame, box: Tuple[int, int, int, int], flip: bool) -> torch.Tensor:
+        """The output for a given box and flip: decode rows down to the box, at the DCT scale it allows."""
+        top, left, h, w = box
+        im, scale = _open(with_rows(buf, frame, frame.rows_for(top + h)), dct_reduction(h, w, self.size, self.size))
+        y, x, ch, cw = _scaled_box(box, scale, im.height, im.width)
+        return self._finish(_rgb(im.crop((x, y, x + cw, y + ch))), flip)
+
+    def render_decoded(self, im: Image.Image, box: Tuple[int, int, int, int], flip: bool) -> torch.Tensor:
+        top, left, h, w = box
+        return self._finish(im.crop((left, top, left + w, top + h)), flip)
+
+    def _finish(self, crop: Image.Image, flip: bool) -> torch.Tensor:
+        if flip:  # on the crop, before resizing: the filter is symmetric, so the result is the same
+            crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        return resize_uint8(_as_tensor(crop), self.size, self.size)
+
+
+def resize_uint8(chw: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """Antialiased bilinear resize of a uint8 CHW image (torch's vectorised uint8 path for
+    channels-last input; the same filter as PIL's and torchvision's) to a contiguous CHW tensor."""
+    out = torch.nn.functional.interpolate(chw.unsqueeze(0), size=(height, width), mode="bilinear",
+                                          align_corners=False, antialias=True)
+    return out[0].contiguous()
+
+
+class FastVal:
+    """Resize(size*256/224) + CenterCrop(size) on uint8, with DCT scaling when the resize shrinks >= 2x."""
+
+    def __init__(self, image_size: int):
+        self.size = image_size
+        self.resize = val_resize(image_size)
+
+    def __call__(self, path: str) -> torch.Tensor:
+        with open(path, "rb") as f:
+            buf = f.read()
+        frame = jpeg_frame(buf)
+        short = min(frame.height, frame.width) if frame else 0
+        reduction = dct_reduction(short, short, self.resize, self.resize) if frame else 1
+        im, _ = _open(buf, reduction)
+        full_h, full_w = (frame.height, frame.width) if frame else (im.height, im.width)
+        # Straight to the size the full-size image would resize to, from whatever was decoded.
+        out = resize_uint8(_as_tensor(_rgb(im)), *_resized_hw(full_h, full_w, self.resize))
+        return TF.center_crop(out, [self.size, self.size]).contiguous()
+
+
+def _resized_hw(height: int, width: int, short: int) -> List[int]:
+    """torchvision's Resize(short) output size for a HEIGHT x WIDTH image."""
+    if height <= width:
+        return [short, int(short * width / height)]
+    return [int(short * height / width), short]
+
+
+def _shape_only(height: int, width: int) -> torch.Tensor:
+    """A tensor with an image's shape and no pixels: what get_params needs to draw a box."""
+    return torch.empty((0, height, width), dtype=torch.uint8)
+
+
+def fast_backend(train: bool, image_size: int) -> Transform:
+    """Decode only what is needed; uint8 CHW output."""
+    return FastTrain(image_size) if train else FastVal(image_size)
+
+
+BACKENDS: Dict[str, Callable[[bool, int], Transform]] = {"baseline": baseline_backend, "fast": fast_backend}
+
+
+# ---------------------------------------------------------------- benchmark
+
+@dataclass(frozen=True)
+class Measurement:
+    """One pass of a backend over the files: images, wall seconds, CPU seconds (all processes)."""
+
+    backend: str
+    split: str
+    workers: int
+    images: int
+    wall_s: float
+    cpu_s: float
+
+    @property
+    def per_core(self) -> float:
+        """Images per CPU-second: per-core throughput, robust to other load on a shared machine."""
+        return self.images / self.cpu_s
+
+    @property
+    def wall_rate(self) -> float:
+        return self.images / self.wall_s
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process plus its reaped children (DataLoader workers, once joined)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def measure(backend: str, samples: List[Tuple[str, int]], train: bool, image_size: int, workers: int,
+            batch_size: int, seed: int = 0) -> Measurement:
+    """Load every sample once through a DataLoader (workers=0: in this process, one thread)."""
+    from torch.utils.data import DataLoader
+
+    from .data import ImageFiles  # imported here: imagenet.data imports this module
+
+    dataset = ImageFiles(samples, BACKENDS[backend](train, image_size))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # per core means one core: no intra-op threads in the measured process
+    torch.manual_seed(seed)
+    try:
+        loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False,
+                            generator=torch.Generator().manual_seed(seed))
+        cpu0, wall0 = _cpu_seconds(), time.perf_counter()
+        images = sum(len(target) for _, target in loader)  # the iterator joins its workers at the end
+        wall, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
+    finally:
+        torch.set_num_threads(threads)
+    return Measurement(backend, "train" if train else "val", workers, images, wall, cpu)
+
+
+def bench(samples: List[Tuple[str, int]], backends: Sequence[str], workers: Sequence[int], image_size: int,
+          batch_size: int, rounds: int) -> List[Measurement]:
+    """Interleaved rounds (every backend once per round), so slow phases of a shared machine hit all alike."""
+    results = []
+    for r in range(rounds):
+        for split in ("train", "val"):
+            for w in workers:
+                for name in backends:
+                    m = measure(name, samples, split == "train", image_size, w, batch_size, seed=r)
+                    log.info("round %d %-8s %-5s workers=%d  %.0f img/s per core, %.0f img/s wall", r, name, split,
+                             w, m.per_core, m.wall_rate)
+                    results.append(m)
+    return results
+
+
+def summarize(results: List[Measurement], reference: str = "baseline") -> List[dict]:
+    """Median over rounds of each (split, workers, backend), with the ratio to the reference backend."""
+    groups: Dict[Tuple[str, int, str], List[Measurement]] = {}
+    for m in results:
+        groups.setdefault((m.split, m.workers, m.backend), []).append(m)
+    rows = []
+    for (split, workers, backend), ms in groups.items():
+        rows.append({"split": split, "workers": workers, "backend": backend, "rounds": len(ms),
+                     "images_per_s_per_core": statistics.median(m.per_core for m in ms),
+                     "images_per_s_wall": statistics.median(m.wall_rate for m in ms),
+                     "cpu_ms_per_image": 1000 * statistics.median(m.cpu_s / m.images for m in ms)})
+    ref = {(r["split"], r["workers"]): r["images_per_s_per_core"] for r in rows if r["backend"] == reference}
+    for r in rows:
+        base = ref.get((r["split"], r["workers"]))
+        r["ratio_per_core_vs_" + reference] = r["images_per_s_per_core"] / base if base else None
+    return rows
+
+
+def _dataset(root: Optional[str], images: int) -> List[Tuple[str, int]]:
+    from .data import scan_dataset
+
+    if root is None:
+        from results.jpegs import ensure_dataset  # ImageNet-like 500x375 ~110 KB JPEGs
+
+        root = os.path.join(os.environ.get("TMPDIR", "/tmp"), "hpc-imagenet-jpegs")
+        ensure_dataset(Path(root), classes=4, train_per_class=max(1, -(-images // 4)), val_per_class=1)
+    _, samples = scan_dataset(root)
+    return samples["train"][:images]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description="images/s per core of the decoding backends")
+    parser.add_argument("--bench", action="store_true", help="run the benchmark (the only action)")
+    parser.add_argument("--root", help="ImageFolder root with train/ (default: generated ImageNet-like JPEGs)")
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument("--backends", nargs="+", default=["baseline", "fast"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="also write the summary rows here")
+    args = parser.parse_args(argv)
+    if not args.bench:
+        parser.error("nothing to do: pass --bench")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    samples = _dataset(args.root, args.images)
+    rows = summarize(bench(samples, args.backends, args.workers, args.image_size, args.batch_size, args.rounds))
+    for r in rows:
+        ratio = r["ratio_per_core_vs_baseline"]
+        print(f"{r['split']:5s} workers={r['workers']}  {r['backend']:8s} {r['images_per_s_per_core']:7.0f} img/s "
+              f"per core  {r['cpu_ms_per_image']:.2f} ms CPU/img  {r['images_per_s_wall']:7.0f} img/s wall"
+              + (f"  x{ratio:.2f}" if ratio else ""))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"images": len(samples), "image_size": args.image_size,
+                                               "batch_size": args.batch_size, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
