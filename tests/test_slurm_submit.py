@@ -1,0 +1,74 @@
+"""slurm.submit on the test cluster: submitit jobs on 1 and 2 nodes return the trainer's summary,
+a failing job reports its failure, and --sweep submits one job per point."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm import submit as sm
+from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.slurm
+REPO = Path(__file__).resolve().parents[1]
+TINY = ("-a", "resnet18", "--image-size", "32", "-b", "8", "--epochs", "2", "--steps-per-epoch", "3",
+        "--val-steps", "2", "--workers", "0", "--dist-backend", "gloo", "--seed", "0")
+
+
+@pytest.fixture
+def on_cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
+    """submitit calls sbatch/sacct itself: point this process at the test cluster."""
+    for key in ("SLURM_CONF", "PATH"):
+        monkeypatch.setenv(key, slurm_cluster.env[key])
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return slurm_cluster
+
+
+def _submission(tmp_path: Path, data: Path, **kw) -> sm.Submission:
+    return sm.Submission(train_args=(*TINY, str(data)), procs_per_node=1, cpus_per_task=1, time_min=10,
+                         folder=str(tmp_path / "submitit" / "%j"), log_dir=str(tmp_path / "run"), cluster="slurm",
+                         **kw)
+
+
+def test_two_node_submission_returns_the_result(on_cluster: SlurmCluster, jpeg_data, tmp_path: Path) -> None:
+    job = sm.submit(_submission(tmp_path, jpeg_data, nodes=2))
+    assert job.job_id.isdigit() and Path(job.paths.stdout).parent.parent == tmp_path / "submitit"
+    summary = sm.result(job)
+    assert summary["status"] == "finished" and summary["rank"] == 0
+    assert summary["dist"]["world_size"] == 2 and summary["dist"]["nodes"] == 2
+    assert summary["dist"]["environment"] == "slurm"
+    assert [t["rank"] for t in job.results()] == [0, 1]
+    assert on_cluster.wait_finished(job.job_id)["State"] == "COMPLETED"
+
+
+def test_failing_submission_reports_the_failure(on_cluster: SlurmCluster, tmp_path: Path) -> None:
+    job = sm.submit(_submission(tmp_path, tmp_path / "no-such-dataset"))
+    with pytest.raises(Exception) as err:
+        sm.result(job)
+    assert "training exited with status 2" in str(err.value)
+    assert on_cluster.wait_finished(job.job_id)["State"] == "FAILED"
+
+
+def test_bad_submission_is_one_line() -> None:
+    with pytest.raises(sm.SubmitError, match="unknown variant 'fsdp'"):
+        sm.submit(sm.Submission(variant="fsdp"))
+    with pytest.raises(sm.SubmitError, match="cannot sweep 'lr'"):
+        sm.sweep_points(sm.Submission(), {"lr": ["0.1"]})
+
+
+def test_cli_sweep_submits_one_job_per_point(on_cluster: SlurmCluster, jpeg_data, tmp_path: Path) -> None:
+    """--sweep nodes=1,2 --wait: a single-node and a 2-node job, each with its own run folder."""
+    cmd = [sys.executable, "-m", "slurm.submit", "--sweep", "nodes=1,2", "--wait", "--procs-per-node", "1",
+           "--cpus-per-task", "1", "--time-min", "10", "--cluster", "slurm", "--name", "sweep",
+           "--folder", str(tmp_path / "submitit" / "%j"), "--log-dir", str(tmp_path / "runs"),
+           "--", *TINY, str(jpeg_data)]
+    proc = subprocess.run(cmd, cwd=REPO, env=on_cluster.env | {"OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("submitted job") == 2
+    for nodes in (1, 2):
+        record = json.loads((tmp_path / "runs" / f"nodes{nodes}" / "run.json").read_text())
+        assert record["status"] == "finished" and record["dist"]["nodes"] == nodes
