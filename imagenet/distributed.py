@@ -73,14 +73,15 @@ def pick_backend(requested: Optional[str], device: torch.device) -> str:
 def from_environment(cfg) -> DistInfo:
     """Layout from the launcher's variables (single process when there is none)."""
     env = environment.detect()
-    local_rank = env.local_rank
+    local_rank, gpu_index = env.local_rank, env.device_index
     if cfg.local_rank is not None and env.name == "single":
-        local_rank = cfg.local_rank  # an old torch.distributed.launch that passes only --local_rank
-    env.validate(torch.cuda.device_count())
+        local_rank = gpu_index = cfg.local_rank  # an old torch.distributed.launch that passes only --local_rank
     if not cfg.distributed and env.world_size > 1:
         raise DistError(f"the {cfg.variant} variant runs as one process, but the launcher started "
                         f"{env.world_size}; use imagenet/imagenet_ddp.py for multi-process training")
-    device = pick_device(local_rank, cfg.gpu if not cfg.distributed else None)
+    env.validate(torch.cuda.device_count())
+    # SLURM's --gpus-per-task=1 leaves each task one visible GPU: its index is 0, not the local rank.
+    device = pick_device(gpu_index, cfg.gpu if not cfg.distributed else None)
     multi = cfg.distributed and env.world_size > 1
     backend = pick_backend(cfg.dist_backend, device) if multi else None
     # torchrun's workers must join the agent's store through env://; other launchers give an address.
