@@ -1,0 +1,249 @@
+"""The decoding backends: the fast one must augment exactly like the baseline, up to resampling error.
+
+Checked here: the JPEG header parser, that decoding a shortened frame gives the same top rows as a
+full decode (baseline, progressive, 4:4:4, grayscale, DCT-scaled), that the crop boxes follow
+torchvision's RandomResizedCrop distribution, that on the same box and flip the fast output equals
+the baseline's within resampling error, and the outputs' dtype, shape and layout.
+"""
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+from typing import List
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision import transforms as T
+from torchvision.transforms import functional as F
+
+from imagenet import data, pipelines as P
+
+MEAN = torch.tensor(P.IMAGENET_MEAN).view(3, 1, 1)
+STD = torch.tensor(P.IMAGENET_STD).view(3, 1, 1)
+
+
+def photo(height: int = 375, width: int = 500, seed: int = 0) -> np.ndarray:
+    """Smooth colour fields plus blotches and noise: compresses like a photo, not like a flat pattern."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    img = np.stack([127 + 90 * np.sin(x * rng.uniform(0.01, 0.04) + y * rng.uniform(0.01, 0.04) + c)
+                    for c in range(3)], axis=-1)
+    blotches = rng.normal(0, 30, (height // 8 + 1, width // 8 + 1, 3)).repeat(8, 0).repeat(8, 1)
+    img += blotches[:height, :width] + rng.normal(0, 12, (height, width, 3))
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def jpeg_bytes(pixels: np.ndarray, **save_kw) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "JPEG", quality=90, **save_kw)
+    return out.getvalue()
+
+
+def decode(buf: bytes, draft: int = 1) -> np.ndarray:
+    im = Image.open(io.BytesIO(buf))
+    if draft > 1:
+        im.draft(im.mode, (im.width // draft, im.height // draft))
+    return np.asarray(im.convert("RGB"))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> List[str]:
+    root = tmp_path_factory.mktemp("jpegs")
+    paths = []
+    for i, (h, w) in enumerate([(375, 500), (500, 375), (333, 500), (640, 960)]):
+        p = root / f"img{i}.JPEG"
+        p.write_bytes(jpeg_bytes(photo(h, w, seed=i)))
+        paths.append(str(p))
+    return paths
+
+
+# ---------------------------------------------------------------- header and partial decoding
+
+@pytest.mark.parametrize("kw,mode,mcu", [({}, "RGB", 16), ({"subsampling": 0}, "RGB", 8),
+                                         ({"progressive": True}, "RGB", 16), ({}, "L", 8)])
+def test_frame_header(kw, mode, mcu):
+    pixels = photo(123, 77)
+    buf = jpeg_bytes(pixels if mode == "RGB" else pixels[..., 0], **kw)
+    frame = P.jpeg_frame(buf)
+    assert (frame.height, frame.width, frame.mcu_rows, frame.row_prefix) == (123, 77, mcu, True)
+    assert int.from_bytes(buf[frame.height_offset:frame.height_offset + 2], "big") == 123
+
+
+def test_not_a_jpeg():
+    png = io.BytesIO()
+    Image.fromarray(photo(20, 20)).save(png, "PNG")
+    assert P.jpeg_frame(png.getvalue()) is None
+    assert P.jpeg_frame(b"\xff\xd8\xff\xe0\x00") is None  # truncated before any frame header
+
+
+@pytest.mark.parametrize("kw,gray,draft", [({}, False, 1), ({"progressive": True}, False, 1),
+                                           ({"subsampling": 0}, False, 1), ({}, True, 1), ({}, False, 2),
+                                           ({"progressive": True}, False, 4)])
+def test_shortened_frame_decodes_the_same_top_rows(kw, gray, draft):
+    pixels = photo(375, 500, seed=3)
+    buf = jpeg_bytes(pixels[..., 0] if gray else pixels, **kw)
+    frame = P.jpeg_frame(buf)
+    full = decode(buf, draft)
+    for bottom in (1, 100, 173, 300):
+        rows = frame.rows_for(bottom)
+        part = decode(P.with_rows(buf, frame, rows), draft)
+        assert part.shape[0] == -(-rows // draft) < full.shape[0]
+        keep = -(-bottom // draft)
+        np.testing.assert_array_equal(part[:keep], full[:keep])
+
+
+def test_rows_for_keeps_the_whole_frame_near_the_bottom():
+    frame = P.jpeg_frame(jpeg_bytes(photo(375, 500)))
+    assert frame.rows_for(370) == 375
+    assert P.with_rows(b"unchanged", frame, 375) == b"unchanged"
+
+
+def test_dct_reduction_never_upsamples():
+    assert P.dct_reduction(375, 500, 224, 224) == 1
+    assert P.dct_reduction(448, 448, 224, 224) == 2
+    assert P.dct_reduction(447, 1000, 224, 224) == 1
+    assert P.dct_reduction(300, 400, 64, 64) == 4
+    assert P.dct_reduction(3000, 4000, 224, 224) == 8
+
+
+# ---------------------------------------------------------------- crop distribution
+
+def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
+    grid = np.sort(np.concatenate([a, b]))
+    cdf = lambda s: np.searchsorted(np.sort(s), grid, side="right") / len(s)  # noqa: E731
+    return float(np.abs(cdf(a) - cdf(b)).max())
+
+
+def box_features(boxes: np.ndarray, height: int, width: int) -> dict:
+    top, left, h, w = boxes.T.astype(float)
+    return {"area": h * w / (height * width), "log_aspect": np.log(w / h),
+            "centre_y": (top + h / 2) / height, "centre_x": (left + w / 2) / width}
+
+
+@pytest.mark.parametrize("height,width", [(375, 500), (500, 375), (40, 600)])
+def test_crop_boxes_follow_torchvisions_distribution(height, width):
+    n = 4000
+    torch.manual_seed(1)
+    ours = np.array([P.FastTrain.sample(height, width)[0] for _ in range(n)])
+    torch.manual_seed(2)
+    shape = torch.empty((0, height, width))
+    theirs = np.array([T.RandomResizedCrop.get_params(shape, P.CROP_SCALE, P.CROP_RATIO) for _ in range(n)])
+    critical = 1.95 * np.sqrt(2 / n)  # two-sample KS at alpha = 0.001
+    fa, fb = box_features(ours, height, width), box_features(theirs, height, width)
+    for name in fa:
+        assert ks_statistic(fa[name], fb[name]) < critical, name
+    assert ((ours[:, 0] >= 0) & (ours[:, 0] + ours[:, 2] <= height)).all()
+    assert ((ours[:, 1] >= 0) & (ours[:, 1] + ours[:, 3] <= width)).all()
+
+
+def test_flip_is_a_fair_coin():
+    torch.manual_seed(0)
+    flips = [P.FastTrain.sample(375, 500)[1] for _ in range(2000)]
+    assert 0.45 < np.mean(flips) < 0.55
+
+
+# ---------------------------------------------------------------- same box: resampling error only
+
+def baseline_on_box(path: str, box, flip: bool, size: int) -> torch.Tensor:
+    """The baseline's transform on a given box and flip, back in 0-255 units."""
+    img = F.resized_crop(Image.open(path).convert("RGB"), *box, [size, size], antialias=True)
+    if flip:
+        img = F.hflip(img)
+    normalized = F.normalize(F.to_tensor(img), P.IMAGENET_MEAN, P.IMAGENET_STD)
+    return (normalized * STD + MEAN) * 255
+
+
+def used_box(box, reduction: int, height: int, width: int):
+    """The full-size box the fast backend resamples after decoding at 1/reduction."""
+    if reduction == 1:
+        return box
+    y, x, h, w = P.scaled_box(box, reduction, -(-height // reduction), -(-width // reduction))
+    return y * reduction, x * reduction, min(h * reduction, height - y * reduction), min(w * reduction,
+                                                                                         width - x * reduction)
+
+
+@pytest.mark.parametrize("size", [224, 64])
+def test_fast_train_matches_the_baseline_on_the_same_box(files, size):
+    """Full-scale decodes match the baseline to rounding. DCT-scaled ones (big crops) move each box
+    edge by at most reduction/2 pixels and low-pass with the scaled IDCT instead of the bilinear
+    filter: 1-4 grey levels on this per-pixel-noise texture, less on photos."""
+    fast = P.FastTrain(size)
+    torch.manual_seed(0)
+    reductions = set()
+    for path in files:
+        buf = Path(path).read_bytes()
+        frame = P.jpeg_frame(buf)
+        for _ in range(6):
+            box, flip = fast.sample(frame.height, frame.width)
+            r = P.dct_reduction(box[2], box[3], size, size)
+            reductions.add(r)
+            used = used_box(box, r, frame.height, frame.width)
+            edges = np.subtract([used[0], used[1], used[0] + used[2], used[1] + used[3]],
+                                [box[0], box[1], box[0] + box[2], box[1] + box[3]])
+            assert np.abs(edges).max() <= r // 2 + (r > 1), (box, used)
+            out = fast.render(buf, frame, box, flip)
+            assert out.dtype == torch.uint8 and out.shape == (3, size, size) and out.is_contiguous()
+            diff = (out.float() - baseline_on_box(path, used, flip, size)).abs()
+            if r == 1:
+                assert diff.mean() < 0.5 and diff.max() <= 2, box
+            else:
+                assert diff.mean() < 4, (box, r)  # box (1/8: DC only) vs triangle low-pass
+    assert 1 in reductions and max(reductions) > 1  # both paths were exercised
+
+
+def test_fast_and_baseline_draw_from_the_same_random_stream_only_through_sample(files):
+    """Seeded runs are reproducible: same seed, same output."""
+    fast = P.fast_backend(True, 224)
+    torch.manual_seed(5)
+    a = fast(files[0])
+    torch.manual_seed(5)
+    assert torch.equal(a, fast(files[0]))
+
+
+@pytest.mark.parametrize("index", [0, 1, 3])
+def test_fast_val_matches_the_baseline(files, index):
+    """Resize + centre crop: uint8 vs float rounding only."""
+    base = P.baseline_backend(False, 224)(files[index])
+    fast = P.fast_backend(False, 224)(files[index])
+    assert fast.dtype == torch.uint8 and fast.shape == base.shape == (3, 224, 224) and fast.is_contiguous()
+    diff = (fast.float() - (base * STD + MEAN) * 255).abs()
+    assert diff.mean() < 0.5 and diff.max() <= 2
+
+
+# ---------------------------------------------------------------- plumbing
+
+def test_fast_handles_non_jpeg_and_grayscale(tmp_path):
+    png, gray = tmp_path / "a.png", tmp_path / "g.jpg"
+    Image.fromarray(photo(90, 120)).save(png)
+    Image.fromarray(photo(90, 120)[..., 0]).save(gray, quality=90)
+    for path in (png, gray):
+        for train in (True, False):
+            out = P.fast_backend(train, 32)(str(path))
+            assert out.dtype == torch.uint8 and out.shape == (3, 32, 32)
+
+
+def test_backends_are_registered_and_picklable(files):
+    assert {"baseline", "fast"} <= set(data.BACKENDS)
+    for name in ("baseline", "fast"):
+        for train in (True, False):
+            fn = pickle.loads(pickle.dumps(data.get_backend(name)(train, 32)))
+            out = fn(files[0])
+            assert out.shape == (3, 32, 32)
+            assert out.dtype == (torch.float32 if name == "baseline" else torch.uint8)
+
+
+def test_loader_batches(files):
+    ds = data.ImageFiles([(p, i) for i, p in enumerate(files)], P.fast_backend(True, 32))
+    images, targets = next(iter(torch.utils.data.DataLoader(ds, batch_size=4)))
+    assert images.dtype == torch.uint8 and images.shape == (4, 3, 32, 32) and targets.tolist() == [0, 1, 2, 3]
+
+
+def test_bench_measures_both_backends(files):
+    samples = [(p, 0) for p in files[:2]]
+    rows = P.summarize(P.bench(samples, ["baseline", "fast"], [0], 32, 2, rounds=1))
+    assert {r["backend"] for r in rows} == {"baseline", "fast"}
+    assert all(r["images_per_s_per_core"] > 0 for r in rows)
+    assert {r["ratio_per_core_vs_baseline"] for r in rows if r["backend"] == "baseline"} == {1.0}
