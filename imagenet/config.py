@@ -43,7 +43,9 @@ class TrainConfig:
                            "then centre-crops)", type=int)
     workers: int = _opt(4, "-j", "--workers", help="data-loading worker processes per training process",
                         type=int)
-    data_backend: str = _opt("pil", "--data-backend", help="image decoding pipeline (see imagenet.data)")
+    data_backend: str = _opt("fast", "--data-backend", help="image decoding pipeline: fast (decodes only the "
+                             "rows and scale the crop needs, uint8), baseline (pytorch/examples' float "
+                             "pipeline), pil (PIL + v2 transforms, uint8); see imagenet.pipelines")
     skip_bad_images: bool = _opt(False, "--skip-bad-images", help="skip (and count) corrupt or unreadable "
                                  "images instead of stopping at the first one", action="store_true")
     steps_per_epoch: int = _opt(0, "--steps-per-epoch", help="stop each training epoch after this many steps "
@@ -80,6 +82,10 @@ class TrainConfig:
     warmup_epochs: Optional[float] = _opt(None, "--warmup-epochs", help="linear warm-up length (default: 5 "
                                           "when the scaled lr exceeds the base lr, else 0)", type=float)
     momentum: float = _opt(0.9, "--momentum", help="SGD momentum", type=float)
+    optimizer_impl: str = _opt("auto", "--optimizer-impl", help="SGD kernels: fused (one kernel for all "
+                               "parameters), foreach (batched), default (torch's choice); auto: fused where "
+                               "the device supports it, else foreach",
+                               choices=("auto", "fused", "foreach", "default"))
     weight_decay: float = _opt(1e-4, "--wd", "--weight-decay", help="weight decay", type=float)
     no_bn_wd: bool = _opt(False, "--no-bn-wd", help="no weight decay on BatchNorm and bias parameters",
                           action="store_true")
@@ -115,6 +121,14 @@ class TrainConfig:
     local_rank: Optional[int] = _opt(None, "--local-rank", "--local_rank", help="set by "
                                      "torch.distributed.launch (LOCAL_RANK is read too)", type=int)
     gpu: Optional[int] = _opt(None, "--gpu", help="GPU id to use (single-process variants)", type=int)
+    ddp_bucket_cap_mb: Optional[float] = _opt(None, "--ddp-bucket-cap-mb", help="DDP gradient bucket size in "
+                                              "MB (default: torch's 25); fewer, larger all-reduces vs earlier "
+                                              "overlap with backward", type=float)
+    ddp_static_graph: bool = _opt(False, "--ddp-static-graph", help="tell DDP the autograd graph is the same "
+                                  "every step (enables its static-graph optimisations)", action="store_true")
+    ddp_comm_hook: str = _opt("none", "--ddp-comm-hook", help="compress gradients to bf16 or fp16 for the "
+                              "all-reduce (half the bytes, for slow networks); none: full precision",
+                              choices=("none", "bf16", "fp16"))
     dist_timeout: float = _opt(1800.0, "--dist-timeout", help="seconds to wait for the other ranks "
                                "(rendezvous and collectives) before failing", type=float)
 
@@ -185,6 +199,8 @@ def _check(cfg: TrainConfig) -> None:
             raise ConfigError(f"--loss-scale must be 'dynamic' or a number, got {cfg.loss_scale!r}") from None
     if cfg.keep_batchnorm_fp32 not in (None, "True", "False"):
         raise ConfigError(f"--keep-batchnorm-fp32 takes True or False, got {cfg.keep_batchnorm_fp32!r}")
+    if cfg.ddp_bucket_cap_mb is not None and cfg.ddp_bucket_cap_mb <= 0:
+        raise ConfigError(f"--ddp-bucket-cap-mb must be positive (got {cfg.ddp_bucket_cap_mb})")
     if cfg.dist_url and cfg.variant in ("nd", "dp"):
         raise ConfigError(f"--dist-url needs a distributed variant; use imagenet_ddp.py, not the {cfg.variant} one")
     if cfg.dist_url and (cfg.world_size < 1 or not 0 <= cfg.rank < cfg.world_size):
