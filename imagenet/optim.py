@@ -36,8 +36,37 @@ def param_groups(model: nn.Module, weight_decay: float, no_bn_wd: bool) -> List[
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def fused_supported(params: List[torch.Tensor]) -> bool:
+    """Whether torch has fused SGD kernels for these parameters' devices and dtypes."""
+    from torch.optim import optimizer as torch_optimizer  # a submodule, not an attribute of torch.optim
+
+    supported = getattr(torch_optimizer, "_get_fused_kernels_supported_devices", lambda: ["cuda"])()
+    return all(p.device.type in supported and p.is_floating_point() for p in params)
+
+
+def impl_kwargs(impl: str, params: List[torch.Tensor]) -> dict:
+    """SGD's ``fused``/``foreach`` arguments for --optimizer-impl (auto: fused where supported)."""
+    if impl == "default":
+        return {}
+    if impl == "auto":
+        impl = "fused" if fused_supported(params) else "foreach"
+    if impl == "fused" and not fused_supported(params):
+        from .config import ConfigError
+
+        device = params[0].device.type if params else "?"
+        raise ConfigError(f"--optimizer-impl fused: torch {torch.__version__} has no fused SGD for {device} "
+                          "parameters; use --optimizer-impl foreach")
+    return {"fused": True, "foreach": None} if impl == "fused" else {"fused": None, "foreach": True}
+
+
 def build_optimizer(model: nn.Module, cfg, lr: float) -> torch.optim.Optimizer:
-    return torch.optim.SGD(param_groups(model, cfg.weight_decay, cfg.no_bn_wd), lr=lr, momentum=cfg.momentum)
+    groups = param_groups(model, cfg.weight_decay, cfg.no_bn_wd)
+    impl = impl_kwargs(getattr(cfg, "optimizer_impl", "default"), [p for g in groups for p in g["params"]])
+    optimizer = torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, **impl)
+    if impl:
+        # load_state_dict adopts the checkpoint's group settings, fused/foreach included; the flag wins.
+        optimizer.register_load_state_dict_post_hook(lambda opt: [g.update(impl) for g in opt.param_groups])
+    return optimizer
 
 
 def lr_factor(iteration: int, steps_per_epoch: int, cfg, warmup: float) -> float:
