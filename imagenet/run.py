@@ -52,9 +52,22 @@ def _wrap(model: torch.nn.Module, cfg, info) -> torch.nn.Module:
             return model
         return torch.nn.DataParallel(model)
     if info.distributed:
-        ids = [info.device.index] if info.device.type == "cuda" else None
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+        return _ddp(model, cfg, info)
     return model
+
+
+def _ddp(model: torch.nn.Module, cfg, info) -> torch.nn.parallel.DistributedDataParallel:
+    """DDP with the --ddp-* flags; gradients are views into the all-reduce buckets (no extra copy)."""
+    ids = [info.device.index] if info.device.type == "cuda" else None
+    options = {"bucket_cap_mb": cfg.ddp_bucket_cap_mb} if cfg.ddp_bucket_cap_mb else {}
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
+                                                    static_graph=cfg.ddp_static_graph, **options)
+    if cfg.ddp_comm_hook != "none":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        hooks = {"bf16": default_hooks.bf16_compress_hook, "fp16": default_hooks.fp16_compress_hook}
+        ddp.register_comm_hook(None, hooks[cfg.ddp_comm_hook])  # None: the default process group
+    return ddp
 
 
 def _load_model_weights(model: torch.nn.Module, ckpt: dict, path: Path, arch: str) -> None:
