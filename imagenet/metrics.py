@@ -30,9 +30,10 @@ class EpochMeter:
 
     def update(self, loss: torch.Tensor, output: torch.Tensor, target: torch.Tensor) -> None:
         n = target.shape[0]
-        hits = topk_correct(output.detach(), target)
-        self.sums += torch.stack([loss.detach().double() * n, hits[0].double(), hits[1].double(),
-                                  torch.tensor(float(n), device=self.sums.device, dtype=torch.float64)])
+        hits = topk_correct(output.detach(), target).double()
+        # n goes in as a kernel argument: building a tensor from it would copy host->device every step
+        self.sums[:3] += torch.cat([(loss.detach().double() * n).view(1), hits])
+        self.sums[3] += n
 
     def local(self) -> Dict[str, float]:
         return _as_metrics(self.sums.tolist())

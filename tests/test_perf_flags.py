@@ -221,9 +221,6 @@ def test_no_value_reads_or_waits_in_the_step(tmp_path, monkeypatch):
     assert not [c for c in calls if not c.startswith("torch.tensor")], calls
 
 
-@pytest.mark.xfail(strict=True, reason="EpochMeter.update builds torch.tensor(float(n), device=...) every step: "
-                   "a blocking host-to-device copy on CUDA (fix in imagenet/metrics.py, e.g. add n as a Python "
-                   "scalar to sums[3])")
 def test_no_python_values_copied_to_the_device_in_the_step(tmp_path, monkeypatch):
     assert _steps_between_prints(tmp_path, monkeypatch) == []
 
