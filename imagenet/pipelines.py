@@ -10,9 +10,9 @@ Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
 ``fast``
     The same augmentation, decoding only what the crop needs:
 
-    1. The RandomResizedCrop box is drawn before decoding, from the size in the JPEG header, by
-       torchvision's own ``RandomResizedCrop.get_params`` with the same random stream, so a seed
-       gives the baseline's boxes and flips.
+    1. The RandomResizedCrop box and the flip are drawn before decoding, from the size in the JPEG
+       header, with torchvision's rule and distribution (one torch.rand call instead of eight
+       scalar ones; a test compares the distributions).
     2. Rows below the box are never decoded: the frame height in the JPEG header (SOF) is lowered
        to the box's last row plus one MCU row, so libjpeg stops there and skips the rest of the
        entropy-coded data. On a ~110 KB ImageNet photo entropy decoding is about 3/4 of the decode
@@ -24,7 +24,8 @@ Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
        the bytes through worker pipes; :class:`imagenet.data.DeviceNormalizer` normalises on the
        device.
 
-    Outputs differ from the baseline's only by resampling error on the same box (a test checks it).
+    Validation decodes in full (no DCT scaling) and resizes + centre-crops on uint8.
+    Outputs differ from the baseline's only by resampling error on the same box (tests check it).
 
 ``python -m imagenet.pipelines --bench`` measures both per core, in-process and through a DataLoader.
 """
@@ -174,15 +175,13 @@ def dct_reduction(crop_h: int, crop_w: int, out_h: int, out_w: int) -> int:
 
 def _open(buf: bytes, reduction: int) -> Tuple[Image.Image, int]:
     """Open (lazily) with DCT scaling asked for; returns the image and the scaling libjpeg will use."""
-    im = Image.open(io.BytesIO(buf), formats=_FORMATS)
+    im = Image.open(io.BytesIO(buf))
     if reduction == 1 or im.format != "JPEG":
         return im, 1
     width = im.width
-    im.draft(im.mode if im.mode in ("RGB", "L", "CMYK") else "RGB", (im.width // reduction, im.height // reduction))
+    mode = im.mode if im.mode in ("RGB", "L", "CMYK") else "RGB"
+    im.draft(mode, (im.width // reduction, im.height // reduction))
     return im, 1 << round(math.log2(width / im.width))  # draft rounds the size up: ceil(w / s)
-
-
-_FORMATS = None  # every format PIL knows; non-JPEG files are rare but allowed
 
 
 def _rgb(im: Image.Image) -> Image.Image:
@@ -203,7 +202,8 @@ def scaled_box(box: Tuple[int, int, int, int], scale: int, height: int, width: i
         return box
     top, left, h, w = box
     y0, x0 = min(round(top / scale), height - 1), min(round(left / scale), width - 1)
-    y1, x1 = min(max(round((top + h) / scale), y0 + 1), height), min(max(round((left + w) / scale), x0 + 1), width)
+    y1 = min(max(round((top + h) / scale), y0 + 1), height)
+    x1 = min(max(round((left + w) / scale), x0 + 1), width)
     return y0, x0, y1 - y0, x1 - x0
 
 
@@ -263,7 +263,8 @@ class FastTrain:
     def render(self, buf: bytes, frame: JpegFrame, box: Tuple[int, int, int, int], flip: bool) -> torch.Tensor:
         """The output for a given box and flip: decode rows down to the box, at the DCT scale it allows."""
         top, left, h, w = box
-        im, scale = _open(with_rows(buf, frame, frame.rows_for(top + h)), dct_reduction(h, w, self.size, self.size))
+        reduction = dct_reduction(h, w, self.size, self.size)
+        im, scale = _open(with_rows(buf, frame, frame.rows_for(top + h)), reduction)
         y, x, ch, cw = scaled_box(box, scale, im.height, im.width)
         return self._finish(_rgb(im.crop((x, y, x + cw, y + ch))), flip)
 
@@ -298,7 +299,7 @@ class FastVal:
 
     def __call__(self, path: str) -> torch.Tensor:
         with open(path, "rb") as f:
-            im = _rgb(Image.open(f, formats=_FORMATS))
+            im = _rgb(Image.open(f))
             out = resize_uint8(_as_tensor(im), *_resized_hw(im.height, im.width, self.resize))
         return TF.center_crop(out, [self.size, self.size]).contiguous()
 
