@@ -110,10 +110,10 @@ class JpegFrame:
     mcu_rows: int       # image rows covered by one MCU row (8 x the largest vertical sampling)
     row_prefix: bool    # whether lowering the height yields the same top rows
 
-    def rows_for(self, bottom: int) -> int:
-        """Frame height that decodes rows [0, bottom) exactly: whole MCU rows plus one, because
-        chroma upsampling at the frame's edge would otherwise differ in the last MCU row."""
-        return min(self.height, (-(-bottom // self.mcu_rows) + 1) * self.mcu_rows)
+    def rows_for(self, bottom: int, scale: int = 1) -> int:
+        """Frame height that decodes rows [0, bottom) exactly at 1/SCALE: whole MCU rows, at least
+        one output row past the bottom, because chroma upsampling replicates the frame's last row."""
+        return min(self.height, -(-(bottom + scale) // self.mcu_rows) * self.mcu_rows)
 
 
 def jpeg_frame(buf: bytes) -> Optional[JpegFrame]:
@@ -264,7 +264,7 @@ class FastTrain:
         """The output for a given box and flip: decode rows down to the box, at the DCT scale it allows."""
         top, left, h, w = box
         reduction = dct_reduction(h, w, self.size, self.size)
-        im, scale = _open(with_rows(buf, frame, frame.rows_for(top + h)), reduction)
+        im, scale = _open(with_rows(buf, frame, frame.rows_for(top + h, reduction)), reduction)
         y, x, ch, cw = scaled_box(box, scale, im.height, im.width)
         return self._finish(_rgb(im.crop((x, y, x + cw, y + ch))), flip)
 
