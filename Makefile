@@ -26,5 +26,13 @@ demo: setup $(DEMO_DATA)/train
 test: setup
 	$(PY) -m pytest
 
+# Benchmarks (results/): `make bench` measures a small all-kinds preset here and writes the report;
+# `make report` regenerates results/RESULTS.md + figures from the committed records alone.
+bench: setup
+	$(PY) -m results.bench quick --fresh
+
+report: setup
+	$(PY) -m results.report
+
 clean:
 	rm -rf $(VENV) runs data .pytest_cache

@@ -1,0 +1,148 @@
+"""All-reduce bandwidth of a torch.distributed backend, reported as nccl-tests does.
+
+For a message of S bytes taking t seconds: algbw = S / t, and busbw = algbw * 2(n-1)/n, the
+bandwidth each link must carry in a ring all-reduce, so busbw is comparable across process counts
+and with the link's rated speed. One process per rank on this host (spawned, TCP rendezvous on
+127.0.0.1); across hosts run it under torchrun/srun with ``--from-env``.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import socket
+import time
+from typing import Dict, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+from results.procs import gather, reap
+
+log = logging.getLogger(__name__)
+
+
+def bus_factor(world_size: int) -> float:
+    """2(n-1)/n: ring all-reduce traffic per link relative to the message size."""
+    return 2.0 * (world_size - 1) / world_size
+
+
+def sizes(min_bytes: int, max_bytes: int, factor: int = 4) -> List[int]:
+    """Message sizes in bytes, geometric like nccl-tests ``-b -e -f``; multiples of 4 (float32)."""
+    out, s = [], max(4, min_bytes)
+    while s <= max_bytes:
+        out.append(s - s % 4)
+        s *= factor
+    return out
+
+
+def iterations(nbytes: int, budget_bytes: int = 1 << 28, lo: int = 5, hi: int = 50) -> int:
+    """More repetitions for small messages, fewer for large ones: bounded total traffic."""
+    return max(lo, min(hi, budget_bytes // max(nbytes, 1)))
+
+
+def time_allreduce(nbytes: int, iters: int, warmup: int, device: torch.device) -> float:
+    """Mean seconds per all-reduce on this rank, the slowest rank's value (synchronised)."""
+    x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    for _ in range(warmup):
+        dist.all_reduce(x)
+    _sync(device)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(x)
+    _sync(device)
+    t = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def sweep_in_group(message_sizes: Sequence[int], warmup: int) -> List[Dict[str, float]]:
+    """Run every size in the current process group; rows for rank 0 to record."""
+    n = dist.get_world_size()
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
+        else torch.device("cpu")
+    rows = []
+    for nbytes in message_sizes:
+        iters = iterations(nbytes)
+        t = time_allreduce(nbytes, iters, warmup, device)
+        algbw = nbytes / t / 1e9
+        rows.append({"bytes": nbytes, "time_us": t * 1e6, "algbw_gbps": algbw,
+                     "busbw_gbps": algbw * bus_factor(n), "iters": iters, "world_size": n})
+        if dist.get_rank() == 0:
+            log.info("allreduce n=%d %10d B  %9.1f us  busbw %.3f GB/s", n, nbytes, t * 1e6,
+                     rows[-1]["busbw_gbps"])
+    return rows
+
+
+def _worker(rank: int, world: int, port: int, backend: str, message_sizes: Sequence[int], warmup: int,
+            queue) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: ranks share the cores
+    try:
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        try:
+            rows = sweep_in_group(message_sizes, warmup)
+        finally:
+            dist.destroy_process_group()
+        if rank == 0:
+            queue.put({"rows": rows})
+    except BaseException as e:
+        queue.put({"error": f"rank {rank}: {type(e).__name__}: {e}"})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_local(world_size: int, message_sizes: Sequence[int], backend: str = "gloo", warmup: int = 3,
+              timeout_s: float = 900) -> List[Dict[str, float]]:
+    """Spawn ``world_size`` ranks here; rows per size, or RuntimeError with the first rank's error."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_worker, args=(r, world_size, port, backend, list(message_sizes), warmup, queue))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    try:
+        msg = gather(queue, procs, 1, timeout_s)[0]
+    finally:
+        reap(procs)
+    if "error" in msg:
+        raise RuntimeError(msg["error"])
+    return msg["rows"]
+
+
+def default_backend() -> str:
+    return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+
+
+def fit_alpha_beta(rows: Sequence[Dict[str, float]]) -> Optional[Dict[str, float]]:
+    """Least-squares fit t = alpha + (2(n-1)/n) * S / busbw over rows of one world size.
+
+    Returns latency alpha (s) and asymptotic bus bandwidth (bytes/s, 1/slope), the two numbers the
+    scaling model needs; None when fewer than two sizes or a non-positive slope. The intercept of
+    an unweighted fit is dominated by the large messages' noise, so alpha is the smallest
+    message's time instead (the latency floor nccl-tests shows in its first rows).
+    """
+    if len(rows) < 2:
+        return None
+    n = rows[0]["world_size"]
+    xs = [r["bytes"] * bus_factor(n) for r in rows]
+    ys = [r["time_us"] * 1e-6 for r in rows]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    if slope <= 0:
+        return None
+    smallest = min(rows, key=lambda r: r["bytes"])
+    return {"alpha_s": smallest["time_us"] * 1e-6, "busbw_bytes_per_s": 1.0 / slope, "world_size": n}

@@ -1,0 +1,164 @@
+"""Matplotlib figures for the report; every function takes prepared series and writes one PNG.
+
+Series are plain dicts built by :mod:`results.report` from records, so what a figure shows is the
+same data as the table printed under it. The Agg backend: no display needed on a cluster node.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (backend first)
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+Series = Dict[str, object]  # {"label", "x", "y", optional "style", "labels" (per-point text)}
+DPI = 120
+
+
+def _int_ticks(ax, axis: str = "x") -> None:
+    """Plain numbers (1, 2, 4, 600) instead of 2^n or 6x10^2 on log axes."""
+    fmt = FuncFormatter(lambda v, _: f"{v:g}")
+    a = ax.xaxis if axis == "x" else ax.yaxis
+    a.set_major_formatter(fmt)
+    a.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    log.info("wrote %s", path)
+    return path
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _draw(ax, series: Sequence[Series]) -> None:
+    for s in series:
+        ax.plot(s["x"], s["y"], s.get("style", "o-"), label=s["label"], color=s.get("color"),
+                alpha=s.get("alpha", 1.0))
+        for x, y, t in zip(s["x"], s["y"], s.get("labels") or []):
+            ax.annotate(t, (x, y), textcoords="offset points", xytext=(4, -11), fontsize=7,
+                        color=s.get("color"))
+
+
+def scaling_panels(path: Path, panels: Sequence[Dict[str, object]], suptitle: str) -> Path:
+    """Side-by-side log2-log panels: {"title", "xlabel", "ylabel", "series", "empty"}."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.8), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        if not panel["series"]:
+            _empty(ax, panel.get("empty", "no data"))
+            ax.set_title(panel["title"], fontsize=10)
+            continue
+        _draw(ax, panel["series"])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        _int_ticks(ax)
+        _int_ticks(ax, "y")
+        ax.set_xlabel(panel["xlabel"])
+        ax.set_ylabel(panel["ylabel"])
+        ax.set_title(panel["title"], fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc=panel.get("legend_loc", "best"))
+    fig.suptitle(suptitle, fontsize=11)
+    return _save(fig, path)
+
+
+def curves(path: Path, series: Sequence[Series], ylabel: str, title: str) -> Path:
+    """Learning curve: metric against epoch, one line per run."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    if not series:
+        _empty(ax, "no TensorBoard events found for the recorded runs")
+    else:
+        _draw(ax, series)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path)
+
+
+def grid(path: Path, panels: Sequence[Dict[str, object]], suptitle: str, ncols: int = 2) -> Path:
+    """Panels with linear or log axes: {"title", "xlabel", "ylabel", "series", "xlog", "ylog"}."""
+    nrows = (len(panels) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.0 * ncols, 4.2 * nrows), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        ax.set_title(panel["title"], fontsize=10)
+        if not panel["series"]:
+            _empty(ax, panel.get("empty", "no data"))
+            continue
+        _draw(ax, panel["series"])
+        if panel.get("xlog"):
+            ax.set_xscale("log", base=panel.get("xbase", 2))
+            _int_ticks(ax)
+        if panel.get("ylog"):
+            ax.set_yscale("log")
+        if panel.get("int_x"):
+            ax.set_xticks(sorted({x for s in panel["series"] for x in s["x"]}))
+            _int_ticks(ax)
+        ax.set_xlabel(panel["xlabel"])
+        ax.set_ylabel(panel["ylabel"])
+        if panel.get("ymin0"):
+            ax.set_ylim(bottom=0)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(suptitle, fontsize=11)
+    return _save(fig, path)
+
+
+def size_label(nbytes: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes:g} B"
+
+
+def bytes_axis(ax) -> None:
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: size_label(v)))
+
+
+def allreduce(path: Path, series: Sequence[Series], title: str) -> Path:
+    fig, ax = plt.subplots(figsize=(6.8, 4.4))
+    if not series:
+        _empty(ax, "no allreduce records")
+    else:
+        _draw(ax, series)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        bytes_axis(ax)
+        ax.set_xlabel("message size")
+        ax.set_ylabel("bandwidth (GB/s, 1e9 bytes/s)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        for label in ax.get_xticklabels():
+            label.set_rotation(30)
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path)
+
+
+def palette(i: int) -> str:
+    return plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10]
+
+
+IDEAL_LABEL = "ideal linear scaling (dotted)"
+
+
+def ideal_line(x0: float, y0: float, xs: List[float], first: bool, color: Optional[str]) -> Series:
+    """Linear scaling from the first point: y = y0 * x / x0; only the first one enters the legend."""
+    return {"label": IDEAL_LABEL if first else "_nolegend_", "x": xs, "y": [y0 * x / x0 for x in xs], "style": ":", "color": color,
+            "alpha": 0.8}

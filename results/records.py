@@ -1,0 +1,158 @@
+"""Benchmark records: one JSON object per measured point, appended to ``results/records/*.jsonl``.
+
+A record keeps the numbers next to everything needed to trust and rerun them: the point's
+parameters, the environment (:func:`imagenet.sysinfo.collect`), the command, and the units.
+Failed points are records too (``status: "failed"`` plus ``error``), so a sweep's gaps are visible.
+
+Reading is strict but forgiving: a line that is not JSON, or a record missing required fields, is
+returned as a :class:`Problem` for the report to list, never silently dropped.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+log = logging.getLogger(__name__)
+
+SCHEMA = 1
+RESULTS_DIR = Path(__file__).resolve().parent
+RECORDS_DIR = RESULTS_DIR / "records"
+KINDS = ("train", "io", "allreduce")
+STATUSES = ("ok", "failed")
+
+# Fields every record must have, and the metrics an "ok" record of each kind must carry.
+REQUIRED = ("schema", "kind", "status", "sweep", "point", "metrics", "environment", "time")
+REQUIRED_METRICS = {
+    "train": ("images_per_s", "images_per_s_per_process", "step_time_ms", "world_size"),
+    "io": ("images_per_s", "mb_per_s", "elapsed_s", "images"),
+    "allreduce": ("bytes", "time_us", "algbw_gbps", "busbw_gbps", "world_size"),
+}
+
+# Units of the metric names used across kinds; stored in every record so a reader needs no code.
+UNITS = {
+    "images_per_s": "images/s", "images_per_s_per_process": "images/s", "step_time_ms": "ms",
+    "data_time_ms": "ms", "compute_time_ms": "ms", "peak_memory_bytes": "bytes", "epoch_time_s": "s",
+    "elapsed_s": "s", "mb_per_s": "MB/s (1e6 bytes)", "files_per_s": "files/s", "rchar": "bytes",
+    "read_bytes": "bytes", "syscr": "read syscalls", "time_us": "us", "algbw_gbps": "GB/s (1e9 bytes)",
+    "busbw_gbps": "GB/s (1e9 bytes)", "bytes": "bytes", "scaling_efficiency": "fraction",
+    "top1": "%", "top5": "%",
+}
+
+
+@dataclass
+class Problem:
+    """A record the report could not use, and why."""
+
+    source: str
+    line: int
+    reason: str
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_sweep_id(kind: str, tag: str) -> str:
+    """Unique and sortable by time: ``<tag>-<kind>-<UTC time>-<4 hex>``."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{tag}-{kind}-{stamp}-{uuid.uuid4().hex[:4]}"
+
+
+def make_record(kind: str, sweep: str, point: Dict[str, Any], metrics: Dict[str, Any],
+                environment: Dict[str, Any], status: str = "ok", error: Optional[str] = None,
+                **extra: Any) -> Dict[str, Any]:
+    """Build a record dict; ``extra`` holds kind-specific context (run_dir, command, notes)."""
+    if kind not in KINDS or status not in STATUSES:
+        raise ValueError(f"bad record kind/status {kind!r}/{status!r}")
+    rec = {"schema": SCHEMA, "kind": kind, "status": status, "error": error, "sweep": sweep,
+           "time": now_iso(), "point": point, "metrics": metrics,
+           "units": {k: UNITS[k] for k in metrics if k in UNITS}, "environment": environment,
+           "host_load_1m": _load()}  # a busy shared node explains outliers
+    rec.update(extra)
+    return rec
+
+
+def _load() -> Optional[float]:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def append(path: Path, record: Dict[str, Any]) -> None:
+    """Append one record as one line; flushed and fsynced so a crash loses at most this point."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    log.debug("recorded %s %s point %s -> %s", record["kind"], record["status"], record["point"], path)
+
+
+def validate(rec: Any) -> Optional[str]:
+    """None when ``rec`` is a usable record, else the reason it is not."""
+    if not isinstance(rec, dict):
+        return "not a JSON object"
+    missing = [k for k in REQUIRED if k not in rec]
+    if missing:
+        return f"missing field(s) {', '.join(missing)}"
+    if rec["schema"] != SCHEMA:
+        return f"schema {rec['schema']!r} is not {SCHEMA}"
+    if rec["kind"] not in KINDS:
+        return f"unknown kind {rec['kind']!r}"
+    if rec["status"] not in STATUSES:
+        return f"unknown status {rec['status']!r}"
+    if not isinstance(rec["metrics"], dict) or not isinstance(rec["point"], dict):
+        return "point and metrics must be objects"
+    if rec["status"] == "ok":
+        lacking = [m for m in REQUIRED_METRICS[rec["kind"]] if not _is_number(rec["metrics"].get(m))]
+        if lacking:
+            return f"ok {rec['kind']} record lacks numeric metric(s) {', '.join(lacking)}"
+    elif not rec.get("error"):
+        return "failed record without an error message"
+    return None
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def read_lines(path: Path) -> Tuple[List[Dict[str, Any]], List[Problem]]:
+    """Parse one JSONL file into (valid records, problems)."""
+    good, bad = [], []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                bad.append(Problem(str(path), lineno, f"not valid JSON ({e.msg} at column {e.colno})"))
+                continue
+            reason = validate(rec)
+            if reason:
+                bad.append(Problem(str(path), lineno, reason))
+            else:
+                rec["_source"] = f"{path.name}:{lineno}"
+                good.append(rec)
+    return good, bad
+
+
+def load(paths: Iterable[Path]) -> Tuple[List[Dict[str, Any]], List[Problem]]:
+    """All records from files or directories (``*.jsonl`` inside), in file then line order."""
+    records, problems = [], []
+    for p in paths:
+        files = sorted(Path(p).glob("*.jsonl")) if Path(p).is_dir() else [Path(p)]
+        for f in files:
+            good, bad = read_lines(f)
+            records += good
+            problems += bad
+    for pr in problems:
+        log.warning("skipping record %s:%d: %s", pr.source, pr.line, pr.reason)
+    return records, problems

@@ -1,0 +1,629 @@
+"""Records + TensorBoard events -> ``results/figures/*.png`` and ``results/RESULTS.md``.
+
+    python -m results.report                      # all of results/records/*.jsonl
+    python -m results.report --records FILE.jsonl --out DIR
+
+Every number in the report comes from a record, a run's TensorBoard events, or the published
+reference data in ``results/reference/`` (with its source); each figure is followed by the table
+it was drawn from, and each row names its record's environment. Records that cannot be used are
+listed, not dropped. Output is deterministic (no timestamps), so regenerating the committed
+report from the committed records changes nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from results import figures, records, scaling_model as sm
+from results.allreduce_bench import fit_alpha_beta
+from results.train_bench import GROUP_KEYS, add_efficiency, parameter_count
+
+log = logging.getLogger(__name__)
+
+RESULTS = records.RESULTS_DIR
+REPO = RESULTS.parent
+REFERENCE = RESULTS / "reference"
+IMAGENET_TRAIN_IMAGES = 1_281_167  # ILSVRC-2012 training set size: converts images/s to epoch time
+CURVES = {"top1_train": ("Top1/train", "train top-1 (%)"), "top1_val": ("Top1/val", "validation top-1 (%)"),
+          "top5_train": ("Top5/train", "train top-5 (%)"), "top5_val": ("Top5/val", "validation top-5 (%)")}
+
+
+class ReportError(RuntimeError):
+    """Bad input; one line naming the problem and the fix."""
+
+
+# ---------------------------------------------------------------- formatting
+
+def fmt(v: object) -> str:
+    """One number format for every table, so tests can compare cells with records."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return str(v).replace("|", "\\|")
+
+
+def pct(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v + 0.0:.1f}%".replace("-0.0%", "0.0%")  # no negative zero from rounding
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    if not rows:
+        return "_(no rows)_\n"
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(c if isinstance(c, str) else fmt(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- environments
+
+ENV_COLUMNS = ("hostname", "cpu_model", "cpu_count", "torch_threads", "gpu_name", "gpu_count", "nodes", "torch", "torchvision",
+               "cuda", "cudnn", "nccl", "python", "git_commit", "slurm_job_id")
+
+
+class Environments:
+    """Short ids (E1, E2, ...) for distinct environments; the command line is per record."""
+
+    def __init__(self) -> None:
+        self.ids: Dict[str, str] = {}
+        self.envs: Dict[str, dict] = {}
+
+    def id(self, rec: dict) -> str:
+        env = {k: rec["environment"].get(k) for k in ENV_COLUMNS}
+        key = hashlib.sha1(json.dumps(env, sort_keys=True, default=str).encode()).hexdigest()
+        if key not in self.ids:
+            self.ids[key] = f"E{len(self.ids) + 1}"
+            self.envs[self.ids[key]] = env
+        return self.ids[key]
+
+    def table(self) -> str:
+        rows = [[i] + [fmt(e.get(k)) for k in ENV_COLUMNS] for i, e in self.envs.items()]
+        return md_table(["env", *ENV_COLUMNS], rows)
+
+
+# ---------------------------------------------------------------- inputs
+
+def load_reference(ref_dir: Path = REFERENCE) -> Tuple[dict, dict]:
+    try:
+        pub = json.loads((ref_dir / "published_resnet50.json").read_text())
+        links = json.loads((ref_dir / "links.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ReportError(f"cannot read the reference data in {ref_dir} ({e}); restore results/reference/ "
+                          "from git") from None
+    return pub, links
+
+
+def by_kind(recs: Sequence[dict], kind: str, ok: bool = True) -> List[dict]:
+    return [r for r in recs if r["kind"] == kind and (r["status"] == "ok") == ok]
+
+
+def data_label(d: object) -> str:
+    return "synthetic" if d == "dummy" else Path(str(d)).name
+
+
+def train_group_label(r: dict, multi_sweep: bool) -> str:
+    p = r["point"]
+    prec = r["metrics"].get("precision_label") or p.get("precision")
+    label = f"{p['variant']} {p['arch']} {prec} b{p['batch_size']}/proc, {data_label(p['data'])}"
+    return f"{label} [{r['sweep']}]" if multi_sweep else label
+
+
+def train_groups(train: Sequence[dict]) -> Dict[str, List[dict]]:
+    """Series of one sweep and one setting, sorted by world size."""
+    multi = len({r["sweep"] for r in train}) > len({tuple(r["point"].get(k) for k in GROUP_KEYS) for r in train})
+    groups: Dict[str, List[dict]] = {}
+    for r in train:
+        groups.setdefault(train_group_label(r, multi), []).append(r)
+    return {k: sorted(v, key=lambda r: r["metrics"]["world_size"]) for k, v in sorted(groups.items())}
+
+
+# ---------------------------------------------------------------- training throughput and time
+
+def published_throughput(pub: dict) -> List[figures.Series]:
+    out = []
+    for i, run in enumerate(pub["hal_2020"]["runs"]):
+        out.append({"label": f"HAL 2020 V100 ({run['label']}, Apex O2)", "x": run["gpus"],
+                    "y": run["train_img_per_s"], "color": figures.palette(i)})
+    for j, (cfg, pts) in enumerate(sorted(pub["nvidia_dle_2021"]["train_img_per_s"].items())):
+        xs = sorted(int(k) for k in pts)
+        out.append({"label": f"NVIDIA DLE 2021 {cfg}", "x": xs, "y": [pts[str(x)] for x in xs],
+                    "color": figures.palette(i + 1 + j), "style": "s-"})
+    return out
+
+
+def with_ideal(series: Sequence[figures.Series]) -> List[figures.Series]:
+    """Each series plus its ideal linear line and efficiency labels relative to its first point."""
+    out = []
+    for i, s in enumerate(series):
+        x0, y0 = s["x"][0], s["y"][0]
+        s = dict(s, labels=[f"{100 * (y / x) / (y0 / x0):.0f}%" for x, y in zip(s["x"], s["y"])])
+        out += [s, figures.ideal_line(x0, y0, list(s["x"]), i == 0, s.get("color"))]
+    return out
+
+
+def throughput_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) -> str:
+    groups = train_groups(train)
+    ours = [{"label": k, "x": [r["metrics"]["world_size"] for r in v], "y": [r["metrics"]["images_per_s"] for r in v],
+             "color": figures.palette(i)} for i, (k, v) in enumerate(groups.items())]
+    figures.scaling_panels(fig_dir / "training_throughput.png", [
+        {"title": "this project (measured, warm-up excluded)", "xlabel": "processes (GPUs)",
+         "ylabel": "training throughput (images/s)", "series": with_ideal(ours),
+         "empty": "no successful train records"},
+        {"title": "published ResNet-50 (reference)", "xlabel": "GPUs", "ylabel": "training throughput (images/s)",
+         "series": with_ideal(published_throughput(pub)), "legend_loc": "upper left"},
+    ], "Training throughput vs processes/GPUs; labels: scaling efficiency vs the first point")
+    rows = []
+    for label, members in groups.items():
+        for r in members:
+            m = r["metrics"]
+            rows.append([label, m["world_size"], m.get("nodes"), m["images_per_s"], m["images_per_s_per_process"],
+                         m["step_time_ms"], m.get("data_time_ms"), m.get("compute_time_ms"),
+                         _mib(m.get("peak_memory_bytes")), m.get("epoch_time_s"), pct(m.get("scaling_efficiency")),
+                         m.get("baseline_world_size"), m.get("measured_steps"), m.get("warmup_steps"),
+                         r.get("host_load_1m"), env.id(r), r["_source"]])
+    table = md_table(["series", "processes", "nodes", "images/s", "images/s per process", "ms/step", "data ms/step",
+                      "compute ms/step", "peak memory (MiB)", "epoch time (s)", "scaling efficiency",
+                      "efficiency baseline (processes)", "measured steps", "warm-up steps", "host load (1 min)",
+                      "env", "record"], rows)
+    return ("## Training throughput\n\n![training throughput](figures/training_throughput.png)\n\n"
+            "Measured points (steady state: the engine excludes its warm-up steps). Scaling efficiency = "
+            "(images/s per process) / (the same at the sweep's smallest process count). Host load is the "
+            "1-minute load average when the point was recorded: on a shared machine a load above the core "
+            "count means other work competed for the cores.\n\n" + table
+            + "\n" + published_throughput_table(pub))
+
+
+def _mib(v: Optional[float]) -> Optional[float]:
+    return None if v is None else v / (1 << 20)
+
+
+def published_throughput_table(pub: dict) -> str:
+    rows = []
+    for s in published_throughput(pub):
+        x0, y0 = s["x"][0], s["y"][0]
+        for x, y in zip(s["x"], s["y"]):
+            rows.append([s["label"], x, y, y / x, pct((y / x) / (y0 / x0))])
+    src = f"Sources: {pub['hal_2020']['source']}; {pub['nvidia_dle_2021']['source']}."
+    return ("Published reference (as published; per-GPU rate and efficiency derived):\n\n"
+            + md_table(["series", "GPUs", "images/s", "images/s per GPU", "efficiency vs first point"], rows)
+            + "\n" + src + "\n")
+
+
+def time_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) -> str:
+    epochs = pub["hal_2020"]["runs"][0]["epochs"]  # compare like with like: the published 90-epoch runs
+    groups = train_groups(train)
+    ours = []
+    for i, (label, members) in enumerate(groups.items()):
+        hours = [epochs * IMAGENET_TRAIN_IMAGES / r["metrics"]["images_per_s"] / 3600 for r in members]
+        ours.append({"label": label, "x": [r["metrics"]["world_size"] for r in members], "y": hours,
+                     "color": figures.palette(i)})
+    published = [{"label": f"HAL 2020 V100 ({run['label']}), {run['epochs']} epochs", "x": run["gpus"],
+                  "y": [t / 3600 for t in run["train_time_s"]], "color": figures.palette(i)}
+                 for i, run in enumerate(pub["hal_2020"]["runs"])]
+    ml = pub["mlperf_training_v3_0_resnet50"]["time_to_train_min"]
+    xs = sorted(int(k) for k in ml)
+    published.append({"label": "MLPerf v3.0 H100 (to 75.9% top-1)", "x": xs, "y": [ml[str(x)] / 60 for x in xs],
+                      "color": figures.palette(3), "style": "s-"})
+
+    def ideal_time(series):
+        out = []
+        for s in series:
+            x0, y0 = s["x"][0], s["y"][0]
+            eff = [f"{100 * (y0 * x0) / (y * x):.0f}%" for x, y in zip(s["x"], s["y"])]
+            out += [dict(s, labels=eff), {"label": figures.IDEAL_LABEL if not out else "_nolegend_", "x": s["x"],
+                                          "y": [y0 * x0 / x for x in s["x"]], "style": ":", "color": s["color"]}]
+        return out
+    figures.scaling_panels(fig_dir / "training_time.png", [
+        {"title": f"this project: {epochs} ImageNet epochs at the measured rate", "xlabel": "processes (GPUs)",
+         "ylabel": "time to train (hours)", "series": ideal_time(ours), "empty": "no successful train records"},
+        {"title": "published ResNet-50 (reference)", "xlabel": "GPUs", "ylabel": "time to train (hours)",
+         "series": ideal_time(published), "legend_loc": "lower left"},
+    ], "Training time vs processes/GPUs; labels: efficiency vs the first point")
+    rows = []
+    for label, members in groups.items():
+        for r in members:
+            m = r["metrics"]
+            rows.append([label, m["world_size"], m.get("epoch_time_s"), r["point"].get("steps_per_epoch"),
+                         IMAGENET_TRAIN_IMAGES / m["images_per_s"] / 3600,
+                         epochs * IMAGENET_TRAIN_IMAGES / m["images_per_s"] / 3600, env.id(r), r["_source"]])
+    pub_rows = [[s["label"], x, y] for s in published for x, y in zip(s["x"], s["y"])]
+    return (f"## Training time\n\n![training time](figures/training_time.png)\n\nOur runs are short (a few steps "
+            f"per epoch), so the time for a full ImageNet epoch ({IMAGENET_TRAIN_IMAGES} images) and for "
+            f"{epochs} epochs is projected from the measured images/s; the measured (short) epoch time is shown "
+            "too.\n\n" + md_table(["series", "processes", "measured epoch time (s)", "steps/epoch",
+                                   "projected ImageNet epoch (h)", f"projected {epochs} epochs (h)", "env",
+                                   "record"], rows)
+            + "\nPublished (hours):\n\n" + md_table(["series", "GPUs", "time to train (h)"], pub_rows)
+            + f"\nSources: {pub['hal_2020']['source']}; {pub['mlperf_training_v3_0_resnet50']['source']}.\n")
+
+
+# ---------------------------------------------------------------- learning curves
+
+def read_curves(run_dir: Path) -> Dict[str, List[Tuple[int, float]]]:
+    """Epoch scalars from a run's TensorBoard events; run.json epochs when there are none."""
+    out: Dict[str, List[Tuple[int, float]]] = {}
+    if any(run_dir.glob("events.out.tfevents*")):
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        logging.getLogger("tensorboard").setLevel(logging.WARNING)  # "No path found after ..." chatter
+        acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+        acc.Reload()
+        tags = set(acc.Tags().get("scalars", []))
+        for tag, _ in CURVES.values():
+            if tag in tags:
+                out[tag] = [(e.step, e.value) for e in acc.Scalars(tag)]
+        if out:
+            return out
+    run_json = run_dir / "run.json"
+    if run_json.exists():
+        epochs = json.loads(run_json.read_text()).get("epochs", [])
+        keys = {"Top1/train": "train_top1", "Top1/val": "val_top1", "Top5/train": "train_top5", "Top5/val": "val_top5"}
+        for tag, key in keys.items():
+            out[tag] = [(e["epoch"], e[key]) for e in epochs if e.get(key) is not None]
+    return out
+
+
+def curve_runs(train: Sequence[dict], problems: List[records.Problem]) -> List[Tuple[str, dict, dict]]:
+    """(label, record, curves) for runs with kept events; real-data runs when any exist."""
+    with_dir = [r for r in train if r.get("run_dir")]
+    real = [r for r in with_dir if r["point"].get("data") != "dummy"]
+    out = []
+    for r in (real or with_dir):
+        d = REPO / r["run_dir"]
+        c = read_curves(d) if d.is_dir() else {}
+        if not c:
+            problems.append(records.Problem(r["_source"], 0, f"learning curves: no events or run.json in {d}"))
+            continue
+        label = f"{r['metrics']['world_size']} process(es), {data_label(r['point']['data'])}"
+        out.append((label, r, c))
+    return sorted(out, key=lambda t: (t[1]["point"].get("data") != "dummy", t[1]["metrics"]["world_size"]))
+
+
+def curves_section(train: Sequence[dict], env: Environments, fig_dir: Path, problems: List) -> str:
+    runs = curve_runs(train, problems)
+    for name, (tag, ylabel) in CURVES.items():
+        series = [{"label": label, "x": [s for s, _ in c.get(tag, [])], "y": [v for _, v in c.get(tag, [])],
+                   "color": figures.palette(i)} for i, (label, _, c) in enumerate(runs) if c.get(tag)]
+        figures.curves(fig_dir / f"{name}.png", series, ylabel, f"{ylabel.split(' (')[0]} per epoch "
+                       "(TensorBoard events of rank 0)")
+    rows = []
+    for label, r, c in runs:
+        epochs = sorted({s for tag, _ in CURVES.values() for s, _ in c.get(tag, [])})
+        val = {tag: dict(c.get(tag, [])) for tag, _ in CURVES.values()}
+        for e in epochs:
+            rows.append([label, e] + [val[tag].get(e) for tag, _ in CURVES.values()] + [env.id(r), r["run_dir"]])
+    figs = "\n".join(f"![{n}](figures/{n}.png)" for n in CURVES)
+    return ("## Learning curves\n\n" + figs + "\n\nOne curve per process count (the quick preset trains a few "
+            "epochs on the small generated demo set, so these show the pipeline, not ImageNet accuracy).\n\n"
+            + md_table(["run", "epoch", "train top-1 (%)", "val top-1 (%)", "train top-5 (%)", "val top-5 (%)",
+                        "env", "events"], rows))
+
+
+# ---------------------------------------------------------------- I/O
+
+def io_section(io: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) -> str:
+    def series(sweep_key: str, metric: str) -> List[figures.Series]:
+        groups: Dict[Tuple[str, str], List[dict]] = {}
+        for r in io:
+            groups.setdefault((r["point"]["backend"], r["point"]["cache"]), []).append(r)
+        backends = sorted({b for b, _ in groups})
+        out = []
+        for (b, cache), rs in sorted(groups.items()):
+            rs = _io_sweep(rs, sweep_key)
+            if rs:
+                out.append({"label": f"{b}, {cache} cache", "x": [r["point"][sweep_key] for r in rs],
+                            "y": [r["metrics"][metric] for r in rs], "color": figures.palette(backends.index(b)),
+                            "style": "o-" if cache == "warm" else "s--"})
+        return out
+    panels = [
+        {"title": "one reader: loader workers", "xlabel": "DataLoader workers", "ylabel": "images/s",
+         "series": series("workers", "images_per_s"), "int_x": True, "ymin0": True},
+        {"title": "one reader: loader workers", "xlabel": "DataLoader workers", "ylabel": "MB/s (file bytes read)",
+         "series": series("workers", "mb_per_s"), "int_x": True, "ymin0": True},
+        {"title": "concurrent readers (as ranks on one node)", "xlabel": "reader processes",
+         "ylabel": "images/s (all readers)", "series": series("readers", "images_per_s"), "int_x": True,
+         "ymin0": True},
+        {"title": "concurrent readers (as ranks on one node)", "xlabel": "reader processes",
+         "ylabel": "MB/s (all readers)", "series": series("readers", "mb_per_s"), "int_x": True,
+         "ymin0": True},
+    ]
+    for p in panels:
+        p["empty"] = "no io records"
+    figures.grid(fig_dir / "IO.png", panels, "Data loading without a model (decode + augment to 224x224)")
+    rows = []
+    for r in sorted(io, key=lambda r: (r["point"]["backend"], r["point"]["cache"], r["point"]["readers"],
+                                       r["point"]["workers"])):
+        p, m = r["point"], r["metrics"]
+        rows.append([p["backend"], p["cache"], p["workers"], p["readers"], m["images"], m["images_per_s"],
+                     m["mb_per_s"], m.get("files_per_s"), m.get("storage_mb_per_s"), m.get("syscr_per_s"),
+                     m.get("bytes_per_image"), m.get("first_batch_s"), m.get("cold_verified"),
+                     m.get("cache_method"), r.get("host_load_1m"), env.id(r), r["_source"]])
+    hal = pub["hal_2020"]["io_64gpu"]
+    feb = pub["hal_2020"]["runs"][0]
+    implied = [[f"{g:.3g}", f"{g * 1e9 / feb['train_img_per_s'][-1] / 1e3:.0f}"] for g in hal["avg_read_GBps"]
+               if g is not None]
+    return ("## I/O\n\n![IO](figures/IO.png)\n\nImages/s and MB/s of file bytes delivered by the loader; "
+            "storage MB/s is `read_bytes` from /proc/self/io (0 when served from the page cache), read "
+            "calls/s is `syscr`. Files/s = images/s: each ImageFolder sample opens one file. Cold points evict "
+            "the dataset's pages first (`cache method`), and are marked verified when at least half the bytes "
+            "came from storage.\n\n"
+            + md_table(["backend", "cache", "workers", "readers", "images", "images/s", "MB/s", "files/s",
+                        "storage MB/s", "read calls/s", "bytes/image", "first batch (s)", "cold verified",
+                        "cache method", "host load (1 min)", "env", "record"], rows)
+            + f"\nPublished (HAL 2020, storage side during {feb['gpus'][-1]}-GPU runs, {hal['note']}): average "
+            f"read GB/s and the implied KB per image at the {feb['label']} run's {feb['gpus'][-1]}-GPU rate "
+            f"({fmt(feb['train_img_per_s'][-1])} images/s):\n\n"
+            + md_table(["avg read GB/s", "implied KB/image"], implied) + "\n")
+
+
+# ---------------------------------------------------------------- allreduce
+
+def _io_sweep(rs: Sequence[dict], key: str) -> List[dict]:
+    """Points of the workers sweep (one reader), or of the readers sweep (at its per-reader workers,
+    the 1-reader point with the same workers included as its start)."""
+    if key == "workers":
+        pts = [r for r in rs if r["point"]["readers"] == 1]
+    else:
+        multi = [r for r in rs if r["point"]["readers"] > 1]
+        if not multi:
+            return []
+        w = multi[0]["point"]["workers"]
+        pts = [r for r in rs if r["point"]["workers"] == w]
+    return sorted(pts, key=lambda r: r["point"][key])
+
+
+def allreduce_groups(ar: Sequence[dict]) -> Dict[Tuple[str, str, int], List[dict]]:
+    groups: Dict[Tuple[str, str, int], List[dict]] = {}
+    for r in ar:
+        groups.setdefault((r["sweep"], r["point"]["backend"], r["metrics"]["world_size"]), []).append(r)
+    return {k: sorted(v, key=lambda r: r["metrics"]["bytes"]) for k, v in sorted(groups.items())}
+
+
+def allreduce_section(ar: Sequence[dict], env: Environments, fig_dir: Path) -> str:
+    groups = allreduce_groups(ar)
+    series, rows, fits = [], [], []
+    for i, ((sweep, backend, n), rs) in enumerate(groups.items()):
+        label = f"{backend}, {n} processes" + (f" [{sweep}]" if len(groups) > 1 else "")
+        xs = [r["metrics"]["bytes"] for r in rs]
+        series.append({"label": f"busbw, {label}", "x": xs, "y": [r["metrics"]["busbw_gbps"] for r in rs],
+                       "color": figures.palette(i)})
+        series.append({"label": f"algbw, {label}", "x": xs, "y": [r["metrics"]["algbw_gbps"] for r in rs],
+                       "color": figures.palette(i), "style": "x:"})
+        rows += [[label, r["metrics"]["bytes"], figures.size_label(r["metrics"]["bytes"]), r["metrics"]["time_us"],
+                  r["metrics"]["algbw_gbps"], r["metrics"]["busbw_gbps"], r["metrics"].get("iters"), env.id(r),
+                  r["_source"]] for r in rs]
+        fit = fit_alpha_beta([r["metrics"] for r in rs])
+        if fit:
+            fits.append([label, fit["alpha_s"] * 1e6, sm.hop_latency(fit["alpha_s"], n) * 1e6,
+                         fit["busbw_bytes_per_s"] / 1e9])
+    figures.allreduce(fig_dir / "allreduce.png", series, "All-reduce bandwidth (nccl-tests definitions)")
+    return ("## All-reduce bandwidth\n\n![allreduce](figures/allreduce.png)\n\nalgbw = bytes / time; busbw = "
+            "algbw x 2(n-1)/n (the traffic each link carries in a ring all-reduce), as nccl-tests reports.\n\n"
+            + md_table(["series", "bytes", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "iterations", "env",
+                        "record"], rows)
+            + "\nFit used by the scaling model (latency = the smallest message's time; bandwidth = 1/slope of "
+              "time vs bus bytes):\n\n"
+            + md_table(["series", "small-message time (us)", "per-hop latency (us)", "fitted busbw (GB/s)"], fits))
+
+
+# ---------------------------------------------------------------- scaling model
+
+def our_model(train: Sequence[dict], ar: Sequence[dict]) -> Tuple[Optional[sm.ModelInputs], List[dict], str]:
+    """Model inputs from our records: 1-process compute step, the model's gradients, measured link."""
+    synthetic = [r for r in train if r["point"].get("data") == "dummy"] or list(train)
+    singles = [r for r in synthetic if r["metrics"]["world_size"] == 1]
+    groups = allreduce_groups(ar)
+    if not singles or not groups:
+        return None, [], "needs a 1-process train record and allreduce records"
+    base = singles[-1]
+    (_, _, n_ar), ar_rows = list(groups.items())[-1]
+    fit = fit_alpha_beta([r["metrics"] for r in ar_rows])
+    params = base["metrics"].get("parameters") or parameter_count(base["point"]["arch"])
+    if not fit or not params:
+        return None, [], "allreduce fit or parameter count unavailable"
+    per_param = 2 if base["point"].get("precision") in ("O2", "O3") else 4
+    m = sm.ModelInputs(step_time_s=base["metrics"]["step_time_ms"] / 1e3, batch_per_gpu=base["point"]["batch_size"],
+                       grad_bytes=params * per_param, busbw_intra=fit["busbw_bytes_per_s"],
+                       alpha_intra_s=sm.hop_latency(fit["alpha_s"], n_ar))
+    same = [r for r in synthetic if r["sweep"] == base["sweep"] and r["metrics"]["world_size"] > 1
+            and all(r["point"].get(k) == base["point"].get(k) for k in GROUP_KEYS)]
+    desc = (f"{base['point']['arch']} ({params} parameters x {per_param} bytes), 1-process step from record "
+            f"{base['_source']}, link from the {n_ar}-process all-reduce fit")
+    return m, same, desc
+
+
+def hal_model(pub: dict, links: dict, overlap: bool) -> Tuple[sm.ModelInputs, dict]:
+    L = links["hal_2020"]
+    run = next(r for r in pub["hal_2020"]["runs"] if r["label"] == L["run"])
+    params = parameter_count(L["arch"])
+    m = sm.ModelInputs(step_time_s=1.0, batch_per_gpu=run["batch_per_gpu"], grad_bytes=params * L["grad_bytes_per_param"],
+                       busbw_intra=L["busbw_intra"], alpha_intra_s=L["alpha_intra_s"], gpus_per_node=L["gpus_per_node"],
+                       busbw_inter=L["busbw_inter"], alpha_inter_s=L["alpha_inter_s"])
+    n0, x0 = run["gpus"][0], run["train_img_per_s"][0]
+    return sm.calibrate(m, n0, n0 * run["batch_per_gpu"] / x0, overlap), run
+
+
+def dle_model(pub: dict, links: dict) -> Tuple[sm.ModelInputs, dict]:
+    L = links["nvidia_dle_2021"]
+    pts = pub["nvidia_dle_2021"]["train_img_per_s"][L["config"]]
+    params = parameter_count(L["arch"])
+    m = sm.ModelInputs(step_time_s=L["batch_per_gpu"] / pts["1"], batch_per_gpu=L["batch_per_gpu"],
+                       grad_bytes=params * L["grad_bytes_per_param"], busbw_intra=L["busbw_intra"],
+                       alpha_intra_s=L["alpha_intra_s"], gpus_per_node=L["gpus_per_node"])
+    return m, pts
+
+
+def model_section(train: Sequence[dict], ar: Sequence[dict], pub: dict, links: dict, fig_dir: Path) -> str:
+    gpus = sm.powers_of_two(1, 1024)
+    ours, ours_measured, ours_desc = our_model(train, ar)
+    hal_no, run = hal_model(pub, links, overlap=False)
+    hal_ov, _ = hal_model(pub, links, overlap=True)
+    scenarios = []  # (label, inputs without overlap, inputs with overlap)
+    if ours:
+        scenarios.append(("this machine (gloo, measured)", ours, ours))
+    scenarios.append(("HAL V100 cluster (link specs)", hal_no, hal_ov))
+    thr, eff = [], []
+    for i, (label, m_no, m_ov) in enumerate(scenarios):
+        c = figures.palette(i)
+        for m, ov, style in ((m_no, False, "--"), (m_ov, True, "-")):
+            pts = [sm.predict(m, n, ov) for n in gpus]
+            tag = "overlap" if ov else "no overlap"
+            thr.append({"label": f"{label}, {tag}", "x": gpus, "y": [p["images_per_s"] for p in pts], "style": style,
+                        "color": c})
+            eff.append({"label": f"{label}, {tag}", "x": gpus, "y": [p["efficiency"] for p in pts], "style": style,
+                        "color": c})
+    thr.append({"label": f"HAL 2020 published ({run['label']})", "x": run["gpus"], "y": run["train_img_per_s"],
+                "style": "*", "color": "black"})
+    if ours_measured:
+        thr.append({"label": "this machine measured", "x": [r["metrics"]["world_size"] for r in ours_measured],
+                    "y": [r["metrics"]["images_per_s"] for r in ours_measured], "style": "D", "color": figures.palette(0)})
+    figures.grid(fig_dir / "scaling_model.png", [
+        {"title": "predicted throughput", "xlabel": "GPUs (processes)", "ylabel": "images/s", "series": thr,
+         "xlog": True, "ylog": True},
+        {"title": "predicted scaling efficiency", "xlabel": "GPUs (processes)", "ylabel": "efficiency (fraction of linear)",
+         "series": eff, "xlog": True, "ymin0": True},
+    ], "Scaling model: compute + ring all-reduce, with and without overlap")
+    return _model_text(scenarios, gpus, ours_desc, ours, ours_measured, pub, links, hal_no, hal_ov, run)
+
+
+def _model_text(scenarios, gpus, ours_desc, ours, ours_measured, pub, links, hal_no, hal_ov, run) -> str:
+    inputs = [[label, m_no.step_time_s * 1e3, m_ov.step_time_s * 1e3, m_no.batch_per_gpu, m_no.grad_bytes / 1e6,
+               m_no.busbw_intra / 1e9, m_no.alpha_intra_s * 1e6, m_no.gpus_per_node if m_no.busbw_inter else "all",
+               None if m_no.busbw_inter is None else m_no.busbw_inter / 1e9,
+               None if m_no.alpha_inter_s is None else m_no.alpha_inter_s * 1e6]
+              for label, m_no, m_ov in scenarios]
+    pred = []
+    for label, m_no, m_ov in scenarios:
+        for n in gpus:
+            a, b = sm.predict(m_no, n, False), sm.predict(m_ov, n, True)
+            pred.append([label, n, a["comm_time_s"] * 1e3, a["images_per_s"], pct(a["efficiency"]),
+                         b["images_per_s"], pct(b["efficiency"])])
+    check = []
+    for n, x in zip(run["gpus"], run["train_img_per_s"]):
+        a, b = sm.predict(hal_no, n, False)["images_per_s"], sm.predict(hal_ov, n, True)["images_per_s"]
+        check.append([f"HAL 2020 ({run['label']})", n, x, a, pct(sm.relative_error(a, x)), b, pct(sm.relative_error(b, x))])
+    dle, dle_pts = dle_model(pub, links)
+    for n in sorted(int(k) for k in dle_pts):
+        x = dle_pts[str(n)]
+        a, b = sm.predict(dle, n, False)["images_per_s"], sm.predict(dle, n, True)["images_per_s"]
+        check.append([f"NVIDIA DLE {links['nvidia_dle_2021']['config']}", n, x, a, pct(sm.relative_error(a, x)), b,
+                      pct(sm.relative_error(b, x))])
+    for r in ours_measured:
+        n, x = r["metrics"]["world_size"], r["metrics"]["images_per_s"]
+        a, b = sm.predict(ours, n, False)["images_per_s"], sm.predict(ours, n, True)["images_per_s"]
+        check.append([f"this machine ({r['_source']})", n, x, a, pct(sm.relative_error(a, x)), b,
+                      pct(sm.relative_error(b, x))])
+    worst = max((abs(sm.relative_error(c[3], c[2])) for c in check if c[0].startswith("HAL")), default=None)
+    sources = "\n".join(f"- {k}: {v}" for sec in ("hal_2020", "nvidia_dle_2021") for k, v in links[sec].items()
+                        if k.endswith("_source"))
+    return ("## Scaling model\n\n![scaling model](figures/scaling_model.png)\n\n"
+            "t(n) = t_c + t_comm(n) without overlap, (1-f) t_c + max(f t_c, t_comm(n)) with overlap (f = "
+            f"{sm.BACKWARD_FRACTION:.3g}, the backward share); t_comm(n) = k 2(n-1) alpha + 2(n-1)/n G / B with k "
+            f"= ceil(G / {sm.DDP_BUCKET_BYTES / (1 << 20):g} MiB) DDP buckets; B and alpha are intra-node while n fits "
+            "one node, inter-node beyond (see `results/scaling_model.py`).\n\n"
+            f"This machine: {ours_desc}; beyond 2 processes it assumes a cluster of such nodes joined by the "
+            "measured link, and it ignores that our processes share 2 cores.\n\n"
+            "HAL: t_c is calibrated so that the model reproduces the smallest published point, then predicts "
+            "the others.\n\nInputs:\n\n"
+            + md_table(["scenario", "t_c no overlap (ms)", "t_c overlap (ms)", "batch/GPU", "gradient MB",
+                        "intra busbw (GB/s)", "intra hop latency (us)", "GPUs/node", "inter busbw (GB/s)",
+                        "inter hop latency (us)"], inputs)
+            + "\nWhere the link parameters come from (`results/reference/links.json`):\n\n" + sources + "\n\n"
+            "Predictions:\n\n" + md_table(["scenario", "GPUs", "comm ms/step", "images/s (no overlap)",
+                                           "efficiency (no overlap)", "images/s (overlap)", "efficiency (overlap)"],
+                                          pred)
+            + "\nCheck against published multi-GPU tables and our own multi-process points (error = (predicted "
+            "- measured) / measured):\n\n"
+            + md_table(["measured", "GPUs", "measured images/s", "predicted (no overlap)", "error", "predicted (overlap)",
+                        "error"], check)
+            + (f"\nLargest HAL error without overlap: {pct(worst)}. The model has no input pipeline, stragglers or "
+               "per-step overheads, so it is optimistic where those grow with the GPU count (the DLE 8-GPU point), "
+               "and on this machine it cannot see that two processes split two cores.\n" if worst is not None else ""))
+
+
+# ---------------------------------------------------------------- failures, problems, assembly
+
+def problems_section(recs: Sequence[dict], problems: Sequence[records.Problem], env: Environments) -> str:
+    failed = [[r["kind"], json.dumps(r["point"], sort_keys=True), r["error"], env.id(r), r["_source"]]
+              for r in recs if r["status"] != "ok"]
+    bad = [[p.source, p.line, p.reason] for p in problems]
+    out = "## Failed points and unusable records\n\n"
+    out += "Failed points (recorded by the harness):\n\n" + md_table(["kind", "point", "why", "env", "record"], failed)
+    out += "\nRecords the report could not use:\n\n" + md_table(["file", "line", "problem"], bad)
+    return out
+
+
+def commands_section(recs: Sequence[dict]) -> str:
+    rows = [[r["_source"], r.get("command") or r["environment"].get("command")] for r in recs]
+    return ("## Commands\n\n<details><summary>command line of each record</summary>\n\n"
+            + md_table(["record", "command"], [[a, f"`{b}`"] for a, b in rows]) + "\n</details>\n")
+
+
+def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE) -> Tuple[Path, List]:
+    """Write figures and RESULTS.md; returns (RESULTS.md path, problems)."""
+    recs, problems = records.load(record_paths)
+    if not recs and not problems:
+        raise ReportError(f"no records in {', '.join(map(str, record_paths))}; run `python -m results.bench quick` "
+                          "(or `make bench`) first")
+    pub, links = load_reference(ref_dir)
+    fig_dir = out_dir / "figures"
+    train, io, ar = by_kind(recs, "train"), by_kind(recs, "io"), by_kind(recs, "allreduce")
+    add_efficiency(train)
+    env = Environments()
+    problems = list(problems)
+    body = [throughput_section(train, pub, env, fig_dir), time_section(train, pub, env, fig_dir),
+            curves_section(train, env, fig_dir, problems), io_section(io, pub, env, fig_dir),
+            allreduce_section(ar, env, fig_dir), model_section(train, ar, pub, links, fig_dir)]
+    tail = [problems_section(recs, problems, env), "## Environments\n\n" + env.table(), commands_section(recs)]
+    head = ("# Results\n\nGenerated by `python -m results.report` from "
+            f"{len(recs)} records ({sum(r['status'] == 'ok' for r in recs)} ok, "
+            f"{sum(r['status'] != 'ok' for r in recs)} failed, {len(problems)} unusable) in "
+            + ", ".join(f"`{_rel(p)}`" for p in record_paths)
+            + ". Do not edit: rerun the command. Published numbers come from `results/reference/` with their "
+              "sources.\n")
+    path = out_dir / "RESULTS.md"
+    path.write_text("\n".join([head, *body, *tail]))
+    log.info("wrote %s (%d records, %d problems)", path, len(recs), len(problems))
+    return path, problems
+
+
+def _rel(p: Path) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(REPO))
+    except ValueError:
+        return str(p)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m results.report", description=__doc__.splitlines()[0])
+    ap.add_argument("--records", nargs="+", type=Path, default=[records.RECORDS_DIR],
+                    help="record files or folders of *.jsonl (default results/records)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="where RESULTS.md and figures/ go (default results)")
+    ap.add_argument("--reference", type=Path, default=REFERENCE, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    missing = [p for p in a.records if not Path(p).exists()]
+    try:
+        if missing:
+            raise ReportError(f"{missing[0]} does not exist; pass record files or a folder of *.jsonl")
+        _, problems = build(a.records, a.out, a.reference)
+    except ReportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if problems:
+        print(f"warning: {len(problems)} record(s) could not be used; listed in RESULTS.md", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""Training throughput points: run the engine once per point and turn its run.json into a record.
+
+A point is (variant, processes per node, nodes, batch per process, precision, data). Locally it
+runs through ``torchrun --standalone`` on the devices present; with ``--submit slurm`` it becomes
+one batch job per point, written by :mod:`slurm.generate` and submitted with ``sbatch --wait``.
+The engine measures steady-state throughput itself (warm-up steps excluded, device synced only
+at timing boundaries); this module only launches, collects and keeps the run's TensorBoard
+events next to the record (checkpoints are left in the scratch folder: they are large).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = {"nd": "imagenet/imagenet_nd.py", "dp": "imagenet/imagenet_dp.py",
+           "ddp": "imagenet/imagenet_ddp.py", "amp": "imagenet/imagenet_ddp_apex.py"}
+SINGLE_PROCESS = ("nd", "dp")
+# Parameters that must match for two points to be compared in a scaling efficiency.
+GROUP_KEYS = ("variant", "batch_size", "precision", "amp_dtype", "data", "arch", "image_size", "workers")
+
+
+@dataclass(frozen=True)
+class TrainPoint:
+    """One training run of the sweep."""
+
+    variant: str = "ddp"
+    procs_per_node: int = 1
+    nodes: int = 1
+    batch_size: int = 16
+    precision: str = "O0"
+    amp_dtype: Optional[str] = None
+    data: str = "dummy"  # or a dataset directory
+    arch: str = "resnet18"
+    image_size: int = 64
+    epochs: int = 1
+    steps_per_epoch: int = 20
+    val_steps: int = 1
+    workers: int = 0
+    extra_args: Tuple[str, ...] = field(default=())
+
+    @property
+    def world_size(self) -> int:
+        return self.procs_per_node * self.nodes
+
+    @property
+    def name(self) -> str:
+        data = "dummy" if self.data == "dummy" else Path(self.data).name
+        return (f"{self.variant}_{self.arch}_n{self.nodes}x{self.procs_per_node}_b{self.batch_size}_"
+                f"{self.precision}{'-' + self.amp_dtype if self.amp_dtype else ''}_{data}")
+
+
+def engine_args(p: TrainPoint, log_dir: Path, for_slurm: bool = False) -> List[str]:
+    """The entry script's flags for a point (pytorch/examples names).
+
+    ``for_slurm`` leaves out what slurm.generate sets itself (arch, epochs, batch, workers, data,
+    log dir).
+    """
+    managed = ["-a", p.arch, "--epochs", str(p.epochs), "-b", str(p.batch_size), "--workers", str(p.workers)]
+    args = [] if for_slurm else managed
+    args += [] if for_slurm else ["--log-dir", str(log_dir)]  # slurm: LOG_DIR, set at submit time
+    args += ["--image-size", str(p.image_size), "--steps-per-epoch", str(p.steps_per_epoch),
+             "--val-steps", str(p.val_steps), "--opt-level", p.precision]
+    if p.amp_dtype:
+        args += ["--amp-dtype", p.amp_dtype]
+    if p.variant not in SINGLE_PROCESS and not _has_cuda():
+        args += ["--dist-backend", "gloo"]
+    if p.data == "dummy":
+        args.append("--dummy")
+    elif not for_slurm:
+        args.append(str(p.data))
+    return args + list(p.extra_args)
+
+
+def _has_cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def check(p: TrainPoint) -> Optional[str]:
+    """Why a point cannot run as given, or None."""
+    if p.variant not in SCRIPTS:
+        return f"unknown variant {p.variant!r}; use one of {', '.join(SCRIPTS)}"
+    if p.variant in SINGLE_PROCESS and p.world_size != 1:
+        return f"variant {p.variant} runs one process; use --procs 1 --nodes 1 (DataParallel uses all local GPUs)"
+    if p.data != "dummy" and not Path(p.data).is_dir():
+        return f"dataset directory {p.data} does not exist; pass a folder with train/ and val/ or 'dummy'"
+    return None
+
+
+def torchrun_command(p: TrainPoint, log_dir: Path) -> List[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={p.procs_per_node}", str(REPO / SCRIPTS[p.variant]), *engine_args(p, log_dir)]
+
+
+# ---------------------------------------------------------------- runners
+
+@dataclass
+class Outcome:
+    returncode: int
+    log_tail: str
+    command: str
+    wall_s: float
+
+
+class LocalRunner:
+    """torchrun on this machine; nodes > 1 cannot run here."""
+
+    name = "local"
+
+    def __init__(self, timeout_s: float = 1800):
+        self.timeout_s = timeout_s
+
+    def run(self, p: TrainPoint, log_dir: Path) -> Outcome:
+        if p.nodes != 1:
+            raise RuntimeError(f"{p.nodes} nodes cannot run locally; use --submit slurm on a cluster")
+        cmd = torchrun_command(p, log_dir)
+        return _run_logged(cmd, log_dir / "bench.log", self.timeout_s, env=_child_env())
+
+
+class SlurmRunner:
+    """One batch job per point: slurm.generate writes it, ``sbatch --wait`` runs it."""
+
+    name = "slurm"
+
+    def __init__(self, gpus_per_node: int, time_limit: str = "01:00:00", sbatch_args: Sequence[str] = (),
+                 timeout_s: float = 6 * 3600):
+        self.gpus_per_node, self.time_limit = gpus_per_node, time_limit
+        self.sbatch_args, self.timeout_s = list(sbatch_args), timeout_s
+
+    def script(self, p: TrainPoint, log_dir: Path) -> str:
+        from slurm import generate
+        spec = generate.JobSpec(name=f"bench-{p.name}"[:60], nodes=p.nodes, gpus_per_node=self.gpus_per_node,
+                                procs_per_node=p.procs_per_node, variant=p.variant, data=str(p.data),
+                                arch=p.arch, epochs=p.epochs, batch_size=p.batch_size, workers=p.workers,
+                                train_args=tuple(engine_args(p, log_dir, for_slurm=True)), requeue=False, time=self.time_limit,
+                                output=str(log_dir / "slurm-%j.out"), python=sys.executable)
+        return generate.render(spec)
+
+    def run(self, p: TrainPoint, log_dir: Path) -> Outcome:
+        path = log_dir / "job.sh"
+        path.write_text(self.script(p, log_dir))
+        cmd = ["sbatch", "--wait", f"--export=ALL,LOG_DIR={log_dir}", *self.sbatch_args, str(path)]
+        return _run_logged(cmd, log_dir / "bench.log", self.timeout_s, env=dict(os.environ))
+
+
+def _child_env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _run_logged(cmd: List[str], log_path: Path, timeout_s: float, env: Dict[str, str]) -> Outcome:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log_path, "w") as out:
+        try:
+            rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, env=env,
+                                cwd=REPO).returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+    tail = log_path.read_text(errors="replace").strip().splitlines()[-40:]
+    return Outcome(rc, "\n".join(tail), " ".join(cmd), time.monotonic() - t0)
+
+
+# ---------------------------------------------------------------- run.json -> metrics
+
+def metrics_from_run(run: dict) -> Dict[str, object]:
+    """The record's numbers from the engine's run.json (raises KeyError on a partial file)."""
+    tp = run["throughput"]
+    epochs = run.get("epochs", [])
+    train_times = [e["train_time_s"] for e in epochs if "train_time_s" in e]
+    last = epochs[-1] if epochs else {}
+    m = {k: tp[k] for k in ("images_per_s", "images_per_s_per_process", "step_time_ms", "data_time_ms",
+                            "compute_time_ms", "warmup_steps", "measured_steps", "peak_memory_bytes")}
+    m.update({"world_size": run["dist"]["world_size"], "nodes": run["dist"].get("nodes", 1),
+              "device": run["dist"].get("device"), "backend": run["dist"].get("backend"),
+              "global_batch": run.get("global_batch"), "precision_label": run.get("precision", {}).get("label"),
+              "epoch_time_s": train_times[-1] if train_times else None, "epochs_run": len(epochs),
+              "elapsed_s": run.get("final", {}).get("elapsed_s"), "best_top1": run.get("final", {}).get("best_top1"),
+              "val_top1": last.get("val_top1"), "val_top5": last.get("val_top5"),
+              "engine_status": run.get("status")})
+    return m
+
+
+def parameter_count(arch: str, num_classes: int = 1000) -> Optional[int]:
+    """Trainable parameters of a torchvision model (= gradient elements all-reduced per step)."""
+    try:
+        import torchvision
+        model = torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
+        return sum(t.numel() for t in model.parameters() if t.requires_grad)
+    except Exception as e:  # an arch outside torchvision: the model just lacks this input
+        log.warning("cannot count parameters of %s: %s", arch, e)
+        return None
+
+
+def keep_artifacts(scratch: Path, keep: Path) -> List[str]:
+    """Copy run.json, the TensorBoard events and the log to ``keep``; never the checkpoints."""
+    keep.mkdir(parents=True, exist_ok=True)
+    kept = []
+    for f in sorted(scratch.iterdir()):
+        if f.name == "run.json" or f.name.startswith("events.out.tfevents") or f.name == "bench.log":
+            shutil.copy2(f, keep / f.name)
+            kept.append(f.name)
+    return kept
+
+
+def point_dict(p: TrainPoint) -> Dict[str, object]:
+    d = asdict(p)
+    d["extra_args"] = list(p.extra_args)
+    d["world_size"] = p.world_size
+    return d
+
+
+def read_run_json(log_dir: Path) -> dict:
+    path = log_dir / "run.json"
+    if not path.exists():
+        raise FileNotFoundError(f"the run wrote no {path}")
+    return json.loads(path.read_text())
+
+
+# ---------------------------------------------------------------- scaling efficiency
+
+def group_key(point: Dict[str, object]) -> Tuple:
+    return tuple(str(point.get(k)) for k in GROUP_KEYS)
+
+
+def add_efficiency(records: List[dict]) -> None:
+    """Set metrics.scaling_efficiency (and .baseline_world_size) in place.
+
+    Efficiency = (X_n / n) / (X_0 / n_0) against the smallest world size of the same sweep and
+    same other parameters, so a sweep of 2..8 processes is judged from 2, not from an absent 1.
+    """
+    ok = [r for r in records if r["kind"] == "train" and r["status"] == "ok"]
+    groups: Dict[Tuple, List[dict]] = {}
+    for r in ok:
+        groups.setdefault((r["sweep"],) + group_key(r["point"]), []).append(r)
+    for members in groups.values():
+        base = min(members, key=lambda r: r["metrics"]["world_size"])
+        b_rate = base["metrics"]["images_per_s"] / base["metrics"]["world_size"]
+        for r in members:
+            m = r["metrics"]
+            m["scaling_efficiency"] = m["images_per_s"] / m["world_size"] / b_rate
+            m["baseline_world_size"] = base["metrics"]["world_size"]

@@ -1,0 +1,101 @@
+"""The harness on CPU with tiny settings: every kind writes valid records, failures included."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from results import bench, records, train_bench
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _read(path: Path):
+    good, bad = records.read_lines(path)
+    assert not bad, bad
+    return good
+
+
+def test_allreduce_records(tmp_path):
+    out = tmp_path / "r.jsonl"
+    assert bench.main(["allreduce", "--world-sizes", "2", "--min-bytes", "4", "--max-bytes", "4K", "--factor", "32",
+                       "--records", str(out), "--tag", "t"]) == 0
+    recs = _read(out)
+    assert [r["point"]["bytes"] for r in recs] == [4, 128, 4096]
+    for r in recs:
+        m = r["metrics"]
+        assert r["status"] == "ok" and m["world_size"] == 2 and m["time_us"] > 0
+        assert m["busbw_gbps"] == pytest.approx(m["algbw_gbps"])  # 2(n-1)/n = 1 for n = 2
+        assert r["environment"]["torch"] and r["environment"]["cpu_count"]
+
+
+def test_io_records_workers_readers_cache(tmp_path):
+    out = tmp_path / "r.jsonl"
+    data = tmp_path / "jpegs"
+    from results import jpegs
+    info = jpegs.ensure_dataset(data, classes=2, train_per_class=8, val_per_class=1)
+    assert 60_000 < info["mean_image_bytes"] < 160_000  # ImageNet-like files
+    assert bench.main(["io", "--data", str(data), "--backends", "torchvision", "--workers", "0", "1",
+                       "--readers", "2", "--images", "8", "--batch", "4", "--image-size", "32",
+                       "--records", str(out), "--tag", "t"]) == 0
+    recs = _read(out)
+    assert len(recs) == 6  # (workers 0, 1, readers 2) x (cold, warm)
+    for r in recs:
+        m = r["metrics"]
+        assert r["status"] == "ok" and m["images"] == 8 * r["point"]["readers"]
+        assert m["images_per_s"] > 0 and m["mb_per_s"] > 0 and m["rchar"] > 0
+        assert m["cache_method"] in ("posix_fadvise(DONTNEED)", "pre-read")
+
+
+def test_bad_io_backend_is_one_line_error(tmp_path, capsys):
+    assert bench.main(["io", "--data", str(tmp_path), "--records", str(tmp_path / "r.jsonl")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train does not exist" in err[0]
+
+
+def test_unusable_points_are_recorded_as_failed(tmp_path):
+    out = tmp_path / "r.jsonl"
+    rc = bench.main(["train", "--data", str(tmp_path / "missing"), "--procs", "1", "--records", str(out), "--tag", "t"])
+    assert rc == 1
+    (rec,) = _read(out)
+    assert rec["status"] == "failed" and "does not exist" in rec["error"] and rec["environment"]["hostname"]
+    rc = bench.main(["train", "--variants", "nd", "--procs", "2", "--records", str(out), "--tag", "t"])
+    assert "runs one process" in _read(out)[-1]["error"]
+
+
+def test_train_point_through_torchrun(tmp_path, monkeypatch):
+    if not (REPO / "imagenet" / "imagenet_ddp.py").exists():
+        pytest.skip("the training engine is not in this checkout")
+    monkeypatch.setattr(bench, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(bench, "SCRATCH", tmp_path / "scratch")
+    out = tmp_path / "r.jsonl"
+    assert bench.main(["train", "--procs", "1", "--steps-per-epoch", "6", "--image-size", "32", "--batch", "4",
+                       "--records", str(out), "--tag", "t"]) == 0
+    (rec,) = _read(out)
+    m = rec["metrics"]
+    assert rec["status"] == "ok", rec["error"]
+    assert m["images_per_s"] > 0 and m["measured_steps"] > 0 and m["world_size"] == 1
+    assert m["scaling_efficiency"] == 1.0 and m["parameters"] > 1e6
+    kept = Path(rec["run_dir"]) if Path(rec["run_dir"]).is_absolute() else REPO / rec["run_dir"]
+    assert any(f.startswith("events.out.tfevents") for f in rec["kept_files"])
+    assert not any(f.endswith(".tar") for f in rec["kept_files"])  # checkpoints stay out of the record
+
+
+def test_efficiency_against_smallest_point_of_the_sweep():
+    def rec(sweep, world, rate):
+        p = {"variant": "ddp", "batch_size": 16, "precision": "O0", "data": "dummy", "arch": "r", "image_size": 8,
+             "workers": 0}
+        return {"kind": "train", "status": "ok", "sweep": sweep, "point": p,
+                "metrics": {"world_size": world, "images_per_s": rate}}
+    rs = [rec("a", 2, 100.0), rec("a", 4, 150.0), rec("b", 4, 50.0)]
+    train_bench.add_efficiency(rs)
+    assert [r["metrics"]["scaling_efficiency"] for r in rs] == [1.0, 0.75, 1.0]
+    assert rs[1]["metrics"]["baseline_world_size"] == 2
+
+
+def test_slurm_hook_writes_one_job_per_point(tmp_path):
+    pytest.importorskip("slurm.generate")
+    runner = train_bench.SlurmRunner(gpus_per_node=4)
+    p = train_bench.TrainPoint(procs_per_node=4, nodes=2, arch="resnet50", batch_size=64)
+    text = runner.script(p, tmp_path / "run")
+    assert "#SBATCH --nodes=2" in text and "--steps-per-epoch" in text and "LOG_DIR" in text
