@@ -80,9 +80,9 @@ def test_not_a_jpeg():
 
 
 @pytest.mark.parametrize("kw,gray", [({}, False), ({"progressive": True}, False), ({"subsampling": 0}, False),
-                                     ({"subsampling": 1}, False), ({}, True)])
+                                     ({"subsampling": 1}, False), ({}, True), ({"restart_marker_blocks": 5}, False)])
 def test_shortened_frame_decodes_the_same_top_rows(kw, gray):
-    """4:2:0, progressive, 4:4:4, 4:2:2 and grayscale, at full scale and DCT-scaled."""
+    """4:2:0, progressive, 4:4:4, 4:2:2, grayscale and restart markers, at full scale and DCT-scaled."""
     pixels = photo(375, 500, seed=3)
     buf = jpeg_bytes(pixels[..., 0] if gray else pixels, **kw)
     frame = P.jpeg_frame(buf)
