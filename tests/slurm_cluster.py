@@ -279,11 +279,15 @@ class SlurmCluster:
         keys = fields.split(",")
         return [dict(zip(keys, line.split("|"))) for line in out.splitlines() if line.strip()]
 
-    def wait_finished(self, job_id: str, timeout: float = 60) -> Dict[str, str]:
-        """The job's accounting row once it reached a final state (accounting lags the job a little)."""
+    def wait_finished(self, job_id: str, timeout: float = 60, runs: int = 1) -> Dict[str, str]:
+        """The job's last accounting row once it left the queue and reached a final state (accounting
+        lags the job a little). ``runs``: how many runs to expect (a requeued job has one row each)."""
         def final() -> Optional[Dict[str, str]]:
+            if self.run(["squeue", "-h", "-j", job_id], check=False).stdout.strip():
+                return None
             rows = [r for r in self.sacct(job_id) if r["JobID"] == job_id]
-            return rows[-1] if rows and rows[-1]["State"].split()[0] in FINAL_STATES else None
+            done = len(rows) >= runs and rows[-1]["State"].split()[0] in FINAL_STATES
+            return rows[-1] if done else None
         return wait_for(f"job {job_id} in accounting", final, timeout, interval=0.5)
 
     def wait_idle(self, timeout: float = 60) -> None:

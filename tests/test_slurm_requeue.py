@@ -51,7 +51,12 @@ def _release_requeued(cluster: SlurmCluster, job_id: str) -> None:
     """SLURM holds a requeued job for ~2 minutes (BeginTime); start it now instead."""
     def requeued() -> bool:
         state = cluster.job_state(job_id)
-        return state.get("JobState") == "PENDING" and state.get("Restarts", "0") != "0"
+        if state.get("JobState") != "PENDING" or state.get("Restarts", "0") == "0":
+            return False
+        # the first run must be fully gone (accounted, nodes no longer completing) before the
+        # next one starts: that is what SLURM's delay protects, and what skipping it must keep
+        completing = cluster.run(["sinfo", "-h", "-t", "completing", "-o", "%N"], check=False).stdout.strip()
+        return not completing and _runs(cluster, job_id)[:1] == ["REQUEUED"]
     wait_for(f"job {job_id} to be requeued", requeued, 90, interval=0.5)
     cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
 
@@ -95,7 +100,7 @@ def _run_generated(cluster: SlurmCluster, script: Path, run_dir: Path, preempt: 
     _wait_for_progress(log, 1, 2)
     preempt(job_id)
     _release_requeued(cluster, job_id)
-    row = cluster.wait_finished(job_id, timeout=240)
+    row = cluster.wait_finished(job_id, timeout=240, runs=2)
     assert row["State"] == "COMPLETED", f"{row}\n{log()[-3000:]}"
     assert _runs(cluster, job_id) == ["REQUEUED", "COMPLETED"]
     return log()
@@ -137,6 +142,6 @@ def test_submitit_preemption_requeues_and_resumes(slurm_cluster: SlurmCluster, d
     _release_requeued(slurm_cluster, job.job_id)
     summary = sm.result(job)
     assert summary["status"] == "finished"
-    assert slurm_cluster.wait_finished(job.job_id)["State"] == "COMPLETED"
+    assert slurm_cluster.wait_finished(job.job_id, runs=2)["State"] == "COMPLETED"
     assert _runs(slurm_cluster, job.job_id) == ["REQUEUED", "COMPLETED"]
     _assert_resumed_exactly(tmp_path / "run", log())
