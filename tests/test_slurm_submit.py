@@ -28,9 +28,9 @@ def on_cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _submission(tmp_path: Path, data: Path, **kw) -> sm.Submission:
-    return sm.Submission(train_args=(*TINY, str(data)), procs_per_node=1, cpus_per_task=1, time_min=10,
-                         folder=str(tmp_path / "submitit" / "%j"), log_dir=str(tmp_path / "run"), cluster="slurm",
-                         **kw)
+    kw = {"procs_per_node": 1, "cluster": "slurm", **kw}
+    return sm.Submission(train_args=(*TINY, str(data)), cpus_per_task=1, time_min=10,
+                         folder=str(tmp_path / "submitit" / "%j"), log_dir=str(tmp_path / "run"), **kw)
 
 
 def test_two_node_submission_returns_the_result(on_cluster: SlurmCluster, jpeg_data, tmp_path: Path) -> None:
@@ -72,3 +72,11 @@ def test_cli_sweep_submits_one_job_per_point(on_cluster: SlurmCluster, jpeg_data
     for nodes in (1, 2):
         record = json.loads((tmp_path / "runs" / f"nodes{nodes}" / "run.json").read_text())
         assert record["status"] == "finished" and record["dist"]["nodes"] == nodes
+
+
+def test_local_submission_without_slurm(jpeg_data, tmp_path: Path) -> None:
+    """Where there is no SLURM, the same submission runs on this machine (2 local DDP processes)."""
+    job = sm.submit(_submission(tmp_path, jpeg_data, cluster="local", procs_per_node=2))
+    summary = sm.result(job)
+    assert summary["status"] == "finished"
+    assert summary["dist"]["world_size"] == 2 and summary["dist"]["environment"] == "torchrun"
