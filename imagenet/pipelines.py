@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 from PIL import Image
 from torchvision import transforms as T
@@ -174,9 +173,9 @@ def dct_reduction(crop_h: int, crop_w: int, out_h: int, out_w: int) -> int:
 
 
 def _open(buf: bytes, reduction: int) -> Tuple[Image.Image, int]:
-    """Open (lazily) with DCT scaling asked for; returns the image and the scaling libjpeg will use."""
-    im = Image.open(io.BytesIO(buf))
-    if reduction == 1 or im.format != "JPEG":
+    """Open a JPEG (lazily) with DCT scaling asked for; returns it and the scaling libjpeg will use."""
+    im = Image.open(io.BytesIO(buf), formats=("JPEG",))  # no probing of other formats' headers
+    if reduction == 1:
         return im, 1
     width = im.width
     mode = im.mode if im.mode in ("RGB", "L", "CMYK") else "RGB"
@@ -189,9 +188,10 @@ def _rgb(im: Image.Image) -> Image.Image:
 
 
 def _as_tensor(im: Image.Image) -> torch.Tensor:
-    """uint8 CHW view of an RGB image's HWC pixels (channels-last strides: no repacking).
-    np.array copies (a few microseconds) so the tensor is writable and torch does not warn."""
-    return torch.from_numpy(np.array(im)).permute(2, 0, 1)
+    """uint8 CHW view of an RGB image's HWC pixels (channels-last strides: no repacking). One copy
+    into a bytearray, cheaper than numpy's array interface, and writable, so torch does not warn."""
+    hwc = torch.frombuffer(bytearray(im.tobytes()), dtype=torch.uint8).view(im.height, im.width, 3)
+    return hwc.permute(2, 0, 1)
 
 
 def scaled_box(box: Tuple[int, int, int, int], scale: int, height: int, width: int) -> Tuple[int, int, int, int]:
