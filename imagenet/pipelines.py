@@ -32,6 +32,7 @@ Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import logging
@@ -336,6 +337,7 @@ class Measurement:
     images: int
     wall_s: float
     cpu_s: float
+    round: int = 0
 
     @property
     def per_core(self) -> float:
@@ -401,7 +403,8 @@ def bench(samples: List[Tuple[str, int]], backends: Sequence[str], workers: Sequ
         for split in ("train", "val"):
             for w in workers:
                 for name in backends:
-                    m = measure(name, samples, split == "train", image_size, w, batch_size, seed=r)
+                    m = dataclasses.replace(measure(name, samples, split == "train", image_size, w, batch_size,
+                                                    seed=r), round=r)
                     log.info("round %d %-8s %-5s workers=%d  %.0f img/s per core, %.0f img/s wall", r, name, split,
                              w, m.per_core, m.wall_rate)
                     results.append(m)
@@ -409,20 +412,21 @@ def bench(samples: List[Tuple[str, int]], backends: Sequence[str], workers: Sequ
 
 
 def summarize(results: List[Measurement], reference: str = "baseline") -> List[dict]:
-    """Median over rounds of each (split, workers, backend), with the ratio to the reference backend."""
+    """Medians over rounds of each (split, workers, backend). The ratio to the reference is the
+    median of per-round ratios: both ran back to back, so a busy phase of the machine cancels."""
     groups: Dict[Tuple[str, int, str], List[Measurement]] = {}
     for m in results:
         groups.setdefault((m.split, m.workers, m.backend), []).append(m)
     rows = []
     for (split, workers, backend), ms in groups.items():
+        ref = {m.round: m.per_core for m in groups.get((split, workers, reference), [])}
+        ratios = [m.per_core / ref[m.round] for m in ms if m.round in ref]
         rows.append({"split": split, "workers": workers, "backend": backend, "rounds": len(ms),
                      "images_per_s_per_core": statistics.median(m.per_core for m in ms),
                      "images_per_s_wall": statistics.median(m.wall_rate for m in ms),
-                     "cpu_ms_per_image": 1000 * statistics.median(m.cpu_s / m.images for m in ms)})
-    ref = {(r["split"], r["workers"]): r["images_per_s_per_core"] for r in rows if r["backend"] == reference}
-    for r in rows:
-        base = ref.get((r["split"], r["workers"]))
-        r["ratio_per_core_vs_" + reference] = r["images_per_s_per_core"] / base if base else None
+                     "cpu_ms_per_image": 1000 * statistics.median(m.cpu_s / m.images for m in ms),
+                     "ratio_per_core_vs_" + reference: statistics.median(ratios) if ratios else None,
+                     "ratio_range": [min(ratios), max(ratios)] if ratios else None})
     return rows
 
 
@@ -459,7 +463,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ratio = r["ratio_per_core_vs_baseline"]
         print(f"{r['split']:5s} workers={r['workers']}  {r['backend']:8s} {r['images_per_s_per_core']:7.0f} img/s "
               f"per core  {r['cpu_ms_per_image']:.2f} ms CPU/img  {r['images_per_s_wall']:7.0f} img/s wall"
-              + (f"  x{ratio:.2f}" if ratio else ""))
+              + (f"  x{ratio:.2f} ({r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})" if ratio else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({"images": len(samples), "image_size": args.image_size,
                                                "batch_size": args.batch_size, "rows": rows}, indent=1))
