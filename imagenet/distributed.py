@@ -153,3 +153,8 @@ def all_gather_float(value: float, device: torch.device) -> list:
     out = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(out, mine)
     return [t.item() for t in out]
+
+
+def barrier(device: torch.device) -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)

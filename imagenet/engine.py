@@ -194,6 +194,9 @@ class Trainer:
         self.state.epoch, self.state.step_in_epoch = epoch, done
         self.save()
         self.p.record.update(status="preempted", preempted_at={"epoch": epoch, "step": done})
+        # No rank may exit before rank 0's checkpoint is on disk: launchers kill the rest of the job
+        # as soon as one process ends, which would cut the save short.
+        distributed.barrier(self.info.device)
         if self.info.is_primary:
             print(f"\nstop signal ({self.stop.name}): checkpoint saved at epoch {epoch} step {done}; "
                   f"restart with --resume auto to continue", flush=True)

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from launch.environment import PORT_BASE, PORT_SPAN  # one port formula for Python and the scripts
+
 VARIANTS = ("nd", "dp", "ddp", "amp")
 LAUNCHERS = ("torchrun", "srun", "mpi", "launch")
 MPI_STARTERS = ("mpirun", "srun")
@@ -371,7 +373,7 @@ def _rendezvous() -> str:
         "", "# ---- rendezvous: the first node hosts rank 0; the port follows the job id so jobs sharing",
         "# a node do not collide (the same on every node, and again after a requeue)",
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}",
+        f"MASTER_PORT=${{MASTER_PORT:-$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))}}",
         "export MASTER_ADDR MASTER_PORT"])
 
 

@@ -35,7 +35,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 # ---- rendezvous: the first node hosts rank 0; the port follows the job id so jobs sharing
 # a node do not collide (the same on every node, and again after a requeue)
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-MASTER_PORT=${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}
+MASTER_PORT=${MASTER_PORT:-$((12000 + SLURM_JOB_ID % 20000))}
 export MASTER_ADDR MASTER_PORT
 
 # ---- what we got
