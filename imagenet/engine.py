@@ -265,6 +265,11 @@ class Trainer:
                           f"{self.state.elapsed_s:.1f} s of training", flush=True)
                 break
         self._write_record(status, weight_checksums=self._weight_checksums())
+        if self.info.is_primary:
+            d = self.p.run_dir
+            print(f"=> done ({status}): best val top1 {self.state.best_top1:.2f}%; checkpoints "
+                  f"{d / checkpoint.CHECKPOINT} and {d / checkpoint.BEST}; results {d / 'run.json'}; "
+                  f"TensorBoard: tensorboard --logdir {d}", flush=True)
         return 0
 
     def _weight_checksums(self) -> List[float]:
