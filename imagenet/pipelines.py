@@ -395,18 +395,50 @@ def measure(backend: str, samples: List[Tuple[str, int]], train: bool, image_siz
     return Measurement(backend, "train" if train else "val", workers, images, wall, cpu)
 
 
+def measure_in_process(backends: Sequence[str], samples: List[Tuple[str, int]], train: bool, image_size: int,
+                       batch_size: int, seed: int = 0) -> List[Measurement]:
+    """workers=0, all backends in lockstep: batch k of each, back to back, timed by this thread's CPU
+    clock, so the machine's busy and quiet moments fall on every backend alike."""
+    from torch.utils.data import DataLoader
+
+    from .data import ImageFiles
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        iters = [iter(DataLoader(ImageFiles(samples, BACKENDS[b](train, image_size)), batch_size=batch_size))
+                 for b in backends]
+        cpu, wall, images = [0.0] * len(backends), [0.0] * len(backends), [0] * len(backends)
+        for _ in range(-(-len(samples) // batch_size)):
+            for i, it in enumerate(iters):
+                torch.manual_seed(seed + images[i])  # same boxes for every backend that draws them alike
+                c0, w0 = time.thread_time(), time.perf_counter()
+                images[i] += len(next(it)[1])
+                cpu[i] += time.thread_time() - c0
+                wall[i] += time.perf_counter() - w0
+    finally:
+        torch.set_num_threads(threads)
+    split = "train" if train else "val"
+    return [Measurement(b, split, 0, n, w, c) for b, n, w, c in zip(backends, images, wall, cpu)]
+
+
 def bench(samples: List[Tuple[str, int]], backends: Sequence[str], workers: Sequence[int], image_size: int,
           batch_size: int, rounds: int) -> List[Measurement]:
-    """Interleaved rounds (every backend once per round), so slow phases of a shared machine hit all alike."""
+    """Rounds of every backend back to back (in lockstep in process), so slow phases of a shared
+    machine hit all alike."""
     results = []
     for r in range(rounds):
         for split in ("train", "val"):
             for w in workers:
-                for name in backends:
-                    m = dataclasses.replace(measure(name, samples, split == "train", image_size, w, batch_size,
-                                                    seed=r), round=r)
-                    log.info("round %d %-8s %-5s workers=%d  %.0f img/s per core, %.0f img/s wall", r, name, split,
-                             w, m.per_core, m.wall_rate)
+                if w == 0:
+                    ms = measure_in_process(backends, samples, split == "train", image_size, batch_size, seed=r)
+                else:
+                    ms = [measure(b, samples, split == "train", image_size, w, batch_size, seed=r)
+                          for b in backends]
+                for m in ms:
+                    m = dataclasses.replace(m, round=r)
+                    log.info("round %d %-8s %-5s workers=%d  %.0f img/s per core, %.0f img/s wall", r, m.backend,
+                             split, w, m.per_core, m.wall_rate)
                     results.append(m)
     return results
 
