@@ -216,11 +216,12 @@ def test_fast_val_matches_the_baseline(files, index):
 
 # ---------------------------------------------------------------- plumbing
 
-def test_fast_handles_non_jpeg_and_grayscale(tmp_path):
-    png, gray = tmp_path / "a.png", tmp_path / "g.jpg"
+def test_fast_handles_non_jpeg_grayscale_and_cmyk(tmp_path):
+    png, gray, cmyk = tmp_path / "a.png", tmp_path / "g.jpg", tmp_path / "c.jpg"
     Image.fromarray(photo(90, 120)).save(png)
     Image.fromarray(photo(90, 120)[..., 0]).save(gray, quality=90)
-    for path in (png, gray):
+    Image.fromarray(photo(90, 120)).convert("CMYK").save(cmyk, quality=90)
+    for path in (png, gray, cmyk):
         for train in (True, False):
             out = P.fast_backend(train, 32)(str(path))
             assert out.dtype == torch.uint8 and out.shape == (3, 32, 32)
