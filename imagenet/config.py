@@ -84,7 +84,7 @@ class TrainConfig:
     momentum: float = _opt(0.9, "--momentum", help="SGD momentum", type=float)
     optimizer_impl: str = _opt("auto", "--optimizer-impl", help="SGD kernels: fused (one kernel for all "
                                "parameters), foreach (batched), default (torch's choice); auto: fused where "
-                               "the device supports it, else foreach",
+                               "the device supports it, else torch's choice",
                                choices=("auto", "fused", "foreach", "default"))
     weight_decay: float = _opt(1e-4, "--wd", "--weight-decay", help="weight decay", type=float)
     no_bn_wd: bool = _opt(False, "--no-bn-wd", help="no weight decay on BatchNorm and bias parameters",

@@ -46,10 +46,12 @@ def fused_supported(params: List[torch.Tensor]) -> bool:
 
 def impl_kwargs(impl: str, params: List[torch.Tensor]) -> dict:
     """SGD's ``fused``/``foreach`` arguments for --optimizer-impl (auto: fused where supported)."""
+    if impl == "auto":
+        # Fused where it exists (on CPU too: 2x faster than the loop for resnet18); otherwise torch's
+        # own choice, because foreach is slower than the plain loop on CPU.
+        impl = "fused" if fused_supported(params) else "default"
     if impl == "default":
         return {}
-    if impl == "auto":
-        impl = "fused" if fused_supported(params) else "foreach"
     if impl == "fused" and not fused_supported(params):
         from .config import ConfigError
 

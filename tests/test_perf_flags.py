@@ -72,8 +72,8 @@ def test_fused_where_unsupported(monkeypatch):
     monkeypatch.setattr(torch_optimizer, "_get_fused_kernels_supported_devices", lambda: ["cuda"], raising=False)
     with pytest.raises(config.ConfigError, match="--optimizer-impl foreach"):
         optim.build_optimizer(_tiny_model(), _cfg("--optimizer-impl", "fused"), lr=0.1)
-    opt = optim.build_optimizer(_tiny_model(), _cfg(), lr=0.1)  # auto falls back
-    assert opt.param_groups[0]["foreach"] is True and not opt.param_groups[0]["fused"]
+    opt = optim.build_optimizer(_tiny_model(), _cfg(), lr=0.1)  # auto falls back to torch's choice
+    assert not opt.param_groups[0]["foreach"] and not opt.param_groups[0]["fused"]
 
 
 # ---------------------------------------------------------------- each flag trains
