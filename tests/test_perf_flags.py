@@ -66,6 +66,12 @@ def test_optimizer_impl(impl, fused, foreach):
     assert all(g.get("fused") == fused and g.get("foreach") == foreach for g in opt.param_groups)
 
 
+def test_auto_avoids_cpu_fused_on_channels_last_weights():
+    model = _tiny_model().to(memory_format=torch.channels_last)
+    opt = optim.build_optimizer(model, _cfg(), lr=0.1)
+    assert not opt.param_groups[0]["fused"] and not opt.param_groups[0]["foreach"]
+
+
 def test_fused_where_unsupported(monkeypatch):
     from torch.optim import optimizer as torch_optimizer
 
