@@ -60,8 +60,9 @@ class TrainConfig:
     arch: str = _opt("resnet18", "-a", "--arch", help="torchvision model name", metavar="ARCH")
     pretrained: bool = _opt(False, "--pretrained", help="start from torchvision's pretrained weights",
                             action="store_true")
-    channels_last: bool = _opt(False, "--channels-last", help="NHWC memory format (faster convs on tensor "
-                               "cores)", action="store_true")
+    channels_last: Optional[bool] = _opt(None, "--channels-last", help="NHWC memory format (default: on for "
+                                         "CUDA, where tensor-core convs want it; off on CPU, where it is slower)",
+                                         action=argparse.BooleanOptionalAction)
     sync_bn: bool = _opt(False, "--sync-bn", help="synchronise BatchNorm statistics across DDP ranks",
                          action="store_true")
     compile: bool = _opt(False, "--compile", help="torch.compile the model", action="store_true")
@@ -151,6 +152,9 @@ class TrainConfig:
     @property
     def precision_level(self) -> str:
         return self.opt_level or ("O1" if self.variant == "amp" else "O0")
+
+    def use_channels_last(self, device_type: str) -> bool:
+        return self.channels_last if self.channels_last is not None else device_type == "cuda"
 
     @property
     def distributed(self) -> bool:

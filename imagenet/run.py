@@ -99,8 +99,9 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     spec = precision.resolve(cfg, info.device)
     train_loader, val_loader, num_classes = data.build_loaders(cfg, info.rank, info.world_size, info.device)
     run_dir = _run_dir(cfg, info, spec)
-    model = models.prepare(models.build(cfg.arch, num_classes, cfg.pretrained), info.device,
-                           cfg.channels_last, cfg.sync_bn and info.distributed)
+    channels_last = cfg.use_channels_last(info.device.type)
+    model = models.prepare(models.build(cfg.arch, num_classes, cfg.pretrained), info.device, channels_last,
+                           cfg.sync_bn and info.distributed)
     global_batch = cfg.batch_size * info.world_size
     lr = optim.peak_lr(cfg, global_batch)
     warmup = optim.warmup_epochs(cfg, lr)
@@ -130,7 +131,7 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     tb = tblog.make(info.is_primary, str(run_dir))
     parts = Parts(step_model, raw_model, eval_model, optimizer, scheduler, prec,
                   torch.nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing).to(info.device),
-                  train_loader, val_loader, data.DeviceNormalizer(info.device, cfg.channels_last), tb, record,
+                  train_loader, val_loader, data.DeviceNormalizer(info.device, channels_last), tb, record,
                   run_dir)
     trainer = Trainer(cfg, info, parts, StopSignal().install())
     if ckpt is not None and not cfg.evaluate:
