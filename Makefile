@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DATA ?= data/demo
 
-.PHONY: setup demo test bench report clean
+.PHONY: setup demo test bench bench-cluster report clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,10 @@ test: setup
 # `make report` regenerates results/RESULTS.md + figures from the committed records alone.
 bench: setup
 	$(PY) -m results.bench quick --fresh
+
+# as root: 1-2-4 node gloo DDP on the SLURM test cluster (started and stopped by the command)
+bench-cluster: setup
+	$(PY) -m results.bench cluster-scaling --fresh
 
 report: setup
 	$(PY) -m results.report

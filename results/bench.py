@@ -1,9 +1,10 @@
-"""Benchmark harness: ``python -m results.bench train|io|allreduce|quick ...``.
+"""Benchmark harness: ``python -m results.bench train|io|allreduce|quick|cluster-scaling ...``.
 
 Each measured point appends one JSON record to ``results/records/<tag>.jsonl`` (see
 :mod:`results.records`); a point that fails is recorded as failed with the reason, and the sweep
 goes on. ``quick`` is the preset behind ``make bench``: a small but complete set of all three
-kinds on a CPU machine in a few minutes, followed by the report.
+kinds on a CPU machine in a few minutes, followed by the report. ``cluster-scaling`` runs 1-2-4
+node gloo training on the SLURM test cluster (:mod:`results.cluster_bench`).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from results import allreduce_bench, io_bench, records, train_bench
+from results import allreduce_bench, cluster_bench, io_bench, records, train_bench
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +48,17 @@ def train_points(a: argparse.Namespace) -> List[train_bench.TrainPoint]:
                                   workers=a.workers, extra_args=tuple(a.extra))
            for d in a.data for v in a.variants for pr in a.precision for b in a.batch
            for n in a.nodes for p in a.procs]
-    return sorted(pts, key=lambda p: (train_bench.group_key(train_bench.point_dict(p)), p.world_size))
+    if a.setups:  # each setup brings its own variant and precision: one point per setup, not a product
+        pts = list({p.name: p for p in (train_bench.from_setup(p, s) for p in pts for s in a.setups)}.values())
+    # smallest world size first, and the baseline setup first, so ratios and efficiencies have their base
+    return sorted(pts, key=lambda p: (str(p.data), p.batch_size, p.world_size, p.setup != train_bench.BASELINE_SETUP,
+                                      train_bench.group_key(train_bench.point_dict(p))))
 
 
 def run_train(a: argparse.Namespace) -> List[dict]:
     pts = train_points(a)
-    runner = (train_bench.SlurmRunner(a.gpus_per_node, a.time_limit) if a.submit == "slurm"
+    runner = (train_bench.SlurmRunner(a.gpus_per_node, a.time_limit, cpus_per_task=a.cpus_per_task,
+                                      timeout_s=a.timeout) if a.submit == "slurm"
               else train_bench.LocalRunner(a.timeout))
     sweep = records.new_sweep_id("train", a.tag)
     params = {p.arch: train_bench.parameter_count(p.arch) for p in pts}
@@ -72,7 +78,7 @@ def _train_point(p: train_bench.TrainPoint, runner, sweep: str, params: Optional
     scratch = SCRATCH / sweep / p.name
     keep = RUNS / sweep / p.name
     point = train_bench.point_dict(p)
-    extra = {"runner": runner.name, "bench_command": " ".join(sys.argv)}
+    extra = {"runner": runner.name, "bench_command": " ".join(sys.argv), **({"note": a.note} if a.note else {})}
     why = train_bench.check(p)
     if why:
         return records.make_record("train", sweep, point, {}, _environment(p.nodes), "failed", why, **extra)
@@ -198,10 +204,14 @@ def run_quick(a: argparse.Namespace) -> int:
     if a.fresh:
         _forget(a.tag, a.records)
     common = ["--tag", a.tag, "--records", str(a.records)]
+    setups = ["--setups", *train_bench.SETUPS, "--procs", "1", "--batch", "16", "--image-size", "64",
+              "--epochs", "1", "--steps-per-epoch", "16", "--val-steps", "1"]
     steps = [
         ["allreduce", "--world-sizes", "2", "--max-bytes", str(16 << 20), *common],
-        ["io", "--classes", "4", "--per-class", "32", "--images", "96", "--workers", "0", "2",
+        ["io", "--classes", "4", "--per-class", "32", "--images", "128", "--workers", "0", "2",
          "--readers", "2", "--batch", "16", *common],
+        # the step against the pytorch/examples-style baseline, on synthetic data and on the io step's JPEGs
+        ["train", *setups, "--data", "dummy", str(SCRATCH / "jpegs"), *common],
         ["train", "--procs", "1", "2", "--batch", "16", "--epochs", "1", "--steps-per-epoch", "30",
          "--val-steps", "1", *common],
         ["train", "--data", str(_demo_data()), "--procs", "1", "2", "--batch", "16", "--epochs", "4",
@@ -259,6 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--nodes", nargs="+", type=int, default=[1])
     t.add_argument("--batch", nargs="+", type=int, default=[16], help="batch per process")
     t.add_argument("--precision", nargs="+", default=["O0"], choices=["O0", "O1", "O2", "O3"])
+    t.add_argument("--setups", nargs="+", choices=list(train_bench.SETUPS),
+                   help="named step configurations instead of --variants x --precision, compared with the "
+                        "pytorch/examples-style 'baseline' at the same batch and data: "
+                        + "; ".join(f"{k}: {v.about}" for k, v in train_bench.SETUPS.items()))
     t.add_argument("--amp-dtype", choices=["float16", "bfloat16"])
     t.add_argument("--data", nargs="+", default=["dummy"], help="'dummy' and/or dataset directories")
     t.add_argument("-a", "--arch", default="resnet18")
@@ -271,10 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "e.g. --extra=--channels-last")
     t.add_argument("--submit", choices=["local", "slurm"], default="local",
                    help="local: torchrun here; slurm: one sbatch job per point (slurm.generate)")
-    t.add_argument("--gpus-per-node", type=int, default=4, help="with --submit slurm")
+    t.add_argument("--gpus-per-node", type=int, default=4, help="with --submit slurm (0: CPU nodes)")
+    t.add_argument("--cpus-per-task", type=int, help="with --submit slurm; also each process's OMP_NUM_THREADS")
     t.add_argument("--time-limit", default="01:00:00", help="with --submit slurm")
     t.add_argument("--timeout", type=float, default=1800, help="seconds per local point")
     t.add_argument("--keep-checkpoints", action="store_true", help="keep results/scratch run folders")
+    t.add_argument("--note", help="recorded with every point and shown in the report (e.g. what the nodes share)")
 
     i = sub.add_parser("io", parents=[common], help="data-loading throughput (no model)")
     i.add_argument("--data", help="ImageFolder root with train/ (default: generated ImageNet-like JPEGs)")
@@ -300,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("quick", parents=[common], help="the make-bench preset: all kinds, small, then report")
     q.add_argument("--fresh", action="store_true", help="replace this tag's earlier records and runs")
     q.set_defaults(tag="quick")
+    cluster_bench.add_parser(sub, common)
     return p
 
 
@@ -326,6 +343,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _validate(a)
         if a.cmd == "quick":
             return run_quick(a)
+        if a.cmd == "cluster-scaling":
+            return cluster_bench.run(a)
         out = {"train": run_train, "io": run_io, "allreduce": run_allreduce}[a.cmd](a)
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)

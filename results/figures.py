@@ -162,3 +162,32 @@ def ideal_line(x0: float, y0: float, xs: List[float], first: bool, color: Option
     """Linear scaling from the first point: y = y0 * x / x0; only the first one enters the legend."""
     return {"label": IDEAL_LABEL if first else "_nolegend_", "x": xs, "y": [y0 * x / x0 for x in xs], "style": ":", "color": color,
             "alpha": 0.8}
+
+
+def bars(path: Path, panels: Sequence[Dict[str, object]], suptitle: str) -> Path:
+    """Grouped bar panels: {"title", "ylabel", "categories", "bars": [{"label", "values", "texts"}]}.
+
+    A missing value (None) leaves a gap, so a backend absent from one group does not shift the others.
+    """
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.6), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        ax.set_title(panel["title"], fontsize=10)
+        cats, groups = panel.get("categories") or [], panel.get("bars") or []
+        if not cats or not groups:
+            _empty(ax, panel.get("empty", "no data"))
+            continue
+        width = 0.8 / len(groups)
+        for i, g in enumerate(groups):
+            xs = [c + (i - (len(groups) - 1) / 2) * width for c in range(len(cats))]
+            pts = [(x, v, t) for x, v, t in zip(xs, g["values"], g.get("texts") or [""] * len(xs)) if v is not None]
+            ax.bar([x for x, _, _ in pts], [v for _, v, _ in pts], width, label=g["label"], color=palette(i))
+            for x, v, t in pts:
+                ax.annotate(t, (x, v), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=7)
+        ax.set_xticks(range(len(cats)))
+        ax.set_xticklabels(cats, fontsize=8)
+        ax.set_ylabel(panel["ylabel"])
+        ax.margins(y=0.12)  # room for the value labels above the tallest bar
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7, loc=panel.get("legend_loc", "best"))
+    fig.suptitle(suptitle, fontsize=11)
+    return _save(fig, path)

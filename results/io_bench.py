@@ -8,6 +8,10 @@ delta taken before the loader starts and after its workers exit covers the worke
 ``read_bytes`` is what reached the storage layer (0 when everything came from the page cache),
 ``rchar`` what passed through read() calls, ``syscr`` how many read calls were made.
 
+CPU cost: user + system seconds of the reader and its reaped loader workers (``getrusage`` of
+SELF and CHILDREN, the same reaping rule), so ``images_per_cpu_s`` is images/s per fully busy
+core whatever the worker count: the number that says how many cores a backend needs to feed a GPU.
+
 Cold cache: pages of the dataset's files are evicted with ``posix_fadvise(POSIX_FADV_DONTNEED)``
 after ``os.sync()``. That needs no privilege and leaves the rest of a shared machine's cache
 alone (``/proc/sys/vm/drop_caches`` would drop everyone's). Whether the eviction worked is
@@ -20,6 +24,7 @@ import functools
 import logging
 import multiprocessing as mp
 import os
+import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -108,6 +113,12 @@ def evict(paths: Sequence[str]) -> str:
     return "posix_fadvise(DONTNEED)"
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its reaped children (loader workers)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def warm(paths: Sequence[str]) -> None:
     for p in paths:
         with open(p, "rb") as f:
@@ -136,7 +147,7 @@ def read_shard(ds: Dataset, indices: List[int], workers: int, batch_size: int,
 def _read(ds: Dataset, indices: List[int], workers: int, batch_size: int) -> Dict[str, float]:
     files = dataset_files(ds)
     nbytes = sum(os.path.getsize(files[i]) for i in indices)
-    before = proc_io()
+    before, cpu0 = proc_io(), cpu_seconds()
     t0 = time.monotonic()
     loader = DataLoader(Subset(ds, indices), batch_size=batch_size, num_workers=workers, shuffle=False)
     images, first = 0, None
@@ -146,9 +157,9 @@ def _read(ds: Dataset, indices: List[int], workers: int, batch_size: int) -> Dic
             first = time.monotonic()
     t1 = time.monotonic()
     del loader  # joins and reaps the workers, so their counters reach this process
-    after = proc_io()
+    after, cpu1 = proc_io(), cpu_seconds()
     io = {k: after[k] - before.get(k, 0) for k in ("rchar", "read_bytes", "syscr") if k in after}
-    return {"images": images, "bytes": nbytes, "start": t0, "end": t1,
+    return {"images": images, "bytes": nbytes, "start": t0, "end": t1, "cpu_s": cpu1 - cpu0,
             "first_batch_s": (first or t1) - t0, **io}
 
 
@@ -200,6 +211,7 @@ def measure(builder: DatasetBuilder, root: Path, point: IOPoint, order: List[int
         "bytes_per_image": nbytes / max(images, 1),
         "first_batch_s": max(p["first_batch_s"] for p in parts), "cache_method": method,
     }
+    m.update(cpu_metrics(sum(p["cpu_s"] for p in parts), images, elapsed))
     if all("rchar" in p for p in parts):
         for k in ("rchar", "read_bytes", "syscr"):
             m[k] = sum(p[k] for p in parts)
@@ -207,6 +219,13 @@ def measure(builder: DatasetBuilder, root: Path, point: IOPoint, order: List[int
         m["syscr_per_s"] = m["syscr"] / elapsed
         m["cold_verified"] = point.cache == "cold" and m["read_bytes"] >= 0.5 * nbytes
     return m
+
+
+def cpu_metrics(cpu_s: float, images: int, elapsed_s: float) -> Dict[str, float]:
+    """Per-core figures from the CPU seconds all readers and their workers spent."""
+    cpu_s = max(cpu_s, 1e-9)  # rusage ticks are coarse; never divide by zero on a tiny point
+    return {"cpu_s": cpu_s, "cpu_ms_per_image": 1e3 * cpu_s / max(images, 1),
+            "images_per_cpu_s": images / cpu_s, "cores_busy": cpu_s / elapsed_s}
 
 
 def points(backends: Sequence[str], workers: Sequence[int], readers: Sequence[int],

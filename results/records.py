@@ -41,7 +41,8 @@ UNITS = {
     "elapsed_s": "s", "mb_per_s": "MB/s (1e6 bytes)", "files_per_s": "files/s", "rchar": "bytes",
     "read_bytes": "bytes", "syscr": "read syscalls", "time_us": "us", "algbw_gbps": "GB/s (1e9 bytes)",
     "busbw_gbps": "GB/s (1e9 bytes)", "bytes": "bytes", "scaling_efficiency": "fraction",
-    "top1": "%", "top5": "%",
+    "top1": "%", "top5": "%", "cpu_s": "CPU s (user + system)", "cpu_ms_per_image": "CPU ms",
+    "images_per_cpu_s": "images per CPU second (images/s per busy core)", "cores_busy": "cores",
 }
 
 

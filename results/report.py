@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from results import figures, records, scaling_model as sm
+from results import comparisons as cmp, figures, records, scaling_model as sm
 from results.allreduce_bench import fit_alpha_beta
 from results.train_bench import GROUP_KEYS, add_efficiency, parameter_count
 
@@ -116,7 +116,16 @@ def train_group_label(r: dict, multi_sweep: bool) -> str:
     p = r["point"]
     prec = r["metrics"].get("precision_label") or p.get("precision")
     label = f"{p['variant']} {p['arch']} {prec} b{p['batch_size']}/proc, {data_label(p['data'])}"
+    if p.get("setup"):
+        label = f"{p['setup']}: {label}"
+    if r.get("runner") == "slurm":
+        label += f", SLURM {p.get('procs_per_node', 1)} proc/node"
     return f"{label} [{r['sweep']}]" if multi_sweep else label
+
+
+def plain_local(r: dict) -> bool:
+    """A local sweep point that is not a --setups comparison (learning curves, the scaling model)."""
+    return not r["point"].get("setup") and r.get("runner", "local") == "local"
 
 
 def train_groups(train: Sequence[dict]) -> Dict[str, List[dict]]:
@@ -154,8 +163,9 @@ def with_ideal(series: Sequence[figures.Series]) -> List[figures.Series]:
 
 def throughput_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) -> str:
     groups = train_groups(train)
+    # single-point series (the --setups comparisons) have no scaling to show: their own section draws them
     ours = [{"label": k, "x": [r["metrics"]["world_size"] for r in v], "y": [r["metrics"]["images_per_s"] for r in v],
-             "color": figures.palette(i)} for i, (k, v) in enumerate(groups.items())]
+             "color": figures.palette(i)} for i, (k, v) in enumerate(groups.items()) if len(v) > 1]
     figures.scaling_panels(fig_dir / "training_throughput.png", [
         {"title": "this project (measured, warm-up excluded)", "xlabel": "processes (GPUs)",
          "ylabel": "training throughput (images/s)", "series": with_ideal(ours),
@@ -176,8 +186,12 @@ def throughput_section(train: Sequence[dict], pub: dict, env: Environments, fig_
                       "compute ms/step", "peak memory (MiB)", "epoch time (s)", "scaling efficiency",
                       "efficiency baseline (processes)", "measured steps", "warm-up steps", "host load (1 min)",
                       "env", "record"], rows)
+    notes = sorted({r["note"] for r in train if r.get("note")})
     return ("## Training throughput\n\n![training throughput](figures/training_throughput.png)\n\n"
-            "Measured points (steady state: the engine excludes its warm-up steps). Scaling efficiency = "
+            "The figure draws series with more than one process count; single-point series are in the table "
+            "and in the step-time comparison. Series marked SLURM ran as one batch job per point (multi-node: "
+            "see below). " + "".join(f"Note recorded with the SLURM points: {n}. " for n in notes)
+            + "\n\nMeasured points (steady state: the engine excludes its warm-up steps). Scaling efficiency = "
             "(images/s per process) / (the same at the sweep's smallest process count). Host load is the "
             "1-minute load average when the point was recorded: on a shared machine a load above the core "
             "count means other work competed for the cores.\n\n" + table
@@ -204,7 +218,7 @@ def time_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: P
     epochs = pub["hal_2020"]["runs"][0]["epochs"]  # compare like with like: the published 90-epoch runs
     groups = train_groups(train)
     ours = []
-    for i, (label, members) in enumerate(groups.items()):
+    for i, (label, members) in enumerate(g for g in groups.items() if len(g[1]) > 1):
         hours = [epochs * IMAGENET_TRAIN_IMAGES / r["metrics"]["images_per_s"] / 3600 for r in members]
         ours.append({"label": label, "x": [r["metrics"]["world_size"] for r in members], "y": hours,
                      "color": figures.palette(i)})
@@ -275,7 +289,7 @@ def read_curves(run_dir: Path) -> Dict[str, List[Tuple[int, float]]]:
 
 def curve_runs(train: Sequence[dict], problems: List[records.Problem]) -> List[Tuple[str, dict, dict]]:
     """(label, record, curves) for runs with kept events; real-data runs when any exist."""
-    with_dir = [r for r in train if r.get("run_dir")]
+    with_dir = [r for r in train if r.get("run_dir") and plain_local(r)]
     real = [r for r in with_dir if r["point"].get("data") != "dummy"]
     out = []
     for r in (real or with_dir):
@@ -307,6 +321,151 @@ def curves_section(train: Sequence[dict], env: Environments, fig_dir: Path, prob
             "epochs on the small generated demo set, so these show the pipeline, not ImageNet accuracy).\n\n"
             + md_table(["run", "epoch", "train top-1 (%)", "val top-1 (%)", "train top-5 (%)", "val top-5 (%)",
                         "env", "events"], rows))
+
+
+# ---------------------------------------------------------------- comparisons with the baselines
+
+def _load(r: Optional[dict]) -> object:
+    return None if r is None else r.get("host_load_1m")
+
+
+def _io_category(r: dict, multi_sweep: bool) -> str:
+    p = r["point"]
+    cat = f"{p['workers']} workers, {p['cache']}"
+    return f"{cat}\n[{r['sweep']}]" if multi_sweep else cat
+
+
+def pipeline_section(io: Sequence[dict], env: Environments, fig_dir: Path) -> str:
+    rows = cmp.pipeline_rows(io)
+    multi = len({x["record"]["sweep"] for x in rows}) > 1
+    cats = list(dict.fromkeys(_io_category(x["record"], multi) for x in rows))
+    backends = sorted({x["record"]["point"]["backend"] for x in rows})
+
+    def panel(metric: str, ylabel: str, title: str, ratio: Optional[str]) -> dict:
+        cell = {(_io_category(x["record"], multi), x["record"]["point"]["backend"]): x for x in rows}
+        bars = [{"label": b, "values": [cell[(c, b)]["record"]["metrics"][metric] if (c, b) in cell else None
+                                        for c in cats],
+                 "texts": [cmp.times(cell[(c, b)][ratio]) if ratio and (c, b) in cell and cell[(c, b)][ratio]
+                           else "" for c in cats]} for b in backends]
+        return {"title": title, "ylabel": ylabel, "categories": cats, "bars": bars,
+                "empty": "no io records with CPU accounting (rerun `python -m results.bench io`)"}
+    figures.bars(fig_dir / "pipeline_per_core.png", [
+        panel("images_per_cpu_s", "images/s per core (images per CPU second)",
+              "per core: labels = ratio to the baseline backend", "per_core_ratio"),
+        panel("images_per_s", "images/s (wall clock, one reader)", "wall clock: labels = ratio to baseline",
+              "wall_ratio"),
+    ], "Data pipeline by backend: decode + train augmentation, one reader, same JPEGs")
+    table = [[x["record"]["point"]["backend"], x["record"]["point"]["cache"], x["record"]["point"]["workers"],
+              x["record"]["point"]["image_size"], x["record"]["metrics"]["images"], x["record"]["metrics"].get("bytes_per_image"),
+              x["record"]["metrics"]["images_per_s"], x["record"]["metrics"]["cpu_ms_per_image"],
+              x["record"]["metrics"]["images_per_cpu_s"], x["record"]["metrics"]["cores_busy"],
+              cmp.times(x["per_core_ratio"]), cmp.times(x["wall_ratio"]), x["record"].get("host_load_1m"),
+              env.id(x["record"]), x["record"]["_source"]] for x in rows]
+    return ("## Data pipeline vs the baseline\n\n![pipeline per core](figures/pipeline_per_core.png)\n\n"
+            "Each backend reads the same generated ImageNet-like JPEGs (`results/jpegs.py`: 500x375, ~110 KB) "
+            "in the same order with the same train augmentation (random-resized crop to the image size + "
+            "flip). CPU = user + system seconds of the reader and its DataLoader workers (`getrusage`, "
+            "workers counted once reaped); images/s per core = images / CPU seconds. Ratios are to the "
+            f"`{cmp.PIPELINE_BASELINE}` backend (pytorch/examples: PIL + ToTensor + Normalize, float) of "
+            "the same sweep, cache state and worker count. With workers > 0 the per-core figure includes "
+            "starting the workers and moving batches through their pipes.\n\n"
+            + md_table(["backend", "cache", "workers", "image size", "images", "bytes/image", "images/s",
+                        "CPU ms/image", "images/s per core", "cores busy", "per-core ratio vs baseline",
+                        "wall ratio vs baseline", "host load (1 min)", "env", "record"], table))
+
+
+def step_section(train: Sequence[dict], env: Environments, fig_dir: Path) -> str:
+    rows = cmp.step_rows(train)
+    multi = len({x["record"]["sweep"] for x in rows}) > 1
+
+    def cat(r: dict) -> str:
+        p = r["point"]
+        c = f"{data_label(p['data'])}, {p['arch']} {p['image_size']}px\nb{p['batch_size']}, {p['world_size']} proc"
+        return f"{c}\n[{r['sweep']}]" if multi else c
+    cats = list(dict.fromkeys(cat(x["record"]) for x in rows))
+    setups = list(dict.fromkeys(x["record"]["point"]["setup"] for x in rows))
+    cell = {(cat(x["record"]), x["record"]["point"]["setup"]): x for x in rows}
+
+    def bars(metric: str, ratio: str) -> List[dict]:
+        return [{"label": s, "values": [cell[(c, s)]["record"]["metrics"][metric] if (c, s) in cell else None
+                                        for c in cats],
+                 "texts": [cmp.times(cell[(c, s)][ratio]) if (c, s) in cell and cell[(c, s)][ratio] else ""
+                           for c in cats]} for s in setups]
+    empty = "no --setups train records (rerun `make bench`)"
+    figures.bars(fig_dir / "step_time.png", [
+        {"title": "ms per training step (lower is better); labels: baseline ms / ms", "ylabel": "ms/step",
+         "categories": cats, "bars": bars("step_time_ms", "step_speedup"), "empty": empty},
+        {"title": "training throughput; labels: ratio to baseline", "ylabel": "images/s", "categories": cats,
+         "bars": bars("images_per_s", "throughput_ratio"), "empty": empty},
+    ], "Training step: pytorch/examples-style baseline vs the engine, same batch and data, on this CPU")
+    from results.train_bench import SETUPS
+    about = "".join(f"- `{k}`: {v.about} (`{v.variant}`, {v.precision}"
+                    f"{', ' + v.amp_dtype if v.amp_dtype else ''}{', ' + ' '.join(v.flags) if v.flags else ''})\n"
+                    for k, v in SETUPS.items() if k in setups)
+    table = [[x["record"]["point"]["setup"], data_label(x["record"]["point"]["data"]), x["record"]["point"]["arch"],
+              x["record"]["point"]["image_size"], x["record"]["point"]["batch_size"], x["record"]["metrics"]["world_size"],
+              x["record"]["metrics"]["step_time_ms"], x["record"]["metrics"].get("data_time_ms"),
+              x["record"]["metrics"].get("compute_time_ms"), x["record"]["metrics"]["images_per_s"],
+              cmp.times(x["step_speedup"]), cmp.times(x["throughput_ratio"]), x["record"]["metrics"].get("measured_steps"),
+              x["record"].get("host_load_1m"), env.id(x["record"]), x["record"]["_source"]] for x in rows]
+    return ("## Training step vs the baseline\n\n![step time](figures/step_time.png)\n\n"
+            "Same model, batch, image size, data and process count; only the step configuration differs:\n\n"
+            + about + "\nSpeed-up = baseline ms/step / ms/step (warm-up steps excluded by the engine). On "
+            "synthetic data the loader does no work, so it isolates the step; on JPEGs the loader runs in the "
+            "training process (workers 0) and its time is the data ms/step.\n\n"
+            + md_table(["setup", "data", "model", "image size", "batch/proc", "processes", "ms/step", "data ms/step",
+                        "compute ms/step", "images/s", "speed-up vs baseline (ms/step)", "images/s vs baseline",
+                        "measured steps", "host load (1 min)", "env", "record"], table))
+
+
+def multinode_section(train: Sequence[dict], env: Environments) -> str:
+    recs = cmp.multinode_records(train)
+    rows = [[r["sweep"], r["metrics"].get("nodes"), r["metrics"]["world_size"], r["environment"].get("hostname"),
+             r["metrics"].get("backend"), r["metrics"]["images_per_s"], r["metrics"]["images_per_s_per_process"],
+             r["metrics"]["step_time_ms"], r["metrics"].get("data_time_ms"), r["metrics"].get("compute_time_ms"),
+             pct(r["metrics"].get("scaling_efficiency")), r["environment"].get("slurm_job_id"),
+             r.get("host_load_1m"), env.id(r), r["_source"]] for r in recs]
+    notes = "".join(f"\n{n}.\n" for n in sorted({r["note"] for r in recs if r.get("note")}))
+    return ("## Multi-node scaling (SLURM)\n\nOne batch job per point (`python -m results.bench cluster-scaling`, "
+            "or `train --submit slurm`), drawn as the SLURM series in the throughput figure below. Efficiency = "
+            "(images/s per process) / (the same at the sweep's smallest node count); hostname is rank 0's "
+            "node.\n" + notes + "\n"
+            + md_table(["sweep", "nodes", "processes", "rank-0 host", "backend", "images/s", "images/s per process",
+                        "ms/step", "data ms/step", "compute ms/step", "scaling efficiency", "SLURM job",
+                        "host load (1 min)", "env", "record"], rows))
+
+
+def summary_section(train: Sequence[dict], io: Sequence[dict]) -> str:
+    """The headline ratios, each from the newest sweep that has it, with the load at the time."""
+    lines = []
+    pipe = [x for x in cmp.pipeline_rows(io) if x["per_core_ratio"] and x["record"]["point"]["backend"] != "baseline"]
+    if pipe:
+        newest = max(x["record"]["sweep"] for x in pipe)
+        for x in (x for x in pipe if x["record"]["sweep"] == newest):
+            p, m = x["record"]["point"], x["record"]["metrics"]
+            lines.append(f"- Data pipeline, `{p['backend']}` vs `baseline` ({p['workers']} workers, {p['cache']} "
+                         f"cache, {p['image_size']}px): {cmp.times(x['per_core_ratio'])} images/s per core "
+                         f"({fmt(m['images_per_cpu_s'])} vs {fmt(x['baseline']['metrics']['images_per_cpu_s'])}), "
+                         f"{cmp.times(x['wall_ratio'])} wall images/s; host load {fmt(x['record'].get('host_load_1m'))} "
+                         f"(`{x['record']['_source']}`)")
+    steps = [x for x in cmp.step_rows(train) if x["step_speedup"] and x["record"]["point"]["setup"] != "baseline"]
+    if steps:
+        newest = max(x["record"]["sweep"] for x in steps)
+        for x in (x for x in steps if x["record"]["sweep"] == newest):
+            p, m = x["record"]["point"], x["record"]["metrics"]
+            lines.append(f"- Training step, `{p['setup']}` vs `baseline` ({data_label(p['data'])}, {p['arch']} "
+                         f"{p['image_size']}px, batch {p['batch_size']}, {p['world_size']} process, "
+                         f"{m.get('device')}): {cmp.times(x['step_speedup'])} ({fmt(m['step_time_ms'])} vs "
+                         f"{fmt(x['baseline']['metrics']['step_time_ms'])} ms/step); host load "
+                         f"{fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
+    nodes = cmp.multinode_records(train)
+    if nodes:
+        newest = [r for r in nodes if r["sweep"] == max(r["sweep"] for r in nodes)]
+        lines.append("- Multi-node gloo DDP (SLURM test cluster, " + newest[0]["point"]["arch"] + "): " + "; ".join(
+            f"{r['metrics'].get('nodes')} node(s) {fmt(r['metrics']['images_per_s'])} images/s, efficiency "
+            f"{pct(r['metrics'].get('scaling_efficiency'))}, host load {fmt(r.get('host_load_1m'))}" for r in newest))
+    return "## Summary\n\nComputed from the records below (newest sweep of each kind):\n\n" + (
+        "\n".join(lines) + "\n" if lines else "_(no comparison records yet)_\n")
 
 
 # ---------------------------------------------------------------- I/O
@@ -420,6 +579,7 @@ def allreduce_section(ar: Sequence[dict], env: Environments, fig_dir: Path) -> s
 
 def our_model(train: Sequence[dict], ar: Sequence[dict]) -> Tuple[Optional[sm.ModelInputs], List[dict], str]:
     """Model inputs from our records: 1-process compute step, the model's gradients, measured link."""
+    train = [r for r in train if plain_local(r)]
     synthetic = [r for r in train if r["point"].get("data") == "dummy"] or list(train)
     singles = [r for r in synthetic if r["metrics"]["world_size"] == 1]
     groups = allreduce_groups(ar)
@@ -581,7 +741,9 @@ def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE
     add_efficiency(train)
     env = Environments()
     problems = list(problems)
-    body = [throughput_section(train, pub, env, fig_dir), time_section(train, pub, env, fig_dir),
+    body = [summary_section(train, io), pipeline_section(io, env, fig_dir), step_section(train, env, fig_dir),
+            multinode_section(train, env), throughput_section(train, pub, env, fig_dir),
+            time_section(train, pub, env, fig_dir),
             curves_section(train, env, fig_dir, problems), io_section(io, pub, env, fig_dir),
             allreduce_section(ar, env, fig_dir), model_section(train, ar, pub, links, fig_dir)]
     tail = [problems_section(recs, problems, env), "## Environments\n\n" + env.table(), commands_section(recs)]

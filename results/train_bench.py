@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -27,7 +27,32 @@ SCRIPTS = {"nd": "imagenet/imagenet_nd.py", "dp": "imagenet/imagenet_dp.py",
            "ddp": "imagenet/imagenet_ddp.py", "amp": "imagenet/imagenet_ddp_apex.py"}
 SINGLE_PROCESS = ("nd", "dp")
 # Parameters that must match for two points to be compared in a scaling efficiency.
-GROUP_KEYS = ("variant", "batch_size", "precision", "amp_dtype", "data", "arch", "image_size", "workers")
+GROUP_KEYS = ("variant", "batch_size", "precision", "amp_dtype", "data", "arch", "image_size", "workers",
+              "setup")
+BASELINE_SETUP = "baseline"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A named training-step configuration, compared at the same batch, data and process count."""
+
+    variant: str
+    precision: str
+    amp_dtype: Optional[str]
+    flags: Tuple[str, ...]
+    about: str
+
+
+# --setups: the pytorch/examples-style loop against the engine's defaults, same batch and data.
+SETUPS: Dict[str, Setup] = {
+    BASELINE_SETUP: Setup("ddp", "O0", None, ("--data-backend", "baseline", "--optimizer-impl", "default",
+                                              "--no-channels-last"),
+                          "pytorch/examples: PIL + ToTensor/Normalize float pipeline, for-loop SGD, NCHW, fp32"),
+    "engine": Setup("ddp", "O0", None, (), "engine defaults (fast JPEG backend, optimizer auto, "
+                                           "channels-last where it helps), fp32"),
+    "engine-bf16": Setup("amp", "O1", "bfloat16", (), "imagenet_ddp_apex.py --opt-level O1 --amp-dtype bfloat16, "
+                                                      "engine defaults otherwise"),
+}
 
 
 @dataclass(frozen=True)
@@ -48,6 +73,7 @@ class TrainPoint:
     val_steps: int = 1
     workers: int = 0
     extra_args: Tuple[str, ...] = field(default=())
+    setup: Optional[str] = None  # a SETUPS name: variant, precision and flags come from it
 
     @property
     def world_size(self) -> int:
@@ -56,8 +82,16 @@ class TrainPoint:
     @property
     def name(self) -> str:
         data = "dummy" if self.data == "dummy" else Path(self.data).name
-        return (f"{self.variant}_{self.arch}_n{self.nodes}x{self.procs_per_node}_b{self.batch_size}_"
+        setup = f"{self.setup}_" if self.setup else ""
+        return (f"{setup}{self.variant}_{self.arch}_n{self.nodes}x{self.procs_per_node}_b{self.batch_size}_"
                 f"{self.precision}{'-' + self.amp_dtype if self.amp_dtype else ''}_{data}")
+
+
+def from_setup(p: TrainPoint, name: str) -> TrainPoint:
+    """``p`` with the variant, precision and flags of setup ``name`` (its own extra flags kept last)."""
+    s = SETUPS[name]
+    return replace(p, setup=name, variant=s.variant, precision=s.precision, amp_dtype=s.amp_dtype,
+                   extra_args=s.flags + tuple(p.extra_args))
 
 
 def engine_args(p: TrainPoint, log_dir: Path, for_slurm: bool = False) -> List[str]:
@@ -129,33 +163,45 @@ class LocalRunner:
 
 
 class SlurmRunner:
-    """One batch job per point: slurm.generate writes it, ``sbatch --wait`` runs it."""
+    """One batch job per point: slurm.generate writes it, ``sbatch --wait`` runs it.
+
+    The cluster is the one ``sbatch`` finds (``SLURM_CONF`` in ``env``, default this environment);
+    the job runs from this checkout (its submit directory), with this interpreter.
+    """
 
     name = "slurm"
 
     def __init__(self, gpus_per_node: int, time_limit: str = "01:00:00", sbatch_args: Sequence[str] = (),
-                 timeout_s: float = 6 * 3600):
+                 timeout_s: float = 6 * 3600, cpus_per_task: Optional[int] = None,
+                 env: Optional[Dict[str, str]] = None):
         self.gpus_per_node, self.time_limit = gpus_per_node, time_limit
         self.sbatch_args, self.timeout_s = list(sbatch_args), timeout_s
+        self.cpus_per_task, self.env = cpus_per_task, env
 
     def script(self, p: TrainPoint, log_dir: Path) -> str:
         from slurm import generate
         spec = generate.JobSpec(name=f"bench-{p.name}"[:60], nodes=p.nodes, gpus_per_node=self.gpus_per_node,
-                                procs_per_node=p.procs_per_node, variant=p.variant, data=str(p.data),
-                                arch=p.arch, epochs=p.epochs, batch_size=p.batch_size, workers=p.workers,
-                                train_args=tuple(engine_args(p, log_dir, for_slurm=True)), requeue=False, time=self.time_limit,
-                                output=str(log_dir / "slurm-%j.out"), python=sys.executable)
+                                procs_per_node=p.procs_per_node, cpus_per_task=self.cpus_per_task,
+                                variant=p.variant, data=str(p.data), arch=p.arch, epochs=p.epochs,
+                                batch_size=p.batch_size, workers=p.workers,
+                                train_args=tuple(engine_args(p, log_dir, for_slurm=True)), requeue=False,
+                                time=self.time_limit, output=str(log_dir / "slurm-%j.out"), python=sys.executable)
         return generate.render(spec)
 
     def run(self, p: TrainPoint, log_dir: Path) -> Outcome:
         path = log_dir / "job.sh"
         path.write_text(self.script(p, log_dir))
-        cmd = ["sbatch", "--wait", f"--export=ALL,LOG_DIR={log_dir}", *self.sbatch_args, str(path)]
-        return _run_logged(cmd, log_dir / "bench.log", self.timeout_s, env=dict(os.environ))
+        cmd = ["sbatch", "--wait", "--parsable", f"--export=ALL,LOG_DIR={log_dir}", *self.sbatch_args, str(path)]
+        out = _run_logged(cmd, log_dir / "bench.log", self.timeout_s, env=_child_env(self.env))
+        # the job's own output (engine log) is what explains a failure, not sbatch's
+        job_logs = sorted(log_dir.glob("slurm-*.out"))
+        if job_logs:
+            out.log_tail = "\n".join(job_logs[-1].read_text(errors="replace").strip().splitlines()[-40:])
+        return out
 
 
-def _child_env() -> Dict[str, str]:
-    env = dict(os.environ)
+def _child_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    env = dict(os.environ if base is None else base)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -210,7 +256,8 @@ def keep_artifacts(scratch: Path, keep: Path) -> List[str]:
     keep.mkdir(parents=True, exist_ok=True)
     kept = []
     for f in sorted(scratch.iterdir()):
-        if f.name == "run.json" or f.name.startswith("events.out.tfevents") or f.name == "bench.log":
+        if (f.name in ("run.json", "bench.log", "job.sh") or f.name.startswith("events.out.tfevents")
+                or (f.name.startswith("slurm-") and f.name.endswith(".out"))):
             shutil.copy2(f, keep / f.name)
             kept.append(f.name)
     return kept

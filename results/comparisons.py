@@ -1,0 +1,64 @@
+"""Ratios against the baselines, computed from records only (the report prints, never types, them).
+
+- Data pipeline: each loader backend's images per CPU second (images/s per busy core) divided by
+  the ``baseline`` backend's (pytorch/examples: PIL + ToTensor/Normalize) in the same io sweep,
+  cache state, worker count and image size: same files, same order, same train augmentation.
+- Training step: each ``--setups`` point's ms/step and images/s against the ``baseline`` setup of
+  the same sweep, data, model, image size, batch and process count.
+- Multi-node: the SLURM sweeps' images/s and efficiency per node count.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from results.train_bench import BASELINE_SETUP
+
+PIPELINE_BASELINE = "baseline"
+IO_KEYS = ("cache", "workers", "image_size", "batch_size")
+STEP_KEYS = ("data", "arch", "image_size", "batch_size", "world_size", "nodes")
+
+
+def times(v: Optional[float]) -> str:
+    """A ratio as the report prints it: 2.03x."""
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _groups(recs: Sequence[dict], keys: Tuple[str, ...]) -> Dict[tuple, List[dict]]:
+    out: Dict[tuple, List[dict]] = {}
+    for r in recs:
+        out.setdefault((r["sweep"],) + tuple(r["point"].get(k) for k in keys), []).append(r)
+    return out
+
+
+def pipeline_rows(io: Sequence[dict]) -> List[dict]:
+    """One row per single-reader io record with CPU accounting, with its ratios to the baseline."""
+    usable = [r for r in io if r["point"].get("readers") == 1 and "images_per_cpu_s" in r["metrics"]]
+    rows = []
+    for _, members in sorted(_groups(usable, IO_KEYS).items(), key=lambda kv: str(kv[0])):
+        base = next((r for r in members if r["point"]["backend"] == PIPELINE_BASELINE), None)
+        for r in sorted(members, key=lambda r: r["point"]["backend"]):
+            m = r["metrics"]
+            rows.append({"record": r, "baseline": base,
+                         "per_core_ratio": m["images_per_cpu_s"] / base["metrics"]["images_per_cpu_s"] if base else None,
+                         "wall_ratio": m["images_per_s"] / base["metrics"]["images_per_s"] if base else None})
+    return rows
+
+
+def step_rows(train: Sequence[dict]) -> List[dict]:
+    """One row per ``--setups`` train record, with ms/step and images/s ratios to the baseline setup."""
+    usable = [r for r in train if r["point"].get("setup")]
+    rows = []
+    for _, members in sorted(_groups(usable, STEP_KEYS).items(), key=lambda kv: str(kv[0])):
+        base = next((r for r in members if r["point"]["setup"] == BASELINE_SETUP), None)
+        for r in sorted(members, key=lambda r: (r["point"]["setup"] != BASELINE_SETUP, r["point"]["setup"])):
+            m, b = r["metrics"], base["metrics"] if base else None
+            rows.append({"record": r, "baseline": base,
+                         "step_speedup": b["step_time_ms"] / m["step_time_ms"] if b else None,
+                         "throughput_ratio": m["images_per_s"] / b["images_per_s"] if b else None})
+    return rows
+
+
+def multinode_records(train: Sequence[dict]) -> List[dict]:
+    """Train records that ran as SLURM jobs, by sweep then node count."""
+    recs = [r for r in train if r.get("runner") == "slurm"]
+    return sorted(recs, key=lambda r: (r["sweep"], r["metrics"].get("nodes") or 0, r["metrics"]["world_size"]))

@@ -1,0 +1,88 @@
+"""Ratios against the baselines come from the records: the pipeline per-core ratio, the step-time
+speed-up, and the multi-node efficiencies printed in RESULTS.md match values computed here by hand."""
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from results import io_bench, records, report
+
+ENV = {"hostname": "vm", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.x", "gpu_count": 0, "nodes": 1}
+
+
+def _io(backend: str, workers: int, rate: float, cpu_s: float) -> dict:
+    point = {"backend": backend, "workers": workers, "readers": 1, "cache": "warm", "batch_size": 16,
+             "image_size": 224, "images_per_reader": 64, "threads": 1}
+    m = {"images": 64, "elapsed_s": 64 / rate, "images_per_s": rate, "mb_per_s": rate * 0.11,
+         **io_bench.cpu_metrics(cpu_s, 64, 64 / rate)}
+    return records.make_record("io", "q-io-1", point, m, ENV)
+
+
+def _train(setup: str, data: str, step_ms: float, nodes: int = 1, runner: str = "local", sweep: str = "q-train-1"):
+    point = {"variant": "ddp", "procs_per_node": 1, "nodes": nodes, "batch_size": 16, "precision": "O0",
+             "amp_dtype": None, "data": data, "arch": "resnet18", "image_size": 64, "workers": 0,
+             "extra_args": [], "world_size": nodes, "setup": setup or None}
+    m = {"images_per_s": 16e3 * nodes / step_ms, "images_per_s_per_process": 16e3 / step_ms, "step_time_ms": step_ms,
+         "world_size": nodes, "nodes": nodes, "device": "cpu"}
+    return records.make_record("train", sweep, point, m, dict(ENV, nodes=nodes), runner=runner)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("compare")
+    recs = [_io("baseline", 0, 100.0, 0.64), _io("fast", 0, 210.0, 0.25), _io("baseline", 2, 150.0, 0.80),
+            _io("fast", 2, 240.0, 0.40)]
+    recs += [_train("baseline", "dummy", 400.0), _train("engine", "dummy", 250.0), _train("engine-bf16", "dummy", 500.0),
+             _train("baseline", "/d/jpegs", 800.0), _train("engine", "/d/jpegs", 320.0)]
+    recs += [_train("", "dummy", ms, nodes=n, runner="slurm", sweep="c-train-1")
+             for n, ms in ((1, 200.0), (2, 250.0), (4, 400.0))]
+    path = tmp / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    md, problems = report.build([path], tmp / "out")
+    return tmp, md.read_text(), problems
+
+
+def _row(text: str, *cells: str) -> str:
+    rows = [ln for ln in text.splitlines() if ln.startswith("|") and all(f"| {c} |" in ln for c in cells)]
+    assert len(rows) == 1, (cells, rows)
+    return rows[0]
+
+
+def test_pipeline_ratio_per_core_from_cpu_seconds(built):
+    _, text, problems = built
+    assert not problems
+    # per core: (64 / 0.25) / (64 / 0.64) = 2.56; wall: 210 / 100 = 2.10
+    row = _row(text, "fast", "warm", "0", "224")
+    assert "| 2.56x |" in row and "| 2.10x |" in row and "| 256 |" in row
+    assert "| 2.00x |" in _row(text, "fast", "warm", "2", "224")  # 0.80 / 0.40 CPU seconds
+    assert "`fast` vs `baseline` (0 workers, warm cache, 224px): 2.56x images/s per core" in text
+
+
+def test_step_speedups_against_the_baseline_setup(built):
+    _, text, _ = built
+    assert "| 1.60x |" in _row(text, "engine", "synthetic")  # 400 / 250 ms
+    assert "| 0.80x |" in _row(text, "engine-bf16", "synthetic")  # slower than the baseline is shown as such
+    assert "| 2.50x |" in _row(text, "engine", "jpegs")
+    assert "| 1.00x |" in _row(text, "baseline", "jpegs")
+
+
+def test_multinode_efficiency_and_figures(built):
+    tmp, text, _ = built
+    # per-node rate 80, 64, 40 images/s against 80 at one node
+    assert "1 node(s) 80 images/s, efficiency 100.0%" in text
+    assert "2 node(s) 128 images/s, efficiency 80.0%" in text
+    assert "4 node(s) 160 images/s, efficiency 50.0%" in text
+    for name in ("pipeline_per_core", "step_time", "training_throughput"):
+        with Image.open(tmp / "out" / "figures" / f"{name}.png") as im:
+            assert im.size[0] > 400 and im.getextrema() != ((255, 255), (255, 255), (255, 255), (255, 255))
+
+
+def test_reader_cpu_seconds_cover_loader_workers(tmp_path):
+    from results import jpegs
+    jpegs.ensure_dataset(tmp_path, classes=1, train_per_class=8, val_per_class=1)
+    builder = io_bench.builder_for("baseline")
+    ds = builder(tmp_path, 64)
+    # with 2 workers the decoding happens in children: their CPU must still be counted
+    out = io_bench.read_shard(ds, list(range(8)), workers=2, batch_size=4)
+    assert out["images"] == 8 and out["cpu_s"] > 8 * 0.001  # > 1 ms of CPU per decoded 500x375 JPEG

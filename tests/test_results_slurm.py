@@ -1,0 +1,35 @@
+"""``results.bench train --submit slurm`` on the test cluster: a 1- and a 2-node gloo point become
+valid records with the job's environment (nodes, rank-0 host, job id) and a 2-node efficiency."""
+from pathlib import Path
+
+import pytest
+
+from results import bench, records
+from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.slurm
+
+
+def test_slurm_points_write_records(slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(bench, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(bench, "SCRATCH", tmp_path / "scratch")  # shared with the nodes: same filesystem
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    monkeypatch.setenv("PATH", slurm_cluster.env["PATH"])
+    out = tmp_path / "r.jsonl"
+    rc = bench.main(["train", "--submit", "slurm", "--gpus-per-node", "0", "--cpus-per-task", "1", "--procs", "1",
+                     "--nodes", "1", "2", "--image-size", "32", "--batch", "8", "--steps-per-epoch", "7",
+                     "--val-steps", "1", "--time-limit", "00:05:00", "--timeout", "120", "--note", "test cluster",
+                     "--records", str(out), "--tag", "t"])
+    good, bad = records.read_lines(out)
+    assert not bad, bad
+    assert [r["status"] for r in good] == ["ok", "ok"], [r["error"] for r in good]
+    assert rc == 0
+    for rec, nodes in zip(good, (1, 2)):
+        m, env = rec["metrics"], rec["environment"]
+        assert rec["runner"] == "slurm" and rec["note"] == "test cluster"
+        assert m["world_size"] == nodes and m["nodes"] == nodes and env["nodes"] == nodes
+        assert m["images_per_s"] > 0 and m["measured_steps"] > 0
+        assert env["hostname"].startswith("node") and env["slurm_job_id"]
+        assert "job.sh" in rec["kept_files"] and any(f.startswith("slurm-") for f in rec["kept_files"])
+    assert good[0]["environment"]["slurm_job_id"] != good[1]["environment"]["slurm_job_id"]
+    assert good[1]["metrics"]["baseline_world_size"] == 1 and 0 < good[1]["metrics"]["scaling_efficiency"]
