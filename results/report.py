@@ -368,7 +368,10 @@ def pipeline_section(io: Sequence[dict], env: Environments, fig_dir: Path) -> st
             "workers counted once reaped); images/s per core = images / CPU seconds. Ratios are to the "
             f"`{cmp.PIPELINE_BASELINE}` backend (pytorch/examples: PIL + ToTensor + Normalize, float) of "
             "the same sweep, cache state and worker count. With workers > 0 the per-core figure includes "
-            "starting the workers and moving batches through their pipes.\n\n"
+            "starting the workers and moving batches through their pipes. What limits the next gain: the "
+            "`fast` backend already decodes only the crop's rows at a reduced DCT scale, but libjpeg must "
+            "still entropy-decode every row above the crop, and that Huffman decoding is now most of its "
+            "CPU time (`python -m imagenet.pipelines --bench` splits it per stage).\n\n"
             + md_table(["backend", "cache", "workers", "image size", "images", "bytes/image", "images/s",
                         "CPU ms/image", "images/s per core", "cores busy", "per-core ratio vs baseline",
                         "wall ratio vs baseline", "host load (1 min)", "env", "record"], table))
@@ -412,7 +415,9 @@ def step_section(train: Sequence[dict], env: Environments, fig_dir: Path) -> str
             "Same model, batch, image size, data and process count; only the step configuration differs:\n\n"
             + about + "\nSpeed-up = baseline ms/step / ms/step (warm-up steps excluded by the engine). On "
             "synthetic data the loader does no work, so it isolates the step; on JPEGs the loader runs in the "
-            "training process (workers 0) and its time is the data ms/step.\n\n"
+            "training process (workers 0) and its time is the data ms/step. On a CPU the step is convolution "
+            "compute; bf16 autocast only pays where the CPU has native bf16 matrix units (the environment "
+            "table names the CPU), and the GPU targets of issue 6 need a GPU session.\n\n"
             + md_table(["setup", "data", "model", "image size", "batch/proc", "processes", "ms/step", "data ms/step",
                         "compute ms/step", "images/s", "speed-up vs baseline (ms/step)", "images/s vs baseline",
                         "measured steps", "host load (1 min)", "env", "record"], table))
