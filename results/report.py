@@ -370,8 +370,8 @@ def pipeline_section(io: Sequence[dict], env: Environments, fig_dir: Path) -> st
             "the same sweep, cache state and worker count. With workers > 0 the per-core figure includes "
             "starting the workers and moving batches through their pipes. What limits the next gain: the "
             "`fast` backend already decodes only the crop's rows at a reduced DCT scale, but libjpeg must "
-            "still entropy-decode every row above the crop, and that Huffman decoding is now most of its "
-            "CPU time (`python -m imagenet.pipelines --bench` splits it per stage).\n\n"
+            "still entropy-decode every row above the crop, and entropy decoding (which DCT scaling cannot "
+            "reduce) is most of a JPEG decode (see `imagenet/pipelines.py`).\n\n"
             + md_table(["backend", "cache", "workers", "image size", "images", "bytes/image", "images/s",
                         "CPU ms/image", "images/s per core", "cores busy", "per-core ratio vs baseline",
                         "wall ratio vs baseline", "host load (1 min)", "env", "record"], table))
