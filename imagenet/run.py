@@ -45,6 +45,14 @@ def _run_dir(cfg, info, spec) -> Path:
     return Path(distributed.broadcast_object(str(Path("runs") / name)))  # every rank: rank 0's name
 
 
+def _use_sync_bn(cfg, info) -> bool:
+    if cfg.sync_bn and info.distributed and info.device.type != "cuda":
+        if info.is_primary:  # torch's SyncBatchNorm runs on GPU modules only
+            log.warning("--sync-bn needs CUDA GPUs: on CPU each rank keeps its own BatchNorm statistics")
+        return False
+    return cfg.sync_bn and info.distributed
+
+
 def _wrap(model: torch.nn.Module, cfg, info) -> torch.nn.Module:
     if cfg.variant == "dp":
         if info.device.type != "cuda":
@@ -101,7 +109,7 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     run_dir = _run_dir(cfg, info, spec)
     channels_last = cfg.use_channels_last(info.device.type)
     model = models.prepare(models.build(cfg.arch, num_classes, cfg.pretrained), info.device, channels_last,
-                           cfg.sync_bn and info.distributed)
+                           _use_sync_bn(cfg, info))
     global_batch = cfg.batch_size * info.world_size
     lr = optim.peak_lr(cfg, global_batch)
     warmup = optim.warmup_epochs(cfg, lr)

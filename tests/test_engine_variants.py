@@ -112,3 +112,20 @@ def test_dummy_data_and_evaluate_only(tmp_path):
                 "--resume", tmp_path / "checkpoint.pth.tar", "--log-dir", tmp_path / "eval")
     assert ev.returncode == 0, explain(ev)
     assert "Evaluation: top1" in ev.stdout and read_run(tmp_path / "eval")["status"] == "evaluated"
+
+
+def test_optimisation_flags_under_torchrun(jpeg_data, tmp_path):
+    """--sync-bn (CPU: a warning, per-rank statistics), label smoothing, no BN decay, cosine + warm-up, O3."""
+    proc = run([BIN / "torchrun", "--standalone", "--nproc_per_node=2", script("imagenet_ddp_apex.py"), *TINY,
+                "--epochs", "2", "--sync-bn", "--label-smoothing", "0.1", "--no-bn-wd", "--lr-schedule", "cosine",
+                "--warmup-epochs", "1", "--opt-level", "O3", "--keep-batchnorm-fp32", "True", "-p", "1",
+                "--log-dir", tmp_path, jpeg_data])
+    assert proc.returncode == 0, explain(proc)
+    assert "--sync-bn needs CUDA" in proc.stderr
+    record = read_run(tmp_path)
+    assert record["precision"]["label"] == "O3-bf16"
+    lrs = [lr for _, lr in tb_scalars(tmp_path)["Step/lr"]]
+    peak = record["lr"]
+    # 3 steps an epoch, 1 warm-up epoch: after step 1 the lr is 2/3 of the peak
+    assert lrs[0] == pytest.approx(peak * 2 / 3) and max(lrs) == pytest.approx(peak, rel=0.05) and lrs[-1] < max(lrs)  # warm-up, decay
+    assert record["final"]["weight_checksums"][0] == record["final"]["weight_checksums"][1]
