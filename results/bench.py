@@ -258,8 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m results.bench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--tag", default="local", help="name of this machine/run set; records go to "
-                        "results/records/<tag>.jsonl and sweep ids start with it")
+    # no default here: parents share their action objects, so a subparser's set_defaults(tag=...)
+    # would change every command's default; main() picks it per command (DEFAULT_TAGS)
+    common.add_argument("--tag", help="name of this machine/run set; records go to results/records/<tag>.jsonl "
+                        "and sweep ids start with it (default: local; quick: quick; cluster-scaling: cluster)")
     common.add_argument("--records", type=Path, help="records file (default results/records/<tag>.jsonl)")
     common.add_argument("-v", "--verbose", action="store_true")
 
@@ -315,9 +317,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("quick", parents=[common], help="the make-bench preset: all kinds, small, then report")
     q.add_argument("--fresh", action="store_true", help="replace this tag's earlier records and runs")
-    q.set_defaults(tag="quick")
     cluster_bench.add_parser(sub, common)
     return p
+
+
+DEFAULT_TAGS = {"quick": "quick", "cluster-scaling": "cluster"}
+
+
+def resolve_tag(a: argparse.Namespace) -> None:
+    """The command's default tag and records file where none were given."""
+    a.tag = a.tag or DEFAULT_TAGS.get(a.cmd, "local")
+    a.records = a.records or records.RECORDS_DIR / f"{a.tag}.jsonl"
 
 
 def _values(a: argparse.Namespace, name: str) -> List[int]:
@@ -338,7 +348,7 @@ def _validate(a: argparse.Namespace) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     a = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO, format="%(message)s")
-    a.records = a.records or records.RECORDS_DIR / f"{a.tag}.jsonl"
+    resolve_tag(a)
     try:
         _validate(a)
         if a.cmd == "quick":

@@ -80,5 +80,4 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     c.add_argument("--timeout", type=float, default=900, help="seconds per point")
     c.add_argument("--fresh", action="store_true", help="replace this tag's earlier records and runs")
     c.add_argument("--no-report", dest="report", action="store_false", help="skip regenerating the report")
-    c.set_defaults(tag="cluster")
 

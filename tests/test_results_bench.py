@@ -99,3 +99,12 @@ def test_slurm_hook_writes_one_job_per_point(tmp_path):
     p = train_bench.TrainPoint(procs_per_node=4, nodes=2, arch="resnet50", batch_size=64)
     text = runner.script(p, tmp_path / "run")
     assert "#SBATCH --nodes=2" in text and "--steps-per-epoch" in text and "LOG_DIR" in text
+
+
+@pytest.mark.parametrize("cmd,tag", [("quick", "quick"), ("cluster-scaling", "cluster"), ("train", "local"),
+                                     ("io", "local")])
+def test_each_command_has_its_own_default_tag(cmd, tag):
+    # a regression: a subparser's set_defaults(tag=...) once changed the shared --tag of every command
+    a = bench.build_parser().parse_args([cmd])
+    bench.resolve_tag(a)
+    assert a.tag == tag and a.records == records.RECORDS_DIR / f"{tag}.jsonl"
