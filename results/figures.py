@@ -13,7 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend first)
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,24 @@ def _empty(ax, text: str) -> None:
 
 
 def _draw(ax, series: Sequence[Series]) -> None:
+    labelled = 0
     for s in series:
         ax.plot(s["x"], s["y"], s.get("style", "o-"), label=s["label"], color=s.get("color"),
                 alpha=s.get("alpha", 1.0))
-        for x, y, t in zip(s["x"], s["y"], s.get("labels") or []):
-            ax.annotate(t, (x, y), textcoords="offset points", xytext=(4, -11), fontsize=7,
-                        color=s.get("color"))
+        if not s.get("labels"):
+            continue
+        # alternate below/above the points so labels of series that meet do not print over each other
+        offset = (4, -11) if labelled % 2 == 0 else (4, 5)
+        labelled += 1
+        for x, y, t in zip(s["x"], s["y"], s["labels"]):
+            ax.annotate(t, (x, y), textcoords="offset points", xytext=offset, fontsize=7, color=s.get("color"))
+
+
+def _log_y_ticks(ax) -> None:
+    """Enough labelled ticks on a log axis even when the data spans less than a decade."""
+    low, high = ax.get_ylim()
+    subs = (1.0, 2.0, 3.0, 5.0, 7.0) if high / max(low, 1e-12) < 10 else (1.0, 2.0, 5.0)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
 
 
 def scaling_panels(path: Path, panels: Sequence[Dict[str, object]], suptitle: str) -> Path:
@@ -64,6 +76,7 @@ def scaling_panels(path: Path, panels: Sequence[Dict[str, object]], suptitle: st
         _draw(ax, panel["series"])
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        _log_y_ticks(ax)
         _int_ticks(ax)
         _int_ticks(ax, "y")
         ax.set_xlabel(panel["xlabel"])
