@@ -5,13 +5,14 @@
   cache state, worker count and image size: same files, same order, same train augmentation.
 - Training step: each ``--setups`` point's ms/step and images/s against the ``baseline`` setup of
   the same sweep, data, model, image size, batch and process count.
+- Logging overhead: ms/step logging at every step over ms/step logging once per epoch, minus one.
 - Multi-node: the SLURM sweeps' images/s and efficiency per node count.
 """
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from results.train_bench import BASELINE_SETUP
+from results.train_bench import BASELINE_SETUP, LOG_EVERY_STEP_SETUP, LOG_QUIET_SETUP
 
 PIPELINE_BASELINE = "baseline"
 IO_KEYS = ("cache", "workers", "image_size", "batch_size")
@@ -55,6 +56,19 @@ def step_rows(train: Sequence[dict]) -> List[dict]:
             rows.append({"record": r, "baseline": base,
                          "step_speedup": b["step_time_ms"] / m["step_time_ms"] if b else None,
                          "throughput_ratio": m["images_per_s"] / b["images_per_s"] if b else None})
+    return rows
+
+
+def logging_rows(train: Sequence[dict]) -> List[dict]:
+    """Step time logging every step against logging only per epoch, same sweep/data/model/batch."""
+    usable = [r for r in train if r["point"].get("setup") in (LOG_QUIET_SETUP, LOG_EVERY_STEP_SETUP)]
+    rows = []
+    for _, members in sorted(_groups(usable, STEP_KEYS).items(), key=lambda kv: str(kv[0])):
+        quiet = next((r for r in members if r["point"]["setup"] == LOG_QUIET_SETUP), None)
+        loud = next((r for r in members if r["point"]["setup"] == LOG_EVERY_STEP_SETUP), None)
+        if quiet and loud:
+            overhead = loud["metrics"]["step_time_ms"] / quiet["metrics"]["step_time_ms"] - 1.0
+            rows.append({"record": loud, "quiet": quiet, "overhead": overhead})
     return rows
 
 

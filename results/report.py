@@ -464,6 +464,13 @@ def summary_section(train: Sequence[dict], io: Sequence[dict]) -> str:
                          f"{m.get('device')}): {cmp.times(x['step_speedup'])} ({fmt(m['step_time_ms'])} vs "
                          f"{fmt(x['baseline']['metrics']['step_time_ms'])} ms/step); host load "
                          f"{fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
+    for x in cmp.logging_rows(train):
+        p, m, q = x["record"]["point"], x["record"]["metrics"], x["quiet"]["metrics"]
+        lines.append(f"- Logging overhead ({data_label(p['data'])}, {p['arch']} {p['image_size']}px, batch "
+                     f"{p['batch_size']}, {m.get('device')}): printing and TensorBoard step scalars at every step "
+                     f"cost {100 * x['overhead']:+.1f}% step time ({fmt(m['step_time_ms'])} vs "
+                     f"{fmt(q['step_time_ms'])} ms/step logging once per epoch); host load "
+                     f"{fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
     nodes = cmp.multinode_records(train)
     if nodes:
         newest = [r for r in nodes if r["sweep"] == max(r["sweep"] for r in nodes)]

@@ -30,6 +30,8 @@ SINGLE_PROCESS = ("nd", "dp")
 GROUP_KEYS = ("variant", "batch_size", "precision", "amp_dtype", "data", "arch", "image_size", "workers",
               "setup")
 BASELINE_SETUP = "baseline"
+LOG_QUIET_SETUP = "engine-log-epoch"
+LOG_EVERY_STEP_SETUP = "engine-log-step"
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,10 @@ SETUPS: Dict[str, Setup] = {
                                            "channels-last where it helps), fp32"),
     "engine-bf16": Setup("amp", "O1", "bfloat16", (), "imagenet_ddp_apex.py --opt-level O1 --amp-dtype bfloat16, "
                                                       "engine defaults otherwise"),
+    # The pair behind the logging-overhead ratio: the same run logging at every step vs only per epoch.
+    LOG_QUIET_SETUP: Setup("ddp", "O0", None, ("-p", "1000000"), "engine defaults, logging only at epoch end"),
+    LOG_EVERY_STEP_SETUP: Setup("ddp", "O0", None, ("-p", "1"), "engine defaults, printing and TensorBoard "
+                                                               "step scalars at every step (a device sync each)"),
 }
 
 

@@ -34,7 +34,8 @@ def built(tmp_path_factory):
     recs = [_io("baseline", 0, 100.0, 0.64), _io("fast", 0, 210.0, 0.25), _io("baseline", 2, 150.0, 0.80),
             _io("fast", 2, 240.0, 0.40)]
     recs += [_train("baseline", "dummy", 400.0), _train("engine", "dummy", 250.0), _train("engine-bf16", "dummy", 500.0),
-             _train("baseline", "/d/jpegs", 800.0), _train("engine", "/d/jpegs", 320.0)]
+             _train("baseline", "/d/jpegs", 800.0), _train("engine", "/d/jpegs", 320.0),
+             _train("engine-log-epoch", "dummy", 200.0), _train("engine-log-step", "dummy", 203.0)]
     recs += [_train("", "dummy", ms, nodes=n, runner="slurm", sweep="c-train-1")
              for n, ms in ((1, 200.0), (2, 250.0), (4, 400.0))]
     path = tmp / "r.jsonl"
@@ -86,3 +87,9 @@ def test_reader_cpu_seconds_cover_loader_workers(tmp_path):
     # with 2 workers the decoding happens in children: their CPU must still be counted
     out = io_bench.read_shard(ds, list(range(8)), workers=2, batch_size=4)
     assert out["images"] == 8 and out["cpu_s"] > 8 * 0.001  # > 1 ms of CPU per decoded 500x375 JPEG
+
+
+def test_logging_overhead_from_the_pair_of_setups(built):
+    _, text, _ = built
+    # 203 / 200 - 1 = +1.5 %
+    assert "cost +1.5% step time (203 vs 200 ms/step logging once per epoch)" in text
