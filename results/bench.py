@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from results import allreduce_bench, cluster_bench, io_bench, records, train_bench
+from results import allreduce_bench, cluster_bench, io_bench, overlap_bench, records, train_bench
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +193,23 @@ def run_allreduce(a: argparse.Namespace) -> List[dict]:
     return out
 
 
+def run_overlap(a: argparse.Namespace) -> List[dict]:
+    sweep, env, out = records.new_sweep_id("overlap", a.tag), _environment(), []
+    points = [(n, mb) for n in a.world_sizes for mb in a.bucket_cap_mb]
+    for i, (n, mb) in enumerate(points, 1):
+        _progress(i, len(points), f"overlap {a.arch}, {n} processes, buckets {mb:g} MB")
+        point = {"backend": "gloo", "world_size": n, "arch": a.arch, "batch_size": a.batch,
+                 "image_size": a.image_size, "bucket_cap_mb": mb}
+        try:
+            m = overlap_bench.run_local(n, a.arch, a.batch, a.image_size, a.steps, mb)
+            rec = records.make_record("overlap", sweep, point, m, env)
+        except Exception as e:  # a failed point is recorded with why, and the sweep goes on
+            rec = records.make_record("overlap", sweep, point, {}, env, "failed", _last_line(str(e)))
+        records.append(a.records, rec)
+        out.append(rec)
+    return out
+
+
 # ---------------------------------------------------------------- quick preset
 
 QUICK_DEMO = SCRATCH / "demo"
@@ -209,6 +226,7 @@ def run_quick(a: argparse.Namespace) -> int:
               "--epochs", "6", "--steps-per-epoch", "8", "--val-steps", "1"]
     steps = [
         ["allreduce", "--world-sizes", "2", "--max-bytes", str(16 << 20), *common],
+        ["overlap", "--world-sizes", "2", "--bucket-cap-mb", "1", "25", *common],
         ["io", "--classes", "4", "--per-class", "32", "--images", "128", "--workers", "0", "2",
          "--readers", "2", "--batch", "16", *common],
         # the step against the pytorch/examples-style baseline, on synthetic data and on the io step's JPEGs
@@ -316,6 +334,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-bytes", type=_size, default=64 << 20)
     r.add_argument("--factor", type=int, default=4)
 
+    o = sub.add_parser("overlap", parents=[common], help="exposed DDP all-reduce time per step (gloo, this host)")
+    o.add_argument("--world-sizes", nargs="+", type=int, default=[2])
+    o.add_argument("--arch", default="resnet18")
+    o.add_argument("--batch", type=int, default=16)
+    o.add_argument("--image-size", type=int, default=64)
+    o.add_argument("--steps", type=int, default=10, help="timed steps of each kind (interleaved)")
+    o.add_argument("--bucket-cap-mb", type=float, nargs="+", default=[25.0])
+
     q = sub.add_parser("quick", parents=[common], help="the make-bench preset: all kinds, small, then report")
     q.add_argument("--fresh", action="store_true", help="replace this tag's earlier records and runs")
     cluster_bench.add_parser(sub, common)
@@ -356,7 +382,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return run_quick(a)
         if a.cmd == "cluster-scaling":
             return cluster_bench.run(a)
-        out = {"train": run_train, "io": run_io, "allreduce": run_allreduce}[a.cmd](a)
+        out = {"train": run_train, "io": run_io, "allreduce": run_allreduce, "overlap": run_overlap}[a.cmd](a)
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -440,7 +440,7 @@ def multinode_section(train: Sequence[dict], env: Environments) -> str:
                         "host load (1 min)", "env", "record"], rows))
 
 
-def summary_section(train: Sequence[dict], io: Sequence[dict]) -> str:
+def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence[dict] = ()) -> str:
     """The headline ratios, each from the newest sweep that has it, with the load at the time."""
     lines = []
     # the engine's default backend; the other backends are in the section's table and figure
@@ -471,6 +471,15 @@ def summary_section(train: Sequence[dict], io: Sequence[dict]) -> str:
                      f"cost {100 * x['overhead']:+.1f}% step time ({fmt(m['step_time_ms'])} vs "
                      f"{fmt(q['step_time_ms'])} ms/step logging once per epoch); host load "
                      f"{fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
+    if overlap:
+        newest = max(r["sweep"] for r in overlap)
+        for r in (r for r in overlap if r["sweep"] == newest):
+            p, m = r["point"], r["metrics"]
+            lines.append(f"- DDP communication overlap ({p['arch']} {p['image_size']}px, batch {p['batch_size']}, "
+                         f"{p['world_size']} gloo processes, {p['bucket_cap_mb']:g} MB buckets): "
+                         f"{fmt(m['exposed_comm_ms'])} ms of the {fmt(m['allreduce_alone_ms'])} ms gradient "
+                         f"all-reduce stays exposed per step ({100 * m['hidden_fraction']:.0f}% hidden; step "
+                         f"{fmt(m['step_time_ms'])} ms); host load {fmt(r.get('host_load_1m'))} (`{r['_source']}`)")
     nodes = cmp.multinode_records(train)
     if nodes:
         newest = [r for r in nodes if r["sweep"] == max(r["sweep"] for r in nodes)]
@@ -586,6 +595,28 @@ def allreduce_section(ar: Sequence[dict], env: Environments, fig_dir: Path) -> s
             + "\nFit used by the scaling model (latency = the smallest message's time; bandwidth = 1/slope of "
               "time vs bus bytes):\n\n"
             + md_table(["series", "small-message time (us)", "per-hop latency (us)", "fitted busbw (GB/s)"], fits))
+
+
+def overlap_section(recs: Sequence[dict], env: Environments) -> str:
+    """Exposed all-reduce per DDP step (results/overlap_bench.py), one row per record."""
+    rows = []
+    for r in sorted(recs, key=lambda r: (r["sweep"], r["point"]["world_size"], r["point"]["bucket_cap_mb"])):
+        p, m = r["point"], r["metrics"]
+        rows.append([p["arch"], p["image_size"], p["batch_size"], p["world_size"], p["bucket_cap_mb"],
+                     figures.size_label(m["grad_bytes"]), m["step_time_ms"], m["step_no_allreduce_ms"],
+                     m["exposed_comm_ms"], m["allreduce_alone_ms"], f"{100 * m['hidden_fraction']:.0f}%",
+                     r.get("host_load_1m"), env.id(r), r["_source"]])
+    if not rows:
+        return "## DDP communication overlap\n\nNo overlap records yet: `python -m results.bench overlap`.\n"
+    return ("## DDP communication overlap\n\nEach rank times the same DDP step with the gradient all-reduce "
+            "(normal) and without it (`no_sync()`), interleaved; exposed = the difference of the medians "
+            "(slowest rank), the communication backward did not hide. The all-reduce of the whole gradient "
+            "timed alone is what there was to hide: hidden = 1 - exposed / alone. On a CPU the all-reduce "
+            "threads compete with backward for the same cores, so little can hide here; on GPUs NCCL runs "
+            "beside the compute kernels.\n\n"
+            + md_table(["model", "image size", "batch/proc", "processes", "bucket (MB)", "gradient",
+                        "step ms (all-reduce)", "step ms (no all-reduce)", "exposed ms", "all-reduce alone ms",
+                        "hidden", "host load (1 min)", "env", "record"], rows))
 
 
 # ---------------------------------------------------------------- scaling model
@@ -751,14 +782,16 @@ def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE
     pub, links = load_reference(ref_dir)
     fig_dir = out_dir / "figures"
     train, io, ar = by_kind(recs, "train"), by_kind(recs, "io"), by_kind(recs, "allreduce")
+    overlap = by_kind(recs, "overlap")
     add_efficiency(train)
     env = Environments()
     problems = list(problems)
-    body = [summary_section(train, io), pipeline_section(io, env, fig_dir), step_section(train, env, fig_dir),
+    body = [summary_section(train, io, overlap), pipeline_section(io, env, fig_dir), step_section(train, env, fig_dir),
             multinode_section(train, env), throughput_section(train, pub, env, fig_dir),
             time_section(train, pub, env, fig_dir),
             curves_section(train, env, fig_dir, problems), io_section(io, pub, env, fig_dir),
-            allreduce_section(ar, env, fig_dir), model_section(train, ar, pub, links, fig_dir)]
+            allreduce_section(ar, env, fig_dir), overlap_section(overlap, env),
+            model_section(train, ar, pub, links, fig_dir)]
     tail = [problems_section(recs, problems, env), "## Environments\n\n" + env.table(), commands_section(recs)]
     head = ("# Results\n\nGenerated by `python -m results.report` from "
             f"{len(recs)} records ({sum(r['status'] == 'ok' for r in recs)} ok, "

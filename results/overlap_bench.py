@@ -1,0 +1,113 @@
+"""Exposed DDP communication per training step: how much gradient all-reduce backward fails to hide.
+
+DDP all-reduces gradient buckets while backward is still running. Every rank times the same
+forward + backward + SGD step of one model and batch twice, alternating: normally (all-reduce on)
+and inside ``no_sync()`` (all-reduce off). The difference of the medians (slowest rank) is the
+communication the step still waits for, the *exposed* time. The all-reduce of the whole gradient,
+timed alone, is the communication there is to hide, so hidden fraction = 1 - exposed / alone.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import statistics
+import time
+from typing import Dict
+
+import torch
+import torch.distributed as dist
+import torchvision
+
+from results.allreduce_bench import free_port
+from results.procs import gather, reap
+
+log = logging.getLogger(__name__)
+
+
+def _slowest(value: float) -> float:
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def _timed_steps(ddp, opt, x, y, steps: int) -> Dict[str, float]:
+    """Median seconds of a synced and an unsynced step, interleaved so drift hits both alike."""
+    loss_fn = torch.nn.CrossEntropyLoss()
+    times = {True: [], False: []}
+    for i in range(2 * steps):
+        sync = i % 2 == 0
+        dist.barrier()  # start both kinds of step from the same place on every rank
+        t0 = time.perf_counter()
+        with contextlib.nullcontext() if sync else ddp.no_sync():
+            loss_fn(ddp(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times[sync].append(time.perf_counter() - t0)
+    return {"sync": statistics.median(times[True]), "local": statistics.median(times[False])}
+
+
+def _allreduce_alone(numel: int, reps: int = 5) -> float:
+    buf = torch.ones(numel)
+    dist.all_reduce(buf)  # warm-up
+    ts = []
+    for _ in range(reps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def measure_in_group(arch: str, batch: int, image_size: int, steps: int, bucket_cap_mb: float) -> Dict[str, float]:
+    """Run in an initialised (CPU, gloo) process group; every rank returns the same numbers."""
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(arch, num_classes=1000)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, 3, image_size, image_size)
+    y = torch.randint(0, 1000, (batch,))
+    _timed_steps(ddp, opt, x, y, 2)  # warm-up: allocator, bucket rebuild after the first iteration
+    t = _timed_steps(ddp, opt, x, y, steps)
+    numel = sum(p.numel() for p in model.parameters())
+    step_ms, local_ms = _slowest(t["sync"]) * 1e3, _slowest(t["local"]) * 1e3
+    alone_ms = _slowest(_allreduce_alone(numel)) * 1e3
+    exposed = max(step_ms - local_ms, 0.0)
+    return {"step_time_ms": step_ms, "step_no_allreduce_ms": local_ms, "exposed_comm_ms": exposed,
+            "allreduce_alone_ms": alone_ms, "hidden_fraction": max(0.0, 1.0 - exposed / alone_ms),
+            "grad_bytes": numel * 4, "world_size": dist.get_world_size(), "steps": steps}
+
+
+def _worker(rank: int, world: int, port: int, args: tuple, queue) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)  # ranks share the cores, as under torchrun
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        try:
+            result = measure_in_group(*args)
+        finally:
+            dist.destroy_process_group()
+        if rank == 0:
+            queue.put(result)
+    except BaseException as e:
+        queue.put({"error": f"rank {rank}: {type(e).__name__}: {e}"})
+
+
+def run_local(world_size: int, arch: str = "resnet18", batch: int = 16, image_size: int = 64, steps: int = 10,
+              bucket_cap_mb: float = 25.0, timeout_s: float = 900) -> Dict[str, float]:
+    """Spawn ``world_size`` gloo ranks on this host and measure; RuntimeError on a rank's failure."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    args = (arch, batch, image_size, steps, bucket_cap_mb)
+    procs = [ctx.Process(target=_worker, args=(r, world_size, port, args, queue)) for r in range(world_size)]
+    for p in procs:
+        p.start()
+    try:
+        msg = gather(queue, procs, 1, timeout_s)[0]
+    finally:
+        reap(procs)
+    if "error" in msg:
+        raise RuntimeError(msg["error"])
+    return msg
