@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import re
 import zlib
 from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Type
@@ -34,6 +35,13 @@ PORT_SPAN = 20000
 LOOPBACK = "127.0.0.1"
 MPI_MARKER = "LAUNCH_MPI"  # set by launch.mpi to the MPI library's short name
 
+
+
+def free_port(host: str = "") -> int:
+    """A TCP port nothing listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 class LaunchError(RuntimeError):
     """The launch environment is inconsistent; the message says what to change."""

@@ -26,7 +26,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launch.environment import LOOPBACK, MPI_MARKER, derive_port
+from launch.environment import LOOPBACK, MPI_MARKER, derive_port, free_port
 
 log = logging.getLogger(__name__)
 
@@ -121,12 +121,6 @@ def choose_master_addr(environ: Mapping[str, str], own: Sequence[str], remote: S
         return own[0]
     raise MpiLaunchError(f"rank 0 ({socket.gethostname()}) has no address but loopback that other nodes could "
                          "reach: export MASTER_ADDR=<its IP on the cluster network> (mpirun -x MASTER_ADDR)")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def choose_master_port(environ: Mapping[str, str]) -> int:

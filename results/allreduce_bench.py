@@ -8,16 +8,13 @@ and with the link's rated speed. One process per rank on this host (spawned, TCP
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
-import os
-import socket
 import time
 from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
-from results.procs import gather, reap
+from results.procs import run_ranks
 
 log = logging.getLogger(__name__)
 
@@ -80,44 +77,10 @@ def sweep_in_group(message_sizes: Sequence[int], warmup: int) -> List[Dict[str, 
     return rows
 
 
-def _worker(rank: int, world: int, port: int, backend: str, message_sizes: Sequence[int], warmup: int,
-            queue) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: ranks share the cores
-    try:
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        try:
-            rows = sweep_in_group(message_sizes, warmup)
-        finally:
-            dist.destroy_process_group()
-        if rank == 0:
-            queue.put({"rows": rows})
-    except BaseException as e:
-        queue.put({"error": f"rank {rank}: {type(e).__name__}: {e}"})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_local(world_size: int, message_sizes: Sequence[int], backend: str = "gloo", warmup: int = 3,
               timeout_s: float = 900) -> List[Dict[str, float]]:
     """Spawn ``world_size`` ranks here; rows per size, or RuntimeError with the first rank's error."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world_size, port, backend, list(message_sizes), warmup, queue))
-             for r in range(world_size)]
-    for p in procs:
-        p.start()
-    try:
-        msg = gather(queue, procs, 1, timeout_s)[0]
-    finally:
-        reap(procs)
-    if "error" in msg:
-        raise RuntimeError(msg["error"])
-    return msg["rows"]
+    return run_ranks(world_size, sweep_in_group, (list(message_sizes), warmup), backend, timeout_s)
 
 
 def default_backend() -> str:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing as mp
-import os
 import statistics
 import time
 from typing import Dict
@@ -20,8 +18,7 @@ import torch
 import torch.distributed as dist
 import torchvision
 
-from results.allreduce_bench import free_port
-from results.procs import gather, reap
+from results.procs import run_ranks
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +59,7 @@ def _allreduce_alone(numel: int, reps: int = 5) -> float:
 
 def measure_in_group(arch: str, batch: int, image_size: int, steps: int, bucket_cap_mb: float) -> Dict[str, float]:
     """Run in an initialised (CPU, gloo) process group; every rank returns the same numbers."""
+    torch.set_num_threads(1)  # ranks share the cores, as under torchrun
     torch.manual_seed(0)
     model = torchvision.models.get_model(arch, num_classes=1000)
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
@@ -79,35 +77,7 @@ def measure_in_group(arch: str, batch: int, image_size: int, steps: int, bucket_
             "grad_bytes": numel * 4, "world_size": dist.get_world_size(), "steps": steps}
 
 
-def _worker(rank: int, world: int, port: int, args: tuple, queue) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(1)  # ranks share the cores, as under torchrun
-    try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        try:
-            result = measure_in_group(*args)
-        finally:
-            dist.destroy_process_group()
-        if rank == 0:
-            queue.put(result)
-    except BaseException as e:
-        queue.put({"error": f"rank {rank}: {type(e).__name__}: {e}"})
-
-
 def run_local(world_size: int, arch: str = "resnet18", batch: int = 16, image_size: int = 64, steps: int = 10,
               bucket_cap_mb: float = 25.0, timeout_s: float = 900) -> Dict[str, float]:
     """Spawn ``world_size`` gloo ranks on this host and measure; RuntimeError on a rank's failure."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = free_port()
-    args = (arch, batch, image_size, steps, bucket_cap_mb)
-    procs = [ctx.Process(target=_worker, args=(r, world_size, port, args, queue)) for r in range(world_size)]
-    for p in procs:
-        p.start()
-    try:
-        msg = gather(queue, procs, 1, timeout_s)[0]
-    finally:
-        reap(procs)
-    if "error" in msg:
-        raise RuntimeError(msg["error"])
-    return msg
+    return run_ranks(world_size, measure_in_group, (arch, batch, image_size, steps, bucket_cap_mb), "gloo", timeout_s)

@@ -1,9 +1,14 @@
-"""Collect results from spawned helper processes without hanging on one that died silently."""
+"""Spawned helper processes: local process groups, and results collected without hanging on one
+that died silently."""
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import queue as _queue
 import time
-from typing import Any, List, Sequence
+from typing import Any, Callable, List, Sequence
+
+from launch.environment import free_port
 
 
 def gather(q, procs: Sequence, expected: int, timeout_s: float) -> List[Any]:
@@ -31,3 +36,41 @@ def reap(procs: Sequence, grace_s: float = 30) -> None:
         if p.is_alive():
             p.kill()
             p.join()
+
+
+def _rank_main(rank: int, world: int, port: int, backend: str, fn: Callable, args: tuple, queue) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # as torchrun does: ranks share the cores
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        try:
+            result = fn(*args)
+        finally:
+            dist.destroy_process_group()
+        if rank == 0:
+            queue.put({"result": result})
+    except BaseException as e:
+        queue.put({"error": f"rank {rank}: {type(e).__name__}: {e}"})
+
+
+def run_ranks(world_size: int, fn: Callable, args: tuple, backend: str = "gloo", timeout_s: float = 900) -> Any:
+    """Rank 0's return value of FN(*ARGS) run in a fresh WORLD_SIZE-process group on this host.
+
+    FN must be a module-level function (the ranks are spawned). RuntimeError with the first failing
+    rank's error, or when a rank dies without a word.
+    """
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port("127.0.0.1")
+    procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, backend, fn, args, queue))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    try:
+        msg = gather(queue, procs, 1, timeout_s)[0]
+    finally:
+        reap(procs)
+    if "error" in msg:
+        raise RuntimeError(msg["error"])
+    return msg["result"]

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
+
+from launch.environment import free_port  # noqa: F401  (tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -39,11 +40,6 @@ def run(args: Sequence[str], timeout: float = 300, env: Optional[Dict[str, str]]
 def python(*args, **kw) -> subprocess.CompletedProcess:
     return run([PYTHON, *args], **kw)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_run(run_dir: Path) -> dict:

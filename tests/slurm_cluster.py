@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, TypeVar
 
+from launch.environment import free_port
+
 log = logging.getLogger(__name__)
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
@@ -87,11 +89,6 @@ def sh(cmd: Sequence[str], check: bool = True, env: Optional[Mapping[str, str]] 
         raise ClusterError(f"{' '.join(cmd)} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()}")
     return proc
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _which(name: str) -> Optional[str]:

@@ -15,6 +15,8 @@ from typing import Dict, List, Optional, Sequence
 
 import pytest
 
+from launch.environment import free_port  # noqa: F401  (the launch tests import it from here)
+
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 BIN = Path(sys.executable).parent
@@ -47,11 +49,6 @@ def demo_data(tmp_path_factory) -> Path:
                     "--val-per-class", "4"], cwd=REPO, check=True, capture_output=True, timeout=120)
     return root
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Job:
