@@ -90,6 +90,11 @@ def _load_model_weights(model: torch.nn.Module, ckpt: dict, path: Path, arch: st
                                          "check -a and the number of classes") from None
 
 
+def _environment(info) -> dict:
+    # Only rank 0 writes run.json; sparing the others the git calls matters at a thousand ranks.
+    return sysinfo.collect(nodes=info.nodes) if info.is_primary else {}
+
+
 def _announce(cfg, info, spec, lr, warmup, run_dir, steps) -> None:
     if not info.is_primary:
         return
@@ -134,7 +139,7 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
                        dist={"world_size": info.world_size, "backend": info.backend,
                              "environment": info.environment, "device": info.device.type, "nodes": info.nodes,
                              "local_world_size": info.local_world_size},
-                       environment=sysinfo.collect(nodes=info.nodes), global_batch=global_batch, lr=lr,
+                       environment=_environment(info), global_batch=global_batch, lr=lr,
                        precision={"label": spec.label, "backend": spec.backend, "level": spec.level})
     tb = tblog.make(info.is_primary, str(run_dir))
     parts = Parts(step_model, raw_model, eval_model, optimizer, scheduler, prec,
