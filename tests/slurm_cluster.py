@@ -49,6 +49,7 @@ ACCOUNTING_BINARIES = {"slurmdbd": "slurmdbd", "mariadbd": "mariadb-server-core"
 STATE_DIR = Path("/run/hpc-imagenet-slurm")  # one JSON per live cluster, for reap_stale()
 SLURM_SBIN = ("/usr/sbin", "/usr/bin")
 REQUIRE_ENV = "HPC_IMAGENET_REQUIRE_SLURM"  # CI sets it: a cluster that cannot start is an error
+KEEP_LOGS_ENV = "HPC_IMAGENET_KEEP_SLURM_LOGS"  # set: teardown copies the daemon logs there (a folder)
 
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
                 "BOOT_FAIL", "DEADLINE"}
@@ -228,6 +229,7 @@ class SlurmCluster:
         for name in reversed(list(self.procs)):
             _terminate(self.procs[name], name)
         self.procs.clear()
+        self._keep_logs()
         _teardown_layout(self.layout)
         if self._state_file:
             self._state_file.unlink(missing_ok=True)
@@ -291,6 +293,20 @@ class SlurmCluster:
         """Until no job is queued or running and every node is idle."""
         wait_for("an empty queue", lambda: not self.run(["squeue", "-h"], check=False).stdout.strip(), timeout)
         wait_for("idle nodes", self._all_nodes_idle, timeout)
+
+    def _keep_logs(self) -> None:
+        """Copy the daemon logs to $HPC_IMAGENET_KEEP_SLURM_LOGS/<cluster id>/ before teardown
+        removes them (the state and spool folders hold nothing a post-mortem needs)."""
+        keep = os.environ.get(KEEP_LOGS_ENV)
+        if not keep or self.layout is None:
+            return
+        dest = Path(keep) / f"{time.strftime('%Y%m%d-%H%M%S')}-{self.layout.cid}"
+        try:
+            shutil.copytree(self.layout.base / "log", dest)
+            shutil.copy2(self.conf, dest / "slurm.conf")
+            log.warning("SLURM daemon logs kept in %s", dest)
+        except OSError as exc:
+            log.warning("could not keep the SLURM logs in %s: %s", dest, exc)
 
     def logs(self) -> str:
         """Tail of every daemon log, for failure messages."""
