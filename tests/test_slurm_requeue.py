@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import pytest
 
@@ -48,16 +50,33 @@ def _wait_for_progress(log: Callable[[], str], epoch: int, step: int, timeout: f
 
 
 def _release_requeued(cluster: SlurmCluster, job_id: str) -> None:
-    """SLURM holds a requeued job for ~2 minutes (BeginTime); start it now instead."""
-    def requeued() -> bool:
+    """SLURM holds a requeued job for ~2 minutes (BeginTime); start it now instead, but only once
+    what that hold protects is true:
+
+    - the first run is fully gone: accounted as REQUEUED, no node still completing it;
+    - the next run's job credential will be created in a later second than the revocation of the
+      first run's. At the requeue each slurmd revokes the job's credential at the kill request's
+      time (the run's End, or End + 1 when the kill crossed a second boundary) and refuses any
+      credential of the job created no later than that, in whole seconds. A run started in the
+      same second dies at launch (slurmd: "Job N already killed, do not launch batch job";
+      slurmctld: "Killing non-startable batch JobId=N: Job credential revoked"): a zero-length
+      FAILED run, exit 1:0. A self-requeue from the batch script, after the training has exited,
+      is over in milliseconds, so an immediate release usually lands in that very second.
+    """
+    def first_run_end() -> Optional[float]:
         state = cluster.job_state(job_id)
         if state.get("JobState") != "PENDING" or state.get("Restarts", "0") == "0":
-            return False
-        # the first run must be fully gone (accounted, nodes no longer completing) before the
-        # next one starts: that is what SLURM's delay protects, and what skipping it must keep
-        completing = cluster.run(["sinfo", "-h", "-t", "completing", "-o", "%N"], check=False).stdout.strip()
-        return not completing and _runs(cluster, job_id)[:1] == ["REQUEUED"]
-    wait_for(f"job {job_id} to be requeued", requeued, 90, interval=0.5)
+            return None
+        if cluster.run(["sinfo", "-h", "-t", "completing", "-o", "%N"], check=False).stdout.strip():
+            return None
+        rows = [r for r in cluster.sacct(job_id) if r["JobID"] == job_id]
+        if not rows or rows[0]["State"].split()[0] != "REQUEUED" or not rows[0]["End"][:1].isdigit():
+            return None
+        return datetime.fromisoformat(rows[0]["End"]).timestamp()  # local time, as sacct prints it
+
+    end = wait_for(f"job {job_id} to be requeued", first_run_end, 90, interval=0.5)
+    wait_for(f"the second after job {job_id}'s credential was revoked",
+             lambda: time.time() >= end + 2, 5, interval=0.05)
     cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
 
 
@@ -106,10 +125,6 @@ def _run_generated(cluster: SlurmCluster, script: Path, run_dir: Path, preempt: 
     return log()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known flake, under investigation: after the batch script's own `scontrol requeue`, Slurm 22.05 in the "
-    "namespace test cluster sometimes ends the job FAILED (zero-length run, exit 1:0) instead of restarting "
-    "it; seen in 1 of 4 full suites and 2 of 3 isolated runs. Training checkpointed correctly every time."))
 def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster: SlurmCluster, data: Path,
                                                             tmp_path: Path) -> None:
     """What --signal=B:USR2@T does at the time limit: USR2 to the batch script; srun, 2 nodes."""
