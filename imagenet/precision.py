@@ -82,47 +82,77 @@ def resolve(cfg, device: torch.device) -> PrecisionSpec:
 
 
 class LossScaler:
-    """Static or dynamic loss scale; skips steps whose gradients overflowed."""
+    """Static or dynamic loss scale; steps whose gradients overflowed are skipped.
 
-    def __init__(self, scale: Union[str, float], growth_interval: int = 2000):
+    The scale and the step counters live in device tensors and are updated there
+    (``torch._amp_update_scale_``), so scaling itself never waits for the GPU; reading them
+    (``scale``, ``skipped_steps``) is a host sync, done only at print boundaries and checkpoints.
+    """
+
+    def __init__(self, scale: Union[str, float], growth_interval: int = 2000,
+                 device: Optional[torch.device] = None):
         self.dynamic = scale == "dynamic"
-        self.scale = 2.0 ** 16 if self.dynamic else float(scale)
+        first = 2.0 ** 16 if self.dynamic else float(scale)
+        self.active = self.dynamic or first != 1.0
         self.growth_interval = growth_interval
-        self.clean_steps = 0
-        self.skipped_steps = 0
+        device = device or torch.device("cpu")
+        self._scale = torch.full((1,), first, dtype=torch.float32, device=device)
+        self._clean = torch.zeros(1, dtype=torch.int32, device=device)  # clean steps since the last change
+        self._skipped = torch.zeros(1, dtype=torch.float32, device=device)
 
     @property
-    def active(self) -> bool:
-        return self.dynamic or self.scale != 1.0
+    def scale(self) -> float:
+        return float(self._scale.item())
 
-    def unscale_and_check(self, grads: List[torch.Tensor]) -> bool:
-        """Divide grads by the scale in place; True when any is inf/NaN (one host sync)."""
-        if not grads:
-            return False
-        found_inf = torch.zeros(1, device=grads[0].device)
-        inv = torch.full((1,), 1.0 / self.scale, device=grads[0].device)
-        torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv)
-        return bool(found_inf.item())
+    @property
+    def skipped_steps(self) -> int:
+        return int(self._skipped.item())
 
-    def update(self, overflow: bool) -> None:
-        if overflow:
-            self.skipped_steps += 1
-            self.clean_steps = 0
-            if self.dynamic:
-                self.scale = max(self.scale / 2.0, 1.0)
-            log.warning("Gradient overflow: skipping step, loss scale now %g", self.scale)
-            return
-        self.clean_steps += 1
-        if self.dynamic and self.clean_steps % self.growth_interval == 0:
-            self.scale *= 2.0
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss * self._scale[0]
+
+    def unscale(self, grads: List[torch.Tensor]) -> torch.Tensor:
+        """Divide grads by the scale in place; returns found_inf (1.0 where any is inf/NaN), on the device."""
+        found_inf = torch.zeros(1, dtype=torch.float32, device=self._scale.device)
+        if grads:
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, self._scale.reciprocal())
+        return found_inf
+
+    def update(self, found_inf: torch.Tensor) -> None:
+        """Count a skipped step and halve the scale on overflow; double it after growth_interval clean steps."""
+        self._skipped += found_inf
+        if self.dynamic:
+            torch._amp_update_scale_(self._scale, self._clean, found_inf, 2.0, 0.5, self.growth_interval)
 
     def state_dict(self) -> dict:
-        return {"scale": self.scale, "clean_steps": self.clean_steps, "skipped_steps": self.skipped_steps}
+        return {"scale": self.scale, "clean_steps": int(self._clean.item()), "skipped_steps": self.skipped_steps}
 
     def load_state_dict(self, state: dict) -> None:
-        self.scale = float(state["scale"])
-        self.clean_steps = int(state["clean_steps"])
-        self.skipped_steps = int(state.get("skipped_steps", 0))
+        self._scale.fill_(float(state["scale"]))
+        self._clean.fill_(int(state["clean_steps"]) % self.growth_interval)
+        self._skipped.fill_(int(state.get("skipped_steps", 0)))
+
+
+def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether OPTIMIZER can skip an overflowed step itself, from a device flag (no host sync).
+
+    torch's fused SGD reads ``found_inf`` in its kernel. It creates missing momentum buffers
+    uninitialised and fills them only in a step it takes, so a first step skipped that way would
+    leave garbage: :func:`zero_momentum_buffers` fills them first (the same first update when
+    dampening is 0, hence the condition).
+    """
+    return (isinstance(optimizer, torch.optim.SGD) and getattr(optimizer, "_step_supports_amp_scaling", False)
+            and all(g.get("dampening", 0) == 0 for g in optimizer.param_groups))
+
+
+def zero_momentum_buffers(optimizer: torch.optim.Optimizer) -> None:
+    for group in optimizer.param_groups:
+        if group.get("momentum", 0) == 0:
+            continue
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
 def _is_bn(module: nn.Module) -> bool:
@@ -148,7 +178,7 @@ class NativePrecision:
     def __init__(self, spec: PrecisionSpec, device: torch.device):
         self.spec = spec
         self.device = device
-        self.scaler = LossScaler(spec.loss_scale)
+        self.scaler = LossScaler(spec.loss_scale, device=device)
         self.model_params: List[nn.Parameter] = []
         self.masters: List[nn.Parameter] = []
 
@@ -185,26 +215,42 @@ class NativePrecision:
         return images.to(self.spec.dtype) if self.spec.level in ("O2", "O3") else images
 
     def backward(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
-        (loss * self.scaler.scale if self.scaler.active else loss).backward()
+        (self.scaler.scale_loss(loss) if self.scaler.active else loss).backward()
 
     def _optimizer_grads(self, optimizer: torch.optim.Optimizer) -> List[torch.Tensor]:
         for model_p, master in zip(self.model_params, self.masters):
             master.grad = None if model_p.grad is None else model_p.grad.detach().float()
         return [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
 
-    def step(self, optimizer: torch.optim.Optimizer) -> bool:
-        """Unscale, skip on overflow, step; returns whether the step was taken."""
+    def step(self, optimizer: torch.optim.Optimizer) -> Union[bool, torch.Tensor]:
+        """Unscale, skip on overflow, step. Returns whether the step was taken: a bool, or with a
+        fused optimizer a device tensor (reading it is a host sync, so the loop does not)."""
         grads = self._optimizer_grads(optimizer)
-        if self.scaler.active:
-            overflow = self.scaler.unscale_and_check(grads)
-            self.scaler.update(overflow)
-            if overflow:
-                return False
-        optimizer.step()
-        with torch.no_grad():
-            for model_p, master in zip(self.model_params, self.masters):
-                model_p.copy_(master)
-        return True
+        if not self.scaler.active:
+            optimizer.step()
+            self._copy_masters_to_model()
+            return True
+        found_inf = self.scaler.unscale(grads)
+        if skips_on_device(optimizer):
+            zero_momentum_buffers(optimizer)
+            optimizer.grad_scale, optimizer.found_inf = None, found_inf  # grads are unscaled already
+            try:
+                optimizer.step()
+            finally:
+                del optimizer.grad_scale, optimizer.found_inf
+            taken: Union[bool, torch.Tensor] = found_inf[0] == 0
+        else:
+            taken = not bool(found_inf.item())  # one host sync: this optimizer cannot skip by itself
+            if taken:
+                optimizer.step()
+        self.scaler.update(found_inf)
+        self._copy_masters_to_model()  # unchanged masters when the step was skipped
+        return taken
+
+    def _copy_masters_to_model(self) -> None:
+        if self.masters:
+            with torch.no_grad():
+                torch._foreach_copy_(self.model_params, self.masters)
 
     def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -262,7 +308,7 @@ class ApexPrecision:
         return True
 
     def zero_grad(self, optimizer) -> None:
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()  # at O2 Apex swaps in a zero_grad that takes no arguments
 
     @property
     def loss_scale(self) -> Optional[float]:

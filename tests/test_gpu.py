@@ -5,7 +5,8 @@ Marked ``gpu``: skipped, with the reason printed, where torch sees no CUDA devic
 import pytest
 import torch
 
-from tests.helpers import BIN, TINY, explain, python, read_run, run, script
+from imagenet import precision as precision_module
+from tests.helpers import BIN, TINY, explain, free_port, python, read_run, run, script
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")]
@@ -21,11 +22,34 @@ def test_each_variant_trains_on_cuda(name, jpeg_data, tmp_path):
     assert record["dist"]["device"] == "cuda" and record["environment"]["gpu_count"] >= 1
 
 
-def test_ddp_under_torchrun_with_nccl(jpeg_data, tmp_path):
+def test_ddp_under_torchrun_on_one_gpu(jpeg_data, tmp_path):
     proc = run([BIN / "torchrun", "--standalone", "--nproc_per_node=1", script("imagenet_ddp.py"), *GPU_TINY,
                 "--dist-backend", "nccl", "--epochs", "1", "--log-dir", tmp_path, jpeg_data])
     assert proc.returncode == 0, explain(proc)
-    assert read_run(tmp_path)["dist"]["backend"] == "nccl"
+    dist = read_run(tmp_path)["dist"]
+    # like pytorch/examples, a world of one trains without a process group
+    assert dist["device"] == "cuda" and dist["world_size"] == 1 and dist["backend"] is None
+
+
+def test_ddp_with_nccl_process_group_pytorch_examples_style(jpeg_data, tmp_path):
+    """--multiprocessing-distributed always makes a process group: NCCL and DDP on the one GPU there is."""
+    proc = python(script("imagenet_ddp.py"), *GPU_TINY, "--dist-backend", "nccl", "--multiprocessing-distributed",
+                  "--dist-url", f"tcp://127.0.0.1:{free_port()}", "--world-size", "1", "--rank", "0",
+                  "--epochs", "1", "--log-dir", tmp_path, jpeg_data)
+    assert proc.returncode == 0, explain(proc)
+    record = read_run(tmp_path)
+    assert record["dist"]["backend"] == "nccl" and record["dist"]["world_size"] == torch.cuda.device_count()
+
+
+@pytest.mark.skipif(precision_module.apex_amp() is None, reason="NVIDIA Apex (<= 25.05, with apex.amp) not importable")
+@pytest.mark.parametrize("level", ["O1", "O2", "O3"])
+def test_apex_amp_levels_on_cuda(level, jpeg_data, tmp_path):
+    proc = python(script("imagenet_ddp_apex.py"), *GPU_TINY, "--opt-level", level, "--amp-backend", "apex",
+                  "--epochs", "1", "--log-dir", tmp_path, jpeg_data)
+    assert proc.returncode == 0, explain(proc)
+    record = read_run(tmp_path)
+    assert record["precision"]["backend"] == "apex" and record["precision"]["level"] == level
+    assert all(row["train_loss"] == row["train_loss"] for row in record["epochs"])  # not NaN
 
 
 @pytest.mark.parametrize("level", ["O0", "O1", "O2", "O3"])
@@ -64,6 +88,7 @@ def test_loss_scale_recovers_from_injected_overflow_and_resume_restores_it():
         if step == 1:
             model[0].weight.grad.fill_(float("inf"))  # injected overflow
         taken.append(prec.step(opt))
+    taken = [bool(t) for t in taken]  # a device flag with the fused optimizer
     assert taken[1] is False and scales[2] == scales[1] / 2
     assert any(taken[2:]), "training must go on after the overflow"
     fresh = precision.build(spec, device)
