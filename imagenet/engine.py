@@ -85,6 +85,7 @@ class Trainer:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
         self.global_batch = cfg.batch_size * info.world_size
         self.tty = sys.stdout.isatty()
+        self.skipped_seen = 0  # overflowed fp16 steps already reported
 
     # ---------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
@@ -103,6 +104,7 @@ class Trainer:
         self.p.optimizer.load_state_dict(ckpt["optimizer"])
         self.p.scheduler.load_state_dict(ckpt["scheduler"])
         self.p.precision.load_state_dict(ckpt["precision"])
+        self.skipped_seen = self.p.precision.skipped_steps
         checkpoint.set_rng_state(ckpt["rng"])
 
     def save(self, is_best: bool = False) -> None:
@@ -140,7 +142,6 @@ class Trainer:
             clock.data_ready()
             loss, output, target = self._step(images, target)
             meter.update(loss, output, target)
-            clock.step_done()
             done = step + 1
             if done - first == warm and steady_start is None:
                 synchronize(self.info.device)
@@ -150,6 +151,7 @@ class Trainer:
                 if done < self.steps_per_epoch and distributed.any_rank(self.stop.requested, self.info.device):
                     self._preempt(epoch, done, clock)
                     return None
+            clock.step_done()  # after the print-boundary syncs: waiting on the GPU is not waiting for data
         synchronize(self.info.device)
         wall = clock.elapsed()
         self._count_steady(steady_start, clock.data_s - steady_data0, self.steps_per_epoch - first - warm, warm)
@@ -179,6 +181,7 @@ class Trainer:
         global_step = epoch * self.steps_per_epoch + done
         lr = self.p.optimizer.param_groups[0]["lr"]
         scale = self.p.precision.loss_scale
+        self._warn_skipped_steps(scale)
         self.p.tb.scalars({"Step/loss": float(loss.item()), "Step/images_per_s": rate, "Step/lr": lr,
                            "Step/loss_scale": scale}, global_step)
         if self.info.is_primary:
@@ -188,6 +191,14 @@ class Trainer:
             end = "\r" if self.tty and done < self.steps_per_epoch else "\n"
             print(line, end=end, flush=True)
         return done, time.perf_counter()
+
+    def _warn_skipped_steps(self, scale: Optional[float]) -> None:
+        """fp16 steps whose gradients overflowed were skipped on the device; say so at the print boundary."""
+        skipped = self.p.precision.skipped_steps
+        if skipped > self.skipped_seen and self.info.is_primary:
+            log.warning("%d step(s) skipped since the last report: gradient overflow; loss scale now %g",
+                        skipped - self.skipped_seen, scale or 0.0)
+        self.skipped_seen = skipped
 
     def _preempt(self, epoch: int, done: int, clock: StepClock) -> None:
         self.state.elapsed_s += clock.elapsed()

@@ -201,14 +201,14 @@ class SyncTrap:
         monkeypatch.setattr(cls, name, wrapper)
 
 
-def _steps_between_prints(tmp_path, monkeypatch, *flags: str) -> List[str]:
+def _steps_between_prints(tmp_path, monkeypatch, *flags: str, variant: str = "nd") -> List[str]:
     """Train 12 steps printing only at the end; return the host syncs made inside the steps."""
     trap = SyncTrap(monkeypatch)
     trap.around(monkeypatch, engine.Trainer, "_step", hot=True)
     trap.around(monkeypatch, metrics.EpochMeter, "update", hot=True)
     argv = ["--dummy", "--dummy-size", "96", "--num-classes", "10", *TINY, "--epochs", "1", "--val-steps", "1",
             "-p", "100", "--log-dir", str(tmp_path), *flags]
-    assert _train_in_process(argv) == 0
+    assert _train_in_process(argv, variant) == 0
     return trap.calls
 
 
@@ -222,13 +222,18 @@ def test_the_trap_sees_host_syncs(monkeypatch):
                           "torch.tensor(device=...)"]
 
 
-def test_no_host_sync_in_the_steps(tmp_path, monkeypatch):
-    """No value read back, no device wait, no Python value copied to the device between prints."""
-    assert _steps_between_prints(tmp_path, monkeypatch) == []
+@pytest.mark.parametrize("flags", [(), ("--opt-level", "O1", "--amp-dtype", "float16"),
+                                   ("--opt-level", "O2", "--amp-dtype", "float16")],
+                         ids=["fp32", "O1-fp16", "O2-fp16"])
+def test_no_host_sync_in_the_steps(tmp_path, monkeypatch, flags):
+    """No value read back, no device wait, no Python value copied to the device between prints; with
+    fp16 the fused optimizer skips overflowed steps from the device flag, so loss scaling adds none."""
+    assert _steps_between_prints(tmp_path, monkeypatch, "--amp-backend", "native", *flags, variant="amp") == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch's sync debug mode)")
-def test_cuda_sync_debug_mode_in_the_step(tmp_path, monkeypatch):
+@pytest.mark.parametrize("flags", [(), ("--opt-level", "O1", "--amp-dtype", "float16")], ids=["fp32", "O1-fp16"])
+def test_cuda_sync_debug_mode_in_the_step(tmp_path, monkeypatch, flags):
     """On a GPU, torch itself reports every synchronising CUDA call made inside the steps."""
     original = engine.Trainer._step
 
@@ -241,6 +246,6 @@ def test_cuda_sync_debug_mode_in_the_step(tmp_path, monkeypatch):
     monkeypatch.setattr(engine.Trainer, "_step", strict_step)
     cfg = config.parse(["--dummy", "--dummy-size", "96", "--num-classes", "10", "-a", "resnet18", "--image-size",
                         "32", "-b", "8", "--workers", "0", "--epochs", "1", "-p", "100", "--val-steps", "1",
-                        "--log-dir", str(tmp_path)], "nd")
+                        "--log-dir", str(tmp_path), "--amp-backend", "native", *flags], "amp")
     with _signals_restored():
         assert run.build_and_run(cfg, DistInfo(0, 0, 1, 1, 0, "single", torch.device("cuda", 0))) == 0

@@ -71,7 +71,7 @@ def test_dynamic_scaler_skips_overflowing_step_and_halves_scale():
     prec.zero_grad(opt)
     prec.backward(out.float().sum(), opt)
     model[0].weight.grad[0, 0, 0, 0] = float("inf")  # injected overflow
-    assert prec.step(opt) is False
+    assert not prec.step(opt)
     assert prec.loss_scale == 2.0 ** 15 and prec.skipped_steps == 1
     assert all(torch.equal(b, m) for b, m in zip(before, prec.masters))  # nothing applied
     state = prec.state_dict()
@@ -83,9 +83,42 @@ def test_dynamic_scaler_skips_overflowing_step_and_halves_scale():
 
 def test_scale_grows_after_clean_steps():
     scaler = precision.LossScaler("dynamic", growth_interval=2)
-    scaler.update(False)
-    scaler.update(False)
+    scaler.update(torch.zeros(1))
+    scaler.update(torch.zeros(1))
     assert scaler.scale == 2.0 ** 17
+
+
+def _fp16_run(impl, overflow_at=(0, 2), steps=5):
+    """SGD with momentum under O1 fp16, gradients poisoned at the given steps; returns weights and scaler."""
+    model = _tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4,
+                          **({"fused": True} if impl == "fused" else {"foreach": False}))
+    prec = precision.build(_spec("O1", "float16"), torch.device("cpu"))
+    model, opt = prec.setup(model, opt)
+    torch.manual_seed(1)
+    taken = []
+    for step in range(steps):
+        x, y = torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 3])
+        with prec.autocast():
+            loss = nn.functional.cross_entropy(model(x).float(), y)
+        prec.zero_grad(opt)
+        prec.backward(loss, opt)
+        if step in overflow_at:
+            model[0].weight.grad[0, 0, 0, 0] = float("nan")
+        taken.append(bool(prec.step(opt)))
+    return [p.detach().clone() for p in model.parameters()], prec, taken
+
+
+def test_fused_optimizer_skips_overflowed_steps_on_the_device_like_the_host_check():
+    """The fused path (no host sync) skips exactly the steps the host check skips, the very first included
+    (whose momentum buffers fused SGD would otherwise leave uninitialised), and ends at the same weights."""
+    fused_w, fused, fused_taken = _fp16_run("fused")
+    loop_w, loop, loop_taken = _fp16_run("loop")
+    assert precision.skips_on_device(torch.optim.SGD([torch.zeros(1)], lr=0.1, fused=True))
+    assert fused_taken == loop_taken == [False, True, False, True, True]
+    assert fused.skipped_steps == loop.skipped_steps == 2 and fused.loss_scale == loop.loss_scale == 2.0 ** 14
+    for a, b in zip(fused_w, loop_w):
+        assert torch.isfinite(a).all() and torch.allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_apex_backend_without_apex_names_the_fix(monkeypatch):
