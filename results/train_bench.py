@@ -54,6 +54,10 @@ SETUPS: Dict[str, Setup] = {
                                            "channels-last where it helps), fp32"),
     "engine-bf16": Setup("amp", "O1", "bfloat16", (), "imagenet_ddp_apex.py --opt-level O1 --amp-dtype bfloat16, "
                                                       "engine defaults otherwise"),
+    "engine-fp16": Setup("amp", "O1", "float16", (), "imagenet_ddp_apex.py --opt-level O1 --amp-dtype float16 "
+                                                     "(dynamic loss scaling), engine defaults otherwise"),
+    "engine-fp16-compile": Setup("amp", "O1", "float16", ("--compile",), "engine-fp16 with --compile "
+                                                                          "(torch.compile, default mode)"),
     # The pair behind the logging-overhead ratio: the same run logging at every step vs only per epoch.
     LOG_QUIET_SETUP: Setup("ddp", "O0", None, ("-p", "1000000"), "engine defaults, logging only at epoch end"),
     LOG_EVERY_STEP_SETUP: Setup("ddp", "O0", None, ("-p", "1"), "engine defaults, printing and TensorBoard "
