@@ -4,6 +4,7 @@ Stored next to every number (run.json, benchmark records) so any figure can be t
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import socket
@@ -38,6 +39,18 @@ def git_commit(root: Path = REPO_ROOT) -> Optional[str]:
         return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def source_digest(root: Path = REPO_ROOT) -> str:
+    """SHA-256 (first 12 hex digits) of the engine's and launchers' Python sources.
+
+    Identifies the code that ran where the checkout's git state cannot: a copy sent to another
+    machine keeps whatever .git it had, so its commit may predate the files.
+    """
+    h = hashlib.sha256()
+    for path in sorted(p for pkg in ("imagenet", "launch") for p in (root / pkg).rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
 
 
 def _gpu_info() -> dict:
@@ -80,6 +93,7 @@ def collect(nodes: Optional[int] = None) -> dict:
         "nodes": nodes,
         "platform": platform.platform(),
         "git_commit": git_commit(),
+        "source_digest": source_digest(),
         "command": " ".join(sys.argv),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
     }
