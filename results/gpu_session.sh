@@ -9,6 +9,8 @@
 #     apex       Apex amp O1 and O2 through the harness
 #     compile    baseline vs engine-fp16, eager and with torch.compile
 #     logging    engine defaults printing + TensorBoard at every step vs once per epoch
+#     parity     native vs Apex amp, O1 and O2, same seed and steps: the final losses side by side
+#     batch      engine-fp16 at batch 256, 384 and 512
 #   default: env synthetic tests jpeg
 #
 # Records go to $OUT/<tag>.jsonl and the kept run folders to $OUT/runs-<stage>.tgz, so a lease that
@@ -67,6 +69,20 @@ stage_apex() {  # Apex carried Python-only in .apex (never committed: no amp_C, 
 }
 
 stage_compile() { bench_train compile dummy "$STEPS" --setups baseline engine-fp16 engine-fp16-compile; }
+
+stage_parity() {  # native vs Apex amp at O1 and O2, same seed and steps (deterministic cuDNN): final losses
+    for backend in native apex; do
+        PYTHONPATH="$APEX_PATH" NOTE="one $gpu_name, $backend amp parity run, --seed 0" \
+            bench_train "parity-$backend" dummy 30 --variants amp --precision O1 O2 --amp-dtype float16 \
+            --extra=--amp-backend --extra=$backend --extra=--seed --extra=0
+    done
+    for f in results/runs/"$TAG"-train-*/amp_*/run.json; do
+        $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['precision']['backend'], r['precision']['label'],
+'seed', r['config'].get('seed'), 'losses', [round(e['train_loss'], 4) for e in r['epochs']])" "$f"
+    done | tee "$OUT/parity.txt"
+}
+
+stage_batch() { bench_train batch dummy "$STEPS" --batch 256 384 512 --setups engine-fp16; }  # largest that fits
 
 stage_logging() { bench_train logging dummy "$STEPS" --setups engine-log-epoch engine-log-step; }
 

@@ -231,6 +231,7 @@ def test_no_host_sync_in_the_steps(tmp_path, monkeypatch, flags):
     assert _steps_between_prints(tmp_path, monkeypatch, "--amp-backend", "native", *flags, variant="amp") == []
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch's sync debug mode)")
 @pytest.mark.parametrize("flags", [(), ("--opt-level", "O1", "--amp-dtype", "float16")], ids=["fp32", "O1-fp16"])
 def test_cuda_sync_debug_mode_in_the_step(tmp_path, monkeypatch, flags):
