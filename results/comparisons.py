@@ -59,6 +59,36 @@ def step_rows(train: Sequence[dict]) -> List[dict]:
     return rows
 
 
+def on_gpu(r: dict) -> bool:
+    return r["metrics"].get("device") == "cuda"
+
+
+def jpeg_vs_synthetic_rows(train: Sequence[dict]) -> List[dict]:
+    """Each ``--setups`` point fed from JPEG files against the same setup on synthetic data.
+
+    Paired when model, image size, batch, process count, GPU and code are the same. The code is the
+    source digest where recorded, else the git commit; a device copy's git state can predate its files,
+    so of several matching synthetic records the fastest is the reference (the fraction is a lower bound).
+    """
+    def key(r: dict) -> tuple:
+        p, e = r["point"], r.get("environment") or {}
+        return (p["setup"], p["arch"], p["image_size"], p["batch_size"], r["metrics"]["world_size"],
+                e.get("gpu_name"), e.get("source_digest") or e.get("git_commit"))
+    usable = [r for r in train if r["point"].get("setup") and r["status"] == "ok"]
+    synthetic: Dict[tuple, dict] = {}
+    for r in (r for r in usable if r["point"]["data"] == "dummy"):
+        best = synthetic.get(key(r))
+        if best is None or r["metrics"]["images_per_s"] > best["metrics"]["images_per_s"]:
+            synthetic[key(r)] = r
+    rows = []
+    for r in usable:
+        s = synthetic.get(key(r)) if r["point"]["data"] != "dummy" else None
+        if s:
+            rows.append({"record": r, "synthetic": s,
+                         "fraction": r["metrics"]["images_per_s"] / s["metrics"]["images_per_s"]})
+    return rows
+
+
 def logging_rows(train: Sequence[dict]) -> List[dict]:
     """Step time logging every step against logging only per epoch, same sweep/data/model/batch."""
     usable = [r for r in train if r["point"].get("setup") in (LOG_QUIET_SETUP, LOG_EVERY_STEP_SETUP)]

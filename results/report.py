@@ -190,7 +190,7 @@ def throughput_section(train: Sequence[dict], pub: dict, env: Environments, fig_
     return ("## Training throughput\n\n![training throughput](figures/training_throughput.png)\n\n"
             "The figure draws series with more than one process count; single-point series are in the table "
             "and in the step-time comparison. Series marked SLURM ran as one batch job per point (multi-node: "
-            "see below). " + "".join(f"Note recorded with the SLURM points: {n}. " for n in notes)
+            "see below). " + "".join(f"Note recorded with points: {n}. " for n in notes)
             + "\n\nMeasured points (steady state: the engine excludes its warm-up steps). Scaling efficiency = "
             "(images/s per process) / (the same at the sweep's smallest process count). Host load is the "
             "1-minute load average when the point was recorded: on a shared machine a load above the core "
@@ -377,8 +377,11 @@ def pipeline_section(io: Sequence[dict], env: Environments, fig_dir: Path) -> st
                         "wall ratio vs baseline", "host load (1 min)", "env", "record"], table))
 
 
-def step_section(train: Sequence[dict], env: Environments, fig_dir: Path) -> str:
-    rows = cmp.step_rows(train)
+def step_section(train: Sequence[dict], env: Environments, fig_dir: Path, gpu: bool = False) -> str:
+    rows = [x for x in cmp.step_rows(train) if cmp.on_gpu(x["record"]) == gpu]
+    if gpu and not rows:
+        return ("## GPU training step vs the baseline\n\n_(no GPU records yet: run `results/gpu_session.sh` on a "
+                "GPU machine, then `results/gpu_collect.sh` and `make report`)_\n")
     multi = len({x["record"]["sweep"] for x in rows}) > 1
 
     def cat(r: dict) -> str:
@@ -395,12 +398,14 @@ def step_section(train: Sequence[dict], env: Environments, fig_dir: Path) -> str
                  "texts": [cmp.times(cell[(c, s)][ratio]) if (c, s) in cell and cell[(c, s)][ratio] else ""
                            for c in cats]} for s in setups]
     empty = "no --setups train records (rerun `make bench`)"
-    figures.bars(fig_dir / "step_time.png", [
+    figure = "step_time_gpu.png" if gpu else "step_time.png"
+    figures.bars(fig_dir / figure, [
         {"title": "ms per training step (lower is better); labels: baseline ms / ms", "ylabel": "ms/step",
          "categories": cats, "bars": bars("step_time_ms", "step_speedup"), "empty": empty},
         {"title": "training throughput; labels: ratio to baseline", "ylabel": "images/s", "categories": cats,
          "bars": bars("images_per_s", "throughput_ratio"), "empty": empty},
-    ], "Training step: pytorch/examples-style baseline vs the engine, same batch and data, on this CPU")
+    ], "Training step: pytorch/examples-style baseline vs the engine, same batch and data, "
+       + ("on one GPU" if gpu else "on this CPU"))
     from results.train_bench import SETUPS
     about = "".join(f"- `{k}`: {v.about} (`{v.variant}`, {v.precision}"
                     f"{', ' + v.amp_dtype if v.amp_dtype else ''}{', ' + ' '.join(v.flags) if v.flags else ''})\n"
@@ -411,16 +416,51 @@ def step_section(train: Sequence[dict], env: Environments, fig_dir: Path) -> str
               x["record"]["metrics"].get("compute_time_ms"), x["record"]["metrics"]["images_per_s"],
               cmp.times(x["step_speedup"]), cmp.times(x["throughput_ratio"]), x["record"]["metrics"].get("measured_steps"),
               x["record"].get("host_load_1m"), env.id(x["record"]), x["record"]["_source"]] for x in rows]
-    return ("## Training step vs the baseline\n\n![step time](figures/step_time.png)\n\n"
+    where = ("On the GPU the loader runs in worker processes (the workers column of the command) and the "
+             "targets below are checked from these records." if gpu else
+             "On JPEGs the loader runs in the training process (workers 0) and its time is the data ms/step. "
+             "On a CPU the step is convolution compute; bf16 autocast only pays where the CPU has native bf16 "
+             "matrix units (the environment table names the CPU).")
+    return (f"## {'GPU training step' if gpu else 'Training step'} vs the baseline\n\n"
+            f"![step time](figures/{figure})\n\n"
             "Same model, batch, image size, data and process count; only the step configuration differs:\n\n"
-            + about + "\nSpeed-up = baseline ms/step / ms/step (warm-up steps excluded by the engine). On "
-            "synthetic data the loader does no work, so it isolates the step; on JPEGs the loader runs in the "
-            "training process (workers 0) and its time is the data ms/step. On a CPU the step is convolution "
-            "compute; bf16 autocast only pays where the CPU has native bf16 matrix units (the environment "
-            "table names the CPU), and the GPU targets of issue 6 need a GPU session.\n\n"
+            + about + "\nSpeed-up = baseline ms/step / ms/step in the same sweep (warm-up steps excluded by the "
+            "engine). On synthetic data the loader does no work, so it isolates the step. " + where + "\n\n"
             + md_table(["setup", "data", "model", "image size", "batch/proc", "processes", "ms/step", "data ms/step",
                         "compute ms/step", "images/s", "speed-up vs baseline (ms/step)", "images/s vs baseline",
-                        "measured steps", "host load (1 min)", "env", "record"], table))
+                        "measured steps", "host load (1 min)", "env", "record"], table)
+            + (gpu_targets(train) if gpu else ""))
+
+
+# Issue 6's targets for one H100: ResNet-50 AMP on synthetic data against the fp32 NCHW baseline at the
+# same batch, and the real-JPEG pipeline against the same setup on synthetic data.
+TARGET_SPEEDUP, TARGET_IMAGES_PER_S, TARGET_JPEG_FRACTION = 3.0, 5000.0, 0.90
+
+
+def gpu_targets(train: Sequence[dict]) -> str:
+    def met(ok: bool) -> str:
+        return "yes" if ok else "no"
+    steps = [x for x in cmp.step_rows(train) if cmp.on_gpu(x["record"]) and x["throughput_ratio"]
+             and x["record"]["point"]["precision"] != "O0" and x["record"]["point"]["data"] == "dummy"]
+    rows = [[x["record"]["point"]["setup"], x["record"]["point"]["arch"], x["record"]["environment"].get("gpu_name"),
+             x["record"]["metrics"]["images_per_s"], cmp.times(x["throughput_ratio"]),
+             met(x["throughput_ratio"] >= TARGET_SPEEDUP), met(x["record"]["metrics"]["images_per_s"] >= TARGET_IMAGES_PER_S),
+             x["record"]["_source"]] for x in steps]
+    jpeg = [x for x in cmp.jpeg_vs_synthetic_rows(train) if cmp.on_gpu(x["record"])]
+    jrows = [[x["record"]["point"]["setup"], data_label(x["record"]["point"]["data"]),
+              x["record"]["point"]["workers"], x["record"]["metrics"]["images_per_s"],
+              x["synthetic"]["metrics"]["images_per_s"], pct(x["fraction"]), met(x["fraction"] >= TARGET_JPEG_FRACTION),
+              f"{x['record']['_source']} vs {x['synthetic']['_source']}"] for x in jpeg]
+    return (f"\n### Issue 6's GPU targets\n\nMixed precision on synthetic data, images/s against the `baseline` "
+            f"of the same sweep "
+            f"(target: at least {TARGET_SPEEDUP:g}x and {TARGET_IMAGES_PER_S:g} images/s):\n\n"
+            + md_table(["setup", "model", "GPU", "images/s", "vs baseline", f">= {TARGET_SPEEDUP:g}x",
+                        f">= {TARGET_IMAGES_PER_S:g} images/s", "record"], rows)
+            + f"\nReal JPEG files through the engine's loader against the same setup on synthetic data, same GPU "
+            f"and code; the fastest matching synthetic record is the reference (target: at least "
+            f"{pct(TARGET_JPEG_FRACTION)}):\n\n"
+            + md_table(["setup", "data", "loader workers", "JPEG images/s", "synthetic images/s", "fraction",
+                        f">= {pct(TARGET_JPEG_FRACTION)}", "records"], jrows))
 
 
 def multinode_section(train: Sequence[dict], env: Environments) -> str:
@@ -455,15 +495,16 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
                          f"{cmp.times(x['wall_ratio'])} wall images/s; host load {fmt(x['record'].get('host_load_1m'))} "
                          f"(`{x['record']['_source']}`)")
     steps = [x for x in cmp.step_rows(train) if x["step_speedup"] and x["record"]["point"]["setup"] != "baseline"]
-    if steps:
-        newest = max(x["record"]["sweep"] for x in steps)
-        for x in (x for x in steps if x["record"]["sweep"] == newest):
-            p, m = x["record"]["point"], x["record"]["metrics"]
-            lines.append(f"- Training step, `{p['setup']}` vs `baseline` ({data_label(p['data'])}, {p['arch']} "
-                         f"{p['image_size']}px, batch {p['batch_size']}, {p['world_size']} process, "
-                         f"{m.get('device')}): {cmp.times(x['step_speedup'])} ({fmt(m['step_time_ms'])} vs "
-                         f"{fmt(x['baseline']['metrics']['step_time_ms'])} ms/step); host load "
-                         f"{fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
+    def kind(x: dict) -> tuple:  # the newest sweep of each device and kind of data: a GPU sweep hides no CPU one
+        return cmp.on_gpu(x["record"]), x["record"]["point"]["data"] == "dummy"
+    newest = {k: max(x["record"]["sweep"] for x in steps if kind(x) == k) for k in {kind(x) for x in steps}}
+    for x in (x for x in steps if x["record"]["sweep"] in newest.values()):
+        p, m = x["record"]["point"], x["record"]["metrics"]
+        lines.append(f"- Training step, `{p['setup']}` vs `baseline` ({data_label(p['data'])}, {p['arch']} "
+                     f"{p['image_size']}px, batch {p['batch_size']}, {p['world_size']} process, "
+                     f"{m.get('device')}): {cmp.times(x['step_speedup'])} ({fmt(m['step_time_ms'])} vs "
+                     f"{fmt(x['baseline']['metrics']['step_time_ms'])} ms/step); host load "
+                     f"{fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
     for x in cmp.logging_rows(train):
         p, m, q = x["record"]["point"], x["record"]["metrics"], x["quiet"]["metrics"]
         lines.append(f"- Logging overhead ({data_label(p['data'])}, {p['arch']} {p['image_size']}px, batch "
@@ -787,6 +828,7 @@ def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE
     env = Environments()
     problems = list(problems)
     body = [summary_section(train, io, overlap), pipeline_section(io, env, fig_dir), step_section(train, env, fig_dir),
+            step_section(train, env, fig_dir, gpu=True),
             multinode_section(train, env), throughput_section(train, pub, env, fig_dir),
             time_section(train, pub, env, fig_dir),
             curves_section(train, env, fig_dir, problems), io_section(io, pub, env, fig_dir),

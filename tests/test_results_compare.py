@@ -93,3 +93,26 @@ def test_logging_overhead_from_the_pair_of_setups(built):
     _, text, _ = built
     # 203 / 200 - 1 = +1.5 %
     assert "cost +1.5% step time (203 vs 200 ms/step logging once per epoch)" in text
+
+
+def _gpu_train(setup: str, data: str, step_ms: float, sweep: str, precision: str = "O1") -> dict:
+    rec = _train(setup, data, step_ms, sweep=sweep)
+    rec["point"].update(precision="O0" if setup == "baseline" else precision, batch_size=256, arch="resnet50")
+    rec["metrics"].update(device="cuda", images_per_s=256e3 / step_ms)
+    rec["environment"] = dict(ENV, gpu_count=1, gpu_name="Test GPU", source_digest="abc")
+    return rec
+
+
+def test_gpu_targets_and_jpeg_fraction_against_the_fastest_matching_synthetic_run(tmp_path):
+    recs = [_gpu_train("baseline", "dummy", 150.0, "g-train-1"), _gpu_train("engine-fp16", "dummy", 40.0, "g-train-1"),
+            _gpu_train("baseline", "dummy", 150.0, "g-train-2"), _gpu_train("engine-fp16", "dummy", 50.0, "g-train-2"),
+            _gpu_train("engine-fp16", "/d/jpegs", 50.0, "g-train-3")]
+    path = tmp_path / "g.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    md, problems = report.build([path], tmp_path / "out")
+    text = md.read_text()
+    assert not problems and "figures/step_time_gpu.png" in text
+    # 150/40 = 3.75x at 6400 images/s and 150/50 = 3.00x at 5120 both meet the targets
+    assert "| 3.75x | yes | yes | g.jsonl:2 |" in text and "| 3.00x | yes | yes | g.jsonl:4 |" in text
+    # JPEG 5120 images/s against the faster synthetic run (6400), not the newer one: 80.0%, below 90%
+    assert "| 5120 | 6400 | 80.0% | no | g.jsonl:5 vs g.jsonl:2 |" in text
