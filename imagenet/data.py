@@ -20,7 +20,8 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.transforms import v2 as T
 
-from . import pipelines
+from . import distributed, pipelines
+from .errors import one_line
 from .pipelines import IMAGENET_MEAN, IMAGENET_STD, val_resize  # noqa: F401 (defined with the backends)
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,32 @@ def scan_dataset(root: str) -> Tuple[List[str], Dict[str, List[Tuple[str, int]]]
         if not samples[split]:
             raise DataError(f"{base / split} has class folders but no images ({', '.join(IMAGE_EXTENSIONS)})")
     return train_c, samples
+
+
+def scan_dataset_once(root: str, rank: int) -> Tuple[List[str], Dict[str, List[Tuple[str, int]]]]:
+    """scan_dataset on global rank 0 only; every rank gets rank 0's result, or raises rank 0's error.
+
+    Each rank walking the tree is N metadata scans of ~1.3M files on a shared filesystem (Lustre,
+    GPFS) at start-up; one is enough. A failed scan is broadcast instead of the result, so every rank
+    stops with the same DataError line rather than waiting on a broadcast that never comes. With
+    nccl the pickled lists travel through the current CUDA device, set by distributed.pick_device.
+    """
+    if not distributed.initialized():
+        return scan_dataset(root)
+    outcome, failure = None, None
+    if rank == 0:
+        try:
+            outcome = scan_dataset(root)
+        except Exception as e:  # the other ranks are waiting in the broadcast below: send them the failure
+            failure = e
+            outcome = (DataError(str(e)) if isinstance(e, DataError)
+                       else RuntimeError(f"rank 0 could not scan {root}: {type(e).__name__}: {one_line(e)}"))
+    outcome = distributed.broadcast_object(outcome)
+    if failure is not None:
+        raise failure
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
 
 # ---------------------------------------------------------------- datasets
@@ -212,7 +239,7 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device):
         val_steps = max(1, steps // 25)
         make = lambda n: SyntheticBatches(n, cfg.batch_size, cfg.image_size, cfg.num_classes, device)  # noqa: E731
         return make(steps), make(val_steps), cfg.num_classes
-    classes, samples = scan_dataset(cfg.data)
+    classes, samples = scan_dataset_once(cfg.data, rank)
     backend = get_backend(cfg.data_backend)
     train_set = ImageFiles(samples["train"], backend(True, cfg.image_size), cfg.skip_bad_images)
     val_set = ImageFiles(samples["val"], backend(False, cfg.image_size), cfg.skip_bad_images)

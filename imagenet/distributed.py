@@ -121,6 +121,11 @@ def cleanup() -> None:
         dist.destroy_process_group()
 
 
+def initialized() -> bool:
+    """True when a process group exists (False in a single-process run)."""
+    return dist.is_available() and dist.is_initialized()
+
+
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(t, op=dist.ReduceOp.SUM)

@@ -110,6 +110,7 @@ def _announce(cfg, info, spec, lr, warmup, run_dir, steps) -> None:
 def build_and_run(cfg, info: distributed.DistInfo) -> int:
     _seed_everything(cfg)
     spec = precision.resolve(cfg, info.device)
+    # A collective: rank 0 scans the dataset and broadcasts it (the group exists: cli._run inits it first).
     train_loader, val_loader, num_classes = data.build_loaders(cfg, info.rank, info.world_size, info.device)
     run_dir = _run_dir(cfg, info, spec)
     channels_last = cfg.use_channels_last(info.device.type)
