@@ -662,6 +662,40 @@ def overlap_section(recs: Sequence[dict], env: Environments) -> str:
 
 # ---------------------------------------------------------------- scaling model
 
+def model_overlap(overlap: Sequence[dict]) -> Tuple[float, Optional[dict]]:
+    """The hidden fraction h the scaling model uses, and the overlap record it comes from.
+
+    The newest sweep (by record time) wins; inside it, the record measured with DDP's default
+    bucket size (the model's), else that sweep's newest record. h = 1 - exposed / alone from the
+    record's metrics (what overlap_bench records as hidden_fraction). Without an overlap record:
+    (``NO_OVERLAP``, None), the conservative assumption that all communication is exposed.
+    """
+    usable = [r for r in overlap if r["metrics"]["allreduce_alone_ms"] > 0]
+    if not usable:
+        return sm.NO_OVERLAP, None
+    newest = max(usable, key=lambda r: r["time"])["sweep"]
+    sweep = sorted((r for r in usable if r["sweep"] == newest), key=lambda r: r["time"])
+    default = [r for r in sweep if r["point"].get("bucket_cap_mb", 0) * (1 << 20) == sm.DDP_BUCKET_BYTES]
+    rec = (default or sweep)[-1]
+    return sm.hidden_fraction(rec["metrics"]["exposed_comm_ms"], rec["metrics"]["allreduce_alone_ms"]), rec
+
+
+def overlap_text(h: float, rec: Optional[dict], env: Environments) -> str:
+    """One paragraph: which overlap record (if any) fed the model's measured-overlap column."""
+    if rec is None:
+        return ("Measured overlap: no overlap records, so the model uses h = 0 (all communication exposed, the "
+                "conservative assumption); `python -m results.bench overlap` measures it.")
+    p, m = rec["point"], rec["metrics"]
+    return (f"Measured overlap: h = {pct(h)}, the hidden fraction of overlap record {rec['_source']} ({p['arch']} "
+            f"{p['image_size']}px, batch {p['batch_size']}, {p['world_size']} {p.get('backend', '?')} processes, "
+            f"{p['bucket_cap_mb']:g} MB buckets, env {env.id(rec)}): {fmt(m['exposed_comm_ms'])} ms of the "
+            f"{fmt(m['allreduce_alone_ms'])} ms gradient all-reduce stayed exposed per step (exposed / alone = "
+            f"{fmt(m['exposed_comm_ms'] / m['allreduce_alone_ms'])}). The same h is applied to every scenario and "
+            "GPU count; it was measured on that record's machine and backend, so for the GPU clusters it is an "
+            "assumption, not a measurement. An exposed / alone ratio above 1 means the all-reduce also slowed the "
+            "compute, which the model does not represent.")
+
+
 def our_model(train: Sequence[dict], ar: Sequence[dict]) -> Tuple[Optional[sm.ModelInputs], List[dict], str]:
     """Model inputs from our records: 1-process compute step, the model's gradients, measured link."""
     train = [r for r in train if plain_local(r)]
@@ -687,7 +721,7 @@ def our_model(train: Sequence[dict], ar: Sequence[dict]) -> Tuple[Optional[sm.Mo
     return m, same, desc
 
 
-def hal_model(pub: dict, links: dict, overlap: bool) -> Tuple[sm.ModelInputs, dict]:
+def hal_model(pub: dict, links: dict, hidden_fraction: float) -> Tuple[sm.ModelInputs, dict]:
     L = links["hal_2020"]
     run = next(r for r in pub["hal_2020"]["runs"] if r["label"] == L["run"])
     params = parameter_count(L["arch"])
@@ -695,7 +729,7 @@ def hal_model(pub: dict, links: dict, overlap: bool) -> Tuple[sm.ModelInputs, di
                        busbw_intra=L["busbw_intra"], alpha_intra_s=L["alpha_intra_s"], gpus_per_node=L["gpus_per_node"],
                        busbw_inter=L["busbw_inter"], alpha_inter_s=L["alpha_inter_s"])
     n0, x0 = run["gpus"][0], run["train_img_per_s"][0]
-    return sm.calibrate(m, n0, n0 * run["batch_per_gpu"] / x0, overlap), run
+    return sm.calibrate(m, n0, n0 * run["batch_per_gpu"] / x0, hidden_fraction), run
 
 
 def dle_model(pub: dict, links: dict) -> Tuple[sm.ModelInputs, dict]:
@@ -708,21 +742,26 @@ def dle_model(pub: dict, links: dict) -> Tuple[sm.ModelInputs, dict]:
     return m, pts
 
 
-def model_section(train: Sequence[dict], ar: Sequence[dict], pub: dict, links: dict, fig_dir: Path) -> str:
+MODES = (("no overlap", "--"), ("measured overlap", "-."), ("full overlap", "-"))  # label, line style
+
+
+def model_section(train: Sequence[dict], ar: Sequence[dict], overlap: Sequence[dict], pub: dict, links: dict,
+                  env: Environments, fig_dir: Path) -> str:
     gpus = sm.powers_of_two(1, 1024)
+    h, h_rec = model_overlap(overlap)
+    hidden = (sm.NO_OVERLAP, h, sm.FULL_OVERLAP)  # one per MODES entry
     ours, ours_measured, ours_desc = our_model(train, ar)
-    hal_no, run = hal_model(pub, links, overlap=False)
-    hal_ov, _ = hal_model(pub, links, overlap=True)
-    scenarios = []  # (label, inputs without overlap, inputs with overlap)
+    hal = [hal_model(pub, links, x)[0] for x in hidden]  # t_c calibrated under each assumption
+    run = hal_model(pub, links, sm.NO_OVERLAP)[1]
+    scenarios = []  # (label, inputs per MODES entry)
     if ours:
-        scenarios.append(("this machine (gloo, measured)", ours, ours))
-    scenarios.append(("HAL V100 cluster (link specs)", hal_no, hal_ov))
+        scenarios.append(("this machine (gloo, measured)", [ours] * len(MODES)))
+    scenarios.append(("HAL V100 cluster (link specs)", hal))
     thr, eff = [], []
-    for i, (label, m_no, m_ov) in enumerate(scenarios):
+    for i, (label, ms) in enumerate(scenarios):
         c = figures.palette(i)
-        for m, ov, style in ((m_no, False, "--"), (m_ov, True, "-")):
-            pts = [sm.predict(m, n, ov) for n in gpus]
-            tag = "overlap" if ov else "no overlap"
+        for m, x, (tag, style) in zip(ms, hidden, MODES):
+            pts = [sm.predict(m, n, x) for n in gpus]
             thr.append({"label": f"{label}, {tag}", "x": gpus, "y": [p["images_per_s"] for p in pts], "style": style,
                         "color": c})
             eff.append({"label": f"{label}, {tag}", "x": gpus, "y": [p["efficiency"] for p in pts], "style": style,
@@ -737,63 +776,67 @@ def model_section(train: Sequence[dict], ar: Sequence[dict], pub: dict, links: d
          "xlog": True, "ylog": True},
         {"title": "predicted scaling efficiency", "xlabel": "GPUs (processes)", "ylabel": "efficiency (fraction of linear)",
          "series": eff, "xlog": True, "ymin0": True},
-    ], "Scaling model: compute + ring all-reduce, with and without overlap")
-    return _model_text(scenarios, gpus, ours_desc, ours, ours_measured, pub, links, hal_no, hal_ov, run)
+    ], f"Scaling model: compute + ring all-reduce; no, measured (h = {pct(h)}) and full overlap")
+    return _model_text(scenarios, hidden, gpus, ours_desc, ours, ours_measured, pub, links, run,
+                       overlap_text(h, h_rec, env))
 
 
-def _model_text(scenarios, gpus, ours_desc, ours, ours_measured, pub, links, hal_no, hal_ov, run) -> str:
-    inputs = [[label, m_no.step_time_s * 1e3, m_ov.step_time_s * 1e3, m_no.batch_per_gpu, m_no.grad_bytes / 1e6,
-               m_no.busbw_intra / 1e9, m_no.alpha_intra_s * 1e6, m_no.gpus_per_node if m_no.busbw_inter else "all",
-               None if m_no.busbw_inter is None else m_no.busbw_inter / 1e9,
-               None if m_no.alpha_inter_s is None else m_no.alpha_inter_s * 1e6]
-              for label, m_no, m_ov in scenarios]
+def _model_text(scenarios, hidden, gpus, ours_desc, ours, ours_measured, pub, links, run, h_text) -> str:
+    modes = [tag for tag, _ in MODES]
+    inputs = [[label, *(m.step_time_s * 1e3 for m in ms), ms[0].batch_per_gpu, ms[0].grad_bytes / 1e6,
+               ms[0].busbw_intra / 1e9, ms[0].alpha_intra_s * 1e6, ms[0].gpus_per_node if ms[0].busbw_inter else "all",
+               None if ms[0].busbw_inter is None else ms[0].busbw_inter / 1e9,
+               None if ms[0].alpha_inter_s is None else ms[0].alpha_inter_s * 1e6]
+              for label, ms in scenarios]
     pred = []
-    for label, m_no, m_ov in scenarios:
+    for label, ms in scenarios:
         for n in gpus:
-            a, b = sm.predict(m_no, n, False), sm.predict(m_ov, n, True)
-            pred.append([label, n, a["comm_time_s"] * 1e3, a["images_per_s"], pct(a["efficiency"]),
-                         b["images_per_s"], pct(b["efficiency"])])
-    check = []
-    for n, x in zip(run["gpus"], run["train_img_per_s"]):
-        a, b = sm.predict(hal_no, n, False)["images_per_s"], sm.predict(hal_ov, n, True)["images_per_s"]
-        check.append([f"HAL 2020 ({run['label']})", n, x, a, pct(sm.relative_error(a, x)), b, pct(sm.relative_error(b, x))])
+            ps = [sm.predict(m, n, x) for m, x in zip(ms, hidden)]
+            pred.append([label, n, ps[0]["comm_time_s"] * 1e3, ps[1]["exposed_comm_s"] * 1e3,
+                         *(c for p in ps for c in (p["images_per_s"], pct(p["efficiency"])))])
+
+    def check_row(name, ms, n, x):
+        ys = [sm.predict(m, n, h)["images_per_s"] for m, h in zip(ms, hidden)]
+        return [name, n, x, *(c for y in ys for c in (y, pct(sm.relative_error(y, x))))]
+
+    hal = next(ms for label, ms in scenarios if label.startswith("HAL"))
+    check = [check_row(f"HAL 2020 ({run['label']})", hal, n, x) for n, x in zip(run["gpus"], run["train_img_per_s"])]
     dle, dle_pts = dle_model(pub, links)
-    for n in sorted(int(k) for k in dle_pts):
-        x = dle_pts[str(n)]
-        a, b = sm.predict(dle, n, False)["images_per_s"], sm.predict(dle, n, True)["images_per_s"]
-        check.append([f"NVIDIA DLE {links['nvidia_dle_2021']['config']}", n, x, a, pct(sm.relative_error(a, x)), b,
-                      pct(sm.relative_error(b, x))])
-    for r in ours_measured:
-        n, x = r["metrics"]["world_size"], r["metrics"]["images_per_s"]
-        a, b = sm.predict(ours, n, False)["images_per_s"], sm.predict(ours, n, True)["images_per_s"]
-        check.append([f"this machine ({r['_source']})", n, x, a, pct(sm.relative_error(a, x)), b,
-                      pct(sm.relative_error(b, x))])
-    worst = max((abs(sm.relative_error(c[3], c[2])) for c in check if c[0].startswith("HAL")), default=None)
+    check += [check_row(f"NVIDIA DLE {links['nvidia_dle_2021']['config']}", [dle] * len(MODES), n, dle_pts[str(n)])
+              for n in sorted(int(k) for k in dle_pts)]
+    check += [check_row(f"this machine ({r['_source']})", [ours] * len(MODES), r["metrics"]["world_size"],
+                        r["metrics"]["images_per_s"]) for r in ours_measured]
+    hal_rows = [c for c in check if c[0].startswith("HAL")]
+    worst = [max(abs(sm.relative_error(c[3 + 2 * i], c[2])) for c in hal_rows) for i in range(len(MODES))]
     sources = "\n".join(f"- {k}: {v}" for sec in ("hal_2020", "nvidia_dle_2021") for k, v in links[sec].items()
                         if k.endswith("_source"))
     return ("## Scaling model\n\n![scaling model](figures/scaling_model.png)\n\n"
-            "t(n) = t_c + t_comm(n) without overlap, (1-f) t_c + max(f t_c, t_comm(n)) with overlap (f = "
-            f"{sm.BACKWARD_FRACTION:.3g}, the backward share); t_comm(n) = k 2(n-1) alpha + 2(n-1)/n G / B with k "
-            f"= ceil(G / {sm.DDP_BUCKET_BYTES / (1 << 20):g} MiB) DDP buckets; B and alpha are intra-node while n fits "
-            "one node, inter-node beyond (see `results/scaling_model.py`).\n\n"
+            "t(n) = t_c + max(0, t_comm(n) - hidden(n)), hidden(n) = min(h t_comm(n), f t_c): h is the hidden "
+            "fraction of the all-reduce, capped by the backward time (f = "
+            f"{sm.BACKWARD_FRACTION:.3g}, the backward share). h = 0 is no overlap (t_c + t_comm(n)), h = 1 full "
+            "overlap ((1-f) t_c + max(f t_c, t_comm(n))), and the measured overlap uses h from an overlap record; "
+            f"t_comm(n) = k 2(n-1) alpha + 2(n-1)/n G / B with k = ceil(G / {sm.DDP_BUCKET_BYTES / (1 << 20):g} MiB) "
+            "DDP buckets; B and alpha are intra-node while n fits one node, inter-node beyond (see "
+            "`results/scaling_model.py`).\n\n" + h_text + "\n\n"
             f"This machine: {ours_desc}; beyond 2 processes it assumes a cluster of such nodes joined by the "
             "measured link, and it ignores that our processes share 2 cores.\n\n"
-            "HAL: t_c is calibrated so that the model reproduces the smallest published point, then predicts "
-            "the others.\n\nInputs:\n\n"
-            + md_table(["scenario", "t_c no overlap (ms)", "t_c overlap (ms)", "batch/GPU", "gradient MB",
+            "HAL: t_c is calibrated, under each overlap assumption, so that the model reproduces the smallest "
+            "published point, then predicts the others.\n\nInputs:\n\n"
+            + md_table(["scenario", *(f"t_c {t} (ms)" for t in modes), "batch/GPU", "gradient MB",
                         "intra busbw (GB/s)", "intra hop latency (us)", "GPUs/node", "inter busbw (GB/s)",
                         "inter hop latency (us)"], inputs)
             + "\nWhere the link parameters come from (`results/reference/links.json`):\n\n" + sources + "\n\n"
-            "Predictions:\n\n" + md_table(["scenario", "GPUs", "comm ms/step", "images/s (no overlap)",
-                                           "efficiency (no overlap)", "images/s (overlap)", "efficiency (overlap)"],
-                                          pred)
+            "Predictions (comm = the whole all-reduce; exposed = what the measured overlap leaves of it):\n\n"
+            + md_table(["scenario", "GPUs", "comm ms/step", "exposed ms/step (measured overlap)",
+                        *(c for t in modes for c in (f"images/s ({t})", f"efficiency ({t})"))], pred)
             + "\nCheck against published multi-GPU tables and our own multi-process points (error = (predicted "
             "- measured) / measured):\n\n"
-            + md_table(["measured", "GPUs", "measured images/s", "predicted (no overlap)", "error", "predicted (overlap)",
-                        "error"], check)
-            + (f"\nLargest HAL error without overlap: {pct(worst)}. The model has no input pipeline, stragglers or "
-               "per-step overheads, so it is optimistic where those grow with the GPU count (the DLE 8-GPU point), "
-               "and on this machine it cannot see that two processes split two cores.\n" if worst is not None else ""))
+            + md_table(["measured", "GPUs", "measured images/s", *(c for t in modes for c in (f"predicted ({t})",
+                                                                                              "error"))], check)
+            + (f"\nLargest HAL error: {', '.join(f'{pct(w)} with {t}' for w, t in zip(worst, modes))}. The model has "
+               "no input pipeline, stragglers or per-step overheads, so it is optimistic where those grow with the GPU "
+               "count (the DLE 8-GPU point), and on this machine it cannot see that two processes split two cores.\n"
+               if hal_rows else ""))
 
 
 # ---------------------------------------------------------------- failures, problems, assembly
@@ -833,7 +876,7 @@ def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE
             time_section(train, pub, env, fig_dir),
             curves_section(train, env, fig_dir, problems), io_section(io, pub, env, fig_dir),
             allreduce_section(ar, env, fig_dir), overlap_section(overlap, env),
-            model_section(train, ar, pub, links, fig_dir)]
+            model_section(train, ar, overlap, pub, links, env, fig_dir)]
     tail = [problems_section(recs, problems, env), "## Environments\n\n" + env.table(), commands_section(recs)]
     head = ("# Results\n\nGenerated by `python -m results.report` from "
             f"{len(recs)} records ({sum(r['status'] == 'ok' for r in recs)} ok, "

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from results import records, report
+from results import records, report, scaling_model as sm
 
 ENV = {"hostname": "node1", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.x", "gpu_name": None,
        "gpu_count": 0, "nodes": 1, "git_commit": "abc123", "command": "bench"}
@@ -53,6 +53,22 @@ def _ar(nbytes, t_us):
     return records.make_record("allreduce", "t-ar-1", {"backend": "gloo", "world_size": 2, "bytes": nbytes}, m, ENV)
 
 
+def _overlap(sweep, time, bucket_mb, exposed_ms, alone_ms):
+    point = {"arch": "resnet18", "backend": "gloo", "batch_size": 16, "bucket_cap_mb": bucket_mb, "image_size": 64,
+             "world_size": 2}
+    m = {"step_time_ms": 200.0 + exposed_ms, "step_no_allreduce_ms": 200.0, "exposed_comm_ms": exposed_ms,
+         "allreduce_alone_ms": alone_ms, "hidden_fraction": max(0.0, 1 - exposed_ms / alone_ms),
+         "grad_bytes": 46758048, "world_size": 2, "steps": 10}
+    return dict(records.make_record("overlap", sweep, point, m, ENV), time=time)
+
+
+# the newest sweep is written first: the model must pick by time, not by line; inside the sweep the
+# 25 MB (DDP default) bucket wins over the newer 1 MB one: h = 1 - 30/40 = 0.25
+OVERLAP = [_overlap("t-ov-2", "2026-01-02T00:00:05+00:00", 25.0, 30.0, 40.0),
+           _overlap("t-ov-2", "2026-01-02T00:00:09+00:00", 1.0, 10.0, 40.0),
+           _overlap("t-ov-1", "2026-01-01T00:00:00+00:00", 25.0, 4.0, 40.0)]
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
@@ -64,6 +80,7 @@ def built(tmp_path_factory):
     recs += [_io(b, w, 1, c, 50.0 + 10 * w) for b in ("torchvision", "pil") for c in ("cold", "warm") for w in (0, 2)]
     recs += [_io(b, 0, 2, c, 90.0) for b in ("torchvision", "pil") for c in ("cold", "warm")]
     recs += [_ar(s, 100 + s / 1e3) for s in (4, 4096, 1 << 20)]
+    recs += OVERLAP
     recs.append(records.make_record("train", "t-train-1", {"world_size": 4}, {}, ENV, status="failed",
                                     error="exit code 1; RuntimeError: boom"))
     path = tmp / "fixture.jsonl"
@@ -156,6 +173,32 @@ def test_scaling_model_is_checked_against_published_tables(built):
     hal = [r for r in rows if r["measured"].startswith("HAL")]
     assert len(hal) == 6 and hal[0]["error"] == "0.0%"  # calibrated on the smallest published point
     assert any(r["measured"].startswith("this machine") for r in rows)
+
+
+def test_scaling_model_uses_the_newest_overlap_record(built):
+    _, recs, md_path, _ = built
+    md = md_path.read_text()
+    line = 1 + next(i for i, r in enumerate(recs) if r is OVERLAP[0])  # its line in fixture.jsonl
+    assert f"Measured overlap: h = 25.0%, the hidden fraction of overlap record fixture.jsonl:{line} " in md
+    assert "30 ms of the 40 ms gradient all-reduce stayed exposed" in md
+    pub, links = report.load_reference()
+    hal = report.hal_model(pub, links, 0.25)[0]
+    rows = [r for r in _table_rows(md, "measured | GPUs | measured images/s") if r["measured"].startswith("HAL")]
+    for r in rows:
+        n = int(r["GPUs"])
+        assert r["predicted (measured overlap)"] == report.fmt(sm.predict(hal, n, 0.25)["images_per_s"])
+    pred = [r for r in _table_rows(md, "scenario | GPUs | comm ms/step") if r["scenario"].startswith("this machine")]
+    for r in pred:  # exposed = comm minus the measured quarter, as long as backward is longer than that
+        assert float(r["exposed ms/step (measured overlap)"]) == pytest.approx(0.75 * float(r["comm ms/step"]), rel=2e-3)
+
+
+def test_scaling_model_without_overlap_records_assumes_all_exposed(tmp_path):
+    pub, links = report.load_reference()
+    md = report.model_section([], [], [], pub, links, report.Environments(), tmp_path)
+    assert "no overlap records, so the model uses h = 0 (all communication exposed, the conservative assumption)" in md
+    rows = _table_rows(md, "measured | GPUs | measured images/s")
+    assert rows and all(r["predicted (measured overlap)"] == r["predicted (no overlap)"] for r in rows)
+    assert any(r["predicted (full overlap)"] != r["predicted (no overlap)"] for r in rows)
 
 
 def test_cli_bad_input_is_one_line(tmp_path, capsys):
