@@ -462,7 +462,7 @@ def summarize(results: List[Measurement], reference: str = "baseline") -> List[d
     return rows
 
 
-def _dataset(root: Optional[str], images: int) -> List[Tuple[str, int]]:
+def bench_samples(root: Optional[str], images: int) -> List[Tuple[str, int]]:
     from .data import scan_dataset
 
     if root is None:
@@ -489,7 +489,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.bench:
         parser.error("nothing to do: pass --bench")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    samples = _dataset(args.root, args.images)
+    samples = bench_samples(args.root, args.images)
     rows = summarize(bench(samples, args.backends, args.workers, args.image_size, args.batch_size, args.rounds))
     for r in rows:
         ratio = r["ratio_per_core_vs_baseline"]

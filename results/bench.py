@@ -210,6 +210,36 @@ def run_overlap(a: argparse.Namespace) -> List[dict]:
     return out
 
 
+def run_pipeline(a: argparse.Namespace) -> List[dict]:
+    """Steady-state decode cost per backend (imagenet.pipelines' benchmark): backends in lockstep,
+    batch by batch, timed by the thread's CPU clock (workers 0) or after a first pass that starts the
+    workers; the ratio is the median over rounds of per-round ratios to the baseline backend."""
+    from imagenet import pipelines
+    from results import jpegs
+    root = Path(a.data) if a.data else SCRATCH / "jpegs"
+    if a.data and not (root / "train").is_dir():
+        raise BenchError(f"{root}/train does not exist; pass an ImageFolder dataset root or omit --data")
+    if not a.data:
+        jpegs.ensure_dataset(root, classes=4, train_per_class=-(-a.images // 4))
+    samples = pipelines.bench_samples(str(root), a.images)
+    sweep, env, out = records.new_sweep_id("pipeline", a.tag), _environment(), []
+    _progress(1, 1, f"pipeline {', '.join(a.backends)}: {len(samples)} images, workers {a.workers}, "
+                    f"{a.rounds} round(s)")
+    results = pipelines.bench(samples, a.backends, a.workers, a.image_size, a.batch, a.rounds)
+    for row in pipelines.summarize(results):
+        point = {"backend": row["backend"], "split": row["split"], "workers": row["workers"],
+                 "image_size": a.image_size, "batch_size": a.batch, "images": len(samples), "data": str(root)}
+        ratio, span = row["ratio_per_core_vs_baseline"], row["ratio_range"] or [None, None]
+        m = {"images_per_cpu_s": row["images_per_s_per_core"], "images_per_s": row["images_per_s_wall"],
+             "cpu_ms_per_image": row["cpu_ms_per_image"], "rounds": row["rounds"], "ratio_per_core": ratio,
+             "ratio_min": span[0], "ratio_max": span[1]}
+        out.append(records.make_record("pipeline", sweep, point, m, env))
+        records.append(a.records, out[-1])
+        log.info("    %-8s %-5s workers=%d  %.0f images/s per core%s", row["backend"], row["split"],
+                 row["workers"], row["images_per_s_per_core"], f", {ratio:.2f}x baseline" if ratio else "")
+    return out
+
+
 # ---------------------------------------------------------------- quick preset
 
 QUICK_DEMO = SCRATCH / "demo"
@@ -229,6 +259,8 @@ def run_quick(a: argparse.Namespace) -> int:
         ["overlap", "--world-sizes", "2", "--bucket-cap-mb", "1", "25", *common],
         ["io", "--classes", "4", "--per-class", "32", "--images", "128", "--workers", "0", "2",
          "--readers", "2", "--batch", "16", *common],
+        # the pipelines' steady-state cost per image on the same files (the io points include start-up)
+        ["pipeline", "--images", "128", "--workers", "0", "2", "--rounds", "3", *common],
         # the step against the pytorch/examples-style baseline, on synthetic data and on the io step's JPEGs
         ["train", *setups, "--data", "dummy", str(SCRATCH / "jpegs"), *common],
         ["train", "--procs", "1", "2", "--batch", "16", "--epochs", "1", "--steps-per-epoch", "30",
@@ -342,6 +374,16 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--steps", type=int, default=10, help="timed steps of each kind (interleaved)")
     o.add_argument("--bucket-cap-mb", type=float, nargs="+", default=[25.0])
 
+    pl = sub.add_parser("pipeline", parents=[common], help="steady-state decode cost per image of each backend "
+                        "(lockstep rounds; ratio to the baseline backend)")
+    pl.add_argument("--data", help="ImageFolder root with train/ (default: the generated ImageNet-like JPEGs)")
+    pl.add_argument("--images", type=int, default=256, help="images per pass")
+    pl.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    pl.add_argument("--backends", nargs="+", default=["baseline", "fast"])
+    pl.add_argument("--rounds", type=int, default=3)
+    pl.add_argument("--image-size", type=int, default=224)
+    pl.add_argument("--batch", type=int, default=32)
+
     q = sub.add_parser("quick", parents=[common], help="the make-bench preset: all kinds, small, then report")
     q.add_argument("--fresh", action="store_true", help="replace this tag's earlier records and runs")
     cluster_bench.add_parser(sub, common)
@@ -365,7 +407,7 @@ def _values(a: argparse.Namespace, name: str) -> List[int]:
 def _validate(a: argparse.Namespace) -> None:
     """Counts that cannot work, as one line naming the flag."""
     for name, low in (("procs", 1), ("nodes", 1), ("batch", 1), ("readers", 1), ("images", 1),
-                      ("workers", 0), ("reader_workers", 0), ("threads", 1), ("world_sizes", 2)):
+                      ("workers", 0), ("reader_workers", 0), ("threads", 1), ("world_sizes", 2), ("rounds", 1)):
         bad = [v for v in _values(a, name) if v < low]
         if bad:
             raise BenchError(f"--{name.replace('_', '-')} {bad[0]} is not allowed; use values >= {low}"
@@ -382,7 +424,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return run_quick(a)
         if a.cmd == "cluster-scaling":
             return cluster_bench.run(a)
-        out = {"train": run_train, "io": run_io, "allreduce": run_allreduce, "overlap": run_overlap}[a.cmd](a)
+        out = {"train": run_train, "io": run_io, "allreduce": run_allreduce, "overlap": run_overlap,
+               "pipeline": run_pipeline}[a.cmd](a)
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 SCHEMA = 1
 RESULTS_DIR = Path(__file__).resolve().parent
 RECORDS_DIR = RESULTS_DIR / "records"
-KINDS = ("train", "io", "allreduce", "overlap")
+KINDS = ("train", "io", "allreduce", "overlap", "pipeline")
 STATUSES = ("ok", "failed")
 
 # Fields every record must have, and the metrics an "ok" record of each kind must carry.
@@ -33,6 +33,7 @@ REQUIRED_METRICS = {
     "io": ("images_per_s", "mb_per_s", "elapsed_s", "images"),
     "allreduce": ("bytes", "time_us", "algbw_gbps", "busbw_gbps", "world_size"),
     "overlap": ("step_time_ms", "step_no_allreduce_ms", "exposed_comm_ms", "allreduce_alone_ms", "world_size"),
+    "pipeline": ("images_per_cpu_s", "images_per_s", "cpu_ms_per_image", "rounds"),
 }
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
@@ -45,7 +46,8 @@ UNITS = {
     "top1": "%", "top5": "%", "cpu_s": "CPU s (user + system)", "cpu_ms_per_image": "CPU ms",
     "images_per_cpu_s": "images per CPU second (images/s per busy core)", "cores_busy": "cores",
     "step_no_allreduce_ms": "ms", "exposed_comm_ms": "ms", "allreduce_alone_ms": "ms",
-    "hidden_fraction": "fraction", "grad_bytes": "bytes",
+    "hidden_fraction": "fraction", "grad_bytes": "bytes", "ratio_per_core": "x (vs the baseline backend)",
+    "ratio_min": "x", "ratio_max": "x", "rounds": "rounds",
 }
 
 

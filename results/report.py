@@ -335,7 +335,23 @@ def _io_category(r: dict, multi_sweep: bool) -> str:
     return f"{cat}\n[{r['sweep']}]" if multi_sweep else cat
 
 
-def pipeline_section(io: Sequence[dict], env: Environments, fig_dir: Path) -> str:
+def steady_pipeline_table(steady: Sequence[dict], env: Environments) -> str:
+    """The lockstep, steady-state records (``results.bench pipeline``): the per-core ratio that counts."""
+    if not steady:
+        return "_(no steady-state pipeline records yet: run `python -m results.bench pipeline`)_\n"
+    rows = [[r["point"]["backend"], r["point"]["split"], r["point"]["workers"], r["point"]["image_size"],
+             r["point"]["images"], r["metrics"]["rounds"], r["metrics"]["cpu_ms_per_image"],
+             r["metrics"]["images_per_cpu_s"], r["metrics"]["images_per_s"], cmp.times(r["metrics"].get("ratio_per_core")),
+             (f"{cmp.times(r['metrics']['ratio_min'])}-{cmp.times(r['metrics']['ratio_max'])}"
+              if r["metrics"].get("ratio_min") else "-"), r.get("host_load_1m"), env.id(r), r["_source"]]
+            for r in sorted(steady, key=lambda r: (r["sweep"], r["point"]["split"], r["point"]["workers"],
+                                                   r["point"]["backend"]))]
+    return md_table(["backend", "split", "workers", "image size", "images", "rounds", "CPU ms/image",
+                     "images/s per core", "images/s wall", "per-core ratio vs baseline (median of rounds)",
+                     "ratio range", "host load (1 min)", "env", "record"], rows)
+
+
+def pipeline_section(io: Sequence[dict], steady: Sequence[dict], env: Environments, fig_dir: Path) -> str:
     rows = cmp.pipeline_rows(io)
     multi = len({x["record"]["sweep"] for x in rows}) > 1
     cats = list(dict.fromkeys(_io_category(x["record"], multi) for x in rows))
@@ -371,10 +387,20 @@ def pipeline_section(io: Sequence[dict], env: Environments, fig_dir: Path) -> st
             "starting the workers and moving batches through their pipes. What limits the next gain: the "
             "`fast` backend already decodes only the crop's rows at a reduced DCT scale, but libjpeg must "
             "still entropy-decode every row above the crop, and entropy decoding (which DCT scaling cannot "
-            "reduce) is most of a JPEG decode (see `imagenet/pipelines.py`).\n\n"
+            "reduce) is most of a JPEG decode (see `imagenet/pipelines.py`). At 224 px on 500x375 images no "
+            "crop is twice the output size, so DCT scaling never applies there and only the rows below the "
+            "crop are saved; the next gains are decoding off the CPU (nvJPEG/DALI) or a pre-processed "
+            "dataset format.\n\n"
             + md_table(["backend", "cache", "workers", "image size", "images", "bytes/image", "images/s",
                         "CPU ms/image", "images/s per core", "cores busy", "per-core ratio vs baseline",
-                        "wall ratio vs baseline", "host load (1 min)", "env", "record"], table))
+                        "wall ratio vs baseline", "host load (1 min)", "env", "record"], table)
+            + "\n### Steady state, backends in lockstep\n\nThe figures above include one-off costs (DataLoader "
+            "and worker start-up, first calls), which short passes do not amortise. `python -m results.bench "
+            "pipeline` measures the steady state instead: with 0 workers the backends take turns batch by "
+            "batch on the same files, each timed by the thread's CPU clock, so busy moments of a shared "
+            "machine fall on all alike; with workers, a first pass starts them and the second is measured "
+            "(CPU of this process and the workers). Each round gives a ratio to the baseline; the median "
+            "over rounds is shown with its range.\n\n" + steady_pipeline_table(steady, env))
 
 
 def step_section(train: Sequence[dict], env: Environments, fig_dir: Path, gpu: bool = False) -> str:
@@ -480,9 +506,20 @@ def multinode_section(train: Sequence[dict], env: Environments) -> str:
                         "host load (1 min)", "env", "record"], rows))
 
 
-def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence[dict] = ()) -> str:
+def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence[dict] = (),
+                    steady: Sequence[dict] = ()) -> str:
     """The headline ratios, each from the newest sweep that has it, with the load at the time."""
     lines = []
+    ratios = [r for r in steady if r["metrics"].get("ratio_per_core") and r["point"]["backend"] != "baseline"]
+    if ratios:
+        newest = max(r["sweep"] for r in ratios)
+        for r in (r for r in ratios if r["sweep"] == newest):
+            p, m = r["point"], r["metrics"]
+            lines.append(f"- Data pipeline, steady state, `{p['backend']}` vs `baseline` ({p['split']}, "
+                         f"{p['workers']} workers, {p['image_size']}px, {p['images']} images x {m['rounds']} "
+                         f"rounds in lockstep): {cmp.times(m['ratio_per_core'])} images/s per core (range "
+                         f"{cmp.times(m['ratio_min'])}-{cmp.times(m['ratio_max'])}); host load "
+                         f"{fmt(r.get('host_load_1m'))} (`{r['_source']}`)")
     # the engine's default backend; the other backends are in the section's table and figure
     pipe = [x for x in cmp.pipeline_rows(io) if x["per_core_ratio"] and x["record"]["point"]["backend"] == "fast"]
     if pipe:
@@ -866,11 +903,12 @@ def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE
     pub, links = load_reference(ref_dir)
     fig_dir = out_dir / "figures"
     train, io, ar = by_kind(recs, "train"), by_kind(recs, "io"), by_kind(recs, "allreduce")
-    overlap = by_kind(recs, "overlap")
+    overlap, steady = by_kind(recs, "overlap"), by_kind(recs, "pipeline")
     add_efficiency(train)
     env = Environments()
     problems = list(problems)
-    body = [summary_section(train, io, overlap), pipeline_section(io, env, fig_dir), step_section(train, env, fig_dir),
+    body = [summary_section(train, io, overlap, steady), pipeline_section(io, steady, env, fig_dir),
+            step_section(train, env, fig_dir),
             step_section(train, env, fig_dir, gpu=True),
             multinode_section(train, env), throughput_section(train, pub, env, fig_dir),
             time_section(train, pub, env, fig_dir),

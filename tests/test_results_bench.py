@@ -47,6 +47,23 @@ def test_io_records_workers_readers_cache(tmp_path):
         assert m["cache_method"] in ("posix_fadvise(DONTNEED)", "pre-read")
 
 
+def test_pipeline_records_steady_state_ratios(tmp_path):
+    out = tmp_path / "r.jsonl"
+    data = tmp_path / "jpegs"
+    from results import jpegs
+    jpegs.ensure_dataset(data, classes=2, train_per_class=4, val_per_class=1)
+    assert bench.main(["pipeline", "--data", str(data), "--images", "8", "--workers", "0", "--rounds", "2",
+                       "--batch", "4", "--image-size", "32", "--records", str(out), "--tag", "t"]) == 0
+    recs = {(r["point"]["backend"], r["point"]["split"]): r for r in _read(out)}
+    assert set(recs) == {(b, s) for b in ("baseline", "fast") for s in ("train", "val")}
+    for r in recs.values():
+        m = r["metrics"]
+        assert r["status"] == "ok" and m["rounds"] == 2 and r["point"]["images"] == 8
+        assert m["images_per_cpu_s"] == pytest.approx(1000 / m["cpu_ms_per_image"], rel=0.2)  # medians, not exact
+        assert m["ratio_min"] <= m["ratio_per_core"] <= m["ratio_max"]
+    assert recs[("baseline", "train")]["metrics"]["ratio_per_core"] == 1.0
+
+
 def test_bad_io_backend_is_one_line_error(tmp_path, capsys):
     assert bench.main(["io", "--data", str(tmp_path), "--records", str(tmp_path / "r.jsonl")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -116,3 +116,23 @@ def test_gpu_targets_and_jpeg_fraction_against_the_fastest_matching_synthetic_ru
     assert "| 3.75x | yes | yes | g.jsonl:2 |" in text and "| 3.00x | yes | yes | g.jsonl:4 |" in text
     # JPEG 5120 images/s against the faster synthetic run (6400), not the newer one: 80.0%, below 90%
     assert "| 5120 | 6400 | 80.0% | no | g.jsonl:5 vs g.jsonl:2 |" in text
+
+
+def _steady(backend: str, ms_per_image: float, ratio: float, span: tuple) -> dict:
+    point = {"backend": backend, "split": "train", "workers": 0, "image_size": 224, "batch_size": 32,
+             "images": 256, "data": "/d/jpegs"}
+    m = {"images_per_cpu_s": 1000 / ms_per_image, "images_per_s": 900 / ms_per_image, "cpu_ms_per_image": ms_per_image,
+         "rounds": 3, "ratio_per_core": ratio, "ratio_min": span[0], "ratio_max": span[1]}
+    return records.make_record("pipeline", "q-pipeline-1", point, m, ENV)
+
+
+def test_steady_state_pipeline_ratio_is_the_headline(tmp_path):
+    recs = [_steady("baseline", 3.0, 1.0, (1.0, 1.0)), _steady("fast", 1.4, 2.1, (1.9, 2.3))]
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    md, problems = report.build([path], tmp_path / "out")
+    text = md.read_text()
+    assert not problems
+    assert ("- Data pipeline, steady state, `fast` vs `baseline` (train, 0 workers, 224px, 256 images x 3 rounds "
+            "in lockstep): 2.10x images/s per core (range 1.90x-2.30x)") in text
+    assert "| 2.10x | 1.90x-2.30x |" in _row(text, "fast", "train", "0", "224", "256", "3")
