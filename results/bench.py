@@ -251,7 +251,7 @@ def run_quick(a: argparse.Namespace) -> int:
     if a.fresh:
         _forget(a.tag, a.records)
     common = ["--tag", a.tag, "--records", str(a.records)]
-    setups = ["--setups", *train_bench.SETUPS, "--procs", "1", "--batch", "16", "--image-size", "64",
+    setups = ["--setups", *train_bench.CPU_SETUPS, "--procs", "1", "--batch", "16", "--image-size", "64",
               # the JPEG set holds 8 batches: 6 epochs of 8 give 36 measured steps (2 warm-up steps an epoch)
               "--epochs", "6", "--steps-per-epoch", "8", "--val-steps", "1"]
     steps = [

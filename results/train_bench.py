@@ -65,6 +65,11 @@ SETUPS: Dict[str, Setup] = {
 }
 
 
+# What make bench compares on a CPU: fp16 there is emulated (tens of times slower) and compiling takes
+# about a minute, so the fp16 and compile setups are for GPU machines (results/gpu_session.sh).
+CPU_SETUPS = ("baseline", "engine", "engine-bf16", LOG_QUIET_SETUP, LOG_EVERY_STEP_SETUP)
+
+
 @dataclass(frozen=True)
 class TrainPoint:
     """One training run of the sweep."""
