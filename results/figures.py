@@ -127,7 +127,7 @@ def grid(path: Path, panels: Sequence[Dict[str, object]], suptitle: str, ncols: 
         if panel.get("ymin0"):
             ax.set_ylim(bottom=0)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc=panel.get("legend_loc", "best"))
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.suptitle(suptitle, fontsize=11)

@@ -810,7 +810,7 @@ def model_section(train: Sequence[dict], ar: Sequence[dict], overlap: Sequence[d
                     "y": [r["metrics"]["images_per_s"] for r in ours_measured], "style": "D", "color": figures.palette(0)})
     figures.grid(fig_dir / "scaling_model.png", [
         {"title": "predicted throughput", "xlabel": "GPUs (processes)", "ylabel": "images/s", "series": thr,
-         "xlog": True, "ylog": True},
+         "xlog": True, "ylog": True, "legend_loc": "lower right"},  # the upper left hides published points
         {"title": "predicted scaling efficiency", "xlabel": "GPUs (processes)", "ylabel": "efficiency (fraction of linear)",
          "series": eff, "xlog": True, "ymin0": True},
     ], f"Scaling model: compute + ring all-reduce; no, measured (h = {pct(h)}) and full overlap")
