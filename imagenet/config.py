@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 VARIANTS = ("nd", "dp", "ddp", "amp")
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 class ConfigError(ValueError):
@@ -66,6 +67,10 @@ class TrainConfig:
     sync_bn: bool = _opt(False, "--sync-bn", help="synchronise BatchNorm statistics across DDP ranks",
                          action="store_true")
     compile: bool = _opt(False, "--compile", help="torch.compile the model", action="store_true")
+    compile_mode: str = _opt("default", "--compile-mode", help="torch.compile mode; any but 'default' implies "
+                             "--compile. reduce-overhead adds CUDA graphs (fewer kernel launches per step); "
+                             "max-autotune also benchmarks kernel choices (minutes of compiling)",
+                             choices=COMPILE_MODES)
 
     # --- optimisation
     epochs: int = _opt(90, "--epochs", help="total epochs to run", type=int)
@@ -155,6 +160,10 @@ class TrainConfig:
 
     def use_channels_last(self, device_type: str) -> bool:
         return self.channels_last if self.channels_last is not None else device_type == "cuda"
+
+    @property
+    def use_compile(self) -> bool:
+        return self.compile or self.compile_mode != "default"
 
     @property
     def distributed(self) -> bool:

@@ -107,6 +107,12 @@ def _announce(cfg, info, spec, lr, warmup, run_dir, steps) -> None:
     print(f"=> run folder {run_dir} (TensorBoard: tensorboard --logdir {run_dir})", flush=True)
 
 
+def _compiled(model: torch.nn.Module, cfg) -> torch.nn.Module:
+    """torch.compile for the training steps (evaluation runs the eager model: it compiles a second
+    graph for eval-mode BatchNorm otherwise, for a few validation steps)."""
+    return torch.compile(model, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
+
+
 def build_and_run(cfg, info: distributed.DistInfo) -> int:
     _seed_everything(cfg)
     spec = precision.resolve(cfg, info.device)
@@ -132,7 +138,7 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
 
     raw_model = model
     wrapped = _wrap(model, cfg, info)
-    step_model = torch.compile(wrapped) if cfg.compile else wrapped
+    step_model = _compiled(wrapped, cfg) if cfg.use_compile else wrapped
     eval_model = wrapped if isinstance(wrapped, torch.nn.DataParallel) else raw_model
     if info.is_primary:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@
 #     tests      pytest -m gpu (with Apex when .apex holds a Python-only copy; see README)
 #     jpeg       the same step fed by the fast JPEG pipeline from generated ImageNet-like files
 #     apex       Apex amp O1 and O2 through the harness
-#     compile    baseline vs engine-fp16, eager and with torch.compile
+#     compile    baseline vs engine-fp16: eager, torch.compile, and compile with CUDA graphs (~6 min)
 #     logging    engine defaults printing + TensorBoard at every step vs once per epoch
 #     parity     native vs Apex amp, O1 and O2, same seed and steps: the final losses side by side
 #     batch      engine-fp16 at batch 256, 384 and 512
@@ -68,7 +68,9 @@ stage_apex() {  # Apex carried Python-only in .apex (never committed: no amp_C, 
         --extra=--amp-backend --extra=apex
 }
 
-stage_compile() { bench_train compile dummy "$STEPS" --setups baseline engine-fp16 engine-fp16-compile; }
+stage_compile() {
+    bench_train compile dummy "$STEPS" --setups baseline engine-fp16 engine-fp16-compile engine-fp16-cudagraphs
+}
 
 stage_parity() {  # native vs Apex amp at O1 and O2, same seed and steps (deterministic cuDNN): final losses
     for backend in native apex; do

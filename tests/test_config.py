@@ -52,3 +52,12 @@ def test_bad_values_raise_config_error(argv, words):
 def test_abbreviations_are_not_accepted():
     with pytest.raises(SystemExit):
         config.parse(["--dumm"], "ddp")  # allow_abbrev=False: only the exact flags exist
+
+
+def test_compile_mode_implies_compile_and_rejects_unknown_modes():
+    assert not config.parse(["--dummy"]).use_compile
+    assert config.parse(["--dummy", "--compile"]).use_compile
+    cfg = config.parse(["--dummy", "--compile-mode", "reduce-overhead"])
+    assert cfg.use_compile and cfg.compile_mode == "reduce-overhead"
+    with pytest.raises(SystemExit):
+        config.parse(["--dummy", "--compile-mode", "fastest"])

@@ -160,6 +160,17 @@ def test_torchrun_two_processes_with_compression_and_static_graph(tmp_path):
     assert sums is None or sums[0] == sums[1], "replicas drifted apart under the bf16 hook"
 
 
+@pytest.mark.parametrize("flags,mode", [(("--compile",), None), (("--compile-mode", "reduce-overhead"), "reduce-overhead")])
+def test_compile_mode_reaches_torch_compile(tmp_path, monkeypatch, flags, mode):
+    """The training model goes through torch.compile with the mode asked for (compiling itself is
+    exercised on a GPU in tests/test_gpu.py; here torch.compile is replaced by a recorder)."""
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: calls.append(mode) or model)
+    argv = ["--dummy", "--dummy-size", "64", "--num-classes", "10", *TINY, *SHORT, "--log-dir", str(tmp_path), *flags]
+    assert _train_in_process(argv) == 0
+    assert calls == [mode]
+
+
 # ---------------------------------------------------------------- no host sync between print boundaries
 
 SYNCING_TENSOR_METHODS = ("item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__",
