@@ -46,7 +46,8 @@ class TrainConfig:
                         type=int)
     data_backend: str = _opt("fast", "--data-backend", help="image decoding pipeline: fast (decodes only the "
                              "rows and scale the crop needs, uint8), baseline (pytorch/examples' float "
-                             "pipeline), pil (PIL + v2 transforms, uint8); see imagenet.pipelines")
+                             "pipeline), pil (PIL + v2 transforms, uint8), device (JPEG bytes through the loader, "
+                             "decoded on the training device: nvJPEG on GPUs); see imagenet.pipelines")
     skip_bad_images: bool = _opt(False, "--skip-bad-images", help="skip (and count) corrupt or unreadable "
                                  "images instead of stopping at the first one", action="store_true")
     steps_per_epoch: int = _opt(0, "--steps-per-epoch", help="stop each training epoch after this many steps "

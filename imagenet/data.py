@@ -20,7 +20,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.transforms import v2 as T
 
-from . import distributed, pipelines
+from . import device_decode, distributed, pipelines
 from .errors import one_line
 from .pipelines import IMAGENET_MEAN, IMAGENET_STD, val_resize  # noqa: F401 (defined with the backends)
 
@@ -54,7 +54,8 @@ def pil_backend(train: bool, image_size: int) -> Callable[[str], torch.Tensor]:
 
 # baseline (pytorch/examples, float) and fast (decode only what the crop needs) live in pipelines.
 BACKENDS: Dict[str, Callable[[bool, int], Callable[[str], torch.Tensor]]] = {"pil": pil_backend,
-                                                                            **pipelines.BACKENDS}
+                                                                            **pipelines.BACKENDS,
+                                                                            "device": device_decode.device_backend}
 
 
 def get_backend(name: str) -> Callable[[bool, int], Callable[[str], torch.Tensor]]:
@@ -227,7 +228,7 @@ class ShardSampler(Sampler):
 def _loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: int, pin: bool, drop_last: bool,
             persistent: bool, generator: Optional[torch.Generator]) -> DataLoader:
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
-                      pin_memory=pin, drop_last=drop_last, generator=generator,
+                      pin_memory=pin, drop_last=drop_last, generator=generator, collate_fn=device_decode.collate,
                       persistent_workers=persistent and workers > 0,
                       prefetch_factor=4 if workers > 0 else None)
 
@@ -271,7 +272,8 @@ def set_epoch(loader, epoch: int, seed: Optional[int], samples_done: int = 0) ->
 
 
 class DeviceNormalizer:
-    """uint8 NCHW batches -> normalised float on the device (float batches pass through)."""
+    """uint8 NCHW batches -> normalised float on the device (float batches pass through; encoded
+    batches of the device backend are decoded first)."""
 
     def __init__(self, device: torch.device, channels_last: bool):
         self.mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1) * 255
@@ -280,6 +282,8 @@ class DeviceNormalizer:
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        if isinstance(images, device_decode.EncodedBatch):  # the device backend: decode here
+            images = images.decode(self.device)
         images = images.to(self.device, non_blocking=True)
         if images.dtype == torch.uint8:
             images = (images.float() - self.mean) / self.std

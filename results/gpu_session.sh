@@ -5,7 +5,8 @@
 #     env        nvidia-smi, torch/CUDA/cuDNN/NCCL versions
 #     synthetic  ResNet-50 step: baseline (pytorch/examples fp32 NCHW) vs engine fp32/bf16/fp16, synthetic data
 #     tests      pytest -m gpu (with Apex when .apex holds a Python-only copy; see README)
-#     jpeg       the same step fed by the fast JPEG pipeline from generated ImageNet-like files
+#     jpeg       the same step fed from generated ImageNet-like JPEGs: baseline, fast (CPU) and device (nvJPEG) decoding
+#     fewcores   fast vs device decoding with 4 loader workers, as on nodes with few cores per GPU
 #     apex       Apex amp O1 and O2 through the harness
 #     compile    baseline vs engine-fp16: eager, torch.compile, and compile with CUDA graphs (~6 min)
 #     logging    engine defaults printing + TensorBoard at every step vs once per epoch
@@ -60,7 +61,13 @@ stage_tests() {
         ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu.py tests/test_perf_flags.py 2>&1 | tee "$OUT/pytest-gpu.log"
 }
 
-stage_jpeg() { bench_train jpeg "$JPEG_ROOT" "$JPEG_STEPS" --setups ${JPEG_SETUPS:-baseline engine-fp16}; }
+stage_jpeg() {
+    bench_train jpeg "$JPEG_ROOT" "$JPEG_STEPS" --setups ${JPEG_SETUPS:-baseline engine-fp16 engine-fp16-device-decode}
+}
+
+stage_fewcores() {  # 4 loader workers per GPU, as on a node with few cores per GPU: CPU vs GPU decoding
+    WORKERS=4 bench_train fewcores "$JPEG_ROOT" "$JPEG_STEPS" --setups engine-fp16 engine-fp16-device-decode
+}
 
 stage_apex() {  # Apex carried Python-only in .apex (never committed: no amp_C, so Python fallbacks)
     PYTHONPATH="$APEX_PATH" NOTE="one $gpu_name, Apex 25.05 amp, Python-only (no amp_C)" \
@@ -90,13 +97,15 @@ stage_logging() { bench_train logging dummy "$STEPS" --setups engine-log-epoch e
 
 stages=${*:-env synthetic tests jpeg}
 gen_pid=
-if [[ " $stages " == *" jpeg "* && ! -d "$JPEG_ROOT/train" ]]; then
+if [[ " $stages " == *" jpeg "* || " $stages " == *" fewcores "* ]] && [[ ! -d "$JPEG_ROOT/train" ]]; then
     $PY -m results.jpegs "$JPEG_ROOT" --classes "$JPEG_CLASSES" --per-class "$JPEG_PER_CLASS" \
         --val-per-class 4 --processes "${GEN_PROCS:-$WORKERS}" > "$OUT/jpegs.log" 2>&1 &
     gen_pid=$!
 fi
 for s in $stages; do
-    if [[ $s == jpeg && -n $gen_pid ]]; then wait "$gen_pid"; echo "JPEGs: $(tail -1 "$OUT/jpegs.log")"; fi
+    if [[ ($s == jpeg || $s == fewcores) && -n $gen_pid ]]; then
+        wait "$gen_pid"; gen_pid=; echo "JPEGs: $(tail -1 "$OUT/jpegs.log")"
+    fi
     echo "=== stage $s ($(date -u +%H:%M:%S))"
     timeout "${STAGE_LIMIT:-400}" bash -c "$(declare -p OUT PY ARCH BATCH STEPS IMAGE WORKERS JPEG_ROOT JPEG_STEPS \
         APEX_PATH TAG RECORDS gpu_name); $(declare -f bench_train stage_$s); stage_$s" \

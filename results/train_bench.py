@@ -58,6 +58,8 @@ SETUPS: Dict[str, Setup] = {
                                                      "(dynamic loss scaling), engine defaults otherwise"),
     "engine-fp16-compile": Setup("amp", "O1", "float16", ("--compile",), "engine-fp16 with --compile "
                                                                           "(torch.compile, default mode)"),
+    "engine-fp16-device-decode": Setup("amp", "O1", "float16", ("--data-backend", "device"),
+                                       "engine-fp16 with JPEGs decoded on the GPU (nvJPEG), not in the loader"),
     "engine-fp16-cudagraphs": Setup("amp", "O1", "float16", ("--compile-mode", "reduce-overhead"),
                                     "engine-fp16 with torch.compile mode reduce-overhead (CUDA graphs)"),
     # The pair behind the logging-overhead ratio: the same run logging at every step vs only per epoch.

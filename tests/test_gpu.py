@@ -103,3 +103,15 @@ def test_compiled_model_trains_on_cuda(jpeg_data, tmp_path, flags):
     assert proc.returncode == 0, explain(proc)
     cfg = read_run(tmp_path)["config"]
     assert cfg["compile"] is True or cfg["compile_mode"] == "reduce-overhead"
+
+
+def test_device_decode_backend_trains_on_cuda_and_matches_the_cpu_decode(jpeg_data, tmp_path):
+    proc = python(script("imagenet_ddp_apex.py"), *GPU_TINY, "--data-backend", "device", "--epochs", "1",
+                  "--log-dir", tmp_path, jpeg_data)
+    assert proc.returncode == 0, explain(proc)
+    from imagenet import device_decode
+
+    paths = sorted(str(p) for p in (jpeg_data / "val").rglob("*.JPEG"))[:8]
+    batch = device_decode.collate([(device_decode.EncodedVal(32)(p), 0) for p in paths])[0]
+    on_gpu, on_cpu = batch.decode(torch.device("cuda")).cpu(), batch.decode(torch.device("cpu"))
+    assert on_gpu.shape == on_cpu.shape and (on_gpu.int() - on_cpu.int()).abs().float().mean() < 2.0

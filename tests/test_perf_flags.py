@@ -93,7 +93,7 @@ def test_flag_trains_a_few_steps(tmp_path, flags):
     assert read_run(tmp_path)["status"] == "finished"
 
 
-@pytest.mark.parametrize("backend", ["fast", "baseline"])
+@pytest.mark.parametrize("backend", ["fast", "baseline", "device"])
 def test_data_backend_trains_a_few_steps(tmp_path, jpeg_data, backend):
     """uint8 (fast) and float (baseline) batches both go through DeviceNormalizer."""
     argv = [*TINY, *SHORT, "--data-backend", backend, "--log-dir", str(tmp_path), str(jpeg_data)]

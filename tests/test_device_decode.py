@@ -1,0 +1,63 @@
+"""The device data backend on the CPU: the same images as the fast backend, through a batch of bytes.
+
+On a GPU the same code decodes with nvJPEG (tests/test_gpu.py); here decode_jpeg runs on the CPU,
+which checks the transforms, the collation, the errors and the engine's use of it.
+"""
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from imagenet import data, device_decode, pipelines
+from results import jpegs
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """ImageNet-like 500x375 JPEGs."""
+    root = tmp_path_factory.mktemp("photos")
+    jpegs.ensure_dataset(root, classes=2, train_per_class=3, val_per_class=1)
+    return sorted(str(p) for p in (root / "train").rglob("*.JPEG"))
+
+
+@pytest.mark.parametrize("box,flip", [((10, 20, 300, 280), False), ((0, 0, 375, 500), True), ((200, 300, 90, 120), True)])
+def test_train_crops_match_the_fast_backend(photos, box, flip):
+    fast = pipelines.FastTrain(224)
+    for path in photos:
+        buf = open(path, "rb").read()
+        expected = fast.render(buf, pipelines.jpeg_frame(buf), box, flip)
+        batch = device_decode.EncodedBatch([torch.frombuffer(bytearray(buf), dtype=torch.uint8)],
+                                           torch.tensor([[*box, int(flip), 224]]), [path])
+        got = batch.decode(CPU)[0]
+        diff = (got.int() - expected.int()).abs()
+        assert got.shape == expected.shape == (3, 224, 224) and got.dtype == torch.uint8
+        # two libjpeg builds and a float vs a uint8 resize: rounding, not a different picture
+        assert diff.float().mean() < 1.0 and diff.max() <= 12
+
+
+def test_val_matches_the_fast_backend(photos):
+    got = device_decode.collate([(device_decode.EncodedVal(224)(p), 0) for p in photos])[0].decode(CPU)
+    expected = torch.stack([pipelines.FastVal(224)(p) for p in photos])
+    assert got.shape == expected.shape and (got.int() - expected.int()).abs().float().mean() < 1.0
+
+
+def test_loader_batches_stay_encoded_until_the_normalizer(photos):
+    files = data.ImageFiles([(p, i % 2) for i, p in enumerate(photos)], device_decode.EncodedTrain(64))
+    images, targets = next(iter(DataLoader(files, batch_size=4, collate_fn=device_decode.collate)))
+    assert isinstance(images, device_decode.EncodedBatch) and len(images) == 4 and targets.tolist() == [0, 1, 0, 1]
+    out = data.DeviceNormalizer(CPU, channels_last=False)(images)
+    assert out.shape == (4, 3, 64, 64) and out.dtype == torch.float32
+    assert -3 < out.min() < out.max() < 3  # normalised, not 0-255
+
+
+def test_non_jpeg_is_a_bad_image_and_undecodable_bytes_name_the_files(photos, tmp_path):
+    png = tmp_path / "x.JPEG"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    files = data.ImageFiles([(str(png), 0)], device_decode.EncodedTrain(64))
+    with pytest.raises(data.DataError, match="not a JPEG.*--skip-bad-images"):
+        files[0]
+    broken = device_decode.EncodedBatch([torch.frombuffer(bytearray(b"\xff\xd8\xff\xdb" + b"\0" * 40), dtype=torch.uint8)],
+                                        torch.tensor([[0, 0, 8, 8, 0, 8]]), [photos[0]])
+    with pytest.raises(data.DataError, match="cannot decode a JPEG.*" + photos[0].split("/")[-1] + ".*--data-backend fast"):
+        broken.decode(CPU)
