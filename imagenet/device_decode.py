@@ -21,7 +21,7 @@ from torch.utils.data import default_collate
 from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
-from .pipelines import FastTrain, jpeg_frame, val_resize
+from .pipelines import FastTrain, jpeg_frame, resized_hw, val_resize
 
 VAL = -1  # a box row whose height is VAL asks for the validation transform
 
@@ -65,14 +65,9 @@ class EncodedBatch:
 def _transform(image: torch.Tensor, row: Sequence[int]) -> torch.Tensor:
     top, left, height, width, flip, size = row
     if height == VAL:  # Resize(size * 256 / 224) of the short side, then CenterCrop(size), as the others
-        return TF.center_crop(_resize_short(image, val_resize(size)), [size, size])
+        return TF.center_crop(_resize(image, *resized_hw(*image.shape[-2:], val_resize(size))), [size, size])
     crop = image[:, top:top + height, left:left + width]
     return _resize(crop.flip(-1) if flip else crop, size, size)
-
-
-def _resize_short(image: torch.Tensor, short: int) -> torch.Tensor:
-    h, w = image.shape[-2:]
-    return _resize(image, short, int(short * w / h)) if h <= w else _resize(image, int(short * h / w), short)
 
 
 def _resize(image: torch.Tensor, height: int, width: int) -> torch.Tensor:

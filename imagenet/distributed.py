@@ -116,25 +116,25 @@ def init(info: DistInfo, timeout_s: float) -> None:
         dist.barrier()
 
 
-def cleanup() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
 def initialized() -> bool:
     """True when a process group exists (False in a single-process run)."""
     return dist.is_available() and dist.is_initialized()
 
 
+def cleanup() -> None:
+    if initialized():
+        dist.destroy_process_group()
+
+
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
-    if dist.is_available() and dist.is_initialized():
+    if initialized():
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
 
 
 def any_rank(flag: bool, device: torch.device) -> bool:
     """True on every rank when FLAG is true on any (one small collective)."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if not initialized():
         return flag
     t = torch.tensor([1.0 if flag else 0.0], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -143,7 +143,7 @@ def any_rank(flag: bool, device: torch.device) -> bool:
 
 def broadcast_object(obj: Any) -> Any:
     """Rank 0's value of OBJ on every rank."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if not initialized():
         return obj
     box = [obj]
     dist.broadcast_object_list(box, src=0)
@@ -152,7 +152,7 @@ def broadcast_object(obj: Any) -> Any:
 
 def all_gather_float(value: float, device: torch.device) -> list:
     """VALUE from every rank, in rank order."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if not initialized():
         return [value]
     mine = torch.tensor([value], dtype=torch.float64, device=device)
     out = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
@@ -161,5 +161,5 @@ def all_gather_float(value: float, device: torch.device) -> list:
 
 
 def barrier(device: torch.device) -> None:
-    if dist.is_available() and dist.is_initialized():
+    if initialized():
         dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)

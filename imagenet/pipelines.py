@@ -301,11 +301,11 @@ class FastVal:
     def __call__(self, path: str) -> torch.Tensor:
         with open(path, "rb") as f:
             im = _rgb(Image.open(f))
-            out = resize_uint8(_as_tensor(im), *_resized_hw(im.height, im.width, self.resize))
+            out = resize_uint8(_as_tensor(im), *resized_hw(im.height, im.width, self.resize))
         return TF.center_crop(out, [self.size, self.size]).contiguous()
 
 
-def _resized_hw(height: int, width: int, short: int) -> List[int]:
+def resized_hw(height: int, width: int, short: int) -> List[int]:
     """torchvision's Resize(short) output size for a HEIGHT x WIDTH image."""
     if height <= width:
         return [short, int(short * width / height)]
