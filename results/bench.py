@@ -133,13 +133,19 @@ def _say_train(rec: dict) -> None:
 
 # ---------------------------------------------------------------- io
 
-def run_io(a: argparse.Namespace) -> List[dict]:
+def _jpeg_root(data: Optional[str], classes: int, per_class: int) -> Path:
+    """--data as given (it must hold train/), else the generated ImageNet-like JPEGs, written if missing."""
+    if data:
+        if not (Path(data) / "train").is_dir():
+            raise BenchError(f"{Path(data)}/train does not exist; pass an ImageFolder dataset root or omit --data")
+        return Path(data)
     from results import jpegs
-    root = Path(a.data) if a.data else SCRATCH / "jpegs"
-    if a.data and not (root / "train").is_dir():
-        raise BenchError(f"{root}/train does not exist; pass an ImageFolder dataset root or omit --data")
-    if not a.data:
-        jpegs.ensure_dataset(root, classes=a.classes, train_per_class=a.per_class)
+    jpegs.ensure_dataset(SCRATCH / "jpegs", classes=classes, train_per_class=per_class)
+    return SCRATCH / "jpegs"
+
+
+def run_io(a: argparse.Namespace) -> List[dict]:
+    root = _jpeg_root(a.data, a.classes, a.per_class)
     backends = io_bench.available_backends()
     names = a.backends or list(backends)
     unknown = [n for n in names if n not in backends]
@@ -215,12 +221,7 @@ def run_pipeline(a: argparse.Namespace) -> List[dict]:
     batch by batch, timed by the thread's CPU clock (workers 0) or after a first pass that starts the
     workers; the ratio is the median over rounds of per-round ratios to the baseline backend."""
     from imagenet import pipelines
-    from results import jpegs
-    root = Path(a.data) if a.data else SCRATCH / "jpegs"
-    if a.data and not (root / "train").is_dir():
-        raise BenchError(f"{root}/train does not exist; pass an ImageFolder dataset root or omit --data")
-    if not a.data:
-        jpegs.ensure_dataset(root, classes=4, train_per_class=-(-a.images // 4))
+    root = _jpeg_root(a.data, 4, -(-a.images // 4))
     samples = pipelines.bench_samples(str(root), a.images)
     sweep, env, out = records.new_sweep_id("pipeline", a.tag), _environment(), []
     _progress(1, 1, f"pipeline {', '.join(a.backends)}: {len(samples)} images, workers {a.workers}, "

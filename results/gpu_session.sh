@@ -40,11 +40,13 @@ TAG=${TAG:-gpu-$gpu_name}
 RECORDS="$OUT/$TAG.jsonl"
 
 bench_train() {  # bench_train <stage> <data> <steps> <bench train flags...>
-    local stage=$1 data=$2 steps=$3; shift 3
+    local stage=$1 data=$2 steps=$3 stamp; shift 3
+    stamp=$(mktemp)  # this stage's run folders are the ones newer than it
     $PY -m results.bench train --tag "$TAG" --records "$RECORDS" --procs 1 -a "$ARCH" --batch "$BATCH" \
         --image-size "$IMAGE" --steps-per-epoch "$steps" --val-steps 2 --workers "$WORKERS" --data "$data" \
         --timeout 300 --note "${NOTE:-one $gpu_name, results/gpu_session.sh stage $stage}" "$@"
-    tar czf "$OUT/runs-$stage.tgz" results/runs/"$TAG"-train-* 2>/dev/null
+    find results/runs -maxdepth 1 -name "$TAG-train-*" -newer "$stamp" -print0 \
+        | tar czf "$OUT/runs-$stage.tgz" --null -T - 2>/dev/null
 }
 
 stage_env() {

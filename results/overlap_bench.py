@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 import torchvision
 
+from results import scaling_model
 from results.procs import run_ranks
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ def measure_in_group(arch: str, batch: int, image_size: int, steps: int, bucket_
     alone_ms = _slowest(_allreduce_alone(numel)) * 1e3
     exposed = max(step_ms - local_ms, 0.0)
     return {"step_time_ms": step_ms, "step_no_allreduce_ms": local_ms, "exposed_comm_ms": exposed,
-            "allreduce_alone_ms": alone_ms, "hidden_fraction": max(0.0, 1.0 - exposed / alone_ms),
+            "allreduce_alone_ms": alone_ms, "hidden_fraction": scaling_model.hidden_fraction(exposed, alone_ms),
             "grad_bytes": numel * 4, "world_size": dist.get_world_size(), "steps": steps}
 
 

@@ -9,6 +9,7 @@ events next to the record (checkpoints are left in the scratch folder: they are 
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -184,18 +185,17 @@ class LocalRunner:
 class SlurmRunner:
     """One batch job per point: slurm.generate writes it, ``sbatch --wait`` runs it.
 
-    The cluster is the one ``sbatch`` finds (``SLURM_CONF`` in ``env``, default this environment);
+    The cluster is the one ``sbatch`` finds (``SLURM_CONF`` in this environment);
     the job runs from this checkout (its submit directory), with this interpreter.
     """
 
     name = "slurm"
 
     def __init__(self, gpus_per_node: int, time_limit: str = "01:00:00", sbatch_args: Sequence[str] = (),
-                 timeout_s: float = 6 * 3600, cpus_per_task: Optional[int] = None,
-                 env: Optional[Dict[str, str]] = None):
+                 timeout_s: float = 6 * 3600, cpus_per_task: Optional[int] = None):
         self.gpus_per_node, self.time_limit = gpus_per_node, time_limit
         self.sbatch_args, self.timeout_s = list(sbatch_args), timeout_s
-        self.cpus_per_task, self.env = cpus_per_task, env
+        self.cpus_per_task = cpus_per_task
 
     def script(self, p: TrainPoint, log_dir: Path) -> str:
         from slurm import generate
@@ -211,7 +211,7 @@ class SlurmRunner:
         path = log_dir / "job.sh"
         path.write_text(self.script(p, log_dir))
         cmd = ["sbatch", "--wait", "--parsable", f"--export=ALL,LOG_DIR={log_dir}", *self.sbatch_args, str(path)]
-        out = _run_logged(cmd, log_dir / "bench.log", self.timeout_s, env=_child_env(self.env))
+        out = _run_logged(cmd, log_dir / "bench.log", self.timeout_s, env=_child_env())
         # the job's own output (engine log) is what explains a failure, not sbatch's
         job_logs = sorted(log_dir.glob("slurm-*.out"))
         if job_logs:
@@ -219,8 +219,8 @@ class SlurmRunner:
         return out
 
 
-def _child_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    env = dict(os.environ if base is None else base)
+def _child_env() -> Dict[str, str]:
+    env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -259,6 +259,7 @@ def metrics_from_run(run: dict) -> Dict[str, object]:
     return m
 
 
+@functools.lru_cache(maxsize=None)  # the report asks for resnet50's several times; building it takes seconds
 def parameter_count(arch: str, num_classes: int = 1000) -> Optional[int]:
     """Trainable parameters of a torchvision model (= gradient elements all-reduced per step)."""
     try:
