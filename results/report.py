@@ -325,10 +325,6 @@ def curves_section(train: Sequence[dict], env: Environments, fig_dir: Path, prob
 
 # ---------------------------------------------------------------- comparisons with the baselines
 
-def _load(r: Optional[dict]) -> object:
-    return None if r is None else r.get("host_load_1m")
-
-
 def _io_category(r: dict, multi_sweep: bool) -> str:
     p = r["point"]
     cat = f"{p['workers']} workers, {p['cache']}"
@@ -506,10 +502,13 @@ def multinode_section(train: Sequence[dict], env: Environments) -> str:
                         "host load (1 min)", "env", "record"], rows))
 
 
-def _newest_sweep(items: Sequence[dict], sweep_of=lambda r: r["sweep"]) -> List[dict]:
-    """The items of the newest sweep among ITEMS (sweep ids sort by time)."""
-    newest = max(map(sweep_of, items), default=None)
-    return [x for x in items if sweep_of(x) == newest]
+def _newest_sweep(items: Sequence[dict], record_of=lambda x: x) -> List[dict]:
+    """The items of the newest sweep among ITEMS: by record time (sweep ids start with their tag, so
+    they sort by tag first), the sweep id breaking ties."""
+    if not items:
+        return []
+    newest = max(items, key=lambda x: (record_of(x)["time"], record_of(x)["sweep"]))
+    return [x for x in items if record_of(x)["sweep"] == record_of(newest)["sweep"]]
 
 
 def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence[dict] = (),
@@ -526,7 +525,7 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
                      f"{fmt(r.get('host_load_1m'))} (`{r['_source']}`)")
     # the engine's default backend; the other backends are in the section's table and figure
     pipe = [x for x in cmp.pipeline_rows(io) if x["per_core_ratio"] and x["record"]["point"]["backend"] == "fast"]
-    for x in _newest_sweep(pipe, lambda x: x["record"]["sweep"]):
+    for x in _newest_sweep(pipe, lambda x: x["record"]):
         p, m = x["record"]["point"], x["record"]["metrics"]
         lines.append(f"- Data pipeline, `{p['backend']}` vs `baseline` ({p['workers']} workers, {p['cache']} "
                      f"cache, {p['image_size']}px): {cmp.times(x['per_core_ratio'])} images/s per core "
@@ -537,8 +536,9 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
 
     def kind(x: dict) -> tuple:  # the newest sweep of each device and kind of data: a GPU sweep hides no CPU one
         return cmp.on_gpu(x["record"]), x["record"]["point"]["data"] == "dummy"
-    newest = {k: max(x["record"]["sweep"] for x in steps if kind(x) == k) for k in {kind(x) for x in steps}}
-    for x in (x for x in steps if x["record"]["sweep"] in newest.values()):
+    newest = {k: _newest_sweep([x for x in steps if kind(x) == k], lambda x: x["record"])[0]["record"]["sweep"]
+              for k in {kind(x) for x in steps}}
+    for x in (x for x in steps if x["record"]["sweep"] == newest[kind(x)]):
         p, m = x["record"]["point"], x["record"]["metrics"]
         lines.append(f"- Training step, `{p['setup']}` vs `baseline` ({data_label(p['data'])}, {p['arch']} "
                      f"{p['image_size']}px, batch {p['batch_size']}, {p['world_size']} process, "
@@ -711,8 +711,7 @@ def model_overlap(overlap: Sequence[dict]) -> Tuple[float, Optional[dict]]:
     usable = [r for r in overlap if r["metrics"]["allreduce_alone_ms"] > 0]
     if not usable:
         return sm.NO_OVERLAP, None
-    newest = max(usable, key=lambda r: r["time"])["sweep"]
-    sweep = sorted((r for r in usable if r["sweep"] == newest), key=lambda r: r["time"])
+    sweep = sorted(_newest_sweep(usable), key=lambda r: r["time"])
     default = [r for r in sweep if r["point"].get("bucket_cap_mb", 0) * (1 << 20) == sm.DDP_BUCKET_BYTES]
     rec = (default or sweep)[-1]
     return sm.hidden_fraction(rec["metrics"]["exposed_comm_ms"], rec["metrics"]["allreduce_alone_ms"]), rec
@@ -789,8 +788,8 @@ def model_section(train: Sequence[dict], ar: Sequence[dict], overlap: Sequence[d
     h, h_rec = model_overlap(overlap)
     hidden = (sm.NO_OVERLAP, h, sm.FULL_OVERLAP)  # one per MODES entry
     ours, ours_measured, ours_desc = our_model(train, ar)
-    hal = [hal_model(pub, links, x)[0] for x in hidden]  # t_c calibrated under each assumption
-    run = hal_model(pub, links, sm.NO_OVERLAP)[1]
+    fits = [hal_model(pub, links, x) for x in hidden]  # t_c calibrated under each assumption
+    hal, run = [inputs for inputs, _ in fits], fits[0][1]
     scenarios = []  # (label, inputs per MODES entry)
     if ours:
         scenarios.append(("this machine (gloo, measured)", [ours] * len(MODES)))
