@@ -66,7 +66,8 @@ def run(a: argparse.Namespace) -> int:
     finally:
         cluster.stop()
     log.info("cluster-scaling sweep done in %.0f s (exit %d)", time.monotonic() - t0, rc)
-    return report.main([]) if a.report else rc
+    report_rc = report.main([]) if a.report else 0
+    return rc or report_rc  # a sweep whose points all failed stays a failure after the report
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
