@@ -47,7 +47,8 @@ class TrainConfig:
     data_backend: str = _opt("fast", "--data-backend", help="image decoding pipeline: fast (decodes only the "
                              "rows and scale the crop needs, uint8), baseline (pytorch/examples' float "
                              "pipeline), pil (PIL + v2 transforms, uint8), device (JPEG bytes through the loader, "
-                             "decoded on the training device: nvJPEG on GPUs); see imagenet.pipelines")
+                             "decoded on the training device: nvJPEG on GPUs), dali (NVIDIA DALI decodes and augments, on the GPU, "
+                             "region-of-interest decoding; pip install nvidia-dali-cuda130); see imagenet.pipelines")
     skip_bad_images: bool = _opt(False, "--skip-bad-images", help="skip (and count) corrupt or unreadable "
                                  "images instead of stopping at the first one", action="store_true")
     steps_per_epoch: int = _opt(0, "--steps-per-epoch", help="stop each training epoch after this many steps "
@@ -141,6 +142,9 @@ class TrainConfig:
 
     # --- run, logging, checkpoints
     print_freq: int = _opt(10, "-p", "--print-freq", help="print and log every N steps", type=int)
+    profile_steps: int = _opt(0, "--profile-steps", help="record N training steps after the warm-up with "
+                              "torch.profiler: device time per kernel into run.json (profile), a Chrome trace "
+                              "into the run folder; profiled steps run slower, so not for benchmarks", type=int)
     resume: str = _opt("", "--resume", help="checkpoint to resume from, or 'auto' for the run folder's "
                        "latest", metavar="PATH")
     evaluate: bool = _opt(False, "-e", "--evaluate", help="validate only", action="store_true")

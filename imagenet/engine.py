@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import checkpoint, data, distributed
+from . import checkpoint, data, distributed, profiling
 from .metrics import EpochMeter, StepClock, peak_memory_bytes, synchronize
 from .preemption import StopSignal
 from .runrecord import RunRecord
@@ -86,6 +86,8 @@ class Trainer:
         self.global_batch = cfg.batch_size * info.world_size
         self.tty = sys.stdout.isatty()
         self.skipped_seen = 0  # overflowed fp16 steps already reported
+        self.profiler = profiling.start(cfg.profile_steps, WARMUP_STEPS, info.is_primary, parts.run_dir,
+                                        info.device, lambda summary: parts.record.update(profile=summary))
 
     # ---------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
@@ -141,6 +143,7 @@ class Trainer:
             images, target = next(loader)
             clock.data_ready()
             loss, output, target = self._step(images, target)
+            self.profiler.step()
             meter.update(loss, output, target)
             done = step + 1
             if done - first == warm and steady_start is None:
@@ -153,6 +156,7 @@ class Trainer:
                     return None
             clock.step_done()  # after the print-boundary syncs: waiting on the GPU is not waiting for data
         synchronize(self.info.device)
+        self.profiler.close()  # the capture covers the first epoch at most
         wall = clock.elapsed()
         self._count_steady(steady_start, clock.data_s - steady_data0, self.steps_per_epoch - first - warm, warm)
         self.state.elapsed_s += wall

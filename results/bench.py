@@ -96,6 +96,8 @@ def _train_point(p: train_bench.TrainPoint, runner, sweep: str, params: Optional
         error = f"exit code {out.returncode}; {type(e).__name__}: {e}; log tail: {_last_line(out.log_tail)}"
         return records.make_record("train", sweep, point, {}, _environment(p.nodes), "failed", error, **extra)
     metrics["parameters"] = params
+    if run.get("profile"):  # --profile-steps: where the step's device time went, kernel by kernel
+        extra["profile"] = run["profile"]
     extra["run_dir"] = _repo_relative(keep)
     extra["kept_files"] = train_bench.keep_artifacts(scratch, keep)
     if not a.keep_checkpoints:
