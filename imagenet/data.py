@@ -53,6 +53,7 @@ def pil_backend(train: bool, image_size: int) -> Callable[[str], torch.Tensor]:
 
 
 # baseline (pytorch/examples, float) and fast (decode only what the crop needs) live in pipelines.
+# dali is not a per-sample transform: build_loaders hands the samples to imagenet.dali_backend instead.
 BACKENDS: Dict[str, Callable[[bool, int], Callable[[str], torch.Tensor]]] = {"pil": pil_backend,
                                                                             **pipelines.BACKENDS,
                                                                             "device": device_decode.device_backend}
@@ -241,6 +242,8 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device):
         make = lambda n: SyntheticBatches(n, cfg.batch_size, cfg.image_size, cfg.num_classes, device)  # noqa: E731
         return make(steps), make(val_steps), cfg.num_classes
     classes, samples = scan_dataset_once(cfg.data, rank)
+    if cfg.data_backend == "dali":
+        return (*_dali_loaders(cfg, samples, rank, world_size, device), len(classes))
     backend = get_backend(cfg.data_backend)
     train_set = ImageFiles(samples["train"], backend(True, cfg.image_size), cfg.skip_bad_images)
     val_set = ImageFiles(samples["val"], backend(False, cfg.image_size), cfg.skip_bad_images)
@@ -258,6 +261,30 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device):
     val = _loader(val_set, ShardSampler(len(val_set), rank, world_size), cfg.batch_size, cfg.workers, pin,
                   False, not seeded, None)
     return train, val, len(classes)
+
+
+def _dali_loaders(cfg, samples, rank: int, world_size: int, device: torch.device):
+    """Train and val loaders of the dali backend, over the same samplers as the other backends."""
+    from . import dali_backend
+
+    try:
+        dali_backend.require_dali()
+    except dali_backend.DaliUnavailable as e:
+        raise DataError(str(e)) from None
+    if cfg.skip_bad_images:
+        raise DataError("--skip-bad-images does not work with --data-backend dali (DALI decodes whole batches); "
+                        "use --data-backend fast to find and skip bad files")
+    if len(samples["train"]) < cfg.batch_size * world_size:
+        raise DataError(f"{cfg.data}/train has {len(samples['train'])} images, fewer than one global batch "
+                        f"({cfg.batch_size} x {world_size} processes); lower -b")
+    train_sampler = ResumableSampler(range(len(samples["train"])), num_replicas=world_size, rank=rank,
+                                     shuffle=True, seed=cfg.seed or 0, drop_last=False)
+    val_sampler = ShardSampler(len(samples["val"]), rank, world_size)
+    make = lambda split, sampler, train, max_batches: dali_backend.DaliLoader(  # noqa: E731
+        dali_backend.FileReader(samples[split]), sampler, cfg.batch_size, train, cfg.image_size, device,
+        cfg.workers, cfg.seed, rank, max_batches)
+    return (make("train", train_sampler, True, cfg.steps_per_epoch),
+            make("val", val_sampler, False, cfg.val_steps))
 
 
 def set_epoch(loader, epoch: int, seed: Optional[int], samples_done: int = 0) -> None:

@@ -4,11 +4,16 @@
 #   results/gpu_session.sh [stage ...]
 #     env        nvidia-smi, torch/CUDA/cuDNN/NCCL versions
 #     synthetic  ResNet-50 step: baseline (pytorch/examples fp32 NCHW) vs engine fp32/bf16/fp16, synthetic data
-#     tests      pytest -m gpu (with Apex when .apex holds a Python-only copy; see README)
-#     jpeg       the same step fed from generated ImageNet-like JPEGs: baseline, fast (CPU) and device (nvJPEG) decoding
-#     fewcores   fast vs device decoding with 4 loader workers, as on nodes with few cores per GPU
+#     tests      pytest -m gpu (TESTS_K selects; Apex from .apex when no built Apex is installed)
+#     jpeg       the same step fed from generated ImageNet-like JPEGs: baseline, fast (CPU), device (nvJPEG)
+#                and dali decoding (JPEG_SETUPS overrides the list)
+#     fewcores   fast vs device vs dali decoding with 4 loader workers, as on nodes with few cores per GPU
+#     apexbuild  pip-installs Apex from .apex with its CUDA extensions (amp_C, fused optimizers) in the
+#                background (setsid, cores BUILD_CPUS), log in $OUT/apex-build.log; apexwait waits for it
 #     apex       Apex amp O1 and O2 through the harness
 #     compile    baseline vs engine-fp16: eager, torch.compile, and compile with CUDA graphs (~6 min)
+#     profile    engine-fp16 and engine-bf16 with --profile-steps: top kernels into the records
+#     best       SETUPS at each of BATCHES (defaults: engine-fp16-compile engine-fp16-cudagraphs; 256 384)
 #     logging    engine defaults printing + TensorBoard at every step vs once per epoch
 #     parity     native vs Apex amp, O1 and O2, same seed and steps: the final losses side by side
 #     batch      engine-fp16 at batch 256, 384 and 512
@@ -31,7 +36,10 @@ JPEG_ROOT=${JPEG_ROOT:-/tmp/imagenet_like}
 JPEG_CLASSES=${JPEG_CLASSES:-20}
 JPEG_PER_CLASS=${JPEG_PER_CLASS:-640}
 JPEG_STEPS=${JPEG_STEPS:-$(( JPEG_CLASSES * JPEG_PER_CLASS / BATCH - 5 ))}  # one pass, no epoch wrap
-APEX_PATH="$PWD/.apex"
+APEX_SRC="$PWD/.apex"
+# A pip-installed Apex (apexbuild) has amp_C; otherwise the Python-only source copy goes on PYTHONPATH.
+if $PY -c "import amp_C, apex.amp" 2>/dev/null; then APEX_PATH=; APEX_KIND="Apex 25.05 built with CUDA extensions (amp_C)"
+else APEX_PATH="$APEX_SRC"; APEX_KIND="Apex 25.05 amp, Python-only (no amp_C)"; fi
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 
@@ -64,15 +72,58 @@ stage_tests() {
 }
 
 stage_jpeg() {
-    bench_train jpeg "$JPEG_ROOT" "$JPEG_STEPS" --setups ${JPEG_SETUPS:-baseline engine-fp16 engine-fp16-device-decode}
+    bench_train jpeg "$JPEG_ROOT" "$JPEG_STEPS" \
+        --setups ${JPEG_SETUPS:-baseline engine-fp16 engine-fp16-device-decode engine-fp16-dali}
 }
 
 stage_fewcores() {  # 4 loader workers per GPU, as on a node with few cores per GPU: CPU vs GPU decoding
-    WORKERS=4 bench_train fewcores "$JPEG_ROOT" "$JPEG_STEPS" --setups engine-fp16 engine-fp16-device-decode
+    WORKERS=4 bench_train fewcores "$JPEG_ROOT" "$JPEG_STEPS" \
+        --setups ${FEW_SETUPS:-engine-fp16 engine-fp16-device-decode engine-fp16-dali}
 }
 
-stage_apex() {  # Apex carried Python-only in .apex (never committed: no amp_C, so Python fallbacks)
-    PYTHONPATH="$APEX_PATH" NOTE="one $gpu_name, Apex 25.05 amp, Python-only (no amp_C)" \
+stage_jpeggen() {  # in the background (setsid), so a later call of the same lease finds the files
+    [ -d "$JPEG_ROOT/train" ] && { echo "JPEGs already in $JPEG_ROOT"; return; }
+    setsid nohup taskset -c "${GEN_CPUS:-10-15}" bash -c "rm -rf $JPEG_ROOT.tmp && $PY -m results.jpegs $JPEG_ROOT.tmp \
+        --classes $JPEG_CLASSES --per-class $JPEG_PER_CLASS --val-per-class 4 --processes 6 \
+        && mv $JPEG_ROOT.tmp $JPEG_ROOT" > /root/jpegs.log 2>&1 < /dev/null &
+    echo "JPEG generation started in the background into $JPEG_ROOT"
+}
+
+stage_dalipart() {  # DALI (~165 MB packed) travels in parts, one per call of a lease: .dali/part.NN
+    mkdir -p /root/dali && cp .dali/part.* /root/dali/ && ls -la /root/dali
+}
+
+stage_daliinstall() {  # unpack the parts into the interpreter's site-packages (the nvidia/ namespace is there)
+    local site; site=$($PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    cat /root/dali/part.* | xz -d | tar x -C "$site" && $PY -c "import nvidia.dali as d; print('DALI', d.__version__)"
+}
+
+stage_profile() {  # profiled steps run slower: these records explain where time goes, they are not speeds
+    bench_train profile dummy 30 --setups engine-fp16 engine-bf16 --extra=--profile-steps --extra=10
+}
+
+stage_best() { bench_train best dummy "$STEPS" --batch ${BATCHES:-256 384} --setups ${SETUPS:-engine-fp16-compile engine-fp16-cudagraphs}; }
+
+stage_apexbuild() {  # a copy outside the checkout: the next call's carry replaces .apex under a running build
+    rm -rf /root/apex-src && cp -r "$APEX_SRC" /root/apex-src
+    setsid nohup taskset -c "${BUILD_CPUS:-6-15}" env MAX_JOBS="${BUILD_JOBS:-10}" TORCH_CUDA_ARCH_LIST=9.0 \
+        $PY -m pip install -v --no-build-isolation --no-deps --no-cache-dir \
+        --config-settings "--build-option=--cpp_ext" --config-settings "--build-option=--cuda_ext" \
+        /root/apex-src > /root/apex-build.log 2>&1 < /dev/null &
+    echo "Apex build started in the background (log /root/apex-build.log)"
+}
+
+stage_apexwait() {
+    for _ in $(seq "${APEX_WAIT:-60}"); do
+        pgrep -f "pip install -v --no-build-isolation" > /dev/null || break
+        sleep 5  # polling a build we do not own: no other signal of its end exists in this shell
+    done
+    tail -3 /root/apex-build.log; cp /root/apex-build.log "$OUT/apex-build.log" 2>/dev/null
+    $PY -c "import amp_C, apex.amp; from apex.optimizers import FusedSGD; print('Apex with amp_C:', amp_C.__file__)"
+}
+
+stage_apex() {  # the built Apex when installed (apexbuild), else the Python-only copy in .apex
+    PYTHONPATH="$APEX_PATH" NOTE="one $gpu_name, $APEX_KIND" \
         bench_train apex dummy "$STEPS" --variants amp --precision O1 O2 --amp-dtype float16 \
         --extra=--amp-backend --extra=apex
 }
@@ -83,9 +134,9 @@ stage_compile() {
 
 stage_parity() {  # native vs Apex amp at O1 and O2, same seed and steps (deterministic cuDNN): final losses
     for backend in native apex; do
-        PYTHONPATH="$APEX_PATH" NOTE="one $gpu_name, $backend amp parity run, --seed 0" \
-            bench_train "parity-$backend" dummy 30 --variants amp --precision O1 O2 --amp-dtype float16 \
-            --extra=--amp-backend --extra=$backend --extra=--seed --extra=0
+        PYTHONPATH="$APEX_PATH" NOTE="one $gpu_name, $backend amp parity run, --seed 0, $APEX_KIND" \
+            bench_train "parity-$backend" dummy 50 --variants amp --precision O1 O2 --amp-dtype float16 \
+            --extra=--amp-backend --extra=$backend --extra=--seed --extra=0 --extra=--deterministic --extra=-p --extra=1
     done
     for f in results/runs/"$TAG"-train-*/amp_*/run.json; do
         $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['precision']['backend'], r['precision']['label'],
@@ -110,8 +161,9 @@ for s in $stages; do
     fi
     echo "=== stage $s ($(date -u +%H:%M:%S))"
     timeout "${STAGE_LIMIT:-400}" bash -c "$(declare -p OUT PY ARCH BATCH STEPS IMAGE WORKERS JPEG_ROOT JPEG_STEPS \
-        APEX_PATH TAG RECORDS gpu_name); $(declare -f bench_train stage_$s); stage_$s" \
-        || echo "=== stage $s failed or timed out (rc $?)"
+        APEX_PATH APEX_SRC APEX_KIND TAG RECORDS gpu_name); $(declare -f bench_train stage_$s); stage_$s" \
+        || { echo "=== stage $s failed or timed out (rc $?)"
+             pkill -9 -f "imagenet/imagenet_" || true; }  # a timed-out trainer treats TERM as preemption
 done
 echo "=== done ($(date -u +%H:%M:%S))"
 $PY - "$RECORDS" <<'PYEOF'

@@ -61,6 +61,10 @@ SETUPS: Dict[str, Setup] = {
                                                                           "(torch.compile, default mode)"),
     "engine-fp16-device-decode": Setup("amp", "O1", "float16", ("--data-backend", "device"),
                                        "engine-fp16 with JPEGs decoded on the GPU (nvJPEG), not in the loader"),
+    "engine-fp16-dali": Setup("amp", "O1", "float16", ("--data-backend", "dali"),
+                              "engine-fp16 with NVIDIA DALI decoding and augmenting on the GPU (nvJPEG "
+                              "region-of-interest decode)"),
+    "engine-bf16-compile": Setup("amp", "O1", "bfloat16", ("--compile",), "engine-bf16 with --compile"),
     "engine-fp16-cudagraphs": Setup("amp", "O1", "float16", ("--compile-mode", "reduce-overhead"),
                                     "engine-fp16 with torch.compile mode reduce-overhead (CUDA graphs)"),
     # The pair behind the logging-overhead ratio: the same run logging at every step vs only per epoch.

@@ -115,3 +115,38 @@ def test_device_decode_backend_trains_on_cuda_and_matches_the_cpu_decode(jpeg_da
     batch = device_decode.collate([(device_decode.EncodedVal(32)(p), 0) for p in paths])[0]
     on_gpu, on_cpu = batch.decode(torch.device("cuda")).cpu(), batch.decode(torch.device("cpu"))
     assert on_gpu.shape == on_cpu.shape and (on_gpu.int() - on_cpu.int()).abs().float().mean() < 2.0
+
+
+def _dali_installed() -> bool:
+    from imagenet import dali_backend
+    try:
+        dali_backend.require_dali()
+        return True
+    except dali_backend.DaliUnavailable:
+        return False
+
+
+@pytest.mark.skipif(not _dali_installed(), reason="NVIDIA DALI not installed (pip install nvidia-dali-cuda130)")
+def test_dali_backend_trains_on_cuda_with_exact_validation(jpeg_data, tmp_path):
+    """Mixed-device (nvJPEG region-of-interest) decoding feeds the GPU; validation sees all 21 images."""
+    proc = python(script("imagenet_ddp_apex.py"), *GPU_TINY, "--data-backend", "dali", "--workers", "2",
+                  "--epochs", "2", "--log-dir", tmp_path, jpeg_data, timeout=600)
+    assert proc.returncode == 0, explain(proc)
+    epochs = read_run(tmp_path)["epochs"]
+    assert [e["val_samples"] for e in epochs] == [21, 21]
+
+
+@pytest.mark.skipif(not _dali_installed(), reason="NVIDIA DALI not installed (pip install nvidia-dali-cuda130)")
+def test_dali_gpu_batches_match_labels_and_stay_on_the_gpu(tmp_path):
+    from tests.test_dali import check_solid_colour_batches
+
+    check_solid_colour_batches(tmp_path, torch.device("cuda", 0))
+
+
+def test_profile_steps_records_cuda_kernels(tmp_path):
+    proc = python(script("imagenet_ddp_apex.py"), *GPU_TINY, "--dummy", "--dummy-size", "640", "--epochs", "1",
+                  "--val-steps", "1", "--profile-steps", "3", "--log-dir", tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    prof = read_run(tmp_path)["profile"]
+    assert prof["device"] == "cuda" and prof["device_ms_per_step"] > 0 and prof["kernels_per_step"] > 50
+    assert "convolution" in prof["families"]

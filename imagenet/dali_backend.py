@@ -1,0 +1,239 @@
+"""``--data-backend dali``: NVIDIA DALI decodes and augments the batch, on the GPU where there is one.
+
+For GPU nodes with few CPU cores per GPU. Needs the ``nvidia-dali-cuda130`` (CUDA 13) or
+``nvidia-dali-cuda120`` (CUDA 12) package; without it the run stops with one line naming them.
+
+What runs where:
+
+- **Which samples, in which order**: our own samplers, as for every other backend
+  (:class:`imagenet.data.ResumableSampler` for training, :class:`imagenet.data.ShardSampler` for
+  validation). A parallel ``fn.external_source`` reads each chosen sample's encoded bytes from the
+  dataset (an ImageFolder file or a tar shard) in Python worker processes. So the shuffle, the
+  split across ranks, the mid-epoch resume position and exact validation (every image once, no
+  padding, a short last batch) are the same as with ``fast``. DALI's own readers shuffle through a
+  buffer and pad the last batch, which would change all four.
+- **Training**: ``fn.decoders.image_random_crop`` draws RandomResizedCrop's box (area 8-100 %,
+  aspect 3/4-4/3, 10 tries, then a centred fallback) and decodes only that region (nvJPEG's
+  region-of-interest decode on a GPU: ``device="mixed"``); then an antialiased linear resize to
+  size x size and a horizontal flip with probability 1/2 (torchvision's statistics).
+- **Validation**: full decode, shorter side resized to size*256/224, centre crop.
+- **Output**: uint8 NHWC from DALI, handed to the training loop as an NCHW view with channels-last
+  strides (no transpose: the channels-last model takes it as is) on the training device;
+  :class:`imagenet.data.DeviceNormalizer` converts and normalises it like every other batch.
+
+A pipeline is built per epoch (one ``iter()`` of the loader): it fixes that epoch's sample list,
+its augmentation seed (seed, epoch and rank), and a possibly shortened epoch (--steps-per-epoch)
+leaves nothing queued for the next. Its workers are spawned, not forked, because CUDA is already
+initialised in the training process. Augmentation draws come from DALI's generator, so a resumed
+run reads the same samples in the same order but draws other crops than an uninterrupted one.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .pipelines import CROP_RATIO, CROP_SCALE, val_resize
+
+PACKAGES = "nvidia-dali-cuda130 (CUDA 13) or nvidia-dali-cuda120 (CUDA 12)"
+PREFETCH = 2  # batches DALI prepares ahead of the one being trained on
+
+
+class DaliUnavailable(ImportError):
+    """DALI is not installed; the message is the one line to show."""
+
+
+def require_dali():
+    """The nvidia.dali package, or DaliUnavailable naming the pip packages that provide it."""
+    try:
+        import nvidia.dali  # noqa: F401
+        from nvidia.dali import fn, pipeline_def, types  # noqa: F401
+    except ImportError as e:
+        raise DaliUnavailable(f"--data-backend dali needs NVIDIA DALI ({e}); install it with pip install "
+                              f"{PACKAGES}, or use --data-backend fast or device") from None
+    return nvidia.dali
+
+
+def epoch_batches(samples: int, batch_size: int, drop_last: bool, max_batches: int) -> int:
+    """Batches in an epoch of SAMPLES: whole batches only when DROP_LAST, at most MAX_BATCHES (0: all)."""
+    n = samples // batch_size if drop_last else -(-samples // batch_size)
+    return min(n, max_batches) if max_batches else n
+
+
+class EpochSource:
+    """Picklable batch callback for DALI's parallel external source.
+
+    It runs in DALI's worker processes, which live as long as the loader: for each DALI epoch it
+    asks its own copy of the sampler for that epoch's indices (the very code the other backends
+    use), so the pipeline never has to be rebuilt. READ maps a dataset index to (bytes, class); a
+    shard file it opens stays open in that worker. The first epoch may start part-way (a resumed
+    run), and an epoch ends after MAX_BATCHES when given (--steps-per-epoch, --val-steps).
+    """
+
+    def __init__(self, read: Callable[[int], Tuple[bytes, int]], sampler, batch_size: int, drop_last: bool,
+                 max_batches: int, first_epoch: int, first_skip: int):
+        self.read, self.sampler, self.batch_size = read, sampler, batch_size
+        self.drop_last, self.max_batches = drop_last, max_batches
+        self.first_epoch, self.first_skip = first_epoch, first_skip
+        self._cached: Tuple[int, Optional[np.ndarray]] = (-1, None)
+
+    def _indices(self, epoch_idx: int) -> np.ndarray:
+        if self._cached[0] != epoch_idx:
+            if hasattr(self.sampler, "set_epoch"):
+                self.sampler.set_epoch(self.first_epoch + epoch_idx)
+            indices = np.fromiter(iter(self.sampler), dtype=np.int64)
+            skip = self.first_skip if epoch_idx == 0 else 0
+            end = epoch_batches(len(indices), self.batch_size, self.drop_last, self.max_batches) * self.batch_size
+            self._cached = (epoch_idx, indices[skip * self.batch_size:end])
+        return self._cached[1]
+
+    def __call__(self, batch_info) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+        indices = self._indices(batch_info.epoch_idx)
+        chosen = indices[batch_info.iteration * self.batch_size:(batch_info.iteration + 1) * self.batch_size]
+        if len(chosen) == 0:
+            raise StopIteration
+        images, labels = [], []
+        for i in chosen:
+            data, label = self.read(int(i))
+            images.append(np.frombuffer(data, dtype=np.uint8))
+            labels.append(np.array([label], dtype=np.int64))
+        return images, labels
+
+
+def _graph(source: EpochSource, train: bool, image_size: int, gpu: bool, workers: int):
+    """The DALI operators of one epoch (called inside a pipeline definition)."""
+    from nvidia.dali import fn, types
+
+    jpegs, labels = fn.external_source(source=source, num_outputs=2, batch=True, batch_info=True, parallel=True,
+                                       dtype=[types.UINT8, types.INT64])
+    decoder = "mixed" if gpu else "cpu"
+    if train:
+        images = fn.decoders.image_random_crop(jpegs, device=decoder, output_type=types.RGB,
+                                               random_area=list(CROP_SCALE), random_aspect_ratio=list(CROP_RATIO),
+                                               num_attempts=10)
+        images = fn.resize(images, size=[image_size, image_size], interp_type=types.INTERP_LINEAR, antialias=True)
+        images = fn.flip(images, horizontal=fn.random.coin_flip(probability=0.5))
+    else:
+        images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB)
+        images = fn.resize(images, resize_shorter=val_resize(image_size), interp_type=types.INTERP_LINEAR,
+                           antialias=True)
+        images = fn.crop(images, crop=[image_size, image_size])
+    return images, labels
+
+
+def build_pipeline(source: EpochSource, train: bool, image_size: int, device: torch.device, workers: int,
+                   seed: int):
+    """A built DALI pipeline for one epoch of SOURCE (CPU operators when DEVICE is not a GPU)."""
+    dali = require_dali()
+    gpu = device.type == "cuda"
+    pipe = dali.pipeline.Pipeline(batch_size=source.batch_size, num_threads=max(1, workers),
+                                  device_id=device.index if gpu else None, seed=seed,
+                                  py_num_workers=max(1, workers), py_start_method="spawn",
+                                  prefetch_queue_depth=PREFETCH, exec_dynamic=True)
+    with pipe:
+        pipe.set_outputs(*_graph(source, train, image_size, gpu, workers))
+    pipe.build()
+    return pipe
+
+
+def _to_torch(tensor_list, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A DALI output batch as a torch tensor on DEVICE (copied on the current stream on a GPU)."""
+    dense = tensor_list.as_tensor()
+    if device.type != "cuda":
+        return torch.from_numpy(np.array(dense))
+    from nvidia.dali.plugin.pytorch import feed_ndarray
+
+    out = torch.empty(dense.shape(), dtype=dtype, device=device)
+    feed_ndarray(dense, out, cuda_stream=torch.cuda.current_stream(device))
+    return out
+
+
+def _run(pipe):
+    from .data import DataError  # imported here: imagenet.data imports this module
+
+    try:
+        return pipe.run()
+    except RuntimeError as e:  # DALI reports a broken file as a RuntimeError naming the operator
+        reason = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise DataError(f"DALI could not decode a sample of this batch ({reason[:300]}); find the file with "
+                        "--data-backend fast, which names it, then replace or remove it") from None
+
+
+class FileReader:
+    """(bytes, class) of sample i of an ImageFolder sample list; picklable for DALI's workers."""
+
+    def __init__(self, samples: Sequence[Tuple[str, int]]):
+        self.samples = samples
+
+    def __call__(self, index: int) -> Tuple[bytes, int]:
+        path, target = self.samples[index]
+        with open(path, "rb") as f:
+            return f.read(), target
+
+
+class DaliLoader:
+    """A DataLoader stand-in the training loop iterates: len(), iter(), .sampler, .generator.
+
+    Batches are (uint8 NCHW images with channels-last strides, int64 labels), both on DEVICE. One
+    DALI pipeline (and its reader processes) serves every epoch; it is rebuilt only when the loop
+    does not go on where the last epoch ended (a resumed run, an epoch left part-way).
+    """
+
+    def __init__(self, read: Callable[[int], Tuple[bytes, int]], sampler, batch_size: int, train: bool,
+                 image_size: int, device: torch.device, workers: int, seed: Optional[int], rank: int,
+                 max_batches: int = 0):
+        require_dali()
+        self.read, self.sampler, self.batch_size = read, sampler, batch_size
+        self.train, self.image_size, self.device = train, image_size, device
+        self.workers, self.seed, self.rank, self.max_batches = workers, seed, rank, max_batches
+        self.generator = None  # augmentation seeds come from seed and rank, not a torch generator
+        self.pipe, self.source = None, None
+        self.next_epoch, self.pending = None, 0  # where the pipeline stands
+
+    def __len__(self) -> int:
+        return epoch_batches(len(self.sampler), self.batch_size, self.train, self.max_batches)
+
+    def _seed(self, epoch: int) -> int:
+        base = self.seed if self.seed is not None else int.from_bytes(os.urandom(3), "little")
+        return (base * 100_003 + epoch * 1_009 + self.rank) % (2 ** 31)
+
+    def _start(self, epoch: int, skip: int) -> None:
+        self.close()
+        self.source = EpochSource(self.read, self.sampler, self.batch_size, self.train, self.max_batches, epoch, skip)
+        self.pipe = build_pipeline(self.source, self.train, self.image_size, self.device, self.workers,
+                                   self._seed(epoch))
+
+    def _end_epoch(self) -> None:
+        """The pipeline has reached the end of the epoch just consumed: take its StopIteration, reset."""
+        try:
+            _run(self.pipe)
+        except StopIteration:
+            self.pipe.reset()
+            return
+        raise RuntimeError("DALI pipeline produced more batches than the epoch has")
+
+    def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        epoch = getattr(self.sampler, "epoch", 0)  # set by imagenet.data.set_epoch
+        skip = getattr(self.sampler, "start_index", 0) // self.batch_size
+        if hasattr(self.sampler, "start_index"):
+            self.sampler.start_index = 0  # consumed, as ResumableSampler.__iter__ does
+        if self.pipe is None or skip or self.pending or epoch != self.next_epoch:
+            self._start(epoch, skip)
+        else:
+            self._end_epoch()
+        self.pending = len(self) - skip
+        self.next_epoch = epoch + 1
+        while self.pending > 0:
+            images, labels = _run(self.pipe)
+            self.pending -= 1
+            nhwc = _to_torch(images, self.device, torch.uint8)
+            yield nhwc.permute(0, 3, 1, 2), _to_torch(labels, self.device, torch.int64).view(-1)
+
+    def close(self) -> None:
+        """Stop the pipeline and its reader processes."""
+        self.pipe, self.source = None, None
+
+    def __del__(self):
+        self.close()
