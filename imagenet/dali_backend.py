@@ -139,10 +139,18 @@ def build_pipeline(source: EpochSource, train: bool, image_size: int, device: to
 
 
 def _to_torch(tensor_list, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """A DALI output batch as a torch tensor on DEVICE (copied on the current stream on a GPU)."""
+    """A DALI output batch as a torch tensor on DEVICE.
+
+    GPU outputs (the images of a mixed pipeline) are copied device to device on the current stream;
+    CPU outputs (the labels, any output of a CPU pipeline) are read on the host, then moved. Handing
+    a CPU output to feed_ndarray with a CUDA tensor would make DALI write to a device pointer from
+    the host.
+    """
+    from nvidia.dali.tensors import TensorListCPU
+
     dense = tensor_list.as_tensor()
-    if device.type != "cuda":
-        return torch.from_numpy(np.array(dense))
+    if isinstance(tensor_list, TensorListCPU):
+        return torch.from_numpy(np.array(dense)).to(device, non_blocking=True)
     from nvidia.dali.plugin.pytorch import feed_ndarray
 
     out = torch.empty(dense.shape(), dtype=dtype, device=device)
