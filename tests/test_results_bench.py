@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from results import bench, records, train_bench
+from results.report import curves as report_curves
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -96,6 +97,12 @@ def test_train_point_through_torchrun(tmp_path, monkeypatch):
     kept = Path(rec["run_dir"]) if Path(rec["run_dir"]).is_absolute() else REPO / rec["run_dir"]
     assert any(f.startswith("events.out.tfevents") for f in rec["kept_files"])
     assert not any(f.endswith(".tar") for f in rec["kept_files"])  # checkpoints stay out of the record
+    # the kept folder holds only what the report reads, and no path of this machine
+    assert sorted(p.name for p in kept.iterdir()) == sorted(rec["kept_files"])
+    assert {f for f in rec["kept_files"] if not f.startswith("events.out.tfevents")} == {"run.json"}
+    for f in kept.iterdir():
+        assert str(tmp_path).encode() not in f.read_bytes(), f
+    assert report_curves.read_curves(kept)["Top1/train"]  # the scalars survive the copy
 
 
 def test_efficiency_against_smallest_point_of_the_sweep():

@@ -30,6 +30,6 @@ def test_slurm_points_write_records(slurm_cluster: SlurmCluster, tmp_path: Path,
         assert m["world_size"] == nodes and m["nodes"] == nodes and env["nodes"] == nodes
         assert m["images_per_s"] > 0 and m["measured_steps"] > 0
         assert env["hostname"].startswith("node") and env["slurm_job_id"]
-        assert "job.sh" in rec["kept_files"] and any(f.startswith("slurm-") for f in rec["kept_files"])
+        assert "run.json" in rec["kept_files"] and "job.sh" not in rec["kept_files"]  # only what the report reads
     assert good[0]["environment"]["slurm_job_id"] != good[1]["environment"]["slurm_job_id"]
     assert good[1]["metrics"]["baseline_world_size"] == 1 and 0 < good[1]["metrics"]["scaling_efficiency"]
