@@ -119,11 +119,12 @@ def from_setup(p: TrainPoint, name: str) -> TrainPoint:
                    extra_args=s.flags + tuple(p.extra_args))
 
 
-def engine_args(p: TrainPoint, log_dir: Path, for_slurm: bool = False) -> List[str]:
+def engine_args(p: TrainPoint, log_dir: Path, for_slurm: bool = False, cpu: Optional[bool] = None) -> List[str]:
     """The entry script's flags for a point (pytorch/examples names).
 
     ``for_slurm`` leaves out what slurm.generate sets itself (arch, epochs, batch, workers, data,
-    log dir).
+    log dir). ``cpu``: the processes run without GPUs (gloo); default: this machine has no CUDA
+    (a SLURM job's nodes are not this machine: its runner says).
     """
     managed = ["-a", p.arch, "--epochs", str(p.epochs), "-b", str(p.batch_size), "--workers", str(p.workers)]
     args = [] if for_slurm else managed
@@ -132,7 +133,7 @@ def engine_args(p: TrainPoint, log_dir: Path, for_slurm: bool = False) -> List[s
              "--val-steps", str(p.val_steps), "--opt-level", p.precision]
     if p.amp_dtype:
         args += ["--amp-dtype", p.amp_dtype]
-    if p.variant not in SINGLE_PROCESS and not _has_cuda():
+    if p.variant not in SINGLE_PROCESS and (not _has_cuda() if cpu is None else cpu):
         args += ["--dist-backend", "gloo"]
     if p.data == "dummy":
         args.append("--dummy")
@@ -212,7 +213,8 @@ class SlurmRunner:
                                 procs_per_node=p.procs_per_node, cpus_per_task=self.cpus_per_task,
                                 variant=p.variant, data=str(p.data), arch=p.arch, epochs=p.epochs,
                                 batch_size=p.batch_size, workers=p.workers,
-                                train_args=tuple(engine_args(p, log_dir, for_slurm=True)), requeue=False,
+                                train_args=tuple(engine_args(p, log_dir, for_slurm=True, cpu=not self.gpus_per_node)),
+                                requeue=False,
                                 time=self.time_limit, output=str(log_dir / "slurm-%j.out"), **self.options)
         return generate.render(spec)
 

@@ -125,7 +125,7 @@ def test_slurm_hook_writes_one_job_per_point(tmp_path):
     assert "#SBATCH --nodes=2" in text and "--steps-per-epoch" in text and "LOG_DIR" in text
 
 
-@pytest.mark.parametrize("cmd,tag", [("quick", "quick"), ("cluster-scaling", "cluster"), ("train", "local"),
+@pytest.mark.parametrize("cmd,tag", [("quick", "quick"), ("scaling", "scaling"), ("train", "local"),
                                      ("io", "local")])
 def test_each_command_has_its_own_default_tag(cmd, tag):
     # a regression: a subparser's set_defaults(tag=...) once changed the shared --tag of every command

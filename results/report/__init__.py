@@ -29,6 +29,7 @@ from results.report.data_io import io_section
 from results.report.model import hal_model, model_section
 from results.report.pipeline import pipeline_section
 from results.report.steps import step_section
+from results.report.storage import storage_section
 from results.report.summary import summary_section
 from results.report.training import multinode_section, throughput_section, time_section
 from results.train_bench import add_efficiency
@@ -64,7 +65,7 @@ def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE
     pub, links = load_reference(ref_dir)
     fig_dir = out_dir / "figures"
     train, io, ar = by_kind(recs, "train"), by_kind(recs, "io"), by_kind(recs, "allreduce")
-    overlap, steady = by_kind(recs, "overlap"), by_kind(recs, "pipeline")
+    overlap, steady, storage = by_kind(recs, "overlap"), by_kind(recs, "pipeline"), by_kind(recs, "storage")
     add_efficiency(train)
     env = Environments()
     problems = list(problems)
@@ -74,6 +75,7 @@ def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE
             multinode_section(train, env), throughput_section(train, pub, env, fig_dir),
             time_section(train, pub, env, fig_dir),
             curves_section(train, env, fig_dir, problems), io_section(io, pub, env, fig_dir),
+            *([storage_section(storage, env, fig_dir)] if storage else []),
             allreduce_section(ar, env, fig_dir), overlap_section(overlap, env),
             model_section(train, ar, overlap, pub, links, env, fig_dir)]
     tail = [problems_section(recs, problems, env), "## Environments\n\n" + env.table(), commands_section(recs)]

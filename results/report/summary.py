@@ -58,7 +58,10 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
     nodes = cmp.multinode_records(train)
     if nodes:
         newest = _newest_sweep(nodes)
-        lines.append("- Multi-node gloo DDP (SLURM test cluster, " + newest[0]["point"]["arch"] + "): " + "; ".join(
+        big = max(newest, key=lambda r: r["metrics"]["world_size"])  # a 1-process run has no backend
+        where = "SLURM test cluster" if "test cluster" in (big.get("note") or "") else "SLURM"
+        lines.append(f"- Multi-node {big['metrics'].get('backend')} DDP ({where}, {big['point']['arch']}): "
+                     + "; ".join(
             f"{r['metrics'].get('nodes')} node(s) {fmt(r['metrics']['images_per_s'])} images/s, efficiency "
             f"{pct(r['metrics'].get('scaling_efficiency'))}, host load {fmt(r.get('host_load_1m'))}" for r in newest))
     return "## Summary\n\nComputed from the records below (newest sweep of each kind):\n\n" + (

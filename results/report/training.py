@@ -135,7 +135,7 @@ def multinode_section(train: Sequence[dict], env: Environments) -> str:
              pct(r["metrics"].get("scaling_efficiency")), r["environment"].get("slurm_job_id"),
              r.get("host_load_1m"), env.id(r), r["_source"]] for r in recs]
     notes = "".join(f"\n{n}.\n" for n in sorted({r["note"] for r in recs if r.get("note")}))
-    return ("## Multi-node scaling (SLURM)\n\nOne batch job per point (`python -m results.bench cluster-scaling`, "
+    return ("## Multi-node scaling (SLURM)\n\nOne batch job per point (`python -m results.bench scaling`, "
             "or `train --submit slurm`), drawn as the SLURM series in the throughput figure below. Efficiency = "
             "(images/s per process) / (the same at the sweep's smallest node count); hostname is rank 0's "
             "node.\n" + notes + "\n"
