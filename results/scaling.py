@@ -85,7 +85,7 @@ def same_sweep_key(a: argparse.Namespace) -> dict:
     """What must match for an earlier record to belong to this sweep (everything but the node count)."""
     keys = ["io", "gpus_per_node", "cpus_per_task", "arch", "batch", "image_size", "steps_per_epoch", "data",
             "workers", "variant", "precision", "readers", "seconds", "format_label"]
-    return {k: getattr(a, k) for k in keys if hasattr(a, k)}
+    return train_bench.portable({k: getattr(a, k) for k in keys if hasattr(a, k)})  # recorded: no machine paths
 
 
 def resume(path: Path, kind: str, key: dict, tag: str) -> Tuple[str, Dict[int, List[int]]]:

@@ -130,7 +130,8 @@ def sweep_points(a: argparse.Namespace, sweep: str, done: Dict[int, List[int]], 
                      "seconds": a.seconds}
 
             def finish(pt, scratch=scratch, point=point, n=n, k=k) -> dict:
-                env = {**bench._environment(n), "slurm_job_id": pt.job}
+                # the submitting host's software; the nodes' names are in the metrics' readers
+                env = train_bench.portable({**bench._environment(n), "slurm_job_id": pt.job})
                 extra = {"runner": "slurm", "scaling_key": scaling.same_sweep_key(a),
                          "bench_command": train_bench.portable(" ".join(sys.argv)), "wall_s": time.monotonic() - pt.t0}
                 if pt.error:
