@@ -133,7 +133,8 @@ def sweep_points(a: argparse.Namespace, sweep: str, done: Dict[int, List[int]], 
                 # the submitting host's software; the nodes' names are in the metrics' readers
                 env = train_bench.portable({**bench._environment(n), "slurm_job_id": pt.job})
                 extra = {"runner": "slurm", "scaling_key": scaling.same_sweep_key(a),
-                         "bench_command": train_bench.portable(" ".join(sys.argv)), "wall_s": time.monotonic() - pt.t0}
+                         "bench_command": train_bench.portable(" ".join(sys.argv)), "wall_s": time.monotonic() - pt.t0,
+                         **({"note": a.note} if a.note else {})}
                 if pt.error:
                     return records.make_record("storage", sweep, point, {}, env, "failed", pt.error, **extra)
                 try:
