@@ -110,7 +110,7 @@ def train_record(p: train_bench.TrainPoint, out: train_bench.Outcome, sweep: str
         return failed_train_record(p, sweep, error, extra)
     metrics["parameters"] = params
     if run.get("profile"):  # --profile-steps: where the step's device time went, kernel by kernel
-        extra["profile"] = run["profile"]
+        extra["profile"] = train_bench.portable(run["profile"])
     extra["run_dir"] = _repo_relative(keep)
     extra["kept_files"] = train_bench.keep_artifacts(scratch, keep)
     if not keep_checkpoints:
