@@ -52,19 +52,20 @@ def submit(script: Path, sbatch_args: Sequence[str] = (), cwd: Optional[Path] = 
 
 
 def states(job_ids: Sequence[str]) -> Dict[str, str]:
-    """QUEUED/RUNNING state names per job, DONE for jobs that have left the queue."""
+    """"queued (reason)", "running" or DONE per job; DONE once a job has left the queue. The reason
+    (Priority, Resources, Dependency, PartitionNodeLimit, ...) tells a user why a point waits."""
     if not job_ids:
         return {}
     # --states=all: recently finished jobs are listed with their final state. Not -j: squeue fails
     # with "Invalid job id" once a finished job has been purged from slurmctld's memory.
-    out = _run(["squeue", "-h", "--me", "--states=all", "-o", "%i %T"])
-    seen = dict(line.split(None, 1) for line in out.splitlines() if line.strip())
-    return {j: _kind(seen.get(j, "").strip()) for j in job_ids}
+    out = _run(["squeue", "-h", "--me", "--states=all", "-o", "%i %T %r"])
+    seen = {f[0]: f[1:] for f in (line.split(None, 2) for line in out.splitlines()) if f}
+    return {j: _kind(*seen.get(j, ["", ""])) for j in job_ids}
 
 
-def _kind(state: str) -> str:
+def _kind(state: str, reason: str = "") -> str:
     if state in QUEUED:
-        return "queued"
+        return f"queued ({reason.strip()})" if reason.strip() not in ("", "None") else "queued"
     if state in RUNNING:
         return "running"
     return DONE
