@@ -50,7 +50,7 @@ UNITS = {
     "hidden_fraction": "fraction", "grad_bytes": "bytes", "ratio_per_core": "x (vs the baseline backend)",
     "ratio_min": "x", "ratio_max": "x", "rounds": "rounds",
     "files": "files", "mb_per_s_per_node": "MB/s (1e6 bytes)", "files_per_s_per_node": "files/s",
-    "min_node_mb_per_s": "MB/s (1e6 bytes)", "bytes_per_file": "bytes",
+    "min_node_mb_per_s": "MB/s (1e6 bytes)", "bytes_per_file": "bytes", "storage_mb_per_s": "MB/s (1e6 bytes)",
 }
 
 

@@ -84,7 +84,7 @@ def _work_dirs(records_file: Path, bench) -> Tuple[Path, Path]:
 def same_sweep_key(a: argparse.Namespace) -> dict:
     """What must match for an earlier record to belong to this sweep (everything but the node count)."""
     keys = ["io", "gpus_per_node", "cpus_per_task", "arch", "batch", "image_size", "steps_per_epoch", "data",
-            "workers", "variant", "precision", "readers", "seconds", "format_label"]
+            "workers", "variant", "precision", "readers", "seconds", "format_label", "cache"]
     return train_bench.portable({k: getattr(a, k) for k in keys if hasattr(a, k)})  # recorded: no machine paths
 
 
@@ -249,5 +249,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     io.add_argument("--io", action="store_true", help="sweep readers per node x nodes reading --data")
     io.add_argument("--readers", nargs="+", type=int, default=[1, 4], help="reader processes per node")
     io.add_argument("--seconds", type=float, default=30, help="each reader stops after this long (or all files)")
+    io.add_argument("--cache", choices=["evict", "as-is"], default="evict", help="evict: each reader drops a "
+                    "file's cached pages before reading it (posix_fadvise, no root), so reads reach storage")
     io.add_argument("--format-label", help="the data format's name in the report (default: detected, imagefolder "
                     "or shards; e.g. staged-shards for a node-local copy)")

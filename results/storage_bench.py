@@ -11,8 +11,11 @@ Reading every file's bytes through makes no assumption about the format: an Imag
 small file per image, so files/s is the open rate the storage sustains) and a folder of tar
 shards plus an index (few large files, so MB/s) are read by the same code; the record names the
 format (detected, or ``--format-label`` e.g. ``staged-shards``) so the report can compare them.
-What the numbers include: the page cache of each node is not dropped (no root on a real
-cluster), so a second pass over a small set reads memory; the record says which pass it was.
+Cache: with ``--cache evict`` (the default) each reader drops its file's pages from the node's
+page cache (``posix_fadvise(DONTNEED)``: no root needed, only these files' clean pages go) just
+before reading it, so repeated passes still read from storage; ``--cache as-is`` leaves the cache
+alone. Each reader also records ``read_bytes`` from /proc/self/io, the bytes that came from a
+block device (0 from the page cache; not counted for network filesystems).
 
     python -m results.storage_bench list DATA OUT          # in the job: the file list, once
     python -m results.storage_bench read OUT --seconds S   # in the job: one reader per srun task
@@ -40,15 +43,18 @@ def list_files(data: Path, out: Path) -> int:
     return len(files)
 
 
-def read_share(out: Path, seconds: float) -> dict:
+def read_share(out: Path, seconds: float, evict: bool = True) -> dict:
     """This task's share of the listed files, read whole; what was read and when."""
     rank, tasks = int(os.environ.get("SLURM_PROCID", 0)), int(os.environ.get("SLURM_NTASKS", 1))
     files = (out / FILE_LIST).read_text().splitlines()[rank::tasks]
     buf = bytearray(CHUNK)
     n_bytes = n_files = 0
+    io0 = _block_read_bytes()
     start = time.time()
     for path in files:
         with open(path, "rb", buffering=0) as f:
+            if evict:
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             while True:
                 got = f.readinto(buf)
                 if not got:
@@ -59,9 +65,19 @@ def read_share(out: Path, seconds: float) -> dict:
             break
     result = {"rank": rank, "tasks": tasks, "node": socket.gethostname(),
               "node_id": int(os.environ.get("SLURM_NODEID", 0)), "files": n_files, "bytes": n_bytes,
-              "start": start, "end": time.time(), "share": len(files)}
+              "start": start, "end": time.time(), "share": len(files), "storage_bytes": _block_read_bytes() - io0}
     _write_atomic(out / f"reader-{rank}.json", json.dumps(result))
     return result
+
+
+def _block_read_bytes() -> int:
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -96,13 +112,14 @@ def metrics(out: Path, nodes: int, readers_per_node: int) -> Dict[str, float]:
             "files_per_s_per_node": total_files / elapsed / len(per_node),
             "min_node_mb_per_s": min(per_node.values()) / elapsed / 1e6,
             "bytes_per_file": total_bytes / max(total_files, 1),
+            "storage_mb_per_s": sum(r.get("storage_bytes", 0) for r in got) / elapsed / 1e6,
             "complete": all(r["files"] == r["share"] for r in got)}
 
 
 def job_body(a: argparse.Namespace, readers: int) -> List[str]:
     return [f'"$PYTHON" -m results.storage_bench list "$DATA" "$LOG_DIR" || exit 2',
             f'srun --ntasks-per-node={readers} --cpus-per-task=1 "$PYTHON" -m results.storage_bench read '
-            f'"$LOG_DIR" --seconds {a.seconds:g}']
+            f'"$LOG_DIR" --seconds {a.seconds:g} --cache {a.cache}']
 
 
 def sweep_points(a: argparse.Namespace, sweep: str, done: Dict[int, List[int]], scratch_root: Path,
@@ -127,7 +144,7 @@ def sweep_points(a: argparse.Namespace, sweep: str, done: Dict[int, List[int]], 
                                     cpus_per_task=a.cpus_per_task or 1, launcher="srun", data=str(data),
                                     requeue=False, time=a.time, output=str(scratch / "slurm-%j.out"), **r.options)
             point = {"nodes": n, "readers_per_node": k, "format": fmt, "data": train_bench.portable(str(data)),
-                     "seconds": a.seconds}
+                     "seconds": a.seconds, "cache": a.cache}
 
             def finish(pt, scratch=scratch, point=point, n=n, k=k) -> dict:
                 # the submitting host's software; the nodes' names are in the metrics' readers
@@ -157,6 +174,7 @@ def main(argv=None) -> int:
     rp = sub.add_parser("read")
     rp.add_argument("out", type=Path)
     rp.add_argument("--seconds", type=float, default=30)
+    rp.add_argument("--cache", choices=["evict", "as-is"], default="evict")
     a = ap.parse_args(argv)
     if a.cmd == "list":
         if not a.data.is_dir():
@@ -164,7 +182,7 @@ def main(argv=None) -> int:
             return 2
         print(f"{list_files(a.data, a.out)} files under {a.data}")
         return 0
-    r = read_share(a.out, a.seconds)
+    r = read_share(a.out, a.seconds, evict=a.cache == "evict")
     print(f"reader {r['rank']} on {r['node']}: {r['files']} files, {r['bytes'] / 1e6:.1f} MB in "
           f"{r['end'] - r['start']:.2f} s")
     return 0

@@ -132,3 +132,26 @@ def test_each_command_has_its_own_default_tag(cmd, tag):
     a = bench.build_parser().parse_args([cmd])
     bench.resolve_tag(a)
     assert a.tag == tag and a.records == records.RECORDS_DIR / f"{tag}.jsonl"
+
+
+def test_storage_readers_split_the_files_and_read_each_whole(tmp_path, monkeypatch):
+    from results import storage_bench
+    data, out = tmp_path / "data", tmp_path / "out"
+    sizes = {}
+    for i in range(7):
+        f = data / f"shard-{i}.tar" if i < 3 else data / "train" / "c" / f"{i}.JPEG"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(b"x" * (1000 * (i + 1)))
+        sizes[str(f)] = f.stat().st_size
+    out.mkdir()
+    assert storage_bench.list_files(data, out) == 7 and storage_bench.data_format(data) == "shards"
+    for rank in (0, 1):
+        monkeypatch.setenv("SLURM_PROCID", str(rank))
+        monkeypatch.setenv("SLURM_NTASKS", "2")
+        r = storage_bench.read_share(out, seconds=60, evict=rank == 0)
+        share = sorted(sizes)[rank::2]
+        assert (r["files"], r["bytes"]) == (len(share), sum(sizes[f] for f in share))
+    m = storage_bench.metrics(out, nodes=1, readers_per_node=2)
+    assert (m["files"], m["bytes"], m["readers"], m["complete"]) == (7, sum(sizes.values()), 2, True)
+    with pytest.raises(ValueError, match="2 of 4 readers"):
+        storage_bench.metrics(out, nodes=2, readers_per_node=2)

@@ -224,6 +224,6 @@ def test_storage_section_has_a_row_per_record_and_a_series_per_format(tmp_path):
     md = report.build([path], tmp_path / "out")[0].read_text()
     rows = _table_rows(md, "series | nodes | readers/node")
     assert [(r["series"], r["nodes"], r["MB/s"], r["MB/s per node"], r["note"]) for r in rows] == [
-        (f"{f}, 2 reader(s)/node", str(n), report.fmt(100.0 * n), report.fmt(100.0), "shared page cache")
+        (f"{f}, 2 reader(s)/node, cache as-is", str(n), report.fmt(100.0 * n), report.fmt(100.0), "shared page cache")
         for f in ("imagefolder", "shards") for n in (1, 2)]
     assert (tmp_path / "out" / "figures" / "storage.png").stat().st_size > 10_000

@@ -12,10 +12,11 @@ from results import figures
 from results.report.common import Environments, md_table
 
 
-def _series(recs: Sequence[dict]) -> Dict[Tuple[str, str, int], List[dict]]:
-    groups: Dict[Tuple[str, str, int], List[dict]] = {}
+def _series(recs: Sequence[dict]) -> Dict[Tuple[str, str, int, str], List[dict]]:
+    groups: Dict[Tuple[str, str, int, str], List[dict]] = {}
     for r in recs:
-        groups.setdefault((r["sweep"], r["point"]["format"], r["point"]["readers_per_node"]), []).append(r)
+        groups.setdefault((r["sweep"], r["point"]["format"], r["point"]["readers_per_node"],
+                           r["point"].get("cache", "as-is")), []).append(r)
     return {k: sorted(v, key=lambda r: r["point"]["nodes"]) for k, v in sorted(groups.items())}
 
 
@@ -23,8 +24,8 @@ def storage_section(recs: Sequence[dict], env: Environments, fig_dir: Path) -> s
     groups = _series(recs)
     multi = len({k[0] for k in groups}) > 1
 
-    def label(k: Tuple[str, str, int]) -> str:
-        return f"{k[1]}, {k[2]} reader(s)/node" + (f" [{k[0]}]" if multi else "")
+    def label(k: Tuple[str, str, int, str]) -> str:
+        return f"{k[1]}, {k[2]} reader(s)/node, cache {k[3]}" + (f" [{k[0]}]" if multi else "")
 
     def series(metric: str) -> List[figures.Series]:
         return [{"label": label(k), "x": [r["point"]["nodes"] for r in rs], "y": [r["metrics"][metric] for r in rs],
@@ -42,16 +43,19 @@ def storage_section(recs: Sequence[dict], env: Environments, fig_dir: Path) -> s
     rows = [[label(k), r["point"]["nodes"], r["point"]["readers_per_node"], r["metrics"]["mb_per_s"],
              r["metrics"]["mb_per_s_per_node"], r["metrics"]["min_node_mb_per_s"], r["metrics"]["files_per_s"],
              r["metrics"]["files_per_s_per_node"], r["metrics"]["bytes_per_file"], r["metrics"]["files"],
-             r["metrics"]["elapsed_s"], r["metrics"]["complete"], r["environment"].get("slurm_job_id"),
+             r["metrics"]["elapsed_s"], r["metrics"]["complete"], r["metrics"].get("storage_mb_per_s"),
+             r["environment"].get("slurm_job_id"),
              r.get("note"), env.id(r), r["_source"]] for k, rs in groups.items() for r in rs]
     return ("## Shared storage seen from the nodes\n\n![storage](figures/storage.png)\n\n"
             "One batch job per point (`python -m results.bench scaling --io`): every reader task reads its share "
             "of the dataset's files whole (reader i of T: files i, i+T, ...), so a folder of images and a folder "
             "of tar shards are read by the same code and compared by format. MB/s and files/s in all = bytes "
             "(files) / (last reader's end - first reader's start); per node = that / nodes; the slowest node is "
-            "shown too. Complete = every reader read its whole share before `--seconds`. The nodes' page cache is "
-            "not dropped (no root on a real cluster): a set smaller than the nodes' memory is read from memory "
-            "after its first pass.\n\n"
+            "shown too. Complete = every reader read its whole share before `--seconds`. Cache evict: each reader "
+            "dropped a file's cached pages (posix_fadvise DONTNEED) just before reading it; as-is: a set smaller "
+            "than the nodes' memory is read from memory after its first pass. Block-device MB/s is `read_bytes` "
+            "of /proc/self/io (0 for pages from the cache; network filesystems are not counted there).\n\n"
             + md_table(["series", "nodes", "readers/node", "MB/s", "MB/s per node", "slowest node MB/s", "files/s",
-                        "files/s per node", "bytes/file", "files", "elapsed (s)", "complete", "SLURM job", "note",
+                        "files/s per node", "bytes/file", "files", "elapsed (s)", "complete", "block-device MB/s",
+                        "SLURM job", "note",
                         "env", "record"], rows))
