@@ -1,10 +1,11 @@
-"""Benchmark harness: ``python -m results.bench train|io|allreduce|quick|cluster-scaling ...``.
+"""Benchmark harness: ``python -m results.bench train|io|allreduce|overlap|pipeline|quick|scaling ...``.
 
 Each measured point appends one JSON record to ``results/records/<tag>.jsonl`` (see
 :mod:`results.records`); a point that fails is recorded as failed with the reason, and the sweep
 goes on. ``quick`` is the preset behind ``make bench``: a small but complete set of all three
-kinds on a CPU machine in a few minutes, followed by the report. ``cluster-scaling`` runs 1-2-4
-node gloo training on the SLURM test cluster (:mod:`results.cluster_bench`).
+kinds on a CPU machine in a few minutes, followed by the report. ``scaling`` sweeps node counts
+(or, with ``--io``, storage readers) on the SLURM cluster that ``sbatch`` reaches
+(:mod:`results.scaling`).
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from results import allreduce_bench, cluster_bench, io_bench, overlap_bench, records, train_bench
+from results import allreduce_bench, io_bench, overlap_bench, records, scaling, slurm_queue, train_bench
+from slurm.generate import GenerateError
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +60,8 @@ def train_points(a: argparse.Namespace) -> List[train_bench.TrainPoint]:
 def run_train(a: argparse.Namespace) -> List[dict]:
     pts = train_points(a)
     runner = (train_bench.SlurmRunner(a.gpus_per_node, a.time_limit, cpus_per_task=a.cpus_per_task,
-                                      timeout_s=a.timeout) if a.submit == "slurm"
+                                      timeout_s=a.timeout, partition=a.partition, account=a.account, qos=a.qos,
+                                      constraint=a.constraint, setup=tuple(a.setup)) if a.submit == "slurm"
               else train_bench.LocalRunner(a.timeout))
     sweep = records.new_sweep_id("train", a.tag)
     params = {p.arch: train_bench.parameter_count(p.arch) for p in pts}
@@ -76,38 +79,49 @@ def run_train(a: argparse.Namespace) -> List[dict]:
 def _train_point(p: train_bench.TrainPoint, runner, sweep: str, params: Optional[int],
                  a: argparse.Namespace) -> dict:
     scratch = SCRATCH / sweep / p.name
-    keep = RUNS / sweep / p.name
-    point = train_bench.point_dict(p)
     extra = {"runner": runner.name, "bench_command": " ".join(sys.argv), **({"note": a.note} if a.note else {})}
     why = train_bench.check(p)
     if why:
-        return records.make_record("train", sweep, point, {}, _environment(p.nodes), "failed", why, **extra)
+        return failed_train_record(p, sweep, why, extra)
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     try:
         out = runner.run(p, scratch)
     except Exception as e:  # the runner could not even start: record why and go on
-        return records.make_record("train", sweep, point, {}, _environment(p.nodes), "failed", str(e), **extra)
-    extra.update(command=out.command, wall_s=out.wall_s)
+        return failed_train_record(p, sweep, str(e), extra)
+    return train_record(p, out, sweep, params, extra, scratch, RUNS / sweep / p.name, a.keep_checkpoints)
+
+
+def failed_train_record(p: train_bench.TrainPoint, sweep: str, error: str, extra: dict) -> dict:
+    return records.make_record("train", sweep, train_bench.point_dict(p), {}, _environment(p.nodes), "failed",
+                               error, **extra)
+
+
+def train_record(p: train_bench.TrainPoint, out: train_bench.Outcome, sweep: str, params: Optional[int],
+                 extra: dict, scratch: Path, keep: Path, keep_checkpoints: bool = False) -> dict:
+    """The record of a point that ran (well or not), from the run.json it left in ``scratch``;
+    what the report reads is kept in ``keep``."""
+    extra = {**extra, "command": train_bench.portable(out.command), "wall_s": out.wall_s}
     try:
         run = train_bench.read_run_json(scratch)
         metrics = train_bench.metrics_from_run(run)
     except (OSError, ValueError, KeyError) as e:
         error = f"exit code {out.returncode}; {type(e).__name__}: {e}; log tail: {_last_line(out.log_tail)}"
-        return records.make_record("train", sweep, point, {}, _environment(p.nodes), "failed", error, **extra)
+        return failed_train_record(p, sweep, error, extra)
     metrics["parameters"] = params
     if run.get("profile"):  # --profile-steps: where the step's device time went, kernel by kernel
-        extra["profile"] = run["profile"]
+        extra["profile"] = train_bench.portable(run["profile"])
     extra["run_dir"] = _repo_relative(keep)
     extra["kept_files"] = train_bench.keep_artifacts(scratch, keep)
-    if not a.keep_checkpoints:
+    if not keep_checkpoints:
         shutil.rmtree(scratch, ignore_errors=True)
     status, error = "ok", None
     if out.returncode != 0 or run.get("status") != "finished":
         status, error = "failed", f"exit code {out.returncode}, engine status {run.get('status')}: " \
                                   f"{_last_line(out.log_tail)}"
-    return records.make_record("train", sweep, point, metrics, run.get("environment") or _environment(),
-                               status, error, **extra)
+    return records.make_record("train", sweep, train_bench.point_dict(p), metrics,
+                               train_bench.portable(run.get("environment") or _environment()), status, error,
+                               **extra)
 
 
 def _repo_relative(path: Path) -> str:
@@ -315,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     # no default here: parents share their action objects, so a subparser's set_defaults(tag=...)
     # would change every command's default; main() picks it per command (DEFAULT_TAGS)
     common.add_argument("--tag", help="name of this machine/run set; records go to results/records/<tag>.jsonl "
-                        "and sweep ids start with it (default: local; quick: quick; cluster-scaling: cluster)")
+                        "and sweep ids start with it (default: local; quick: quick; scaling: scaling)")
     common.add_argument("--records", type=Path, help="records file (default results/records/<tag>.jsonl)")
     common.add_argument("-v", "--verbose", action="store_true")
 
@@ -344,7 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--gpus-per-node", type=int, default=4, help="with --submit slurm (0: CPU nodes)")
     t.add_argument("--cpus-per-task", type=int, help="with --submit slurm; also each process's OMP_NUM_THREADS")
     t.add_argument("--time-limit", default="01:00:00", help="with --submit slurm")
-    t.add_argument("--timeout", type=float, default=1800, help="seconds per local point")
+    for flag in ("--partition", "--account", "--qos", "--constraint"):
+        t.add_argument(flag, help=f"with --submit slurm: sbatch {flag}")
+    t.add_argument("--setup", action="append", default=[], metavar="LINE",
+                   help="with --submit slurm: shell line the job runs first, e.g. 'module load cuda' (repeatable)")
+    t.add_argument("--timeout", type=float, default=1800, help="seconds per point (slurm: then the job is "
+                   "cancelled)")
     t.add_argument("--keep-checkpoints", action="store_true", help="keep results/scratch run folders")
     t.add_argument("--note", help="recorded with every point and shown in the report (e.g. what the nodes share)")
 
@@ -389,11 +408,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("quick", parents=[common], help="the make-bench preset: all kinds, small, then report")
     q.add_argument("--fresh", action="store_true", help="replace this tag's earlier records and runs")
-    cluster_bench.add_parser(sub, common)
+    scaling.add_parser(sub, common)
     return p
 
 
-DEFAULT_TAGS = {"quick": "quick", "cluster-scaling": "cluster"}
+DEFAULT_TAGS = {"quick": "quick", "scaling": "scaling"}
 
 
 def resolve_tag(a: argparse.Namespace) -> None:
@@ -425,11 +444,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _validate(a)
         if a.cmd == "quick":
             return run_quick(a)
-        if a.cmd == "cluster-scaling":
-            return cluster_bench.run(a)
+        if a.cmd == "scaling":
+            return scaling.run(a)
         out = {"train": run_train, "io": run_io, "allreduce": run_allreduce, "overlap": run_overlap,
                "pipeline": run_pipeline}[a.cmd](a)
-    except BenchError as e:
+    except (BenchError, slurm_queue.SlurmError, GenerateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     failed = sum(r["status"] != "ok" for r in out)

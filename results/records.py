@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 SCHEMA = 1
 RESULTS_DIR = Path(__file__).resolve().parent
 RECORDS_DIR = RESULTS_DIR / "records"
-KINDS = ("train", "io", "allreduce", "overlap", "pipeline")
+KINDS = ("train", "io", "allreduce", "overlap", "pipeline", "storage")
 STATUSES = ("ok", "failed")
 
 # Fields every record must have, and the metrics an "ok" record of each kind must carry.
@@ -34,6 +34,7 @@ REQUIRED_METRICS = {
     "allreduce": ("bytes", "time_us", "algbw_gbps", "busbw_gbps", "world_size"),
     "overlap": ("step_time_ms", "step_no_allreduce_ms", "exposed_comm_ms", "allreduce_alone_ms", "world_size"),
     "pipeline": ("images_per_cpu_s", "images_per_s", "cpu_ms_per_image", "rounds"),
+    "storage": ("mb_per_s", "files_per_s", "elapsed_s", "bytes", "files"),
 }
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
@@ -48,6 +49,8 @@ UNITS = {
     "step_no_allreduce_ms": "ms", "exposed_comm_ms": "ms", "allreduce_alone_ms": "ms",
     "hidden_fraction": "fraction", "grad_bytes": "bytes", "ratio_per_core": "x (vs the baseline backend)",
     "ratio_min": "x", "ratio_max": "x", "rounds": "rounds",
+    "files": "files", "mb_per_s_per_node": "MB/s (1e6 bytes)", "files_per_s_per_node": "files/s",
+    "min_node_mb_per_s": "MB/s (1e6 bytes)", "bytes_per_file": "bytes", "storage_mb_per_s": "MB/s (1e6 bytes)",
 }
 
 

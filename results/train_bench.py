@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,11 +119,12 @@ def from_setup(p: TrainPoint, name: str) -> TrainPoint:
                    extra_args=s.flags + tuple(p.extra_args))
 
 
-def engine_args(p: TrainPoint, log_dir: Path, for_slurm: bool = False) -> List[str]:
+def engine_args(p: TrainPoint, log_dir: Path, for_slurm: bool = False, cpu: Optional[bool] = None) -> List[str]:
     """The entry script's flags for a point (pytorch/examples names).
 
     ``for_slurm`` leaves out what slurm.generate sets itself (arch, epochs, batch, workers, data,
-    log dir).
+    log dir). ``cpu``: the processes run without GPUs (gloo); default: this machine has no CUDA
+    (a SLURM job's nodes are not this machine: its runner says).
     """
     managed = ["-a", p.arch, "--epochs", str(p.epochs), "-b", str(p.batch_size), "--workers", str(p.workers)]
     args = [] if for_slurm else managed
@@ -131,7 +133,7 @@ def engine_args(p: TrainPoint, log_dir: Path, for_slurm: bool = False) -> List[s
              "--val-steps", str(p.val_steps), "--opt-level", p.precision]
     if p.amp_dtype:
         args += ["--amp-dtype", p.amp_dtype]
-    if p.variant not in SINGLE_PROCESS and not _has_cuda():
+    if p.variant not in SINGLE_PROCESS and (not _has_cuda() if cpu is None else cpu):
         args += ["--dist-backend", "gloo"]
     if p.data == "dummy":
         args.append("--dummy")
@@ -187,19 +189,23 @@ class LocalRunner:
 
 
 class SlurmRunner:
-    """One batch job per point: slurm.generate writes it, ``sbatch --wait`` runs it.
+    """One batch job per point: slurm.generate writes it, sbatch submits it, squeue watches it.
 
-    The cluster is the one ``sbatch`` finds (``SLURM_CONF`` in this environment);
-    the job runs from this checkout (its submit directory), with this interpreter.
+    The cluster is the one ``sbatch`` finds (``SLURM_CONF`` in this environment); the job runs
+    from this checkout (its submit directory). ``sbatch_options`` are JobSpec fields (partition,
+    account, qos, constraint, setup, python); without a ``python`` the job uses this interpreter,
+    or ``python`` as the setup lines leave it when there are any.
     """
 
     name = "slurm"
 
     def __init__(self, gpus_per_node: int, time_limit: str = "01:00:00", sbatch_args: Sequence[str] = (),
-                 timeout_s: float = 6 * 3600, cpus_per_task: Optional[int] = None):
+                 timeout_s: float = 6 * 3600, cpus_per_task: Optional[int] = None, **sbatch_options: object):
         self.gpus_per_node, self.time_limit = gpus_per_node, time_limit
         self.sbatch_args, self.timeout_s = list(sbatch_args), timeout_s
         self.cpus_per_task = cpus_per_task
+        self.options = {k: v for k, v in sbatch_options.items() if v not in (None, (), [])}
+        self.options.setdefault("python", "python" if self.options.get("setup") else sys.executable)
 
     def script(self, p: TrainPoint, log_dir: Path) -> str:
         from slurm import generate
@@ -207,20 +213,31 @@ class SlurmRunner:
                                 procs_per_node=p.procs_per_node, cpus_per_task=self.cpus_per_task,
                                 variant=p.variant, data=str(p.data), arch=p.arch, epochs=p.epochs,
                                 batch_size=p.batch_size, workers=p.workers,
-                                train_args=tuple(engine_args(p, log_dir, for_slurm=True)), requeue=False,
-                                time=self.time_limit, output=str(log_dir / "slurm-%j.out"), python=sys.executable)
+                                train_args=tuple(engine_args(p, log_dir, for_slurm=True, cpu=not self.gpus_per_node)),
+                                requeue=False,
+                                time=self.time_limit, output=str(log_dir / "slurm-%j.out"), **self.options)
         return generate.render(spec)
 
-    def run(self, p: TrainPoint, log_dir: Path) -> Outcome:
+    def write(self, p: TrainPoint, log_dir: Path) -> Path:
+        log_dir.mkdir(parents=True, exist_ok=True)
         path = log_dir / "job.sh"
         path.write_text(self.script(p, log_dir))
-        cmd = ["sbatch", "--wait", "--parsable", f"--export=ALL,LOG_DIR={log_dir}", *self.sbatch_args, str(path)]
-        out = _run_logged(cmd, log_dir / "bench.log", self.timeout_s, env=_child_env())
-        # the job's own output (engine log) is what explains a failure, not sbatch's
-        job_logs = sorted(log_dir.glob("slurm-*.out"))
-        if job_logs:
-            out.log_tail = "\n".join(job_logs[-1].read_text(errors="replace").strip().splitlines()[-40:])
-        return out
+        return path
+
+    def sbatch_argv(self, log_dir: Path) -> List[str]:
+        return [f"--export=ALL,LOG_DIR={log_dir}", *self.sbatch_args]
+
+    def run(self, p: TrainPoint, log_dir: Path) -> Outcome:
+        from results import slurm_queue
+        path = self.write(p, log_dir)
+        t0, rc = time.monotonic(), 0
+        try:
+            slurm_queue.wait_one(path, self.sbatch_argv(log_dir), REPO, _child_env(), self.timeout_s)
+        except slurm_queue.Timeout:  # the job has been cancelled: none is left queued or running
+            rc = 124
+        # the job's own output (engine log) is what explains a failure
+        cmd = " ".join(["sbatch", *self.sbatch_argv(log_dir), str(path)])
+        return Outcome(rc, slurm_queue.job_output(log_dir), cmd, time.monotonic() - t0)
 
 
 def _child_env() -> Dict[str, str]:
@@ -276,15 +293,65 @@ def parameter_count(arch: str, num_classes: int = 1000) -> Optional[int]:
 
 
 def keep_artifacts(scratch: Path, keep: Path) -> List[str]:
-    """Copy run.json, the TensorBoard events and the log to ``keep``; never the checkpoints."""
+    """Copy what the report reads to ``keep``: run.json (machine paths removed) and the TensorBoard
+    events. Checkpoints, logs and the job file stay in the scratch folder."""
     keep.mkdir(parents=True, exist_ok=True)
     kept = []
     for f in sorted(scratch.iterdir()):
-        if (f.name in ("run.json", "bench.log", "job.sh") or f.name.startswith("events.out.tfevents")
-                or (f.name.startswith("slurm-") and f.name.endswith(".out"))):
-            shutil.copy2(f, keep / f.name)
-            kept.append(f.name)
+        if f.name == "run.json":
+            _write_atomic(keep / f.name, json.dumps(portable(json.loads(f.read_text())), indent=1) + "\n")
+        elif f.name.startswith("events.out.tfevents"):
+            keep_scalars(f, keep / f.name)
+        else:
+            continue
+        kept.append(f.name)
     return kept
+
+
+def keep_scalars(src: Path, dst: Path) -> None:
+    """Copy a TensorBoard event file with only its scalars (the curves the report draws): the
+    config text and hparams summaries hold the run's machine paths."""
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+    tmp = dst.with_name(dst.name + ".tmp")
+    with open(tmp, "wb") as out:
+        writer = RecordWriter(out)
+        for raw in RawEventFileLoader(str(src)).Load():
+            event = event_pb2.Event.FromString(raw)
+            if event.WhichOneof("what") == "summary":
+                values = [v for v in event.summary.value if v.WhichOneof("value") == "simple_value"]
+                if not values:
+                    continue
+                del event.summary.value[:]
+                event.summary.value.extend(values)
+            writer.write(event.SerializeToString())
+        writer.flush()
+    os.replace(tmp, dst)
+
+
+# A path through a checkout (any machine's: /work/main, /root/hpc-imagenet, ...) up to one of its
+# top-level folders; and any other absolute path.
+_CHECKOUT_PATH = re.compile(r"(?<![\w.])/[^\s\"'=:]*?/(?=(?:imagenet|results|launch|slurm|tests|\.venv)/)")
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[^\s\"'=:/]+/)+(?=[^\s\"'=:/]+)")
+
+
+def portable(value: object) -> object:
+    """``value`` (JSON) with no absolute machine paths: a path inside a checkout becomes relative to
+    it, any other absolute path keeps its last component (a data set's name)."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    if isinstance(value, str):
+        return _ABSOLUTE_PATH.sub("", _CHECKOUT_PATH.sub("", value))
+    return value
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def point_dict(p: TrainPoint) -> Dict[str, object]:

@@ -77,6 +77,7 @@ class JobSpec:
     modules: Tuple[str, ...] = ()
     venv: Optional[str] = None  # activated with `source VENV/bin/activate`; relative to the checkout
     conda_env: Optional[str] = None
+    setup: Tuple[str, ...] = ()  # shell lines run before training, e.g. "module load cuda/12" (after modules)
     env: Tuple[Tuple[str, str], ...] = ()  # extra exports (NCCL_*, ...), overridable at submit time
     variant: str = "ddp"
     launcher: Optional[str] = None  # default: torchrun for ddp/amp, srun for nd/dp
@@ -215,6 +216,10 @@ def _check_values(s: JobSpec) -> None:
         _no_control(label, value)
         if not value.strip() or any(c.isspace() for c in value):
             raise GenerateError(f"--module {value!r} must be one module name (repeat --module for more)")
+    for line in s.setup:
+        _no_control("--setup", line)
+        if not line.strip():
+            raise GenerateError("--setup lines must not be empty")
     for label, value in (("--venv", s.venv), ("--conda-env", s.conda_env), ("--python", s.python),
                          ("--data", s.data), ("--arch", s.arch)):
         if value is not None:
@@ -295,6 +300,16 @@ def render(spec: JobSpec) -> str:
     return "\n".join(s for s in sections if s) + "\n"
 
 
+def render_step(spec: JobSpec, body: Sequence[str]) -> str:
+    """A batch file with ``spec``'s directives, settings and software setup that runs ``body`` (shell
+    lines) in place of training: the benchmark harness's own jobs (storage reads), so they get the
+    same allocation and environment as the training jobs they are compared with."""
+    validate(spec)
+    sections = [_header(spec), _directives(spec), _settings(spec), _setup(spec), _rendezvous(), _log_start(spec),
+                "\n".join(["", "# ---- harness step", *body])]
+    return "\n".join(s for s in sections if s) + "\n"
+
+
 def _q(value: object) -> str:
     return shlex.quote(str(value))
 
@@ -358,6 +373,7 @@ def _setup(s: JobSpec) -> str:
              f'[ -f {_q(SCRIPTS[s.variant])} ] || {{ echo "error: $REPO is not the hpc-imagenet checkout; '
              f'submit from it or pass --export=ALL,REPO=/path/to/hpc-imagenet" >&2; exit 2; }}']
     lines += [f"module load {_q(m)} || exit 2" for m in s.modules]
+    lines += [f"{line} || exit 2" for line in s.setup]  # the user's own lines, as typed
     if s.conda_env:
         lines += ['eval "$(conda shell.bash hook)" || exit 2', f"conda activate {_q(s.conda_env)} || exit 2"]
     if s.venv:
@@ -500,6 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=d.data, help="DATA default: dataset root")
     p.add_argument("--arch", default=d.arch, help="ARCH default")
     p.add_argument("--module", action="append", default=[], help="module to load (repeatable)")
+    p.add_argument("--setup", action="append", default=[], metavar="LINE",
+                   help="shell line run before training, e.g. 'module load cuda' (repeatable)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="export (repeatable)")
     p.add_argument("--sweep", action="append", default=[], metavar="SETTING=V1,V2",
                    help="job array over the product of the values (repeatable)")
@@ -532,6 +550,7 @@ def spec_from_args(argv: Sequence[str]) -> JobSpec:
     train = ns.pop("train_args")
     ns["train_args"] = tuple(train[1:] if train[:1] == ["--"] else train)
     ns["modules"] = tuple(ns.pop("module"))
+    ns["setup"] = tuple(ns["setup"])
     ns["env"] = tuple(_pairs(ns.pop("env"), "--env"))
     ns["sweep"] = tuple((k, tuple(v.split(","))) for k, v in _pairs(ns.pop("sweep"), "--sweep"))
     return JobSpec(**ns, command=tuple(argv))

@@ -23,6 +23,7 @@ Why this shape (facts measured on Debian 12 / Slurm 22.05, see shared notes):
 """
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -41,7 +42,11 @@ from launch.environment import free_port
 
 log = logging.getLogger(__name__)
 
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "libpmix-dev")
+# Debian's pmix plugin (slurm-wlm-basic-plugins, mpi_pmix_v4.so) dlopens this unversioned library at
+# step launch; only libpmix-dev ships it, and no slurm package depends on it: without it every
+# `srun --mpi=pmix` task fails to launch
+PMIX_LIBRARY = "/usr/lib/*/pmix2/lib/libpmix.so"
 ACCOUNTING_PACKAGES = ("slurmdbd", "mariadb-server-core", "mariadb-client-core")
 BINARIES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client", "munged": "munge"}
 ACCOUNTING_BINARIES = {"slurmdbd": "slurmdbd", "mariadbd": "mariadb-server-core",
@@ -121,7 +126,8 @@ def unavailable_reason() -> Optional[str]:
 
 def missing_packages(accounting: bool = True) -> List[str]:
     wanted = {**BINARIES, **(ACCOUNTING_BINARIES if accounting else {})}
-    return sorted({pkg for binary, pkg in wanted.items() if not _which(binary)})
+    missing = {pkg for binary, pkg in wanted.items() if not _which(binary)}
+    return sorted(missing | (set() if glob.glob(PMIX_LIBRARY) else {"libpmix-dev"}))
 
 
 def ensure_packages(accounting: bool = True) -> None:
@@ -369,6 +375,8 @@ class SlurmCluster:
             gres = f"Name=gpu File={self.layout.base}/dev/nvidia[0-{self.gpus_per_node - 1}]\n"
         (etc / "gres.conf").write_text(gres)
         (etc / "hosts").write_text(self._hosts())
+        for n in self.layout.node_names:  # TmpFS: each node's own (srun --mpi=pmix makes its step dirs there)
+            (self.layout.base / "tmpfs" / n).mkdir(parents=True, exist_ok=True)
         # the host's DNS server is unreachable from the nodes: without this every reverse lookup
         # (gloo and c10d do them) waits 10 s; a local refusal fails at once
         (etc / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
@@ -407,6 +415,9 @@ class SlurmCluster:
             f"StateSaveLocation={b}/state", f"SlurmdSpoolDir={b}/spool/slurmd.%n",
             f"SlurmctldPidFile={b}/run/slurmctld.pid", f"SlurmdPidFile={b}/run/slurmd.%n.pid",
             f"SlurmctldLogFile={b}/log/slurmctld.log", f"SlurmdLogFile={b}/log/slurmd.%n.log",
+            # the nodes share this host's /tmp, where the pmix plugin would make the same step directory
+            # on every node (EEXIST on the second: "task launch failed"); %n gives each node its own
+            f"TmpFS={b}/tmpfs/%n",
             "SlurmctldDebug=info", "SlurmdDebug=info",
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
@@ -694,12 +705,32 @@ except ImportError:  # used as a plain module (python -m tests.slurm_cluster) wi
     pass
 
 
-if __name__ == "__main__":  # manual check: python -m tests.slurm_cluster
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m tests.slurm_cluster [--nodes N] [--gpus-per-node G] [-- CMD ...]``: bring the test
+    cluster up, run CMD with SLURM_CONF set (as a user's login node would have it), tear it down.
+    Without CMD: a manual check (sinfo, a 2-node job, sacct). Test tooling (``make bench-cluster``)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m tests.slurm_cluster", description=main.__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--gpus-per-node", type=int, default=4)
+    ap.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command to run against the cluster")
+    a = ap.parse_args(argv)
+    cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
     logging.basicConfig(level=logging.INFO)
     t0 = time.monotonic()
-    with SlurmCluster(nodes=2) as c:
-        print(f"up in {time.monotonic() - t0:.1f}s; SLURM_CONF={c.conf}")
-        print(c.run(["sinfo"]).stdout)
-        print(c.run(["sbatch", "--wait", "-N2", "--wrap", "srun hostname"], cwd=c.layout.base).stdout)
-        print(c.run(["sacct", "-a"]).stdout)
+    with SlurmCluster(nodes=a.nodes, gpus_per_node=a.gpus_per_node) as c:
+        print(f"up in {time.monotonic() - t0:.1f}s; SLURM_CONF={c.conf}", flush=True)
+        if cmd:
+            rc = subprocess.run(cmd, env=c.env).returncode
+        else:
+            print(c.run(["sinfo"]).stdout)
+            print(c.run(["sbatch", "--wait", "-N2", "--wrap", "srun hostname"], cwd=c.layout.base).stdout)
+            print(c.run(["sacct", "-a"]).stdout)
+            rc = 0
     print(f"total {time.monotonic() - t0:.1f}s")
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

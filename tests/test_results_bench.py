@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from results import bench, records, train_bench
+from results.report import curves as report_curves
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -96,6 +97,12 @@ def test_train_point_through_torchrun(tmp_path, monkeypatch):
     kept = Path(rec["run_dir"]) if Path(rec["run_dir"]).is_absolute() else REPO / rec["run_dir"]
     assert any(f.startswith("events.out.tfevents") for f in rec["kept_files"])
     assert not any(f.endswith(".tar") for f in rec["kept_files"])  # checkpoints stay out of the record
+    # the kept folder holds only what the report reads, and no path of this machine
+    assert sorted(p.name for p in kept.iterdir()) == sorted(rec["kept_files"])
+    assert {f for f in rec["kept_files"] if not f.startswith("events.out.tfevents")} == {"run.json"}
+    for f in kept.iterdir():
+        assert str(tmp_path).encode() not in f.read_bytes(), f
+    assert report_curves.read_curves(kept)["Top1/train"]  # the scalars survive the copy
 
 
 def test_efficiency_against_smallest_point_of_the_sweep():
@@ -118,10 +125,33 @@ def test_slurm_hook_writes_one_job_per_point(tmp_path):
     assert "#SBATCH --nodes=2" in text and "--steps-per-epoch" in text and "LOG_DIR" in text
 
 
-@pytest.mark.parametrize("cmd,tag", [("quick", "quick"), ("cluster-scaling", "cluster"), ("train", "local"),
+@pytest.mark.parametrize("cmd,tag", [("quick", "quick"), ("scaling", "scaling"), ("train", "local"),
                                      ("io", "local")])
 def test_each_command_has_its_own_default_tag(cmd, tag):
     # a regression: a subparser's set_defaults(tag=...) once changed the shared --tag of every command
     a = bench.build_parser().parse_args([cmd])
     bench.resolve_tag(a)
     assert a.tag == tag and a.records == records.RECORDS_DIR / f"{tag}.jsonl"
+
+
+def test_storage_readers_split_the_files_and_read_each_whole(tmp_path, monkeypatch):
+    from results import storage_bench
+    data, out = tmp_path / "data", tmp_path / "out"
+    sizes = {}
+    for i in range(7):
+        f = data / f"shard-{i}.tar" if i < 3 else data / "train" / "c" / f"{i}.JPEG"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(b"x" * (1000 * (i + 1)))
+        sizes[str(f)] = f.stat().st_size
+    out.mkdir()
+    assert storage_bench.list_files(data, out) == 7 and storage_bench.data_format(data) == "shards"
+    for rank in (0, 1):
+        monkeypatch.setenv("SLURM_PROCID", str(rank))
+        monkeypatch.setenv("SLURM_NTASKS", "2")
+        r = storage_bench.read_share(out, seconds=60, evict=rank == 0)
+        share = sorted(sizes)[rank::2]
+        assert (r["files"], r["bytes"]) == (len(share), sum(sizes[f] for f in share))
+    m = storage_bench.metrics(out, nodes=1, readers_per_node=2)
+    assert (m["files"], m["bytes"], m["readers"], m["complete"]) == (7, sum(sizes.values()), 2, True)
+    with pytest.raises(ValueError, match="2 of 4 readers"):
+        storage_bench.metrics(out, nodes=2, readers_per_node=2)

@@ -205,3 +205,25 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
     assert report.main(["--records", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not exist" in err[0]
+
+
+def _storage(nodes, readers, mb_per_s, fmt):
+    point = {"nodes": nodes, "readers_per_node": readers, "format": fmt, "data": "imagenet", "seconds": 30}
+    elapsed = 2.0
+    m = {"elapsed_s": elapsed, "bytes": int(mb_per_s * 1e6 * elapsed), "files": 1000 * nodes, "nodes": nodes,
+         "readers": nodes * readers, "mb_per_s": mb_per_s, "files_per_s": 500.0 * nodes,
+         "mb_per_s_per_node": mb_per_s / nodes, "files_per_s_per_node": 500.0, "min_node_mb_per_s": mb_per_s / nodes,
+         "bytes_per_file": 110e3, "complete": True}
+    return records.make_record("storage", "t-storage-1", point, m, ENV, note="shared page cache")
+
+
+def test_storage_section_has_a_row_per_record_and_a_series_per_format(tmp_path):
+    recs = [_storage(n, 2, 100.0 * n, f) for f in ("imagefolder", "shards") for n in (1, 2)]
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    md = report.build([path], tmp_path / "out")[0].read_text()
+    rows = _table_rows(md, "series | nodes | readers/node")
+    assert [(r["series"], r["nodes"], r["MB/s"], r["MB/s per node"], r["note"]) for r in rows] == [
+        (f"{f}, 2 reader(s)/node, cache as-is", str(n), report.fmt(100.0 * n), report.fmt(100.0), "shared page cache")
+        for f in ("imagefolder", "shards") for n in (1, 2)]
+    assert (tmp_path / "out" / "figures" / "storage.png").stat().st_size > 10_000

@@ -30,6 +30,24 @@ def test_slurm_points_write_records(slurm_cluster: SlurmCluster, tmp_path: Path,
         assert m["world_size"] == nodes and m["nodes"] == nodes and env["nodes"] == nodes
         assert m["images_per_s"] > 0 and m["measured_steps"] > 0
         assert env["hostname"].startswith("node") and env["slurm_job_id"]
-        assert "job.sh" in rec["kept_files"] and any(f.startswith("slurm-") for f in rec["kept_files"])
+        assert "run.json" in rec["kept_files"] and "job.sh" not in rec["kept_files"]  # only what the report reads
     assert good[0]["environment"]["slurm_job_id"] != good[1]["environment"]["slurm_job_id"]
     assert good[1]["metrics"]["baseline_world_size"] == 1 and 0 < good[1]["metrics"]["scaling_efficiency"]
+
+
+def test_slurm_point_past_its_timeout_is_cancelled_not_left_queued(slurm_cluster: SlurmCluster, tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    monkeypatch.setattr(bench, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(bench, "SCRATCH", tmp_path / "scratch")
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    monkeypatch.setenv("PATH", slurm_cluster.env["PATH"])
+    out = tmp_path / "r.jsonl"
+    rc = bench.main(["train", "--submit", "slurm", "--gpus-per-node", "0", "--cpus-per-task", "1", "--procs", "1",
+                     "--nodes", "1", "--image-size", "32", "--batch", "8", "--steps-per-epoch", "100000",
+                     "--time-limit", "00:05:00", "--timeout", "30", "--records", str(out), "--tag", "t"])
+    (rec,) = records.read_lines(out)[0]
+    assert rc == 1 and rec["status"] == "failed" and "exit code 124" in rec["error"], rec["error"]
+    (output,) = (tmp_path / "scratch").rglob("slurm-*.out")  # the job started: its output names its id
+    job = output.stem.removeprefix("slurm-")
+    state = slurm_cluster.wait_finished(job)["State"]
+    assert state.startswith("CANCELLED"), state  # scancel'd by the harness: nothing stays queued or running

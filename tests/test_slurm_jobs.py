@@ -54,12 +54,14 @@ class Job:
         return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
 
 
-CASES = {  # name: (nodes, processes per node, launcher, environment)
-    "torchrun_1node": (1, 2, "torchrun", "torchrun"),
-    "torchrun_2node": (2, 1, "torchrun", "torchrun"),
-    "srun_4node": (4, 1, "srun", "slurm"),
-    "mpi_2node": (2, 1, "mpi", "mpi/"),
-    "launch_2node": (2, 1, "launch", "torchrun"),
+CASES = {  # name: (nodes, processes per node, launcher, environment, generator flags)
+    "torchrun_1node": (1, 2, "torchrun", "torchrun", ()),
+    "torchrun_2node": (2, 1, "torchrun", "torchrun", ()),
+    "srun_4node": (4, 1, "srun", "slurm", ()),
+    "mpi_2node": (2, 1, "mpi", "mpi/", ()),
+    # srun --mpi=pmix starts the MPI ranks itself (slurmstepd is the PMIx server, no mpirun)
+    "mpi_srun_pmix_2node": (2, 1, "mpi", "mpi/", ("--mpi-starter", "srun")),
+    "launch_2node": (2, 1, "launch", "torchrun", ()),
 }
 
 
@@ -67,9 +69,9 @@ CASES = {  # name: (nodes, processes per node, launcher, environment)
 def jobs(slurm_cluster: SlurmCluster, jpeg_data, tmp_path_factory) -> Dict[str, Job]:
     tmp = tmp_path_factory.mktemp("slurm_jobs")
     started = {}
-    for name, (nodes, procs, launcher, environment) in CASES.items():
+    for name, (nodes, procs, launcher, environment, flags) in CASES.items():
         script = tmp / f"{name}.sh"
-        script.write_text(render(spec_from_args(tiny_job(name, nodes, procs, launcher, jpeg_data, tmp))))
+        script.write_text(render(spec_from_args(tiny_job(name, nodes, procs, launcher, jpeg_data, tmp, *flags))))
         run_dir = tmp / f"run-{name}"
         proc = subprocess.Popen(["sbatch", "--wait", "--parsable", "--export", f"ALL,LOG_DIR={run_dir}", str(script)],
                                 cwd=REPO, env=job_env(slurm_cluster), stdout=subprocess.PIPE,

@@ -1,0 +1,65 @@
+"""Report sections: all-reduce bandwidth (with the fit the scaling model uses) and DDP overlap."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+from results import figures, scaling_model as sm
+from results.allreduce_bench import fit_alpha_beta
+from results.report.common import Environments, md_table
+
+
+def allreduce_groups(ar: Sequence[dict]) -> Dict[Tuple[str, str, int], List[dict]]:
+    groups: Dict[Tuple[str, str, int], List[dict]] = {}
+    for r in ar:
+        groups.setdefault((r["sweep"], r["point"]["backend"], r["metrics"]["world_size"]), []).append(r)
+    return {k: sorted(v, key=lambda r: r["metrics"]["bytes"]) for k, v in sorted(groups.items())}
+
+
+def allreduce_section(ar: Sequence[dict], env: Environments, fig_dir: Path) -> str:
+    groups = allreduce_groups(ar)
+    series, rows, fits = [], [], []
+    for i, ((sweep, backend, n), rs) in enumerate(groups.items()):
+        label = f"{backend}, {n} processes" + (f" [{sweep}]" if len(groups) > 1 else "")
+        xs = [r["metrics"]["bytes"] for r in rs]
+        series.append({"label": f"busbw, {label}", "x": xs, "y": [r["metrics"]["busbw_gbps"] for r in rs],
+                       "color": figures.palette(i)})
+        series.append({"label": f"algbw, {label}", "x": xs, "y": [r["metrics"]["algbw_gbps"] for r in rs],
+                       "color": figures.palette(i), "style": "x:"})
+        rows += [[label, r["metrics"]["bytes"], figures.size_label(r["metrics"]["bytes"]), r["metrics"]["time_us"],
+                  r["metrics"]["algbw_gbps"], r["metrics"]["busbw_gbps"], r["metrics"].get("iters"), env.id(r),
+                  r["_source"]] for r in rs]
+        fit = fit_alpha_beta([r["metrics"] for r in rs])
+        if fit:
+            fits.append([label, fit["alpha_s"] * 1e6, sm.hop_latency(fit["alpha_s"], n) * 1e6,
+                         fit["busbw_bytes_per_s"] / 1e9])
+    figures.allreduce(fig_dir / "allreduce.png", series, "All-reduce bandwidth (nccl-tests definitions)")
+    return ("## All-reduce bandwidth\n\n![allreduce](figures/allreduce.png)\n\nalgbw = bytes / time; busbw = "
+            "algbw x 2(n-1)/n (the traffic each link carries in a ring all-reduce), as nccl-tests reports.\n\n"
+            + md_table(["series", "bytes", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "iterations", "env",
+                        "record"], rows)
+            + "\nFit used by the scaling model (latency = the smallest message's time; bandwidth = 1/slope of "
+              "time vs bus bytes):\n\n"
+            + md_table(["series", "small-message time (us)", "per-hop latency (us)", "fitted busbw (GB/s)"], fits))
+
+
+def overlap_section(recs: Sequence[dict], env: Environments) -> str:
+    """Exposed all-reduce per DDP step (results/overlap_bench.py), one row per record."""
+    rows = []
+    for r in sorted(recs, key=lambda r: (r["sweep"], r["point"]["world_size"], r["point"]["bucket_cap_mb"])):
+        p, m = r["point"], r["metrics"]
+        rows.append([p["arch"], p["image_size"], p["batch_size"], p["world_size"], p["bucket_cap_mb"],
+                     figures.size_label(m["grad_bytes"]), m["step_time_ms"], m["step_no_allreduce_ms"],
+                     m["exposed_comm_ms"], m["allreduce_alone_ms"], f"{100 * m['hidden_fraction']:.0f}%",
+                     r.get("host_load_1m"), env.id(r), r["_source"]])
+    if not rows:
+        return "## DDP communication overlap\n\nNo overlap records yet: `python -m results.bench overlap`.\n"
+    return ("## DDP communication overlap\n\nEach rank times the same DDP step with the gradient all-reduce "
+            "(normal) and without it (`no_sync()`), interleaved; exposed = the difference of the medians "
+            "(slowest rank), the communication backward did not hide. The all-reduce of the whole gradient "
+            "timed alone is what there was to hide: hidden = 1 - exposed / alone. On a CPU the all-reduce "
+            "threads compete with backward for the same cores, so little can hide here; on GPUs NCCL runs "
+            "beside the compute kernels.\n\n"
+            + md_table(["model", "image size", "batch/proc", "processes", "bucket (MB)", "gradient",
+                        "step ms (all-reduce)", "step ms (no all-reduce)", "exposed ms", "all-reduce alone ms",
+                        "hidden", "host load (1 min)", "env", "record"], rows))

@@ -1,0 +1,127 @@
+"""What every report section shares: number formats, markdown tables, environment ids,
+record selection and the reference data."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from results import records
+from results.train_bench import GROUP_KEYS
+
+RESULTS = records.RESULTS_DIR
+REPO = RESULTS.parent
+REFERENCE = RESULTS / "reference"
+IMAGENET_TRAIN_IMAGES = 1_281_167  # ILSVRC-2012 training set size: converts images/s to epoch time
+
+
+class ReportError(RuntimeError):
+    """Bad input; one line naming the problem and the fix."""
+
+
+def fmt(v: object) -> str:
+    """One number format for every table, so tests can compare cells with records."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return str(v).replace("|", "\\|")
+
+
+def pct(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v + 0.0:.1f}%".replace("-0.0%", "0.0%")  # no negative zero from rounding
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    if not rows:
+        return "_(no rows)_\n"
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(c if isinstance(c, str) else fmt(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+ENV_COLUMNS = ("hostname", "cpu_model", "cpu_count", "torch_threads", "gpu_name", "gpu_count", "nodes", "torch", "torchvision",
+               "cuda", "cudnn", "nccl", "python", "git_commit", "slurm_job_id")
+
+
+class Environments:
+    """Short ids (E1, E2, ...) for distinct environments; the command line is per record."""
+
+    def __init__(self) -> None:
+        self.ids: Dict[str, str] = {}
+        self.envs: Dict[str, dict] = {}
+
+    def id(self, rec: dict) -> str:
+        env = {k: rec["environment"].get(k) for k in ENV_COLUMNS}
+        key = hashlib.sha1(json.dumps(env, sort_keys=True, default=str).encode()).hexdigest()
+        if key not in self.ids:
+            self.ids[key] = f"E{len(self.ids) + 1}"
+            self.envs[self.ids[key]] = env
+        return self.ids[key]
+
+    def table(self) -> str:
+        rows = [[i] + [fmt(e.get(k)) for k in ENV_COLUMNS] for i, e in self.envs.items()]
+        return md_table(["env", *ENV_COLUMNS], rows)
+
+
+def load_reference(ref_dir: Path = REFERENCE) -> Tuple[dict, dict]:
+    try:
+        pub = json.loads((ref_dir / "published_resnet50.json").read_text())
+        links = json.loads((ref_dir / "links.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ReportError(f"cannot read the reference data in {ref_dir} ({e}); restore results/reference/ "
+                          "from git") from None
+    return pub, links
+
+
+def by_kind(recs: Sequence[dict], kind: str, ok: bool = True) -> List[dict]:
+    return [r for r in recs if r["kind"] == kind and (r["status"] == "ok") == ok]
+
+
+def data_label(d: object) -> str:
+    return "synthetic" if d == "dummy" else Path(str(d)).name
+
+
+def train_group_label(r: dict, multi_sweep: bool) -> str:
+    p = r["point"]
+    prec = r["metrics"].get("precision_label") or p.get("precision")
+    label = f"{p['variant']} {p['arch']} {prec} b{p['batch_size']}/proc, {data_label(p['data'])}"
+    if p.get("setup"):
+        label = f"{p['setup']}: {label}"
+    if r.get("runner") == "slurm":
+        label += f", SLURM {p.get('procs_per_node', 1)} proc/node"
+    return f"{label} [{r['sweep']}]" if multi_sweep else label
+
+
+def plain_local(r: dict) -> bool:
+    """A local sweep point that is not a --setups comparison (learning curves, the scaling model)."""
+    return not r["point"].get("setup") and r.get("runner", "local") == "local"
+
+
+def train_groups(train: Sequence[dict]) -> Dict[str, List[dict]]:
+    """Series of one sweep and one setting, sorted by world size."""
+    multi = len({r["sweep"] for r in train}) > len({tuple(r["point"].get(k) for k in GROUP_KEYS) for r in train})
+    groups: Dict[str, List[dict]] = {}
+    for r in train:
+        groups.setdefault(train_group_label(r, multi), []).append(r)
+    return {k: sorted(v, key=lambda r: r["metrics"]["world_size"]) for k, v in sorted(groups.items())}
+
+
+def _mib(v: Optional[float]) -> Optional[float]:
+    return None if v is None else v / (1 << 20)
+
+
+def _newest_sweep(items: Sequence[dict], record_of=lambda x: x) -> List[dict]:
+    """The items of the newest sweep among ITEMS: by record time (sweep ids start with their tag, so
+    they sort by tag first), the sweep id breaking ties."""
+    if not items:
+        return []
+    newest = max(items, key=lambda x: (record_of(x)["time"], record_of(x)["sweep"]))
+    return [x for x in items if record_of(x)["sweep"] == record_of(newest)["sweep"]]

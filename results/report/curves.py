@@ -1,0 +1,72 @@
+"""Report section: learning curves from the runs' TensorBoard events (run.json when there are none)."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+from results import figures, records
+from results.report.common import REPO, Environments, data_label, md_table, plain_local
+
+CURVES = {"top1_train": ("Top1/train", "train top-1 (%)"), "top1_val": ("Top1/val", "validation top-1 (%)"),
+          "top5_train": ("Top5/train", "train top-5 (%)"), "top5_val": ("Top5/val", "validation top-5 (%)")}
+
+
+def read_curves(run_dir: Path) -> Dict[str, List[Tuple[int, float]]]:
+    """Epoch scalars from a run's TensorBoard events; run.json epochs when there are none."""
+    out: Dict[str, List[Tuple[int, float]]] = {}
+    if any(run_dir.glob("events.out.tfevents*")):
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        logging.getLogger("tensorboard").setLevel(logging.WARNING)  # "No path found after ..." chatter
+        acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+        acc.Reload()
+        tags = set(acc.Tags().get("scalars", []))
+        for tag, _ in CURVES.values():
+            if tag in tags:
+                out[tag] = [(e.step, e.value) for e in acc.Scalars(tag)]
+        if out:
+            return out
+    run_json = run_dir / "run.json"
+    if run_json.exists():
+        epochs = json.loads(run_json.read_text()).get("epochs", [])
+        keys = {"Top1/train": "train_top1", "Top1/val": "val_top1", "Top5/train": "train_top5", "Top5/val": "val_top5"}
+        for tag, key in keys.items():
+            out[tag] = [(e["epoch"], e[key]) for e in epochs if e.get(key) is not None]
+    return out
+
+
+def curve_runs(train: Sequence[dict], problems: List[records.Problem]) -> List[Tuple[str, dict, dict]]:
+    """(label, record, curves) for runs with kept events; real-data runs when any exist."""
+    with_dir = [r for r in train if r.get("run_dir") and plain_local(r)]
+    real = [r for r in with_dir if r["point"].get("data") != "dummy"]
+    out = []
+    for r in (real or with_dir):
+        d = REPO / r["run_dir"]
+        c = read_curves(d) if d.is_dir() else {}
+        if not c:
+            problems.append(records.Problem(r["_source"], 0, f"learning curves: no events or run.json in {d}"))
+            continue
+        label = f"{r['metrics']['world_size']} process(es), {data_label(r['point']['data'])}"
+        out.append((label, r, c))
+    return sorted(out, key=lambda t: (t[1]["point"].get("data") != "dummy", t[1]["metrics"]["world_size"]))
+
+
+def curves_section(train: Sequence[dict], env: Environments, fig_dir: Path, problems: List) -> str:
+    runs = curve_runs(train, problems)
+    for name, (tag, ylabel) in CURVES.items():
+        series = [{"label": label, "x": [s for s, _ in c.get(tag, [])], "y": [v for _, v in c.get(tag, [])],
+                   "color": figures.palette(i)} for i, (label, _, c) in enumerate(runs) if c.get(tag)]
+        figures.curves(fig_dir / f"{name}.png", series, ylabel, f"{ylabel.split(' (')[0]} per epoch "
+                       "(TensorBoard events of rank 0)")
+    rows = []
+    for label, r, c in runs:
+        epochs = sorted({s for tag, _ in CURVES.values() for s, _ in c.get(tag, [])})
+        val = {tag: dict(c.get(tag, [])) for tag, _ in CURVES.values()}
+        for e in epochs:
+            rows.append([label, e] + [val[tag].get(e) for tag, _ in CURVES.values()] + [env.id(r), r["run_dir"]])
+    figs = "\n".join(f"![{n}](figures/{n}.png)" for n in CURVES)
+    return ("## Learning curves\n\n" + figs + "\n\nOne curve per process count (the quick preset trains a few "
+            "epochs on the small generated demo set, so these show the pipeline, not ImageNet accuracy).\n\n"
+            + md_table(["run", "epoch", "train top-1 (%)", "val top-1 (%)", "train top-5 (%)", "val top-5 (%)",
+                        "env", "events"], rows))

@@ -1,0 +1,77 @@
+"""Report section: data loading without a model (loader workers, concurrent readers, storage bytes)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+from results import figures
+from results.report.common import Environments, fmt, md_table
+
+
+def io_section(io: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) -> str:
+    def series(sweep_key: str, metric: str) -> List[figures.Series]:
+        groups: Dict[Tuple[str, str], List[dict]] = {}
+        for r in io:
+            groups.setdefault((r["point"]["backend"], r["point"]["cache"]), []).append(r)
+        backends = sorted({b for b, _ in groups})
+        out = []
+        for (b, cache), rs in sorted(groups.items()):
+            rs = _io_sweep(rs, sweep_key)
+            if rs:
+                out.append({"label": f"{b}, {cache} cache", "x": [r["point"][sweep_key] for r in rs],
+                            "y": [r["metrics"][metric] for r in rs], "color": figures.palette(backends.index(b)),
+                            "style": "o-" if cache == "warm" else "s--"})
+        return out
+    panels = [
+        {"title": "one reader: loader workers", "xlabel": "DataLoader workers", "ylabel": "images/s",
+         "series": series("workers", "images_per_s"), "int_x": True, "ymin0": True},
+        {"title": "one reader: loader workers", "xlabel": "DataLoader workers", "ylabel": "MB/s (file bytes read)",
+         "series": series("workers", "mb_per_s"), "int_x": True, "ymin0": True},
+        {"title": "concurrent readers (as ranks on one node)", "xlabel": "reader processes",
+         "ylabel": "images/s (all readers)", "series": series("readers", "images_per_s"), "int_x": True,
+         "ymin0": True},
+        {"title": "concurrent readers (as ranks on one node)", "xlabel": "reader processes",
+         "ylabel": "MB/s (all readers)", "series": series("readers", "mb_per_s"), "int_x": True,
+         "ymin0": True},
+    ]
+    for p in panels:
+        p["empty"] = "no io records"
+    figures.grid(fig_dir / "IO.png", panels, "Data loading without a model (decode + augment to 224x224)")
+    rows = []
+    for r in sorted(io, key=lambda r: (r["point"]["backend"], r["point"]["cache"], r["point"]["readers"],
+                                       r["point"]["workers"])):
+        p, m = r["point"], r["metrics"]
+        rows.append([p["backend"], p["cache"], p["workers"], p["readers"], m["images"], m["images_per_s"],
+                     m["mb_per_s"], m.get("files_per_s"), m.get("storage_mb_per_s"), m.get("syscr_per_s"),
+                     m.get("bytes_per_image"), m.get("first_batch_s"), m.get("cold_verified"),
+                     m.get("cache_method"), r.get("host_load_1m"), env.id(r), r["_source"]])
+    hal = pub["hal_2020"]["io_64gpu"]
+    feb = pub["hal_2020"]["runs"][0]
+    implied = [[f"{g:.3g}", f"{g * 1e9 / feb['train_img_per_s'][-1] / 1e3:.0f}"] for g in hal["avg_read_GBps"]
+               if g is not None]
+    return ("## I/O\n\n![IO](figures/IO.png)\n\nImages/s and MB/s of file bytes delivered by the loader; "
+            "storage MB/s is `read_bytes` from /proc/self/io (0 when served from the page cache), read "
+            "calls/s is `syscr`. Files/s = images/s: each ImageFolder sample opens one file. Cold points evict "
+            "the dataset's pages first (`cache method`), and are marked verified when at least half the bytes "
+            "came from storage.\n\n"
+            + md_table(["backend", "cache", "workers", "readers", "images", "images/s", "MB/s", "files/s",
+                        "storage MB/s", "read calls/s", "bytes/image", "first batch (s)", "cold verified",
+                        "cache method", "host load (1 min)", "env", "record"], rows)
+            + f"\nPublished (HAL 2020, storage side during {feb['gpus'][-1]}-GPU runs, {hal['note']}): average "
+            f"read GB/s and the implied KB per image at the {feb['label']} run's {feb['gpus'][-1]}-GPU rate "
+            f"({fmt(feb['train_img_per_s'][-1])} images/s):\n\n"
+            + md_table(["avg read GB/s", "implied KB/image"], implied) + "\n")
+
+
+def _io_sweep(rs: Sequence[dict], key: str) -> List[dict]:
+    """Points of the workers sweep (one reader), or of the readers sweep (at its per-reader workers,
+    the 1-reader point with the same workers included as its start)."""
+    if key == "workers":
+        pts = [r for r in rs if r["point"]["readers"] == 1]
+    else:
+        multi = [r for r in rs if r["point"]["readers"] > 1]
+        if not multi:
+            return []
+        w = multi[0]["point"]["workers"]
+        pts = [r for r in rs if r["point"]["workers"] == w]
+    return sorted(pts, key=lambda r: r["point"][key])

@@ -1,0 +1,61 @@
+"""Report section: shared-storage read throughput seen from the nodes (``results.bench scaling --io``).
+
+One series per data format and readers per node, against the node count: the aggregate the
+storage delivered (MB/s, files/s) and what each node got. Formats are compared as recorded
+(imagefolder, shards, a staged copy: whatever ``--format-label`` named)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+from results import figures
+from results.report.common import Environments, md_table
+
+
+def _series(recs: Sequence[dict]) -> Dict[Tuple[str, str, int, str], List[dict]]:
+    groups: Dict[Tuple[str, str, int, str], List[dict]] = {}
+    for r in recs:
+        groups.setdefault((r["sweep"], r["point"]["format"], r["point"]["readers_per_node"],
+                           r["point"].get("cache", "as-is")), []).append(r)
+    return {k: sorted(v, key=lambda r: r["point"]["nodes"]) for k, v in sorted(groups.items())}
+
+
+def storage_section(recs: Sequence[dict], env: Environments, fig_dir: Path) -> str:
+    groups = _series(recs)
+    multi = len({k[0] for k in groups}) > 1
+
+    def label(k: Tuple[str, str, int, str]) -> str:
+        return f"{k[1]}, {k[2]} reader(s)/node, cache {k[3]}" + (f" [{k[0]}]" if multi else "")
+
+    def series(metric: str) -> List[figures.Series]:
+        return [{"label": label(k), "x": [r["point"]["nodes"] for r in rs], "y": [r["metrics"][metric] for r in rs],
+                 "color": figures.palette(i)} for i, (k, rs) in enumerate(groups.items())]
+    panels = [{"title": "all nodes together", "xlabel": "nodes", "ylabel": "MB/s read", "series": series("mb_per_s")},
+              {"title": "all nodes together", "xlabel": "nodes", "ylabel": "files/s", "series": series("files_per_s")},
+              {"title": "per node", "xlabel": "nodes", "ylabel": "MB/s read per node",
+               "series": series("mb_per_s_per_node")},
+              {"title": "per node", "xlabel": "nodes", "ylabel": "files/s per node",
+               "series": series("files_per_s_per_node")}]
+    for p in panels:
+        p.update(int_x=True, ymin0=True, empty="no storage records (results.bench scaling --io)")
+    figures.grid(fig_dir / "storage.png", panels, "Shared-storage reads seen from the nodes (whole files, "
+                 "readers x nodes)")
+    rows = [[label(k), r["point"]["nodes"], r["point"]["readers_per_node"], r["metrics"]["mb_per_s"],
+             r["metrics"]["mb_per_s_per_node"], r["metrics"]["min_node_mb_per_s"], r["metrics"]["files_per_s"],
+             r["metrics"]["files_per_s_per_node"], r["metrics"]["bytes_per_file"], r["metrics"]["files"],
+             r["metrics"]["elapsed_s"], r["metrics"]["complete"], r["metrics"].get("storage_mb_per_s"),
+             r["environment"].get("slurm_job_id"),
+             r.get("note"), env.id(r), r["_source"]] for k, rs in groups.items() for r in rs]
+    return ("## Shared storage seen from the nodes\n\n![storage](figures/storage.png)\n\n"
+            "One batch job per point (`python -m results.bench scaling --io`): every reader task reads its share "
+            "of the dataset's files whole (reader i of T: files i, i+T, ...), so a folder of images and a folder "
+            "of tar shards are read by the same code and compared by format. MB/s and files/s in all = bytes "
+            "(files) / (last reader's end - first reader's start); per node = that / nodes; the slowest node is "
+            "shown too. Complete = every reader read its whole share before `--seconds`. Cache evict: each reader "
+            "dropped a file's cached pages (posix_fadvise DONTNEED) just before reading it; as-is: a set smaller "
+            "than the nodes' memory is read from memory after its first pass. Block-device MB/s is `read_bytes` "
+            "of /proc/self/io (0 for pages from the cache; network filesystems are not counted there).\n\n"
+            + md_table(["series", "nodes", "readers/node", "MB/s", "MB/s per node", "slowest node MB/s", "files/s",
+                        "files/s per node", "bytes/file", "files", "elapsed (s)", "complete", "block-device MB/s",
+                        "SLURM job", "note",
+                        "env", "record"], rows))

@@ -1,0 +1,68 @@
+"""Report section: the headline ratios, each from the newest sweep that has it."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from results import comparisons as cmp
+from results.report.common import _newest_sweep, data_label, fmt, pct
+
+
+def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence[dict] = (),
+                    steady: Sequence[dict] = ()) -> str:
+    """The headline ratios, each from the newest sweep that has it, with the load at the time."""
+    lines = []
+    ratios = [r for r in steady if r["metrics"].get("ratio_per_core") and r["point"]["backend"] != "baseline"]
+    for r in _newest_sweep(ratios):
+        p, m = r["point"], r["metrics"]
+        lines.append(f"- Data pipeline, steady state, `{p['backend']}` vs `baseline` ({p['split']}, "
+                     f"{p['workers']} workers, {p['image_size']}px, {p['images']} images x {m['rounds']} "
+                     f"rounds in lockstep): {cmp.times(m['ratio_per_core'])} images/s per core (range "
+                     f"{cmp.times(m['ratio_min'])}-{cmp.times(m['ratio_max'])}); host load "
+                     f"{fmt(r.get('host_load_1m'))} (`{r['_source']}`)")
+    # the engine's default backend; the other backends are in the section's table and figure
+    pipe = [x for x in cmp.pipeline_rows(io) if x["per_core_ratio"] and x["record"]["point"]["backend"] == "fast"]
+    for x in _newest_sweep(pipe, lambda x: x["record"]):
+        p, m = x["record"]["point"], x["record"]["metrics"]
+        lines.append(f"- Data pipeline, `{p['backend']}` vs `baseline` ({p['workers']} workers, {p['cache']} "
+                     f"cache, {p['image_size']}px): {cmp.times(x['per_core_ratio'])} images/s per core "
+                     f"({fmt(m['images_per_cpu_s'])} vs {fmt(x['baseline']['metrics']['images_per_cpu_s'])}), "
+                     f"{cmp.times(x['wall_ratio'])} wall images/s; host load {fmt(x['record'].get('host_load_1m'))} "
+                     f"(`{x['record']['_source']}`)")
+    steps = [x for x in cmp.step_rows(train) if x["step_speedup"] and x["record"]["point"]["setup"] != "baseline"]
+
+    def kind(x: dict) -> tuple:  # the newest sweep of each device and kind of data: a GPU sweep hides no CPU one
+        return cmp.on_gpu(x["record"]), x["record"]["point"]["data"] == "dummy"
+    newest = {k: _newest_sweep([x for x in steps if kind(x) == k], lambda x: x["record"])[0]["record"]["sweep"]
+              for k in {kind(x) for x in steps}}
+    for x in (x for x in steps if x["record"]["sweep"] == newest[kind(x)]):
+        p, m = x["record"]["point"], x["record"]["metrics"]
+        lines.append(f"- Training step, `{p['setup']}` vs `baseline` ({data_label(p['data'])}, {p['arch']} "
+                     f"{p['image_size']}px, batch {p['batch_size']}, {p['world_size']} process, "
+                     f"{m.get('device')}): {cmp.times(x['step_speedup'])} ({fmt(m['step_time_ms'])} vs "
+                     f"{fmt(x['baseline']['metrics']['step_time_ms'])} ms/step); host load "
+                     f"{fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
+    for x in cmp.logging_rows(train):
+        p, m, q = x["record"]["point"], x["record"]["metrics"], x["quiet"]["metrics"]
+        lines.append(f"- Logging overhead ({data_label(p['data'])}, {p['arch']} {p['image_size']}px, batch "
+                     f"{p['batch_size']}, {m.get('device')}): printing and TensorBoard step scalars at every step "
+                     f"cost {100 * x['overhead']:+.1f}% step time ({fmt(m['step_time_ms'])} vs "
+                     f"{fmt(q['step_time_ms'])} ms/step logging once per epoch); host load "
+                     f"{fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
+    for r in _newest_sweep(overlap):
+        p, m = r["point"], r["metrics"]
+        lines.append(f"- DDP communication overlap ({p['arch']} {p['image_size']}px, batch {p['batch_size']}, "
+                     f"{p['world_size']} gloo processes, {p['bucket_cap_mb']:g} MB buckets): "
+                     f"{fmt(m['exposed_comm_ms'])} ms of the {fmt(m['allreduce_alone_ms'])} ms gradient "
+                     f"all-reduce stays exposed per step ({100 * m['hidden_fraction']:.0f}% hidden; step "
+                     f"{fmt(m['step_time_ms'])} ms); host load {fmt(r.get('host_load_1m'))} (`{r['_source']}`)")
+    nodes = cmp.multinode_records(train)
+    if nodes:
+        newest = _newest_sweep(nodes)
+        big = max(newest, key=lambda r: r["metrics"]["world_size"])  # a 1-process run has no backend
+        where = "SLURM test cluster" if "test cluster" in (big.get("note") or "") else "SLURM"
+        lines.append(f"- Multi-node {big['metrics'].get('backend')} DDP ({where}, {big['point']['arch']}): "
+                     + "; ".join(
+            f"{r['metrics'].get('nodes')} node(s) {fmt(r['metrics']['images_per_s'])} images/s, efficiency "
+            f"{pct(r['metrics'].get('scaling_efficiency'))}, host load {fmt(r.get('host_load_1m'))}" for r in newest))
+    return "## Summary\n\nComputed from the records below (newest sweep of each kind):\n\n" + (
+        "\n".join(lines) + "\n" if lines else "_(no comparison records yet)_\n")

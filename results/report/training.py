@@ -1,0 +1,144 @@
+"""Report sections: training throughput and time vs processes, and the multi-node (SLURM) points."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Sequence
+
+from results import comparisons as cmp, figures
+from results.report.common import (IMAGENET_TRAIN_IMAGES, Environments, _mib, md_table, pct, train_groups)
+
+
+def published_throughput(pub: dict) -> List[figures.Series]:
+    out = []
+    for i, run in enumerate(pub["hal_2020"]["runs"]):
+        out.append({"label": f"HAL 2020 V100 ({run['label']}, Apex O2)", "x": run["gpus"],
+                    "y": run["train_img_per_s"], "color": figures.palette(i)})
+    for j, (cfg, pts) in enumerate(sorted(pub["nvidia_dle_2021"]["train_img_per_s"].items())):
+        xs = sorted(int(k) for k in pts)
+        out.append({"label": f"NVIDIA DLE 2021 {cfg}", "x": xs, "y": [pts[str(x)] for x in xs],
+                    "color": figures.palette(i + 1 + j), "style": "s-"})
+    return out
+
+
+def with_ideal(series: Sequence[figures.Series]) -> List[figures.Series]:
+    """Each series plus its ideal linear line and efficiency labels relative to its first point."""
+    out = []
+    for i, s in enumerate(series):
+        x0, y0 = s["x"][0], s["y"][0]
+        s = dict(s, labels=[f"{100 * (y / x) / (y0 / x0):.0f}%" for x, y in zip(s["x"], s["y"])])
+        out += [s, figures.ideal_line(x0, y0, list(s["x"]), i == 0, s.get("color"))]
+    return out
+
+
+def throughput_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) -> str:
+    groups = train_groups(train)
+    # single-point series (the --setups comparisons) have no scaling to show: their own section draws them
+    ours = [{"label": k, "x": [r["metrics"]["world_size"] for r in v], "y": [r["metrics"]["images_per_s"] for r in v],
+             "color": figures.palette(i)} for i, (k, v) in enumerate(groups.items()) if len(v) > 1]
+    figures.scaling_panels(fig_dir / "training_throughput.png", [
+        {"title": "this project (measured, warm-up excluded)", "xlabel": "processes (GPUs)",
+         "ylabel": "training throughput (images/s)", "series": with_ideal(ours),
+         "empty": "no successful train records"},
+        {"title": "published ResNet-50 (reference)", "xlabel": "GPUs", "ylabel": "training throughput (images/s)",
+         "series": with_ideal(published_throughput(pub)), "legend_loc": "upper left"},
+    ], "Training throughput vs processes/GPUs; labels: scaling efficiency vs the first point")
+    rows = []
+    for label, members in groups.items():
+        for r in members:
+            m = r["metrics"]
+            rows.append([label, m["world_size"], m.get("nodes"), m["images_per_s"], m["images_per_s_per_process"],
+                         m["step_time_ms"], m.get("data_time_ms"), m.get("compute_time_ms"),
+                         _mib(m.get("peak_memory_bytes")), m.get("epoch_time_s"), pct(m.get("scaling_efficiency")),
+                         m.get("baseline_world_size"), m.get("measured_steps"), m.get("warmup_steps"),
+                         r.get("host_load_1m"), env.id(r), r["_source"]])
+    table = md_table(["series", "processes", "nodes", "images/s", "images/s per process", "ms/step", "data ms/step",
+                      "compute ms/step", "peak memory (MiB)", "epoch time (s)", "scaling efficiency",
+                      "efficiency baseline (processes)", "measured steps", "warm-up steps", "host load (1 min)",
+                      "env", "record"], rows)
+    notes = sorted({r["note"] for r in train if r.get("note")})
+    return ("## Training throughput\n\n![training throughput](figures/training_throughput.png)\n\n"
+            "The figure draws series with more than one process count; single-point series are in the table "
+            "and in the step-time comparison. Series marked SLURM ran as one batch job per point (multi-node: "
+            "see below). " + "".join(f"Note recorded with points: {n}. " for n in notes)
+            + "\n\nMeasured points (steady state: the engine excludes its warm-up steps). Scaling efficiency = "
+            "(images/s per process) / (the same at the sweep's smallest process count). Host load is the "
+            "1-minute load average when the point was recorded: on a shared machine a load above the core "
+            "count means other work competed for the cores.\n\n" + table
+            + "\n" + published_throughput_table(pub))
+
+
+def published_throughput_table(pub: dict) -> str:
+    rows = []
+    for s in published_throughput(pub):
+        x0, y0 = s["x"][0], s["y"][0]
+        for x, y in zip(s["x"], s["y"]):
+            rows.append([s["label"], x, y, y / x, pct((y / x) / (y0 / x0))])
+    src = f"Sources: {pub['hal_2020']['source']}; {pub['nvidia_dle_2021']['source']}."
+    return ("Published reference (as published; per-GPU rate and efficiency derived):\n\n"
+            + md_table(["series", "GPUs", "images/s", "images/s per GPU", "efficiency vs first point"], rows)
+            + "\n" + src + "\n")
+
+
+def time_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) -> str:
+    epochs = pub["hal_2020"]["runs"][0]["epochs"]  # compare like with like: the published 90-epoch runs
+    groups = train_groups(train)
+    ours = []
+    for i, (label, members) in enumerate(g for g in groups.items() if len(g[1]) > 1):
+        hours = [epochs * IMAGENET_TRAIN_IMAGES / r["metrics"]["images_per_s"] / 3600 for r in members]
+        ours.append({"label": label, "x": [r["metrics"]["world_size"] for r in members], "y": hours,
+                     "color": figures.palette(i)})
+    published = [{"label": f"HAL 2020 V100 ({run['label']}), {run['epochs']} epochs", "x": run["gpus"],
+                  "y": [t / 3600 for t in run["train_time_s"]], "color": figures.palette(i)}
+                 for i, run in enumerate(pub["hal_2020"]["runs"])]
+    ml = pub["mlperf_training_v3_0_resnet50"]["time_to_train_min"]
+    xs = sorted(int(k) for k in ml)
+    published.append({"label": "MLPerf v3.0 H100 (to 75.9% top-1)", "x": xs, "y": [ml[str(x)] / 60 for x in xs],
+                      "color": figures.palette(3), "style": "s-"})
+
+    def ideal_time(series):
+        out = []
+        for s in series:
+            x0, y0 = s["x"][0], s["y"][0]
+            eff = [f"{100 * (y0 * x0) / (y * x):.0f}%" for x, y in zip(s["x"], s["y"])]
+            out += [dict(s, labels=eff), {"label": figures.IDEAL_LABEL if not out else "_nolegend_", "x": s["x"],
+                                          "y": [y0 * x0 / x for x in s["x"]], "style": ":", "color": s["color"]}]
+        return out
+    figures.scaling_panels(fig_dir / "training_time.png", [
+        {"title": f"this project: {epochs} ImageNet epochs at the measured rate", "xlabel": "processes (GPUs)",
+         "ylabel": "time to train (hours)", "series": ideal_time(ours), "empty": "no successful train records"},
+        {"title": "published ResNet-50 (reference)", "xlabel": "GPUs", "ylabel": "time to train (hours)",
+         "series": ideal_time(published), "legend_loc": "lower left"},
+    ], "Training time vs processes/GPUs; labels: efficiency vs the first point")
+    rows = []
+    for label, members in groups.items():
+        for r in members:
+            m = r["metrics"]
+            rows.append([label, m["world_size"], m.get("epoch_time_s"), r["point"].get("steps_per_epoch"),
+                         IMAGENET_TRAIN_IMAGES / m["images_per_s"] / 3600,
+                         epochs * IMAGENET_TRAIN_IMAGES / m["images_per_s"] / 3600, env.id(r), r["_source"]])
+    pub_rows = [[s["label"], x, y] for s in published for x, y in zip(s["x"], s["y"])]
+    return (f"## Training time\n\n![training time](figures/training_time.png)\n\nOur runs are short (a few steps "
+            f"per epoch), so the time for a full ImageNet epoch ({IMAGENET_TRAIN_IMAGES} images) and for "
+            f"{epochs} epochs is projected from the measured images/s; the measured (short) epoch time is shown "
+            "too.\n\n" + md_table(["series", "processes", "measured epoch time (s)", "steps/epoch",
+                                   "projected ImageNet epoch (h)", f"projected {epochs} epochs (h)", "env",
+                                   "record"], rows)
+            + "\nPublished (hours):\n\n" + md_table(["series", "GPUs", "time to train (h)"], pub_rows)
+            + f"\nSources: {pub['hal_2020']['source']}; {pub['mlperf_training_v3_0_resnet50']['source']}.\n")
+
+
+def multinode_section(train: Sequence[dict], env: Environments) -> str:
+    recs = cmp.multinode_records(train)
+    rows = [[r["sweep"], r["metrics"].get("nodes"), r["metrics"]["world_size"], r["environment"].get("hostname"),
+             r["metrics"].get("backend"), r["metrics"]["images_per_s"], r["metrics"]["images_per_s_per_process"],
+             r["metrics"]["step_time_ms"], r["metrics"].get("data_time_ms"), r["metrics"].get("compute_time_ms"),
+             pct(r["metrics"].get("scaling_efficiency")), r["environment"].get("slurm_job_id"),
+             r.get("host_load_1m"), env.id(r), r["_source"]] for r in recs]
+    notes = "".join(f"\n{n}.\n" for n in sorted({r["note"] for r in recs if r.get("note")}))
+    return ("## Multi-node scaling (SLURM)\n\nOne batch job per point (`python -m results.bench scaling`, "
+            "or `train --submit slurm`), drawn as the SLURM series in the throughput figure below. Efficiency = "
+            "(images/s per process) / (the same at the sweep's smallest node count); hostname is rank 0's "
+            "node.\n" + notes + "\n"
+            + md_table(["sweep", "nodes", "processes", "rank-0 host", "backend", "images/s", "images/s per process",
+                        "ms/step", "data ms/step", "compute ms/step", "scaling efficiency", "SLURM job",
+                        "host load (1 min)", "env", "record"], rows))

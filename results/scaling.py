@@ -1,0 +1,255 @@
+"""``python -m results.bench scaling``: a node-count sweep on the SLURM cluster you are logged in to.
+
+    python -m results.bench scaling --nodes 1 2 4 8 --gpus-per-node 4 --partition gpu \\
+        --setup 'module load cuda' --setup 'source ~/venvs/imagenet/bin/activate' \\
+        -a resnet50 --batch 256 --image-size 224 --data /shared/imagenet --tag mycluster
+
+Each point is one batch job written by :mod:`slurm.generate` (the templates of the committed
+``slurm/*.sh``), submitted with ``sbatch`` to whatever cluster it reaches (``SLURM_CONF`` or the
+site config). By default each job waits for the previous one (``--dependency=afterany``), so
+points never share nodes or storage; ``--concurrent`` drops that. Progress is printed per point
+(queued, running, done); each finished job's run.json is read from the shared filesystem into
+one record. Ctrl-C or ``--timeout`` cancels every job still queued or running. Running again with
+the same ``--tag`` resumes: points with an ok record in the same sweep are skipped. ``--io``
+sweeps readers x nodes over ``--data`` instead (:mod:`results.storage_bench`).
+
+The scratch and kept run folders go under ``results/`` when the records file is the default one,
+else next to the records file; either way they must be on a filesystem the nodes share.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+from results import records, slurm_queue, train_bench
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NODES = (1, 2, 4)
+
+
+class Point:
+    """One job of the sweep: its label, where it works, its job file and, once submitted, its id."""
+
+    def __init__(self, label: str, scratch: Path, script: str, sbatch_args: List[str],
+                 finish: Callable[["Point"], dict]) -> None:
+        self.label, self.scratch, self.script, self.finish = label, scratch, script, finish
+        self.sbatch_args = sbatch_args
+        self.job: Optional[str] = None
+        self.error: Optional[str] = None  # why it could not be submitted
+        self.t0 = time.monotonic()
+
+
+# ---------------------------------------------------------------- the sweep
+
+def run(a: argparse.Namespace) -> int:
+    from results import bench, storage_bench
+    scratch_root, runs_root = _work_dirs(a.records, bench)
+    kind = "storage" if a.io else "train"
+    sweep, done = (records.new_sweep_id(kind, a.tag), {}) if a.fresh else resume(a.records, kind, same_sweep_key(a), a.tag)
+    builder = storage_bench.sweep_points if a.io else train_points
+    points = builder(a, sweep, done, scratch_root, runs_root)
+    if a.dry_run:
+        for p in points:
+            print(f"# ---- {p.label}: {p.scratch / 'job.sh'}\n{p.script}")
+        return 0
+    if not points:
+        log.info("every point of sweep %s is already recorded in %s", sweep, a.records)
+        return _report(a)
+    log.info("sweep %s: %d point(s) to run%s, records -> %s", sweep, len(points),
+             f" ({len(done)} already recorded)" if done else "", a.records)
+    try:
+        failed = submit_and_collect(points, a)
+    except KeyboardInterrupt:
+        log.warning("interrupted: every job of the sweep still queued or running was cancelled; rerun the "
+                    "same command to resume")
+        return 130
+    except slurm_queue.Timeout as e:
+        log.warning("--timeout: %s, so they were cancelled; rerun the same command to resume", e)
+        return 124
+    rc = 1 if failed == len(points) else 0
+    return rc or _report(a)
+
+
+def _work_dirs(records_file: Path, bench) -> Tuple[Path, Path]:
+    if Path(records_file).resolve().parent == records.RECORDS_DIR.resolve():
+        return bench.SCRATCH, bench.RUNS
+    return Path(records_file).resolve().parent / "scratch", Path(records_file).resolve().parent / "runs"
+
+
+def same_sweep_key(a: argparse.Namespace) -> dict:
+    """What must match for an earlier record to belong to this sweep (everything but the node count)."""
+    keys = ["io", "gpus_per_node", "cpus_per_task", "arch", "batch", "image_size", "steps_per_epoch", "data",
+            "workers", "variant", "precision", "readers", "seconds", "format_label", "cache"]
+    return train_bench.portable({k: getattr(a, k) for k in keys if hasattr(a, k)})  # recorded: no machine paths
+
+
+def resume(path: Path, kind: str, key: dict, tag: str) -> Tuple[str, Dict[int, List[int]]]:
+    """(sweep id, {nodes: [readers...]} of points with an ok record) of the newest matching sweep in
+    ``path``, or a new sweep id and nothing done."""
+    recs = records.read_lines(path)[0] if Path(path).exists() else []
+    mine = [r for r in recs if r["kind"] == kind and r.get("scaling_key") == key]
+    if not mine:
+        return records.new_sweep_id(kind, tag), {}
+    sweep = max(mine, key=lambda r: r["time"])["sweep"]
+    done: Dict[int, List[int]] = {}
+    for r in mine:
+        if r["sweep"] == sweep and r["status"] == "ok":
+            done.setdefault(r["point"]["nodes"], []).append(r["point"].get("readers_per_node", 0))
+    return sweep, done
+
+
+def runner(a: argparse.Namespace) -> train_bench.SlurmRunner:
+    return train_bench.SlurmRunner(a.gpus_per_node, a.time, cpus_per_task=a.cpus_per_task, partition=a.partition,
+                                   account=a.account, qos=a.qos, constraint=a.constraint, setup=tuple(a.setup),
+                                   python=a.python)
+
+
+def train_points(a: argparse.Namespace, sweep: str, done: Dict[int, List[int]], scratch_root: Path,
+                 runs_root: Path) -> List[Point]:
+    from results import bench
+    r = runner(a)
+    procs = a.gpus_per_node or a.procs_per_node
+    workers = a.workers if a.workers is not None else (8 if a.gpus_per_node else 0)
+    params = train_bench.parameter_count(a.arch)
+    out = []
+    for n in sorted(set(a.nodes)):
+        if n in done:
+            log.info("nodes %d: already recorded in sweep %s, skipped", n, sweep)
+            continue
+        p = train_bench.TrainPoint(variant=a.variant, procs_per_node=procs, nodes=n, batch_size=a.batch,
+                                   precision=a.precision, data=a.data, arch=a.arch, image_size=a.image_size,
+                                   epochs=1, steps_per_epoch=a.steps_per_epoch, val_steps=1, workers=workers,
+                                   extra_args=tuple(a.extra))
+        scratch, keep = scratch_root / sweep / p.name, runs_root / sweep / p.name
+        extra = {"runner": "slurm", "bench_command": train_bench.portable(" ".join(sys.argv)),
+                 "scaling_key": same_sweep_key(a), **({"note": a.note} if a.note else {})}
+
+        def finish(pt: Point, p=p, scratch=scratch, keep=keep, extra=extra) -> dict:
+            if pt.error:
+                return bench.failed_train_record(p, sweep, pt.error, extra)
+            out_ = train_bench.Outcome(0, slurm_queue.job_output(scratch),
+                                       f"sbatch {' '.join(r.sbatch_argv(scratch))} {scratch / 'job.sh'}",
+                                       time.monotonic() - pt.t0)
+            return bench.train_record(p, out_, sweep, params, extra, scratch, keep)
+        why = train_bench.check(p)
+        if why:
+            raise bench.BenchError(why)
+        out.append(Point(f"{n} node(s) x {procs} process(es)", scratch, r.script(p, scratch), r.sbatch_argv(scratch),
+                         finish))
+    return out
+
+
+def submit_and_collect(points: List[Point], a: argparse.Namespace) -> int:
+    """Submit every point, print each state change, record each point as its job ends; the number
+    of failed points. Interrupted (KeyboardInterrupt) or out of time (slurm_queue.Timeout), every
+    job still queued or running is cancelled first; nothing is recorded for those, so a rerun
+    redoes them."""
+    by_job: Dict[str, Point] = {}
+    failed = 0
+
+    def record(p: Point) -> None:
+        nonlocal failed
+        rec = p.finish(p)
+        records.append(a.records, rec)
+        failed += rec["status"] != "ok"
+        log.info("%s: %s", p.label, _summary(rec))
+    try:
+        previous = None
+        for p in points:
+            p.scratch.mkdir(parents=True, exist_ok=True)
+            path = p.scratch / "job.sh"
+            path.write_text(p.script)
+            after = [f"--dependency=afterany:{previous}"] if previous and not a.concurrent else []
+            try:
+                p.job = slurm_queue.submit(path, [*after, *p.sbatch_args], cwd=train_bench.REPO,
+                                           env=train_bench._child_env())
+            except slurm_queue.SlurmError as e:  # e.g. more nodes than the partition has: the rest goes on
+                p.error = str(e)
+                record(p)
+                continue
+            by_job[p.job] = p
+            previous = p.job
+            log.info("%s: submitted job %s", p.label, p.job)
+    except BaseException:
+        slurm_queue.cancel(list(by_job))
+        raise
+
+    def on_change(job: str, state: str) -> None:
+        p = by_job[job]
+        if state == slurm_queue.DONE:
+            record(p)
+        else:
+            log.info("%s: job %s %s", p.label, job, state)
+    slurm_queue.watch(list(by_job), on_change, a.timeout)
+    return failed
+
+
+def _summary(rec: dict) -> str:
+    m, job = rec["metrics"], rec["environment"].get("slurm_job_id")
+    return (f"job {job} done, " if job else "") + _numbers(rec)
+
+
+def _numbers(rec: dict) -> str:
+    m = rec["metrics"]
+    if rec["status"] != "ok":
+        return f"FAILED: {rec['error']}"
+    if rec["kind"] == "storage":
+        return f"{m['mb_per_s']:.1f} MB/s, {m['files_per_s']:.1f} files/s in all"
+    return f"{m['images_per_s']:.1f} images/s ({m['world_size']} processes), {m['step_time_ms']:.1f} ms/step"
+
+
+def _report(a: argparse.Namespace) -> int:
+    if not a.report:
+        return 0
+    from results import report
+    if Path(a.records).resolve().parent == records.RECORDS_DIR.resolve():
+        return report.main([])
+    return report.main(["--records", str(a.records), "--out", str(Path(a.records).resolve().parent)])
+
+
+# ---------------------------------------------------------------- command line
+
+def add_parser(sub, common: argparse.ArgumentParser) -> None:
+    c = sub.add_parser("scaling", parents=[common], help="node-count sweep on this SLURM cluster (one job per "
+                       "point; --io: readers x nodes on the shared filesystem), then the report")
+    c.add_argument("--nodes", nargs="+", type=int, default=list(DEFAULT_NODES))
+    c.add_argument("--gpus-per-node", type=int, default=4, help="GPUs (= training processes) per node; 0: CPU nodes")
+    c.add_argument("--procs-per-node", type=int, default=1, help="training processes per CPU node (--gpus-per-node 0)")
+    c.add_argument("--cpus-per-task", type=int, help="CPUs per SLURM task (default: slurm.generate's, 8 per process)")
+    for flag in ("--partition", "--account", "--qos", "--constraint"):
+        c.add_argument(flag, help=f"sbatch {flag}")
+    c.add_argument("--time", default="00:30:00", help="time limit of each job (SLURM format)")
+    c.add_argument("--setup", action="append", default=[], metavar="LINE",
+                   help="shell line each job runs first, e.g. 'module load cuda' or 'source ENV/bin/activate' "
+                        "(repeatable)")
+    c.add_argument("--python", help="interpreter in the jobs (default: this one; 'python' when --setup is given)")
+    c.add_argument("--data", default="dummy", help="dataset root on the shared filesystem ('dummy': synthetic)")
+    c.add_argument("-a", "--arch", default="resnet50")
+    c.add_argument("--batch", type=int, default=256, help="batch per process")
+    c.add_argument("--image-size", type=int, default=224)
+    c.add_argument("--steps-per-epoch", type=int, default=100)
+    c.add_argument("--workers", type=int, help="loader workers per process (default 8 on GPUs, 0 on CPUs)")
+    c.add_argument("--variant", default="ddp", choices=["ddp", "amp"])
+    c.add_argument("--precision", default="O0", choices=["O0", "O1", "O2", "O3"], help="--opt-level (amp variant)")
+    c.add_argument("--extra", action="append", default=[], help="one more engine flag (repeatable)")
+    c.add_argument("--note", help="recorded with every point and shown in the report")
+    c.add_argument("--timeout", type=float, help="seconds for the whole sweep; then every job is cancelled")
+    c.add_argument("--concurrent", action="store_true", help="let points run at the same time (default: one "
+                   "after the other, so they do not share nodes or storage)")
+    c.add_argument("--fresh", action="store_true", help="start a new sweep even if this tag has one (earlier "
+                   "records stay in the file)")
+    c.add_argument("--dry-run", action="store_true", help="print the batch files, submit nothing")
+    c.add_argument("--no-report", dest="report", action="store_false", help="skip regenerating the report")
+    io = c.add_argument_group("--io: storage read throughput seen from the nodes")
+    io.add_argument("--io", action="store_true", help="sweep readers per node x nodes reading --data")
+    io.add_argument("--readers", nargs="+", type=int, default=[1, 4], help="reader processes per node")
+    io.add_argument("--seconds", type=float, default=30, help="each reader stops after this long (or all files)")
+    io.add_argument("--cache", choices=["evict", "as-is"], default="evict", help="evict: each reader drops a "
+                    "file's cached pages before reading it (posix_fadvise, no root), so reads reach storage")
+    io.add_argument("--format-label", help="the data format's name in the report (default: detected, imagefolder "
+                    "or shards; e.g. staged-shards for a node-local copy)")

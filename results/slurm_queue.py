@@ -1,0 +1,121 @@
+"""The SLURM client side of the harness: submit batch files, watch their states, cancel them.
+
+Whatever cluster ``sbatch`` on PATH reaches (``SLURM_CONF`` in the environment on a test cluster,
+the site's config on a login node). Jobs are watched with ``squeue``, which needs no accounting
+database: a job that has left the queue is finished, and what it left on the shared filesystem
+(run.json, its output file) says how it went. Every job this module submitted is cancelled by
+:func:`watch` when the caller is interrupted or runs out of time, so nothing stays queued.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Dict, Optional, Sequence
+
+log = logging.getLogger(__name__)
+
+QUEUED = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED")
+RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
+DONE = "DONE"  # gone from the queue, or in a final state
+POLL_S = 2.0
+
+
+class SlurmError(RuntimeError):
+    """sbatch/squeue missing or refusing; one line with the fix."""
+
+
+class Timeout(RuntimeError):
+    """The sweep ran past its --timeout (its jobs have been cancelled)."""
+
+
+def _run(cmd: Sequence[str], cwd: Optional[Path] = None, env: Optional[Dict[str, str]] = None) -> str:
+    try:
+        out = subprocess.run(list(cmd), capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+    except FileNotFoundError:
+        raise SlurmError(f"{cmd[0]} is not on PATH; run this on a SLURM login node (or load the slurm "
+                         "module)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{cmd[0]} did not answer in 120 s; is slurmctld up (scontrol ping)?") from None
+    if out.returncode != 0:
+        raise SlurmError(f"{' '.join(cmd[:2])} failed: {(out.stderr or out.stdout).strip().splitlines()[-1:]}")
+    return out.stdout
+
+
+def submit(script: Path, sbatch_args: Sequence[str] = (), cwd: Optional[Path] = None,
+           env: Optional[Dict[str, str]] = None) -> str:
+    """``sbatch --parsable``; the job id."""
+    out = _run(["sbatch", "--parsable", *sbatch_args, str(script)], cwd=cwd, env=env)
+    return out.strip().split(";")[0]
+
+
+def states(job_ids: Sequence[str]) -> Dict[str, str]:
+    """"queued (reason)", "running" or DONE per job; DONE once a job has left the queue. The reason
+    (Priority, Resources, Dependency, PartitionNodeLimit, ...) tells a user why a point waits."""
+    if not job_ids:
+        return {}
+    # --states=all: recently finished jobs are listed with their final state. Not -j: squeue fails
+    # with "Invalid job id" once a finished job has been purged from slurmctld's memory.
+    out = _run(["squeue", "-h", "--me", "--states=all", "-o", "%i %T %r"])
+    seen = {f[0]: f[1:] for f in (line.split(None, 2) for line in out.splitlines()) if f}
+    return {j: _kind(*seen.get(j, ["", ""])) for j in job_ids}
+
+
+def _kind(state: str, reason: str = "") -> str:
+    if state in QUEUED:
+        return f"queued ({reason.strip()})" if reason.strip() not in ("", "None") else "queued"
+    if state in RUNNING:
+        return "running"
+    return DONE
+
+
+def cancel(job_ids: Sequence[str]) -> None:
+    """scancel every job given; those already gone are ignored."""
+    if job_ids:
+        subprocess.run(["scancel", *job_ids], capture_output=True, text=True)
+        log.warning("cancelled SLURM job(s) %s", ", ".join(job_ids))
+
+
+def watch(job_ids: Sequence[str], on_change: Callable[[str, str], None], timeout_s: Optional[float] = None,
+          poll_s: float = POLL_S) -> None:
+    """Poll until every job is DONE, calling ``on_change(job, state)`` at each change.
+
+    Ctrl-C, a SLURM client error or the timeout cancels the jobs still queued or running, then
+    re-raises (:class:`Timeout` for the timeout).
+    """
+    last: Dict[str, str] = {}
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        while True:
+            now = states([j for j in job_ids if last.get(j) != DONE])
+            for j, s in now.items():
+                if last.get(j) != s:
+                    last[j] = s
+                    on_change(j, s)
+            if all(last.get(j) == DONE for j in job_ids):
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise Timeout(f"jobs still running after {timeout_s:.0f} s")
+            time.sleep(poll_s)
+    except BaseException:
+        cancel([j for j in job_ids if last.get(j) != DONE])
+        raise
+
+
+def job_output(log_dir: Path, lines: int = 40) -> str:
+    """The tail of the job's own output file(s) in ``log_dir`` (slurm-<id>.out)."""
+    files = sorted(log_dir.glob("slurm-*.out"), key=os.path.getmtime)
+    if not files:
+        return ""
+    return "\n".join(files[-1].read_text(errors="replace").strip().splitlines()[-lines:])
+
+
+def wait_one(script: Path, sbatch_args: Sequence[str], cwd: Path, env: Dict[str, str], timeout_s: float) -> str:
+    """Submit one job and wait for it (the ``train --submit slurm`` runner); cancelled on timeout."""
+    job = submit(script, sbatch_args, cwd=cwd, env=env)
+    log.info("    submitted SLURM job %s", job)
+    watch([job], lambda j, s: log.info("    job %s %s", j, s.lower() if s == DONE else s), timeout_s)
+    return job
+
