@@ -264,3 +264,16 @@ def test_step_times_recorder_on_cpu():
     off = StepTimes(torch.device("cpu"), enabled=False)
     off.mark(False), off.mark(True), off.flush()
     assert off.ms == []
+
+
+def test_engine_records_each_steady_step_time(tmp_path):
+    from tests.helpers import TINY, explain, python, read_run, script
+    # 12 steps an epoch, 3 of them warm-up (a quarter), 2 epochs: 18 steady steps
+    proc = python(script("imagenet_nd.py"), *TINY, "--dummy", "--dummy-size", "96", "--num-classes", "10",
+                  "--epochs", "2", "-p", "5", "--val-steps", "1", "--step-times", "--log-dir", tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    tp = read_run(tmp_path)["throughput"]
+    assert len(tp["step_times_ms"]) == tp["measured_steps"] == 18
+    assert all(t > 0 for t in tp["step_times_ms"])
+    # the same wall time as the steady-state meter, step by step
+    assert sum(tp["step_times_ms"]) == pytest.approx(tp["step_time_ms"] * tp["measured_steps"], rel=0.25)
