@@ -240,7 +240,7 @@ def section(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source:
     got = measured(train, pipeline, h, h_source)
     cs = cases(pub, links, got)
     rows = check_rows(cs)
-    _figure(cs, fig_dir / "scaling_model_terms.png")
+    _figure(cs, rows, fig_dir / "scaling_model_terms.png")
     sources = "\n".join(f"- {sec} {k}: {v}" for sec in ("hal_2020", "nvidia_dle_2021") for k, v in links[sec].items()
                         if k.endswith("_source") and any(w in k for w in ("loader", "storage", "bytes", "runs",
                                                                            "check_configs", "systems")))
@@ -257,24 +257,32 @@ def section(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source:
             + md_table(HEADERS, table_rows(rows)) + "\n" + missing_term(rows, got.samples("cuda")[1]) + "\n")
 
 
-def _figure(cs: Sequence[Case], path: Path) -> None:
-    series_eff, series_meas = [], []
+def _figure(cs: Sequence[Case], rows: Sequence[dict], path: Path) -> None:
+    """Per-GPU images/s, model lines against published points; and each point's error with the tolerance band."""
+    gpus = sm.powers_of_two(1, 128)
+    per_gpu, errors = [], []
     for i, case in enumerate(cs):
         c = figures.palette(i)
-        gpus = sm.powers_of_two(1, 1024)
-        b_last = case.points[-1][1]
-        pred = [sm.breakdown(sm.with_batch(case.model, b_last), n) for n in gpus]
-        series_eff.append({"label": f"{case.name} model", "x": gpus, "y": [p["efficiency"] for p in pred],
-                           "style": "-", "color": c})
-        per_gpu0 = case.points[0][2] / case.points[0][0]
-        series_meas.append({"label": f"{case.name} published", "x": [p[0] for p in case.points],
-                            "y": [x / n / per_gpu0 * sm.breakdown(sm.with_batch(case.model, case.points[0][1]),
-                                                                  case.points[0][0])["efficiency"]
-                                  for n, _, x in case.points], "style": "o", "color": c})
-    figures.grid(path, [{"title": "whole-step model: efficiency (fraction of linear in t_c)", "xlabel": "GPUs",
-                         "ylabel": "efficiency", "series": series_eff + series_meas, "xlog": True, "ymin0": True,
-                         "legend_loc": "lower left"}],
-                 "Compute + all-reduce + stragglers + input pipeline + storage, against the published points")
+        w = sm.with_batch(case.model, case.points[-1][1])  # the table's last batch (may: 224 at 4 GPUs, then 256)
+        per_gpu.append({"label": "_nolegend_", "x": gpus, "style": "-", "color": c,
+                        "y": [sm.breakdown(w, n)["images_per_s"] / n for n in gpus]})
+        per_gpu.append({"label": "_nolegend_", "x": [n for n, _, _ in case.points], "style": "o",
+                        "color": c, "y": [x / n for n, _, x in case.points]})
+        mine = [r for r in rows if r["case"] == case.name]
+        errors.append({"label": case.name, "x": [r["gpus"] for r in mine], "y": [100 * r["error"] for r in mine],
+                       "style": "o-", "color": c})
+    per_gpu += [{"label": "model (colours as on the right)", "x": [], "y": [], "style": "-", "color": "black"},
+                {"label": "published", "x": [], "y": [], "style": "o", "color": "black"}]
+    band = [1, 128]
+    errors += [{"label": f"+-{100 * sm.CHECK_TOLERANCE:.0f}% (--check)", "x": band, "y": [y, y], "style": ":",
+                "color": "black"} for y in (100 * sm.CHECK_TOLERANCE, -100 * sm.CHECK_TOLERANCE)]
+    errors[-1]["label"] = "_nolegend_"
+    figures.grid(path, [
+        {"title": "images/s per GPU: model (lines) and published (points)", "xlabel": "GPUs",
+         "ylabel": "images/s per GPU", "series": per_gpu, "xlog": True, "ylog": True, "legend_loc": "lower center"},
+        {"title": "prediction error (predicted - published) / published", "xlabel": "GPUs", "ylabel": "error (%)",
+         "series": errors, "xlog": True, "legend_loc": "upper left"},
+    ], "Whole-step model: compute + all-reduce + stragglers + input pipeline + storage")
 
 
 def run_check(record_paths: Sequence[Path], ref_dir: Path) -> int:
