@@ -289,7 +289,11 @@ def run_check(record_paths: Sequence[Path], ref_dir: Path) -> int:
     """``python -m results.scaling_model --check``: print predicted vs published, return the exit code."""
     import json
     from results import records
-    from results.report import by_kind, model_overlap  # the report's overlap choice: one rule for both
+    from results.report import by_kind
+    try:  # the report's overlap choice, one rule for both; the report is being split into a package
+        from results.report.model import model_overlap
+    except ImportError:
+        from results.report import model_overlap
     recs, _ = records.load(record_paths) if record_paths else ([], [])
     pub = json.loads((ref_dir / "published_resnet50.json").read_text())
     links = json.loads((ref_dir / "links.json").read_text())
