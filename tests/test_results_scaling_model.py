@@ -277,3 +277,39 @@ def test_engine_records_each_steady_step_time(tmp_path):
     assert all(t > 0 for t in tp["step_times_ms"])
     # the same wall time as the steady-state meter, step by step
     assert sum(tp["step_times_ms"]) == pytest.approx(tp["step_time_ms"] * tp["measured_steps"], rel=0.25)
+
+
+def _rec(kind, time, point, metrics, source):
+    return {"kind": kind, "time": time, "point": point, "metrics": metrics, "_source": source, "status": "ok"}
+
+
+def test_inputs_come_from_the_newest_matching_records():
+    from results import whole_step as ws
+    pipe = [_rec("pipeline", "2026-01-01", {"backend": "baseline", "image_size": 224, "workers": 0},
+                 {"images_per_cpu_s": 500.0}, "old:1"),
+            _rec("pipeline", "2026-02-01", {"backend": "baseline", "image_size": 224, "workers": 0},
+                 {"images_per_cpu_s": 400.0}, "new:1"),
+            _rec("pipeline", "2026-02-01", {"backend": "baseline", "image_size": 224, "workers": 2},
+                 {"images_per_cpu_s": 300.0}, "new:2"),
+            _rec("pipeline", "2026-03-01", {"backend": "baseline", "image_size": 64, "workers": 0},
+                 {"images_per_cpu_s": 9000.0}, "small:1")]
+    assert ws.pipeline_rates(pipe) == (("baseline", 300.0, "new:2"),)  # newest 224 px, the lower rate
+    train = [_rec("train", "2026-01-01", {}, {"world_size": 1, "device": "cuda:0", "step_times_ms": [1, 2]}, "g:1"),
+             _rec("train", "2026-02-01", {}, {"world_size": 2, "device": "cuda:0", "step_times_ms": [5, 9]}, "g:2"),
+             _rec("train", "2026-02-01", {}, {"world_size": 1, "device": "cpu", "step_times_ms": [3, 4]}, "c:1"),
+             _rec("train", "2026-03-01", {}, {"world_size": 1, "device": "cuda:0"}, "g:3")]
+    got = ws.measured(train, pipe, 0.25, "o:1")
+    assert got.samples("cuda") == ((1, 2), "g:1")  # one process only: a DDP rank's times include waits
+    assert got.samples("cpu") == ((3, 4), "c:1") and got.rate("fast") == (None, None)
+
+
+def test_report_section_has_one_row_per_published_point(tmp_path):
+    from results import whole_step as ws
+    pub, links = _reference()
+    text = ws.section([], [], sm.NO_OVERLAP, None, pub, links, tmp_path)
+    rows = [line for line in text.splitlines() if line.startswith(("| HAL 2020 ", "| NVIDIA DLE "))]
+    n = sum(len(r["gpus"]) for r in pub["hal_2020"]["runs"]) + sum(
+        len(v) for v in pub["nvidia_dle_2021"]["train_img_per_s"].values())
+    assert len(rows) == n and all(any(f"| {t} |" in r for t in sm.TERMS) for r in rows)
+    assert (tmp_path / "scaling_model_terms.png").stat().st_size > 10_000
+    assert "no GPU `--step-times` record yet" in text or "Every published point" in text
