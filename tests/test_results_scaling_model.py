@@ -266,10 +266,14 @@ def test_step_times_recorder_on_cpu():
     assert off.ms == []
 
 
-def test_engine_records_each_steady_step_time(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA GPU")])])
+def test_engine_records_each_steady_step_time(device, tmp_path):
+    """CPU: host clock per step; GPU: CUDA events read at print boundaries."""
     from tests.helpers import TINY, explain, python, read_run, script
     # 12 steps an epoch, 3 of them warm-up (a quarter), 2 epochs: 18 steady steps
-    proc = python(script("imagenet_nd.py"), *TINY, "--dummy", "--dummy-size", "96", "--num-classes", "10",
+    gpu = ["--gpu", "0"] if device == "cuda" else []
+    proc = python(script("imagenet_nd.py"), *TINY, *gpu, "--dummy", "--dummy-size", "96", "--num-classes", "10",
                   "--epochs", "2", "-p", "5", "--val-steps", "1", "--step-times", "--log-dir", tmp_path)
     assert proc.returncode == 0, explain(proc)
     tp = read_run(tmp_path)["throughput"]
