@@ -77,6 +77,24 @@ def step_samples(train: Sequence[dict]) -> Tuple[Tuple[str, Tuple[float, ...], s
     return tuple((d, s, src) for d, (s, src) in sorted(out.items()))
 
 
+def storage_ceiling(storage: Sequence[dict], bytes_per_image: float) -> Optional[Tuple[float, float, float, str]]:
+    """Your cluster's storage from the newest ``results.bench scaling --io`` sweep: the highest aggregate
+    MB/s and files/s of its points, and the images/s they allow (ImageFolder: files/s, one file per image;
+    shards: MB/s over ``bytes_per_image``). None without storage records."""
+    ok = [r for r in storage if r["metrics"].get("mb_per_s")]
+    if not ok:
+        return None
+    sweep = max(ok, key=lambda r: r["time"])["sweep"]
+    pts = [r for r in ok if r["sweep"] == sweep]
+    best_mb = max(pts, key=lambda r: r["metrics"]["mb_per_s"])
+    best_files = max(pts, key=lambda r: r["metrics"]["files_per_s"])
+    mbps, files = best_mb["metrics"]["mb_per_s"], best_files["metrics"]["files_per_s"]
+    per_file = best_mb["point"].get("format", "imagefolder").lower().startswith("imagefolder")
+    # one open per image in an ImageFolder; shards hold many images per file, so their bytes bind
+    images = files if per_file else mbps * 1e6 / bytes_per_image
+    return mbps, files, images, best_mb["_source"]
+
+
 def measured(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source: Optional[str]) -> Measured:
     return Measured(h, h_source, pipeline_rates(pipeline), step_samples(train))
 
@@ -233,8 +251,20 @@ def cases(pub: dict, links: dict, got: Measured) -> List[Case]:
 
 # ---------------------------------------------------------------- report section
 
+def storage_text(storage: Sequence[dict], links: dict) -> str:
+    per_image = links["hal_2020"]["bytes_per_image"]
+    got = storage_ceiling(storage, per_image)
+    if got is None:
+        return ("Your cluster's storage: no storage records yet (`python -m results.bench scaling --io` measures "
+                "MB/s and files/s from the nodes).")
+    mbps, files, images, src = got
+    return (f"Your cluster's storage (newest `scaling --io` sweep, {src}): up to {mbps:.0f} MB/s and {files:.0f} "
+            f"files/s in all, which caps training at {images:.0f} images/s (one file per image, or "
+            f"{per_image / 1e3:.1f} kB per ImageNet image from shards).")
+
+
 def section(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source: Optional[str], pub: dict,
-            links: dict, fig_dir: Path) -> str:
+            links: dict, fig_dir: Path, storage: Sequence[dict] = ()) -> str:
     """Markdown for RESULTS.md (after the compute + all-reduce model) and figures/scaling_model_terms.png."""
     from results.report import md_table  # the report's table renderer; imported here: the report imports us
     got = measured(train, pipeline, h, h_source)
@@ -252,7 +282,8 @@ def section(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source:
             "raise the prediction most. t_c is calibrated on the largest published point of at most "
             f"{sm.CALIBRATION_MAX_GPUS} GPUs on one node (marked); the rest are predictions. "
             "`python -m results.scaling_model --check` prints the same table and exits 1 when an error is over "
-            f"{100 * sm.CHECK_TOLERANCE:.0f}%.\n\n" + inputs_text(got, links) + "\n\nCited inputs "
+            f"{100 * sm.CHECK_TOLERANCE:.0f}%.\n\n" + inputs_text(got, links) + " " + storage_text(storage, links)
+            + "\n\nCited inputs "
             "(`results/reference/links.json`):\n\n" + sources + "\n\n"
             + md_table(HEADERS, table_rows(rows)) + "\n" + missing_term(rows, got.samples("cuda")[1]) + "\n")
 

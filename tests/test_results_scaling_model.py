@@ -317,3 +317,17 @@ def test_report_section_has_one_row_per_published_point(tmp_path):
     assert len(rows) == n and all(any(f"| {t} |" in r for t in sm.TERMS) for r in rows)
     assert (tmp_path / "scaling_model_terms.png").stat().st_size > 10_000
     assert "no GPU `--step-times` record yet" in text or "Every published point" in text
+
+
+def test_storage_ceiling_from_the_io_sweep_records():
+    from results import whole_step as ws
+    def rec(sweep, time, fmt, mb, files, src):
+        r = _rec("storage", time, {"format": fmt, "nodes": 2}, {"mb_per_s": mb, "files_per_s": files}, src)
+        return {**r, "sweep": sweep}
+    old = [rec("a", "2026-01-01", "imagefolder", 9000.0, 90000.0, "old:1")]
+    new = [rec("b", "2026-02-01", "imagefolder", 500.0, 4000.0, "new:1"),
+           rec("b", "2026-02-01", "imagefolder", 800.0, 7000.0, "new:2")]
+    assert ws.storage_ceiling([], 1e5) is None
+    assert ws.storage_ceiling(old + new, 1e5) == (800.0, 7000.0, 7000.0, "new:2")  # one open per image
+    shards = [rec("c", "2026-03-01", "shards", 1000.0, 20.0, "sh:1")]
+    assert ws.storage_ceiling(shards, 1e5) == (1000.0, 20.0, pytest.approx(10000.0), "sh:1")  # 1 GB/s / 100 kB
