@@ -39,8 +39,11 @@ class Measured:
     rates: Tuple[Tuple[str, float, str], ...] = ()  # (backend, images per core-second, record)
     step_samples: Tuple[Tuple[str, Tuple[float, ...], str], ...] = ()  # (device type, per-step ms, record)
 
-    def rate(self, backend: str) -> Tuple[Optional[float], Optional[str]]:
-        return next(((r, src) for b, r, src in self.rates if b == backend), (None, None))
+    def rate(self, backends) -> Tuple[Optional[float], Optional[str]]:
+        """The first of ``backends`` (a name or names in order of preference) with a pipeline record."""
+        names = [backends] if isinstance(backends, str) else list(backends)
+        found = {b: (r, src) for b, r, src in self.rates}
+        return next((found[b] for b in names if b in found), (None, None))
 
     def samples(self, device: str) -> Tuple[Tuple[float, ...], Optional[str]]:
         return next(((s, src) for d, s, src in self.step_samples if d == device), ((), None))

@@ -305,6 +305,7 @@ def test_inputs_come_from_the_newest_matching_records():
     got = ws.measured(train, pipe, 0.25, "o:1")
     assert got.samples("cuda") == ((1, 2), "g:1")  # one process only: a DDP rank's times include waits
     assert got.samples("cpu") == ((3, 4), "c:1") and got.rate("fast") == (None, None)
+    assert got.rate(["dali", "baseline"]) == (300.0, "new:2")  # the first preference with a record
 
 
 def test_report_section_has_one_row_per_published_point(tmp_path):
