@@ -145,6 +145,9 @@ class TrainConfig:
     profile_steps: int = _opt(0, "--profile-steps", help="record N training steps after the warm-up with "
                               "torch.profiler: device time per kernel into run.json (profile), a Chrome trace "
                               "into the run folder; profiled steps run slower, so not for benchmarks", type=int)
+    step_times: bool = _opt(False, "--step-times", help="keep each steady-state step's wall time in run.json "
+                            "(CUDA events on GPUs, read at print boundaries: no extra host sync); the scaling "
+                            "model's straggler term needs their distribution", action="store_true")
     resume: str = _opt("", "--resume", help="checkpoint to resume from, or 'auto' for the run folder's "
                        "latest", metavar="PATH")
     evaluate: bool = _opt(False, "-e", "--evaluate", help="validate only", action="store_true")

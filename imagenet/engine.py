@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from . import checkpoint, data, distributed, profiling
-from .metrics import EpochMeter, StepClock, peak_memory_bytes, synchronize
+from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
 from .preemption import StopSignal
 from .runrecord import RunRecord
 
@@ -88,6 +88,7 @@ class Trainer:
         self.skipped_seen = 0  # overflowed fp16 steps already reported
         self.profiler = profiling.start(cfg.profile_steps, WARMUP_STEPS, info.is_primary, parts.run_dir,
                                         info.device, lambda summary: parts.record.update(profile=summary))
+        self.step_times = StepTimes(info.device, cfg.step_times)
 
     # ---------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict:
@@ -139,6 +140,8 @@ class Trainer:
         steady_start = clock.start if warm == 0 else None
         steady_data0 = 0.0
         loader = iter(p.train_loader)
+        self.step_times.restart()
+        self.step_times.mark(counted=False)
         for step in range(first, self.steps_per_epoch):
             images, target = next(loader)
             clock.data_ready()
@@ -146,6 +149,7 @@ class Trainer:
             self.profiler.step()
             meter.update(loss, output, target)
             done = step + 1
+            self.step_times.mark(counted=done - first > warm)
             if done - first == warm and steady_start is None:
                 synchronize(self.info.device)
                 steady_start, steady_data0 = time.perf_counter(), clock.data_s
@@ -157,6 +161,7 @@ class Trainer:
             clock.step_done()  # after the print-boundary syncs: waiting on the GPU is not waiting for data
         synchronize(self.info.device)
         self.profiler.close()  # the capture covers the first epoch at most
+        self.step_times.flush()
         wall = clock.elapsed()
         self._count_steady(steady_start, clock.data_s - steady_data0, self.steps_per_epoch - first - warm, warm)
         self.state.elapsed_s += wall
@@ -178,6 +183,7 @@ class Trainer:
     def _report(self, epoch: int, done: int, loss: torch.Tensor, meter: EpochMeter, interval) -> tuple:
         """Print and log one interval (the only per-interval host sync)."""
         synchronize(self.info.device)
+        self.step_times.flush()
         now = time.perf_counter()
         steps, seconds = done - interval[0], now - interval[1]
         rate = steps * self.global_batch / seconds if seconds > 0 else 0.0
@@ -295,9 +301,11 @@ class Trainer:
 
     def _write_record(self, status: str, **final_extra: Any) -> None:
         s = self.state
+        throughput = self.throughput.as_dict(self.info.world_size, self.info.device)
+        if self.cfg.step_times:
+            throughput["step_times_ms"] = self.step_times.ms
         self.p.record.update(
-            status=status, epochs=s.history,
-            throughput=self.throughput.as_dict(self.info.world_size, self.info.device),
+            status=status, epochs=s.history, throughput=throughput,
             final={"best_top1": s.best_top1, "epochs_run": s.epoch, "elapsed_s": s.elapsed_s,
                    "reached_desired_acc": status == "reached_desired_acc",
                    "last_val_top1": s.history[-1]["val_top1"] if s.history else None,

@@ -69,6 +69,45 @@ class StepClock:
         return time.perf_counter() - self.start
 
 
+class StepTimes:
+    """Wall time of each step, kept only when asked (``--step-times``), at most ``limit`` of them.
+
+    On a GPU each step end records a CUDA event on the current stream (no host sync); the times
+    between consecutive events are read at ``flush``, which the loop calls where it syncs anyway
+    (print boundaries, epoch end). On a CPU the host clock is the step clock.
+    """
+
+    def __init__(self, device: torch.device, enabled: bool, limit: int = 10_000):
+        self.enabled, self.limit, self.cuda = enabled, limit, device.type == "cuda"
+        self.ms: list = []
+        self._marks: list = []  # (event on GPU or perf_counter seconds on CPU, counted) since the last flush
+        self._counted = 0
+
+    def mark(self, counted: bool = True) -> None:
+        """A step ended (``counted`` False: a warm-up step, only the start of the next one)."""
+        if not self.enabled or (counted and len(self.ms) + self._counted >= self.limit):
+            return
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+        else:
+            event = time.perf_counter()
+        self._marks.append((event, counted))
+        self._counted += counted
+
+    def flush(self) -> None:
+        """Turn the marks into step times; call only after the device was synchronised."""
+        if len(self._marks) > 1:
+            pairs = zip(self._marks, self._marks[1:])
+            gaps = [(a.elapsed_time(b) if self.cuda else 1e3 * (b - a)) for (a, _), (b, ok) in pairs if ok]
+            self.ms.extend(gaps)
+        self._marks, self._counted = self._marks[-1:], 0
+
+    def restart(self) -> None:
+        """A new epoch: the gap across validation is not a step."""
+        self._marks, self._counted = [], 0
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -17,6 +17,8 @@
 #     logging    engine defaults printing + TensorBoard at every step vs once per epoch
 #     parity     native vs Apex amp, O1 and O2, same seed and steps: the final losses side by side
 #     batch      engine-fp16 at batch 256, 384 and 512
+#     steptimes  engine-fp16 fed from the JPEGs with --step-times: the per-step spread behind the scaling
+#                model's straggler term (python -m results.scaling_model --check)
 #   default: env synthetic tests jpeg
 #
 # Records go to $OUT/<tag>.jsonl and the kept run folders to $OUT/runs-<stage>.tgz, so a lease that
@@ -68,7 +70,7 @@ stage_synthetic() { bench_train synthetic dummy "$STEPS" --setups baseline engin
 
 stage_tests() {
     PYTHONPATH="$APEX_PATH" $PY -m pytest -q -p no:cacheprovider -m gpu --timeout 300 --durations 5 \
-        ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu.py tests/test_perf_flags.py 2>&1 | tee "$OUT/pytest-gpu.log"
+        ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu.py tests/test_perf_flags.py tests/test_results_scaling_model.py 2>&1 | tee "$OUT/pytest-gpu.log"
 }
 
 stage_jpeg() {
@@ -146,17 +148,22 @@ stage_parity() {  # native vs Apex amp at O1 and O2, same seed and steps (determ
 
 stage_batch() { bench_train batch dummy "$STEPS" --batch 256 384 512 --setups engine-fp16; }  # largest that fits
 
+stage_steptimes() {  # one GPU, loader-fed like the published clusters; each step's time from CUDA events
+    bench_train steptimes "$JPEG_ROOT" "$JPEG_STEPS" --setups engine-fp16 --extra=--step-times
+}
+
 stage_logging() { bench_train logging dummy "$STEPS" --setups engine-log-epoch engine-log-step; }
 
 stages=${*:-env synthetic tests jpeg}
 gen_pid=
-if [[ " $stages " == *" jpeg "* || " $stages " == *" fewcores "* ]] && [[ ! -d "$JPEG_ROOT/train" ]]; then
+if [[ " $stages " == *" jpeg "* || " $stages " == *" fewcores "* || " $stages " == *" steptimes "* ]] \
+    && [[ ! -d "$JPEG_ROOT/train" ]]; then
     $PY -m results.jpegs "$JPEG_ROOT" --classes "$JPEG_CLASSES" --per-class "$JPEG_PER_CLASS" \
         --val-per-class 4 --processes "${GEN_PROCS:-$WORKERS}" > "$OUT/jpegs.log" 2>&1 &
     gen_pid=$!
 fi
 for s in $stages; do
-    if [[ ($s == jpeg || $s == fewcores) && -n $gen_pid ]]; then
+    if [[ ($s == jpeg || $s == fewcores || $s == steptimes) && -n $gen_pid ]]; then
         wait "$gen_pid"; gen_pid=; echo "JPEGs: $(tail -1 "$OUT/jpegs.log")"
     fi
     echo "=== stage $s ($(date -u +%H:%M:%S))"

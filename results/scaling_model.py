@@ -25,14 +25,28 @@ h is an input, not a fit:
   clamps h at 0: when contention makes the exposed time exceed the all-reduce alone (CPU ranks
   sharing cores), the model does not see that slowdown.
 
-What it leaves out is said where it is checked against measurements: data loading, stragglers,
-and compute that changes with n.
+The whole step (``WholeStep``, ``breakdown``) adds what the GPUs wait for besides the all-reduce:
+
+    wait(n)    = t_c (E[max of n step times] / E[step time] - 1)   stragglers: a synchronous step
+                 waits for the slowest rank; the expectation comes from a measured per-step sample
+    t_sync(n)  = t(n) + wait(n),  demand(n) = n b / t_sync(n)       images/s the GPUs would take
+    pipeline   = nodes(n) x loader cores x images/s per core        the loaders' capacity
+    storage    = min(read bytes/s / bytes per image, opens/s / opens per image)   shared storage
+    images/s   = min(demand(n), pipeline, storage)
+
+and names the *binding* term: the one whose removal would raise the prediction most (a ceiling
+below the demand, or the largest time the step adds to compute); ``compute`` when nothing does.
+Every input is a measurement or a cited figure; ``calibrate_whole`` fixes t_c on one point of at
+most ``CALIBRATION_MAX_GPUS`` GPUs, and the other points are predictions.
+
+What it still leaves out is said where it is checked (``python -m results.scaling_model --check``).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Sequence
+import sys
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Optional, Sequence, Tuple
 
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb default
 BACKWARD_FRACTION = 2.0 / 3.0  # backward ~ twice the forward's FLOPs
@@ -136,3 +150,163 @@ def calibrate(m: ModelInputs, n: int, measured_step_s: float, hidden_fraction: f
 def relative_error(predicted: float, measured: float) -> float:
     """(predicted - measured) / measured: positive when the model is optimistic."""
     return (predicted - measured) / measured
+
+
+# ---------------------------------------------------------------- the whole step
+
+CALIBRATION_MAX_GPUS = 4  # t_c comes from a point of at most this many GPUs; larger ones are predicted
+CHECK_TOLERANCE = 0.10  # --check fails when a prediction misses a published point by more than this
+TERMS = ("compute", "all-reduce", "stragglers", "input pipeline", "storage bandwidth", "storage opens")
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A node's input pipeline: loader cores x images/s one core decodes and augments."""
+
+    loader_cores_per_node: float
+    images_per_core_s: float
+
+    def capacity(self, nodes: int) -> float:
+        return nodes * self.loader_cores_per_node * self.images_per_core_s
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Shared storage ceilings, aggregate over all nodes (None: no such ceiling known)."""
+
+    bytes_per_image: float
+    read_bytes_per_s: Optional[float] = None
+    opens_per_s: Optional[float] = None
+    opens_per_image: float = 1.0  # one file per image (ImageFolder)
+
+
+@dataclass(frozen=True)
+class WholeStep:
+    """Compute and all-reduce (``ModelInputs``) plus stragglers, input pipeline and storage."""
+
+    inputs: ModelInputs
+    hidden_fraction: float = NO_OVERLAP
+    step_samples: Tuple[float, ...] = ()  # measured per-step times (any unit); empty: no straggler term
+    pipeline: Optional[Pipeline] = None
+    storage: Optional[Storage] = None
+    off: Tuple[str, ...] = field(default=())  # terms switched off (to see what each one costs)
+
+
+def expected_max(samples: Sequence[float], n: int) -> float:
+    """E[max of n independent draws] from the empirical distribution of ``samples``.
+
+    With x_(1) <= ... <= x_(m) sorted, P(max = x_(i)) = (i/m)^n - ((i-1)/m)^n: exact for the
+    sample's distribution, and never beyond its largest value (m should exceed n for a fair tail).
+    """
+    xs = sorted(samples)
+    m = len(xs)
+    if not m:
+        raise ValueError("no per-step times to take a maximum of")
+    return sum(x * ((i / m) ** n - ((i - 1) / m) ** n) for i, x in enumerate(xs, start=1))
+
+
+def straggler_factor(samples: Sequence[float], n: int) -> float:
+    """E[max of n step times] / E[step time]: how much longer a step that waits for n ranks takes."""
+    if not samples or n <= 1:
+        return 1.0
+    return expected_max(samples, n) / (sum(samples) / len(samples))
+
+
+def nodes_for(m: ModelInputs, n: int) -> int:
+    return max(1, math.ceil(n / m.gpus_per_node))
+
+
+def _ceilings(w: WholeStep, n: int) -> Dict[str, float]:
+    """images/s each ceiling allows at n GPUs (only the ones known and switched on)."""
+    out = {}
+    if w.pipeline and "input pipeline" not in w.off:
+        out["input pipeline"] = w.pipeline.capacity(nodes_for(w.inputs, n))
+    st = w.storage
+    if st and st.read_bytes_per_s and "storage bandwidth" not in w.off:
+        out["storage bandwidth"] = st.read_bytes_per_s / st.bytes_per_image
+    if st and st.opens_per_s and "storage opens" not in w.off:
+        out["storage opens"] = st.opens_per_s / st.opens_per_image
+    return out
+
+
+def _images_per_s(w: WholeStep, n: int) -> Tuple[float, dict]:
+    m = w.inputs
+    exposed = 0.0 if "all-reduce" in w.off else step_time(m, n, w.hidden_fraction) - m.step_time_s
+    factor = 1.0 if "stragglers" in w.off else straggler_factor(w.step_samples, n)
+    wait = m.step_time_s * (factor - 1.0)
+    t_sync = m.step_time_s + exposed + wait
+    caps = _ceilings(w, n)
+    demand = n * m.batch_per_gpu / t_sync
+    return min([demand, *caps.values()]), {"exposed_comm_s": exposed, "straggler_s": wait, "sync_step_s": t_sync,
+                                            "demand_images_per_s": demand, "ceilings": caps}
+
+
+def breakdown(w: WholeStep, n: int) -> Dict[str, object]:
+    """The prediction at n GPUs, each term's share, and the binding term."""
+    x, parts = _images_per_s(w, n)
+    gains = {}
+    for term in TERMS[1:]:
+        if term not in w.off:
+            gains[term] = _images_per_s(replace(w, off=w.off + (term,)), n)[0] - x
+    best = max(gains, key=gains.get) if gains else None
+    binding = best if best is not None and gains[best] > 1e-9 * x else "compute"
+    m = w.inputs
+    t = n * m.batch_per_gpu / x
+    return {"gpus": n, "images_per_s": x, "step_time_s": t, "efficiency": m.step_time_s / t,
+            "compute_s": m.step_time_s, "data_wait_s": t - parts["sync_step_s"], "binding": binding,
+            "gain_images_per_s": gains, **parts}
+
+
+def calibrate_whole(w: WholeStep, n: int, measured_images_per_s: float) -> WholeStep:
+    """``w`` with the t_c that makes the whole-step model reproduce one measured point of n GPUs.
+
+    Raises ValueError when n exceeds ``CALIBRATION_MAX_GPUS`` (a larger point must be predicted, not
+    fitted) or when a ceiling binds there (then t_c cannot be read from that point).
+    """
+    if n > CALIBRATION_MAX_GPUS:
+        raise ValueError(f"calibration point has {n} GPUs; calibrate on at most {CALIBRATION_MAX_GPUS}")
+    lo, hi = 0.0, n * w.inputs.batch_per_gpu / measured_images_per_s
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if _images_per_s(replace(w, inputs=replace(w.inputs, step_time_s=mid)), n)[0] > measured_images_per_s:
+            lo = mid
+        else:
+            hi = mid
+    out = replace(w, inputs=replace(w.inputs, step_time_s=(lo + hi) / 2))
+    got = _images_per_s(out, n)[0]
+    if abs(got - measured_images_per_s) > 1e-6 * measured_images_per_s:
+        raise ValueError(f"{breakdown(out, n)['binding']} caps {n} GPUs at {got:.0f} images/s, below the measured "
+                         f"{measured_images_per_s:.0f}: t_c cannot be calibrated there")
+    return out
+
+
+def with_batch(w: WholeStep, batch: int) -> WholeStep:
+    """The same cluster at another batch per GPU: compute time per image held (large-batch GPU regime)."""
+    m = w.inputs
+    return replace(w, inputs=replace(m, batch_per_gpu=batch, step_time_s=m.step_time_s * batch / m.batch_per_gpu))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m results.scaling_model --check``: predicted vs every published point; 1 if one is off > 10%."""
+    import argparse
+    from pathlib import Path
+    from results import records, whole_step  # the inputs live in records and results/reference
+    here = Path(__file__).resolve().parent
+    ap = argparse.ArgumentParser(prog="python -m results.scaling_model", description=main.__doc__)
+    ap.add_argument("--check", action="store_true", help="compare with the published points (exit 1 on a miss)")
+    ap.add_argument("--records", nargs="*", type=Path, default=[records.RECORDS_DIR],
+                    help="record files or folders of *.jsonl (default results/records; none: no measured inputs)")
+    ap.add_argument("--reference", type=Path, default=here / "reference", help="published data and cited links")
+    a = ap.parse_args(argv)
+    if not a.check:
+        ap.print_help()
+        return 0
+    missing = [p for p in a.records if not Path(p).exists()]
+    if missing:
+        print(f"error: {missing[0]} does not exist; pass record files or a folder of *.jsonl", file=sys.stderr)
+        return 2
+    return whole_step.run_check(a.records, a.reference)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -270,6 +270,8 @@ def metrics_from_run(run: dict) -> Dict[str, object]:
     last = epochs[-1] if epochs else {}
     m = {k: tp[k] for k in ("images_per_s", "images_per_s_per_process", "step_time_ms", "data_time_ms",
                             "compute_time_ms", "warmup_steps", "measured_steps", "peak_memory_bytes")}
+    if "step_times_ms" in tp:  # --extra=--step-times: the distribution behind the scaling model's straggler term
+        m["step_times_ms"] = tp["step_times_ms"]
     m.update({"world_size": run["dist"]["world_size"], "nodes": run["dist"].get("nodes", 1),
               "device": run["dist"].get("device"), "backend": run["dist"].get("backend"),
               "global_batch": run.get("global_batch"), "precision_label": run.get("precision", {}).get("label"),

@@ -1,5 +1,8 @@
 """The scaling model and the all-reduce arithmetic against values computed by hand."""
+import copy
+import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -111,3 +114,221 @@ def test_bus_factor_and_fit_like_nccl_tests():
 def test_relative_error_sign():
     assert sm.relative_error(110, 100) == pytest.approx(0.1)
     assert math.isclose(sm.relative_error(90, 100), -0.1)
+
+
+# ---------------------------------------------------------------- the whole step: stragglers, pipeline, storage
+
+def test_expected_max_by_hand():
+    # sorted 1..4, P(max of 2 = x_i) = ((2i-1)/16): (1*1 + 2*3 + 3*5 + 4*7) / 16 = 50/16
+    assert sm.expected_max([4, 2, 1, 3], 2) == pytest.approx(50 / 16)
+    assert sm.expected_max([4, 2, 1, 3], 1) == pytest.approx(2.5)
+    assert sm.straggler_factor([1, 2, 3, 4], 2) == pytest.approx(50 / 16 / 2.5)
+    assert sm.straggler_factor([1, 2, 3, 4], 1) == 1.0 and sm.straggler_factor([], 64) == 1.0
+    assert sm.expected_max([1, 2, 3, 4], 10_000) == pytest.approx(4.0)  # never beyond the sample's maximum
+
+
+def test_straggler_wait_is_added_to_the_step_and_named_when_largest():
+    # n = 2 in one node: exposed all-reduce 0.01 s; stragglers 0.1 * (1.25 - 1) = 0.025 s; t = 0.135 s
+    w = sm.WholeStep(M, sm.NO_OVERLAP, step_samples=(1.0, 2.0, 3.0, 4.0))
+    p = sm.breakdown(w, 2)
+    assert p["straggler_s"] == pytest.approx(0.025) and p["exposed_comm_s"] == pytest.approx(0.01)
+    assert p["step_time_s"] == pytest.approx(0.135) and p["images_per_s"] == pytest.approx(64 / 0.135)
+    assert p["binding"] == "stragglers"
+    # with equal steps there is nothing to wait for: the all-reduce is the only loss
+    assert sm.breakdown(replace(w, step_samples=(2.0, 2.0)), 2)["binding"] == "all-reduce"
+
+
+def test_one_gpu_without_ceilings_is_bound_by_compute():
+    p = sm.breakdown(sm.WholeStep(M, step_samples=(1.0, 3.0)), 1)
+    assert p["binding"] == "compute" and p["images_per_s"] == pytest.approx(320) and p["straggler_s"] == 0
+
+
+def test_input_pipeline_ceiling_by_hand():
+    # 2 loader cores x 100 images/s per node; GPUs would take 64 / 0.11 = 582 images/s on one node
+    w = sm.WholeStep(M, pipeline=sm.Pipeline(loader_cores_per_node=2, images_per_core_s=100))
+    p = sm.breakdown(w, 2)
+    assert p["images_per_s"] == pytest.approx(200) and p["binding"] == "input pipeline"
+    assert p["data_wait_s"] == pytest.approx(64 / 200 - 0.11)
+    assert sm.breakdown(w, 4)["images_per_s"] == pytest.approx(400)  # two nodes, two pipelines
+    assert sm.breakdown(replace(w, pipeline=sm.Pipeline(2, 1000)), 2)["binding"] == "all-reduce"  # 2000 > 582
+
+
+def test_storage_ceilings_by_hand():
+    # 30 MB/s / 100 kB per image = 300 images/s; 250 opens/s = 250 images/s: the opens bind
+    st = sm.Storage(bytes_per_image=100e3, read_bytes_per_s=30e6, opens_per_s=250)
+    p = sm.breakdown(sm.WholeStep(M, storage=st), 2)
+    assert p["ceilings"] == {"storage bandwidth": pytest.approx(300), "storage opens": pytest.approx(250)}
+    assert p["images_per_s"] == pytest.approx(250) and p["binding"] == "storage opens"
+    p = sm.breakdown(sm.WholeStep(M, storage=replace(st, opens_per_s=None)), 2)
+    assert p["images_per_s"] == pytest.approx(300) and p["binding"] == "storage bandwidth"
+
+
+def test_calibrate_whole_recovers_t_c_and_refuses_large_points():
+    w = sm.WholeStep(M, step_samples=(1.0, 2.0, 3.0, 4.0))
+    x = sm.breakdown(w, 2)["images_per_s"]
+    assert sm.calibrate_whole(replace(w, inputs=replace(M, step_time_s=1.0)), 2, x).inputs.step_time_s == \
+        pytest.approx(0.1)
+    with pytest.raises(ValueError, match="at most 4"):
+        sm.calibrate_whole(w, 8, x)
+    with pytest.raises(ValueError, match="input pipeline caps"):  # a ceiling below the point: t_c unknowable
+        sm.calibrate_whole(replace(w, pipeline=sm.Pipeline(1, 10)), 2, x)
+
+
+def test_with_batch_keeps_compute_per_image():
+    w = sm.with_batch(sm.WholeStep(M), 64)
+    assert w.inputs.batch_per_gpu == 64 and w.inputs.step_time_s == pytest.approx(0.2)
+
+
+# ---------------------------------------------------------------- the check against published points
+
+def _reference():
+    from results.report import load_reference
+    return load_reference()
+
+
+def _published_from_model(pub, links):
+    """A copy of the published tables whose numbers are the model's own predictions (error 0)."""
+    from results import whole_step as ws
+    pub = copy.deepcopy(pub)
+    rows = ws.check_rows(ws.cases(pub, links, ws.Measured()))
+    pred = {(r["case"], r["gpus"]): r["predicted"] for r in rows}
+    for run in pub["hal_2020"]["runs"]:
+        run["train_img_per_s"] = [pred.get((f"HAL 2020 {run['label']}", n), x)
+                                  for n, x in zip(run["gpus"], run["train_img_per_s"])]
+    for config, pts in pub["nvidia_dle_2021"]["train_img_per_s"].items():
+        for n in pts:
+            pts[n] = pred.get((f"NVIDIA DLE {config}", int(n)), pts[n])
+    return pub
+
+
+def _write_reference(tmp_path, pub, links):
+    (tmp_path / "published_resnet50.json").write_text(json.dumps(pub))
+    (tmp_path / "links.json").write_text(json.dumps(links))
+    return tmp_path
+
+
+def test_check_exit_code_on_constructed_published_points(tmp_path, capsys):
+    pub, links = _reference()
+    exact = _published_from_model(pub, links)
+    assert sm.main(["--check", "--records", "--reference", str(_write_reference(tmp_path, exact, links))]) == 0
+    assert "Every published point is within 10%" in capsys.readouterr().out
+    off = copy.deepcopy(exact)
+    may = next(r for r in off["hal_2020"]["runs"] if r["label"] == "may")
+    may["train_img_per_s"][-1] *= 0.85  # the model is now 1/0.85 - 1 = +17.6% at 64 GPUs
+    assert sm.main(["--check", "--records", "--reference", str(_write_reference(tmp_path, off, links))]) == 1
+    out = capsys.readouterr().out
+    assert "HAL 2020 may at 64 GPUs: +17.6%" in out
+    nine = copy.deepcopy(exact)
+    next(r for r in nine["hal_2020"]["runs"] if r["label"] == "may")["train_img_per_s"][-1] /= 1.09
+    assert sm.main(["--check", "--records", "--reference", str(_write_reference(tmp_path, nine, links))]) == 0
+
+
+def test_check_prints_every_published_point_with_its_binding_term(capsys):
+    pub, links = _reference()
+    code = sm.main(["--check", "--records"])
+    out = capsys.readouterr().out
+    hal_points = sum(len(r["gpus"]) for r in pub["hal_2020"]["runs"])
+    dle_points = sum(len(v) for v in pub["nvidia_dle_2021"]["train_img_per_s"].values())
+    table = [line for line in out.splitlines() if line.startswith(("HAL 2020 ", "NVIDIA DLE "))]
+    assert len(table) == hal_points + dle_points
+    assert all(any(t in line for t in sm.TERMS) for line in table)
+    assert code == (1 if "more than 10%" in out else 0)
+
+
+def test_predictions_do_not_depend_on_points_above_four_gpus():
+    from results import whole_step as ws
+    pub, links = _reference()
+    altered = copy.deepcopy(pub)
+    for run in altered["hal_2020"]["runs"]:
+        run["train_img_per_s"] = [x * (0.5 if n > 4 else 1) for n, x in zip(run["gpus"], run["train_img_per_s"])]
+    for pts in altered["nvidia_dle_2021"]["train_img_per_s"].values():
+        for n in pts:
+            pts[n] *= 0.5 if int(n) > 4 else 1
+
+    def predictions(p):
+        return [[sm.breakdown(c.model, n)["images_per_s"] for n in (1, 2, 4, 8, 16, 32, 64, 128)]
+                for c in ws.cases(p, links, ws.Measured())]
+    assert predictions(altered) == predictions(pub)
+    assert all(c.calibration_gpus <= 4 for c in ws.cases(pub, links, ws.Measured()))
+
+
+def test_step_times_recorder_on_cpu():
+    import torch
+    from imagenet.metrics import StepTimes
+    st = StepTimes(torch.device("cpu"), enabled=True, limit=3)
+    st.mark(counted=False)
+    for counted in (False, True, True, True, True):
+        st.mark(counted)
+    st.flush()
+    assert len(st.ms) == 3 and all(t >= 0 for t in st.ms)  # the warm-up step left out, the limit kept
+    off = StepTimes(torch.device("cpu"), enabled=False)
+    off.mark(False), off.mark(True), off.flush()
+    assert off.ms == []
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA GPU")])])
+def test_engine_records_each_steady_step_time(device, tmp_path):
+    """CPU: host clock per step; GPU: CUDA events read at print boundaries."""
+    from tests.helpers import TINY, explain, python, read_run, script
+    # 12 steps an epoch, 3 of them warm-up (a quarter), 2 epochs: 18 steady steps
+    gpu = ["--gpu", "0"] if device == "cuda" else []
+    proc = python(script("imagenet_nd.py"), *TINY, *gpu, "--dummy", "--dummy-size", "96", "--num-classes", "10",
+                  "--epochs", "2", "-p", "5", "--val-steps", "1", "--step-times", "--log-dir", tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    tp = read_run(tmp_path)["throughput"]
+    assert len(tp["step_times_ms"]) == tp["measured_steps"] == 18
+    assert all(t > 0 for t in tp["step_times_ms"])
+    # the same wall time as the steady-state meter, step by step
+    assert sum(tp["step_times_ms"]) == pytest.approx(tp["step_time_ms"] * tp["measured_steps"], rel=0.25)
+
+
+def _rec(kind, time, point, metrics, source):
+    return {"kind": kind, "time": time, "point": point, "metrics": metrics, "_source": source, "status": "ok"}
+
+
+def test_inputs_come_from_the_newest_matching_records():
+    from results import whole_step as ws
+    pipe = [_rec("pipeline", "2026-01-01", {"backend": "baseline", "image_size": 224, "workers": 0},
+                 {"images_per_cpu_s": 500.0}, "old:1"),
+            _rec("pipeline", "2026-02-01", {"backend": "baseline", "image_size": 224, "workers": 0},
+                 {"images_per_cpu_s": 400.0}, "new:1"),
+            _rec("pipeline", "2026-02-01", {"backend": "baseline", "image_size": 224, "workers": 2},
+                 {"images_per_cpu_s": 300.0}, "new:2"),
+            _rec("pipeline", "2026-03-01", {"backend": "baseline", "image_size": 64, "workers": 0},
+                 {"images_per_cpu_s": 9000.0}, "small:1")]
+    assert ws.pipeline_rates(pipe) == (("baseline", 300.0, "new:2"),)  # newest 224 px, the lower rate
+    train = [_rec("train", "2026-01-01", {}, {"world_size": 1, "device": "cuda:0", "step_times_ms": [1, 2]}, "g:1"),
+             _rec("train", "2026-02-01", {}, {"world_size": 2, "device": "cuda:0", "step_times_ms": [5, 9]}, "g:2"),
+             _rec("train", "2026-02-01", {}, {"world_size": 1, "device": "cpu", "step_times_ms": [3, 4]}, "c:1"),
+             _rec("train", "2026-03-01", {}, {"world_size": 1, "device": "cuda:0"}, "g:3")]
+    got = ws.measured(train, pipe, 0.25, "o:1")
+    assert got.samples("cuda") == ((1, 2), "g:1")  # one process only: a DDP rank's times include waits
+    assert got.samples("cpu") == ((3, 4), "c:1") and got.rate("fast") == (None, None)
+    assert got.rate(["dali", "baseline"]) == (300.0, "new:2")  # the first preference with a record
+
+
+def test_report_section_has_one_row_per_published_point(tmp_path):
+    from results import whole_step as ws
+    pub, links = _reference()
+    text = ws.section([], [], sm.NO_OVERLAP, None, pub, links, tmp_path)
+    rows = [line for line in text.splitlines() if line.startswith(("| HAL 2020 ", "| NVIDIA DLE "))]
+    n = sum(len(r["gpus"]) for r in pub["hal_2020"]["runs"]) + sum(
+        len(v) for v in pub["nvidia_dle_2021"]["train_img_per_s"].values())
+    assert len(rows) == n and all(any(f"| {t} |" in r for t in sm.TERMS) for r in rows)
+    assert (tmp_path / "scaling_model_terms.png").stat().st_size > 10_000
+    assert "no GPU `--step-times` record yet" in text or "Every published point" in text
+
+
+def test_storage_ceiling_from_the_io_sweep_records():
+    from results import whole_step as ws
+    def rec(sweep, time, fmt, mb, files, src):
+        r = _rec("storage", time, {"format": fmt, "nodes": 2}, {"mb_per_s": mb, "files_per_s": files}, src)
+        return {**r, "sweep": sweep}
+    old = [rec("a", "2026-01-01", "imagefolder", 9000.0, 90000.0, "old:1")]
+    new = [rec("b", "2026-02-01", "imagefolder", 500.0, 4000.0, "new:1"),
+           rec("b", "2026-02-01", "imagefolder", 800.0, 7000.0, "new:2")]
+    assert ws.storage_ceiling([], 1e5) is None
+    assert ws.storage_ceiling(old + new, 1e5) == (800.0, 7000.0, 7000.0, "new:2")  # one open per image
+    shards = [rec("c", "2026-03-01", "shards", 1000.0, 20.0, "sh:1")]
+    assert ws.storage_ceiling(shards, 1e5) == (1000.0, 20.0, pytest.approx(10000.0), "sh:1")  # 1 GB/s / 100 kB

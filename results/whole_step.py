@@ -1,0 +1,342 @@
+"""The whole-step scaling model against every published point: its inputs, the check and its report section.
+
+``results.scaling_model`` holds the formulas; this module feeds them. Each input is a record (the
+pipeline kind's images/s per core, a train record's per-step times for the straggler term, the
+overlap record's hidden fraction) or a cited figure from ``results/reference/links.json``. t_c is
+calibrated on one published point of at most ``CALIBRATION_MAX_GPUS`` GPUs (the largest that fits
+one node: a full node shares its loader cores and host the way every node of a larger run does);
+every other point is a prediction, and the check says, per point, which term binds and how far the
+prediction is from the published number.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from results import figures, scaling_model as sm
+from results.train_bench import parameter_count
+
+IMAGENET_TRAIN_IMAGES = 1_281_167  # per epoch, to turn a per-step residual into seconds per epoch
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published table: the model (t_c calibrated) and its points (GPUs, batch/GPU, images/s)."""
+
+    name: str
+    model: sm.WholeStep
+    points: Tuple[Tuple[int, int, float], ...]
+    calibration_gpus: int
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Inputs taken from records, each with the record it came from (None: not measured yet)."""
+
+    hidden_fraction: float = sm.NO_OVERLAP
+    overlap_source: Optional[str] = None
+    rates: Tuple[Tuple[str, float, str], ...] = ()  # (backend, images per core-second, record)
+    step_samples: Tuple[Tuple[str, Tuple[float, ...], str], ...] = ()  # (device type, per-step ms, record)
+
+    def rate(self, backends) -> Tuple[Optional[float], Optional[str]]:
+        """The first of ``backends`` (a name or names in order of preference) with a pipeline record."""
+        names = [backends] if isinstance(backends, str) else list(backends)
+        found = {b: (r, src) for b, r, src in self.rates}
+        return next((found[b] for b in names if b in found), (None, None))
+
+    def samples(self, device: str) -> Tuple[Tuple[float, ...], Optional[str]]:
+        return next(((s, src) for d, s, src in self.step_samples if d == device), ((), None))
+
+
+# ---------------------------------------------------------------- inputs from records
+
+def pipeline_rates(pipeline: Sequence[dict]) -> Tuple[Tuple[str, float, str], ...]:
+    """Images per core-second of each backend, 224 px train crops, from its newest pipeline record(s).
+
+    The lowest rate of that record time's records (workers 0 and more): the capacity is not overstated.
+    """
+    out = []
+    for backend in sorted({r["point"]["backend"] for r in pipeline}):
+        rs = [r for r in pipeline if r["point"]["backend"] == backend and r["point"].get("image_size") == 224
+              and r["point"].get("split", "train") == "train" and r["metrics"].get("images_per_cpu_s")]
+        if rs:
+            newest = max(r["time"] for r in rs)
+            low = min((r for r in rs if r["time"] == newest), key=lambda r: r["metrics"]["images_per_cpu_s"])
+            out.append((backend, low["metrics"]["images_per_cpu_s"], low["_source"]))
+    return tuple(out)
+
+
+def step_samples(train: Sequence[dict]) -> Tuple[Tuple[str, Tuple[float, ...], str], ...]:
+    """Per device type (cuda, cpu): the newest one-process train record's per-step times (``--step-times``).
+
+    One process: its spread is the rank's own, not waits for other ranks.
+    """
+    out = {}
+    for r in sorted(train, key=lambda r: r["time"]):
+        m = r["metrics"]
+        if m.get("step_times_ms") and m.get("world_size") == 1:
+            out[str(m.get("device") or "cpu").split(":")[0]] = (tuple(m["step_times_ms"]), r["_source"])
+    return tuple((d, s, src) for d, (s, src) in sorted(out.items()))
+
+
+def storage_ceiling(storage: Sequence[dict], bytes_per_image: float) -> Optional[Tuple[float, float, float, str]]:
+    """Your cluster's storage from the newest ``results.bench scaling --io`` sweep: the highest aggregate
+    MB/s and files/s of its points, and the images/s they allow (ImageFolder: files/s, one file per image;
+    shards: MB/s over ``bytes_per_image``). None without storage records."""
+    ok = [r for r in storage if r["metrics"].get("mb_per_s")]
+    if not ok:
+        return None
+    sweep = max(ok, key=lambda r: r["time"])["sweep"]
+    pts = [r for r in ok if r["sweep"] == sweep]
+    best_mb = max(pts, key=lambda r: r["metrics"]["mb_per_s"])
+    best_files = max(pts, key=lambda r: r["metrics"]["files_per_s"])
+    mbps, files = best_mb["metrics"]["mb_per_s"], best_files["metrics"]["files_per_s"]
+    per_file = best_mb["point"].get("format", "imagefolder").lower().startswith("imagefolder")
+    # one open per image in an ImageFolder; shards hold many images per file, so their bytes bind
+    images = files if per_file else mbps * 1e6 / bytes_per_image
+    return mbps, files, images, best_mb["_source"]
+
+
+def measured(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source: Optional[str]) -> Measured:
+    return Measured(h, h_source, pipeline_rates(pipeline), step_samples(train))
+
+
+# ---------------------------------------------------------------- the published cases
+
+def _case(name: str, base: sm.WholeStep, points: Sequence[Tuple[int, int, float]], gpus_per_node: int) -> Case:
+    """Calibrate on the largest point of at most CALIBRATION_MAX_GPUS GPUs on one node, at its batch."""
+    fits = [p for p in points if p[0] <= min(sm.CALIBRATION_MAX_GPUS, gpus_per_node)]
+    if not fits:
+        raise ValueError(f"{name}: no published point of at most {sm.CALIBRATION_MAX_GPUS} GPUs to calibrate on")
+    n0, b0, x0 = max(fits)
+    model = sm.calibrate_whole(sm.with_batch(base, b0), n0, x0)
+    return Case(name, model, tuple(points), n0)
+
+
+def hal_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
+    L = links["hal_2020"]
+    rate, _ = got.rate(L["loader_backend"])
+    samples, _ = got.samples("cuda")
+    grad = parameter_count(L["arch"]) * L["grad_bytes_per_param"]
+    cases = []
+    for run in pub["hal_2020"]["runs"]:
+        if run["label"] not in L["runs"]:
+            continue
+        b = run["batch_per_gpu"]
+        batches = b if isinstance(b, list) else [b] * len(run["gpus"])
+        inputs = sm.ModelInputs(step_time_s=1.0, batch_per_gpu=batches[0], grad_bytes=grad,
+                                busbw_intra=L["busbw_intra"], alpha_intra_s=L["alpha_intra_s"],
+                                gpus_per_node=L["gpus_per_node"], busbw_inter=L["busbw_inter"],
+                                alpha_inter_s=L["alpha_inter_s"])
+        base = sm.WholeStep(inputs, got.hidden_fraction, samples,
+                            sm.Pipeline(L["loader_cores_per_node"], rate) if rate else None,
+                            sm.Storage(L["bytes_per_image"], L["storage_read_Bps"], L["storage_opens_per_s"]))
+        pts = list(zip(run["gpus"], batches, run["train_img_per_s"]))
+        cases.append(_case(f"HAL 2020 {run['label']}", base, pts, L["gpus_per_node"]))
+    return cases
+
+
+def dle_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
+    L = links["nvidia_dle_2021"]
+    rate, _ = got.rate(L["loader_backend"])
+    samples, _ = got.samples("cuda")
+    params = parameter_count(L["arch"])
+    cases = []
+    for config, c in L["check_configs"].items():
+        sysm = L["systems"][c["system"]]
+        inputs = sm.ModelInputs(step_time_s=1.0, batch_per_gpu=c["batch_per_gpu"],
+                                grad_bytes=params * c["grad_bytes_per_param"], busbw_intra=sysm["busbw_intra"],
+                                alpha_intra_s=sysm["alpha_intra_s"], gpus_per_node=sysm["gpus_per_node"])
+        base = sm.WholeStep(inputs, got.hidden_fraction, samples,
+                            sm.Pipeline(sysm["loader_cores_per_node"], rate) if rate else None, None)
+        pts = sorted((int(n), c["batch_per_gpu"], x) for n, x in pub["nvidia_dle_2021"]["train_img_per_s"][config].items())
+        cases.append(_case(f"NVIDIA DLE {config}", base, pts, sysm["gpus_per_node"]))
+    return cases
+
+
+# ---------------------------------------------------------------- the check
+
+def check_rows(cases: Sequence[Case]) -> List[dict]:
+    """One row per published point: prediction, error, binding term, each term in ms per step."""
+    rows = []
+    for case in cases:
+        for n, b, x in case.points:
+            p = sm.breakdown(sm.with_batch(case.model, b), n)
+            measured_step = n * b / x
+            rows.append({"case": case.name, "gpus": n, "batch": b, "measured": x, "predicted": p["images_per_s"],
+                         "error": sm.relative_error(p["images_per_s"], x), "calibration": n == case.calibration_gpus,
+                         "residual_s": measured_step - p["step_time_s"],
+                         "residual_epoch_s": (measured_step - p["step_time_s"]) * IMAGENET_TRAIN_IMAGES / (n * b),
+                         **p})
+    return rows
+
+
+def failures(rows: Sequence[dict], tolerance: float = sm.CHECK_TOLERANCE) -> List[dict]:
+    return [r for r in rows if abs(r["error"]) > tolerance]
+
+
+def exit_code(rows: Sequence[dict], tolerance: float = sm.CHECK_TOLERANCE) -> int:
+    """1 when any published point is missed by more than ``tolerance``, else 0."""
+    return 1 if failures(rows, tolerance) else 0
+
+
+def _ms(v: float) -> str:
+    return f"{1e3 * v:.1f}"
+
+
+def table_rows(rows: Sequence[dict]) -> List[List[object]]:
+    def cap(r, term):
+        c = r["ceilings"].get(term)
+        return None if c is None else f"{c:.0f}"
+    return [[r["case"], r["gpus"], r["batch"], f"{r['measured']:.0f}", f"{r['predicted']:.0f}",
+             f"{100 * r['error']:+.1f}%" + (" (calibration)" if r["calibration"] else ""), r["binding"],
+             _ms(r["compute_s"]), _ms(r["exposed_comm_s"]), _ms(r["straggler_s"]), _ms(r["data_wait_s"]),
+             f"{r['demand_images_per_s']:.0f}", cap(r, "input pipeline"), cap(r, "storage bandwidth"),
+             cap(r, "storage opens"), _ms(r["residual_s"])] for r in rows]
+
+
+HEADERS = ["published", "GPUs", "batch/GPU", "measured images/s", "predicted images/s", "error", "binding term",
+           "compute ms", "exposed all-reduce ms", "straggler wait ms", "data wait ms", "GPU demand images/s",
+           "pipeline ceiling images/s", "storage GB/s ceiling images/s", "storage opens ceiling images/s",
+           "unexplained ms/step"]
+
+
+def _span(values: Sequence[float], fmt: str) -> str:
+    lo, hi = min(values), max(values)
+    return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{format(lo, fmt)}-{format(hi, fmt)}"
+
+
+def missing_term(rows: Sequence[dict], gpu_step_record: Optional[str] = None,
+                 tolerance: float = sm.CHECK_TOLERANCE) -> str:
+    """Which term is missing, in numbers: what the model has at the missed points, and what is left over."""
+    bad = failures(rows, tolerance)
+    if not bad:
+        return f"Every published point is within {100 * tolerance:.0f}%."
+    lines = [f"{len(bad)} of {len(rows)} published points are off by more than {100 * tolerance:.0f}%; the "
+             "measured step is longer than the model's by the unexplained time:"]
+    for r in bad:
+        lines.append(f"- {r['case']} at {r['gpus']} GPUs: {100 * r['error']:+.1f}% (binding: {r['binding']}); "
+                     f"{_ms(r['residual_s'])} ms/step unexplained, {r['residual_epoch_s']:.1f} s per ImageNet epoch")
+    headroom = [min(r["ceilings"].values()) / r["demand_images_per_s"] for r in bad if r["ceilings"]]
+    steps = [IMAGENET_TRAIN_IMAGES / (r["gpus"] * r["batch"]) for r in bad]
+    spread = (f"per-step spread on GPUs beyond what {gpu_step_record} shows" if gpu_step_record else
+              "per-step spread on GPUs (no GPU `--step-times` record yet: `results/gpu_session.sh steptimes`)")
+    lines.append(
+        f"At the missed points the model already has: exposed all-reduce {_span([1e3 * r['exposed_comm_s'] for r in bad], '.1f')} "
+        f"ms/step, straggler wait {_span([1e3 * r['straggler_s'] for r in bad], '.1f')} ms/step, and its lowest ceiling at "
+        + (f"{_span(headroom, '.2f')}x the GPUs' demand" if headroom else "no ceiling") + ". "
+        "What is missing is a cost of tens of ms per step that appears from 8 nodes (32 GPUs) on HAL and with AMP's "
+        f"higher images/s per node on the DGX points, and that no record or cited figure measures: {spread}, a "
+        "cost fixed per epoch (PyTorch loader workers restarted every epoch; the missed points run "
+        f"{_span(steps, '.0f')} steps per epoch), "
+        "the shared storage's latency seen by loader workers that read files one at a time (only its throughput "
+        "is published), and DALI's CPU cost per image on the DGX CPUs (the pipeline ceiling uses this project's "
+        "fast backend measured on another CPU).")
+    return "\n".join(lines)
+
+
+def inputs_text(got: Measured, links: dict) -> str:
+    rates = ", ".join(f"{b} {r:.0f} images/s per core ({src})" for b, r, src in got.rates) or "none (no pipeline records)"
+    steps = ", ".join(f"{d}: {len(s)} steps ({src}), straggler factor E[max of 64]/mean = "
+                      f"{sm.straggler_factor(s, 64):.3f}" for d, s, src in got.step_samples) or "none"
+    cuda = got.samples("cuda")[1]
+    return (f"Loader images/s per core (pipeline records): {rates}. Per-step times (`--step-times` records): "
+            f"{steps}." + ("" if cuda else " The GPU clusters' straggler term needs a GPU record (a one-process "
+                           "GPU run with `--extra=--step-times`); until one exists it is left out (0) for them.")
+            + f" Overlap: h = {100 * got.hidden_fraction:.0f}%"
+            + (f" from {got.overlap_source}" if got.overlap_source else " (no overlap record)") + ".")
+
+
+def cases(pub: dict, links: dict, got: Measured) -> List[Case]:
+    return hal_cases(pub, links, got) + dle_cases(pub, links, got)
+
+
+# ---------------------------------------------------------------- report section
+
+def storage_text(storage: Sequence[dict], links: dict) -> str:
+    per_image = links["hal_2020"]["bytes_per_image"]
+    got = storage_ceiling(storage, per_image)
+    if got is None:
+        return ("Your cluster's storage: no storage records yet (`python -m results.bench scaling --io` measures "
+                "MB/s and files/s from the nodes).")
+    mbps, files, images, src = got
+    return (f"Your cluster's storage (newest `scaling --io` sweep, {src}): up to {mbps:.0f} MB/s and {files:.0f} "
+            f"files/s in all, which caps training at {images:.0f} images/s (one file per image, or "
+            f"{per_image / 1e3:.1f} kB per ImageNet image from shards).")
+
+
+def section(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source: Optional[str], pub: dict,
+            links: dict, fig_dir: Path, storage: Sequence[dict] = ()) -> str:
+    """Markdown for RESULTS.md (after the compute + all-reduce model) and figures/scaling_model_terms.png."""
+    from results.report import md_table  # the report's table renderer; imported here: the report imports us
+    got = measured(train, pipeline, h, h_source)
+    cs = cases(pub, links, got)
+    rows = check_rows(cs)
+    _figure(cs, rows, fig_dir / "scaling_model_terms.png")
+    sources = "\n".join(f"- {sec} {k}: {v}" for sec in ("hal_2020", "nvidia_dle_2021") for k, v in links[sec].items()
+                        if k.endswith("_source") and any(w in k for w in ("loader", "storage", "bytes", "runs",
+                                                                           "check_configs", "systems")))
+    return ("## Scaling model: the whole step\n\n![whole-step model](figures/scaling_model_terms.png)\n\n"
+            "The compute + all-reduce model above, plus stragglers (a synchronous step waits for the slowest of "
+            "n ranks: t_c (E[max of n step times] / mean - 1), from measured per-step times), the input pipeline "
+            "(nodes x loader cores x measured images/s per core) and shared storage (read GB/s / bytes per image, "
+            "opens/s); throughput = min(GPU demand, ceilings). The binding term is the one whose removal would "
+            "raise the prediction most. t_c is calibrated on the largest published point of at most "
+            f"{sm.CALIBRATION_MAX_GPUS} GPUs on one node (marked); the rest are predictions. "
+            "`python -m results.scaling_model --check` prints the same table and exits 1 when an error is over "
+            f"{100 * sm.CHECK_TOLERANCE:.0f}%.\n\n" + inputs_text(got, links) + " " + storage_text(storage, links)
+            + "\n\nCited inputs "
+            "(`results/reference/links.json`):\n\n" + sources + "\n\n"
+            + md_table(HEADERS, table_rows(rows)) + "\n" + missing_term(rows, got.samples("cuda")[1]) + "\n")
+
+
+def _figure(cs: Sequence[Case], rows: Sequence[dict], path: Path) -> None:
+    """Per-GPU images/s, model lines against published points; and each point's error with the tolerance band."""
+    gpus = sm.powers_of_two(1, 128)
+    per_gpu, errors = [], []
+    for i, case in enumerate(cs):
+        c = figures.palette(i)
+        w = sm.with_batch(case.model, case.points[-1][1])  # the table's last batch (may: 224 at 4 GPUs, then 256)
+        per_gpu.append({"label": "_nolegend_", "x": gpus, "style": "-", "color": c,
+                        "y": [sm.breakdown(w, n)["images_per_s"] / n for n in gpus]})
+        per_gpu.append({"label": "_nolegend_", "x": [n for n, _, _ in case.points], "style": "o",
+                        "color": c, "y": [x / n for n, _, x in case.points]})
+        mine = [r for r in rows if r["case"] == case.name]
+        errors.append({"label": case.name, "x": [r["gpus"] for r in mine], "y": [100 * r["error"] for r in mine],
+                       "style": "o-", "color": c})
+    per_gpu += [{"label": "model (colours as on the right)", "x": [], "y": [], "style": "-", "color": "black"},
+                {"label": "published", "x": [], "y": [], "style": "o", "color": "black"}]
+    band = [1, 128]
+    errors += [{"label": f"+-{100 * sm.CHECK_TOLERANCE:.0f}% (--check)", "x": band, "y": [y, y], "style": ":",
+                "color": "black"} for y in (100 * sm.CHECK_TOLERANCE, -100 * sm.CHECK_TOLERANCE)]
+    errors[-1]["label"] = "_nolegend_"
+    figures.grid(path, [
+        {"title": "images/s per GPU: model (lines) and published (points)", "xlabel": "GPUs",
+         "ylabel": "images/s per GPU", "series": per_gpu, "xlog": True, "ylog": True, "legend_loc": "lower center"},
+        {"title": "prediction error (predicted - published) / published", "xlabel": "GPUs", "ylabel": "error (%)",
+         "series": errors, "xlog": True, "legend_loc": "upper left"},
+    ], "Whole-step model: compute + all-reduce + stragglers + input pipeline + storage")
+
+
+def run_check(record_paths: Sequence[Path], ref_dir: Path) -> int:
+    """``python -m results.scaling_model --check``: print predicted vs published, return the exit code."""
+    import json
+    from results import records
+    from results.report import by_kind
+    try:  # the report's overlap choice, one rule for both; the report is being split into a package
+        from results.report.model import model_overlap
+    except ImportError:
+        from results.report import model_overlap
+    recs, _ = records.load(record_paths) if record_paths else ([], [])
+    pub = json.loads((ref_dir / "published_resnet50.json").read_text())
+    links = json.loads((ref_dir / "links.json").read_text())
+    h, h_rec = model_overlap(by_kind(recs, "overlap"))
+    got = measured(by_kind(recs, "train"), by_kind(recs, "pipeline"), h, h_rec["_source"] if h_rec else None)
+    rows = check_rows(cases(pub, links, got))
+    print(inputs_text(got, links) + "\n")
+    widths = [max(len(str(c)) for c in col) for col in zip(HEADERS, *table_rows(rows))]
+    for line in [HEADERS, *table_rows(rows)]:
+        print("  ".join(str("-" if c is None else c).ljust(w) for c, w in zip(line, widths)))
+    print("\n" + missing_term(rows, got.samples("cuda")[1]))
+    return exit_code(rows)
