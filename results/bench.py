@@ -219,10 +219,10 @@ def run_overlap(a: argparse.Namespace) -> List[dict]:
 
 
 def run_pipeline(a: argparse.Namespace) -> List[dict]:
-    """Steady-state decode cost per backend (imagenet.pipelines' benchmark): backends in lockstep,
+    """Steady-state decode cost per backend (results.pipeline_bench): backends in lockstep,
     batch by batch, timed by the thread's CPU clock (workers 0) or after a first pass that starts the
     workers; the ratio is the median over rounds of per-round ratios to the baseline backend."""
-    from imagenet import pipelines
+    from results import pipeline_bench as pipelines
     root = _jpeg_root(a.data, 4, -(-a.images // 4))
     samples = pipelines.bench_samples(str(root), a.images)
     sweep, env, out = records.new_sweep_id("pipeline", a.tag), _environment(), []
