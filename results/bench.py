@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from results import allreduce_bench, cluster_bench, io_bench, overlap_bench, records, train_bench
+from results import allreduce_bench, cluster_bench, data_scale_bench, io_bench, overlap_bench, records, train_bench
 
 log = logging.getLogger(__name__)
 
@@ -390,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("quick", parents=[common], help="the make-bench preset: all kinds, small, then report")
     q.add_argument("--fresh", action="store_true", help="replace this tag's earlier records and runs")
     cluster_bench.add_parser(sub, common)
+    data_scale_bench.add_parser(sub, common)
     return p
 
 
@@ -428,7 +429,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if a.cmd == "cluster-scaling":
             return cluster_bench.run(a)
         out = {"train": run_train, "io": run_io, "allreduce": run_allreduce, "overlap": run_overlap,
-               "pipeline": run_pipeline}[a.cmd](a)
+               "pipeline": run_pipeline, "shards": data_scale_bench.run}[a.cmd](a)
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 SCHEMA = 1
 RESULTS_DIR = Path(__file__).resolve().parent
 RECORDS_DIR = RESULTS_DIR / "records"
-KINDS = ("train", "io", "allreduce", "overlap", "pipeline")
+KINDS = ("train", "io", "allreduce", "overlap", "pipeline", "shards_pipeline", "data_opens", "index_memory")
 STATUSES = ("ok", "failed")
 
 # Fields every record must have, and the metrics an "ok" record of each kind must carry.
@@ -34,6 +34,9 @@ REQUIRED_METRICS = {
     "allreduce": ("bytes", "time_us", "algbw_gbps", "busbw_gbps", "world_size"),
     "overlap": ("step_time_ms", "step_no_allreduce_ms", "exposed_comm_ms", "allreduce_alone_ms", "world_size"),
     "pipeline": ("images_per_cpu_s", "images_per_s", "cpu_ms_per_image", "rounds"),
+    "shards_pipeline": ("images_per_cpu_s", "images_per_s", "cpu_ms_per_image", "rounds"),
+    "data_opens": ("images", "rchar", "syscr"),
+    "index_memory": ("rank_rss_bytes", "worker_private_bytes", "worker_pss_bytes", "workers"),
 }
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
@@ -47,7 +50,11 @@ UNITS = {
     "images_per_cpu_s": "images per CPU second (images/s per busy core)", "cores_busy": "cores",
     "step_no_allreduce_ms": "ms", "exposed_comm_ms": "ms", "allreduce_alone_ms": "ms",
     "hidden_fraction": "fraction", "grad_bytes": "bytes", "ratio_per_core": "x (vs the baseline backend)",
-    "ratio_min": "x", "ratio_max": "x", "rounds": "rounds",
+    "ratio_min": "x", "ratio_max": "x", "rounds": "rounds", "opens": "files opened (strace openat)",
+    "dataset_opens": "files opened (dataset counter)", "shards": "shard files",
+    "rank_rss_bytes": "bytes", "rank_index_bytes": "bytes", "worker_private_bytes": "bytes (max over workers)",
+    "worker_pss_bytes": "bytes (max over workers)", "worker_rss_bytes": "bytes (max over workers)",
+    "workers": "processes", "touched": "chunks of 65536 entries",
 }
 
 
