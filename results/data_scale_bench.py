@@ -83,6 +83,8 @@ class _First:
         return self.n
 
     def __getattr__(self, name):
+        if name == "source":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self.source, name)
 
 
