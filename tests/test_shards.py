@@ -19,7 +19,7 @@ from PIL import Image
 
 from imagenet import data, pipelines, shards, sources
 from results import jpegs
-from tests.helpers import PYTHON, TINY, explain, python, run, script
+from tests.helpers import BIN, PYTHON, TINY, explain, python, read_run, run, script
 
 SEEDED = [*TINY, "--seed", "7", "--deterministic", "-p", "1"]
 
@@ -186,3 +186,16 @@ def test_a_missing_shard_or_an_index_beyond_its_shards_stops_in_one_line(demo_sh
     np.savez(dst / sources.INDEX_NAME, **arrays)
     _train_fails(dst, tmp_path, "truncated or not the shard the index was written for")
     assert shards.verify(str(demo_shards)) == 48 + 21
+
+
+def test_ddp_under_torchrun_trains_from_shards_with_rank0s_index(demo_shards, tmp_path):
+    """Two ranks: rank 0 loads the index and broadcasts its arrays; each rank's loader worker reads
+    its shards; exact validation counts every image once."""
+    proc = run([BIN / "torchrun", "--standalone", "--nproc_per_node=2", script("imagenet_ddp.py"), *TINY,
+                "--workers", "1", "--epochs", "1", "--log-dir", tmp_path / "run", demo_shards], timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    record = read_run(tmp_path / "run")
+    assert record["status"] == "finished" and record["dist"]["world_size"] == 2
+    assert record["epochs"][-1]["val_samples"] == 21
+    sums = record["final"]["weight_checksums"]
+    assert len(sums) == 2 and sums[0] == sums[1]
