@@ -57,25 +57,28 @@ class _Samples:
 
 
 class FolderIndex(_Samples):
-    """An ImageFolder split: packed paths and class ids."""
+    """An ImageFolder split: packed paths (after their common prefix, e.g. ``/data/imagenet/train/``)
+    and class ids."""
 
     kind = "folder"
 
-    def __init__(self, paths: np.ndarray, offsets: np.ndarray, targets: np.ndarray):
-        self.paths, self.offsets, self.targets = paths, offsets, targets
+    def __init__(self, prefix: str, paths: np.ndarray, offsets: np.ndarray, targets: np.ndarray):
+        self.prefix, self.paths, self.offsets, self.targets = prefix, paths, offsets, targets
         self.opens = 0  # files this process opened through read(): the I/O benchmark counts them
 
     @classmethod
     def from_samples(cls, samples: Sequence[Tuple[str, int]]) -> "FolderIndex":
-        paths, offsets = pack_strings(p for p, _ in samples)
-        return cls(paths, offsets, class_ids([t for _, t in samples]))
+        prefix = os.path.commonprefix([p for p, _ in samples])  # of the smallest and largest: of all
+        prefix = prefix[:prefix.rfind("/") + 1]  # a whole folder
+        paths, offsets = pack_strings(p[len(prefix):] for p, _ in samples)
+        return cls(prefix, paths, offsets, class_ids([t for _, t in samples]))
 
     def __len__(self) -> int:
         return len(self.targets)
 
     def name(self, index: int) -> str:
         start, end = self.offsets[index], self.offsets[index + 1]
-        return self.paths[start:end].tobytes().decode("utf-8", "surrogateescape")
+        return self.prefix + self.paths[start:end].tobytes().decode("utf-8", "surrogateescape")
 
     def target(self, index: int) -> int:
         return int(self.targets[index])

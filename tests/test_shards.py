@@ -199,3 +199,11 @@ def test_ddp_under_torchrun_trains_from_shards_with_rank0s_index(demo_shards, tm
     assert record["epochs"][-1]["val_samples"] == 21
     sums = record["final"]["weight_checksums"]
     assert len(sums) == 2 and sums[0] == sums[1]
+
+
+def test_folder_index_packs_paths_after_their_common_folder():
+    samples = [("/d/train/b/x.JPEG", 1), ("/d/train/a/y.JPEG", 0), ("/d/train/a/ü z.JPEG", 0)]
+    index = sources.FolderIndex.from_samples(samples)
+    assert index.prefix == "/d/train/" and index.paths.nbytes == len("b/x.JPEGa/y.JPEGa/ü z.JPEG".encode())
+    assert [(index.name(i), index.target(i)) for i in range(3)] == samples
+    assert index.targets.dtype == np.int32 and index.offsets.dtype == np.int64
