@@ -36,7 +36,8 @@ class TrainConfig:
     """Everything a run needs to know before it starts; see each field's help."""
 
     # --- what to train on
-    data: Optional[str] = _opt(None, "data", help="dataset root holding train/ and val/ ImageFolders",
+    data: Optional[str] = _opt(None, "data", help="dataset root holding train/ and val/ ImageFolders, or a "
+                               "shard folder written by python -m imagenet.shards",
                                nargs="?", metavar="DIR")
     dummy: bool = _opt(False, "--dummy", help="synthetic tensors instead of images (compute-only benchmarks)",
                        action="store_true")

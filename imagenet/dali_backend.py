@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from .pipelines import CROP_RATIO, CROP_SCALE, val_resize
+from .sources import FolderIndex
 
 PACKAGES = "nvidia-dali-cuda130 (CUDA 13) or nvidia-dali-cuda120 (CUDA 12)"
 PREFETCH = 2  # batches DALI prepares ahead of the one being trained on
@@ -170,15 +171,14 @@ def _run(pipe):
 
 
 class FileReader:
-    """(bytes, class) of sample i of an ImageFolder sample list; picklable for DALI's workers."""
+    """(bytes, class) of sample i of a source (an ImageFolder or shard index from
+    :mod:`imagenet.sources`, or a list of (path, class)); picklable for DALI's workers."""
 
-    def __init__(self, samples: Sequence[Tuple[str, int]]):
-        self.samples = samples
+    def __init__(self, source):
+        self.source = source if hasattr(source, "read") else FolderIndex.from_samples(source)
 
     def __call__(self, index: int) -> Tuple[bytes, int]:
-        path, target = self.samples[index]
-        with open(path, "rb") as f:
-            return f.read(), target
+        return self.source.read(index), self.source.target(index)
 
 
 class DaliLoader:

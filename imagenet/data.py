@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
-from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.transforms import v2 as T
 
-from . import device_decode, distributed, pipelines
-from .errors import one_line
+from . import device_decode, distributed, pipelines, sources
+from .errors import DataError, one_line
 from .pipelines import IMAGENET_MEAN, IMAGENET_STD, val_resize  # noqa: F401 (defined with the backends)
 
 log = logging.getLogger(__name__)
@@ -29,19 +28,19 @@ log = logging.getLogger(__name__)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
-class DataError(RuntimeError):
-    """The dataset cannot be used; the message is one line naming the problem and the fix."""
-
-
 # ---------------------------------------------------------------- decoding backends
 
-def _pil_rgb(path: str) -> Image.Image:
-    with open(path, "rb") as f:
-        img = Image.open(f)
-        return img.convert("RGB")  # convert() forces the full decode inside the with-block
+class _PilTransform:
+    """bytes -> ops(RGB PIL image); a class so spawned workers can pickle it."""
+
+    def __init__(self, ops: Callable):
+        self.ops = ops
+
+    def __call__(self, data: bytes, name: str = "") -> torch.Tensor:
+        return self.ops(pipelines.pil_rgb(data))
 
 
-def pil_backend(train: bool, image_size: int) -> Callable[[str], torch.Tensor]:
+def pil_backend(train: bool, image_size: int) -> pipelines.Transform:
     """PIL decode + torchvision v2 transforms, producing uint8 CHW tensors."""
     if train:
         ops = T.Compose([T.RandomResizedCrop(image_size, antialias=True), T.RandomHorizontalFlip(),
@@ -49,17 +48,17 @@ def pil_backend(train: bool, image_size: int) -> Callable[[str], torch.Tensor]:
     else:
         ops = T.Compose([T.Resize(val_resize(image_size), antialias=True), T.CenterCrop(image_size),
                          T.PILToTensor()])
-    return lambda path: ops(_pil_rgb(path))
+    return _PilTransform(ops)
 
 
 # baseline (pytorch/examples, float) and fast (decode only what the crop needs) live in pipelines.
 # dali is not a per-sample transform: build_loaders hands the samples to imagenet.dali_backend instead.
-BACKENDS: Dict[str, Callable[[bool, int], Callable[[str], torch.Tensor]]] = {"pil": pil_backend,
+BACKENDS: Dict[str, Callable[[bool, int], pipelines.Transform]] = {"pil": pil_backend,
                                                                             **pipelines.BACKENDS,
                                                                             "device": device_decode.device_backend}
 
 
-def get_backend(name: str) -> Callable[[bool, int], Callable[[str], torch.Tensor]]:
+def get_backend(name: str) -> Callable[[bool, int], pipelines.Transform]:
     if name not in BACKENDS:
         raise DataError(f"unknown --data-backend {name!r}; choose one of: {', '.join(sorted(BACKENDS))}")
     return BACKENDS[name]
@@ -71,21 +70,30 @@ def _classes(split_dir: Path) -> List[str]:
     return sorted(e.name for e in os.scandir(split_dir) if e.is_dir() and not e.name.startswith("."))
 
 
-def _scan(split_dir: Path, classes: Sequence[str]) -> List[Tuple[str, int]]:
+def _scan(split_dir: Path, classes: Sequence[str]) -> sources.FolderIndex:
     samples = []
     for index, name in enumerate(classes):
         for dirpath, _, files in sorted(os.walk(split_dir / name, followlinks=True)):
             samples.extend((os.path.join(dirpath, f), index) for f in sorted(files)
                            if f.lower().endswith(IMAGE_EXTENSIONS))
-    return samples
+    return sources.FolderIndex.from_samples(samples)  # the list of tuples is dropped here
 
 
-def scan_dataset(root: str) -> Tuple[List[str], Dict[str, List[Tuple[str, int]]]]:
-    """Check ROOT/train and ROOT/val and list their samples; raise DataError on anything unusable."""
+Index = Dict[str, "sources.FolderIndex | sources.ShardIndex"]
+
+
+def scan_dataset(root: str) -> Tuple[List[str], Index]:
+    """Check ROOT and index its train and val samples; raise DataError on anything unusable.
+
+    ROOT is an ImageFolder (train/ and val/ of class folders) or a shard folder written by
+    ``python -m imagenet.shards`` (recognised by its index file).
+    """
     base = Path(root)
     if not base.is_dir():
         raise DataError(f"dataset directory {root} does not exist; pass the folder holding train/ and val/ "
                         "(or use --dummy)")
+    if sources.is_shard_folder(root):
+        return sources.load_index(root)
     split_classes = {}
     for split in ("train", "val"):
         d = base / split
@@ -106,16 +114,17 @@ def scan_dataset(root: str) -> Tuple[List[str], Dict[str, List[Tuple[str, int]]]
     samples = {}
     for split in ("train", "val"):
         samples[split] = _scan(base / split, train_c)
-        if not samples[split]:
+        if not len(samples[split]):
             raise DataError(f"{base / split} has class folders but no images ({', '.join(IMAGE_EXTENSIONS)})")
     return train_c, samples
 
 
-def scan_dataset_once(root: str, rank: int) -> Tuple[List[str], Dict[str, List[Tuple[str, int]]]]:
+def scan_dataset_once(root: str, rank: int) -> Tuple[List[str], Index]:
     """scan_dataset on global rank 0 only; every rank gets rank 0's result, or raises rank 0's error.
 
     Each rank walking the tree is N metadata scans of ~1.3M files on a shared filesystem (Lustre,
-    GPFS) at start-up; one is enough. A failed scan is broadcast instead of the result, so every rank
+    GPFS) at start-up; one is enough. The index is numpy arrays, so the broadcast pickles a few
+    buffers, not millions of tuples. A failed scan is broadcast instead of the result, so every rank
     stops with the same DataError line rather than waiting on a broadcast that never comes. With
     nccl the pickled lists travel through the current CUDA device, set by distributed.pick_device.
     """
@@ -140,35 +149,39 @@ def scan_dataset_once(root: str, rank: int) -> Tuple[List[str], Dict[str, List[T
 # ---------------------------------------------------------------- datasets
 
 class ImageFiles(Dataset):
-    """(path, class) samples decoded by a backend transform into uint8 tensors."""
+    """Samples of a source (ImageFolder or shards) decoded by a backend transform from their bytes.
 
-    def __init__(self, samples: List[Tuple[str, int]], transform: Callable[[str], torch.Tensor],
-                 skip_bad: bool = False):
-        self.samples = samples
+    The dataset reads the bytes (an open() per image for folders, a pread on a shard opened once per
+    worker for shards); the backend only decodes bytes, so every backend works on every source.
+    """
+
+    def __init__(self, source: "sources.FolderIndex | sources.ShardIndex | Sequence[Tuple[str, int]]",
+                 transform: pipelines.Transform, skip_bad: bool = False):
+        self.source = source if hasattr(source, "read") else sources.FolderIndex.from_samples(source)
         self.transform = transform
         self.skip_bad = skip_bad
         self.skipped = 0
 
     def __len__(self) -> int:
-        return len(self.samples)
+        return len(self.source)
 
     def _load(self, index: int) -> Tuple[torch.Tensor, int]:
-        path, target = self.samples[index]
+        name = self.source.name(index)
         try:
-            return self.transform(path), target
+            return self.transform(self.source.read(index), name), self.source.target(index)
         except (OSError, ValueError, SyntaxError) as e:  # PIL raises all three for broken files
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             if not self.skip_bad:
-                raise DataError(f"cannot read image {path}: {reason}; replace or remove the file, or pass "
+                raise DataError(f"cannot read image {name}: {reason}; replace or remove the file, or pass "
                                 "--skip-bad-images to skip such files") from None
             self.skipped += 1
-            log.warning("skipping unreadable image %s (%s); %d skipped in this worker", path, reason,
+            log.warning("skipping unreadable image %s (%s); %d skipped in this worker", name, reason,
                         self.skipped)
             return None  # type: ignore[return-value]
 
     def __getitem__(self, index: int) -> Tuple[torch.Tensor, int]:
-        for offset in range(len(self.samples)):
-            item = self._load((index + offset) % len(self.samples))
+        for offset in range(len(self)):
+            item = self._load((index + offset) % len(self))
             if item is not None:
                 return item
         raise DataError("no image in the dataset could be read; check the files and their permissions")

@@ -1,6 +1,6 @@
 """The ``device`` data backend: JPEG bytes through the loader, decoding on the training device.
 
-Loader workers only read each file and draw its augmentation (the crop box from the JPEG header,
+Loader workers only read each image's bytes (from a file or a shard) and draw its augmentation (the crop box from the JPEG header,
 with the ``fast`` backend's rule and distribution, and the flip); the batch crosses the worker pipe
 as compressed bytes (~110 KB an ImageNet photo instead of 150 KB of pixels). The training process
 then decodes the whole batch in one ``torchvision.io.decode_jpeg`` call on its device (nvJPEG on a
@@ -21,13 +21,15 @@ from torch.utils.data import default_collate
 from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
+from .errors import DataError
 from .pipelines import FastTrain, jpeg_frame, resized_hw, val_resize
 
 VAL = -1  # a box row whose height is VAL asks for the validation transform
 
 
 class EncodedImage(NamedTuple):
-    """One sample: the file's bytes and its transform (top, left, height, width, flip, output size)."""
+    """One sample: the image's bytes, its transform (top, left, height, width, flip, output size) and
+    its name (a path, or a shard and index) for messages."""
 
     data: torch.Tensor
     box: torch.Tensor
@@ -51,8 +53,6 @@ class EncodedBatch:
 
     def decode(self, device: torch.device) -> torch.Tensor:
         """uint8 NCHW images on DEVICE, each transformed as its box row says."""
-        from .data import DataError  # imported here: imagenet.data imports this module
-
         try:
             images = decode_jpeg(self.data, mode=ImageReadMode.RGB, device=device)
         except RuntimeError as e:
@@ -78,35 +78,33 @@ def _resize(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
 
 
 class EncodedTrain:
-    """path -> bytes + a RandomResizedCrop box and flip drawn from the JPEG header."""
+    """bytes -> bytes + a RandomResizedCrop box and flip drawn from the JPEG header."""
 
     def __init__(self, image_size: int):
         self.size = image_size
 
-    def __call__(self, path: str) -> EncodedImage:
-        buf, frame = _read_jpeg(path)
+    def __call__(self, buf: bytes, name: str = "") -> EncodedImage:
+        frame = _jpeg_frame(buf)
         (top, left, h, w), flip = FastTrain.sample(frame.height, frame.width)
-        return _encoded(buf, [top, left, h, w, int(flip), self.size], path)
+        return _encoded(buf, [top, left, h, w, int(flip), self.size], name)
 
 
 class EncodedVal:
-    """path -> bytes, for Resize + CenterCrop on the device."""
+    """bytes -> bytes, for Resize + CenterCrop on the device."""
 
     def __init__(self, image_size: int):
         self.size = image_size
 
-    def __call__(self, path: str) -> EncodedImage:
-        buf, _ = _read_jpeg(path)
-        return _encoded(buf, [0, 0, VAL, VAL, 0, self.size], path)
+    def __call__(self, buf: bytes, name: str = "") -> EncodedImage:
+        _jpeg_frame(buf)
+        return _encoded(buf, [0, 0, VAL, VAL, 0, self.size], name)
 
 
-def _read_jpeg(path: str):
-    with open(path, "rb") as f:
-        buf = f.read()
+def _jpeg_frame(buf: bytes):
     frame = jpeg_frame(buf)
     if frame is None:  # ImageFiles turns this into the bad-image error (or a skip)
         raise ValueError("not a JPEG file the device decoder reads (the device backend decodes JPEG only)")
-    return buf, frame
+    return frame
 
 
 def _encoded(buf: bytes, row: List[int], path: str) -> EncodedImage:

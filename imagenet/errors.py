@@ -16,3 +16,7 @@ def one_line(exc: BaseException) -> str:
     if sep and head.replace(".", "").replace("_", "").isalnum() and head.split(".")[-1].endswith("Error"):
         return rest
     return last
+
+
+class DataError(RuntimeError):
+    """The dataset cannot be used; the message is one line naming the problem and the fix."""

@@ -1,4 +1,7 @@
-"""Image decoding pipelines ("backends"): a file path goes in, one CHW image tensor comes out.
+"""Image decoding pipelines ("backends"): an image's encoded bytes go in, one CHW tensor comes out.
+
+The dataset (:class:`imagenet.data.ImageFiles`) reads the bytes, from a file or a shard; a backend
+is called as ``transform(data, name)``, the name only for messages.
 
 Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
 
@@ -27,28 +30,19 @@ Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
     Validation decodes in full (no DCT scaling) and resizes + centre-crops on uint8.
     Outputs differ from the baseline's only by resampling error on the same box (tests check it).
 
-``python -m imagenet.pipelines --bench`` measures both per core, in-process and through a DataLoader.
+``python -m results.bench pipeline`` measures them per core (results/pipeline_bench.py).
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import io
-import json
 import logging
 import math
-import os
-import resource
-import statistics
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from PIL import Image
 from torchvision import transforms as T
-from torchvision.datasets.folder import default_loader
 from torchvision.transforms.v2 import functional as TF
 
 log = logging.getLogger(__name__)
@@ -59,7 +53,12 @@ CROP_SCALE = (0.08, 1.0)  # RandomResizedCrop's defaults, spelled out because bo
 CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
 DCT_REDUCTIONS = (8, 4, 2)  # the power-of-two scalings PIL's draft() can ask libjpeg for
 
-Transform = Callable[[str], torch.Tensor]
+Transform = Callable[[bytes, str], torch.Tensor]  # (encoded image, its name for messages) -> CHW image
+
+
+def pil_rgb(data: bytes) -> Image.Image:
+    """Decoded RGB image, as torchvision ImageFolder's PIL loader gives it (convert forces the decode)."""
+    return Image.open(io.BytesIO(data)).convert("RGB")
 
 
 def val_resize(image_size: int) -> int:
@@ -80,13 +79,14 @@ def baseline_backend(train: bool, image_size: int) -> Transform:
 
 
 class _Composed:
-    """path -> ops(default_loader(path)); a class rather than a lambda so spawned workers can pickle it."""
+    """bytes -> ops(ImageFolder's PIL RGB image); a class rather than a lambda so spawned workers can
+    pickle it."""
 
     def __init__(self, ops: Callable):
         self.ops = ops
 
-    def __call__(self, path: str) -> torch.Tensor:
-        return self.ops(default_loader(path))
+    def __call__(self, data: bytes, name: str = "") -> torch.Tensor:
+        return self.ops(pil_rgb(data))
 
 
 # ---------------------------------------------------------------- JPEG header
@@ -252,9 +252,7 @@ class FastTrain:
         u = torch.rand(41).tolist()
         return crop_box(height, width, u[:40]), u[40] < 0.5
 
-    def __call__(self, path: str) -> torch.Tensor:
-        with open(path, "rb") as f:
-            buf = f.read()
+    def __call__(self, buf: bytes, name: str = "") -> torch.Tensor:
         frame = jpeg_frame(buf)
         if frame is None:  # not a JPEG (or an odd one): decode fully, augment the same way
             im = _rgb(Image.open(io.BytesIO(buf)))
@@ -298,10 +296,9 @@ class FastVal:
         self.size = image_size
         self.resize = val_resize(image_size)
 
-    def __call__(self, path: str) -> torch.Tensor:
-        with open(path, "rb") as f:
-            im = _rgb(Image.open(f))
-            out = resize_uint8(_as_tensor(im), *resized_hw(im.height, im.width, self.resize))
+    def __call__(self, buf: bytes, name: str = "") -> torch.Tensor:
+        im = _rgb(Image.open(io.BytesIO(buf)))
+        out = resize_uint8(_as_tensor(im), *resized_hw(im.height, im.width, self.resize))
         return TF.center_crop(out, [self.size, self.size]).contiguous()
 
 
@@ -323,184 +320,3 @@ def fast_backend(train: bool, image_size: int) -> Transform:
 
 
 BACKENDS: Dict[str, Callable[[bool, int], Transform]] = {"baseline": baseline_backend, "fast": fast_backend}
-
-
-# ---------------------------------------------------------------- benchmark
-
-@dataclass(frozen=True)
-class Measurement:
-    """One pass of a backend over the files: images, wall seconds, CPU seconds (all processes)."""
-
-    backend: str
-    split: str
-    workers: int
-    images: int
-    wall_s: float
-    cpu_s: float
-    round: int = 0
-
-    @property
-    def per_core(self) -> float:
-        """Images per CPU-second: per-core throughput, robust to other load on a shared machine."""
-        return self.images / self.cpu_s
-
-    @property
-    def wall_rate(self) -> float:
-        return self.images / self.wall_s
-
-
-def _cpu_seconds(pids: Sequence[int] = ()) -> float:
-    """CPU time of this process (all its threads) plus that of the live processes PIDS."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    return own.ru_utime + own.ru_stime + sum(_proc_cpu_seconds(pid) for pid in pids)
-
-
-def _proc_cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()  # the command name may contain spaces
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-
-
-def measure(backend: str, samples: List[Tuple[str, int]], train: bool, image_size: int, workers: int,
-            batch_size: int, seed: int = 0) -> Measurement:
-    """Steady-state pass over every sample through a DataLoader.
-
-    workers=0 loads in this process on one thread. With workers, a first pass starts them (fork,
-    first-touch page faults: a one-off cost per run) and the second pass is measured, counting the
-    CPU time of the workers and of this process, which receives the batches.
-    """
-    import multiprocessing
-
-    from torch.utils.data import DataLoader
-
-    from .data import ImageFiles  # imported here: imagenet.data imports this module
-
-    dataset = ImageFiles(samples, BACKENDS[backend](train, image_size))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # per core means one core: no intra-op threads in the measured process
-    torch.manual_seed(seed)
-    try:
-        loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False,
-                            persistent_workers=workers > 0, generator=torch.Generator().manual_seed(seed))
-        pids: List[int] = []
-        if workers:
-            sum(len(target) for _, target in loader)
-            pids = [p.pid for p in multiprocessing.active_children() if p.pid is not None]
-        cpu0, wall0 = _cpu_seconds(pids), time.perf_counter()
-        images = sum(len(target) for _, target in loader)
-        wall, cpu = time.perf_counter() - wall0, _cpu_seconds(pids) - cpu0
-        del loader  # shuts persistent workers down
-    finally:
-        torch.set_num_threads(threads)
-    return Measurement(backend, "train" if train else "val", workers, images, wall, cpu)
-
-
-def measure_in_process(backends: Sequence[str], samples: List[Tuple[str, int]], train: bool, image_size: int,
-                       batch_size: int, seed: int = 0) -> List[Measurement]:
-    """workers=0, all backends in lockstep: batch k of each, back to back, timed by this thread's CPU
-    clock, so the machine's busy and quiet moments fall on every backend alike."""
-    from torch.utils.data import DataLoader
-
-    from .data import ImageFiles
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        iters = [iter(DataLoader(ImageFiles(samples, BACKENDS[b](train, image_size)), batch_size=batch_size))
-                 for b in backends]
-        cpu, wall, images = [0.0] * len(backends), [0.0] * len(backends), [0] * len(backends)
-        for _ in range(-(-len(samples) // batch_size)):
-            for i, it in enumerate(iters):
-                torch.manual_seed(seed + images[i])  # same boxes for every backend that draws them alike
-                c0, w0 = time.thread_time(), time.perf_counter()
-                images[i] += len(next(it)[1])
-                cpu[i] += time.thread_time() - c0
-                wall[i] += time.perf_counter() - w0
-    finally:
-        torch.set_num_threads(threads)
-    split = "train" if train else "val"
-    return [Measurement(b, split, 0, n, w, c) for b, n, w, c in zip(backends, images, wall, cpu)]
-
-
-def bench(samples: List[Tuple[str, int]], backends: Sequence[str], workers: Sequence[int], image_size: int,
-          batch_size: int, rounds: int) -> List[Measurement]:
-    """Rounds of every backend back to back (in lockstep in process), so slow phases of a shared
-    machine hit all alike."""
-    results = []
-    for r in range(rounds):
-        for split in ("train", "val"):
-            for w in workers:
-                if w == 0:
-                    ms = measure_in_process(backends, samples, split == "train", image_size, batch_size, seed=r)
-                else:
-                    ms = [measure(b, samples, split == "train", image_size, w, batch_size, seed=r)
-                          for b in backends]
-                for m in ms:
-                    m = dataclasses.replace(m, round=r)
-                    log.info("round %d %-8s %-5s workers=%d  %.0f img/s per core, %.0f img/s wall", r, m.backend,
-                             split, w, m.per_core, m.wall_rate)
-                    results.append(m)
-    return results
-
-
-def summarize(results: List[Measurement], reference: str = "baseline") -> List[dict]:
-    """Medians over rounds of each (split, workers, backend). The ratio to the reference is the
-    median of per-round ratios: both ran back to back, so a busy phase of the machine cancels."""
-    groups: Dict[Tuple[str, int, str], List[Measurement]] = {}
-    for m in results:
-        groups.setdefault((m.split, m.workers, m.backend), []).append(m)
-    rows = []
-    for (split, workers, backend), ms in groups.items():
-        ref = {m.round: m.per_core for m in groups.get((split, workers, reference), [])}
-        ratios = [m.per_core / ref[m.round] for m in ms if m.round in ref]
-        rows.append({"split": split, "workers": workers, "backend": backend, "rounds": len(ms),
-                     "images_per_s_per_core": statistics.median(m.per_core for m in ms),
-                     "images_per_s_wall": statistics.median(m.wall_rate for m in ms),
-                     "cpu_ms_per_image": 1000 * statistics.median(m.cpu_s / m.images for m in ms),
-                     "ratio_per_core_vs_" + reference: statistics.median(ratios) if ratios else None,
-                     "ratio_range": [min(ratios), max(ratios)] if ratios else None})
-    return rows
-
-
-def bench_samples(root: Optional[str], images: int) -> List[Tuple[str, int]]:
-    from .data import scan_dataset
-
-    if root is None:
-        from results.jpegs import ensure_dataset  # ImageNet-like 500x375 ~110 KB JPEGs
-
-        root = os.path.join(os.environ.get("TMPDIR", "/tmp"), "hpc-imagenet-jpegs")
-        ensure_dataset(Path(root), classes=4, train_per_class=max(1, -(-images // 4)), val_per_class=1)
-    _, samples = scan_dataset(root)
-    return samples["train"][:images]
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description="images/s per core of the decoding backends")
-    parser.add_argument("--bench", action="store_true", help="run the benchmark (the only action)")
-    parser.add_argument("--root", help="ImageFolder root with train/ (default: generated ImageNet-like JPEGs)")
-    parser.add_argument("--images", type=int, default=256)
-    parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
-    parser.add_argument("--backends", nargs="+", default=["baseline", "fast"])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", help="also write the summary rows here")
-    args = parser.parse_args(argv)
-    if not args.bench:
-        parser.error("nothing to do: pass --bench")
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    samples = bench_samples(args.root, args.images)
-    rows = summarize(bench(samples, args.backends, args.workers, args.image_size, args.batch_size, args.rounds))
-    for r in rows:
-        ratio = r["ratio_per_core_vs_baseline"]
-        print(f"{r['split']:5s} workers={r['workers']}  {r['backend']:8s} {r['images_per_s_per_core']:7.0f} img/s "
-              f"per core  {r['cpu_ms_per_image']:.2f} ms CPU/img  {r['images_per_s_wall']:7.0f} img/s wall"
-              + (f"  x{ratio:.2f} ({r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})" if ratio else ""))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"images": len(samples), "image_size": args.image_size,
-                                               "batch_size": args.batch_size, "rows": rows}, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from results import allreduce_bench, io_bench, overlap_bench, records, scaling, slurm_queue, train_bench
+from results import (allreduce_bench, data_scale_bench, io_bench, overlap_bench, records, scaling, slurm_queue,
+                     train_bench)
 from slurm.generate import GenerateError
 
 log = logging.getLogger(__name__)
@@ -233,10 +234,10 @@ def run_overlap(a: argparse.Namespace) -> List[dict]:
 
 
 def run_pipeline(a: argparse.Namespace) -> List[dict]:
-    """Steady-state decode cost per backend (imagenet.pipelines' benchmark): backends in lockstep,
+    """Steady-state decode cost per backend (results.pipeline_bench): backends in lockstep,
     batch by batch, timed by the thread's CPU clock (workers 0) or after a first pass that starts the
     workers; the ratio is the median over rounds of per-round ratios to the baseline backend."""
-    from imagenet import pipelines
+    from results import pipeline_bench as pipelines
     root = _jpeg_root(a.data, 4, -(-a.images // 4))
     samples = pipelines.bench_samples(str(root), a.images)
     sweep, env, out = records.new_sweep_id("pipeline", a.tag), _environment(), []
@@ -409,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("quick", parents=[common], help="the make-bench preset: all kinds, small, then report")
     q.add_argument("--fresh", action="store_true", help="replace this tag's earlier records and runs")
     scaling.add_parser(sub, common)
+    data_scale_bench.add_parser(sub, common)
     return p
 
 
@@ -447,7 +449,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if a.cmd == "scaling":
             return scaling.run(a)
         out = {"train": run_train, "io": run_io, "allreduce": run_allreduce, "overlap": run_overlap,
-               "pipeline": run_pipeline}[a.cmd](a)
+               "pipeline": run_pipeline, "shards": data_scale_bench.run}[a.cmd](a)
     except (BenchError, slurm_queue.SlurmError, GenerateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 SCHEMA = 1
 RESULTS_DIR = Path(__file__).resolve().parent
 RECORDS_DIR = RESULTS_DIR / "records"
-KINDS = ("train", "io", "allreduce", "overlap", "pipeline", "storage")
+KINDS = ("train", "io", "allreduce", "overlap", "pipeline", "storage", "shards_pipeline", "data_opens",
+         "index_memory")
 STATUSES = ("ok", "failed")
 
 # Fields every record must have, and the metrics an "ok" record of each kind must carry.
@@ -35,6 +36,9 @@ REQUIRED_METRICS = {
     "overlap": ("step_time_ms", "step_no_allreduce_ms", "exposed_comm_ms", "allreduce_alone_ms", "world_size"),
     "pipeline": ("images_per_cpu_s", "images_per_s", "cpu_ms_per_image", "rounds"),
     "storage": ("mb_per_s", "files_per_s", "elapsed_s", "bytes", "files"),
+    "shards_pipeline": ("images_per_cpu_s", "images_per_s", "cpu_ms_per_image", "rounds"),
+    "data_opens": ("images", "rchar", "syscr"),
+    "index_memory": ("rank_rss_bytes", "worker_private_bytes", "worker_pss_bytes", "workers"),
 }
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
@@ -51,6 +55,11 @@ UNITS = {
     "ratio_min": "x", "ratio_max": "x", "rounds": "rounds",
     "files": "files", "mb_per_s_per_node": "MB/s (1e6 bytes)", "files_per_s_per_node": "files/s",
     "min_node_mb_per_s": "MB/s (1e6 bytes)", "bytes_per_file": "bytes", "storage_mb_per_s": "MB/s (1e6 bytes)",
+    "opens": "files opened (strace openat)",
+    "dataset_opens": "files opened (dataset counter)", "shards": "shard files",
+    "rank_rss_bytes": "bytes", "rank_index_bytes": "bytes", "worker_private_bytes": "bytes (max over workers)",
+    "worker_pss_bytes": "bytes (max over workers)", "worker_rss_bytes": "bytes (max over workers)",
+    "workers": "processes", "touched": "chunks of 65536 entries",
 }
 
 

@@ -37,8 +37,8 @@ def test_train_crops_match_the_fast_backend(photos, box, flip):
 
 
 def test_val_matches_the_fast_backend(photos):
-    got = device_decode.collate([(device_decode.EncodedVal(224)(p), 0) for p in photos])[0].decode(CPU)
-    expected = torch.stack([pipelines.FastVal(224)(p) for p in photos])
+    got = device_decode.collate([(device_decode.EncodedVal(224)(open(p, "rb").read(), p), 0) for p in photos])[0].decode(CPU)
+    expected = torch.stack([pipelines.FastVal(224)(open(p, "rb").read()) for p in photos])
     assert got.shape == expected.shape and (got.int() - expected.int()).abs().float().mean() < 1.0
 
 

@@ -112,7 +112,7 @@ def test_device_decode_backend_trains_on_cuda_and_matches_the_cpu_decode(jpeg_da
     from imagenet import device_decode
 
     paths = sorted(str(p) for p in (jpeg_data / "val").rglob("*.JPEG"))[:8]
-    batch = device_decode.collate([(device_decode.EncodedVal(32)(p), 0) for p in paths])[0]
+    batch = device_decode.collate([(device_decode.EncodedVal(32)(open(p, "rb").read(), p), 0) for p in paths])[0]
     on_gpu, on_cpu = batch.decode(torch.device("cuda")).cpu(), batch.decode(torch.device("cpu"))
     assert on_gpu.shape == on_cpu.shape and (on_gpu.int() - on_cpu.int()).abs().float().mean() < 2.0
 

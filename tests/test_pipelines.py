@@ -36,6 +36,11 @@ def photo(height: int = 375, width: int = 500, seed: int = 0) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
+def read(path) -> bytes:
+    """An image file's bytes: what the dataset hands a backend."""
+    return Path(path).read_bytes()
+
+
 def jpeg_bytes(pixels: np.ndarray, **save_kw) -> bytes:
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, "JPEG", quality=90, **save_kw)
@@ -199,16 +204,16 @@ def test_fast_and_baseline_draw_from_the_same_random_stream_only_through_sample(
     """Seeded runs are reproducible: same seed, same output."""
     fast = P.fast_backend(True, 224)
     torch.manual_seed(5)
-    a = fast(files[0])
+    a = fast(read(files[0]))
     torch.manual_seed(5)
-    assert torch.equal(a, fast(files[0]))
+    assert torch.equal(a, fast(read(files[0])))
 
 
 @pytest.mark.parametrize("index", [0, 1, 3])
 def test_fast_val_matches_the_baseline(files, index):
     """Resize + centre crop: uint8 vs float rounding only."""
-    base = P.baseline_backend(False, 224)(files[index])
-    fast = P.fast_backend(False, 224)(files[index])
+    base = P.baseline_backend(False, 224)(read(files[index]))
+    fast = P.fast_backend(False, 224)(read(files[index]))
     assert fast.dtype == torch.uint8 and fast.shape == base.shape == (3, 224, 224) and fast.is_contiguous()
     diff = (fast.float() - (base * STD + MEAN) * 255).abs()
     assert diff.mean() < 0.5 and diff.max() <= 2
@@ -223,7 +228,7 @@ def test_fast_handles_non_jpeg_grayscale_and_cmyk(tmp_path):
     Image.fromarray(photo(90, 120)).convert("CMYK").save(cmyk, quality=90)
     for path in (png, gray, cmyk):
         for train in (True, False):
-            out = P.fast_backend(train, 32)(str(path))
+            out = P.fast_backend(train, 32)(read(path))
             assert out.dtype == torch.uint8 and out.shape == (3, 32, 32)
 
 
@@ -232,7 +237,7 @@ def test_backends_are_registered_and_picklable(files):
     for name in ("baseline", "fast"):
         for train in (True, False):
             fn = pickle.loads(pickle.dumps(data.get_backend(name)(train, 32)))
-            out = fn(files[0])
+            out = fn(read(files[0]))
             assert out.shape == (3, 32, 32)
             assert out.dtype == (torch.float32 if name == "baseline" else torch.uint8)
 
@@ -244,8 +249,10 @@ def test_loader_batches(files):
 
 
 def test_bench_measures_both_backends(files):
+    from results import pipeline_bench
+
     samples = [(p, 0) for p in files[:2]]
-    rows = P.summarize(P.bench(samples, ["baseline", "fast"], [0], 32, 2, rounds=1))
+    rows = pipeline_bench.summarize(pipeline_bench.bench(samples, ["baseline", "fast"], [0], 32, 2, rounds=1))
     assert {r["backend"] for r in rows} == {"baseline", "fast"}
     assert all(r["images_per_s_per_core"] > 0 for r in rows)
     assert {r["ratio_per_core_vs_baseline"] for r in rows if r["backend"] == "baseline"} == {1.0}

@@ -1,0 +1,307 @@
+"""ImageFolder -> tar shards in the WebDataset layout, plus an index: ``python -m imagenet.shards SRC DST``.
+
+Each split (train/, val/) becomes ``DST/<split>-NNNNNN.tar`` files of about ``--shard-size`` MB of
+source images, each sample two members, ``<key>.jpg`` (the image) and ``<key>.cls`` (its class id
+as text), as WebDataset writes them; ``DST/shards-index.npz`` (:mod:`imagenet.sources`) records the
+classes, the samples of each shard and the byte offset and size of every image payload, so the
+engine reads sample i with one ``pread`` on a shard it opened once. Samples keep ImageFolder's order
+(class, then file name), so index i is the same image as in the folder.
+
+Why the standard library's ``tarfile`` and not webdataset's TarWriter / ``wids``: random access
+needs each payload's byte offset, which ``tarfile`` reports for the members it reads back
+(``offset_data``) and webdataset's writer does not; ``wids`` would re-scan every tar on open and
+returns decoded samples rather than byte ranges. Reading the written shard back with ``tarfile``
+is also the check that it is a standard tar. The layout stays readable by webdataset.
+
+Robustness: a shard is written to ``NAME.tmp`` and renamed when complete, so a killed conversion
+leaves only whole shards; a rerun with the same SRC and options skips them (``.shards-plan.json``
+records what was planned) and the index, written last and atomically, means "complete".
+``--max-side N`` re-encodes images whose longer side is over N (see README "Data at scale").
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import logging
+import multiprocessing
+import os
+import sys
+import tarfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+from PIL import Image
+
+from . import data, sources
+from .errors import DataError
+
+log = logging.getLogger(__name__)
+
+PLAN_NAME = ".shards-plan.json"
+
+
+@dataclass(frozen=True)
+class Options:
+    max_side: Optional[int] = None
+    quality: int = 90
+    skip_bad: bool = False
+
+
+@dataclass(frozen=True)
+class Job:
+    """One shard to write: its file and the source samples (path, class, key) it holds."""
+
+    dst: str
+    name: str
+    samples: Tuple[Tuple[str, int, str], ...]
+    options: Options
+
+
+# ---------------------------------------------------------------- one image
+
+def encoded(path: str, options: Options) -> Tuple[bytes, str]:
+    """(payload, extension) for a source image: its own bytes, or a re-encoded JPEG when its longer
+    side is over --max-side. Raises DataError naming the file if it is not a readable image."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        im = Image.open(io.BytesIO(raw))
+        if options.max_side and max(im.size) > options.max_side:
+            return _shrunk(im, options), "jpg"
+        im.verify()  # the header and structure; a lossless repack does not pay for a full decode
+        return raw, "jpg" if im.format == "JPEG" else (im.format or "img").lower()
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DataError(f"cannot read image {path}: {reason}; replace or remove the file, or pass "
+                        "--skip-bad-images to leave it out") from None
+
+
+def _shrunk(im: Image.Image, options: Options) -> bytes:
+    scale = options.max_side / max(im.size)
+    size = (max(1, round(im.width * scale)), max(1, round(im.height * scale)))
+    out = io.BytesIO()
+    im.convert("RGB").resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0).save(
+        out, "JPEG", quality=options.quality)
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------- one shard
+
+def _member(name: str, payload: bytes) -> Tuple[tarfile.TarInfo, io.BytesIO]:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(payload), 0o444, 0  # fixed metadata: same input, same shard
+    return info, io.BytesIO(payload)
+
+
+def write_shard(job: Job) -> dict:
+    """Write JOB's shard (unless a complete one exists) and return its index entries."""
+    path = os.path.join(job.dst, job.name)
+    skipped: List[str] = []
+    if not os.path.exists(path):
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            with tarfile.open(fileobj=f, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+                for src, target, key in job.samples:
+                    try:
+                        payload, ext = encoded(src, job.options)
+                    except DataError as e:
+                        if not job.options.skip_bad:
+                            raise
+                        log.warning("skipping %s", e)
+                        skipped.append(src)
+                        continue
+                    tar.addfile(*_member(f"{key}.{ext}", payload))
+                    tar.addfile(*_member(f"{key}.cls", str(target).encode()))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    return {"name": job.name, "skipped": skipped, **shard_entries(path)}
+
+
+def shard_entries(path: str) -> dict:
+    """Byte range and class of every image in a shard, read back with tarfile (which also proves
+    the file is a standard tar)."""
+    offsets, sizes, targets = [], [], []
+    try:
+        with tarfile.open(path, "r:") as tar:
+            members = tar.getmembers()
+            for image, cls in zip(members[::2], members[1::2]):
+                if not cls.name.endswith(".cls") or image.name.rsplit(".", 1)[0] != cls.name[:-4]:
+                    raise tarfile.TarError(f"member {image.name} is not followed by its .cls")
+                offsets.append(image.offset_data)
+                sizes.append(image.size)
+                targets.append(int(tar.extractfile(cls).read()))
+    except (tarfile.TarError, OSError, ValueError) as e:
+        raise DataError(f"shard {path} is not a complete shard ({e}); delete it and run the conversion "
+                        "again") from None
+    return {"offset": offsets, "size": sizes, "target": targets, "bytes": os.path.getsize(path)}
+
+
+# ---------------------------------------------------------------- planning
+
+def plan_split(split: str, index: sources.FolderIndex, shard_bytes: int, dst: str,
+               options: Options) -> List[Job]:
+    """Consecutive samples in shards of about SHARD_BYTES of source files (re-encoded shards come out
+    smaller)."""
+    jobs, current, size = [], [], 0
+    for i in range(len(index)):
+        path = index.name(i)
+        current.append((path, index.target(i), f"{i:08d}"))
+        size += os.path.getsize(path) if os.path.exists(path) else 0
+        if size >= shard_bytes or i == len(index) - 1:
+            jobs.append(Job(dst, f"{split}-{len(jobs):06d}.tar", tuple(current), options))
+            current, size = [], 0
+    return jobs
+
+
+def _fingerprint(src: str, jobs: Dict[str, List[Job]], options: Options) -> dict:
+    digest = hashlib.sha256()
+    for split in sources.SPLITS:
+        for job in jobs[split]:
+            digest.update(json.dumps([job.name, job.samples]).encode())
+    return {"source": os.path.abspath(src), "options": asdict(options), "samples": digest.hexdigest()}
+
+
+def _check_plan(dst: Path, plan: dict) -> None:
+    """A rerun continues only the same conversion; anything else would mix shards of two."""
+    path = dst / PLAN_NAME
+    if path.exists():
+        old = json.loads(path.read_text())
+        if old != plan:
+            raise DataError(f"{dst} holds shards of a different conversion (source {old.get('source')}, options "
+                            f"{old.get('options')}); pass an empty DST or delete {dst}")
+        return
+    if any(dst.iterdir()):
+        raise DataError(f"{dst} is not empty and holds no conversion of ours; pass an empty or new DST folder")
+    tmp = dst / (PLAN_NAME + ".tmp")
+    tmp.write_text(json.dumps(plan))
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- progress
+
+class Progress:
+    """A bar redrawn in place on a terminal; plain lines (one per shard) otherwise, for log files."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.done, self.images, self.stream = total, 0, 0, stream
+        self.tty, self.t0 = stream.isatty(), time.monotonic()
+
+    def update(self, shard: dict) -> None:
+        self.done += 1
+        self.images += len(shard["offset"])
+        rate = self.images / max(time.monotonic() - self.t0, 1e-9)
+        text = f"{self.done}/{self.total} shards, {self.images} images, {rate:.0f} images/s ({shard['name']})"
+        if self.tty:
+            bar = "#" * (30 * self.done // self.total)
+            self.stream.write(f"\r[{bar:30s}] {text}" + ("\n" if self.done == self.total else ""))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+# ---------------------------------------------------------------- conversion
+
+def _run(jobs: Sequence[Job], workers: int, fn) -> Iterator[dict]:
+    if workers <= 1:
+        yield from map(fn, jobs)
+        return
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        yield from pool.imap(fn, jobs)
+
+
+def convert(src: str, dst: str, shard_mb: float = 256, workers: int = 1, options: Options = Options()) -> dict:
+    """Convert SRC (ImageFolder) into shards under DST; returns counts. Resumes an interrupted run."""
+    if sources.is_shard_folder(src):
+        raise DataError(f"{src} is already a shard folder; pass the ImageFolder it came from")
+    classes, index = data.scan_dataset(src)
+    out = Path(dst)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = {s: plan_split(s, index[s], int(shard_mb * 2**20), dst, options) for s in sources.SPLITS}
+    _check_plan(out, _fingerprint(src, jobs, options))
+    splits, skipped = {}, []
+    progress = Progress(sum(len(j) for j in jobs.values()))
+    for split in sources.SPLITS:
+        shards = []
+        for shard in _run(jobs[split], workers, write_shard):
+            progress.update(shard)
+            shards.append(shard)
+            skipped += shard["skipped"]
+        splits[split] = _split_arrays(shards)
+    sources.save_index(out, classes, splits)
+    return {"classes": len(classes), "skipped": len(skipped),
+            **{f"{s}_samples": len(splits[s]["target"]) for s in sources.SPLITS},
+            **{f"{s}_shards": len(splits[s]["shards"]) for s in sources.SPLITS}}
+
+
+def _split_arrays(shards: List[dict]) -> dict:
+    return {"shards": [s["name"] for s in shards], "shard_bytes": [s["bytes"] for s in shards],
+            "samples": [len(s["offset"]) for s in shards],
+            "shard": np.repeat(np.arange(len(shards), dtype=np.int32), [len(s["offset"]) for s in shards]),
+            **{k: np.concatenate([np.asarray(s[k], dtype=np.int64) for s in shards]) if shards else []
+               for k in ("offset", "size", "target")}}
+
+
+# ---------------------------------------------------------------- verification
+
+def _verify_shard(args: Tuple[str, str, int]) -> int:
+    """Re-read one shard: tar members agree with the index, and every image decodes."""
+    root, split, shard = args
+    _, index = sources.load_index(root)
+    part = index[split]
+    ids = np.flatnonzero(part.shard == shard)
+    entries = shard_entries(part.shard_path(shard))
+    if (entries["offset"] != part.offset[ids].tolist() or entries["size"] != part.size[ids].tolist()
+            or entries["target"] != part.targets[ids].tolist()):
+        raise DataError(f"shard {part.shard_path(shard)} does not match the index; run the conversion again "
+                        "into an empty folder")
+    for i in ids:
+        try:
+            Image.open(io.BytesIO(part.read(int(i)))).load()
+        except (OSError, ValueError, SyntaxError) as e:
+            raise DataError(f"sample {i} in {part.shard_path(shard)} does not decode ({e}); run the "
+                            "conversion again into an empty folder") from None
+    part.close()
+    return len(ids)
+
+
+def verify(root: str, workers: int = 1) -> int:
+    """Re-read every sample of a shard folder; returns the number checked, raises DataError."""
+    _, index = sources.load_index(root)
+    jobs = [(root, split, s) for split in sources.SPLITS for s in range(len(index[split].shard_names))]
+    return sum(_run(jobs, workers, _verify_shard))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m imagenet.shards",
+                                 description="convert an ImageFolder (train/, val/) into indexed tar shards")
+    ap.add_argument("src", help="ImageFolder root holding train/ and val/")
+    ap.add_argument("dst", help="output folder (new or empty, or an interrupted conversion to continue)")
+    ap.add_argument("--shard-size", type=float, default=256, help="MB of source images per shard (default 256)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel shard writers")
+    ap.add_argument("--max-side", type=int, help="re-encode images whose longer side is over N pixels to N")
+    ap.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (default 90)")
+    ap.add_argument("--skip-bad-images", action="store_true", help="leave unreadable images out (named in a warning)")
+    ap.add_argument("--verify", action="store_true", help="afterwards, re-read and decode every sample")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if a.max_side is not None and a.max_side < 1 or not 1 <= a.quality <= 100:
+        ap.error("--max-side must be >= 1 and --quality in 1..100")
+    try:
+        counts = convert(a.src, a.dst, a.shard_size, a.workers, Options(a.max_side, a.quality, a.skip_bad_images))
+        print(json.dumps(counts))
+        if a.verify:
+            print(f"verified {verify(a.dst, a.workers)} samples")
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,265 @@
+"""Data at scale, measured: ``python -m results.bench shards``.
+
+Three records kinds (see results/records.py):
+
+``shards_pipeline``
+    Images/s per core of the fast backend reading the same ImageNet-like JPEGs (results/jpegs.py) from
+    the ImageFolder, from shards of the original bytes and from shards re-encoded at ``--max-side``,
+    in lockstep with the baseline backend on the ImageFolder (results/pipeline_bench.py), so every
+    ratio is per round on the same machine state.
+``data_opens``
+    One training epoch over the same files in a child process: files opened under the data folder
+    (counted by strace from the openat calls, and by the dataset's own counter) and bytes read
+    (``/proc/self/io`` rchar), ImageFolder vs shards.
+``index_memory``
+    Real memory of a 1.28M-sample index, built synthetically (ImageNet-like paths, no files needed:
+    the index is what costs memory, not the images): the rank's RSS and each DataLoader worker's
+    private (copy-on-write) and proportional memory after the workers read every entry, for the old
+    list of (path, class) tuples, the numpy ImageFolder index and the numpy shard index.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+from torch.utils.data import DataLoader, IterableDataset
+
+from imagenet import data, shards, sources
+from imagenet.errors import DataError
+from results import pipeline_bench
+
+log = logging.getLogger(__name__)
+
+IMAGENET_TRAIN = 1_281_167
+
+
+# ---------------------------------------------------------------- shard sets of the bench JPEGs
+
+def shard_sets(root: Path, max_sides: List[int], shard_mb: float) -> Dict[str, Path]:
+    """{label: folder} for the ImageFolder and its shard conversions, kept beside it: a rerun resumes
+    (finds every shard done); a conversion of other files or options is replaced."""
+    sets = {"folder": root}
+    for side in [None, *max_sides]:
+        label = "shards" if side is None else f"shards-max{side}"
+        sets[label] = dst = root.parent / f"{root.name}-{label}"
+        try:
+            shards.convert(str(root), str(dst), shard_mb, os.cpu_count() or 1, shards.Options(max_side=side))
+        except DataError as e:
+            if "different conversion" not in str(e):
+                raise
+            shutil.rmtree(dst)
+            shards.convert(str(root), str(dst), shard_mb, os.cpu_count() or 1, shards.Options(max_side=side))
+    return sets
+
+
+def pipeline_variants(sets: Dict[str, Path], images: int) -> Dict[str, pipeline_bench.Variant]:
+    """baseline on the folder (the reference), fast on every set; the first IMAGES samples each."""
+    variants = {}
+    for label, path in sets.items():
+        _, index = data.scan_dataset(str(path))
+        variants[f"fast+{label}"] = (_First(index["train"], images), "fast")
+        if label == "folder":
+            variants["baseline"] = (_First(index["train"], images), "baseline")
+    return variants
+
+
+class _First:
+    """The first N samples of a source (the bench reads a fixed number of images)."""
+
+    def __init__(self, source, n: int):
+        self.source, self.n = source, min(n, len(source))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getattr__(self, name):
+        if name == "source":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.source, name)
+
+
+# ---------------------------------------------------------------- opens and bytes per epoch
+
+def epoch_io(path: str, workers: int) -> dict:
+    """One epoch of the train split with the fast backend; this process's /proc/self/io deltas (with
+    workers > 0 the reads happen in the workers, so use workers=0 for bytes)."""
+    _, index = data.scan_dataset(path)
+    files = data.ImageFiles(index["train"], data.get_backend("fast")(True, 64))
+    before = _proc_io()
+    n = sum(len(t) for _, t in DataLoader(files, batch_size=32, num_workers=workers))
+    after = _proc_io()
+    return {"images": n, "rchar": after["rchar"] - before["rchar"], "syscr": after["syscr"] - before["syscr"],
+            "dataset_opens": files.source.opens if workers == 0 else None,
+            "shards": len(getattr(index["train"], "shard_names", [])), "workers": workers}
+
+
+def _proc_io() -> Dict[str, int]:
+    with open("/proc/self/io") as f:
+        return {k: int(v) for k, v in (line.split(": ") for line in f)}
+
+
+def count_opens(path: Path, workers: int) -> dict:
+    """epoch_io in a child process under strace; opens = openat calls naming a file under PATH."""
+    strace = shutil.which("strace")
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace"
+        cmd = [sys.executable, "-c", "import json, sys; from results.data_scale_bench import epoch_io; "
+               f"print(json.dumps(epoch_io({str(path)!r}, {workers})))"]
+        if strace:
+            cmd = [strace, "-f", "-qq", "-e", "trace=open,openat", "-o", str(trace), *cmd]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ})
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        if strace:
+            prefix = re.escape(str(path.resolve()))
+            opened = [line for line in trace.read_text().splitlines()
+                      if re.search(rf'open(at)?\(.*"{prefix}/', line) and "O_DIRECTORY" not in line
+                      and "= -1" not in line]
+            result["opens"] = len(opened)
+    return result
+
+
+# ---------------------------------------------------------------- memory of a 1.28M-sample index
+
+def synthetic_samples(n: int = IMAGENET_TRAIN, classes: int = 1000) -> List[tuple]:
+    """ImageNet-like (path, class) pairs: /datasets/imagenet/train/n01440764/n01440764_10026.JPEG."""
+    return [(f"/datasets/imagenet/train/n{1440764 + i % classes:08d}/n{1440764 + i % classes:08d}_{i:d}.JPEG",
+             i % classes) for i in range(n)]
+
+
+class _TouchAll(IterableDataset):
+    """Every worker reads every entry's name and class, as ImageFiles does before opening a file
+    (no I/O): what each worker of a long run has done after a few random-order epochs."""
+
+    def __init__(self, index):
+        self.index = index
+
+    def __iter__(self):
+        n, chunk = len(self.index), 1 << 16
+        for start in range(0, n, chunk):
+            total = 0
+            for i in range(start, min(start + chunk, n)):
+                if isinstance(self.index, list):
+                    path, target = self.index[i]
+                else:
+                    path, target = self.index.name(i), self.index.target(i)
+                total += target + len(path)
+            yield total
+
+
+def _build(kind: str, n: int):
+    if kind == "shards":  # 1.28M samples in ~550 shards of ~256 MB: the arrays the shard index holds
+        size = np.full(n, 110_000, dtype=np.int64)
+        per = 2400
+        shard = (np.arange(n) // per).astype(np.int32)
+        offset = (np.arange(n) % per) * 110_592 + 512
+        names = [f"train-{i:06d}.tar" for i in range(int(shard[-1]) + 1)]
+        return sources.ShardIndex("/datasets/imagenet-shards", names, shard, offset, size,
+                                  (np.arange(n) % 1000).astype(np.int32))
+    samples = synthetic_samples(n)
+    return samples if kind == "list" else sources.FolderIndex.from_samples(samples)
+
+
+def _mem(pid: str = "self") -> Dict[str, int]:
+    """kB figures of /proc/PID/smaps_rollup: Rss, Pss, private (clean + dirty) pages."""
+    fields = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 3 and parts[2] == "kB":
+                fields[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    return {"rss_bytes": fields["Rss"], "pss_bytes": fields["Pss"],
+            "private_bytes": fields["Private_Clean"] + fields["Private_Dirty"]}
+
+
+def index_memory(kind: str, n: int, workers: int) -> dict:
+    """Build the index, let WORKERS DataLoader workers read every entry, then measure every process."""
+    base = _mem()["rss_bytes"]
+    index = _build(kind, n)
+    rank = _mem()
+    loader = DataLoader(_TouchAll(index), batch_size=None, num_workers=workers, persistent_workers=True,
+                        multiprocessing_context="fork")
+    touched = sum(1 for _ in loader)  # chunks read, all workers together
+    pids = [p.pid for p in multiprocessing.active_children()]
+    per_worker = [_mem(str(pid)) for pid in pids]
+    del loader
+    return {"kind": kind, "samples": n, "touched": touched, "rank_rss_bytes": rank["rss_bytes"],
+            "rank_index_bytes": rank["rss_bytes"] - base, "workers": len(per_worker),
+            "worker_private_bytes": max(w["private_bytes"] for w in per_worker),
+            "worker_pss_bytes": max(w["pss_bytes"] for w in per_worker),
+            "worker_rss_bytes": max(w["rss_bytes"] for w in per_worker)}
+
+
+def measure_index_memory(kind: str, n: int, workers: int) -> dict:
+    """index_memory in a fresh child process, so one kind's garbage cannot inflate the next."""
+    cmd = [sys.executable, "-c", "import json; from results.data_scale_bench import index_memory; "
+           f"print(json.dumps(index_memory({kind!r}, {n}, {workers})))"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- the bench command
+
+def add_parser(sub, common) -> None:
+    s = sub.add_parser("shards", parents=[common], help="data at scale: per-core rates from folder vs shards, "
+                       "files opened and bytes read per epoch, memory of a 1.28M-sample index")
+    s.add_argument("--data", help="ImageFolder root with train/ and val/ (default: generated ImageNet-like JPEGs)")
+    s.add_argument("--images", type=int, default=512, help="images per pipeline pass")
+    s.add_argument("--rounds", type=int, default=5)
+    s.add_argument("--workers", type=int, nargs="+", default=[0])
+    s.add_argument("--max-side", type=int, nargs="+", default=[320], help="re-encoded shard sets")
+    s.add_argument("--shard-size", type=float, default=16, help="MB per shard of the bench conversions")
+    s.add_argument("--image-size", type=int, default=224)
+    s.add_argument("--batch", type=int, default=32)
+    s.add_argument("--loader-workers", type=int, default=4, help="DataLoader workers of the memory points")
+    s.add_argument("--index-samples", type=int, default=IMAGENET_TRAIN)
+    s.add_argument("--parts", nargs="+", default=["pipeline", "opens", "memory"],
+                   choices=["pipeline", "opens", "memory"])
+
+
+def run(a) -> List[dict]:
+    from results import bench, records  # bench imports this module
+
+    root = bench._jpeg_root(a.data, 4, -(-a.images // 4))
+    env, out = bench._environment(), []
+
+    def record(kind: str, point: dict, metrics: dict) -> None:
+        out.append(records.make_record(kind, sweep, point, metrics, env))
+        records.append(a.records, out[-1])
+
+    sweep = records.new_sweep_id("shards", a.tag)
+    if "pipeline" in a.parts:
+        sets = shard_sets(root, a.max_side, a.shard_size)
+        bench._progress(1, 3, f"shards pipeline: {', '.join(sets)}, {a.images} images, {a.rounds} rounds")
+        results = pipeline_bench.bench_variants(pipeline_variants(sets, a.images), a.workers, a.image_size,
+                                                a.batch, a.rounds)
+        for row in pipeline_bench.summarize(results):
+            span = row["ratio_range"] or [None, None]
+            record("shards_pipeline", {"variant": row["backend"], "split": row["split"], "workers": row["workers"],
+                                       "image_size": a.image_size, "images": a.images, "data": str(root)},
+                   {"images_per_cpu_s": row["images_per_s_per_core"], "images_per_s": row["images_per_s_wall"],
+                    "cpu_ms_per_image": row["cpu_ms_per_image"], "rounds": row["rounds"],
+                    "ratio_per_core": row["ratio_per_core_vs_baseline"], "ratio_min": span[0], "ratio_max": span[1]})
+    if "opens" in a.parts:
+        sets = shard_sets(root, [], a.shard_size)
+        bench._progress(2, 3, "shards opens: one epoch per source under strace")
+        for label, path in sets.items():
+            m = count_opens(path, 0)
+            record("data_opens", {"source": label, "data": str(path), "workers": 0, "strace": "opens" in m},
+                   {k: m[k] for k in ("images", "rchar", "syscr", "dataset_opens", "shards", "opens") if k in m})
+    if "memory" in a.parts:
+        for kind in ("list", "folder", "shards"):
+            bench._progress(3, 3, f"index memory: {kind}, {a.index_samples} samples, {a.loader_workers} workers")
+            m = measure_index_memory(kind, a.index_samples, a.loader_workers)
+            record("index_memory", {"index": kind, "samples": a.index_samples, "workers": a.loader_workers},
+                   {k: v for k, v in m.items() if k not in ("kind", "samples", "workers")} | {"workers": m["workers"]})
+    return out

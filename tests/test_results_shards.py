@@ -1,0 +1,44 @@
+"""``results.bench shards`` on a tiny set: real conversions, strace-counted opens, real memory of workers,
+records that validate, and the report section that shows them."""
+from results import records, report
+from results.data_scale_bench import index_memory
+
+from tests.helpers import explain, python
+
+
+def test_shards_bench_records_and_report(tmp_path):
+    rec = tmp_path / "r.jsonl"
+    proc = python("-m", "results.bench", "shards", "--images", "16", "--rounds", "1", "--shard-size", "0.5",
+                  "--index-samples", "20000", "--loader-workers", "2", "--records", rec,
+                  "--data", str(_photos(tmp_path)), timeout=900)
+    assert proc.returncode == 0, explain(proc)
+    recs, problems = records.load([rec])
+    assert not problems
+    kinds = {r["kind"] for r in recs}
+    assert kinds == {"shards_pipeline", "data_opens", "index_memory"}
+    variants = {r["point"]["variant"] for r in recs if r["kind"] == "shards_pipeline"}
+    assert variants == {"baseline", "fast+folder", "fast+shards", "fast+shards-max320"}
+    opens = {r["point"]["source"]: r["metrics"] for r in recs if r["kind"] == "data_opens"}
+    assert opens["folder"]["dataset_opens"] == opens["folder"]["images"] == 16
+    assert opens["shards"]["dataset_opens"] == opens["shards"]["shards"] < 16
+    if "opens" in opens["folder"]:  # strace present: it saw every image file, and only shards + index
+        assert opens["folder"]["opens"] == 16 and opens["shards"]["opens"] == opens["shards"]["shards"] + 1
+    path, _ = report.build([rec], tmp_path / "out")
+    text = path.read_text()
+    assert "## Data at scale: shards" in text and "fast+shards-max320" in text
+
+
+def _photos(tmp_path):
+    from results import jpegs
+
+    root = tmp_path / "jpegs"
+    jpegs.ensure_dataset(root, classes=2, train_per_class=8, val_per_class=1)
+    return root
+
+
+def test_numpy_index_is_not_copied_by_loader_workers():
+    """The point of the numpy index: workers reading every entry keep it shared."""
+    n = 200_000
+    lst, folder = index_memory("list", n, 2), index_memory("folder", n, 2)
+    assert lst["touched"] == folder["touched"] == 2 * -(-n // 65536)
+    assert folder["worker_private_bytes"] < lst["worker_private_bytes"] / 2
