@@ -111,6 +111,31 @@ def _is_device_event(event) -> bool:
     return device_type is not None and str(device_type).endswith(("CUDA", "PrivateUse1"))
 
 
+def is_step_marker(name: str) -> bool:
+    """The profiler's own per-step span (ProfilerStep#N, averaged as ProfilerStep*): on a GPU it
+    carries the whole step's device time, so counting it as a kernel would count the step twice."""
+    return name.startswith("ProfilerStep")
+
+
+def without_step_markers(summary: dict) -> dict:
+    """A summary with the step spans taken out of its totals, its "other" family and its top list.
+
+    Summaries written before step spans were left out (they show up as a kernel named
+    ``ProfilerStep*``) are corrected this way when read; newer ones come out unchanged.
+    """
+    markers = [k for k in summary.get("top_kernels", []) if is_step_marker(k["name"])]
+    if not markers:
+        return summary
+    marker_ms = sum(k["ms_per_step"] for k in markers)
+    total = summary["device_ms_per_step"] - marker_ms
+    families = {name: dict(f, ms_per_step=f["ms_per_step"] - (marker_ms if name == "other" else 0.0))
+                for name, f in summary.get("families", {}).items()}
+    families = {name: dict(f, share=f["ms_per_step"] / total) for name, f in families.items()}
+    top = [dict(k, share=k["ms_per_step"] / total) for k in summary["top_kernels"] if not is_step_marker(k["name"])]
+    return dict(summary, device_ms_per_step=total, families=families, top_kernels=top,
+                kernels_per_step=summary["kernels_per_step"] - sum(k["calls_per_step"] for k in markers))
+
+
 def summarize(events, steps: int, device_type: str) -> dict:
     """Device time per step, per kernel family, and the top kernels, from key_averages().
 
@@ -120,10 +145,10 @@ def summarize(events, steps: int, device_type: str) -> dict:
     """
     if device_type == "cuda":
         time_us = _device_us
-        kernels = [e for e in events if _is_device_event(e) and time_us(e) > 0]
+        kernels = [e for e in events if _is_device_event(e) and time_us(e) > 0 and not is_step_marker(e.key)]
     else:
         time_us = lambda e: float(e.self_cpu_time_total)  # noqa: E731
-        kernels = [e for e in events if time_us(e) > 0 and not e.key.startswith("ProfilerStep")]
+        kernels = [e for e in events if time_us(e) > 0 and not is_step_marker(e.key)]
     total_us = sum(time_us(e) for e in kernels)
     by_family: Dict[str, float] = {}
     for e in kernels:

@@ -45,9 +45,14 @@ def pipeline_rows(io: Sequence[dict]) -> List[dict]:
     return rows
 
 
+def profiled(r: dict) -> bool:
+    """A --profile-steps run: its steps were slowed by the profiler, so it is no speed measurement."""
+    return "--profile-steps" in (r["point"].get("extra_args") or [])
+
+
 def step_rows(train: Sequence[dict]) -> List[dict]:
     """One row per ``--setups`` train record, with ms/step and images/s ratios to the baseline setup."""
-    usable = [r for r in train if r["point"].get("setup")]
+    usable = [r for r in train if r["point"].get("setup") and not profiled(r)]
     rows = []
     for _, members in sorted(_groups(usable, STEP_KEYS).items(), key=lambda kv: str(kv[0])):
         base = next((r for r in members if r["point"]["setup"] == BASELINE_SETUP), None)
@@ -74,7 +79,7 @@ def jpeg_vs_synthetic_rows(train: Sequence[dict]) -> List[dict]:
         p, e = r["point"], r.get("environment") or {}
         return (p["setup"], p["arch"], p["image_size"], p["batch_size"], r["metrics"]["world_size"],
                 e.get("gpu_name"), e.get("source_digest") or e.get("git_commit"))
-    usable = [r for r in train if r["point"].get("setup") and r["status"] == "ok"]
+    usable = [r for r in train if r["point"].get("setup") and r["status"] == "ok" and not profiled(r)]
     synthetic: Dict[tuple, dict] = {}
     for r in (r for r in usable if r["point"]["data"] == "dummy"):
         best = synthetic.get(key(r))

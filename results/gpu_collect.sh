@@ -1,27 +1,44 @@
 #!/usr/bin/env bash
 # File a GPU lease's output (the folder results/gpu_session.sh wrote as $OUT) into the checkout:
 # records appended to results/records/<tag>.jsonl (each record once), run folders under results/runs/.
+# Both are made portable on the way in, as the harness keeps them: no machine paths, and run folders
+# with only what the report reads (run.json and the TensorBoard scalars).
 #
 #   results/gpu_collect.sh <folder> [<folder> ...]      then: make report
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || PY=python3
 [ $# -gt 0 ] || { echo "usage: results/gpu_collect.sh <folder with <tag>.jsonl and runs-*.tgz> ..." >&2; exit 2; }
 for dir in "$@"; do
     [ -d "$dir" ] || { echo "error: $dir is not a folder; pass the \$OUT folder of a gpu_session.sh run" >&2; exit 2; }
-    for tgz in "$dir"/runs-*.tgz; do [ -e "$tgz" ] && tar xzf "$tgz"; done
+    unpacked=$(mktemp -d)
+    for tgz in "$dir"/runs-*.tgz; do [ -e "$tgz" ] && tar xzf "$tgz" -C "$unpacked"; done
     for src in "$dir"/*.jsonl; do
         [ -e "$src" ] || continue
         dst=results/records/$(basename "$src")
         touch "$dst"
         # a record is identified by its sweep and point name: append only the ones not filed yet
-        python3 - "$src" "$dst" <<'PYEOF'
+        "$PY" - "$src" "$dst" <<'PYEOF'
 import json, sys
+from results.train_bench import portable
 src, dst = sys.argv[1:]
 key = lambda r: (r["sweep"], json.dumps(r["point"], sort_keys=True))
 have = {key(json.loads(l)) for l in open(dst) if l.strip()}
-new = [l for l in open(src) if l.strip() and key(json.loads(l)) not in have]
-open(dst, "a").writelines(new)
+new = [portable(json.loads(l)) for l in open(src) if l.strip()]
+new = [r for r in new if key(r) not in have]
+open(dst, "a").writelines(json.dumps(r) + "\n" for r in new)
 print(f"{src}: {len(new)} new record(s) -> {dst}")
 PYEOF
     done
+    "$PY" - "$unpacked" <<'PYEOF'
+import sys
+from pathlib import Path
+from results.train_bench import keep_artifacts
+root = Path(sys.argv[1]) / "results" / "runs"
+for run_json in sorted(root.glob("*/*/run.json")) if root.is_dir() else []:
+    keep_artifacts(run_json.parent, Path("results/runs") / run_json.parent.relative_to(root))
+    print(f"kept {run_json.parent.relative_to(root)}")
+PYEOF
+    rm -rf "$unpacked"
 done

@@ -51,3 +51,18 @@ def test_no_profile_by_default(tmp_path):
 ])
 def test_kernel_families(name, expected):
     assert profiling.family(name) == expected
+
+
+def test_step_markers_are_taken_out_of_old_summaries():
+    old = {"steps": 2, "device": "cuda", "device_ms_per_step": 100.0, "kernels_per_step": 11.0,
+           "families": {"other": {"ms_per_step": 45.0, "share": 0.45}, "convolution": {"ms_per_step": 55.0, "share": 0.55}},
+           "top_kernels": [{"name": "ProfilerStep*", "family": "other", "calls_per_step": 1.0, "ms_per_step": 40.0,
+                            "share": 0.4},
+                           {"name": "sm90_xmma_fprop", "family": "convolution", "calls_per_step": 10.0,
+                            "ms_per_step": 55.0, "share": 0.55}]}
+    fixed = profiling.without_step_markers(old)
+    assert fixed["device_ms_per_step"] == 60.0 and fixed["kernels_per_step"] == 10.0
+    assert fixed["families"]["other"]["ms_per_step"] == 5.0
+    assert [k["name"] for k in fixed["top_kernels"]] == ["sm90_xmma_fprop"]
+    assert abs(sum(f["share"] for f in fixed["families"].values()) - 1.0) < 1e-9
+    assert profiling.without_step_markers(fixed) == fixed

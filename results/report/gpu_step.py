@@ -1,0 +1,134 @@
+"""RESULTS.md sections "One GPU: issue 13's targets" and "Where the GPU step's time goes".
+
+The targets: ResNet-50 with AMP on synthetic data at >= 6000 images/s and >= 3.3x the plain fp32
+loop (``baseline``) of the same sweep; real JPEGs at >= 95 % of the synthetic figure with the
+``fast`` backend at 14 loader workers and with the ``device`` (nvJPEG) and ``dali`` backends at 4;
+peak memory for every point. The profile section reads the ``--profile-steps`` summaries that
+train records carry. Every number is a recorded one or arithmetic on recorded ones.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+from imagenet.profiling import without_step_markers
+from results import comparisons as cmp
+from results.report.common import fmt, md_table, pct
+
+TARGET_IMAGES_PER_S, TARGET_SPEEDUP, TARGET_JPEG_FRACTION = 6000.0, 3.3, 0.95
+# The loader setups the issue names, with the worker count each is judged at.
+JPEG_TARGETS = (("engine-fp16", 14, "fast (CPU decode)"), ("engine-fp16-device-decode", 4, "device (nvJPEG)"),
+                ("engine-fp16-dali", 4, "dali"))
+SYNTHETIC_REFERENCE = "engine-fp16"  # the same step with no loader: what the JPEG runs are compared with
+
+
+def _gib(value: Optional[float]) -> str:
+    return "-" if not value else f"{value / 2 ** 30:.1f}"
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "no"
+
+
+def _amp_synthetic(train: Sequence[dict]) -> List[dict]:
+    rows = [x for x in cmp.step_rows(train) if cmp.on_gpu(x["record"])
+            and x["record"]["point"]["precision"] != "O0" and x["record"]["point"]["data"] == "dummy"]
+    return sorted(rows, key=lambda x: x["record"]["time"])
+
+
+def _synthetic_reference(train: Sequence[dict], r: dict) -> Optional[dict]:
+    """The fastest engine-fp16 synthetic record of the same GPU, model, batch and code as R."""
+    same = [s for s in train if s["status"] == "ok" and cmp.on_gpu(s) and not cmp.profiled(s)
+            and s["point"].get("setup") == SYNTHETIC_REFERENCE and s["point"]["data"] == "dummy"
+            and all(s["point"][k] == r["point"][k] for k in ("arch", "batch_size", "image_size"))
+            and s["environment"].get("gpu_name") == r["environment"].get("gpu_name")
+            and s["environment"].get("source_digest") == r["environment"].get("source_digest")]
+    return max(same, key=lambda s: s["metrics"]["images_per_s"], default=None)
+
+
+def targets_section(train: Sequence[dict]) -> str:
+    gpu = [r for r in train if cmp.on_gpu(r) and not cmp.profiled(r)]
+    if not gpu:
+        return ""
+    amp = _amp_synthetic(train)
+    rows = [[x["record"]["point"]["setup"], x["record"]["point"]["batch_size"], fmt(x["record"]["metrics"]["images_per_s"]),
+             cmp.times(x["throughput_ratio"]), _gib(x["record"]["metrics"].get("peak_memory_bytes")),
+             _yes(x["record"]["metrics"]["images_per_s"] >= TARGET_IMAGES_PER_S),
+             _yes(bool(x["throughput_ratio"]) and x["throughput_ratio"] >= TARGET_SPEEDUP), x["record"]["_source"]]
+            for x in amp]
+    best = max(amp, key=lambda x: x["record"]["metrics"]["images_per_s"], default=None)
+    out = ("## One GPU: issue 13's targets\n\n"
+           f"ResNet-50 with AMP on synthetic data: at least {TARGET_IMAGES_PER_S:g} images/s, and at least "
+           f"{TARGET_SPEEDUP:g}x the plain fp32 loop (`baseline`) of the same sweep ('-': that sweep ran no "
+           "baseline). Peak memory is the training process's CUDA peak.\n\n"
+           + md_table(["setup", "batch", "images/s", "vs baseline", "peak GiB", f">= {TARGET_IMAGES_PER_S:g}",
+                       f">= {TARGET_SPEEDUP:g}x", "record"], rows))
+    if best:
+        m = best["record"]["metrics"]
+        out += (f"\nFastest: `{best['record']['point']['setup']}` at batch {best['record']['point']['batch_size']}, "
+                f"{fmt(m['images_per_s'])} images/s ({pct(m['images_per_s'] / TARGET_IMAGES_PER_S)} of the target).\n")
+    return out + _jpeg_table(train)
+
+
+def _jpeg_table(train: Sequence[dict]) -> str:
+    rows = []
+    for setup, workers, label in JPEG_TARGETS:
+        runs = [r for r in train if cmp.on_gpu(r) and r["point"].get("setup") == setup
+                and r["point"]["data"] != "dummy" and r["point"]["workers"] == workers]
+        if not runs:
+            rows.append([label, setup, workers, "not measured", "-", "-", "-", "-"])
+        for r in sorted(runs, key=lambda r: r["time"]):
+            ref = _synthetic_reference(train, r) if r["status"] == "ok" else None
+            fraction = r["metrics"]["images_per_s"] / ref["metrics"]["images_per_s"] if ref else None
+            rows.append([label, setup, workers, fmt(r["metrics"].get("images_per_s")) if r["status"] == "ok"
+                         else f"failed: {(r.get('error') or '')[:80]}",
+                         fmt(ref["metrics"]["images_per_s"]) if ref else "-", pct(fraction) if fraction else "-",
+                         _yes(bool(fraction) and fraction >= TARGET_JPEG_FRACTION), r["_source"]])
+    return ("\nReal JPEG files (generated ImageNet-like, 500x375, ~106 KB) against the fastest `engine-fp16` run on "
+            f"synthetic data of the same GPU, batch and code (target: at least {pct(TARGET_JPEG_FRACTION)}):\n\n"
+            + md_table(["loader", "setup", "workers", "JPEG images/s", "synthetic images/s", "fraction",
+                        f">= {pct(TARGET_JPEG_FRACTION)}", "record"], rows))
+
+
+def _families(profile: dict) -> Dict[str, float]:
+    return {name: f["ms_per_step"] for name, f in profile["families"].items()}
+
+
+def profile_section(train: Sequence[dict]) -> str:
+    """Device time per kernel family of each profiled run, and its top kernels."""
+    profiled = [r for r in train if r["status"] == "ok" and r.get("profile") and cmp.on_gpu(r)]
+    if not profiled:
+        return ""
+    runs = [(r, without_step_markers(r["profile"])) for r in sorted(profiled, key=lambda r: r["time"])]
+    names = sorted({f for _, p in runs for f in p["families"]}, key=lambda f: -max(_families(p).get(f, 0.0)
+                                                                                  for _, p in runs))
+    header = ["kernel family"] + [f"{r['point']['setup']} ({r['_source']}) ms/step" for r, _ in runs]
+    table = [[f] + [fmt(_families(p).get(f)) for _, p in runs] for f in names]
+    table.append(["**all kernels**"] + [fmt(p["device_ms_per_step"]) for _, p in runs])
+    out = ("## Where the GPU step's time goes (torch.profiler)\n\n"
+           "`--profile-steps 10` on ResNet-50, batch 256, one GPU: device time per step by kernel family "
+           "(families from kernel names; see imagenet/profiling.py). Profiled runs are slower than unprofiled "
+           "ones, so their images/s are not shown as speeds anywhere in this report.\n\n" + md_table(header, table))
+    for r, p in runs:
+        top = [[fmt(k["ms_per_step"]), f"{k['calls_per_step']:g}", k["family"], f"`{k['name'][:110]}`"]
+               for k in p["top_kernels"][:8]]
+        out += (f"\nTop kernels of `{r['point']['setup']}` ({r['_source']}):\n\n"
+                + md_table(["ms/step", "calls/step", "family", "kernel"], top))
+    return out + _bf16_gap(runs)
+
+
+def _bf16_gap(runs: Sequence[tuple]) -> str:
+    """fp16 vs bf16 from the newest profile of each: which families the difference sits in."""
+    newest = {r["point"]["setup"]: p for r, p in runs}
+    fp16, bf16 = newest.get("engine-fp16"), newest.get("engine-bf16")
+    if not (fp16 and bf16):
+        return ""
+    gap = bf16["device_ms_per_step"] - fp16["device_ms_per_step"]
+    diffs = sorted(((f, _families(bf16).get(f, 0.0) - _families(fp16).get(f, 0.0)) for f in _families(bf16)),
+                   key=lambda kv: -kv[1])
+    bn = {name: [k["name"].split("<")[0].split("(")[0].replace("void ", "") for k in p["top_kernels"]
+                 if k["family"] == "batchnorm"][:2] for name, p in (("fp16", fp16), ("bf16", bf16))}
+    parts = ", ".join(f"{f} {d:+.1f} ms" for f, d in diffs if abs(d) >= 0.5)
+    return (f"\n**The bf16 gap.** bf16 spends {fmt(bf16['device_ms_per_step'])} ms of device time per step, fp16 "
+            f"{fmt(fp16['device_ms_per_step'])} ms ({gap:+.1f} ms). By family: {parts}. The BatchNorm kernels "
+            f"differ: fp16 runs {', '.join(f'`{n}`' for n in bn['fp16'])}; bf16 runs "
+            f"{', '.join(f'`{n}`' for n in bn['bf16'])}.\n")
