@@ -86,8 +86,10 @@ def available_backends() -> Dict[str, DatasetBuilder]:
 
 
 def dataset_files(ds: Dataset) -> List[str]:
-    """Paths behind an ImageFolder-like dataset (``samples`` of (path, class))."""
-    return [p for p, _ in getattr(ds, "samples")]
+    """Paths behind an ImageFolder-like dataset: torchvision's ``samples`` of (path, class), or the
+    engine's sample source (iterating it gives (name, class) pairs)."""
+    samples = ds.source if hasattr(ds, "source") else getattr(ds, "samples")
+    return [p for p, _ in samples]
 
 
 # ---------------------------------------------------------------- page cache and counters
