@@ -108,6 +108,17 @@ stage_best() { bench_train best dummy "$STEPS" --batch ${BATCHES:-256 384} --set
 
 stage_apexbuild() {  # a copy outside the checkout: the next call's carry replaces .apex under a running build
     rm -rf /root/apex-src && cp -r "$APEX_SRC" /root/apex-src
+    # Apex 25.05-25.09 hard-code "-gencode arch=compute_70,code=sm_70" for three extensions; CUDA 13's
+    # nvcc dropped Volta and stops there ("Unsupported gpu architecture 'compute_70'", seen on this
+    # machine after ~20 min of building). Drop those two-word flags from the build copy only.
+    $PY - /root/apex-src/setup.py <<'PYEOF'
+import re, sys
+path = sys.argv[1]
+text = open(path).read()
+text, n = re.subn(r'\n\s*cc_flag\.append\("-gencode"\)\n\s*cc_flag\.append\("arch=compute_70,code=sm_70"\)', "", text)
+open(path, "w").write(text)
+print(f"apex setup.py: {n} sm_70 target(s) dropped")
+PYEOF
     setsid nohup taskset -c "${BUILD_CPUS:-6-15}" env MAX_JOBS="${BUILD_JOBS:-10}" TORCH_CUDA_ARCH_LIST=9.0 \
         $PY -m pip install -v --no-build-isolation --no-deps --no-cache-dir \
         --config-settings "--build-option=--cpp_ext" --config-settings "--build-option=--cuda_ext" \
