@@ -52,6 +52,12 @@ class TrainConfig:
                              "region-of-interest decoding; pip install nvidia-dali-cuda130); see imagenet.pipelines")
     skip_bad_images: bool = _opt(False, "--skip-bad-images", help="skip (and count) corrupt or unreadable "
                                  "images instead of stopping at the first one", action="store_true")
+    stage_dir: Optional[str] = _opt(None, "--stage-dir", help="copy DATA to this node-local folder ($TMPDIR, "
+                                     "/dev/shm, a local NVMe) once per node before training and read the copy; a "
+                                     "complete earlier copy is reused. Each process expands $VARS itself, so "
+                                     "'$TMPDIR' is every node's own folder; see imagenet.staging", metavar="DIR")
+    stage_verify: bool = _opt(False, "--stage-verify", help="with --stage-dir: also compare the copy's checksums "
+                              "with the source's (reads both once more)", action="store_true")
     steps_per_epoch: int = _opt(0, "--steps-per-epoch", help="stop each training epoch after this many steps "
                                 "(0: the whole dataset); for benchmarks and smoke tests", type=int)
     val_steps: int = _opt(0, "--val-steps", help="validate on at most this many batches per rank (0: all)",
@@ -212,6 +218,8 @@ def _check(cfg: TrainConfig) -> None:
         raise ConfigError(f"--workers must be >= 0 (got {cfg.workers})")
     if not cfg.dummy and not cfg.data:
         raise ConfigError("no dataset given: pass the ImageNet root DIR (holding train/ and val/) or --dummy")
+    if cfg.stage_verify and not cfg.stage_dir:
+        raise ConfigError("--stage-verify checks a staged copy: add --stage-dir DIR")
     if cfg.desired_acc is not None and not 0 < cfg.desired_acc <= 1:
         raise ConfigError(f"--desired-acc must be a fraction (0.75) or percentage (75), got {cfg.desired_acc}")
     if cfg.loss_scale != "dynamic":

@@ -138,12 +138,22 @@ def scan_dataset_once(root: str, rank: int) -> Tuple[List[str], Index]:
             failure = e
             outcome = (DataError(str(e)) if isinstance(e, DataError)
                        else RuntimeError(f"rank 0 could not scan {root}: {type(e).__name__}: {one_line(e)}"))
-    outcome = distributed.broadcast_object(outcome)
+    root0, outcome = distributed.broadcast_object((root, outcome))
     if failure is not None:
         raise failure
     if isinstance(outcome, Exception):
         raise outcome
-    return outcome
+    return _rebased(outcome, root0, root)
+
+
+def _rebased(scan, old_root: str, new_root: str):
+    """Rank 0's sample paths under this rank's ROOT: with --stage-dir each node reads its own copy,
+    whose path may differ from rank 0's ('/local/$SLURMD_NODENAME')."""
+    old, new = str(Path(old_root)), str(Path(new_root))
+    if old == new:
+        return scan
+    classes, samples = scan
+    return classes, {split: [(new + path[len(old):], c) for path, c in items] for split, items in samples.items()}
 
 
 # ---------------------------------------------------------------- datasets

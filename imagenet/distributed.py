@@ -150,6 +150,15 @@ def broadcast_object(obj: Any) -> Any:
     return box[0]
 
 
+def all_gather_object(obj: Any) -> list:
+    """OBJ from every rank, in rank order; also a barrier that carries a value (an error, say)."""
+    if not initialized():
+        return [obj]
+    out: list = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def all_gather_float(value: float, device: torch.device) -> list:
     """VALUE from every rank, in rank order."""
     if not initialized():

@@ -6,6 +6,7 @@ and the optimizer already points at O2's fp32 master weights.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import random
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import checkpoint, data, distributed, models, optim, precision, sysinfo, tblog
+from . import checkpoint, data, distributed, models, optim, precision, staging, sysinfo, tblog
 from .errors import one_line
 from .engine import Parts, Trainer
 from .preemption import StopSignal
@@ -117,7 +118,9 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     _seed_everything(cfg)
     spec = precision.resolve(cfg, info.device)
     # A collective: rank 0 scans the dataset and broadcasts it (the group exists: cli._run inits it first).
-    train_loader, val_loader, num_classes = data.build_loaders(cfg, info.rank, info.world_size, info.device)
+    # With --stage-dir every node reads its own copy of DATA (staging waits for every node's copier).
+    data_cfg = dataclasses.replace(cfg, data=staging.stage_data(cfg, info))
+    train_loader, val_loader, num_classes = data.build_loaders(data_cfg, info.rank, info.world_size, info.device)
     run_dir = _run_dir(cfg, info, spec)
     channels_last = cfg.use_channels_last(info.device.type)
     model = models.prepare(models.build(cfg.arch, num_classes, cfg.pretrained), info.device, channels_last,
