@@ -145,7 +145,7 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     eval_model = wrapped if isinstance(wrapped, torch.nn.DataParallel) else raw_model
     if info.is_primary:
         run_dir.mkdir(parents=True, exist_ok=True)
-    record = RunRecord(run_dir, info.is_primary, config=cfg.to_dict(),
+    record = RunRecord(run_dir, info.is_primary, config=cfg.to_dict(), data_root=data_cfg.data,
                        dist={"world_size": info.world_size, "backend": info.backend,
                              "environment": info.environment, "device": info.device.type, "nodes": info.nodes,
                              "local_world_size": info.local_world_size},

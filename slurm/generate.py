@@ -14,6 +14,10 @@ rendezvous), ``srun`` (one task per GPU; also the single-process nd/dp variants)
 (``mpirun`` or ``srun --mpi=pmix`` + ``python -m launch.mpi``) and ``launch``
 (``torch.distributed.launch`` with explicit node ranks, the seed tutorial's style).
 
+``--stage-dir '$TMPDIR'`` adds a STAGE_DIR setting passed on as the training's ``--stage-dir``: each
+node copies DATA there once before training (``imagenet.staging``). It stays unexpanded in the
+script, so every training process expands it on its own node.
+
 Every value is shell-quoted (``shlex.quote``); a value that would break the script (a newline, a
 quote inside an ``#SBATCH`` line, a bad time limit) raises :class:`GenerateError` with one line.
 """
@@ -37,10 +41,11 @@ SIGNALS = ("USR1", "USR2")
 SCRIPTS = {"nd": "imagenet/imagenet_nd.py", "dp": "imagenet/imagenet_dp.py", "ddp": "imagenet/imagenet_ddp.py",
            "amp": "imagenet/imagenet_ddp_apex.py"}
 # Settings a user overrides with `sbatch --export=ALL,NAME=value`; the generator owns these flags.
-SETTINGS = ("DATA", "ARCH", "EPOCHS", "BATCH_SIZE", "WORKERS", "LOG_DIR", "EXTRA_ARGS")
+SETTINGS = ("DATA", "ARCH", "EPOCHS", "BATCH_SIZE", "WORKERS", "LOG_DIR", "EXTRA_ARGS", "STAGE_DIR")
 MANAGED_FLAGS = {"-a": "--arch", "--arch": "--arch", "--epochs": "--epochs", "-b": "--batch-size",
                  "--b": "--batch-size", "--batch-size": "--batch-size", "-j": "--workers", "--workers": "--workers",
-                 "--log-dir": "--log-dir", "--resume": "(always --resume auto)", "--variant": "--variant"}
+                 "--log-dir": "--log-dir", "--resume": "(always --resume auto)", "--variant": "--variant",
+                 "--stage-dir": "--stage-dir"}
 CPUS_PER_PROCESS = 8
 EXIT_USAGE = 2
 
@@ -89,6 +94,7 @@ class JobSpec:
     batch_size: int = 256  # per process
     workers: int = 8  # loader processes per training process
     train_args: Tuple[str, ...] = ()  # further imagenet flags, fixed in the file
+    stage_dir: Optional[str] = None  # node-local folder DATA is copied to first; expanded by each process
     requeue: bool = True  # checkpoint and requeue when the signal comes before the time limit
     signal: str = "USR2"
     signal_seconds: int = 180  # how long before the time limit the signal comes
@@ -221,7 +227,7 @@ def _check_values(s: JobSpec) -> None:
         if not line.strip():
             raise GenerateError("--setup lines must not be empty")
     for label, value in (("--venv", s.venv), ("--conda-env", s.conda_env), ("--python", s.python),
-                         ("--data", s.data), ("--arch", s.arch)):
+                         ("--data", s.data), ("--arch", s.arch), ("--stage-dir", s.stage_dir)):
         if value is not None:
             _no_control(label, value)
             if not value:
@@ -251,7 +257,7 @@ def _check_requeue(s: JobSpec) -> None:
 
 def _check_sweep(s: JobSpec) -> None:
     for key, values in s.sweep:
-        if key not in SETTINGS or key in ("LOG_DIR", "EXTRA_ARGS"):
+        if key not in SETTINGS or key in ("LOG_DIR", "EXTRA_ARGS", "STAGE_DIR"):
             raise GenerateError(f"--sweep {key}: sweep one of DATA, ARCH, EPOCHS, BATCH_SIZE, WORKERS "
                                 "(submit one job per point to vary nodes: python -m slurm.submit --sweep)")
         if not values or any(not v for v in values):
@@ -365,6 +371,8 @@ def _settings(s: JobSpec) -> str:
             lines.append(f"{key}=${{{key}:-{_q(value)}}}")
     lines += [f"LOG_DIR=${{LOG_DIR:-{log_dir}}}",
               "EXTRA_ARGS=${EXTRA_ARGS:-}  # more training flags, split on spaces"]
+    if s.stage_dir:  # kept unexpanded here: each training process expands it on its own node
+        lines.append(f"STAGE_DIR=${{STAGE_DIR:-{_q(s.stage_dir)}}}  # node-local copy of DATA, made once per node")
     return "\n".join(lines)
 
 
@@ -426,6 +434,8 @@ def _preemption(s: JobSpec) -> str:
 def _train_args(s: JobSpec) -> List[str]:
     lines = ['TRAIN_ARGS=(-a "$ARCH" --epochs "$EPOCHS" -b "$BATCH_SIZE" --workers "$WORKERS" '
              '--log-dir "$LOG_DIR" --resume auto)']
+    if s.stage_dir:
+        lines.append('TRAIN_ARGS+=(--stage-dir "$STAGE_DIR")')
     if s.train_args:
         lines.append(f"TRAIN_ARGS+=({' '.join(_q(a) for a in s.train_args)})")
     lines += ["# shellcheck disable=SC2206  # EXTRA_ARGS is split into words on purpose",
@@ -515,6 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", default=d.python, help="PYTHON default (after module/venv setup)")
     p.add_argument("--data", default=d.data, help="DATA default: dataset root")
     p.add_argument("--arch", default=d.arch, help="ARCH default")
+    p.add_argument("--stage-dir", default=d.stage_dir, help="STAGE_DIR default: copy DATA to this node-local "
+                   "folder once per node first, e.g. '$TMPDIR' (quoted: each process expands it on its node)")
     p.add_argument("--module", action="append", default=[], help="module to load (repeatable)")
     p.add_argument("--setup", action="append", default=[], metavar="LINE",
                    help="shell line run before training, e.g. 'module load cuda' (repeatable)")
@@ -571,6 +583,8 @@ EXAMPLES: Dict[str, List[str]] = {
                        "--", "--opt-level", "O2", "--desired-acc", "0.75"],
     "mpi_4node": ["--name", "mpi_4node", "--nodes", "4", "--gpus-per-node", "4", "--variant", "ddp",
                   "--launcher", "mpi", "--venv", ".venv", "--env", "NCCL_DEBUG=WARN"],
+    "ddp_2node_staged": ["--name", "ddp_2node_staged", "--nodes", "2", "--gpus-per-node", "4", "--variant", "ddp",
+                         "--launcher", "torchrun", "--venv", ".venv", "--stage-dir", "$TMPDIR"],
 }
 EXAMPLES_DIR = Path(__file__).resolve().parent
 

@@ -1,0 +1,70 @@
+"""Issue 11's staging check on the test cluster: the committed slurm/ddp_2node_staged.sh, submitted
+with the sbatch command a user types (--export for the tiny data and CPU settings), stages DATA to
+each node's own folder, is requeued by the time-limit signal, resumes exactly, and the second run
+reuses both nodes' copies instead of copying again.
+
+The test nodes share this machine's filesystem, so "node-local" is a folder per node:
+STAGE_DIR='.../$SLURMD_NODENAME', expanded by each training process on its own node, as
+'$TMPDIR' is on a real cluster."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+from imagenet import demo_data
+from imagenet.staging import MARKER, destination
+from tests.slurm_cluster import SlurmCluster, slurm_cluster, wait_for  # noqa: F401 (fixture)
+from tests.test_slurm_requeue import EPOCHS, _assert_resumed_exactly, _release_requeued, _runs, _wait_for_progress
+
+pytestmark = pytest.mark.slurm
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "slurm" / "ddp_2node_staged.sh"
+NODES = ("node1", "node2")
+
+
+def _markers(stage: Path, data: Path) -> Dict[str, int]:
+    """mtime of each node's completion marker (absent: not staged there)."""
+    paths = {node: destination(str(data), stage / node) / MARKER for node in NODES}
+    return {node: p.stat().st_mtime_ns for node, p in paths.items() if p.exists()}
+
+
+def test_two_nodes_stage_once_requeue_and_resume_from_their_copies(slurm_cluster: SlurmCluster,
+                                                                   tmp_path: Path) -> None:
+    # 384 images: 6 steps per epoch for 2 nodes x 4 processes of batch 8
+    data = demo_data.generate(tmp_path / "imagenet", classes=4, train_per_class=96, val_per_class=2, size=(40, 32))
+    stage, run_dir = tmp_path / "local", tmp_path / "run"
+    export = ",".join([f"ALL,DATA={data}", f"STAGE_DIR={stage}/$SLURMD_NODENAME", f"LOG_DIR={run_dir}",
+                       f"VENV={REPO / '.venv'}", "ARCH=resnet18", f"EPOCHS={EPOCHS}", "BATCH_SIZE=8", "WORKERS=0",
+                       "OMP_NUM_THREADS=1",
+                       "EXTRA_ARGS=--image-size 32 --val-steps 1 --dist-backend gloo --seed 0 -p 1"])
+    job = slurm_cluster.run(["sbatch", "--parsable", f"--output={tmp_path}/%x-%j.out", f"--export={export}",
+                             str(SCRIPT)], cwd=REPO).stdout.strip()
+    log_path = tmp_path / f"ddp_2node_staged-{job}.out"
+    log = lambda: log_path.read_text() if log_path.exists() else ""  # noqa: E731
+
+    _wait_for_progress(log, 1, 2, timeout=300)
+    first = _markers(stage, data)
+    assert set(first) == set(NODES), f"each node stages its own copy: {first}\n{log()[-3000:]}"
+    slurm_cluster.run(["scancel", "--batch", "--signal=USR2", job])  # what --signal=B:USR2@T does
+    _release_requeued(slurm_cluster, job)
+    row = slurm_cluster.wait_finished(job, timeout=300, runs=2)
+    text = log()
+    assert row["State"] == "COMPLETED", f"{row}\n{text[-3000:]}"
+    assert _runs(slurm_cluster, job) == ["REQUEUED", "COMPLETED"]
+    _assert_resumed_exactly(run_dir, text)
+
+    runs = re.split(r"^job \d+ .* restart 1:", text, maxsplit=1, flags=re.M)
+    assert len(runs) == 2, text[-3000:]
+    files = sum(1 for p in data.rglob("*") if p.is_file())
+    for node in NODES:  # one copier per node in the first run; the requeued run copies nothing
+        assert runs[0].count(f"=> {node}: staged {files} of {files} files") == 1, runs[0][-3000:]
+        assert f"=> {node}: reusing the complete staged copy" not in runs[0]
+        assert runs[1].count(f"=> {node}: reusing the complete staged copy") == 1, runs[1][-3000:]
+        assert f"=> {node}: staged" not in runs[1]
+    assert _markers(stage, data) == first, "a staged copy was rewritten by the second run"
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["data_root"] == str(destination(str(data), stage / "node1")), "rank 0 reads node1's copy"
