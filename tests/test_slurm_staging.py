@@ -17,13 +17,30 @@ import pytest
 
 from imagenet import demo_data
 from imagenet.staging import MARKER, destination
+from slurm.generate import EXAMPLES, GenerateError, render, spec_from_args
 from tests.slurm_cluster import SlurmCluster, slurm_cluster, wait_for  # noqa: F401 (fixture)
+from tests.test_slurm_generate import _eval_settings
 from tests.test_slurm_requeue import EPOCHS, _assert_resumed_exactly, _release_requeued, _runs, _wait_for_progress
 
-pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "slurm" / "ddp_2node_staged.sh"
 NODES = ("node1", "node2")
+
+
+def test_generated_stage_dir_stays_unexpanded_and_is_overridable() -> None:
+    text = render(spec_from_args(EXAMPLES["ddp_2node_staged"]))
+    assert 'TRAIN_ARGS+=(--stage-dir "$STAGE_DIR")' in text
+    assert _eval_settings(text, ["STAGE_DIR"], {"TMPDIR": "/batch-node-tmp"}) == ["$TMPDIR"]
+    assert _eval_settings(text, ["STAGE_DIR"], {"STAGE_DIR": "/local/$SLURMD_NODENAME"}) == ["/local/$SLURMD_NODENAME"]
+    assert "STAGE_DIR" not in render(spec_from_args(EXAMPLES["ddp_4node"]))
+
+
+@pytest.mark.parametrize("argv, words", [(["--", "--stage-dir", "/x"], "use --stage-dir"),
+                                         (["--env", "STAGE_DIR=/x"], "--env 'STAGE_DIR'"),
+                                         (["--stage-dir", "/a\nb"], "newline")])
+def test_generator_refuses_stage_dir_elsewhere(argv, words) -> None:
+    with pytest.raises(GenerateError, match=words):
+        render(spec_from_args(argv))
 
 
 def _markers(stage: Path, data: Path) -> Dict[str, int]:
@@ -32,6 +49,7 @@ def _markers(stage: Path, data: Path) -> Dict[str, int]:
     return {node: p.stat().st_mtime_ns for node, p in paths.items() if p.exists()}
 
 
+@pytest.mark.slurm
 def test_two_nodes_stage_once_requeue_and_resume_from_their_copies(slurm_cluster: SlurmCluster,
                                                                    tmp_path: Path) -> None:
     # 384 images: 6 steps per epoch for 2 nodes x 4 processes of batch 8
