@@ -14,13 +14,13 @@ import torch
 
 from launch import environment
 
-from . import checkpoint, config, data, distributed, models, precision
+from . import checkpoint, config, data, distributed, models, precision, staging
 from .errors import one_line
 
 log = logging.getLogger(__name__)
 
 USER_ERRORS = (config.ConfigError, data.DataError, models.ModelError, precision.PrecisionError,
-               distributed.DistError, checkpoint.CheckpointError, environment.LaunchError)
+               distributed.DistError, checkpoint.CheckpointError, environment.LaunchError, staging.StagingError)
 EXIT_USAGE = 2
 
 

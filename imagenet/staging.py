@@ -27,6 +27,7 @@ filesystem busy with several opens at once.
 """
 from __future__ import annotations
 
+import argparse
 import fcntl
 import hashlib
 import json
@@ -43,8 +44,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, TypeVar
 
-from . import distributed
-from .data import DataError
 from .errors import one_line
 
 MARKER = ".staged.json"
@@ -57,7 +56,7 @@ BATCH = 64  # files per thread-pool task
 T = TypeVar("T")
 
 
-class StagingError(DataError):
+class StagingError(RuntimeError):
     """The dataset cannot be staged; the message is one line naming the problem and the fix."""
 
 
@@ -96,15 +95,17 @@ def stage_data(cfg, info) -> str:
     """The folder training reads: cfg.data, or its node-local copy with --stage-dir (a collective)."""
     if cfg.dummy or not cfg.stage_dir:
         return cfg.data
-    dest = destination(cfg.data, expand(cfg.stage_dir))
-    error: Optional[str] = None
-    if info.local_rank == 0 or not distributed.initialized():
-        try:
+    from . import distributed  # here, not at the top: the command line below runs without torch
+
+    dest, error = None, None
+    try:  # any failure, on any rank, must reach the collective below: the other ranks wait there
+        dest = destination(cfg.data, expand(cfg.stage_dir))
+        if info.local_rank == 0 or not distributed.initialized():
             stage(cfg.data, dest, cfg.stage_verify)
-        except (StagingError, OSError) as e:
-            error = one_line(e) if isinstance(e, StagingError) else f"cannot stage {cfg.data} to {dest}: {e}"
-            if distributed.initialized():
-                error = f"{socket.gethostname()}: {error}"
+    except (StagingError, OSError) as e:
+        error = one_line(e) if isinstance(e, StagingError) else f"cannot stage {cfg.data} to {dest}: {e}"
+        if distributed.initialized():
+            error = f"{socket.gethostname()}: {error}"
     # Everyone waits here for every node's copier; the errors travel with the wait.
     errors = [e for e in distributed.all_gather_object(error) if e]
     if errors:
@@ -357,3 +358,29 @@ class _Progress:
 def _say(message: str) -> None:
     # Every node's copier reports (not only rank 0): each node's copy is its own.
     print(f"=> {socket.gethostname()}: {message}", flush=True)
+
+
+# ---------------------------------------------------------------- command line
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m imagenet.staging DATA DIR``: stage ahead of training, e.g. once per node with
+    ``srun --ntasks-per-node=1``; prints the copy's folder last. Training with the same
+    ``--stage-dir DIR`` then finds the copy complete and reuses it."""
+    parser = argparse.ArgumentParser(prog="python -m imagenet.staging",
+                                     description="Copy a dataset folder to node-local storage (or reuse the copy)")
+    parser.add_argument("data", help="dataset folder to copy")
+    parser.add_argument("stage_dir", metavar="DIR", help="node-local folder ($VARS are expanded here)")
+    parser.add_argument("--verify", action="store_true", help="also compare checksums with the source")
+    args = parser.parse_args(argv)
+    try:
+        dest = destination(args.data, expand(args.stage_dir))
+        stage(args.data, dest, args.verify)
+    except (StagingError, OSError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    print(dest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,6 +3,7 @@ partial or stale, checked by size (and checksum with --stage-verify), refused wi
 the disk is too small (a real tmpfs of a few hundred KiB), and made by one process per node."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -14,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from imagenet import data, demo_data, staging
+from imagenet import config, data, demo_data, staging
 from imagenet.staging import MARKER, StagingError, destination, stage
 from tests.helpers import BIN, PYTHON, REPO, TINY, child_env, explain, read_run, run, script
 
@@ -222,19 +223,30 @@ def test_torchrun_one_copier_per_node_and_both_ranks_train_from_the_copy(src: Pa
     assert record["epochs"][-1]["val_samples"] == 6
 
 
-def test_concurrent_jobs_on_one_node_copy_once(src: Path, tmp_path: Path) -> None:
-    """Two processes staging the same source at once: the file lock lets one copy; the other reuses."""
-    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from pathlib import Path; from imagenet import staging; "
-            f"staging.stage({str(src)!r}, staging.destination({str(src)!r}, Path({str(tmp_path / 'stage')!r})))")
-    procs = [subprocess.Popen([PYTHON, "-c", code], cwd=REPO, env=child_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs
-    text = "".join(out for out, _ in outs)
-    assert text.count("staged 24 of 24 files") == 1 and text.count("reusing the complete staged copy") == 1, text
+def test_a_second_job_on_the_node_waits_for_the_first(src: Path, tmp_path: Path) -> None:
+    """While another job holds the node's lock for this copy, the stage command waits, copying
+    nothing (a blocking lock, no polling); once the lock is free it stages."""
+    dest = destination(str(src), tmp_path / "stage")
+    dest.parent.mkdir()
+    with open(dest.parent / f"{dest.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first job, copying
+        proc = subprocess.Popen([PYTHON, "-m", "imagenet.staging", str(src), str(tmp_path / "stage")], cwd=REPO,
+                                env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert "waiting for another process staging to" in proc.stdout.readline()
+        assert not dest.exists()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "staged 24 of 24 files" in out and out.splitlines()[-1] == str(dest), out
+    _assert_same(src, dest)
+
+
+def test_stage_command_fails_with_one_line(tmp_path: Path) -> None:
+    proc = run([PYTHON, "-m", "imagenet.staging", tmp_path / "nothing", tmp_path / "stage"], timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", explain(proc)
+    assert proc.stderr == f"error: dataset directory {tmp_path / 'nothing'} does not exist; pass the dataset " \
+        "folder to stage\n"
 
 
 def test_stage_verify_needs_stage_dir() -> None:
-    proc = run([PYTHON, script("imagenet_nd.py"), "--stage-verify", "/data"], timeout=60)
-    assert proc.returncode == 2 and proc.stderr.strip() == "error: --stage-verify checks a staged copy: add " \
-        "--stage-dir DIR", explain(proc)
+    with pytest.raises(config.ConfigError, match="--stage-verify checks a staged copy: add --stage-dir DIR"):
+        config.parse(["--stage-verify", "/data"], "nd")
