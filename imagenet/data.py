@@ -10,6 +10,7 @@ given, in which case it is replaced by the next readable image and counted in a 
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from pathlib import Path
@@ -147,13 +148,20 @@ def scan_dataset_once(root: str, rank: int) -> Tuple[List[str], Index]:
 
 
 def _rebased(scan, old_root: str, new_root: str):
-    """Rank 0's sample paths under this rank's ROOT: with --stage-dir each node reads its own copy,
+    """Rank 0's index reading under this rank's ROOT: with --stage-dir each node reads its own copy,
     whose path may differ from rank 0's ('/local/$SLURMD_NODENAME')."""
     old, new = str(Path(old_root)), str(Path(new_root))
     if old == new:
         return scan
-    classes, samples = scan
-    return classes, {split: [(new + path[len(old):], c) for path, c in items] for split, items in samples.items()}
+    classes, splits = scan
+    return classes, {split: _moved(index, old, new) for split, index in splits.items()}
+
+
+def _moved(index, old: str, new: str):
+    moved = copy.copy(index)
+    attr = "prefix" if index.kind == "folder" else "root"  # FolderIndex's common folder, ShardIndex's folder
+    setattr(moved, attr, new + getattr(index, attr)[len(old):])
+    return moved
 
 
 # ---------------------------------------------------------------- datasets

@@ -1,6 +1,6 @@
 """Issue 11's staging check on the test cluster: the committed slurm/ddp_2node_staged.sh, submitted
-with the sbatch command a user types (--export for the tiny data and CPU settings), stages DATA to
-each node's own folder, is requeued by the time-limit signal, resumes exactly, and the second run
+with the sbatch command a user types (--export for the tiny data and CPU settings), stages a shard
+folder (imagenet.shards) to each node's own folder, is requeued by the time-limit signal, resumes exactly, and the second run
 reuses both nodes' copies instead of copying again.
 
 The test nodes share this machine's filesystem, so "node-local" is a folder per node:
@@ -15,7 +15,7 @@ from typing import Dict
 
 import pytest
 
-from imagenet import demo_data
+from imagenet import demo_data, shards
 from imagenet.staging import MARKER, destination
 from slurm.generate import EXAMPLES, GenerateError, render, spec_from_args
 from tests.slurm_cluster import SlurmCluster, slurm_cluster, wait_for  # noqa: F401 (fixture)
@@ -52,8 +52,10 @@ def _markers(stage: Path, data: Path) -> Dict[str, int]:
 @pytest.mark.slurm
 def test_two_nodes_stage_once_requeue_and_resume_from_their_copies(slurm_cluster: SlurmCluster,
                                                                    tmp_path: Path) -> None:
-    # 384 images: 6 steps per epoch for 2 nodes x 4 processes of batch 8
-    data = demo_data.generate(tmp_path / "imagenet", classes=4, train_per_class=96, val_per_class=2, size=(40, 32))
+    # 384 images: 6 steps per epoch for 2 nodes x 4 processes of batch 8, packed in 8 shards
+    folder = demo_data.generate(tmp_path / "folder", classes=4, train_per_class=96, val_per_class=2, size=(40, 32))
+    data = tmp_path / "imagenet"
+    shards.convert(str(folder), str(data), shard_mb=0.1)
     stage, run_dir = tmp_path / "local", tmp_path / "run"
     export = ",".join([f"ALL,DATA={data}", f"STAGE_DIR={stage}/$SLURMD_NODENAME", f"LOG_DIR={run_dir}",
                        f"VENV={REPO / '.venv'}", "ARCH=resnet18", f"EPOCHS={EPOCHS}", "BATCH_SIZE=8", "WORKERS=0",

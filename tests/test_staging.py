@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -137,12 +138,21 @@ def test_stage_dir_inside_the_dataset_is_refused(src: Path) -> None:
         stage(str(src), destination(str(src), src / "stage"))
 
 
-def test_scan_paths_follow_each_ranks_own_copy(src: Path, tmp_path: Path) -> None:
-    other = destination(str(src), tmp_path / "node2")
-    stage(str(src), other)
-    scan = data.scan_dataset(str(src))
-    classes, samples = data._rebased(scan, str(src), str(other))
-    assert classes == scan[0] and samples == data.scan_dataset(str(other))[1]
+@pytest.mark.parametrize("kind", ["folder", "shards"])
+def test_rank0s_index_reads_each_ranks_own_copy(kind: str, src: Path, tmp_path: Path) -> None:
+    if kind == "shards":
+        from imagenet import shards
+
+        src = Path(shutil.copytree(src, tmp_path / "folder", ignore=shutil.ignore_patterns("class_empty")))
+        shards.convert(str(src), str(tmp_path / "shards"), shard_mb=0.01)
+        src = tmp_path / "shards"
+    node1, node2 = (destination(str(src), tmp_path / node) for node in ("node1", "node2"))
+    stage(str(src), node1)
+    stage(str(src), node2)
+    classes, index = data._rebased(data.scan_dataset(str(node1)), str(node1), str(node2))
+    own_classes, own = data.scan_dataset(str(node2))
+    assert classes == own_classes and {k: list(v) for k, v in index.items()} == {k: list(v) for k, v in own.items()}
+    assert all(str(node2) in name for v in index.values() for name, _ in v)
 
 
 # ---------------------------------------------------------------- a full staging disk (real tmpfs)
