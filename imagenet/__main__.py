@@ -1,7 +1,10 @@
 """``python -m imagenet --variant nd|dp|ddp|amp ...``: any variant from one place."""
 import sys
 
-from imagenet.cli import main
-
 if __name__ == "__main__":
+    from imagenet import preemption  # first: a stop signal during the slow imports must not be lost
+
+    preemption.install_early()
+    from imagenet.cli import main
+
     sys.exit(main("any"))

@@ -2,12 +2,15 @@
 
 What differs between variants (the parallel wrapper, the precision backend) is built elsewhere and
 handed in as :class:`Parts`; the loop only calls their common methods. The host waits for the
-device only at print boundaries and epoch ends, where it also checks (with every rank) whether a
-preemption signal asked it to stop.
+device only at print boundaries and epoch ends. Those are also the safe points where every rank
+agrees whether a preemption signal asked it to stop: at a print boundary inside an epoch (a
+checkpoint is saved there) and right after each end-of-epoch checkpoint, so a signal that comes in
+an epoch's last print interval or during validation is acted on before the next epoch starts.
 """
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,6 +21,7 @@ import torch
 
 from . import checkpoint, data, distributed, profiling
 from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
+from . import preemption
 from .preemption import StopSignal
 from .runrecord import RunRecord
 
@@ -75,6 +79,20 @@ class Throughput:
                 "peak_memory_bytes": peak_memory_bytes(device)}
 
 
+def overwrite_progress() -> bool:
+    """Whether progress lines may end in \\r (rewriting one terminal line) instead of \\n.
+
+    isatty() alone is the wrong test: Open MPI gives its ranks a pty even when mpirun writes to a
+    batch log, where \\r-ended lines pile up into one line that grep calls binary. So: only on a
+    terminal, and never inside a SLURM job (every batch log) or under an MPI launcher, whose output
+    is collected and relayed; a plain line is always safe there.
+    """
+    collected = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
+    if any(name in os.environ for name in collected) or os.environ.get("TERM", "dumb") == "dumb":
+        return False
+    return sys.stdout.isatty()
+
+
 class Trainer:
     def __init__(self, cfg, info: distributed.DistInfo, parts: Parts, stop: StopSignal):
         self.cfg, self.info, self.p, self.stop = cfg, info, parts, stop
@@ -84,7 +102,7 @@ class Trainer:
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
         self.global_batch = cfg.batch_size * info.world_size
-        self.tty = sys.stdout.isatty()
+        self.overwrite = overwrite_progress()
         self.skipped_seen = 0  # overflowed fp16 steps already reported
         self.profiler = profiling.start(cfg.profile_steps, WARMUP_STEPS, info.is_primary, parts.run_dir,
                                         info.device, lambda summary: parts.record.update(profile=summary))
@@ -155,7 +173,8 @@ class Trainer:
                 steady_start, steady_data0 = time.perf_counter(), clock.data_s
             if done % cfg.print_freq == 0 or done == self.steps_per_epoch:
                 interval = self._report(epoch, done, loss, meter, interval)
-                if done < self.steps_per_epoch and distributed.any_rank(self.stop.requested, self.info.device):
+                # the last step's boundary is left to fit(): it checks right after the epoch's checkpoint
+                if done < self.steps_per_epoch and self._stop_requested():
                     self._preempt(epoch, done, clock)
                     return None
             clock.step_done()  # after the print-boundary syncs: waiting on the GPU is not waiting for data
@@ -198,7 +217,7 @@ class Trainer:
             line = (f"Epoch: [{epoch}][{done:>{len(str(self.steps_per_epoch))}}/{self.steps_per_epoch}]  "
                     f"loss {local['loss']:.4f}  top1 {local['top1']:6.2f}  top5 {local['top5']:6.2f}  "
                     f"lr {lr:.4g}  {rate:8.1f} img/s" + (f"  scale {scale:g}" if scale else ""))
-            end = "\r" if self.tty and done < self.steps_per_epoch else "\n"
+            end = "\r" if self.overwrite and done < self.steps_per_epoch else "\n"
             print(line, end=end, flush=True)
         return done, time.perf_counter()
 
@@ -210,16 +229,27 @@ class Trainer:
                         skipped - self.skipped_seen, scale or 0.0)
         self.skipped_seen = skipped
 
+    def _stop_requested(self) -> bool:
+        """True on every rank when any rank got a stop signal (rank 0 also looks for the stop file)."""
+        mine = self.stop.pending(self.p.run_dir if self.info.is_primary else None)
+        return distributed.any_rank(mine, self.info.device)
+
     def _preempt(self, epoch: int, done: int, clock: StepClock) -> None:
         self.state.elapsed_s += clock.elapsed()
         self.state.epoch, self.state.step_in_epoch = epoch, done
         self.save()
-        self.p.record.update(status="preempted", preempted_at={"epoch": epoch, "step": done})
+        self._stopped(epoch, done)
+
+    def _stopped(self, epoch: int, step: int) -> None:
+        """The checkpoint for (EPOCH, STEP) is saved: mark the run preempted, then let every rank go."""
+        self.p.record.update(status="preempted", preempted_at={"epoch": epoch, "step": step})
+        if self.info.is_primary:
+            preemption.clear_stop_file(self.p.run_dir)
         # No rank may exit before rank 0's checkpoint is on disk: launchers kill the rest of the job
         # as soon as one process ends, which would cut the save short.
         distributed.barrier(self.info.device)
         if self.info.is_primary:
-            print(f"\nstop signal ({self.stop.name}): checkpoint saved at epoch {epoch} step {done}; "
+            print(f"\nstop signal ({self.stop.name}): checkpoint saved at epoch {epoch} step {step}; "
                   f"restart with --resume auto to continue", flush=True)
 
     # ---------------------------------------------------------------- validation
@@ -285,8 +315,14 @@ class Trainer:
                           f"{100 * self.cfg.desired_acc:.2f}% after {epoch} epochs, "
                           f"{self.state.elapsed_s:.1f} s of training", flush=True)
                 break
+            # a safe point: the epoch's checkpoint is saved. After the last epoch there is nothing
+            # left to requeue for, so the run finishes (exit 0) even when a signal came.
+            if epoch < self.cfg.epochs and self._stop_requested():
+                self._stopped(epoch, 0)
+                return EXIT_PREEMPTED
         self._write_record(status, weight_checksums=self._weight_checksums())
         if self.info.is_primary:
+            preemption.clear_stop_file(self.p.run_dir)  # a request that came too late to matter
             d = self.p.run_dir
             print(f"=> done ({status}): best val top1 {self.state.best_top1:.2f}%; checkpoints "
                   f"{d / checkpoint.CHECKPOINT} and {d / checkpoint.BEST}; results {d / 'run.json'}; "

@@ -6,7 +6,10 @@ import sys
 if __package__ in (None, ""):  # run as a file: import the project package, not this folder's modules
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from imagenet.cli import main  # noqa: E402
-
 if __name__ == "__main__":
+    from imagenet import preemption  # first: a stop signal during the slow imports must not be lost
+
+    preemption.install_early()
+    from imagenet.cli import main
+
     sys.exit(main("nd"))

@@ -19,7 +19,7 @@ import torch
 from . import checkpoint, data, distributed, models, optim, precision, staging, sysinfo, tblog
 from .errors import one_line
 from .engine import Parts, Trainer
-from .preemption import StopSignal
+from . import preemption
 from .runrecord import RunRecord
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
                   torch.nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing).to(info.device),
                   train_loader, val_loader, data.DeviceNormalizer(info.device, channels_last), tb, record,
                   run_dir)
-    trainer = Trainer(cfg, info, parts, StopSignal().install())
+    trainer = Trainer(cfg, info, parts, preemption.for_run())
     if ckpt is not None and not cfg.evaluate:
         trainer.load_state_dict(ckpt)
         if info.is_primary:

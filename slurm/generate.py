@@ -5,9 +5,10 @@
 
 What a generated script does, in order: ``#SBATCH`` directives; settings with defaults that
 ``sbatch --export=ALL,DATA=/path,EPOCHS=90`` overrides; module/venv/conda setup and extra
-environment; MASTER_ADDR = first host of the allocation, MASTER_PORT derived from the job id; a log
-of the allocation; a trap that forwards the requeue signal to the training processes and requeues
-the job once they have checkpointed; the launcher; exit with the training's exit status.
+environment; MASTER_ADDR = first host of the allocation, MASTER_PORT derived from the job id; a
+trap that passes the requeue signal on to the training processes (and leaves a stop file in the
+run folder for those still starting); a log of the allocation; the launcher; a requeue only when
+the trainers stopped for it (exit 75), else exit with the training's exit status.
 
 Launchers: ``torchrun`` (one ``python -m torch.distributed.run`` per node via srun, c10d
 rendezvous), ``srun`` (one task per GPU; also the single-process nd/dp variants), ``mpi``
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from imagenet.preemption import STOP_FILE  # the file name the trainers look for (no torch import)
 from launch.environment import PORT_BASE, PORT_SPAN  # one port formula for Python and the scripts
 
 VARIANTS = ("nd", "dp", "ddp", "amp")
@@ -301,8 +303,9 @@ def validate(spec: JobSpec) -> None:
 def render(spec: JobSpec) -> str:
     """The batch file for ``spec`` (validated first). Pure: same spec, same text."""
     validate(spec)
+    # the trap comes before the first log line: a signal after that line is never the default (death)
     sections = [_header(spec), _directives(spec), _settings(spec), _setup(spec), _rendezvous(),
-                _log_start(spec), _preemption(spec), _launch(spec), _finish(spec)]
+                _preemption(spec), _log_start(spec), _launch(spec), _finish(spec)]
     return "\n".join(s for s in sections if s) + "\n"
 
 
@@ -420,12 +423,15 @@ def _preemption(s: JobSpec) -> str:
     return "\n".join([
         "", f"# ---- preemption: SLURM sends {s.signal} to this script {s.signal_seconds}s before the time limit.",
         "# The training processes then stop at the next safe step, save a checkpoint and exit 75; this",
-        "# script requeues the job, which resumes from the run folder (--resume auto).",
+        "# script requeues the job, which resumes from the run folder (--resume auto). Trainers that",
+        f"# are still starting (or not started) find {STOP_FILE} in the run folder at their first safe step.",
         "preempted=0",
         "launcher_pid=",
+        f'rm -f "$LOG_DIR/{STOP_FILE}"  # a stale one would stop this run at once',
         "on_preempt() {",
         "    preempted=1",
         f'    echo "$(date -Is) {s.signal}: asking the training processes to checkpoint"',
+        f'    mkdir -p "$LOG_DIR" && : > "$LOG_DIR/{STOP_FILE}"',
         f"    [ -n \"$launcher_pid\" ] && {forward}",
         "}",
         f"trap on_preempt {s.signal}"])
@@ -464,10 +470,10 @@ def _launch(s: JobSpec) -> str:
 
 
 # The agent (torchrun / torch.distributed.launch) must not act on the requeue signal or SIGTERM:
-# SLURM already delivers them to every training process, and an agent that re-sent SIGTERM would
-# deliver it twice. Ignored signals stay ignored across exec; the trainers install their own handlers.
-_AGENT_WRAP = ('export TORCHELASTIC_SIGNALS_TO_HANDLE=SIGINT,SIGHUP,SIGQUIT; trap "" {sig} TERM; '
-               'exec "$0" -m {module} {node_rank}"$@"')
+# SLURM already delivers them to every training process. launch.agent blocks them (its workers
+# inherit them blocked and pending until their handler is in place, see launch/agent.py); the
+# trap only covers the agent's own interpreter start-up.
+_AGENT_WRAP = 'trap "" {sig} TERM; exec "$0" -m launch.agent {module} {node_rank}"$@"'
 
 
 def _torchrun(s: JobSpec, srun: str, script: str) -> List[str]:
@@ -491,7 +497,10 @@ def _finish(s: JobSpec) -> str:
              'wait "$launcher_pid"; status=$?',
              'while kill -0 "$launcher_pid" 2>/dev/null; do wait "$launcher_pid"; status=$?; done']
     if s.requeue:
-        lines += ['if [ "$preempted" = 1 ]; then',
+        lines += ["# requeue only when the trainers stopped to be preempted (exit 75; run.json says so under",
+                  "# torchrun/launch, whose agents report any worker failure as 1), not after a finished run",
+                  'if [ "$preempted" = 1 ] && { [ "$status" = 75 ] || grep -qs \'"status": "preempted"\' '
+                  '"$LOG_DIR/run.json"; }; then',
                   '    echo "$(date -Is) training stopped with status $status; requeueing job $SLURM_JOB_ID"',
                   '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
                   "fi"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -126,10 +127,14 @@ def test_ranks_see_torch_variables(tmp_path, launcher):
 def test_ddp_training_under_mpi(tmp_path, demo_data, launcher):  # noqa: F811
     flavour, argv, env = launcher
     run_dir = tmp_path / "run"
-    code, output = run_mpi(tmp_path, argv, ["imagenet/imagenet_ddp.py", *train_args(run_dir, demo_data)], **env)
+    code, output = run_mpi(tmp_path, argv, ["imagenet/imagenet_ddp.py", *train_args(run_dir, demo_data), "-p", "1"],
+                           TERM="xterm", **env)
     assert code == 0, output[-4000:]
     record = assert_trained(run_dir, world_size=2, environment=f"mpi/{flavour}")
     assert record["dist"]["backend"] == "gloo"
+    # Open MPI gives its ranks a pty even when its output goes to a file: still one line per report
+    raw = (tmp_path / "mpi.log").read_bytes()
+    assert re.search(rb"Epoch: \[0\]\[1/\d\]", raw) and b"\r" not in raw, raw[-2000:]
 
 
 @pytest.mark.mpi

@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import pytest
 
@@ -111,12 +111,18 @@ def _runs(cluster: SlurmCluster, job_id: str) -> List[str]:
     return [r["State"].split()[0] for r in cluster.sacct(job_id) if r["JobID"] == job_id]
 
 
-def _run_generated(cluster: SlurmCluster, script: Path, run_dir: Path, preempt: Callable[[str], None]) -> str:
-    job_id = cluster.run(["sbatch", "--parsable", "--export", f"ALL,LOG_DIR={run_dir},OMP_NUM_THREADS=1",
-                          str(script)], cwd=REPO).stdout.strip()
+def _submit(cluster: SlurmCluster, script: Path, run_dir: Path, *export: str) -> Tuple[str, Callable[[], str]]:
+    """sbatch as a user would, with the tiny-run overrides; (job id, the batch log's text so far)."""
+    job_id = cluster.run(["sbatch", "--parsable", "--export", ",".join(["ALL", f"LOG_DIR={run_dir}",
+                          "OMP_NUM_THREADS=1", *export]), str(script)], cwd=REPO).stdout.strip()
     log_path = script.parent / f"requeue_{script.stem}-{job_id}.out"  # --output %x-%j.out
-    log = lambda: log_path.read_text() if log_path.exists() else ""  # noqa: E731
-    _wait_for_progress(log, 1, 2)
+    return job_id, lambda: log_path.read_text() if log_path.exists() else ""
+
+
+def _run_generated(cluster: SlurmCluster, script: Path, run_dir: Path, preempt: Callable[[str], None],
+                   when: Optional[Callable[[Callable[[], str]], None]] = None) -> str:
+    job_id, log = _submit(cluster, script, run_dir)
+    (when or (lambda log: _wait_for_progress(log, 1, 2)))(log)
     preempt(job_id)
     _release_requeued(cluster, job_id)
     row = cluster.wait_finished(job_id, timeout=240, runs=2)
@@ -164,3 +170,47 @@ def test_submitit_preemption_requeues_and_resumes(slurm_cluster: SlurmCluster, d
     assert slurm_cluster.wait_finished(job.job_id, runs=2)["State"] == "COMPLETED"
     assert _runs(slurm_cluster, job.job_id) == ["REQUEUED", "COMPLETED"]
     _assert_resumed_exactly(tmp_path / "run", log())
+
+
+def _batch_started(log: Callable[[], str]) -> None:
+    """The batch script's first line: its trap is in place, the trainers are not started yet."""
+    wait_for("the batch script to start", lambda: re.search(r"^job \d+ .* start ", log(), re.M), 60, interval=0.1)
+
+
+def test_time_limit_signal_during_start_up_is_not_lost(slurm_cluster: SlurmCluster, data: Path,
+                                                       tmp_path: Path) -> None:
+    """USR2 before torchrun has started its workers (which once inherited it ignored): they stop at
+    their first safe step, the job requeues and resumes exactly."""
+    script = _script(tmp_path, data, "torchrun", nodes=1, procs=2)
+    signal_batch = lambda job: slurm_cluster.run(["scancel", "--batch", "--signal=USR2", job])  # noqa: E731
+    log = _run_generated(slurm_cluster, script, tmp_path / "run", signal_batch, when=_batch_started)
+    _assert_resumed_exactly(tmp_path / "run", log)
+
+
+# Stands in for trainers that finish normally although the batch script got its time-limit signal:
+# it sends the signal itself and exits 0 once the batch script has logged it.
+FINISHING_TRAINER = """#!/bin/sh
+trap '' USR2
+scancel --batch --signal=USR2 "$SLURM_JOB_ID"
+i=0
+until grep -qs "USR2: asking" "$OUT_DIR/requeue_srun-$SLURM_JOB_ID.out" || [ $i -ge 600 ]; do
+    sleep 0.1; i=$((i + 1))
+done
+exit 0
+"""
+
+
+def test_a_run_that_finishes_after_the_signal_is_not_requeued(slurm_cluster: SlurmCluster, data: Path,
+                                                              tmp_path: Path) -> None:
+    script = _script(tmp_path, data, "srun", nodes=1, procs=1)
+    trainer = tmp_path / "finishing_trainer.sh"
+    trainer.write_text(FINISHING_TRAINER)
+    trainer.chmod(0o755)
+    job_id, log = _submit(slurm_cluster, script, tmp_path / "run", f"PYTHON={trainer}", f"OUT_DIR={tmp_path}")
+    wait_for("the batch script to decide", lambda: re.search(r"training exited|requeueing", log()), 120)
+    if "requeueing" in log():
+        slurm_cluster.run(["scancel", job_id], check=False)  # do not leave the wasted run queued
+    assert "USR2: asking the training processes to checkpoint" in log()
+    assert "training exited with status 0" in log() and "requeueing" not in log(), log()[-3000:]
+    assert slurm_cluster.wait_finished(job_id)["State"] == "COMPLETED"
+    assert _runs(slurm_cluster, job_id) == ["COMPLETED"]
