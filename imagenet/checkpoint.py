@@ -7,6 +7,7 @@ Checkpoints hold only tensors and plain Python values so they load with ``weight
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -55,11 +56,32 @@ def atomic_write(path: Path, write) -> None:
 
 
 def save(state: dict, run_dir: Path, is_best: bool = False) -> Path:
+    """Write the checkpoint (and the best copy); a full disk or another OS error leaves the previous
+    files as they were and raises a one-line CheckpointError."""
     path = Path(run_dir) / CHECKPOINT
-    atomic_write(path, lambda f: torch.save(state, f))
-    if is_best:
-        atomic_write(Path(run_dir) / BEST, lambda f: shutil.copyfileobj(open(path, "rb"), f))
+    target = path
+    try:
+        atomic_write(path, lambda f: f.write(_serialized(state)))
+        if is_best:
+            target = Path(run_dir) / BEST
+            atomic_write(target, lambda f: shutil.copyfileobj(open(path, "rb"), f))
+    except OSError as e:
+        kept = "the previous one is kept" if target.exists() else "nothing was kept"
+        raise CheckpointError(f"cannot write checkpoint {target} ({_reason(e)}); {kept}: free space in "
+                              f"{run_dir} or pass another --log-dir, then restart with --resume auto") from None
     return path
+
+
+def _serialized(state: dict) -> memoryview:
+    # In memory first: torch.save writing into a file reports a full disk as "unexpected pos ...";
+    # a plain write raises OSError with its errno (ENOSPC, EDQUOT, EIO), which the message can name.
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getbuffer()
+
+
+def _reason(e: OSError) -> str:
+    return e.strerror or str(e) or type(e).__name__
 
 
 def write_json(path: Path, data: dict) -> None:

@@ -1,7 +1,8 @@
 """Command-line entry shared by the four scripts: parse, place the process(es), run, exit cleanly.
 
 User mistakes (bad flags, bad data, an unreachable master, a missing Apex) end with one line on
-stderr and exit status 2; a preempted run exits 75 after saving its checkpoint; Ctrl-C exits 130.
+stderr and exit status 2; a peer lost in mid-collective (killed, node or network down) ends with one
+line naming it and status 1; a preempted run exits 75 after saving its checkpoint; Ctrl-C exits 130.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 USER_ERRORS = (config.ConfigError, data.DataError, models.ModelError, precision.PrecisionError,
                distributed.DistError, checkpoint.CheckpointError, environment.LaunchError, staging.StagingError)
 EXIT_USAGE = 2
+EXIT_LOST_PEER = 1
 
 
 def _setup_logging(primary: bool) -> None:
@@ -36,6 +38,12 @@ def _run(cfg: config.TrainConfig, info: distributed.DistInfo) -> int:
     distributed.init(info, cfg.dist_timeout)
     try:
         return run.build_and_run(cfg, info)
+    except Exception as e:
+        lost = distributed.lost_peer_message(e, info.rank)
+        if lost is None:
+            raise
+        print(f"error: {lost}", file=sys.stderr, flush=True)  # not a traceback per rank
+        return EXIT_LOST_PEER
     finally:
         distributed.cleanup()
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
+import socket
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -114,6 +116,49 @@ def init(info: DistInfo, timeout_s: float) -> None:
         dist.barrier(device_ids=[info.device.index])
     else:
         dist.barrier()
+    global _hosts
+    _hosts = all_gather_object(socket.gethostname())  # to name a lost peer later without asking it
+
+
+_hosts: List[str] = []  # rank -> host name, gathered once at init
+_PEER_ADDRESS = re.compile(r"\[?(\d{1,3}(?:\.\d{1,3}){3})\]?:\d+")
+_COMM_FAILURE = ("gloo", "nccl", "connection closed", "connection reset", "timed out waiting", "broken pipe")
+
+
+def lost_peer_message(exc: BaseException, rank: int) -> Optional[str]:
+    """One line for a collective that failed because a peer died or became unreachable (None: not that).
+
+    The backend's own message is long and names an address at best (gloo: "Connection closed by peer
+    [10.0.0.12]:4242"), at worst nothing ("Timed out waiting 30000ms for recv operation"); this names
+    the peer's host when the message holds its address, else the hosts of the other ranks.
+    """
+    text = " ".join(str(exc).split())
+    comm = isinstance(exc, getattr(dist, "DistError", ())) or (
+        isinstance(exc, RuntimeError) and any(word in text.lower() for word in _COMM_FAILURE))
+    if not comm or not _hosts:
+        return None
+    me = _hosts[rank] if rank < len(_hosts) else socket.gethostname()
+    found = _PEER_ADDRESS.search(text)
+    if found:
+        peer = _host_of(found.group(1))
+    else:
+        others = sorted({h for h in _hosts if h != me}) or ["another process on this node"]
+        peer = ", ".join(others[:8]) + (f" (+{len(others) - 8} more)" if len(others) > 8 else "")
+    reason = _short_reason(text)
+    return (f"rank {rank} on {me} lost contact with {peer} during a collective ({reason}); check that "
+            "node's processes and network, then restart with --resume auto")
+
+
+def _host_of(address: str) -> str:
+    try:
+        return f"{socket.gethostbyaddr(address)[0]} ({address})"
+    except OSError:
+        return address
+
+
+def _short_reason(text: str) -> str:
+    text = re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", text)  # gloo's [file.cc:123] prefixes
+    return text[:160] + ("..." if len(text) > 160 else "")
 
 
 def initialized() -> bool:

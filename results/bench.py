@@ -1,11 +1,12 @@
-"""Benchmark harness: ``python -m results.bench train|io|allreduce|overlap|pipeline|quick|scaling ...``.
+"""Benchmark harness: ``python -m results.bench train|io|allreduce|overlap|pipeline|quick|scaling|faults ...``.
 
 Each measured point appends one JSON record to ``results/records/<tag>.jsonl`` (see
 :mod:`results.records`); a point that fails is recorded as failed with the reason, and the sweep
 goes on. ``quick`` is the preset behind ``make bench``: a small but complete set of all three
 kinds on a CPU machine in a few minutes, followed by the report. ``scaling`` sweeps node counts
 (or, with ``--io``, storage readers) on the SLURM cluster that ``sbatch`` reaches
-(:mod:`results.scaling`).
+(:mod:`results.scaling`); ``faults`` runs the chaos tests on the SLURM test cluster
+and records them (:mod:`results.faults_bench`).
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from results import (allreduce_bench, data_scale_bench, io_bench, overlap_bench, records, scaling, slurm_queue,
-                     train_bench)
+from results import (allreduce_bench, data_scale_bench, faults_bench, io_bench, overlap_bench, records, scaling,
+                     slurm_queue, train_bench)
 from slurm.generate import GenerateError
 
 log = logging.getLogger(__name__)
@@ -411,10 +412,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--fresh", action="store_true", help="replace this tag's earlier records and runs")
     scaling.add_parser(sub, common)
     data_scale_bench.add_parser(sub, common)
+    faults_bench.add_parser(sub, common)
     return p
 
 
-DEFAULT_TAGS = {"quick": "quick", "scaling": "scaling"}
+DEFAULT_TAGS = {"quick": "quick", "scaling": "scaling", "faults": "faults"}
 
 
 def resolve_tag(a: argparse.Namespace) -> None:
@@ -448,6 +450,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return run_quick(a)
         if a.cmd == "scaling":
             return scaling.run(a)
+        if a.cmd == "faults":
+            return faults_bench.run(a)
         out = {"train": run_train, "io": run_io, "allreduce": run_allreduce, "overlap": run_overlap,
                "pipeline": run_pipeline, "shards": data_scale_bench.run}[a.cmd](a)
     except (BenchError, slurm_queue.SlurmError, GenerateError) as e:

@@ -24,7 +24,7 @@ SCHEMA = 1
 RESULTS_DIR = Path(__file__).resolve().parent
 RECORDS_DIR = RESULTS_DIR / "records"
 KINDS = ("train", "io", "allreduce", "overlap", "pipeline", "storage", "shards_pipeline", "data_opens",
-         "index_memory")
+         "index_memory", "fault")
 STATUSES = ("ok", "failed")
 
 # Fields every record must have, and the metrics an "ok" record of each kind must carry.
@@ -39,6 +39,7 @@ REQUIRED_METRICS = {
     "shards_pipeline": ("images_per_cpu_s", "images_per_s", "cpu_ms_per_image", "rounds"),
     "data_opens": ("images", "rchar", "syscr"),
     "index_memory": ("rank_rss_bytes", "worker_private_bytes", "worker_pss_bytes", "workers"),
+    "fault": ("survived", "steps_trained_twice", "checkpoints_lost"),  # detect_s: absent when not timed
 }
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
@@ -60,6 +61,8 @@ UNITS = {
     "rank_rss_bytes": "bytes", "rank_index_bytes": "bytes", "worker_private_bytes": "bytes (max over workers)",
     "worker_pss_bytes": "bytes (max over workers)", "worker_rss_bytes": "bytes (max over workers)",
     "workers": "processes", "touched": "chunks of 65536 entries",
+    "survived": "1 = the run finished after the fault", "detect_s": "s (fault injected -> the job or process ended)",
+    "steps_trained_twice": "steps", "checkpoints_lost": "checkpoints",
 }
 
 
