@@ -112,6 +112,7 @@ class Trainer:
     def state_dict(self) -> dict:
         s = self.state
         return {"version": 1, "arch": self.cfg.arch, "epoch": s.epoch, "step_in_epoch": s.step_in_epoch,
+                "global_batch": self.global_batch,  # a restart with other node counts keeps the sample position
                 "best_top1": s.best_top1, "elapsed_s": s.elapsed_s, "history": s.history,
                 "model": self.p.raw_model.state_dict(), "optimizer": self.p.optimizer.state_dict(),
                 "scheduler": self.p.scheduler.state_dict(), "precision": self.p.precision.state_dict(),
@@ -122,11 +123,41 @@ class Trainer:
         s.epoch, s.step_in_epoch = int(ckpt["epoch"]), int(ckpt["step_in_epoch"])
         s.best_top1, s.elapsed_s = float(ckpt["best_top1"]), float(ckpt["elapsed_s"])
         s.history = list(ckpt.get("history", []))
+        peak = list(self.p.scheduler.base_lrs)  # this world size's, before the checkpoint's replace them
         self.p.optimizer.load_state_dict(ckpt["optimizer"])
         self.p.scheduler.load_state_dict(ckpt["scheduler"])
         self.p.precision.load_state_dict(ckpt["precision"])
         self.skipped_seen = self.p.precision.skipped_steps
         checkpoint.set_rng_state(ckpt["rng"])
+        saved_batch = int(ckpt.get("global_batch", self.global_batch))
+        if saved_batch != self.global_batch:
+            self._carry_over(saved_batch, peak)
+
+    def _carry_over(self, saved_batch: int, peak: List[float]) -> None:
+        """Resume with another global batch (a requeue on fewer or more nodes).
+
+        The epoch's samples were consumed in the order of one permutation (the sampler's, the same
+        for any world size), so the position is a global sample count: the new step is that count
+        over the new global batch. The LR schedule is the one this world size would have had from
+        the start (peak lr scaled to the new global batch, warm-up and decay per epoch), at the
+        same point of training; momentum and the other optimizer state carry over.
+        """
+        s, sched = self.state, self.p.scheduler
+        samples = s.step_in_epoch * saved_batch
+        s.step_in_epoch, rest = divmod(samples, self.global_batch)
+        if rest and self.info.is_primary:
+            log.warning("global batch %d -> %d: sample %d of epoch %d is not a step boundary; %d sample(s) "
+                        "are trained again", saved_batch, self.global_batch, samples, s.epoch, rest)
+        sched.base_lrs = peak
+        sched.last_epoch = s.epoch * self.steps_per_epoch + s.step_in_epoch
+        lrs = [base * f(sched.last_epoch) for base, f in zip(peak, sched.lr_lambdas)]
+        for group, base, lr in zip(self.p.optimizer.param_groups, peak, lrs):
+            group["initial_lr"], group["lr"] = base, lr
+        sched._last_lr = lrs
+        if self.info.is_primary:
+            print(f"=> global batch {saved_batch} -> {self.global_batch}: resuming at sample {samples} of epoch "
+                  f"{s.epoch} (step {s.step_in_epoch}/{self.steps_per_epoch}); peak lr {peak[0]:.4g} for the new "
+                  f"global batch, lr now {lrs[0]:.4g}", flush=True)
 
     def save(self, is_best: bool = False) -> None:
         if self.info.is_primary:

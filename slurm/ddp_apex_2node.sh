@@ -63,7 +63,7 @@ TRAIN_ARGS=(-a "$ARCH" --epochs "$EPOCHS" -b "$BATCH_SIZE" --workers "$WORKERS" 
 TRAIN_ARGS+=(--opt-level O2 --desired-acc 0.75)
 # shellcheck disable=SC2206  # EXTRA_ARGS is split into words on purpose
 TRAIN_ARGS+=($EXTRA_ARGS "$DATA")
-srun --nodes=2 --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" bash -c 'trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.launch --node_rank="$SLURM_NODEID" "$@"' "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node=4 \
+srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" bash -c 'trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.launch --node_rank="$SLURM_NODEID" "$@"' "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node=4 \
     --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" \
     imagenet/imagenet_ddp_apex.py "${TRAIN_ARGS[@]}" &
 launcher_pid=$!

@@ -452,7 +452,10 @@ def _train_args(s: JobSpec) -> List[str]:
 def _launch(s: JobSpec) -> str:
     script = _q(SCRIPTS[s.variant])
     launcher = s.resolved_launcher
-    srun = f'srun --nodes={s.nodes} --ntasks-per-node={s.tasks} --cpus-per-task="$SLURM_CPUS_PER_TASK"'
+    # the allocation's node count, not the directive's: a requeued job may run on fewer nodes (and
+    # --ntasks, else srun takes SLURM_NTASKS from the environment sbatch stored at submission)
+    srun = (f'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * {s.tasks})) '
+            f'--ntasks-per-node={s.tasks} --cpus-per-task="$SLURM_CPUS_PER_TASK"')
     lines = ["", f"# ---- launch ({launcher})", *_train_args(s)]
     if launcher == "srun":
         lines.append(f'{srun} "$PYTHON" {script} "${{TRAIN_ARGS[@]}}" &')

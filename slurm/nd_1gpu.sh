@@ -62,7 +62,7 @@ env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|
 TRAIN_ARGS=(-a "$ARCH" --epochs "$EPOCHS" -b "$BATCH_SIZE" --workers "$WORKERS" --log-dir "$LOG_DIR" --resume auto)
 # shellcheck disable=SC2206  # EXTRA_ARGS is split into words on purpose
 TRAIN_ARGS+=($EXTRA_ARGS "$DATA")
-srun --nodes=1 --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" "$PYTHON" imagenet/imagenet_nd.py "${TRAIN_ARGS[@]}" &
+srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" "$PYTHON" imagenet/imagenet_nd.py "${TRAIN_ARGS[@]}" &
 launcher_pid=$!
 
 # ---- wait (a trapped signal interrupts `wait`; keep waiting until the launcher is gone)

@@ -49,7 +49,7 @@ def _wait_for_progress(log: Callable[[], str], epoch: int, step: int, timeout: f
     wait_for(f"training to reach epoch {epoch} step {step}", lambda: pattern.search(log()), timeout, interval=0.3)
 
 
-def _release_requeued(cluster: SlurmCluster, job_id: str) -> None:
+def _release_requeued(cluster: SlurmCluster, job_id: str, *update: str) -> None:
     """SLURM holds a requeued job for ~2 minutes (BeginTime); start it now instead, but only once
     what that hold protects is true:
 
@@ -77,6 +77,8 @@ def _release_requeued(cluster: SlurmCluster, job_id: str) -> None:
     end = wait_for(f"job {job_id} to be requeued", first_run_end, 90, interval=0.5)
     wait_for(f"the second after job {job_id}'s credential was revoked",
              lambda: time.time() >= end + 2, 5, interval=0.05)
+    if update:  # e.g. NumNodes=2: what the requeued run gets
+        cluster.run(["scontrol", "update", f"JobId={job_id}", *update])
     cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
 
 
@@ -113,8 +115,10 @@ def _runs(cluster: SlurmCluster, job_id: str) -> List[str]:
 
 def _submit(cluster: SlurmCluster, script: Path, run_dir: Path, *export: str) -> Tuple[str, Callable[[], str]]:
     """sbatch as a user would, with the tiny-run overrides; (job id, the batch log's text so far)."""
-    job_id = cluster.run(["sbatch", "--parsable", "--export", ",".join(["ALL", f"LOG_DIR={run_dir}",
-                          "OMP_NUM_THREADS=1", *export]), str(script)], cwd=REPO).stdout.strip()
+    settings = ["ALL", f"LOG_DIR={run_dir}", "OMP_NUM_THREADS=1", "OMPI_ALLOW_RUN_AS_ROOT=1",
+                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", *export]  # mpirun refuses root without the last two
+    job_id = cluster.run(["sbatch", "--parsable", "--export", ",".join(settings), str(script)],
+                         cwd=REPO).stdout.strip()
     log_path = script.parent / f"requeue_{script.stem}-{job_id}.out"  # --output %x-%j.out
     return job_id, lambda: log_path.read_text() if log_path.exists() else ""
 
@@ -131,10 +135,13 @@ def _run_generated(cluster: SlurmCluster, script: Path, run_dir: Path, preempt: 
     return log()
 
 
+@pytest.mark.parametrize("launcher", ["srun", "mpi", "launch"])
 def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster: SlurmCluster, data: Path,
-                                                            tmp_path: Path) -> None:
-    """What --signal=B:USR2@T does at the time limit: USR2 to the batch script; srun, 2 nodes."""
-    script = _script(tmp_path, data, "srun", nodes=2, procs=1)
+                                                            tmp_path: Path, launcher: str) -> None:
+    """What --signal=B:USR2@T does at the time limit: USR2 to the batch script, which passes it on
+    its launcher's way (scancel to every process; mpirun relays it); 2 nodes. torchrun's path is
+    test_time_limit_signal_during_start_up_is_not_lost."""
+    script = _script(tmp_path, data, launcher, nodes=2, procs=1)
     signal_batch = lambda job: slurm_cluster.run(["scancel", "--batch", "--signal=USR2", job])  # noqa: E731
     log = _run_generated(slurm_cluster, script, tmp_path / "run", signal_batch)
     assert "USR2: asking the training processes to checkpoint" in log and "requeueing job" in log
