@@ -19,9 +19,8 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import checkpoint, data, distributed, profiling
+from . import checkpoint, data, distributed, preemption, profiling
 from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
-from . import preemption
 from .preemption import StopSignal
 from .runrecord import RunRecord
 

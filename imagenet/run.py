@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import checkpoint, data, distributed, models, optim, precision, staging, sysinfo, tblog
+from . import checkpoint, data, distributed, models, optim, precision, preemption, staging, sysinfo, tblog
 from .errors import one_line
 from .engine import Parts, Trainer
-from . import preemption
 from .runrecord import RunRecord
 
 log = logging.getLogger(__name__)
