@@ -295,6 +295,17 @@ class SlurmCluster:
             return rows[-1] if done else None
         return wait_for(f"job {job_id} in accounting", final, timeout, interval=0.5)
 
+    def start_slurmd(self, node: str) -> None:
+        """Start NODE's slurmd (again, after a test killed it: it finds its running job steps)."""
+        (self.layout.base / "spool" / f"slurmd.{node}").mkdir(exist_ok=True)
+        i = int(node.removeprefix("node"))
+        self._spawn(node, _in_node(self.layout, i, ["slurmd", "-D", "-f", str(self.conf), "-N", node]))
+
+    def kill_slurmd(self, node: str) -> None:
+        """SIGKILL NODE's slurmd only (nsenter, unshare and sh exec it: the pid we started is slurmd)."""
+        self.procs[node].kill()
+        self.procs[node].wait(10)
+
     def wait_idle(self, timeout: float = 60) -> None:
         """Until no job is queued or running and every node is idle."""
         wait_for("an empty queue", lambda: not self.run(["squeue", "-h"], check=False).stdout.strip(), timeout)
@@ -354,9 +365,8 @@ class SlurmCluster:
             self._start_accounting()
         self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
         wait_for("slurmctld to answer", lambda: "UP" in self.run(["scontrol", "ping"], check=False).stdout, 30)
-        for i, node in enumerate(self.layout.node_names, start=1):
-            (self.layout.base / "spool" / f"slurmd.{node}").mkdir(exist_ok=True)
-            self._spawn(node, _in_node(self.layout, i, ["slurmd", "-D", "-f", str(self.conf), "-N", node]))
+        for node in self.layout.node_names:
+            self.start_slurmd(node)
         self._check_alive()
         wait_for("all nodes idle", self._all_nodes_idle, 60)
 

@@ -246,3 +246,29 @@ def test_fewer_nodes_after_a_requeue_carry_the_global_sample_position(slurm_clus
         assert tiles and ranges[-1][1] == 192, f"epoch {epoch}: samples skipped or trained twice: {ranges}"
     twice = sum(b[0] < a[1] for r in _sample_ranges(log(), 192).values() for a, b in zip(r, r[1:]))
     record_fault("fewer nodes after a requeue (4 -> 2)", "srun", 4, True, None, twice, 0)
+
+
+@pytest.mark.slurm
+def test_kill_9_of_a_slurmd_leaves_the_running_job_alone(slurm_cluster: SlurmCluster, data: Path,
+                                                         tmp_path: Path) -> None:
+    """slurmd only launches and watches job steps: the trainers (under slurmstepd) train on, the job
+    completes, and the restarted slurmd takes the node back before slurmctld calls it down."""
+    script_path = _script(tmp_path, data, "srun", nodes=2, procs=1)
+    run_dir = tmp_path / "run"
+    job_id, log = _submit(slurm_cluster, script_path, run_dir)
+    _wait_for_progress(log, 1, 3)
+    node = slurm_cluster.run(["scontrol", "show", "hostnames", slurm_cluster.job_state(job_id)["NodeList"]])
+    victim = node.stdout.split()[1]
+    slurm_cluster.kill_slurmd(victim)
+    try:  # the job's end needs the node's slurmd (it runs the clean-up): restart it once training ended
+        wait_for("the training to end", lambda: "training exited with status" in log(), 240)
+    finally:
+        slurm_cluster.start_slurmd(victim)
+    row = slurm_cluster.wait_finished(job_id, timeout=120)
+    assert row["State"] == "COMPLETED", f"{row}\n{log()[-3000:]}"
+    record = read_run(run_dir)
+    assert record["status"] == "finished" and [e["epoch"] for e in record["epochs"]] == list(range(EPOCHS))
+    slurm_cluster.wait_idle(timeout=120)  # the node is back for the next test
+    twice = steps_trained_twice(log())
+    assert twice == 0
+    record_fault("kill -9 of one slurmd", "srun", 2, True, None, twice, 0)
