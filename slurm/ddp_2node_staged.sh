@@ -39,29 +39,32 @@ MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MASTER_PORT=${MASTER_PORT:-$((12000 + SLURM_JOB_ID % 20000))}
 export MASTER_ADDR MASTER_PORT
 
+# ---- preemption: SLURM sends USR2 to this script 180s before the time limit.
+# The training processes then stop at the next safe step, save a checkpoint and exit 75; this
+# script requeues the job, which resumes from the run folder (--resume auto). Trainers that
+# are still starting (or not started) find stop.requested in the run folder at their first safe step.
+preempted=0
+launcher_pid=
+rm -f "$LOG_DIR/stop.requested"  # a stale one would stop this run at once
+on_preempt() {
+    preempted=1
+    echo "$(date -Is) USR2: asking the training processes to checkpoint"
+    mkdir -p "$LOG_DIR" && : > "$LOG_DIR/stop.requested"
+    [ -n "$launcher_pid" ] && scancel --signal=USR2 "$SLURM_JOB_ID"
+}
+trap on_preempt USR2
+
 # ---- what we got
 echo "job $SLURM_JOB_ID ($SLURM_JOB_NAME) start $(date -Is) restart ${SLURM_RESTART_COUNT:-0}: $SLURM_JOB_NUM_NODES node(s) $SLURM_JOB_NODELIST, tasks/node $SLURM_NTASKS_PER_NODE, cpus/task $SLURM_CPUS_PER_TASK"
 echo "master $MASTER_ADDR:$MASTER_PORT; run folder $LOG_DIR; data $DATA; python $(command -v "$PYTHON")"
 env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|OMP_|MASTER_)' | sort
-
-# ---- preemption: SLURM sends USR2 to this script 180s before the time limit.
-# The training processes then stop at the next safe step, save a checkpoint and exit 75; this
-# script requeues the job, which resumes from the run folder (--resume auto).
-preempted=0
-launcher_pid=
-on_preempt() {
-    preempted=1
-    echo "$(date -Is) USR2: asking the training processes to checkpoint"
-    [ -n "$launcher_pid" ] && scancel --signal=USR2 "$SLURM_JOB_ID"
-}
-trap on_preempt USR2
 
 # ---- launch (torchrun)
 TRAIN_ARGS=(-a "$ARCH" --epochs "$EPOCHS" -b "$BATCH_SIZE" --workers "$WORKERS" --log-dir "$LOG_DIR" --resume auto)
 TRAIN_ARGS+=(--stage-dir "$STAGE_DIR")
 # shellcheck disable=SC2206  # EXTRA_ARGS is split into words on purpose
 TRAIN_ARGS+=($EXTRA_ARGS "$DATA")
-srun --nodes=2 --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" bash -c 'export TORCHELASTIC_SIGNALS_TO_HANDLE=SIGINT,SIGHUP,SIGQUIT; trap "" USR2 TERM; exec "$0" -m torch.distributed.run "$@"' "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node=4 \
+srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" bash -c 'trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.run "$@"' "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node=4 \
     --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \
     imagenet/imagenet_ddp.py "${TRAIN_ARGS[@]}" &
 launcher_pid=$!
@@ -69,7 +72,9 @@ launcher_pid=$!
 # ---- wait (a trapped signal interrupts `wait`; keep waiting until the launcher is gone)
 wait "$launcher_pid"; status=$?
 while kill -0 "$launcher_pid" 2>/dev/null; do wait "$launcher_pid"; status=$?; done
-if [ "$preempted" = 1 ]; then
+# requeue only when the trainers stopped to be preempted (exit 75; run.json says so under
+# torchrun/launch, whose agents report any worker failure as 1), not after a finished run
+if [ "$preempted" = 1 ] && { [ "$status" = 75 ] || grep -qs '"status": "preempted"' "$LOG_DIR/run.json"; }; then
     echo "$(date -Is) training stopped with status $status; requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID" && exit 0
 fi

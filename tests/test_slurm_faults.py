@@ -39,7 +39,7 @@ PROGRESS = re.compile(r"Epoch: \[(\d+)\]\[\s*(\d+)/(\d+)\]")
 
 def record_fault(fault: str, launcher: str, nodes: int, survived: bool, detect_s: Optional[float],
                  twice: int, lost: int, **extra) -> None:
-    """Append this test's measurement to $HPC_IMAGENET_FAULT_RECORDS (see results/faults_report.py)."""
+    """Append this test's measurement to $HPC_IMAGENET_FAULT_RECORDS (see results/report/faults.py)."""
     path = os.environ.get(RECORDS_ENV)
     if not path:
         return
