@@ -71,9 +71,10 @@ def _ended(cluster: SlurmCluster, job_id: str) -> Callable[[], bool]:
     return lambda: cluster.job_state(job_id).get("JobState") not in ("RUNNING", "PENDING", "CONFIGURING")
 
 
-def _job_pids(job_id: str, node_id: int, rank: Optional[int] = None) -> List[int]:
-    """Python processes of JOB's training step on node NODE_ID (the launcher agent and the trainers;
-    with RANK, only the srun-started trainer whose SLURM_PROCID is RANK)."""
+def _job_pids(cluster: SlurmCluster, job_id: str, node_id: int, rank: Optional[int] = None) -> List[int]:
+    """Python processes of CLUSTER's JOB, training step on node NODE_ID (the launcher agent and the
+    trainers; with RANK, only the srun-started trainer whose SLURM_PROCID is RANK). Job ids repeat
+    across the test clusters on this machine: SLURM_CONF tells ours apart."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -85,6 +86,8 @@ def _job_pids(job_id: str, node_id: int, rank: Optional[int] = None) -> List[int
             env = dict(v.split("=", 1) for v in (entry / "environ").read_bytes().decode(errors="replace").split("\0")
                        if "=" in v)
         except OSError:
+            continue
+        if env.get("SLURM_CONF") != str(cluster.conf):
             continue
         if env.get("SLURM_JOB_ID") == job_id and env.get("SLURM_NODEID") == str(node_id) and (
                 rank is None or env.get("SLURM_PROCID") == str(rank)):
@@ -120,7 +123,7 @@ def test_kill_9_ends_the_job_and_the_restart_resumes(slurm_cluster: SlurmCluster
     expected = 1 if rank is not None else 1 + procs  # torchrun: the agent and its workers
 
     def second_node() -> Optional[List[int]]:
-        pids = _job_pids(job_id, 1, rank)
+        pids = _job_pids(slurm_cluster, job_id, 1, rank)
         return pids if len(pids) >= expected else None
 
     pids = wait_for("the second node's processes", second_node, 30)
