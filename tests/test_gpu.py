@@ -113,8 +113,13 @@ def test_device_decode_backend_trains_on_cuda_and_matches_the_cpu_decode(jpeg_da
 
     paths = sorted(str(p) for p in (jpeg_data / "val").rglob("*.JPEG"))[:8]
     batch = device_decode.collate([(device_decode.EncodedVal(32)(open(p, "rb").read(), p), 0) for p in paths])[0]
-    on_gpu, on_cpu = batch.decode(torch.device("cuda")).cpu(), batch.decode(torch.device("cpu"))
-    assert on_gpu.shape == on_cpu.shape and (on_gpu.int() - on_cpu.int()).abs().float().mean() < 2.0
+    on_gpu, on_cpu = batch.decode(torch.device("cuda")).cpu().int(), batch.decode(torch.device("cpu")).int()
+    # nvJPEG and libjpeg-turbo upsample chroma differently, and these 40x32 test images are all edges:
+    # the H100 measured a mean difference of 4.5 grey levels. A wrong crop, flip or channel order
+    # differs as much as two different images do, which the second check measures.
+    same = (on_gpu - on_cpu).abs().float().mean()
+    different = (on_gpu - on_cpu.roll(1, dims=0)).abs().float().mean()
+    assert on_gpu.shape == on_cpu.shape and same < 8.0 and same < different / 4, (same, different)
 
 
 def _dali_installed() -> bool:
