@@ -179,7 +179,7 @@ for s in $stages; do
     fi
     echo "=== stage $s ($(date -u +%H:%M:%S))"
     timeout "${STAGE_LIMIT:-400}" bash -c "$(declare -p OUT PY ARCH BATCH STEPS IMAGE WORKERS JPEG_ROOT JPEG_STEPS \
-        APEX_PATH APEX_SRC APEX_KIND TAG RECORDS gpu_name); $(declare -f bench_train stage_$s); stage_$s" \
+        JPEG_CLASSES JPEG_PER_CLASS APEX_PATH APEX_SRC APEX_KIND TAG RECORDS gpu_name); $(declare -f bench_train stage_$s); stage_$s" \
         || { echo "=== stage $s failed or timed out (rc $?)"
              pkill -9 -f "imagenet/imagenet_" || true; }  # a timed-out trainer treats TERM as preemption
 done
