@@ -7,6 +7,7 @@ import torch
 
 from imagenet import precision as precision_module
 from tests.helpers import BIN, TINY, explain, free_port, python, read_run, run, script
+from tests.test_dali import check_solid_colour_batches, needs_dali
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")]
@@ -122,16 +123,7 @@ def test_device_decode_backend_trains_on_cuda_and_matches_the_cpu_decode(jpeg_da
     assert on_gpu.shape == on_cpu.shape and same < 8.0 and same < different / 4, (same, different)
 
 
-def _dali_installed() -> bool:
-    from imagenet import dali_backend
-    try:
-        dali_backend.require_dali()
-        return True
-    except dali_backend.DaliUnavailable:
-        return False
-
-
-@pytest.mark.skipif(not _dali_installed(), reason="NVIDIA DALI not installed (pip install nvidia-dali-cuda130)")
+@needs_dali
 def test_dali_backend_trains_on_cuda_with_exact_validation(jpeg_data, tmp_path):
     """Mixed-device (nvJPEG region-of-interest) decoding feeds the GPU; validation sees all 21 images."""
     proc = python(script("imagenet_ddp_apex.py"), *GPU_TINY, "--data-backend", "dali", "--workers", "2",
@@ -141,10 +133,8 @@ def test_dali_backend_trains_on_cuda_with_exact_validation(jpeg_data, tmp_path):
     assert [e["val_samples"] for e in epochs] == [21, 21]
 
 
-@pytest.mark.skipif(not _dali_installed(), reason="NVIDIA DALI not installed (pip install nvidia-dali-cuda130)")
+@needs_dali
 def test_dali_gpu_batches_match_labels_and_stay_on_the_gpu(tmp_path):
-    from tests.test_dali import check_solid_colour_batches
-
     check_solid_colour_batches(tmp_path, torch.device("cuda", 0))
 
 
