@@ -39,6 +39,9 @@ JPEG_CLASSES=${JPEG_CLASSES:-20}
 JPEG_PER_CLASS=${JPEG_PER_CLASS:-640}
 JPEG_STEPS=${JPEG_STEPS:-$(( JPEG_CLASSES * JPEG_PER_CLASS / BATCH - 5 ))}  # one pass, no epoch wrap
 APEX_SRC="$PWD/.apex"
+# Outside the checkout (the next call of a lease replaces carried folders in it), kept between calls.
+LEASE_DIR=${LEASE_DIR:-$HOME/.hpc-imagenet-lease}
+mkdir -p "$LEASE_DIR"
 # A pip-installed Apex (apexbuild) has amp_C; otherwise the Python-only source copy goes on PYTHONPATH.
 if $PY -c "import amp_C, apex.amp" 2>/dev/null; then APEX_PATH=; APEX_KIND="Apex 25.05 built with CUDA extensions (amp_C)"
 else APEX_PATH="$APEX_SRC"; APEX_KIND="Apex 25.05 amp, Python-only (no amp_C)"; fi
@@ -87,17 +90,17 @@ stage_jpeggen() {  # in the background (setsid), so a later call of the same lea
     [ -d "$JPEG_ROOT/train" ] && { echo "JPEGs already in $JPEG_ROOT"; return; }
     setsid nohup taskset -c "${GEN_CPUS:-10-15}" bash -c "rm -rf $JPEG_ROOT.tmp && $PY -m results.jpegs $JPEG_ROOT.tmp \
         --classes $JPEG_CLASSES --per-class $JPEG_PER_CLASS --val-per-class 4 --processes 6 \
-        && mv $JPEG_ROOT.tmp $JPEG_ROOT" > /root/jpegs.log 2>&1 < /dev/null &
+        && mv $JPEG_ROOT.tmp $JPEG_ROOT" > $LEASE_DIR/jpegs.log 2>&1 < /dev/null &
     echo "JPEG generation started in the background into $JPEG_ROOT"
 }
 
 stage_dalipart() {  # DALI (~165 MB packed) travels in parts, one per call of a lease: .dali/part.NN
-    mkdir -p /root/dali && cp .dali/part.* /root/dali/ && ls -la /root/dali
+    mkdir -p $LEASE_DIR/dali && cp .dali/part.* $LEASE_DIR/dali/ && ls -la $LEASE_DIR/dali
 }
 
 stage_daliinstall() {  # unpack the parts into the interpreter's site-packages (the nvidia/ namespace is there)
     local site; site=$($PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-    cat /root/dali/part.* | xz -d | tar x -C "$site" && $PY -c "import nvidia.dali as d; print('DALI', d.__version__)"
+    cat $LEASE_DIR/dali/part.* | xz -d | tar x -C "$site" && $PY -c "import nvidia.dali as d; print('DALI', d.__version__)"
 }
 
 stage_profile() {  # profiled steps run slower: these records explain where time goes, they are not speeds
@@ -107,11 +110,11 @@ stage_profile() {  # profiled steps run slower: these records explain where time
 stage_best() { bench_train best dummy "$STEPS" --batch ${BATCHES:-256 384} --setups ${SETUPS:-engine-fp16-compile engine-fp16-cudagraphs}; }
 
 stage_apexbuild() {  # a copy outside the checkout: the next call's carry replaces .apex under a running build
-    rm -rf /root/apex-src && cp -r "$APEX_SRC" /root/apex-src
+    rm -rf $LEASE_DIR/apex-src && cp -r "$APEX_SRC" $LEASE_DIR/apex-src
     # Apex 25.05-25.09 hard-code "-gencode arch=compute_70,code=sm_70" for three extensions; CUDA 13's
     # nvcc dropped Volta and stops there ("Unsupported gpu architecture 'compute_70'", seen on this
     # machine after ~20 min of building). Drop those two-word flags from the build copy only.
-    $PY - /root/apex-src/setup.py <<'PYEOF'
+    $PY - $LEASE_DIR/apex-src/setup.py <<'PYEOF'
 import re, sys
 path = sys.argv[1]
 text = open(path).read()
@@ -122,8 +125,8 @@ PYEOF
     setsid nohup taskset -c "${BUILD_CPUS:-6-15}" env MAX_JOBS="${BUILD_JOBS:-10}" TORCH_CUDA_ARCH_LIST=9.0 \
         $PY -m pip install -v --no-build-isolation --no-deps --no-cache-dir \
         --config-settings "--build-option=--cpp_ext" --config-settings "--build-option=--cuda_ext" \
-        /root/apex-src > /root/apex-build.log 2>&1 < /dev/null &
-    echo "Apex build started in the background (log /root/apex-build.log)"
+        $LEASE_DIR/apex-src > $LEASE_DIR/apex-build.log 2>&1 < /dev/null &
+    echo "Apex build started in the background (log $LEASE_DIR/apex-build.log)"
 }
 
 stage_apexwait() {
@@ -131,7 +134,7 @@ stage_apexwait() {
         pgrep -f "pip install -v --no-build-isolation" > /dev/null || break
         sleep 5  # polling a build we do not own: no other signal of its end exists in this shell
     done
-    tail -3 /root/apex-build.log; cp /root/apex-build.log "$OUT/apex-build.log" 2>/dev/null
+    tail -3 $LEASE_DIR/apex-build.log; cp $LEASE_DIR/apex-build.log "$OUT/apex-build.log" 2>/dev/null
     $PY -c "import amp_C, apex.amp; from apex.optimizers import FusedSGD; print('Apex with amp_C:', amp_C.__file__)"
 }
 
@@ -179,7 +182,7 @@ for s in $stages; do
     fi
     echo "=== stage $s ($(date -u +%H:%M:%S))"
     timeout "${STAGE_LIMIT:-400}" bash -c "$(declare -p OUT PY ARCH BATCH STEPS IMAGE WORKERS JPEG_ROOT JPEG_STEPS \
-        JPEG_CLASSES JPEG_PER_CLASS APEX_PATH APEX_SRC APEX_KIND TAG RECORDS gpu_name); $(declare -f bench_train stage_$s); stage_$s" \
+        JPEG_CLASSES JPEG_PER_CLASS APEX_PATH APEX_SRC APEX_KIND LEASE_DIR TAG RECORDS gpu_name); $(declare -f bench_train stage_$s); stage_$s" \
         || { echo "=== stage $s failed or timed out (rc $?)"
              pkill -9 -f "imagenet/imagenet_" || true; }  # a timed-out trainer treats TERM as preemption
 done

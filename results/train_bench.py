@@ -332,7 +332,7 @@ def keep_scalars(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-# A path through a checkout (any machine's: /work/main, /root/hpc-imagenet, ...) up to one of its
+# A path through a checkout (any machine's, e.g. ~/hpc-imagenet or a GPU node's copy) up to one of its
 # top-level folders; and any other absolute path.
 _CHECKOUT_PATH = re.compile(r"(?<![\w.])/[^\s\"'=:]*?/(?=(?:imagenet|results|launch|slurm|tests|\.venv)/)")
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[^\s\"'=:/]+/)+(?=[^\s\"'=:/]+)")
