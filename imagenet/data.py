@@ -184,10 +184,10 @@ class ImageFiles(Dataset):
         return len(self.source)
 
     def _load(self, index: int) -> Tuple[torch.Tensor, int]:
-        name = self.source.name(index)
         try:
-            return self.transform(self.source.read(index), name), self.source.target(index)
+            return self.transform(self.source.read(index), self.source.name(index)), self.source.target(index)
         except (OSError, ValueError, SyntaxError) as e:  # PIL raises all three for broken files
+            name = self.source.name(index)
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             if not self.skip_bad:
                 raise DataError(f"cannot read image {name}: {reason}; replace or remove the file, or pass "
@@ -273,28 +273,28 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device):
         make = lambda n: SyntheticBatches(n, cfg.batch_size, cfg.image_size, cfg.num_classes, device)  # noqa: E731
         return make(steps), make(val_steps), cfg.num_classes
     classes, samples = scan_dataset_once(cfg.data, rank)
+    if len(samples["train"]) < cfg.batch_size * world_size:
+        raise DataError(f"{cfg.data}/train has {len(samples['train'])} images, fewer than one global batch "
+                        f"({cfg.batch_size} x {world_size} processes); lower -b")
+    train_sampler = ResumableSampler(range(len(samples["train"])), num_replicas=world_size, rank=rank,
+                                     shuffle=True, seed=cfg.seed or 0, drop_last=False)
+    val_sampler = ShardSampler(len(samples["val"]), rank, world_size)
     if cfg.data_backend == "dali":
-        return (*_dali_loaders(cfg, samples, rank, world_size, device), len(classes))
+        return (*_dali_loaders(cfg, samples, train_sampler, val_sampler, rank, device), len(classes))
     backend = get_backend(cfg.data_backend)
     train_set = ImageFiles(samples["train"], backend(True, cfg.image_size), cfg.skip_bad_images)
     val_set = ImageFiles(samples["val"], backend(False, cfg.image_size), cfg.skip_bad_images)
-    if len(train_set) < cfg.batch_size * world_size:
-        raise DataError(f"{cfg.data}/train has {len(train_set)} images, fewer than one global batch "
-                        f"({cfg.batch_size} x {world_size} processes); lower -b")
     pin = device.type == "cuda"
     seeded = cfg.seed is not None
     # Seeded runs re-create workers each epoch from a per-epoch generator so that a resumed run
     # draws the same augmentations as an uninterrupted one.
     generator = torch.Generator() if seeded else None
-    train_sampler = ResumableSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True,
-                                     seed=cfg.seed or 0, drop_last=False)
     train = _loader(train_set, train_sampler, cfg.batch_size, cfg.workers, pin, True, not seeded, generator)
-    val = _loader(val_set, ShardSampler(len(val_set), rank, world_size), cfg.batch_size, cfg.workers, pin,
-                  False, not seeded, None)
+    val = _loader(val_set, val_sampler, cfg.batch_size, cfg.workers, pin, False, not seeded, None)
     return train, val, len(classes)
 
 
-def _dali_loaders(cfg, samples, rank: int, world_size: int, device: torch.device):
+def _dali_loaders(cfg, samples, train_sampler, val_sampler, rank: int, device: torch.device):
     """Train and val loaders of the dali backend, over the same samplers as the other backends."""
     from . import dali_backend
 
@@ -305,12 +305,6 @@ def _dali_loaders(cfg, samples, rank: int, world_size: int, device: torch.device
     if cfg.skip_bad_images:
         raise DataError("--skip-bad-images does not work with --data-backend dali (DALI decodes whole batches); "
                         "use --data-backend fast to find and skip bad files")
-    if len(samples["train"]) < cfg.batch_size * world_size:
-        raise DataError(f"{cfg.data}/train has {len(samples['train'])} images, fewer than one global batch "
-                        f"({cfg.batch_size} x {world_size} processes); lower -b")
-    train_sampler = ResumableSampler(range(len(samples["train"])), num_replicas=world_size, rank=rank,
-                                     shuffle=True, seed=cfg.seed or 0, drop_last=False)
-    val_sampler = ShardSampler(len(samples["val"]), rank, world_size)
     make = lambda split, sampler, train, max_batches: dali_backend.DaliLoader(  # noqa: E731
         dali_backend.FileReader(samples[split]), sampler, cfg.batch_size, train, cfg.image_size, device,
         cfg.workers, cfg.seed, rank, max_batches)
