@@ -21,10 +21,11 @@ What runs where:
   strides (no transpose: the channels-last model takes it as is) on the training device;
   :class:`imagenet.data.DeviceNormalizer` converts and normalises it like every other batch.
 
-A pipeline is built per epoch (one ``iter()`` of the loader): it fixes that epoch's sample list,
-its augmentation seed (seed, epoch and rank), and a possibly shortened epoch (--steps-per-epoch)
-leaves nothing queued for the next. Its workers are spawned, not forked, because CUDA is already
-initialised in the training process. Augmentation draws come from DALI's generator, so a resumed
+One pipeline serves every epoch of a loader: its reader processes ask their own copy of the
+sampler for each epoch's indices, and an epoch ends after --steps-per-epoch (--val-steps) batches,
+so nothing is left queued. It is rebuilt only for a resumed or abandoned epoch, seeded from seed,
+epoch and rank. Its workers are spawned, not forked, because CUDA is already initialised in the
+training process. Augmentation draws come from DALI's generator, so a resumed
 run reads the same samples in the same order but draws other crops than an uninterrupted one.
 """
 from __future__ import annotations
@@ -103,7 +104,7 @@ class EpochSource:
         return images, labels
 
 
-def _graph(source: EpochSource, train: bool, image_size: int, gpu: bool, workers: int):
+def _graph(source: EpochSource, train: bool, image_size: int, gpu: bool):
     """The DALI operators of one epoch (called inside a pipeline definition)."""
     from nvidia.dali import fn, types
 
@@ -134,7 +135,7 @@ def build_pipeline(source: EpochSource, train: bool, image_size: int, device: to
                                   py_num_workers=max(1, workers), py_start_method="spawn",
                                   prefetch_queue_depth=PREFETCH, exec_dynamic=True)
     with pipe:
-        pipe.set_outputs(*_graph(source, train, image_size, gpu, workers))
+        pipe.set_outputs(*_graph(source, train, image_size, gpu))
     pipe.build()
     return pipe
 
