@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import shutil
 import sys
 import time
@@ -135,9 +136,16 @@ def _repo_relative(path: Path) -> str:
 
 
 def _last_line(text: str) -> str:
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    errs = [ln for ln in lines if "Error" in ln or "error" in ln]
-    return (errs or lines or ["(no output)"])[-1].strip()[:300]
+    """The line of a failed run's log that says why: the engine's one-line ``error:``, else the last
+    exception line of the worker's traceback. torchrun's own footer (ChildFailedError, a link to
+    errors.html) comes after both and names no cause, so it is passed over."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    footer = next((i for i, ln in enumerate(lines) if "ChildFailedError" in ln or ln.startswith("=====")), len(lines))
+    cause = lines[:footer]
+    engine = [ln for ln in cause if re.match(r"^(\[\w+\]:\s*)?error:", ln)]
+    exceptions = [ln for ln in cause if re.match(r"^(\[\w+\]:\s*)?[\w.]*(Error|Exception|Interrupt)\b", ln)]
+    errs = [ln for ln in cause if "Error" in ln or "error" in ln]
+    return (engine or exceptions or errs or lines or ["(no output)"])[-1][:300]
 
 
 def _say_train(rec: dict) -> None:

@@ -12,8 +12,9 @@
 #                background (setsid, cores BUILD_CPUS), log in $OUT/apex-build.log; apexwait waits for it
 #     apex       Apex amp O1 and O2 through the harness
 #     compile    baseline vs engine-fp16: eager, torch.compile, and compile with CUDA graphs (~6 min)
-#     profile    engine-fp16 and engine-bf16 with --profile-steps: top kernels into the records
-#     best       SETUPS at each of BATCHES (defaults: engine-fp16-compile engine-fp16-cudagraphs; 256 384)
+#     profile    engine-fp16 and engine-bf16 (PROFILE_SETUPS) with --profile-steps: top kernels into the records
+#     best       SETUPS at each of BATCHES (defaults: baseline engine-fp16-cudagraphs; 384 512)
+#     autotune   engine-fp16 with --compile-mode max-autotune (kernel benchmarking, CUDA graphs; long compile)
 #     logging    engine defaults printing + TensorBoard at every step vs once per epoch
 #     parity     native vs Apex amp, O1 and O2, same seed and steps: the final losses side by side
 #     batch      engine-fp16 at batch 256, 384 and 512
@@ -72,7 +73,7 @@ stage_env() {
 stage_synthetic() { bench_train synthetic dummy "$STEPS" --setups baseline engine engine-bf16 engine-fp16; }
 
 stage_tests() {
-    PYTHONPATH="$APEX_PATH" $PY -m pytest -q -p no:cacheprovider -m gpu --timeout 300 --durations 5 \
+    PYTHONPATH="$APEX_PATH" $PY -m pytest -q -rP -p no:cacheprovider -m gpu --timeout 300 --durations 5 \
         ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu.py tests/test_perf_flags.py tests/test_results_scaling_model.py 2>&1 | tee "$OUT/pytest-gpu.log"
 }
 
@@ -104,10 +105,14 @@ stage_daliinstall() {  # unpack the parts into the interpreter's site-packages (
 }
 
 stage_profile() {  # profiled steps run slower: these records explain where time goes, they are not speeds
-    bench_train profile dummy 30 --setups engine-fp16 engine-bf16 --extra=--profile-steps --extra=10
+    bench_train profile dummy 30 --setups ${PROFILE_SETUPS:-engine-fp16 engine-bf16} --extra=--profile-steps --extra=10
 }
 
-stage_best() { bench_train best dummy "$STEPS" --batch ${BATCHES:-256 384} --setups ${SETUPS:-engine-fp16-compile engine-fp16-cudagraphs}; }
+stage_best() {  # the fp32 baseline at each batch too: issue 13's ratio is taken within one sweep
+    bench_train best dummy "$STEPS" --batch ${BATCHES:-384 512} --setups ${SETUPS:-baseline engine-fp16-cudagraphs}
+}
+
+stage_autotune() { bench_train autotune dummy "$STEPS" --batch ${AUTOTUNE_BATCH:-256} --setups engine-fp16-max-autotune; }
 
 stage_apexbuild() {  # a copy outside the checkout: the next call's carry replaces .apex under a running build
     rm -rf $LEASE_DIR/apex-src && cp -r "$APEX_SRC" $LEASE_DIR/apex-src
@@ -115,12 +120,16 @@ stage_apexbuild() {  # a copy outside the checkout: the next call's carry replac
     # nvcc dropped Volta and stops there ("Unsupported gpu architecture 'compute_70'", seen on this
     # machine after ~20 min of building). Drop those two-word flags from the build copy only.
     $PY - $LEASE_DIR/apex-src/setup.py <<'PYEOF'
-import re, sys
+import os, re, sys
 path = sys.argv[1]
 text = open(path).read()
 text, n = re.subn(r'\n\s*cc_flag\.append\("-gencode"\)\n\s*cc_flag\.append\("arch=compute_70,code=sm_70"\)', "", text)
+# Build only the extensions amp and the fused optimizers use (APEX_EXTENSIONS): the other twenty
+# (attention, MLP, norms for transformers) add ~15 minutes of nvcc that a ResNet never calls.
+keep = os.environ.get("APEX_EXTENSIONS", "apex_C amp_C").split()
+text = text.replace("\nsetup(", f"\next_modules = [e for e in ext_modules if e.name in {keep!r}]\nsetup(", 1)
 open(path, "w").write(text)
-print(f"apex setup.py: {n} sm_70 target(s) dropped")
+print(f"apex setup.py: {n} sm_70 target(s) dropped, building {keep}")
 PYEOF
     setsid nohup taskset -c "${BUILD_CPUS:-6-15}" env MAX_JOBS="${BUILD_JOBS:-10}" TORCH_CUDA_ARCH_LIST=9.0 \
         $PY -m pip install -v --no-build-isolation --no-deps --no-cache-dir \

@@ -68,6 +68,9 @@ SETUPS: Dict[str, Setup] = {
     "engine-bf16-compile": Setup("amp", "O1", "bfloat16", ("--compile",), "engine-bf16 with --compile"),
     "engine-fp16-cudagraphs": Setup("amp", "O1", "float16", ("--compile-mode", "reduce-overhead"),
                                     "engine-fp16 with torch.compile mode reduce-overhead (CUDA graphs)"),
+    "engine-fp16-max-autotune": Setup("amp", "O1", "float16", ("--compile-mode", "max-autotune"),
+                                      "engine-fp16 with torch.compile mode max-autotune (benchmarked kernel "
+                                      "choices, CUDA graphs)"),
     # The pair behind the logging-overhead ratio: the same run logging at every step vs only per epoch.
     LOG_QUIET_SETUP: Setup("ddp", "O0", None, ("-p", "1000000"), "engine defaults, logging only at epoch end"),
     LOG_EVERY_STEP_SETUP: Setup("ddp", "O0", None, ("-p", "1"), "engine defaults, printing and TensorBoard "
@@ -256,7 +259,7 @@ def _run_logged(cmd: List[str], log_path: Path, timeout_s: float, env: Dict[str,
                                 cwd=REPO).returncode
         except subprocess.TimeoutExpired:
             rc = 124
-    tail = log_path.read_text(errors="replace").strip().splitlines()[-40:]
+    tail = log_path.read_text(errors="replace").strip().splitlines()[-200:]
     return Outcome(rc, "\n".join(tail), " ".join(cmd), time.monotonic() - t0)
 
 

@@ -2,6 +2,8 @@
 
 Marked ``gpu``: skipped, with the reason printed, where torch sees no CUDA device.
 """
+import warnings
+
 import pytest
 import torch
 
@@ -121,6 +123,38 @@ def test_device_decode_backend_trains_on_cuda_and_matches_the_cpu_decode(jpeg_da
     same = (on_gpu - on_cpu).abs().float().mean()
     different = (on_gpu - on_cpu.roll(1, dims=0)).abs().float().mean()
     assert on_gpu.shape == on_cpu.shape and same < 8.0 and same < different / 4, (same, different)
+
+
+def test_device_decode_syncs_the_host_only_inside_decode_jpeg(jpeg_data, monkeypatch):
+    """Crops, flips and resizes queue on the device without waiting for it; whether torchvision's
+    nvJPEG call itself synchronises is printed (run with -rP) and is what the report quotes."""
+    from imagenet import device_decode
+
+    paths = sorted(str(p) for p in (jpeg_data / "train").rglob("*.JPEG"))[:8]
+    batch = device_decode.collate([(device_decode.EncodedTrain(32)(open(p, "rb").read(), p), 0) for p in paths])[0]
+    cuda = torch.device("cuda")
+    batch.decode(cuda)  # the first call creates nvJPEG's handles
+    torch.cuda.synchronize()
+    inside: list = []
+    original = device_decode.decode_jpeg
+
+    def decode_jpeg_watched(*args, **kwargs):
+        torch.cuda.set_sync_debug_mode("warn")
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            try:
+                return original(*args, **kwargs)
+            finally:
+                torch.cuda.set_sync_debug_mode("error")
+                inside.extend(str(w.message).splitlines()[0] for w in seen)
+    monkeypatch.setattr(device_decode, "decode_jpeg", decode_jpeg_watched)
+    torch.cuda.set_sync_debug_mode("error")  # anything outside decode_jpeg that synchronises raises
+    try:
+        out = batch.decode(cuda)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert out.device.type == "cuda" and out.shape == (8, 3, 32, 32)
+    print(f"decode_jpeg(device='cuda') on a batch of 8: {len(inside)} synchronising call(s) {inside[:3]}")
 
 
 @needs_dali

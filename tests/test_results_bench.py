@@ -155,3 +155,14 @@ def test_storage_readers_split_the_files_and_read_each_whole(tmp_path, monkeypat
     assert (m["files"], m["bytes"], m["readers"], m["complete"]) == (7, sum(sizes.values()), 2, True)
     with pytest.raises(ValueError, match="2 of 4 readers"):
         storage_bench.metrics(out, nodes=2, readers_per_node=2)
+
+
+def test_a_failed_runs_cause_is_taken_from_before_torchruns_footer():
+    log = "\n".join([
+        "[rank0]: Traceback (most recent call last):", '[rank0]:   File "x.py", line 1, in <module>',
+        "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered",
+        "E1123 failed (exitcode: 1) local_rank: 0 (pid: 1) of binary: python",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", "=" * 60,
+        "  error_file: <N/A>", "  traceback : To enable traceback see: https://pytorch.org/errors.html"])
+    assert bench._last_line(log) == "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert bench._last_line("error: --lr must be positive\n" + log) == "error: --lr must be positive"
