@@ -36,6 +36,7 @@ from typing import List, NamedTuple, Sequence, Tuple
 import torch
 from torch.utils.data import default_collate
 from torchvision.io import ImageReadMode, decode_jpeg
+from torchvision.ops import roi_align
 
 from .errors import DataError
 from .pipelines import FastTrain, jpeg_frame, resized_hw, val_resize
@@ -77,10 +78,12 @@ class EncodedBatch:
                             "--data-backend fast to find the broken file") from None
         regions = [_region(im.shape[-2], im.shape[-1], row) for im, row in zip(images, self.boxes.tolist())]
         size = int(self.boxes[0, 5])
-        chunks = _chunks(regions)
-        resized = torch.cat([_resized(images, regions, chunk, size, device) for chunk in chunks])
-        # back to batch order with a gather: index_copy_ has no deterministic CUDA kernel (--deterministic)
-        return resized.index_select(0, _to(torch.tensor([i for c in chunks for i in c]).argsort(), device))
+        out = torch.empty((len(images), 3, size, size), dtype=torch.uint8, device=device)
+        for chunk in _chunks(regions):
+            order, pixels, boxes = _padded(images, regions, chunk, device)
+            resized = roi_align(pixels.float(), boxes, (size, size), spatial_scale=1.0, sampling_ratio=0, aligned=True)
+            out.index_copy_(0, order, resized.round_().clamp_(0, 255).to(torch.uint8))
+        return out
 
 
 class _Region(NamedTuple):
@@ -119,50 +122,41 @@ def _chunks(regions: Sequence[_Region]) -> List[List[int]]:
     for i in sorted(range(len(regions)), key=lambda i: -regions[i].height * regions[i].width):
         r = regions[i]
         h, w, a = max(height, r.height), max(width, r.width), area + r.height * r.width
-        if not chunks or (len(chunks[-1]) + 1) * h * w > min(PADDING * a, CHUNK_PIXELS):
-            chunks.append([])
+        if chunks and (len(chunks[-1]) + 1) * h * w <= min(PADDING * a, CHUNK_PIXELS):
+            chunks[-1].append(i)
+        else:
+            chunks.append([i])
             h, w, a = r.height, r.width, r.height * r.width
-        chunks[-1].append(i)
         height, width, area = h, w, a
     return chunks
 
 
-def _resized(images: Sequence[torch.Tensor], regions: Sequence[_Region], chunk: List[int], size: int,
-             device: torch.device) -> torch.Tensor:
-    """The CHUNK's images resampled to uint8 [n, 3, SIZE, SIZE], in one roi_align call."""
-    pixels, boxes = _padded(images, [regions[i] for i in chunk], chunk, device)
-    # torchvision's kernel itself: under torch.use_deterministic_algorithms (--deterministic), its
-    # ops.roi_align wrapper swaps in a pure-Python version (for a deterministic backward) that, with
-    # adaptive sampling, would hold every source pixel for every output pixel; the forward kernel is
-    # deterministic. Arguments: spatial scale 1, output size, sampling_ratio 0 (adaptive), aligned.
-    out = torch.ops.torchvision.roi_align(pixels.float(), boxes, 1.0, size, size, 0, True)
-    return out.round_().clamp_(0, 255).to(torch.uint8)
-
-
 def _padded(images: Sequence[torch.Tensor], regions: Sequence[_Region], chunk: List[int], device: torch.device):
-    """The REGIONS of the CHUNK's images as one uint8 [n, 3, H, W] tensor, mirrored where asked, each
-    region's last row and column repeated out to H x W (as the edge clamps when resizing one image);
-    and roi_align's boxes on DEVICE.
+    """The CHUNK's regions as one uint8 [n, 3, H, W] tensor, flipped where asked, each region's last row
+    and column repeated out to H x W (as the edge clamps when resizing one image); with the chunk's
+    indices and roi_align's boxes on DEVICE.
 
     One gather: the images are concatenated flat, and a window of W bytes at each row start
-    (``unfold``, a view) is indexed by row start and column, so no index of the padded size exists.
+    (``unfold``) is indexed by row start and column, so no index tensor of the padded size exists.
     The index arithmetic runs on the host, where the shapes and boxes are.
     """
-    height, width = max(r.height for r in regions), max(r.width for r in regions)
+    rs = [regions[i] for i in chunk]
+    height, width = max(r.height for r in rs), max(r.width for r in rs)
     flat = torch.cat([images[i].reshape(-1) for i in chunk] + [images[chunk[0]].new_zeros(width)])
     image_h, image_w = torch.tensor([images[i].shape[-2:] for i in chunk]).unbind(1)
-    top, left, h, w, flip = torch.tensor([r[:5] for r in regions]).unbind(1)
+    top, left, h, w, flip = torch.tensor([r[:5] for r in rs]).unbind(1)
     plane = image_h * image_w
     offset = (3 * plane).cumsum(0) - 3 * plane
     rows = top[:, None] + torch.minimum(torch.arange(height), h[:, None] - 1)
-    channels = offset[:, None] + torch.arange(3) * plane[:, None]
-    starts = channels[:, :, None] + (rows * image_w[:, None] + left[:, None])[:, None]
+    starts = (offset[:, None] + torch.arange(3) * plane[:, None])[:, :, None] + (rows * image_w[:, None] + left[:, None])[:, None]
     cols = torch.minimum(torch.arange(width), w[:, None] - 1)
     cols = torch.where(flip[:, None].bool(), w[:, None] - 1 - cols, cols)
     n = len(chunk)
-    starts, cols = _to(torch.cat([starts.flatten(), cols.flatten()]), device).split([n * 3 * height, n * width])
-    boxes = _to(torch.tensor([[j, *r.box] for j, r in enumerate(regions)], dtype=torch.float32), device)
-    return flat.unfold(0, width, 1)[starts.view(n, 3, height, 1), cols.view(n, 1, 1, width)], boxes
+    index = _to(torch.cat([torch.tensor(chunk), starts.flatten(), cols.flatten()]), device)
+    order, starts, cols = index[:n], index[n:n + starts.numel()], index[n + starts.numel():]
+    boxes = _to(torch.tensor([[j, *r.box] for j, r in enumerate(rs)], dtype=torch.float32), device)
+    pixels = flat.unfold(0, width, 1)[starts.view(n, 3, height, 1), cols.view(n, 1, 1, width)]
+    return order, pixels, boxes
 
 
 def _to(host: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -83,18 +83,14 @@ def test_a_mixed_batch_decodes_as_each_image_alone_and_as_the_fast_backend(photo
         Image.open(path).resize(size).save(out, "JPEG", quality=90)
         return out.getvalue()
 
-    # 500x375, 333x500 (portrait) and 160x120 photos
-    bufs = [open(photos[0], "rb").read(), jpeg(photos[1], (333, 500)), jpeg(photos[2], (160, 120)),
-            open(photos[3], "rb").read()]
-    val = device_decode.VAL
-    rows = [[10, 20, 300, 280, 0, 224], [40, 30, 400, 250, 1, 224], [20, 10, 40, 50, 1, 224], [0, 0, val, val, 0, 224]]
+    bufs = [open(photos[0], "rb").read(), jpeg(photos[1], (333, 500)), jpeg(photos[2], (160, 120)), open(photos[3], "rb").read()]
+    rows = [[10, 20, 300, 280, 0, 224], [40, 30, 400, 250, 1, 224], [20, 10, 40, 50, 1, 224], [0, 0, device_decode.VAL, device_decode.VAL, 0, 224]]
     batch = device_decode.EncodedBatch([torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in bufs],
                                        torch.tensor(rows), [f"image{i}" for i in range(4)])
     got = batch.decode(CPU)
     alone = torch.cat([device_decode.EncodedBatch([d], batch.boxes[i:i + 1], [p]).decode(CPU)
                        for i, (d, p) in enumerate(zip(batch.data, batch.paths))])
-    fast = [pipelines.FastTrain(224).render(b, pipelines.jpeg_frame(b), r[:4], bool(r[4]))
-            for b, r in zip(bufs, rows[:3])]
+    fast = [pipelines.FastTrain(224).render(b, pipelines.jpeg_frame(b), r[:4], bool(r[4])) for b, r in zip(bufs, rows[:3])]
     expected = torch.stack(fast + [pipelines.FastVal(224)(bufs[3])])
     # the batch is padded and resampled in more than one chunk (a 40x50 crop beside 300x280 ones)
     images = [decode_jpeg(d) for d in batch.data]
@@ -109,15 +105,3 @@ def test_a_mixed_batch_decodes_as_each_image_alone_and_as_the_fast_backend(photo
     got, expected = got.float().flatten(1), expected.float().flatten(1)
     assert (got.mean(1) - expected.mean(1)).abs().max() < 0.5
     assert ((got.std(1) / expected.std(1) - 1).abs() < 0.01).all(), got.std(1) / expected.std(1)
-
-
-def test_one_large_photo_does_not_pad_the_batch_to_its_size():
-    def region(h, w):
-        return device_decode._Region(0, 0, h, w, False, (0.0, 0.0, float(w), float(h)))
-
-    regions = [region(375, 500)] * 20 + [region(2000, 3000)] + [region(500, 375)] * 20 + [region(60, 80)]
-    chunks = device_decode._chunks(regions)
-    assert sorted(i for c in chunks for i in c) == list(range(len(regions)))
-    padded = [len(c) * max(regions[i].height for i in c) * max(regions[i].width for i in c) for c in chunks]
-    # one chunk would pad all 42 to 2000x3000 (252 M pixels for 13 M); a few calls, each padded at most 2x
-    assert len(chunks) <= 3 and sum(padded) <= device_decode.PADDING * sum(r.height * r.width for r in regions)
