@@ -3,27 +3,14 @@
 On a GPU the same code decodes with nvJPEG (tests/test_gpu.py); here decode_jpeg runs on the CPU,
 which checks the transforms, the collation, the errors and the engine's use of it.
 """
-import io
-
 import pytest
 import torch
-from PIL import Image
 from torch.utils.data import DataLoader
-from torchvision.io import decode_jpeg
 
 from imagenet import data, device_decode, pipelines
 from results import jpegs
 
 CPU = torch.device("cpu")
-# How far the device backend's 224x224 outputs may be from the fast backend's, per image: the mean and
-# the largest absolute difference in grey levels. Both decode with libjpeg(-turbo), so the rest is the
-# resampling filter: roi_align averages a box one output pixel wide (see device_decode), where the fast
-# backend (PIL's and torch's antialiased bilinear) weighs a triangle twice as wide, so downscaled
-# outputs are a little sharper. Measured on these noisy 500x375 photos: the 375x500 crop (2.2x down)
-# mean 1.69, max 23; the 300x280 crop (1.3x down) mean 0.69, max 10; validation (1.5x down) mean 0.94,
-# max 12; upscaled crops mean 0.19, max 1; per image, contrast (std) within 0.7 %. The per-image
-# interpolate this replaced measured mean <= 0.19, max 1. A wrong flip measured 66-73 apart.
-TO_FAST_MEAN, TO_FAST_MAX = 2.0, 32
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +32,14 @@ def test_train_crops_match_the_fast_backend(photos, box, flip):
         got = batch.decode(CPU)[0]
         diff = (got.int() - expected.int()).abs()
         assert got.shape == expected.shape == (3, 224, 224) and got.dtype == torch.uint8
-        assert diff.float().mean() < TO_FAST_MEAN and diff.max() <= TO_FAST_MAX
+        # two libjpeg builds and a float vs a uint8 resize: rounding, not a different picture
+        assert diff.float().mean() < 1.0 and diff.max() <= 12
 
 
 def test_val_matches_the_fast_backend(photos):
     got = device_decode.collate([(device_decode.EncodedVal(224)(open(p, "rb").read(), p), 0) for p in photos])[0].decode(CPU)
     expected = torch.stack([pipelines.FastVal(224)(open(p, "rb").read()) for p in photos])
-    assert got.shape == expected.shape and (got.int() - expected.int()).abs().float().mean() < TO_FAST_MEAN
+    assert got.shape == expected.shape and (got.int() - expected.int()).abs().float().mean() < 1.0
 
 
 def test_loader_batches_stay_encoded_until_the_normalizer(photos):
@@ -73,35 +61,3 @@ def test_non_jpeg_is_a_bad_image_and_undecodable_bytes_name_the_files(photos, tm
                                         torch.tensor([[0, 0, 8, 8, 0, 8]]), [photos[0]])
     with pytest.raises(data.DataError, match="cannot decode a JPEG.*" + photos[0].split("/")[-1] + ".*--data-backend fast"):
         broken.decode(CPU)
-
-
-def test_a_mixed_batch_decodes_as_each_image_alone_and_as_the_fast_backend(photos):
-    """Train rows with and without a flip and a validation row, from photos of three sizes: one batched
-    resample gives each image what decoding it alone gives, and what the fast backend gives."""
-    def jpeg(path, size):
-        out = io.BytesIO()
-        Image.open(path).resize(size).save(out, "JPEG", quality=90)
-        return out.getvalue()
-
-    bufs = [open(photos[0], "rb").read(), jpeg(photos[1], (333, 500)), jpeg(photos[2], (160, 120)), open(photos[3], "rb").read()]
-    rows = [[10, 20, 300, 280, 0, 224], [40, 30, 400, 250, 1, 224], [20, 10, 40, 50, 1, 224], [0, 0, device_decode.VAL, device_decode.VAL, 0, 224]]
-    batch = device_decode.EncodedBatch([torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in bufs],
-                                       torch.tensor(rows), [f"image{i}" for i in range(4)])
-    got = batch.decode(CPU)
-    alone = torch.cat([device_decode.EncodedBatch([d], batch.boxes[i:i + 1], [p]).decode(CPU)
-                       for i, (d, p) in enumerate(zip(batch.data, batch.paths))])
-    fast = [pipelines.FastTrain(224).render(b, pipelines.jpeg_frame(b), r[:4], bool(r[4])) for b, r in zip(bufs, rows[:3])]
-    expected = torch.stack(fast + [pipelines.FastVal(224)(bufs[3])])
-    # the batch is padded and resampled in more than one chunk (a 40x50 crop beside 300x280 ones)
-    images = [decode_jpeg(d) for d in batch.data]
-    assert len(device_decode._chunks([device_decode._region(*im.shape[-2:], r) for im, r in zip(images, rows)])) > 1
-    assert got.shape == (4, 3, 224, 224) and got.dtype == torch.uint8
-    # alone, a region's last row and column are the tensor's edge, where roi_align clamps; in the batch
-    # they are repeated padding, the same value through a float blend: at most one rounding apart (0 measured)
-    assert (got.int() - alone.int()).abs().max() <= 1
-    diff = (got.int() - expected.int()).abs().flatten(1)
-    assert (diff.float().mean(1) < TO_FAST_MEAN).all() and diff.max() <= TO_FAST_MAX, diff.float().mean(1)
-    # the same statistics, per image: as bright, and within 1 % as contrasted, as the fast backend's
-    got, expected = got.float().flatten(1), expected.float().flatten(1)
-    assert (got.mean(1) - expected.mean(1)).abs().max() < 0.5
-    assert ((got.std(1) / expected.std(1) - 1).abs() < 0.01).all(), got.std(1) / expected.std(1)
