@@ -44,8 +44,12 @@ APEX_SRC="$PWD/.apex"
 LEASE_DIR=${LEASE_DIR:-$HOME/.hpc-imagenet-lease}
 mkdir -p "$LEASE_DIR"
 # A pip-installed Apex (apexbuild) has amp_C; otherwise the Python-only source copy goes on PYTHONPATH.
-if $PY -c "import amp_C, apex.amp" 2>/dev/null; then APEX_PATH=; APEX_KIND="Apex 25.05 built with CUDA extensions (amp_C)"
-else APEX_PATH="$APEX_SRC"; APEX_KIND="Apex 25.05 amp, Python-only (no amp_C)"; fi
+# Asked by each stage that uses Apex, not once at the start: apexwait may finish the build in between
+# (the lease of 2026-11-23 measured the Python-only copy because of that).
+detect_apex() {
+    if $PY -c "import amp_C, apex.amp" 2>/dev/null; then APEX_PATH=; APEX_KIND="Apex 25.05 built with CUDA extensions (amp_C)"
+    else APEX_PATH="$APEX_SRC"; APEX_KIND="Apex 25.05 amp, Python-only (no amp_C)"; fi
+}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 
@@ -73,6 +77,7 @@ stage_env() {
 stage_synthetic() { bench_train synthetic dummy "$STEPS" --setups baseline engine engine-bf16 engine-fp16; }
 
 stage_tests() {
+    detect_apex
     PYTHONPATH="$APEX_PATH" $PY -m pytest -q -rP -p no:cacheprovider -m gpu --timeout 300 --durations 5 \
         ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu.py tests/test_perf_flags.py tests/test_results_scaling_model.py 2>&1 | tee "$OUT/pytest-gpu.log"
 }
@@ -148,6 +153,7 @@ stage_apexwait() {
 }
 
 stage_apex() {  # the built Apex when installed (apexbuild), else the Python-only copy in .apex
+    detect_apex
     PYTHONPATH="$APEX_PATH" NOTE="one $gpu_name, $APEX_KIND" \
         bench_train apex dummy "$STEPS" --variants amp --precision O1 O2 --amp-dtype float16 \
         --extra=--amp-backend --extra=apex
@@ -158,6 +164,7 @@ stage_compile() {
 }
 
 stage_parity() {  # native vs Apex amp at O1 and O2, same seed and steps (deterministic cuDNN): final losses
+    detect_apex
     for backend in native apex; do
         PYTHONPATH="$APEX_PATH" NOTE="one $gpu_name, $backend amp parity run, --seed 0, $APEX_KIND" \
             bench_train "parity-$backend" dummy 50 --variants amp --precision O1 O2 --amp-dtype float16 \
@@ -191,7 +198,7 @@ for s in $stages; do
     fi
     echo "=== stage $s ($(date -u +%H:%M:%S))"
     timeout "${STAGE_LIMIT:-400}" bash -c "$(declare -p OUT PY ARCH BATCH STEPS IMAGE WORKERS JPEG_ROOT JPEG_STEPS \
-        JPEG_CLASSES JPEG_PER_CLASS APEX_PATH APEX_SRC APEX_KIND LEASE_DIR TAG RECORDS gpu_name); $(declare -f bench_train stage_$s); stage_$s" \
+        JPEG_CLASSES JPEG_PER_CLASS APEX_SRC LEASE_DIR TAG RECORDS gpu_name); $(declare -f bench_train detect_apex stage_$s); stage_$s" \
         || { echo "=== stage $s failed or timed out (rc $?)"
              pkill -9 -f "imagenet/imagenet_" || true; }  # a timed-out trainer treats TERM as preemption
 done

@@ -24,7 +24,7 @@ from results import records, whole_step
 from results.report.comm import allreduce_section, overlap_section
 from results.report.common import (REFERENCE, REPO, RESULTS, Environments, ReportError, by_kind, fmt, load_reference,
                                    md_table, pct)
-from results.report import data_scale, faults, gpu_step
+from results.report import amp_parity, data_scale, faults, gpu_step
 from results.report.curves import curves_section
 from results.report.data_io import io_section
 from results.report.model import hal_model, model_overlap, model_section
@@ -73,7 +73,7 @@ def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE
     body = [summary_section(train, io, overlap, steady), pipeline_section(io, steady, env, fig_dir),
             step_section(train, env, fig_dir),
             step_section(train, env, fig_dir, gpu=True), gpu_step.targets_section(train),
-            gpu_step.profile_section(train),
+            gpu_step.profile_section(train), amp_parity.parity_section(train),
             multinode_section(train, env), throughput_section(train, pub, env, fig_dir),
             time_section(train, pub, env, fig_dir),
             curves_section(train, env, fig_dir, problems), io_section(io, pub, env, fig_dir),

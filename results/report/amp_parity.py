@@ -1,0 +1,78 @@
+"""Report section "Apex AMP against native AMP": the loss of every step side by side, and the speed.
+
+The runs are those of ``results/gpu_session.sh`` stage ``parity``: the same seed, steps and
+deterministic cuDNN, once with ``--amp-backend native`` and once with ``--amp-backend apex``, each
+printing (and so logging to TensorBoard) at every step. The per-step losses are read back from each
+run's TensorBoard events with TensorBoard's own reader; the tolerance the issue asks for is stated
+in the table's heading and judged on the largest difference of any step.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from results import comparisons as cmp
+from results.report.common import REPO, fmt, md_table
+
+STEP_LOSS = "Step/loss"
+TOLERANCE = 1e-3  # relative, per step: fp16 rounding of the same arithmetic in a different order stays below
+BACKENDS = ("native", "apex")
+
+
+def _flag(record: dict, name: str) -> Optional[str]:
+    args = list(record["point"].get("extra_args") or [])
+    return args[args.index(name) + 1] if name in args[:-1] else None
+
+
+def step_losses(record: dict) -> List[float]:
+    """The per-step training loss a run logged to TensorBoard (empty when it kept no events)."""
+    run_dir = REPO / (record.get("run_dir") or "")
+    if not record.get("run_dir") or not any(run_dir.glob("events.out.tfevents*")):
+        return []
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    logging.getLogger("tensorboard").setLevel(logging.WARNING)
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    if STEP_LOSS not in acc.Tags().get("scalars", []):
+        return []
+    return [e.value for e in sorted(acc.Scalars(STEP_LOSS), key=lambda e: e.step)]
+
+
+def _pairs(train: Sequence[dict]) -> Dict[Tuple[str, str], Dict[str, dict]]:
+    """(GPU, level) -> backend -> the newest seeded, deterministic run of that backend."""
+    out: Dict[Tuple[str, str], Dict[str, dict]] = {}
+    for r in sorted(train, key=lambda r: r["time"]):
+        backend = _flag(r, "--amp-backend")
+        if (r["status"] == "ok" and cmp.on_gpu(r) and backend in BACKENDS and _flag(r, "--seed") is not None
+                and "--deterministic" in (r["point"].get("extra_args") or [])):
+            key = (r["environment"].get("gpu_name") or "?", r["point"]["precision"])
+            out.setdefault(key, {})[backend] = r
+    return out
+
+
+def parity_section(train: Sequence[dict]) -> str:
+    rows = []
+    for (gpu, level), runs in sorted(_pairs(train).items()):
+        native, apex = runs.get("native"), runs.get("apex")
+        if not (native and apex):
+            continue
+        a, b = step_losses(native), step_losses(apex)
+        steps = min(len(a), len(b))
+        if not steps:
+            continue
+        worst = max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a[:steps], b[:steps]))
+        same = sum(x == y for x, y in zip(a[:steps], b[:steps]))
+        rows.append([gpu, level, steps, f"{same}/{steps}", f"{worst:.2e}", "yes" if worst <= TOLERANCE else "no",
+                     f"{a[steps - 1]:.4f} / {b[steps - 1]:.4f}",
+                     f"{fmt(native['metrics']['images_per_s'])} / {fmt(apex['metrics']['images_per_s'])}",
+                     apex.get("note") or "-", f"{native['_source']}, {apex['_source']}"])
+    if not rows:
+        return ""
+    return ("## Apex AMP against native AMP\n\n"
+            "The same seed, steps and deterministic cuDNN with `--amp-backend native` and `--amp-backend apex`; "
+            "each step's training loss read back from the runs' TensorBoard events. Tolerance: every step within "
+            f"{TOLERANCE:g} relative. images/s of these runs include a TensorBoard scalar per step (`-p 1`), so they "
+            "compare the two backends with each other only.\n\n"
+            + md_table(["GPU", "level", "steps", "identical steps", "largest relative difference",
+                        f"<= {TOLERANCE:g}", "last loss native / apex", "images/s native / apex", "Apex", "records"],
+                       rows))
