@@ -14,7 +14,7 @@ import copy
 import logging
 import os
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -293,12 +293,15 @@ class ShardSampler(Sampler):
 
 # ---------------------------------------------------------------- loaders
 
-def _loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: int, pin: bool,
-            drop_last: bool) -> DataLoader:
+def _loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: int, pin: bool, drop_last: bool,
+            seed: Optional[int]) -> DataLoader:
     """Workers persist across epochs, keeping their shard files open: seeded augmentation comes with
-    each sample from the sampler, not from the workers' random state."""
+    each sample from the sampler, not from the workers' random state. A seeded run's loader draws its
+    workers' base seed from its own generator: from the global one, a resumed run (which starts a new
+    loader iterator) would leave the training process's stream (dropout) one draw off."""
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
-                      pin_memory=pin, drop_last=drop_last, collate_fn=device_decode.collate,
+                      pin_memory=pin, drop_last=drop_last, generator=generator, collate_fn=device_decode.collate,
                       persistent_workers=workers > 0, prefetch_factor=4 if workers > 0 else None)
 
 
@@ -323,8 +326,8 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device):
     train_set = ImageFiles(samples["train"], backend(True, cfg.image_size), cfg.skip_bad_images)
     val_set = ImageFiles(samples["val"], backend(False, cfg.image_size), cfg.skip_bad_images)
     pin = device.type == "cuda"
-    train = _loader(train_set, train_sampler, cfg.batch_size, cfg.workers, pin, True)
-    val = _loader(val_set, val_sampler, cfg.batch_size, cfg.workers, pin, False)
+    train = _loader(train_set, train_sampler, cfg.batch_size, cfg.workers, pin, True, cfg.seed)
+    val = _loader(val_set, val_sampler, cfg.batch_size, cfg.workers, pin, False, cfg.seed)
     return train, val, len(classes)
 
 

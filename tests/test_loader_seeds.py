@@ -3,7 +3,7 @@
 Checked on the real loaders of build_loaders (real JPEGs, real worker processes): a seeded run's
 batches are the same with 0 or 2 loader workers for every per-sample backend; a loader resumed
 part-way into an epoch yields the rest of that epoch's batches exactly; the seeds depend on the run
-seed, the epoch and the index only.
+seed, the epoch and the index only; the loader leaves the training process's random stream alone.
 """
 from __future__ import annotations
 
@@ -58,3 +58,14 @@ def test_sample_seeds_depend_on_seed_epoch_and_index_only():
     for sampler in ranks:
         sampler.set_epoch(1)
         assert all(seed == a[index] for index, seed in sampler)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_seeded_loader_leaves_the_training_process_random_stream_alone(jpeg_data, workers):
+    """Dropout and anything else drawing in the training process stay exact across a resume, which
+    starts a new loader iterator where an uninterrupted run does not."""
+    before = torch.get_rng_state()
+    loader = _loaders(jpeg_data, "fast", workers)
+    _epoch(loader, 0)
+    _epoch(loader, 1, samples_done=8)
+    assert torch.equal(torch.get_rng_state(), before)
