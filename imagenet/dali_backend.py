@@ -183,7 +183,7 @@ class FileReader:
 
 
 class DaliLoader:
-    """A DataLoader stand-in the training loop iterates: len(), iter(), .sampler, .generator.
+    """A DataLoader stand-in the training loop iterates: len(), iter(), .sampler.
 
     Batches are (uint8 NCHW images with channels-last strides, int64 labels), both on DEVICE. One
     DALI pipeline (and its reader processes) serves every epoch; it is rebuilt only when the loop
@@ -197,7 +197,6 @@ class DaliLoader:
         self.read, self.sampler, self.batch_size = read, sampler, batch_size
         self.train, self.image_size, self.device = train, image_size, device
         self.workers, self.seed, self.rank, self.max_batches = workers, seed, rank, max_batches
-        self.generator = None  # augmentation seeds come from seed and rank, not a torch generator
         self.pipe, self.source = None, None
         self.next_epoch, self.pending = None, 0  # where the pipeline stands
 

@@ -181,7 +181,7 @@ class Trainer:
         p, cfg = self.p, self.cfg
         p.model.train()
         first = self.state.step_in_epoch
-        data.set_epoch(p.train_loader, epoch, cfg.seed, first * cfg.batch_size)
+        data.set_epoch(p.train_loader, epoch, first * cfg.batch_size)
         meter, clock = EpochMeter(self.info.device), StepClock()
         warm = min(WARMUP_STEPS, (self.steps_per_epoch - first) // 4)
         interval = (first, time.perf_counter())

@@ -248,7 +248,8 @@ class FastTrain:
 
     @staticmethod
     def sample(height: int, width: int) -> Tuple[Tuple[int, int, int, int], bool]:
-        """A crop box and a flip, from torch's random stream (seeded per DataLoader worker)."""
+        """A crop box and a flip, from torch's CPU random stream (seeded per sample in seeded runs:
+        imagenet.data.ImageFiles)."""
         u = torch.rand(41).tolist()
         return crop_box(height, width, u[:40]), u[40] < 0.5
 

@@ -8,9 +8,10 @@ Three records kinds (see results/records.py):
     in lockstep with the baseline backend on the ImageFolder (results/pipeline_bench.py), so every
     ratio is per round on the same machine state.
 ``data_opens``
-    One training epoch over the same files in a child process: files opened under the data folder
-    (counted by strace from the openat calls, and by the dataset's own counter) and bytes read
-    (``/proc/self/io`` rchar), ImageFolder vs shards.
+    A seeded multi-epoch run's train loader over the same files in a child process (persistent loader
+    workers, as training has them): files opened under the data folder (counted by strace from the
+    openat calls of every process; by the dataset's own counter with workers 0) and bytes read
+    (``/proc/PID/io`` rchar of the process and its workers), ImageFolder vs shards.
 ``index_memory``
     Real memory of a 1.28M-sample index, built synthetically (ImageNet-like paths, no files needed:
     the index is what costs memory, not the images): the rank's RSS and each DataLoader worker's
@@ -28,19 +29,22 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from imagenet import data, shards, sources
+from imagenet import config, data, shards, sources
 from imagenet.errors import DataError
 from results import pipeline_bench
 
 log = logging.getLogger(__name__)
 
 IMAGENET_TRAIN = 1_281_167
+IO_BATCH = 8  # the opens run's batch: a few images make whole batches (a last partial one is dropped)
 
 
 # ---------------------------------------------------------------- shard sets of the bench JPEGs
@@ -88,44 +92,60 @@ class _First:
         return getattr(self.source, name)
 
 
-# ---------------------------------------------------------------- opens and bytes per epoch
+# ---------------------------------------------------------------- opens and bytes of a run
 
-def epoch_io(path: str, workers: int) -> dict:
-    """One epoch of the train split with the fast backend; this process's /proc/self/io deltas (with
-    workers > 0 the reads happen in the workers, so use workers=0 for bytes)."""
-    _, index = data.scan_dataset(path)
-    files = data.ImageFiles(index["train"], data.get_backend("fast")(True, 64))
-    before = _proc_io()
-    n = sum(len(t) for _, t in DataLoader(files, batch_size=32, num_workers=workers))
-    after = _proc_io()
-    return {"images": n, "rchar": after["rchar"] - before["rchar"], "syscr": after["syscr"] - before["syscr"],
-            "dataset_opens": files.source.opens if workers == 0 else None,
-            "shards": len(getattr(index["train"], "shard_names", [])), "workers": workers}
+def run_io(path: str, workers: int, epochs: int) -> dict:
+    """EPOCHS epochs of the train split loaded as a seeded training run loads them (build_loaders,
+    set_epoch, the fast backend, WORKERS persistent loader workers); /proc/PID/io of this process plus
+    that of each worker (read while they still run: with workers > 0 the reads happen there)."""
+    cfg = config.parse([path, "--seed", "0", "--workers", str(workers), "-b", str(IO_BATCH), "--image-size", "64",
+                        "--data-backend", "fast"], variant="nd")
+    train, _, _ = data.build_loaders(cfg, 0, 1, torch.device("cpu"))
+    before, images = _proc_io(), 0
+    for epoch in range(epochs):
+        data.set_epoch(train, epoch)
+        images += sum(len(t) for _, t in train)
+    totals = [_proc_io(str(p.pid)) for p in multiprocessing.active_children()] + [_proc_io()]
+    rchar, syscr = (sum(t[k] for t in totals) - before[k] for k in ("rchar", "syscr"))
+    return {"images": images, "epochs": epochs, "rchar": rchar, "syscr": syscr, "workers": workers,
+            "dataset_opens": train.dataset.source.opens if workers == 0 else None,
+            "shards": len(getattr(train.dataset.source, "shard_names", []))}
 
 
-def _proc_io() -> Dict[str, int]:
-    with open("/proc/self/io") as f:
+def _proc_io(pid: str = "self") -> Dict[str, int]:
+    with open(f"/proc/{pid}/io") as f:
         return {k: int(v) for k, v in (line.split(": ") for line in f)}
 
 
-def count_opens(path: Path, workers: int) -> dict:
-    """epoch_io in a child process under strace; opens = openat calls naming a file under PATH."""
+def count_opens(path: Path, workers: int, epochs: int) -> dict:
+    """run_io in a child process under strace -f: opens = openat calls naming a file under PATH, by any
+    process (the loader workers included); also how many processes opened one, and the most times one
+    process opened the same file (1: no file was opened twice by a worker)."""
     strace = shutil.which("strace")
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace"
-        cmd = [sys.executable, "-c", "import json, sys; from results.data_scale_bench import epoch_io; "
-               f"print(json.dumps(epoch_io({str(path)!r}, {workers})))"]
+        cmd = [sys.executable, "-c", "import json, sys; from results.data_scale_bench import run_io; "
+               f"print(json.dumps(run_io({str(path)!r}, {workers}, {epochs})))"]
         if strace:
             cmd = [strace, "-f", "-qq", "-e", "trace=open,openat", "-o", str(trace), *cmd]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ})
         result = json.loads(out.stdout.strip().splitlines()[-1])
         if strace:
-            prefix = re.escape(str(path.resolve()))
-            opened = [line for line in trace.read_text().splitlines()
-                      if re.search(rf'open(at)?\(.*"{prefix}/', line) and "O_DIRECTORY" not in line
-                      and "= -1" not in line]
-            result["opens"] = len(opened)
+            result.update(_opens(trace.read_text(), path))
     return result
+
+
+def _opens(trace: str, path: Path) -> dict:
+    """Successful opens of files (not folders) under PATH in an ``strace -f -o`` trace, whose lines
+    start with the calling process's pid."""
+    named = re.compile(rf'^\s*(\d+)\s+open(?:at)?\(.*"({re.escape(str(path.resolve()))}/[^"]*)"')
+    opened: Counter = Counter()  # (pid, file) -> opens
+    for line in trace.splitlines():
+        match = named.match(line)
+        if match and "O_DIRECTORY" not in line and "= -1" not in line:
+            opened[match.groups()] += 1
+    return {"opens": sum(opened.values()), "opening_processes": len({pid for pid, _ in opened}),
+            "max_opens_per_file": max(opened.values(), default=0)}
 
 
 # ---------------------------------------------------------------- memory of a 1.28M-sample index
@@ -221,6 +241,8 @@ def add_parser(sub, common) -> None:
     s.add_argument("--image-size", type=int, default=224)
     s.add_argument("--batch", type=int, default=32)
     s.add_argument("--loader-workers", type=int, default=4, help="DataLoader workers of the memory points")
+    s.add_argument("--io-workers", type=int, default=2, help="loader workers of the opens run")
+    s.add_argument("--io-epochs", type=int, default=3, help="epochs of the opens run (a seeded run)")
     s.add_argument("--index-samples", type=int, default=IMAGENET_TRAIN)
     s.add_argument("--parts", nargs="+", default=["pipeline", "opens", "memory"],
                    choices=["pipeline", "opens", "memory"])
@@ -251,11 +273,14 @@ def run(a) -> List[dict]:
                     "ratio_per_core": row["ratio_per_core_vs_baseline"], "ratio_min": span[0], "ratio_max": span[1]})
     if "opens" in a.parts:
         sets = shard_sets(root, [], a.shard_size)
-        bench._progress(2, 3, "shards opens: one epoch per source under strace")
+        bench._progress(2, 3, f"shards opens: a seeded run of {a.io_epochs} epochs, {a.io_workers} workers, "
+                        "per source under strace")
         for label, path in sets.items():
-            m = count_opens(path, 0)
-            record("data_opens", {"source": label, "data": str(path), "workers": 0, "strace": "opens" in m},
-                   {k: m[k] for k in ("images", "rchar", "syscr", "dataset_opens", "shards", "opens") if k in m})
+            m = count_opens(path, a.io_workers, a.io_epochs)
+            record("data_opens", {"source": label, "data": str(path), "workers": a.io_workers, "epochs": a.io_epochs,
+                                  "seeded": True, "batch": IO_BATCH, "strace": "opens" in m},
+                   {k: m[k] for k in ("images", "epochs", "rchar", "syscr", "dataset_opens", "shards", "opens",
+                                      "opening_processes", "max_opens_per_file") if k in m})
     if "memory" in a.parts:
         for kind in ("list", "folder", "shards"):
             bench._progress(3, 3, f"index memory: {kind}, {a.index_samples} samples, {a.loader_workers} workers")

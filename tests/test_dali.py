@@ -69,7 +69,7 @@ def check_solid_colour_batches(tmp_path: Path, device: torch.device) -> None:
     sampler = data.ResumableSampler(range(TRAIN), num_replicas=2, rank=1, shuffle=True, seed=3)
     loader = _loader(samples["train"], sampler, True, device)
     for epoch in (0, 1):
-        data.set_epoch(loader, epoch, 3)
+        data.set_epoch(loader, epoch)
         expected = [ids[i] for i in list(iter(sampler))[:len(loader) * 4]]
         got, labels = [], []
         for images, target in loader:
@@ -93,7 +93,7 @@ def test_resume_mid_epoch_yields_the_rest_of_the_epoch(tmp_path):
     sampler = data.ResumableSampler(range(TRAIN), num_replicas=1, rank=0, shuffle=True, seed=5)
     full = [ids[i] for i in iter(sampler)]
     loader = _loader(samples["train"], sampler, True, CPU)
-    data.set_epoch(loader, 0, 5, samples_done=8)  # two batches of 4 already trained
+    data.set_epoch(loader, 0, samples_done=8)  # two batches of 4 already trained
     got = [_decode_id(im) for images, _ in loader for im in images]
     assert got == full[8:]
 

@@ -1,5 +1,6 @@
-"""``results.bench shards`` on a tiny set: real conversions, strace-counted opens, real memory of workers,
-records that validate, and the report section that shows them."""
+"""``results.bench shards`` on a tiny set: real conversions, strace-counted opens of a seeded multi-epoch
+run with loader workers, real memory of workers, records that validate, and the report section that
+shows them."""
 from results import records, report
 from results.data_scale_bench import index_memory
 
@@ -9,7 +10,8 @@ from tests.helpers import explain, python
 def test_shards_bench_records_and_report(tmp_path):
     rec = tmp_path / "r.jsonl"
     proc = python("-m", "results.bench", "shards", "--images", "16", "--rounds", "1", "--shard-size", "0.5",
-                  "--index-samples", "20000", "--loader-workers", "2", "--records", rec,
+                  "--index-samples", "20000", "--loader-workers", "2", "--io-workers", "2", "--io-epochs", "3",
+                  "--records", rec,
                   "--data", str(_photos(tmp_path)), timeout=900)
     assert proc.returncode == 0, explain(proc)
     recs, problems = records.load([rec])
@@ -19,10 +21,13 @@ def test_shards_bench_records_and_report(tmp_path):
     variants = {r["point"]["variant"] for r in recs if r["kind"] == "shards_pipeline"}
     assert variants == {"baseline", "fast+folder", "fast+shards", "fast+shards-max320"}
     opens = {r["point"]["source"]: r["metrics"] for r in recs if r["kind"] == "data_opens"}
-    assert opens["folder"]["dataset_opens"] == opens["folder"]["images"] == 16
-    assert opens["shards"]["dataset_opens"] == opens["shards"]["shards"] < 16
-    if "opens" in opens["folder"]:  # strace present: it saw every image file, and only shards + index
-        assert opens["folder"]["opens"] == 16 and opens["shards"]["opens"] == opens["shards"]["shards"] + 1
+    assert opens["folder"]["images"] == opens["shards"]["images"] == 3 * 16
+    assert 1 < opens["shards"]["shards"] < 16
+    if "opens" in opens["folder"]:  # strace present: an open per image read; each worker opens a shard once
+        folder, shards = opens["folder"], opens["shards"]
+        assert folder["opens"] == 3 * 16 and folder["opening_processes"] == 2
+        assert shards["opening_processes"] == 3 and shards["max_opens_per_file"] == 1  # 2 workers + the index
+        assert shards["opens"] <= 2 * shards["shards"] + 1
     path, _ = report.build([rec], tmp_path / "out")
     text = path.read_text()
     assert "## Data at scale: shards" in text and "fast+shards-max320" in text

@@ -17,7 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
-from imagenet import data, pipelines, shards, sources
+from imagenet import config, data, pipelines, shards, sources
 from results import jpegs
 from tests import test_dali
 from tests.helpers import BIN, PYTHON, TINY, explain, python, read_run, run, script
@@ -74,6 +74,34 @@ def test_loader_workers_read_shards_with_one_open_per_shard(photo_shards):
     files = data.ImageFiles(index["train"], pipelines.fast_backend(True, 32))
     batches = list(torch.utils.data.DataLoader(files, batch_size=2, num_workers=0))
     assert sum(len(t) for _, t in batches) == 8 and files.source.opens == len(index["train"].shard_names)
+
+
+def test_a_seeded_run_with_workers_opens_each_shard_once_per_worker(demo_shards, tmp_path, monkeypatch):
+    """Seeded runs keep their loader workers, and so their open shards, across epochs.
+
+    os.open is wrapped (still opening) in this process before the workers fork, so every open of a
+    shard by a worker is logged with the worker's pid.
+    """
+    log = os.open(tmp_path / "opens", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    real_open = os.open
+
+    def logging_open(path, *args, **kwargs):
+        if str(path).startswith(str(demo_shards)):
+            os.write(log, f"{os.getpid()} {path}\n".encode())
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", logging_open)
+    cfg = config.parse([str(demo_shards), "--seed", "7", "--workers", "2", "-b", "8", "--image-size", "24"],
+                       variant="nd")
+    train, _, _ = data.build_loaders(cfg, 0, 1, torch.device("cpu"))
+    for epoch in range(3):
+        data.set_epoch(train, epoch)
+        assert sum(len(t) for _, t in train) == len(train) * 8
+    opens = [tuple(line.split()) for line in (tmp_path / "opens").read_text().splitlines()]
+    shard_files = {str(demo_shards / name) for name in sources.load_index(str(demo_shards))[1]["train"].shard_names}
+    assert {path for _, path in opens} == shard_files and len(shard_files) > 2  # every shard was read
+    assert len({pid for pid, _ in opens}) == 2, "the 2 workers should serve all 3 epochs"
+    assert len(opens) == len(set(opens)), "a worker opened a shard twice"
 
 
 def test_max_side_reencodes_only_larger_images(photos, tmp_path):
