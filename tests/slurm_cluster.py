@@ -74,6 +74,15 @@ class ClusterError(RuntimeError):
 # small helpers
 
 
+def _distinct_free_ports(names) -> dict:
+    """A free port for each name, all different: the kernel may hand the same free port to two
+    calls in a row (slurmctld and slurmdbd once got one port and slurmctld could not bind)."""
+    ports: dict = {}
+    while len(set(ports.values())) < len(names):
+        ports = {name: free_port() for name in names}
+    return ports
+
+
 def wait_for(what: str, check: Callable[[], Optional[T]], timeout: float, interval: float = 0.2) -> T:
     """Poll ``check`` until it returns something truthy; raise ClusterError naming ``what``."""
     deadline = time.monotonic() + timeout
@@ -354,7 +363,7 @@ class SlurmCluster:
         self._state_file.write_text(json.dumps(state))
 
     def _start_all(self) -> None:
-        self.ports = {"slurmctld": free_port(), "slurmdbd": free_port(), "mysql": free_port()}
+        self.ports = _distinct_free_ports(("slurmctld", "slurmdbd", "mysql"))
         for sub in ("etc", "log", "run", "state", "spool", "dev", "munge-key", "munge-sock", "db"):
             (self.layout.base / sub).mkdir(mode=0o755, exist_ok=True)
         _make_network(self.layout)
