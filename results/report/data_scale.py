@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Callable, List, Sequence
 
+from imagenet import shards
+
 IMAGENET_TRAIN = 1_281_167
 TARGETS = {"fast+shards": 2.0, "fast+shards-max320": 3.0}  # issue 11's per-core goals vs the baseline
-SHARD_MB = 256  # the converter's default --shard-size
+SHARD_MB = shards.DEFAULT_SHARD_MB  # the converter's default --shard-size
 
 
 def _newest(recs: Sequence[dict], kind: str) -> List[dict]:
