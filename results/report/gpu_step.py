@@ -66,6 +66,8 @@ def targets_section(train: Sequence[dict]) -> str:
         m = best["record"]["metrics"]
         out += (f"\nFastest: `{best['record']['point']['setup']}` at batch {best['record']['point']['batch_size']}, "
                 f"{fmt(m['images_per_s'])} images/s ({pct(m['images_per_s'] / TARGET_IMAGES_PER_S)} of the target).\n")
+    out += ("\nOne GPU cannot hold two NCCL ranks, so how much of DDP's gradient all-reduce NCCL hides behind "
+            "backward on GPUs is not measured here (the overlap section measures it with gloo on CPUs).\n")
     return out + _jpeg_table(train)
 
 
@@ -113,7 +115,30 @@ def profile_section(train: Sequence[dict]) -> str:
                for k in p["top_kernels"][:8]]
         out += (f"\nTop kernels of `{r['point']['setup']}` ({r['_source']}):\n\n"
                 + md_table(["ms/step", "calls/step", "family", "kernel"], top))
-    return out + _bf16_gap(runs)
+    return out + _kernel_bound(runs, train) + _bf16_gap(runs)
+
+
+def _kernel_bound(runs: Sequence[tuple], train: Sequence[dict]) -> str:
+    """The images/s the newest compiled profile's device time allows, beside the fastest compiled speed:
+    when they agree, the host adds nothing and only faster kernels make the step faster."""
+    compiled = [(r, p) for r, p in runs if "compile" in (r["point"].get("setup") or "")]
+    if not compiled:
+        return ""
+    r, p = compiled[-1]
+    batch = r["point"]["batch_size"]
+    bound = batch * 1000.0 / p["device_ms_per_step"]
+    fams = _families(p)
+    top = sorted(fams.items(), key=lambda kv: -kv[1])[:2]
+    shares = ", ".join(f"{name} {ms:.1f} ms ({pct(ms / p['device_ms_per_step'])})" for name, ms in top)
+    speeds = [s["metrics"]["images_per_s"] for s in train if s["status"] == "ok" and cmp.on_gpu(s)
+              and not cmp.profiled(s) and s["point"]["batch_size"] == batch
+              and s["point"].get("setup") in ("engine-fp16-compile", "engine-fp16-cudagraphs")]
+    measured = f"; the fastest compiled run at batch {batch} measured {fmt(max(speeds))}" if speeds else ""
+    verdict = ("is kernel-bound" if speeds and max(speeds) >= 0.97 * bound
+               else "leaves the device idle part of the time" if speeds else "(no unprofiled run to compare)")
+    return (f"\n**The compiled step {verdict}.** `{r['point']['setup']}` spends {fmt(p['device_ms_per_step'])} ms "
+            f"of device time per step at batch {batch}, {fmt(bound)} images/s if the device is never idle"
+            f"{measured}. Largest families: {shares}.\n")
 
 
 def _bf16_gap(runs: Sequence[tuple]) -> str:
