@@ -256,3 +256,33 @@ def test_bench_measures_both_backends(files):
     assert {r["backend"] for r in rows} == {"baseline", "fast"}
     assert all(r["images_per_s_per_core"] > 0 for r in rows)
     assert {r["ratio_per_core_vs_baseline"] for r in rows if r["backend"] == "baseline"} == {1.0}
+
+
+@pytest.mark.parametrize("subsampling", [0, 2], ids=["4:4:4", "4:2:0"])
+def test_simplejpeg_and_pil_decodes_give_the_fast_backend_the_same_pixels(monkeypatch, subsampling):
+    """simplejpeg is only the faster caller of libjpeg-turbo: crops (frame shortened to the box, flip)
+    and validation outputs are bit-identical to the PIL fallback's."""
+    assert P.simplejpeg is not None, "simplejpeg is in requirements.txt"
+    buf = jpeg_bytes(photo(seed=3), subsampling=subsampling)
+    frame = P.jpeg_frame(buf)
+    cases = [((10, 20, 300, 280), False), ((0, 0, 375, 500), True), ((200, 300, 90, 120), True)]
+    fast, val = P.FastTrain(224), P.FastVal(224)
+    with_simplejpeg = [fast.render(buf, frame, box, flip) for box, flip in cases] + [val(buf)]
+    monkeypatch.setattr(P, "simplejpeg", None)
+    with_pil = [fast.render(buf, frame, box, flip) for box, flip in cases] + [val(buf)]
+    for a, b in zip(with_simplejpeg, with_pil):
+        assert a.shape == b.shape and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("mode", ["CMYK", "L"])
+def test_cmyk_and_grey_jpegs_decode_to_rgb_as_pil_converts_them(mode):
+    out = io.BytesIO()
+    Image.fromarray(photo(64, 80)).convert(mode).save(out, "JPEG")
+    buf = out.getvalue()
+    pil = torch.from_numpy(np.array(Image.open(io.BytesIO(buf)).convert("RGB")))
+    assert (P.decode_hwc(buf).int() - pil.int()).abs().max() <= 1  # CMYK: rounding of the conversion
+    assert P.FastVal(32)(buf).shape == (3, 32, 32) and P.FastTrain(32)(buf).shape == (3, 32, 32)
+
+
+def test_bytes_simplejpeg_rejects_fall_back_to_pil():
+    assert P.decode_hwc(b"\xff\xd8\xff\xdb" + b"\0" * 40) is None
