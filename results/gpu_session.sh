@@ -8,6 +8,7 @@
 #     jpeg       the same step fed from generated ImageNet-like JPEGs: baseline, fast (CPU), device (nvJPEG)
 #                and dali decoding (JPEG_SETUPS overrides the list)
 #     fewcores   fast vs device vs dali decoding with 4 loader workers, as on nodes with few cores per GPU
+#     wheels     pip-installs the wheels carried in .whl/ (simplejpeg, cp312 manylinux: the fast backend's decoder)
 #     apexbuild  pip-installs Apex from .apex with its CUDA extensions (amp_C, fused optimizers) in the
 #                background (setsid, cores BUILD_CPUS), log in $OUT/apex-build.log; apexwait waits for it
 #     apex       Apex amp O1 and O2 through the harness
@@ -102,6 +103,11 @@ stage_jpeggen() {  # in the background (setsid), so a later call of the same lea
 
 stage_dalipart() {  # DALI (~165 MB packed) travels in parts, one per call of a lease: .dali/part.NN
     mkdir -p $LEASE_DIR/dali && cp .dali/part.* $LEASE_DIR/dali/ && ls -la $LEASE_DIR/dali
+}
+
+stage_wheels() {  # carried wheels (.whl/, git-ignored), e.g. simplejpeg for the fast backend: the machine has no registry
+    $PY -m pip install -q --no-index --no-deps --no-cache-dir .whl/*.whl && $PY -c "import simplejpeg" 2>/dev/null \
+        && echo "simplejpeg installed" || echo "no simplejpeg: the fast backend decodes with PIL"
 }
 
 stage_daliinstall() {  # unpack the parts into the interpreter's site-packages (the nvidia/ namespace is there)
