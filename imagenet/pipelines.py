@@ -207,11 +207,15 @@ def _rgb(im: Image.Image) -> Image.Image:
     return im if im.mode == "RGB" else im.convert("RGB")
 
 
+def _hwc(im: Image.Image) -> torch.Tensor:
+    """uint8 HWC pixels of an RGB image: one copy into a bytearray, cheaper than numpy's array
+    interface, and writable, so torch does not warn."""
+    return torch.frombuffer(bytearray(im.tobytes()), dtype=torch.uint8).view(im.height, im.width, 3)
+
+
 def _as_tensor(im: Image.Image) -> torch.Tensor:
-    """uint8 CHW view of an RGB image's HWC pixels (channels-last strides: no repacking). One copy
-    into a bytearray, cheaper than numpy's array interface, and writable, so torch does not warn."""
-    hwc = torch.frombuffer(bytearray(im.tobytes()), dtype=torch.uint8).view(im.height, im.width, 3)
-    return hwc.permute(2, 0, 1)
+    """uint8 CHW view of an RGB image's HWC pixels (channels-last strides: no repacking)."""
+    return _hwc(im).permute(2, 0, 1)
 
 
 def scaled_box(box: Tuple[int, int, int, int], scale: int, height: int, width: int) -> Tuple[int, int, int, int]:
@@ -286,20 +290,21 @@ class FastTrain:
         rows = with_rows(buf, frame, frame.rows_for(top + h, reduction))
         hwc = decode_hwc(rows) if reduction == 1 else None
         if hwc is not None:
-            crop = hwc[top:top + h, left:left + w]
-            return resize_uint8((crop.flip(1) if flip else crop.contiguous()).permute(2, 0, 1), self.size, self.size)
+            return self._finish(hwc[top:top + h, left:left + w], flip)
         im, scale = _open(rows, reduction)
         y, x, ch, cw = scaled_box(box, scale, im.height, im.width)
-        return self._finish(_rgb(im.crop((x, y, x + cw, y + ch))), flip)
+        return self._finish(_hwc(_rgb(im.crop((x, y, x + cw, y + ch)))), flip)
 
     def render_decoded(self, im: Image.Image, box: Tuple[int, int, int, int], flip: bool) -> torch.Tensor:
         top, left, h, w = box
-        return self._finish(im.crop((left, top, left + w, top + h)), flip)
+        return self._finish(_hwc(im.crop((left, top, left + w, top + h))), flip)
 
-    def _finish(self, crop: Image.Image, flip: bool) -> torch.Tensor:
-        if flip:  # on the crop, before resizing: the filter is symmetric, so the result is the same
-            crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        return resize_uint8(_as_tensor(crop), self.size, self.size)
+    def _finish(self, crop: torch.Tensor, flip: bool) -> torch.Tensor:
+        """An HWC uint8 crop, flipped (before resizing: the filter is symmetric, so the result is the
+        same) and resized to a CHW output; the flip's or a contiguous copy gives the resize the
+        channels-last layout its vectorised kernel needs."""
+        crop = crop.flip(1) if flip else crop.contiguous()
+        return resize_uint8(crop.permute(2, 0, 1), self.size, self.size)
 
 
 def resize_uint8(chw: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -322,7 +327,7 @@ class FastVal:
         self.resize = val_resize(image_size)
 
     def __call__(self, buf: bytes, name: str = "") -> torch.Tensor:
-        hwc = decode_hwc(buf) if jpeg_frame(buf) is not None else None
+        hwc = decode_hwc(buf)  # None for what is not a JPEG, too: simplejpeg rejects it
         chw = hwc.permute(2, 0, 1) if hwc is not None else _as_tensor(_rgb(Image.open(io.BytesIO(buf))))
         out = resize_uint8(chw, *resized_hw(chw.shape[1], chw.shape[2], self.resize))
         return TF.center_crop(out, [self.size, self.size]).contiguous()

@@ -177,7 +177,9 @@ class _TouchAll(IterableDataset):
 
 
 def _build(kind: str, n: int):
-    if kind == "shards":  # 1.28M samples in ~550 shards of ~256 MB (more shards than the default 1 GB makes: an upper bound): the arrays the shard index holds
+    # the arrays the shard index holds, for 1.28M samples in ~550 shards of ~256 MB (more shards than
+    # the default 1 GB gives, so an upper bound)
+    if kind == "shards":
         size = np.full(n, 110_000, dtype=np.int64)
         per = 2400
         shard = (np.arange(n) // per).astype(np.int32)

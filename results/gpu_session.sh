@@ -36,7 +36,6 @@ BATCH=${BATCH:-256}
 STEPS=${STEPS:-60}
 IMAGE=${IMAGE:-224}
 WORKERS=${WORKERS:-$(( $(nproc) - 2 ))}
-JPEG_ROOT=${JPEG_ROOT:-/tmp/imagenet_like}
 JPEG_CLASSES=${JPEG_CLASSES:-20}
 JPEG_PER_CLASS=${JPEG_PER_CLASS:-640}
 JPEG_STEPS=${JPEG_STEPS:-$(( JPEG_CLASSES * JPEG_PER_CLASS / BATCH - 5 ))}  # one pass, no epoch wrap
@@ -44,6 +43,7 @@ APEX_SRC="$PWD/.apex"
 # Outside the checkout (the next call of a lease replaces carried folders in it), kept between calls.
 LEASE_DIR=${LEASE_DIR:-$HOME/.hpc-imagenet-lease}
 mkdir -p "$LEASE_DIR"
+JPEG_ROOT=${JPEG_ROOT:-$LEASE_DIR/imagenet_like}  # generated once per lease (jpeggen), read by later calls
 # A pip-installed Apex (apexbuild) has amp_C; otherwise the Python-only source copy goes on PYTHONPATH.
 # Asked by each stage that uses Apex, not once at the start: apexwait may finish the build in between
 # (the lease of 2026-11-23 measured the Python-only copy because of that).

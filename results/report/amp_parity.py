@@ -8,11 +8,11 @@ in the table's heading and judged on the largest difference of any step.
 """
 from __future__ import annotations
 
-import logging
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from results import comparisons as cmp
 from results.report.common import REPO, fmt, md_table
+from results.report.curves import read_scalars
 
 STEP_LOSS = "Step/loss"
 TOLERANCE = 1e-3  # relative, per step: fp16 rounding of the same arithmetic in a different order stays below
@@ -26,16 +26,9 @@ def _flag(record: dict, name: str) -> Optional[str]:
 
 def step_losses(record: dict) -> List[float]:
     """The per-step training loss a run logged to TensorBoard (empty when it kept no events)."""
-    run_dir = REPO / (record.get("run_dir") or "")
-    if not record.get("run_dir") or not any(run_dir.glob("events.out.tfevents*")):
+    if not record.get("run_dir"):
         return []
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    logging.getLogger("tensorboard").setLevel(logging.WARNING)
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    if STEP_LOSS not in acc.Tags().get("scalars", []):
-        return []
-    return [e.value for e in sorted(acc.Scalars(STEP_LOSS), key=lambda e: e.step)]
+    return [value for _, value in read_scalars(REPO / record["run_dir"], [STEP_LOSS]).get(STEP_LOSS, [])]
 
 
 def _pairs(train: Sequence[dict]) -> Dict[Tuple[str, str], Dict[str, dict]]:

@@ -13,20 +13,24 @@ CURVES = {"top1_train": ("Top1/train", "train top-1 (%)"), "top1_val": ("Top1/va
           "top5_train": ("Top5/train", "train top-5 (%)"), "top5_val": ("Top5/val", "validation top-5 (%)")}
 
 
+def read_scalars(run_dir: Path, tags: Sequence[str]) -> Dict[str, List[Tuple[int, float]]]:
+    """(step, value) of each of TAGS a run logged, read from its TensorBoard events with TensorBoard's
+    own reader, in step order; tags it did not log (or no events at all) are left out."""
+    if not any(run_dir.glob("events.out.tfevents*")):
+        return {}
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    logging.getLogger("tensorboard").setLevel(logging.WARNING)  # "No path found after ..." chatter
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    logged = set(acc.Tags().get("scalars", []))
+    return {tag: sorted((e.step, e.value) for e in acc.Scalars(tag)) for tag in tags if tag in logged}
+
+
 def read_curves(run_dir: Path) -> Dict[str, List[Tuple[int, float]]]:
     """Epoch scalars from a run's TensorBoard events; run.json epochs when there are none."""
-    out: Dict[str, List[Tuple[int, float]]] = {}
-    if any(run_dir.glob("events.out.tfevents*")):
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-        logging.getLogger("tensorboard").setLevel(logging.WARNING)  # "No path found after ..." chatter
-        acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-        acc.Reload()
-        tags = set(acc.Tags().get("scalars", []))
-        for tag, _ in CURVES.values():
-            if tag in tags:
-                out[tag] = [(e.step, e.value) for e in acc.Scalars(tag)]
-        if out:
-            return out
+    out = read_scalars(run_dir, [tag for tag, _ in CURVES.values()])
+    if out:
+        return out
     run_json = run_dir / "run.json"
     if run_json.exists():
         epochs = json.loads(run_json.read_text()).get("epochs", [])
