@@ -23,9 +23,9 @@ Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
     3. When the box is at least 2, 4 or 8 times the output size, libjpeg's DCT scaling (PIL
        ``draft``) decodes it at that reduction (common for big photos or small training sizes).
        Otherwise ``simplejpeg`` (libjpeg-turbo without PIL's chunked feeding and RGBX unpacking)
-       decodes, where installed: 1.19 instead of 1.68 CPU ms for a 500x375 photo here, the same
-       pixels (CMYK converted to RGB within 1 level of PIL's); PIL decodes where it is missing or
-       rejects the bytes.
+       decodes, where installed: the same pixels (CMYK converted to RGB within 1 level of PIL's)
+       for less CPU time (the per-core records are in RESULTS.md "Data at scale"); PIL decodes
+       where it is missing or rejects the bytes.
     4. Crop, flip and the antialiased bilinear resize run on uint8 (torch's vectorised uint8
        kernel, several times faster than PIL's resize), and the output stays uint8: a quarter of
        the bytes through worker pipes; :class:`imagenet.data.DeviceNormalizer` normalises on the
@@ -49,7 +49,7 @@ from PIL import Image
 from torchvision import transforms as T
 from torchvision.transforms.v2 import functional as TF
 
-try:  # libjpeg-turbo called directly: the same pixels as PIL's decode in about 70 % of its CPU time
+try:  # libjpeg-turbo called directly: the same pixels as PIL's decode, with less overhead
     import simplejpeg
 except ImportError:  # PIL decodes instead
     simplejpeg = None
