@@ -122,7 +122,11 @@ def init(info: DistInfo, timeout_s: float) -> None:
 
 _hosts: List[str] = []  # rank -> host name, gathered once at init
 _PEER_ADDRESS = re.compile(r"\[?(\d{1,3}(?:\.\d{1,3}){3})\]?:\d+")
-_COMM_FAILURE = ("gloo", "nccl", "connection closed", "connection reset", "timed out waiting", "broken pipe")
+# Words of the backends' errors for a peer that died or stopped answering. gloo raises "Application
+# timeout caused pair closure" from DDP's backward when its own timeout closes the connection before
+# the wait does (seen on the test cluster with a node's link down); it names no backend.
+_COMM_FAILURE = ("gloo", "nccl", "connection closed", "connection reset", "timed out waiting", "broken pipe",
+                 "pair closure")
 
 
 def lost_peer_message(exc: BaseException, rank: int) -> Optional[str]:
