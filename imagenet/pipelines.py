@@ -16,20 +16,24 @@ Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
     1. The RandomResizedCrop box and the flip are drawn before decoding, from the size in the JPEG
        header, with torchvision's rule and distribution (one torch.rand call instead of eight
        scalar ones; a test compares the distributions).
-    2. Rows below the box are never decoded: the frame height in the JPEG header (SOF) is lowered
-       to the box's last row plus one MCU row, so libjpeg stops there and skips the rest of the
-       entropy-coded data. On a ~110 KB ImageNet photo entropy decoding is about 3/4 of the decode
-       time, which DCT scaling cannot reduce and a shorter frame does.
-    3. When the box is at least 2, 4 or 8 times the output size, libjpeg's DCT scaling (PIL
-       ``draft``) decodes it at that reduction (common for big photos or small training sizes).
-       Otherwise ``simplejpeg`` (libjpeg-turbo without PIL's chunked feeding and RGBX unpacking)
-       decodes, where installed: the same pixels (CMYK converted to RGB within 1 level of PIL's)
-       for less CPU time (the per-core records are in RESULTS.md "Data at scale"); PIL decodes
-       where it is missing or rejects the bytes.
-    4. Crop, flip and the antialiased bilinear resize run on uint8 (torch's vectorised uint8
-       kernel, several times faster than PIL's resize), and the output stays uint8: a quarter of
-       the bytes through worker pipes; :class:`imagenet.data.DeviceNormalizer` normalises on the
-       device.
+    2. Only the box is decoded, where our C extension is built (``imagenet/_jpeg_region.c``, which
+       says why it exists): libjpeg-turbo stops after the box's last row, and skips colour
+       conversion, upsampling and inverse DCT above and beside it. The rows above must still be
+       entropy decoded (about 3/4 of a ~110 KB ImageNet photo's decode time), so this saves less
+       than the box's share of the area: about 5 % of the backend's time per image here.
+    3. Without the extension (or for what it cannot decode: CMYK, corrupt data), rows below the
+       box are never decoded: the frame height in the JPEG header (SOF) is lowered to the box's
+       last row plus one MCU row, so libjpeg stops there and skips the rest of the entropy-coded
+       data, and ``simplejpeg`` (libjpeg-turbo without PIL's chunked feeding and RGBX unpacking)
+       decodes, where installed; PIL decodes where it is missing or rejects the bytes. All give
+       the same pixels (CMYK converted to RGB within 1 level of PIL's); the per-core records are in
+       RESULTS.md "Data at scale".
+    4. When the box is at least 2, 4 or 8 times the output size, libjpeg's DCT scaling (PIL
+       ``draft``) decodes it at that reduction instead (common for big photos or small training
+       sizes).
+    5. Crop, antialiased bilinear resize and flip run on uint8 (torch's vectorised uint8 kernel,
+       several times faster than PIL's resize), and the output stays uint8: a quarter of the bytes
+       through worker pipes; :class:`imagenet.data.DeviceNormalizer` normalises on the device.
 
     Validation decodes in full (no DCT scaling) and resizes + centre-crops on uint8.
     Outputs differ from the baseline's only by resampling error on the same box (tests check it).
@@ -53,6 +57,11 @@ try:  # libjpeg-turbo called directly: the same pixels as PIL's decode, with les
     import simplejpeg
 except ImportError:  # PIL decodes instead
     simplejpeg = None
+
+try:  # our C extension (imagenet/_jpeg_region.c, built by `pip install -e .` where libjpeg-dev exists)
+    from imagenet import _jpeg_region
+except ImportError:  # whole rows are decoded instead
+    _jpeg_region = None
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +212,20 @@ def decode_hwc(buf: bytes) -> Optional[torch.Tensor]:
         return None
 
 
+def decode_box(buf: bytes, box: Tuple[int, int, int, int]) -> Optional[torch.Tensor]:
+    """uint8 HWC RGB pixels of the box (top, left, h, w) of a JPEG, decoded alone by libjpeg-turbo's
+    region decoding; None where the extension is missing or cannot decode the bytes (CMYK, corrupt
+    data: the row decoder then handles them as before)."""
+    if _jpeg_region is None:
+        return None
+    top, left, h, w = box
+    try:
+        pixels = _jpeg_region.decode_region(buf, top, left, h, w)
+    except ValueError:
+        return None
+    return None if pixels is None else torch.frombuffer(pixels, dtype=torch.uint8).view(h, w, 3)
+
+
 def _rgb(im: Image.Image) -> Image.Image:
     return im if im.mode == "RGB" else im.convert("RGB")
 
@@ -287,6 +310,9 @@ class FastTrain:
         """The output for a given box and flip: decode rows down to the box, at the DCT scale it allows."""
         top, left, h, w = box
         reduction = dct_reduction(h, w, self.size, self.size)
+        hwc = decode_box(buf, box) if reduction == 1 else None
+        if hwc is not None:
+            return self._finish(hwc, flip)
         rows = with_rows(buf, frame, frame.rows_for(top + h, reduction))
         hwc = decode_hwc(rows) if reduction == 1 else None
         if hwc is not None:
@@ -300,11 +326,11 @@ class FastTrain:
         return self._finish(_hwc(im.crop((left, top, left + w, top + h))), flip)
 
     def _finish(self, crop: torch.Tensor, flip: bool) -> torch.Tensor:
-        """An HWC uint8 crop, flipped (before resizing: the filter is symmetric, so the result is the
-        same) and resized to a CHW output; the flip's or a contiguous copy gives the resize the
-        channels-last layout its vectorised kernel needs."""
-        crop = crop.flip(1) if flip else crop.contiguous()
-        return resize_uint8(crop.permute(2, 0, 1), self.size, self.size)
+        """An HWC uint8 crop resized to a CHW output, then flipped: the filter is symmetric, so this
+        equals flipping first, and the output is usually the smaller image to flip. The crop is made
+        contiguous first: the channels-last layout the resize's vectorised kernel needs."""
+        out = resize_uint8(crop.contiguous().permute(2, 0, 1), self.size, self.size)
+        return out.flip(2) if flip else out
 
 
 def resize_uint8(chw: torch.Tensor, height: int, width: int) -> torch.Tensor:
