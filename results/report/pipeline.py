@@ -64,12 +64,13 @@ def pipeline_section(io: Sequence[dict], steady: Sequence[dict], env: Environmen
             f"`{cmp.PIPELINE_BASELINE}` backend (pytorch/examples: PIL + ToTensor + Normalize, float) of "
             "the same sweep, cache state and worker count. With workers > 0 the per-core figure includes "
             "starting the workers and moving batches through their pipes. What limits the next gain: the "
-            "`fast` backend already decodes only the crop's rows at a reduced DCT scale, but libjpeg must "
-            "still entropy-decode every row above the crop, and entropy decoding (which DCT scaling cannot "
-            "reduce) is most of a JPEG decode (see `imagenet/pipelines.py`). At 224 px on 500x375 images no "
-            "crop is twice the output size, so DCT scaling never applies there and only the rows below the "
-            "crop are saved; the next gains are decoding off the CPU (nvJPEG/DALI) or a pre-processed "
-            "dataset format.\n\n"
+            "`fast` backend already decodes only the crop (libjpeg-turbo's region decoding; a reduced DCT "
+            "scale where the crop allows), but libjpeg must still entropy-decode every row above the crop, "
+            "and entropy decoding (which neither can reduce) is most of a JPEG decode (see "
+            "`imagenet/pipelines.py`). At 224 px on 500x375 images no crop is twice the output size, so "
+            "DCT scaling never applies there; the next gains are decoding off the CPU (nvJPEG/DALI) or a "
+            "pre-processed dataset format. Records older than the region decoder decoded every row down "
+            "to the crop (the commit in each record's env row tells them apart).\n\n"
             + md_table(["backend", "cache", "workers", "image size", "images", "bytes/image", "images/s",
                         "CPU ms/image", "images/s per core", "cores busy", "per-core ratio vs baseline",
                         "wall ratio vs baseline", "host load (1 min)", "env", "record"], table)
