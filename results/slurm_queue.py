@@ -71,11 +71,18 @@ def _kind(state: str, reason: str = "") -> str:
     return DONE
 
 
-def cancel(job_ids: Sequence[str]) -> None:
-    """scancel every job given; those already gone are ignored."""
-    if job_ids:
-        subprocess.run(["scancel", *job_ids], capture_output=True, text=True)
-        log.warning("cancelled SLURM job(s) %s", ", ".join(job_ids))
+def cancel(job_ids: Sequence[str], timeout_s: float = 120) -> None:
+    """scancel every job given; those already gone are ignored. A slurmctld that does not answer
+    must not hang a Ctrl-C: after TIMEOUT_S the jobs are named for the user to cancel."""
+    if not job_ids:
+        return
+    try:
+        subprocess.run(["scancel", *job_ids], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        log.error("scancel did not answer in %.0f s; cancel the jobs yourself: scancel %s", timeout_s,
+                  " ".join(job_ids))
+        return
+    log.warning("cancelled SLURM job(s) %s", ", ".join(job_ids))
 
 
 def watch(job_ids: Sequence[str], on_change: Callable[[str, str], None], timeout_s: Optional[float] = None,
