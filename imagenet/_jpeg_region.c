@@ -32,7 +32,7 @@ enum { DECODED = 0, FAILED = 1, NOT_RGB = 2 };
 typedef struct {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
-    char message[JMSG_LENGTH_MAX];
+    char *message; /* the caller's JMSG_LENGTH_MAX buffer */
 } ErrorManager;
 
 static void raise_error(j_common_ptr cinfo) {
@@ -62,12 +62,11 @@ static int decode_into(const unsigned char *src, size_t size, int top, int left,
     cinfo.err = jpeg_std_error(&err.pub);
     err.pub.error_exit = raise_error;
     err.pub.emit_message = raise_on_warning;
-    err.message[0] = '\0';
+    err.message = message;
     jpeg_create_decompress(&cinfo);
     if (setjmp(err.jump)) {
         free(row);
         jpeg_destroy_decompress(&cinfo);
-        snprintf(message, JMSG_LENGTH_MAX, "%s", err.message);
         return FAILED;
     }
     jpeg_mem_src(&cinfo, src, (unsigned long)size);

@@ -307,7 +307,8 @@ class FastTrain:
         return self.render(buf, frame, *self.sample(frame.height, frame.width))
 
     def render(self, buf: bytes, frame: JpegFrame, box: Tuple[int, int, int, int], flip: bool) -> torch.Tensor:
-        """The output for a given box and flip: decode rows down to the box, at the DCT scale it allows."""
+        """The output for a given box and flip: the box alone (region decoder), else the rows down to
+        the box (simplejpeg, else PIL at the DCT scale the box allows)."""
         top, left, h, w = box
         reduction = dct_reduction(h, w, self.size, self.size)
         hwc = decode_box(buf, box) if reduction == 1 else None

@@ -9,6 +9,7 @@
 #                and dali decoding (JPEG_SETUPS overrides the list)
 #     fewcores   fast vs device vs dali decoding with 4 loader workers, as on nodes with few cores per GPU
 #     wheels     pip-installs the wheels carried in .whl/ (simplejpeg, cp312 manylinux: the fast backend's decoder)
+#                and builds the fast backend's C region decoder where libjpeg headers exist
 #     apexbuild  pip-installs Apex from .apex with its CUDA extensions (amp_C, fused optimizers) in the
 #                background (setsid, cores BUILD_CPUS), log in $OUT/apex-build.log; apexwait waits for it
 #     apex       Apex amp O1 and O2 through the harness

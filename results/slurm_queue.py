@@ -21,6 +21,7 @@ QUEUED = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "
 RUNNING = ("RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING")
 DONE = "DONE"  # gone from the queue, or in a final state
 POLL_S = 2.0
+CLIENT_TIMEOUT_S = 120  # an sbatch/squeue/scancel that takes longer: slurmctld is not answering
 
 
 class SlurmError(RuntimeError):
@@ -33,12 +34,12 @@ class Timeout(RuntimeError):
 
 def _run(cmd: Sequence[str], cwd: Optional[Path] = None, env: Optional[Dict[str, str]] = None) -> str:
     try:
-        out = subprocess.run(list(cmd), capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+        out = subprocess.run(list(cmd), capture_output=True, text=True, cwd=cwd, env=env, timeout=CLIENT_TIMEOUT_S)
     except FileNotFoundError:
         raise SlurmError(f"{cmd[0]} is not on PATH; run this on a SLURM login node (or load the slurm "
                          "module)") from None
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"{cmd[0]} did not answer in 120 s; is slurmctld up (scontrol ping)?") from None
+        raise SlurmError(f"{cmd[0]} did not answer in {CLIENT_TIMEOUT_S} s; is slurmctld up (scontrol ping)?") from None
     if out.returncode != 0:
         raise SlurmError(f"{' '.join(cmd[:2])} failed: {(out.stderr or out.stdout).strip().splitlines()[-1:]}")
     return out.stdout
@@ -71,7 +72,7 @@ def _kind(state: str, reason: str = "") -> str:
     return DONE
 
 
-def cancel(job_ids: Sequence[str], timeout_s: float = 120) -> None:
+def cancel(job_ids: Sequence[str], timeout_s: float = CLIENT_TIMEOUT_S) -> None:
     """scancel every job given; those already gone are ignored. A slurmctld that does not answer
     must not hang a Ctrl-C: after TIMEOUT_S the jobs are named for the user to cancel."""
     if not job_ids:
