@@ -19,8 +19,8 @@ Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
     2. Only the box is decoded, where our C extension is built (``imagenet/_jpeg_region.c``, which
        says why it exists): libjpeg-turbo stops after the box's last row, and skips colour
        conversion, upsampling and inverse DCT above and beside it. The rows above must still be
-       entropy decoded (about 3/4 of a ~110 KB ImageNet photo's decode time), so this saves less
-       than the box's share of the area: about 5 % of the backend's time per image here.
+       entropy decoded (most of a ~110 KB ImageNet photo's decode time), so this saves much less
+       than the box's share of the area (the per-core records are in RESULTS.md "Data at scale").
     3. Without the extension (or for what it cannot decode: CMYK, corrupt data), rows below the
        box are never decoded: the frame height in the JPEG header (SOF) is lowered to the box's
        last row plus one MCU row, so libjpeg stops there and skips the rest of the entropy-coded
