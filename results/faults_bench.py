@@ -1,6 +1,6 @@
 """``python -m results.bench faults``: run the chaos tests on the SLURM test cluster and record them.
 
-The scenarios live in ``tests/test_slurm_faults.py`` (one copy of each, also run by ``make
+The scenarios live in ``tests/cluster/test_slurm_faults.py`` (one copy of each, also run by ``make
 test``); this runs them with pytest in a subprocess (results/ never imports tests/) and tells them,
 through the environment, where to append their ``fault`` records. ``--rounds`` repeats the set so
 the report's median and maximum time to detect have more than one sample. Then the report.
@@ -17,7 +17,7 @@ from results import records
 
 log = logging.getLogger(__name__)
 
-TESTS = "tests/test_slurm_faults.py"
+TESTS = "tests/cluster/test_slurm_faults.py"
 
 
 def run(a: argparse.Namespace) -> int:

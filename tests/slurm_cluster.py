@@ -656,7 +656,7 @@ def reap_stale() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# pytest: one cluster per session, shared by every tests/test_slurm_*.py module
+# pytest: one cluster per session, shared by every tests/cluster/test_slurm_*.py module
 
 
 class _Shared:

@@ -48,7 +48,7 @@ def section(recs: Sequence[dict]) -> str:
         return ""
     failed = [r for r in faults if r["status"] != "ok"]
     text = ("## Fault tolerance\n\nFaults injected into tiny real jobs on the SLURM test cluster by "
-            "`python -m results.bench faults` (the chaos tests of `tests/test_slurm_faults.py`). Time to detect: "
+            "`python -m results.bench faults` (the chaos tests of `tests/cluster/test_slurm_faults.py`). Time to detect: "
             "fault injected -> the job (or process) ended; '-' where the fault is reported synchronously. "
             "Steps trained twice: the work since the last checkpoint, trained again after the restart.\n\n"
             + md_table(HEADERS, rows(faults)))

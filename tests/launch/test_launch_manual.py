@@ -11,7 +11,7 @@ from typing import List
 import pytest
 
 from launch import manual
-from tests.test_launch_support import (PYTHON, REPO, Job, assert_trained, clean_env, demo_data,  # noqa: F401
+from tests.launch.test_launch_support import (PYTHON, REPO, Job, assert_trained, clean_env, demo_data,  # noqa: F401
                                        free_port, run_jobs, train_args, wait_for_port)
 
 SEED_ARGS = ["imagenet/imagenet_ddp_apex.py", "-a", "resnet50", "--b", "208", "--workers", "20",

@@ -8,7 +8,7 @@ import pytest
 from results import bench, records, train_bench
 from results.report import curves as report_curves
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _read(path: Path):

@@ -27,7 +27,7 @@ import torch
 
 from tests.helpers import explain, python, read_run, script
 from tests.slurm_cluster import SlurmCluster, slurm_cluster, wait_for  # noqa: F401 (fixture)
-from tests.test_slurm_requeue import (EPOCHS, TRAIN, _release_requeued, _runs, _script, _submit,  # noqa: F401
+from tests.cluster.test_slurm_requeue import (EPOCHS, TRAIN, _release_requeued, _runs, _script, _submit,  # noqa: F401
                                       _wait_for_progress, data)
 
 RECORDS_ENV = "HPC_IMAGENET_FAULT_RECORDS"  # where to append the records (unset: none)

@@ -19,7 +19,7 @@ from PIL import Image
 
 from imagenet import config, data, pipelines, shards, sources
 from results import jpegs
-from tests import test_dali
+from tests.engine import test_dali
 from tests.helpers import BIN, PYTHON, TINY, explain, python, read_run, run, script
 
 SEEDED = [*TINY, "--seed", "7", "--deterministic", "-p", "1"]

@@ -19,7 +19,7 @@ from slurm.generate import render, spec_from_args
 from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slurm
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".venv"
 JOB_TIMEOUT = 300
 

@@ -17,7 +17,7 @@ import pytest
 
 from launch.environment import free_port  # noqa: F401  (the launch tests import it from here)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 BIN = Path(sys.executable).parent
 # Variables of any launcher: the tests' children must not inherit a job they are not part of.

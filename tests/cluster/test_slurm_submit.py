@@ -13,7 +13,7 @@ from slurm import submit as sm
 from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slurm
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = ("-a", "resnet18", "--image-size", "32", "-b", "8", "--epochs", "2", "--steps-per-epoch", "3",
         "--val-steps", "2", "--workers", "0", "--dist-backend", "gloo", "--seed", "0")
 

@@ -18,7 +18,7 @@ from tests.slurm_cluster import SlurmCluster, slurm_cluster, wait_for  # noqa: F
 
 pytestmark = pytest.mark.slurm
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--gpus-per-node", "0", "--cpus-per-task", "1", "-a", "resnet18", "--image-size", "32", "--batch", "8",
          "--time", "00:05:00", "--no-report"]
 

@@ -1,4 +1,4 @@
-"""The dali backend on the CPU (DALI's CPU operators; the GPU path is in tests/test_gpu.py).
+"""The dali backend on the CPU (DALI's CPU operators; the GPU path is in tests/engine/test_gpu.py).
 
 Each JPEG is one flat colour that encodes its sample id, so a decoded, cropped and resized batch
 still says which samples it holds: the tests check that DALI yields exactly the samples our

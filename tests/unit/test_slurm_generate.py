@@ -14,7 +14,7 @@ from slurm import generate
 from slurm.generate import EXAMPLES, GenerateError, JobSpec, render, spec_from_args
 from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401 (fixture)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COMMITTED = sorted((REPO / "slurm").glob("*.sh"))
 
 

@@ -21,7 +21,7 @@ from slurm.generate import render, spec_from_args
 from tests.slurm_cluster import SlurmCluster, slurm_cluster, wait_for  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slurm
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EPOCHS = 3
 TRAIN = ["--image-size", "32", "--val-steps", "1", "--dist-backend", "gloo", "--seed", "0", "-p", "1"]
 

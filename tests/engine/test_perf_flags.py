@@ -163,7 +163,7 @@ def test_torchrun_two_processes_with_compression_and_static_graph(tmp_path):
 @pytest.mark.parametrize("flags,mode", [(("--compile",), None), (("--compile-mode", "reduce-overhead"), "reduce-overhead")])
 def test_compile_mode_reaches_torch_compile(tmp_path, monkeypatch, flags, mode):
     """The training model goes through torch.compile with the mode asked for (compiling itself is
-    exercised on a GPU in tests/test_gpu.py; here torch.compile is replaced by a recorder)."""
+    exercised on a GPU in tests/engine/test_gpu.py; here torch.compile is replaced by a recorder)."""
     calls = []
     monkeypatch.setattr(torch, "compile", lambda model, mode=None: calls.append(mode) or model)
     argv = ["--dummy", "--dummy-size", "64", "--num-classes", "10", *TINY, *SHORT, "--log-dir", str(tmp_path), *flags]

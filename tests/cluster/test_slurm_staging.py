@@ -19,10 +19,10 @@ from imagenet import demo_data, shards
 from imagenet.staging import MARKER, destination
 from slurm.generate import EXAMPLES, GenerateError, render, spec_from_args
 from tests.slurm_cluster import SlurmCluster, slurm_cluster, wait_for  # noqa: F401 (fixture)
-from tests.test_slurm_generate import _eval_settings
-from tests.test_slurm_requeue import EPOCHS, _assert_resumed_exactly, _release_requeued, _runs, _wait_for_progress
+from tests.unit.test_slurm_generate import _eval_settings
+from tests.cluster.test_slurm_requeue import EPOCHS, _assert_resumed_exactly, _release_requeued, _runs, _wait_for_progress
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "slurm" / "ddp_2node_staged.sh"
 NODES = ("node1", "node2")
 

@@ -23,7 +23,7 @@ from unittest import mock
 import pytest
 
 from launch import environment, mpi
-from tests.test_launch_support import (BIN, PYTHON, REPO, Job, assert_trained, clean_env, demo_data,  # noqa: F401
+from tests.launch.test_launch_support import (BIN, PYTHON, REPO, Job, assert_trained, clean_env, demo_data,  # noqa: F401
                                        run_jobs, train_args)
 
 MPICH_VERSION = "5.0.2"

@@ -1,6 +1,6 @@
 """The device data backend on the CPU: the same images as the fast backend, through a batch of bytes.
 
-On a GPU the same code decodes with nvJPEG (tests/test_gpu.py); here decode_jpeg runs on the CPU,
+On a GPU the same code decodes with nvJPEG (tests/engine/test_gpu.py); here decode_jpeg runs on the CPU,
 which checks the transforms, the collation, the errors and the engine's use of it.
 """
 import pytest

@@ -1,7 +1,7 @@
 """--profile-steps: a real torch.profiler capture of training steps lands in run.json.
 
 On the CPU the summary's units are operators with their self CPU time (no kernels exist); on a GPU
-the same code reads kernels' device time (tests/test_gpu.py). The family heuristic is checked on
+the same code reads kernels' device time (tests/engine/test_gpu.py). The family heuristic is checked on
 kernel names of the kinds cuDNN, CUTLASS and torch's fused optimizers use.
 """
 from __future__ import annotations

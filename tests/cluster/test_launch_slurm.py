@@ -12,7 +12,7 @@ import pytest
 
 from launch import environment
 from tests.slurm_cluster import FINAL_STATES, SlurmCluster, slurm_cluster, wait_for  # noqa: F401 (fixture)
-from tests.test_launch_support import PYTHON, REPO
+from tests.launch.test_launch_support import PYTHON, REPO
 
 pytestmark = pytest.mark.slurm
 
