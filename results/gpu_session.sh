@@ -81,7 +81,7 @@ stage_synthetic() { bench_train synthetic dummy "$STEPS" --setups baseline engin
 stage_tests() {
     detect_apex
     PYTHONPATH="$APEX_PATH" $PY -m pytest -q -rP -p no:cacheprovider -m gpu --timeout 300 --durations 5 \
-        ${TESTS_K:+-k "$TESTS_K"} tests/engine/test_gpu.py tests/engine/test_perf_flags.py tests/unit/test_results_scaling_model.py 2>&1 | tee "$OUT/pytest-gpu.log"
+        ${TESTS_K:+-k "$TESTS_K"} tests/engine/test_gpu.py tests/engine/test_perf_flags.py tests/engine/test_step_times.py 2>&1 | tee "$OUT/pytest-gpu.log"
 }
 
 stage_jpeg() {

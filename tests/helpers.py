@@ -1,4 +1,6 @@
-"""Shared helpers for tests that run the real scripts as subprocesses."""
+"""Shared helpers of the test tiers (plain functions, no fixtures: those are in the conftest.py
+files): running the real scripts as subprocesses and reading what they wrote, a photo-like test
+image, and evaluating the settings block of a generated SLURM batch script."""
 from __future__ import annotations
 
 import json
@@ -7,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
+
+import numpy as np
 
 from launch.environment import free_port  # noqa: F401  (tests import it from here)
 
@@ -41,7 +45,6 @@ def python(*args, **kw) -> subprocess.CompletedProcess:
     return run([PYTHON, *args], **kw)
 
 
-
 def read_run(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / "run.json").read_text())
 
@@ -61,3 +64,28 @@ def tb_scalars(run_dir: Path) -> Dict[str, list]:
 
 def explain(proc: subprocess.CompletedProcess) -> str:
     return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+
+
+def photo(height: int = 375, width: int = 500, seed: int = 0) -> np.ndarray:
+    """Smooth colour fields plus blotches and noise: compresses like a photo, not like a flat pattern."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    img = np.stack([127 + 90 * np.sin(x * rng.uniform(0.01, 0.04) + y * rng.uniform(0.01, 0.04) + c)
+                    for c in range(3)], axis=-1)
+    blotches = rng.normal(0, 30, (height // 8 + 1, width // 8 + 1, 3)).repeat(8, 0).repeat(8, 1)
+    img += blotches[:height, :width] + rng.normal(0, 12, (height, width, 3))
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _settings_block(text: str) -> str:
+    start = text.index("# ---- settings")
+    return text[start:text.index("# ---- software environment")]
+
+
+def eval_settings(text: str, names: list, env: dict) -> list:
+    """The values bash gives NAMES after running the script's settings block with ENV (job 42, name j)."""
+    probe = _settings_block(text) + "".join(f'printf "%s\\0" "${n}"\n' for n in names)
+    proc = subprocess.run(["bash", "-c", probe], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "42", "SLURM_JOB_NAME": "j", **env})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split("\0")[:-1]

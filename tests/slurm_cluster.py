@@ -656,72 +656,7 @@ def reap_stale() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# pytest: one cluster per session, shared by every tests/cluster/test_slurm_*.py module
-
-
-class _Shared:
-    """The session's cluster. Each test module imports the fixture, which makes pytest register
-    one fixture per module; they all share this instance and the last one out stops it."""
-
-    cluster: Optional[SlurmCluster] = None
-    failure: Optional[BaseException] = None
-    users = 0
-
-
-def _skip_or_fail(reason: str) -> None:
-    import pytest
-
-    if os.environ.get(REQUIRE_ENV):
-        pytest.fail(f"SLURM test cluster required ({REQUIRE_ENV} is set) but unavailable: {reason}")
-    pytest.skip(f"SLURM test cluster unavailable: {reason}")
-
-
-def acquire_shared_cluster() -> SlurmCluster:
-    if isinstance(_Shared.failure, ClusterUnavailable):
-        _skip_or_fail(str(_Shared.failure))
-    if _Shared.failure is not None:
-        import pytest
-
-        pytest.fail(f"the SLURM test cluster failed to start: {str(_Shared.failure).splitlines()[0]}")
-    if _Shared.cluster is None:
-        try:
-            _Shared.cluster = SlurmCluster(nodes=4, gpus_per_node=4).start()
-        except ClusterUnavailable as exc:
-            _Shared.failure = exc
-            _skip_or_fail(str(exc))
-        except ClusterError as exc:
-            _Shared.failure = exc
-            raise
-    _Shared.users += 1
-    return _Shared.cluster
-
-
-def release_shared_cluster() -> None:
-    _Shared.users -= 1
-    if _Shared.users == 0 and _Shared.cluster is not None:
-        _Shared.cluster.stop()
-        _Shared.cluster = None
-
-
-def _fixture():
-    import pytest
-
-    @pytest.fixture(scope="session")
-    def slurm_cluster():
-        """A running 4-node x 4-GPU cluster with accounting (skips where the machine cannot host it)."""
-        cluster = acquire_shared_cluster()
-        try:
-            yield cluster
-        finally:
-            release_shared_cluster()
-
-    return slurm_cluster
-
-
-try:
-    slurm_cluster = _fixture()
-except ImportError:  # used as a plain module (python -m tests.slurm_cluster) without pytest
-    pass
+# by hand (the tests get theirs from tests/cluster/conftest.py: one cluster per session)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

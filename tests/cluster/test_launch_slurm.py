@@ -11,8 +11,8 @@ from typing import Dict, List, Optional
 import pytest
 
 from launch import environment
-from tests.slurm_cluster import FINAL_STATES, SlurmCluster, slurm_cluster, wait_for  # noqa: F401 (fixture)
-from tests.launch.test_launch_support import PYTHON, REPO
+from tests.helpers import PYTHON, REPO
+from tests.slurm_cluster import FINAL_STATES, SlurmCluster, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -54,7 +54,7 @@ def views(tmp_path: Path, pattern: str) -> List[dict]:
     return [json.loads(p.read_text()) for p in sorted(tmp_path.glob(pattern))]
 
 
-def test_srun_tasks_and_the_batch_shell(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:  # noqa: F811
+def test_srun_tasks_and_the_batch_shell(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     show = f"{PYTHON} -m launch --json --gpus 2"
     job = sbatch(slurm_cluster, tmp_path, "-N2", "--ntasks-per-node=2", "--gpus-per-node=2",
                  script=f"{show} > {tmp_path}/batch.json; srun -o {tmp_path}/task.%t.json {show}")
@@ -71,7 +71,7 @@ def test_srun_tasks_and_the_batch_shell(slurm_cluster: SlurmCluster, tmp_path: P
     assert len({t["host"] for t in tasks}) == 2
 
 
-def test_srun_with_a_wrong_task_count_gets_the_hint(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:  # noqa: F811
+def test_srun_with_a_wrong_task_count_gets_the_hint(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     sbatch(slurm_cluster, tmp_path, "-N2", "--ntasks-per-node=2", "--gpus-per-node=2",
            script=f"srun -n 3 -o {tmp_path}/task.%t.json {PYTHON} -m launch --json --gpus 2 || true")
     tasks = views(tmp_path, "task.*.json")
@@ -81,7 +81,7 @@ def test_srun_with_a_wrong_task_count_gets_the_hint(slurm_cluster: SlurmCluster,
                               "-n/--ntasks (or set it to 4) so every node runs 2 tasks")
 
 
-def test_first_host_and_job_port_rendezvous_across_nodes(slurm_cluster: SlurmCluster,  # noqa: F811
+def test_first_host_and_job_port_rendezvous_across_nodes(slurm_cluster: SlurmCluster,
                                                          tmp_path: Path) -> None:
     script = tmp_path / "all_reduce.py"
     script.write_text(ALL_REDUCE)

@@ -14,7 +14,7 @@ from typing import List
 import pytest
 
 from results import records
-from tests.slurm_cluster import SlurmCluster, slurm_cluster, wait_for  # noqa: F401 (fixture)
+from tests.slurm_cluster import SlurmCluster, wait_for
 
 pytestmark = pytest.mark.slurm
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from results import bench, records
-from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401 (fixture)
+from tests.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import SlurmCluster, slurm_cluster, unavailable_reason  # noqa: F401 (fixture)
+from tests.slurm_cluster import SlurmCluster, unavailable_reason
 
 pytestmark = pytest.mark.slurm
 

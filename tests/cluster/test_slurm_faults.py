@@ -26,9 +26,9 @@ import pytest
 import torch
 
 from tests.helpers import explain, python, read_run, script
-from tests.slurm_cluster import SlurmCluster, slurm_cluster, wait_for  # noqa: F401 (fixture)
-from tests.cluster.test_slurm_requeue import (EPOCHS, TRAIN, _release_requeued, _runs, _script, _submit,  # noqa: F401
-                                      _wait_for_progress, data)
+from tests.cluster.requeue import (EPOCHS, TRAIN, release_requeued, requeue_script, run_states, submit_script,
+                                   wait_for_progress)
+from tests.slurm_cluster import SlurmCluster, wait_for
 
 RECORDS_ENV = "HPC_IMAGENET_FAULT_RECORDS"  # where to append the records (unset: none)
 SWEEP_ENV = "HPC_IMAGENET_FAULT_SWEEP"
@@ -97,7 +97,7 @@ def _job_pids(cluster: SlurmCluster, job_id: str, node_id: int, rank: Optional[i
 
 def _finish_again(cluster: SlurmCluster, script_path: Path, run_dir: Path) -> str:
     """Submit the same batch file on the same run folder (what a user does after a failed job)."""
-    job_id, log = _submit(cluster, script_path, run_dir)
+    job_id, log = submit_script(cluster, script_path, run_dir)
     row = cluster.wait_finished(job_id, timeout=300)
     assert row["State"] == "COMPLETED", f"{row}\n{log()[-3000:]}"
     record = read_run(run_dir)
@@ -116,10 +116,10 @@ KILLS = {  # fault: (launcher, processes per node, what to kill on the second no
 def test_kill_9_ends_the_job_and_the_restart_resumes(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path,
                                                      fault: str) -> None:
     launcher, procs, rank = KILLS[fault]
-    script_path = _script(tmp_path, data, launcher, nodes=2, procs=procs)
+    script_path = requeue_script(tmp_path, data, launcher, nodes=2, procs=procs)
     run_dir = tmp_path / "run"
-    job_id, log = _submit(slurm_cluster, script_path, run_dir)
-    _wait_for_progress(log, 1, 3)
+    job_id, log = submit_script(slurm_cluster, script_path, run_dir)
+    wait_for_progress(log, 1, 3)
     expected = 1 if rank is not None else 1 + procs  # torchrun: the agent and its workers
 
     def second_node() -> Optional[List[int]]:
@@ -187,10 +187,10 @@ def test_disk_full_while_saving_keeps_the_last_good_checkpoint(jpeg_data, tmp_pa
 def test_network_loss_ends_the_job_within_the_dist_timeout_naming_the_peer(slurm_cluster: SlurmCluster, data: Path,
                                                                            tmp_path: Path) -> None:
     """node2's veth goes down in mid-step: no RST, no FIN, the peers just stop answering."""
-    script_path = _script(tmp_path, data, "srun", nodes=2, procs=1)
+    script_path = requeue_script(tmp_path, data, "srun", nodes=2, procs=1)
     run_dir = tmp_path / "run"
-    job_id, log = _submit(slurm_cluster, script_path, run_dir, f"EXTRA_ARGS=--dist-timeout={DIST_TIMEOUT_S}")
-    _wait_for_progress(log, 1, 3)
+    job_id, log = submit_script(slurm_cluster, script_path, run_dir, f"EXTRA_ARGS=--dist-timeout={DIST_TIMEOUT_S}")
+    wait_for_progress(log, 1, 3)
     hosts = slurm_cluster.run(["scontrol", "show", "hostnames", slurm_cluster.job_state(job_id)["NodeList"]])
     lost = hosts.stdout.split()[1]  # rank 1's node
     veth = slurm_cluster.layout.veth(int(lost.removeprefix("node")))
@@ -228,16 +228,16 @@ def test_fewer_nodes_after_a_requeue_carry_the_global_sample_position(slurm_clus
                                                                        tmp_path: Path) -> None:
     """4 nodes, preempted in epoch 1 at step 2 of 6 (global batch 32); the requeued run gets 2 nodes
     (global batch 16) and must start at step 4 of 12: sample 64, nothing skipped, nothing twice."""
-    script_path = _script(tmp_path, data, "srun", nodes=4, procs=1)
+    script_path = requeue_script(tmp_path, data, "srun", nodes=4, procs=1)
     run_dir = tmp_path / "run"
-    job_id, log = _submit(slurm_cluster, script_path, run_dir)
-    _wait_for_progress(log, 1, 2)
+    job_id, log = submit_script(slurm_cluster, script_path, run_dir)
+    wait_for_progress(log, 1, 2)
     slurm_cluster.run(["scancel", "--batch", "--signal=USR2", job_id])
     # what an operator types for a pending job: min-max nodes (2 alone leaves the maximum at 4), tasks
-    _release_requeued(slurm_cluster, job_id, "NumNodes=2-2", "NumTasks=2")
+    release_requeued(slurm_cluster, job_id, "NumNodes=2-2", "NumTasks=2")
     row = slurm_cluster.wait_finished(job_id, timeout=300, runs=2)
     assert row["State"] == "COMPLETED", f"{row}\n{log()[-3000:]}"
-    assert _runs(slurm_cluster, job_id) == ["REQUEUED", "COMPLETED"]
+    assert run_states(slurm_cluster, job_id) == ["REQUEUED", "COMPLETED"]
     record = read_run(run_dir)
     assert record["dist"]["world_size"] == 2 and [e["epoch"] for e in record["epochs"]] == list(range(EPOCHS))
     saved = re.search(r"checkpoint saved at epoch 1 step (\d+)", log())
@@ -256,10 +256,10 @@ def test_kill_9_of_a_slurmd_leaves_the_running_job_alone(slurm_cluster: SlurmClu
                                                          tmp_path: Path) -> None:
     """slurmd only launches and watches job steps: the trainers (under slurmstepd) train on, the job
     completes, and the restarted slurmd takes the node back before slurmctld calls it down."""
-    script_path = _script(tmp_path, data, "srun", nodes=2, procs=1)
+    script_path = requeue_script(tmp_path, data, "srun", nodes=2, procs=1)
     run_dir = tmp_path / "run"
-    job_id, log = _submit(slurm_cluster, script_path, run_dir)
-    _wait_for_progress(log, 1, 3)
+    job_id, log = submit_script(slurm_cluster, script_path, run_dir)
+    wait_for_progress(log, 1, 3)
     node = slurm_cluster.run(["scontrol", "show", "hostnames", slurm_cluster.job_state(job_id)["NodeList"]])
     victim = node.stdout.split()[1]
     slurm_cluster.kill_slurmd(victim)

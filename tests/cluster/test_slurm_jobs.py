@@ -16,7 +16,7 @@ from typing import Dict, List
 import pytest
 
 from slurm.generate import render, spec_from_args
-from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401 (fixture)
+from tests.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]

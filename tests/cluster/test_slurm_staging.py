@@ -18,9 +18,9 @@ import pytest
 from imagenet import demo_data, shards
 from imagenet.staging import MARKER, destination
 from slurm.generate import EXAMPLES, GenerateError, render, spec_from_args
-from tests.slurm_cluster import SlurmCluster, slurm_cluster, wait_for  # noqa: F401 (fixture)
-from tests.unit.test_slurm_generate import _eval_settings
-from tests.cluster.test_slurm_requeue import EPOCHS, _assert_resumed_exactly, _release_requeued, _runs, _wait_for_progress
+from tests.cluster.requeue import EPOCHS, assert_resumed_exactly, release_requeued, run_states, wait_for_progress
+from tests.helpers import eval_settings
+from tests.slurm_cluster import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "slurm" / "ddp_2node_staged.sh"
@@ -30,8 +30,8 @@ NODES = ("node1", "node2")
 def test_generated_stage_dir_stays_unexpanded_and_is_overridable() -> None:
     text = render(spec_from_args(EXAMPLES["ddp_2node_staged"]))
     assert 'TRAIN_ARGS+=(--stage-dir "$STAGE_DIR")' in text
-    assert _eval_settings(text, ["STAGE_DIR"], {"TMPDIR": "/batch-node-tmp"}) == ["$TMPDIR"]
-    assert _eval_settings(text, ["STAGE_DIR"], {"STAGE_DIR": "/local/$SLURMD_NODENAME"}) == ["/local/$SLURMD_NODENAME"]
+    assert eval_settings(text, ["STAGE_DIR"], {"TMPDIR": "/batch-node-tmp"}) == ["$TMPDIR"]
+    assert eval_settings(text, ["STAGE_DIR"], {"STAGE_DIR": "/local/$SLURMD_NODENAME"}) == ["/local/$SLURMD_NODENAME"]
     assert "STAGE_DIR" not in render(spec_from_args(EXAMPLES["ddp_4node"]))
 
 
@@ -66,16 +66,16 @@ def test_two_nodes_stage_once_requeue_and_resume_from_their_copies(slurm_cluster
     log_path = tmp_path / f"ddp_2node_staged-{job}.out"
     log = lambda: log_path.read_text() if log_path.exists() else ""  # noqa: E731
 
-    _wait_for_progress(log, 1, 2, timeout=300)
+    wait_for_progress(log, 1, 2, timeout=300)
     first = _markers(stage, data)
     assert set(first) == set(NODES), f"each node stages its own copy: {first}\n{log()[-3000:]}"
     slurm_cluster.run(["scancel", "--batch", "--signal=USR2", job])  # what --signal=B:USR2@T does
-    _release_requeued(slurm_cluster, job)
+    release_requeued(slurm_cluster, job)
     row = slurm_cluster.wait_finished(job, timeout=300, runs=2)
     text = log()
     assert row["State"] == "COMPLETED", f"{row}\n{text[-3000:]}"
-    assert _runs(slurm_cluster, job) == ["REQUEUED", "COMPLETED"]
-    _assert_resumed_exactly(run_dir, text)
+    assert run_states(slurm_cluster, job) == ["REQUEUED", "COMPLETED"]
+    assert_resumed_exactly(run_dir, text)
 
     runs = re.split(r"^job \d+ .* restart 1:", text, maxsplit=1, flags=re.M)
     assert len(runs) == 2, text[-3000:]

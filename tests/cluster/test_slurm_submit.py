@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from slurm import submit as sm
-from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401 (fixture)
+from tests.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]

@@ -8,77 +8,14 @@ validation (every image once across ranks, a short last batch).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import List
 
 import pytest
-import torch
 from PIL import Image
 
-from imagenet import config, dali_backend, data
+from imagenet import config, data
+from tests.engine.dali_colours import (CPU, TRAIN, VAL, check_solid_colour_batches, colour_dataset, dali_loader,
+                                       decode_id, ids_in_scan_order, needs_dali)
 from tests.helpers import explain, python, read_run, script
-
-CPU = torch.device("cpu")
-TRAIN, VAL = 24, 11  # samples; 11 val images over 2 ranks and batch 4: 6 + 5, last batches of 2 and 1
-
-
-def _has_dali() -> bool:
-    try:
-        dali_backend.require_dali()
-        return True
-    except dali_backend.DaliUnavailable:
-        return False
-
-
-needs_dali = pytest.mark.skipif(not _has_dali(), reason="NVIDIA DALI not installed (pip install nvidia-dali-cuda130)")
-
-
-def _colour(sample_id: int):
-    return (8 * sample_id + 20, 235 - 8 * sample_id, 128)
-
-
-def _decode_id(image: torch.Tensor) -> int:
-    red = image[0].float().mean().item()
-    return round((red - 20) / 8)
-
-
-def colour_dataset(root: Path) -> Path:
-    """train/ and val/ with two classes; sample i of a split is flat colour i (class = i % 2)."""
-    for split, count in (("train", TRAIN), ("val", VAL)):
-        for i in range(count):
-            folder = root / split / f"class_{i % 2}"
-            folder.mkdir(parents=True, exist_ok=True)
-            # names sort in id order within a class folder; scan order is class 0's then class 1's
-            Image.new("RGB", (48, 40), _colour(i)).save(folder / f"img_{i:03d}.jpg", quality=95)
-    return root
-
-
-def _ids_in_scan_order(samples) -> List[int]:
-    return [int(Path(p).stem.split("_")[1]) for p, _ in samples]
-
-
-def _loader(samples, sampler, train: bool, device, batch: int = 4, max_batches: int = 0):
-    return dali_backend.DaliLoader(dali_backend.FileReader(samples), sampler, batch, train, 16, device, 1, 0, 0,
-                                   max_batches)
-
-
-def check_solid_colour_batches(tmp_path: Path, device: torch.device) -> None:
-    """Training batches hold the sampler's samples in its order, with their labels, on DEVICE."""
-    _, samples = data.scan_dataset(str(colour_dataset(tmp_path)))
-    ids = _ids_in_scan_order(samples["train"])
-    sampler = data.ResumableSampler(range(TRAIN), num_replicas=2, rank=1, shuffle=True, seed=3)
-    loader = _loader(samples["train"], sampler, True, device)
-    for epoch in (0, 1):
-        data.set_epoch(loader, epoch)
-        expected = [ids[i] for i in list(iter(sampler))[:len(loader) * 4]]
-        got, labels = [], []
-        for images, target in loader:
-            assert images.device.type == device.type and images.dtype == torch.uint8
-            assert images.shape[1:] == (3, 16, 16)
-            got += [_decode_id(im.cpu()) for im in images]
-            labels += target.cpu().tolist()
-        assert got == expected, f"epoch {epoch}"
-        assert labels == [i % 2 for i in got]
 
 
 @needs_dali
@@ -89,26 +26,26 @@ def test_training_batches_follow_the_sampler_each_epoch(tmp_path):
 @needs_dali
 def test_resume_mid_epoch_yields_the_rest_of_the_epoch(tmp_path):
     _, samples = data.scan_dataset(str(colour_dataset(tmp_path)))
-    ids = _ids_in_scan_order(samples["train"])
+    ids = ids_in_scan_order(samples["train"])
     sampler = data.ResumableSampler(range(TRAIN), num_replicas=1, rank=0, shuffle=True, seed=5)
     full = [ids[i] for i in iter(sampler)]
-    loader = _loader(samples["train"], sampler, True, CPU)
+    loader = dali_loader(samples["train"], sampler, True, CPU)
     data.set_epoch(loader, 0, samples_done=8)  # two batches of 4 already trained
-    got = [_decode_id(im) for images, _ in loader for im in images]
+    got = [decode_id(im) for images, _ in loader for im in images]
     assert got == full[8:]
 
 
 @needs_dali
 def test_validation_sees_every_image_once_across_ranks(tmp_path):
     _, samples = data.scan_dataset(str(colour_dataset(tmp_path)))
-    ids = _ids_in_scan_order(samples["val"])
+    ids = ids_in_scan_order(samples["val"])
     seen, sizes = [], []
     for rank in (0, 1):
-        loader = _loader(samples["val"], data.ShardSampler(VAL, rank, 2), False, CPU)
+        loader = dali_loader(samples["val"], data.ShardSampler(VAL, rank, 2), False, CPU)
         for _ in range(2):  # a second validation pass gives the same images
             batches = list(loader)
             sizes.append([len(t) for _, t in batches])
-        seen += [_decode_id(im) for images, _ in batches for im in images]
+        seen += [decode_id(im) for images, _ in batches for im in images]
     assert sorted(seen) == sorted(ids) == list(range(VAL))
     assert sizes == [[4, 2], [4, 2], [4, 1], [4, 1]]
 
@@ -121,7 +58,7 @@ def test_flip_happens_about_half_the_time(tmp_path):
     half.paste((255, 255, 255), (32, 0, 64, 64))  # left black, right white
     half.save(folder / "x.jpg", quality=95)
     samples = [(str(folder / "x.jpg"), 0)] * 64
-    loader = _loader(samples, data.ShardSampler(64, 0, 1), True, CPU, batch=16)
+    loader = dali_loader(samples, data.ShardSampler(64, 0, 1), True, CPU, batch=16)
     flipped = [int(im[:, :, :4].float().mean() > im[:, :, -4:].float().mean()) for images, _ in loader for im in images]
     # a crop always keeps part of both halves only sometimes; count the crops whose edges differ
     assert len(flipped) == 64 and 0.25 < sum(flipped) / 64 < 0.75

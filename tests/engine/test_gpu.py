@@ -9,7 +9,7 @@ import torch
 
 from imagenet import precision as precision_module
 from tests.helpers import BIN, TINY, explain, free_port, python, read_run, run, script
-from tests.engine.test_dali import check_solid_colour_batches, needs_dali
+from tests.engine.dali_colours import check_solid_colour_batches, needs_dali
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")]

@@ -19,7 +19,7 @@ from PIL import Image
 
 from imagenet import config, data, pipelines, shards, sources
 from results import jpegs
-from tests.engine import test_dali
+from tests.engine import dali_colours
 from tests.helpers import BIN, PYTHON, TINY, explain, python, read_run, run, script
 
 SEEDED = [*TINY, "--seed", "7", "--deterministic", "-p", "1"]
@@ -238,15 +238,15 @@ def test_folder_index_packs_paths_after_their_common_folder():
     assert index.targets.dtype == np.int32 and index.offsets.dtype == np.int64
 
 
-@test_dali.needs_dali
+@dali_colours.needs_dali
 def test_dali_backend_reads_shards_like_the_folder(tmp_path):
-    src = test_dali.colour_dataset(tmp_path / "src")
+    src = dali_colours.colour_dataset(tmp_path / "src")
     proc = convert(src, tmp_path / "s", "--shard-size", "0.002")
     assert proc.returncode == 0, explain(proc)
     got = {}
     for name, root in (("folder", src), ("shards", tmp_path / "s")):
         _, index = data.scan_dataset(str(root))
-        loader = test_dali._loader(index["val"], data.ShardSampler(test_dali.VAL, 0, 1), False, test_dali.CPU)
-        got[name] = [(test_dali._decode_id(im), int(t)) for images, targets in loader
+        loader = dali_colours.dali_loader(index["val"], data.ShardSampler(dali_colours.VAL, 0, 1), False, dali_colours.CPU)
+        got[name] = [(dali_colours.decode_id(im), int(t)) for images, targets in loader
                      for im, t in zip(images, targets)]
-    assert got["shards"] == got["folder"] and len(got["folder"]) == test_dali.VAL
+    assert got["shards"] == got["folder"] and len(got["folder"]) == dali_colours.VAL

@@ -11,8 +11,9 @@ from typing import List
 import pytest
 
 from launch import manual
-from tests.launch.test_launch_support import (PYTHON, REPO, Job, assert_trained, clean_env, demo_data,  # noqa: F401
-                                       free_port, run_jobs, train_args, wait_for_port)
+from launch.environment import free_port
+from tests.helpers import PYTHON, REPO
+from tests.launch.support import Job, assert_trained, clean_env, run_jobs, train_args, wait_for_port
 
 SEED_ARGS = ["imagenet/imagenet_ddp_apex.py", "-a", "resnet50", "--b", "208", "--workers", "20",
              "--opt-level", "O2", "/home/shared/imagenet/raw/"]
@@ -185,7 +186,7 @@ def test_check_fails_with_a_hint_when_nothing_listens():
 # ----------------------------------------------------------------------------- real runs
 
 @pytest.mark.parametrize("launcher,environment", [("torchrun", "torchrun"), ("dist-url", "dist-url")])
-def test_printed_commands_rendezvous_and_train(tmp_path, demo_data, launcher, environment):  # noqa: F811
+def test_printed_commands_rendezvous_and_train(tmp_path, demo_data, launcher, environment):
     """Node 0 and node 1 on 127.0.0.1, each running exactly the printed lines (check included)."""
     port, run_dir = free_port(), tmp_path / "run"
     text = printed("--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",

@@ -23,8 +23,8 @@ from unittest import mock
 import pytest
 
 from launch import environment, mpi
-from tests.launch.test_launch_support import (BIN, PYTHON, REPO, Job, assert_trained, clean_env, demo_data,  # noqa: F401
-                                       run_jobs, train_args)
+from tests.helpers import BIN, PYTHON, REPO
+from tests.launch.support import Job, assert_trained, clean_env, run_jobs, train_args
 
 MPICH_VERSION = "5.0.2"
 MPICH_PREFIX = REPO / "build" / f"mpich-{MPICH_VERSION}"
@@ -124,7 +124,7 @@ def test_ranks_see_torch_variables(tmp_path, launcher):
 
 
 @pytest.mark.mpi
-def test_ddp_training_under_mpi(tmp_path, demo_data, launcher):  # noqa: F811
+def test_ddp_training_under_mpi(tmp_path, demo_data, launcher):
     flavour, argv, env = launcher
     run_dir = tmp_path / "run"
     code, output = run_mpi(tmp_path, argv, ["imagenet/imagenet_ddp.py", *train_args(run_dir, demo_data), "-p", "1"],
@@ -152,7 +152,7 @@ def test_a_failing_rank_aborts_the_job(tmp_path, launcher):
 
 @pytest.mark.mpi
 @pytest.mark.skipif(__import__("torch").distributed.is_mpi_available(), reason="this torch has an MPI backend")
-def test_dist_backend_mpi_without_torch_mpi_names_the_alternative(tmp_path, demo_data):  # noqa: F811
+def test_dist_backend_mpi_without_torch_mpi_names_the_alternative(tmp_path, demo_data):
     args = train_args(tmp_path / "run", demo_data)
     args[args.index("gloo")] = "mpi"
     code, output = run_mpi(tmp_path, openmpi_run(), ["imagenet/imagenet_ddp.py", *args], timeout_s=90)

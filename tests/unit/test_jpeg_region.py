@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from imagenet import pipelines as P
-from tests.unit.test_pipelines import photo
+from tests.helpers import photo
 
 SUBSAMPLINGS = ["444", "422", "420", "440", "411", "Gray"]
 

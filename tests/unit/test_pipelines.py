@@ -20,20 +20,10 @@ from torchvision import transforms as T
 from torchvision.transforms import functional as F
 
 from imagenet import data, pipelines as P
+from tests.helpers import photo
 
 MEAN = torch.tensor(P.IMAGENET_MEAN).view(3, 1, 1)
 STD = torch.tensor(P.IMAGENET_STD).view(3, 1, 1)
-
-
-def photo(height: int = 375, width: int = 500, seed: int = 0) -> np.ndarray:
-    """Smooth colour fields plus blotches and noise: compresses like a photo, not like a flat pattern."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width]
-    img = np.stack([127 + 90 * np.sin(x * rng.uniform(0.01, 0.04) + y * rng.uniform(0.01, 0.04) + c)
-                    for c in range(3)], axis=-1)
-    blotches = rng.normal(0, 30, (height // 8 + 1, width // 8 + 1, 3)).repeat(8, 0).repeat(8, 1)
-    img += blotches[:height, :width] + rng.normal(0, 12, (height, width, 3))
-    return np.clip(img, 0, 255).astype(np.uint8)
 
 
 def read(path) -> bytes:

@@ -1,5 +1,5 @@
 """slurm.generate: committed examples match the generator, values are quoted, bad input is one
-line, and a real ``sbatch --test-only`` on the 4-node x 4-GPU test cluster accepts every file."""
+line (a real ``sbatch --test-only`` of every file on the test cluster: tests/cluster/test_sbatch_test_only.py)."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ import pytest
 
 from slurm import generate
 from slurm.generate import EXAMPLES, GenerateError, JobSpec, render, spec_from_args
-from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401 (fixture)
+from tests.helpers import eval_settings
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = sorted((REPO / "slurm").glob("*.sh"))
@@ -57,32 +57,19 @@ def test_render_is_pure() -> None:
 # ---------------------------------------------------------------- quoting
 
 
-def _settings_block(text: str) -> str:
-    start = text.index("# ---- settings")
-    return text[start:text.index("# ---- software environment")]
-
-
-def _eval_settings(text: str, names: list, env: dict) -> list:
-    probe = _settings_block(text) + "".join(f'printf "%s\\0" "${n}"\n' for n in names)
-    proc = subprocess.run(["bash", "-c", probe], capture_output=True, text=True,
-                          env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "42", "SLURM_JOB_NAME": "j", **env})
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.split("\0")[:-1]
-
-
 NASTY = ["/data/with space", "/d/$(touch /tmp/pwned)", "/d/`id`", "a'b\"c", "x;y&&z|w", "${HOME}", "}*?[a]"]
 
 
 @pytest.mark.parametrize("value", NASTY)
 def test_values_reach_the_script_verbatim(value: str) -> None:
     text = render(JobSpec(data=value, arch=value, env=(("NCCL_SOCKET_IFNAME", value),), train_args=("--lr", "0.1")))
-    assert _eval_settings(text, ["DATA", "ARCH"], {}) == [value, value]
+    assert eval_settings(text, ["DATA", "ARCH"], {}) == [value, value]
     assert not Path("/tmp/pwned").exists()
 
 
 def test_export_overrides_the_defaults_and_log_dir_is_per_job() -> None:
     text = render(JobSpec(epochs=90))
-    assert _eval_settings(text, ["EPOCHS", "DATA", "LOG_DIR"], {"EPOCHS": "3", "DATA": "/x y"}) == \
+    assert eval_settings(text, ["EPOCHS", "DATA", "LOG_DIR"], {"EPOCHS": "3", "DATA": "/x y"}) == \
         ["3", "/x y", "runs/j-42"]
 
 
@@ -90,7 +77,7 @@ def test_sweep_makes_a_job_array_over_the_product() -> None:
     spec = spec_from_args(["--sweep", "BATCH_SIZE=32,64", "--sweep", "ARCH=resnet18,resnet50"])
     text = render(spec)
     assert "#SBATCH --array=0-3" in text and "#SBATCH --output=%x-%A_%a.out" in text
-    points = [_eval_settings(text, ["BATCH_SIZE", "ARCH"], {"SLURM_ARRAY_TASK_ID": str(i)}) for i in range(4)]
+    points = [eval_settings(text, ["BATCH_SIZE", "ARCH"], {"SLURM_ARRAY_TASK_ID": str(i)}) for i in range(4)]
     assert points == [["32", "resnet18"], ["32", "resnet50"], ["64", "resnet18"], ["64", "resnet50"]]
 
 
@@ -137,36 +124,3 @@ def test_cli_writes_the_script_to_stdout() -> None:
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --nodes=2" in proc.stdout and "#SBATCH --ntasks-per-node=4" in proc.stdout
-
-
-# ---------------------------------------------------------------- a real sbatch --test-only
-
-
-def _test_only(cluster: SlurmCluster, path: Path) -> subprocess.CompletedProcess:
-    return cluster.run(["sbatch", "--test-only", str(path)], check=False, cwd=REPO)
-
-
-@pytest.mark.slurm
-@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
-def test_sbatch_test_only_accepts_committed_file(slurm_cluster: SlurmCluster, path: Path) -> None:
-    proc = _test_only(slurm_cluster, path)
-    assert proc.returncode == 0 and "to start at" in proc.stderr, proc.stderr
-
-
-@pytest.mark.slurm
-def test_sbatch_test_only_rejects_what_the_cluster_cannot_run(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    """The check above can fail: 5 nodes or 8 GPUs per node do not fit the 4 x 4 cluster."""
-    for argv in (["--nodes", "5"], ["--gpus-per-node", "8"]):
-        path = tmp_path / "job.sh"
-        path.write_text(render(spec_from_args(argv)))
-        proc = _test_only(slurm_cluster, path)
-        assert proc.returncode != 0, f"{argv} accepted: {proc.stderr}"
-
-
-@pytest.mark.slurm
-def test_sbatch_test_only_accepts_site_options_and_arrays(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    path = tmp_path / "job.sh"
-    path.write_text(render(spec_from_args(["--nodes", "2", "--mem", "64G", "--time", "1-00:00:00",
-                                           "--partition", "debug", "--sweep", "BATCH_SIZE=64,128"])))
-    proc = _test_only(slurm_cluster, path)
-    assert proc.returncode == 0, proc.stderr

@@ -1,6 +1,6 @@
-"""Shared pieces of the launcher tests that start real processes: the demo dataset, the tiny CPU
-training command, a launcher-free environment, running commands with a deadline, and checking a
-finished run folder. (Holds fixtures and helpers only; the tests live in test_launch_*.py.)"""
+"""Shared pieces of the launcher tests that start real processes: the tiny CPU training command, a
+launcher-free environment, running commands with a deadline, and checking a finished run folder.
+(Helpers only: the demo dataset fixture is in conftest.py.)"""
 from __future__ import annotations
 
 import json
@@ -8,18 +8,11 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-import pytest
-
-from launch.environment import free_port  # noqa: F401  (the launch tests import it from here)
-
-REPO = Path(__file__).resolve().parents[2]
-PYTHON = sys.executable
-BIN = Path(sys.executable).parent
+from tests.helpers import BIN, REPO
 # Variables of any launcher: the tests' children must not inherit a job they are not part of.
 LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "PRTE_", "MPI_LOCAL", "TORCHELASTIC_", "GROUP_",
                      "ROLE_", "LAUNCH_MPI")
@@ -40,15 +33,6 @@ def train_args(run_dir: Path, data: Path) -> List[str]:
     return ["-a", "resnet18", "--image-size", "32", "-b", "8", "--epochs", "1", "--steps-per-epoch", "3",
             "--val-steps", "2", "--workers", "0", "--dist-backend", "gloo", "--seed", "0",
             "--dist-timeout", "120", "--log-dir", str(run_dir), str(data)]
-
-
-@pytest.fixture(scope="session")
-def demo_data(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("launch-data") / "demo"
-    subprocess.run([PYTHON, "-m", "imagenet.demo_data", str(root), "--classes", "4", "--train-per-class", "8",
-                    "--val-per-class", "4"], cwd=REPO, check=True, capture_output=True, timeout=120)
-    return root
-
 
 
 class Job:

@@ -1,0 +1,36 @@
+"""Fixtures of the cluster tier: one real SLURM test cluster for the whole session (started by the
+first test that asks for it, stopped when pytest ends), and the dataset the requeue and fault jobs
+train on."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from imagenet import demo_data
+from tests.slurm_cluster import REQUIRE_ENV, ClusterUnavailable, SlurmCluster
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A running 4-node x 4-GPU cluster with accounting. Where this machine cannot host it the tests
+    skip, unless CI requires the cluster ($HPC_IMAGENET_REQUIRE_SLURM), and then they fail. pytest
+    keeps a failed start-up and gives the same outcome to every later test that asks."""
+    try:
+        cluster = SlurmCluster(nodes=4, gpus_per_node=4).start()
+    except ClusterUnavailable as exc:
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"SLURM test cluster required ({REQUIRE_ENV} is set) but unavailable: {exc}")
+        pytest.skip(f"SLURM test cluster unavailable: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """192 training images: 12 steps per epoch for 2 processes of batch 8."""
+    return demo_data.generate(tmp_path_factory.mktemp("requeue_data"), classes=4, train_per_class=48,
+                              val_per_class=2, size=(40, 32))
