@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DATA ?= data/demo
 
-.PHONY: setup demo test bench bench-cluster report clean
+.PHONY: setup demo test test-fast bench bench-cluster report clean
 
 setup: $(STAMP)
 
@@ -25,6 +25,10 @@ demo: setup $(DEMO_DATA)/train
 
 test: setup
 	$(PY) -m pytest
+
+# the unit tier only (tests/unit: no training launched, under 2 minutes on 2 cores): the loop while editing
+test-fast: setup
+	$(PY) -m pytest tests/unit
 
 # Benchmarks (results/): `make bench` measures a small all-kinds preset here and writes the report;
 # `make report` regenerates results/RESULTS.md + figures from the committed records alone.

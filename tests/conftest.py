@@ -1,9 +1,18 @@
-"""Session-wide fixtures: generated JPEG datasets shared by the tests."""
+"""What every tier shares: the generated JPEG datasets, and each test's tier marker.
+
+The tiers are the folders of tests/ (unit, engine, launch, cluster); each test gets its folder's
+marker, so ``-m unit`` or ``-m "not cluster"`` select by tier. Fixtures only one tier uses live in
+that folder's conftest.py (the SLURM cluster in cluster/conftest.py)."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from imagenet import demo_data
+from tests.helpers import TIERS
+
+TESTS = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +33,14 @@ def pytest_report_header(config):
     import torch
 
     return f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its tier: the first folder of its path under tests/."""
+    for item in items:
+        try:
+            folder = item.path.resolve().relative_to(TESTS).parts[0]
+        except ValueError:  # collected from outside tests/
+            continue
+        if folder in TIERS:
+            item.add_marker(folder)

@@ -15,6 +15,7 @@ import numpy as np
 from launch.environment import free_port  # noqa: F401  (tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
+TIERS = ("unit", "engine", "launch", "cluster")  # the folders of tests/, fastest first
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
 SCRIPTS = REPO / "imagenet"
