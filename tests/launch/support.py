@@ -1,6 +1,6 @@
-"""Shared pieces of the launcher tests that start real processes: the tiny CPU training command, a
-launcher-free environment, running commands with a deadline, and checking a finished run folder.
-(Helpers only: the demo dataset fixture is in conftest.py.)"""
+"""Shared pieces of the launcher tests: the tiny CPU training command, a launcher-free environment,
+running commands with a deadline, checking a finished run folder, and launch.manual's printed
+commands. (Helpers only: the demo dataset fixture is in conftest.py.)"""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from launch import manual
 from tests.helpers import BIN, REPO
+
 # Variables of any launcher: the tests' children must not inherit a job they are not part of.
 LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "PRTE_", "MPI_LOCAL", "TORCHELASTIC_", "GROUP_",
                      "ROLE_", "LAUNCH_MPI")
@@ -26,6 +28,16 @@ def clean_env(**extra: str) -> Dict[str, str]:
     env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", PYTHONUNBUFFERED="1",
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **extra)
     return env
+
+
+def printed(*argv: str) -> str:
+    """What ``python -m launch.manual ARGV`` prints."""
+    return manual.render(manual.build_parser().parse_args(list(argv)))
+
+
+def commands(text: str) -> List[str]:
+    """The command lines of launch.manual's output (its # comments left out)."""
+    return [line for line in text.splitlines() if line and not line.startswith("#")]
 
 
 def train_args(run_dir: Path, data: Path) -> List[str]:
