@@ -20,20 +20,22 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from results import records, whole_step
+from results.analysis.efficiency import add_efficiency
+from results.analysis.whole_step import model_overlap
+from results.core import records
+from results.core.records import by_kind
 from results.report.comm import allreduce_section, overlap_section
-from results.report.common import (REFERENCE, REPO, RESULTS, Environments, ReportError, by_kind, fmt, load_reference,
-                                   md_table, pct)
-from results.report import amp_parity, data_scale, faults, gpu_step
+from results.report.common import (REFERENCE, REPO, RESULTS, Environments, ReportError, fmt, load_reference, md_table,
+                                   pct)
+from results.report import amp_parity, data_scale, faults, gpu_step, whole_step
 from results.report.curves import curves_section
 from results.report.data_io import io_section
-from results.report.model import hal_model, model_overlap, model_section
+from results.report.model import hal_model, model_section
 from results.report.pipeline import pipeline_section
 from results.report.steps import step_section
 from results.report.storage import storage_section
 from results.report.summary import summary_section
 from results.report.training import multinode_section, throughput_section, time_section
-from results.train_bench import add_efficiency
 
 __all__ = ["build", "main", "ReportError", "Environments", "fmt", "pct", "load_reference", "hal_model",
            "model_section"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from results import comparisons as cmp
+from results.analysis import comparisons as cmp
 from results.report.common import REPO, fmt, md_table
 from results.report.curves import read_scalars
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from results import figures, scaling_model as sm
-from results.allreduce_bench import fit_alpha_beta
+from results.analysis import scaling_model as sm
+from results.analysis.allreduce_fit import fit_alpha_beta
+from results.report import figures
 from results.report.common import Environments, md_table
 
 
@@ -44,7 +45,7 @@ def allreduce_section(ar: Sequence[dict], env: Environments, fig_dir: Path) -> s
 
 
 def overlap_section(recs: Sequence[dict], env: Environments) -> str:
-    """Exposed all-reduce per DDP step (results/overlap_bench.py), one row per record."""
+    """Exposed all-reduce per DDP step (results/runners/overlap_bench.py), one row per record."""
     rows = []
     for r in sorted(recs, key=lambda r: (r["sweep"], r["point"]["world_size"], r["point"]["bucket_cap_mb"])):
         p, m = r["point"], r["metrics"]

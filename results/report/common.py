@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from results import records
-from results.train_bench import GROUP_KEYS
+from results.core import records
+from results.core.setups import GROUP_KEYS
 
 RESULTS = records.RESULTS_DIR
 REPO = RESULTS.parent
-REFERENCE = RESULTS / "reference"
+REFERENCE = records.REFERENCE_DIR
 IMAGENET_TRAIN_IMAGES = 1_281_167  # ILSVRC-2012 training set size: converts images/s to epoch time
 
 
@@ -81,10 +81,6 @@ def load_reference(ref_dir: Path = REFERENCE) -> Tuple[dict, dict]:
     return pub, links
 
 
-def by_kind(recs: Sequence[dict], kind: str, ok: bool = True) -> List[dict]:
-    return [r for r in recs if r["kind"] == kind and (r["status"] == "ok") == ok]
-
-
 def data_label(d: object) -> str:
     return "synthetic" if d == "dummy" else Path(str(d)).name
 
@@ -116,12 +112,3 @@ def train_groups(train: Sequence[dict]) -> Dict[str, List[dict]]:
 
 def _mib(v: Optional[float]) -> Optional[float]:
     return None if v is None else v / (1 << 20)
-
-
-def _newest_sweep(items: Sequence[dict], record_of=lambda x: x) -> List[dict]:
-    """The items of the newest sweep among ITEMS: by record time (sweep ids start with their tag, so
-    they sort by tag first), the sweep id breaking ties."""
-    if not items:
-        return []
-    newest = max(items, key=lambda x: (record_of(x)["time"], record_of(x)["sweep"]))
-    return [x for x in items if record_of(x)["sweep"] == record_of(newest)["sweep"]]

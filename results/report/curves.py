@@ -6,7 +6,8 @@ import logging
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from results import figures, records
+from results.core import records
+from results.report import figures
 from results.report.common import REPO, Environments, data_label, md_table, plain_local
 
 CURVES = {"top1_train": ("Top1/train", "train top-1 (%)"), "top1_val": ("Top1/val", "validation top-1 (%)"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence
 
 from imagenet.profiling import without_step_markers
-from results import comparisons as cmp
+from results.analysis import comparisons as cmp
 from results.report.common import fmt, md_table, pct
 
 TARGET_IMAGES_PER_S, TARGET_SPEEDUP, TARGET_JPEG_FRACTION = 6000.0, 3.3, 0.95

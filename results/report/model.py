@@ -4,28 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from results import figures, scaling_model as sm
-from results.allreduce_bench import fit_alpha_beta
+from results.analysis import scaling_model as sm
+from results.analysis.allreduce_fit import fit_alpha_beta
+from results.analysis.parameters import parameter_count
+from results.analysis.whole_step import model_overlap
+from results.core.setups import GROUP_KEYS
+from results.report import figures
 from results.report.comm import allreduce_groups
-from results.report.common import Environments, _newest_sweep, fmt, md_table, pct, plain_local
-from results.train_bench import GROUP_KEYS, parameter_count
-
-
-def model_overlap(overlap: Sequence[dict]) -> Tuple[float, Optional[dict]]:
-    """The hidden fraction h the scaling model uses, and the overlap record it comes from.
-
-    The newest sweep (by record time) wins; inside it, the record measured with DDP's default
-    bucket size (the model's), else that sweep's newest record. h = 1 - exposed / alone from the
-    record's metrics (what overlap_bench records as hidden_fraction). Without an overlap record:
-    (``NO_OVERLAP``, None), the conservative assumption that all communication is exposed.
-    """
-    usable = [r for r in overlap if r["metrics"]["allreduce_alone_ms"] > 0]
-    if not usable:
-        return sm.NO_OVERLAP, None
-    sweep = sorted(_newest_sweep(usable), key=lambda r: r["time"])
-    default = [r for r in sweep if r["point"].get("bucket_cap_mb", 0) * (1 << 20) == sm.DDP_BUCKET_BYTES]
-    rec = (default or sweep)[-1]
-    return sm.hidden_fraction(rec["metrics"]["exposed_comm_ms"], rec["metrics"]["allreduce_alone_ms"]), rec
+from results.report.common import Environments, fmt, md_table, pct, plain_local
 
 
 def overlap_text(h: float, rec: Optional[dict], env: Environments) -> str:
@@ -165,7 +151,7 @@ def _model_text(scenarios, hidden, gpus, ours_desc, ours, ours_measured, pub, li
             "overlap ((1-f) t_c + max(f t_c, t_comm(n))), and the measured overlap uses h from an overlap record; "
             f"t_comm(n) = k 2(n-1) alpha + 2(n-1)/n G / B with k = ceil(G / {sm.DDP_BUCKET_BYTES / (1 << 20):g} MiB) "
             "DDP buckets; B and alpha are intra-node while n fits one node, inter-node beyond (see "
-            "`results/scaling_model.py`).\n\n" + h_text + "\n\n"
+            "`results/analysis/scaling_model.py`).\n\n" + h_text + "\n\n"
             f"This machine: {ours_desc}; beyond 2 processes it assumes a cluster of such nodes joined by the "
             "measured link, and it ignores that our processes share 2 cores.\n\n"
             "HAL: t_c is calibrated, under each overlap assumption, so that the model reproduces the smallest "

@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
-from results import comparisons as cmp, figures
+from results.analysis import comparisons as cmp
+from results.report import figures
 from results.report.common import Environments, md_table
 
 
@@ -57,7 +58,7 @@ def pipeline_section(io: Sequence[dict], steady: Sequence[dict], env: Environmen
               cmp.times(x["per_core_ratio"]), cmp.times(x["wall_ratio"]), x["record"].get("host_load_1m"),
               env.id(x["record"]), x["record"]["_source"]] for x in rows]
     return ("## Data pipeline vs the baseline\n\n![pipeline per core](figures/pipeline_per_core.png)\n\n"
-            "Each backend reads the same generated ImageNet-like JPEGs (`results/jpegs.py`: 500x375, ~110 KB) "
+            "Each backend reads the same generated ImageNet-like JPEGs (`results/runners/jpegs.py`: 500x375, ~110 KB) "
             "in the same order with the same train augmentation (random-resized crop to the image size + "
             "flip). CPU = user + system seconds of the reader and its DataLoader workers (`getrusage`, "
             "workers counted once reaped); images/s per core = images / CPU seconds. Ratios are to the "

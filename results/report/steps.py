@@ -4,7 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Sequence
 
-from results import comparisons as cmp, figures
+from results.analysis import comparisons as cmp
+from results.core.setups import SETUPS
+from results.report import figures
 from results.report.common import Environments, data_label, md_table, pct
 
 
@@ -37,7 +39,6 @@ def step_section(train: Sequence[dict], env: Environments, fig_dir: Path, gpu: b
          "bars": bars("images_per_s", "throughput_ratio"), "empty": empty},
     ], "Training step: pytorch/examples-style baseline vs the engine, same batch and data, "
        + ("on one GPU" if gpu else "on this CPU"))
-    from results.train_bench import SETUPS
     about = "".join(f"- `{k}`: {v.about} (`{v.variant}`, {v.precision}"
                     f"{', ' + v.amp_dtype if v.amp_dtype else ''}{', ' + ' '.join(v.flags) if v.flags else ''})\n"
                     for k, v in SETUPS.items() if k in setups)

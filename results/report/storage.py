@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from results import figures
+from results.report import figures
 from results.report.common import Environments, md_table
 
 

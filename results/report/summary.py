@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from results import comparisons as cmp
-from results.report.common import _newest_sweep, data_label, fmt, pct
+from results.analysis import comparisons as cmp
+from results.core.records import newest_sweep
+from results.report.common import data_label, fmt, pct
 
 
 def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence[dict] = (),
@@ -12,7 +13,7 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
     """The headline ratios, each from the newest sweep that has it, with the load at the time."""
     lines = []
     ratios = [r for r in steady if r["metrics"].get("ratio_per_core") and r["point"]["backend"] != "baseline"]
-    for r in _newest_sweep(ratios):
+    for r in newest_sweep(ratios):
         p, m = r["point"], r["metrics"]
         lines.append(f"- Data pipeline, steady state, `{p['backend']}` vs `baseline` ({p['split']}, "
                      f"{p['workers']} workers, {p['image_size']}px, {p['images']} images x {m['rounds']} "
@@ -21,7 +22,7 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
                      f"{fmt(r.get('host_load_1m'))} (`{r['_source']}`)")
     # the engine's default backend; the other backends are in the section's table and figure
     pipe = [x for x in cmp.pipeline_rows(io) if x["per_core_ratio"] and x["record"]["point"]["backend"] == "fast"]
-    for x in _newest_sweep(pipe, lambda x: x["record"]):
+    for x in newest_sweep(pipe, lambda x: x["record"]):
         p, m = x["record"]["point"], x["record"]["metrics"]
         lines.append(f"- Data pipeline, `{p['backend']}` vs `baseline` ({p['workers']} workers, {p['cache']} "
                      f"cache, {p['image_size']}px): {cmp.times(x['per_core_ratio'])} images/s per core "
@@ -32,7 +33,7 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
 
     def kind(x: dict) -> tuple:  # the newest sweep of each device and kind of data: a GPU sweep hides no CPU one
         return cmp.on_gpu(x["record"]), x["record"]["point"]["data"] == "dummy"
-    newest = {k: _newest_sweep([x for x in steps if kind(x) == k], lambda x: x["record"])[0]["record"]["sweep"]
+    newest = {k: newest_sweep([x for x in steps if kind(x) == k], lambda x: x["record"])[0]["record"]["sweep"]
               for k in {kind(x) for x in steps}}
     for x in (x for x in steps if x["record"]["sweep"] == newest[kind(x)]):
         p, m = x["record"]["point"], x["record"]["metrics"]
@@ -48,7 +49,7 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
                      f"cost {100 * x['overhead']:+.1f}% step time ({fmt(m['step_time_ms'])} vs "
                      f"{fmt(q['step_time_ms'])} ms/step logging once per epoch); host load "
                      f"{fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
-    for r in _newest_sweep(overlap):
+    for r in newest_sweep(overlap):
         p, m = r["point"], r["metrics"]
         lines.append(f"- DDP communication overlap ({p['arch']} {p['image_size']}px, batch {p['batch_size']}, "
                      f"{p['world_size']} gloo processes, {p['bucket_cap_mb']:g} MB buckets): "
@@ -57,7 +58,7 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
                      f"{fmt(m['step_time_ms'])} ms); host load {fmt(r.get('host_load_1m'))} (`{r['_source']}`)")
     nodes = cmp.multinode_records(train)
     if nodes:
-        newest = _newest_sweep(nodes)
+        newest = newest_sweep(nodes)
         big = max(newest, key=lambda r: r["metrics"]["world_size"])  # a 1-process run has no backend
         where = "SLURM test cluster" if "test cluster" in (big.get("note") or "") else "SLURM"
         lines.append(f"- Multi-node {big['metrics'].get('backend')} DDP ({where}, {big['point']['arch']}): "

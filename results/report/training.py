@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Sequence
 
-from results import comparisons as cmp, figures
+from results.analysis import comparisons as cmp
+from results.report import figures
 from results.report.common import (IMAGENET_TRAIN_IMAGES, Environments, _mib, md_table, pct, train_groups)
 
 

@@ -13,7 +13,7 @@ from typing import List
 
 import pytest
 
-from results import records
+from results.core import records
 from tests.slurm_cluster import SlurmCluster, wait_for
 
 pytestmark = pytest.mark.slurm

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from results import bench, records
+from results import bench
+from results.core import records
 from tests.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
@@ -61,7 +62,7 @@ def test_ctrl_c_with_slurmctld_not_answering_names_the_jobs_instead_of_hanging(
         slurm_cluster: SlurmCluster, monkeypatch, caplog) -> None:
     """A stopped (SIGSTOP) slurmctld: scancel blocks, so cancel gives up after its timeout and tells
     the user which jobs to cancel, instead of hanging the harness's Ctrl-C."""
-    from results import slurm_queue
+    from results.runners import slurm_queue
 
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     monkeypatch.setenv("PATH", slurm_cluster.env["PATH"])

@@ -44,7 +44,7 @@ def record_fault(fault: str, launcher: str, nodes: int, survived: bool, detect_s
     if not path:
         return
     from imagenet import sysinfo
-    from results import records
+    from results.core import records
 
     metrics = {"survived": int(survived), "steps_trained_twice": twice, "checkpoints_lost": lost}
     if detect_s is not None:

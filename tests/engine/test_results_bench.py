@@ -5,7 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from results import bench, records, train_bench
+from results import bench
+from results.analysis.efficiency import add_efficiency
+from results.core import records
+from results.runners import common, train_bench
 from results.report import curves as report_curves
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +36,7 @@ def test_allreduce_records(tmp_path):
 def test_io_records_workers_readers_cache(tmp_path):
     out = tmp_path / "r.jsonl"
     data = tmp_path / "jpegs"
-    from results import jpegs
+    from results.runners import jpegs
     info = jpegs.ensure_dataset(data, classes=2, train_per_class=8, val_per_class=1)
     assert 60_000 < info["mean_image_bytes"] < 160_000  # ImageNet-like files
     assert bench.main(["io", "--data", str(data), "--backends", "torchvision", "--workers", "0", "1",
@@ -51,7 +54,7 @@ def test_io_records_workers_readers_cache(tmp_path):
 def test_pipeline_records_steady_state_ratios(tmp_path):
     out = tmp_path / "r.jsonl"
     data = tmp_path / "jpegs"
-    from results import jpegs
+    from results.runners import jpegs
     jpegs.ensure_dataset(data, classes=2, train_per_class=4, val_per_class=1)
     assert bench.main(["pipeline", "--data", str(data), "--images", "8", "--workers", "0", "--rounds", "2",
                        "--batch", "4", "--image-size", "32", "--records", str(out), "--tag", "t"]) == 0
@@ -112,7 +115,7 @@ def test_efficiency_against_smallest_point_of_the_sweep():
         return {"kind": "train", "status": "ok", "sweep": sweep, "point": p,
                 "metrics": {"world_size": world, "images_per_s": rate}}
     rs = [rec("a", 2, 100.0), rec("a", 4, 150.0), rec("b", 4, 50.0)]
-    train_bench.add_efficiency(rs)
+    add_efficiency(rs)
     assert [r["metrics"]["scaling_efficiency"] for r in rs] == [1.0, 0.75, 1.0]
     assert rs[1]["metrics"]["baseline_world_size"] == 2
 
@@ -135,7 +138,7 @@ def test_each_command_has_its_own_default_tag(cmd, tag):
 
 
 def test_storage_readers_split_the_files_and_read_each_whole(tmp_path, monkeypatch):
-    from results import storage_bench
+    from results.runners import storage_bench
     data, out = tmp_path / "data", tmp_path / "out"
     sizes = {}
     for i in range(7):
@@ -164,5 +167,5 @@ def test_a_failed_runs_cause_is_taken_from_before_torchruns_footer():
         "E1123 failed (exitcode: 1) local_rank: 0 (pid: 1) of binary: python",
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", "=" * 60,
         "  error_file: <N/A>", "  traceback : To enable traceback see: https://pytorch.org/errors.html"])
-    assert bench._last_line(log) == "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered"
-    assert bench._last_line("error: --lr must be positive\n" + log) == "error: --lr must be positive"
+    assert common.last_line(log) == "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert common.last_line("error: --lr must be positive\n" + log) == "error: --lr must be positive"

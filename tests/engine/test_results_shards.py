@@ -1,8 +1,9 @@
 """``results.bench shards`` on a tiny set: real conversions, strace-counted opens of a seeded multi-epoch
 run with loader workers, real memory of workers, records that validate, and the report section that
 shows them."""
-from results import records, report
-from results.data_scale_bench import index_memory
+from results import report
+from results.core import records
+from results.runners.data_scale_bench import index_memory
 
 from tests.helpers import explain, python
 
@@ -34,7 +35,7 @@ def test_shards_bench_records_and_report(tmp_path):
 
 
 def _photos(tmp_path):
-    from results import jpegs
+    from results.runners import jpegs
 
     root = tmp_path / "jpegs"
     jpegs.ensure_dataset(root, classes=2, train_per_class=8, val_per_class=1)

@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 from imagenet import config, data, pipelines, shards, sources
-from results import jpegs
+from results.runners import jpegs
 from tests.engine import dali_colours
 from tests.helpers import BIN, PYTHON, TINY, explain, python, read_run, run, script
 

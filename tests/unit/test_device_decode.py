@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from imagenet import data, device_decode, pipelines
-from results import jpegs
+from results.runners import jpegs
 
 CPU = torch.device("cpu")
 

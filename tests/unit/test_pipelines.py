@@ -239,7 +239,7 @@ def test_loader_batches(files):
 
 
 def test_bench_measures_both_backends(files):
-    from results import pipeline_bench
+    from results.runners import pipeline_bench
 
     samples = [(p, 0) for p in files[:2]]
     rows = pipeline_bench.summarize(pipeline_bench.bench(samples, ["baseline", "fast"], [0], 32, 2, rounds=1))

@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from results import io_bench, records, report
+from results import report
+from results.core import records
+from results.runners import io_bench
 
 ENV = {"hostname": "vm", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.x", "gpu_count": 0, "nodes": 1}
 
@@ -80,7 +82,7 @@ def test_multinode_efficiency_and_figures(built):
 
 
 def test_reader_cpu_seconds_cover_loader_workers(tmp_path):
-    from results import jpegs
+    from results.runners import jpegs
     jpegs.ensure_dataset(tmp_path, classes=1, train_per_class=8, val_per_class=1)
     builder = io_bench.builder_for("baseline")
     ds = builder(tmp_path, 64)

@@ -1,6 +1,7 @@
 """RESULTS.md's fault table: one row per fault from its newest sweep, median and maximum time to
 detect, sums of steps trained twice and checkpoints lost; failed runs listed with their error."""
-from results import records, report
+from results import report
+from results.core import records
 from results.report import faults as faults_report
 
 ENV = {"hostname": "node1", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.x", "nodes": 2}

@@ -5,7 +5,7 @@ them, and read back with TensorBoard's reader), and the kernel-bound verdict of 
 from pathlib import Path
 from typing import List
 
-from results import records
+from results.core import records
 from results.report import amp_parity, gpu_step
 
 GPU_ENV = {"hostname": "gpu1", "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1, "nodes": 1}

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from results import records, report, scaling_model as sm
+from results import report
+from results.analysis import scaling_model as sm
+from results.core import records
 
 ENV = {"hostname": "node1", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.x", "gpu_name": None,
        "gpu_count": 0, "nodes": 1, "git_commit": "abc123", "command": "bench"}

@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from results import scaling_model as sm
-from results.allreduce_bench import bus_factor, fit_alpha_beta, sizes
+from results.analysis import scaling_model as sm, whole_step as ws
+from results.analysis.allreduce_fit import bus_factor, fit_alpha_beta
+from results.runners.allreduce_bench import sizes
 
 # t_c = 0.1 s, batch 32, 100 MB of gradients, 10 GB/s inside a node of 2, 1 GB/s between nodes,
 # no latency, one bucket per 1 GB (a single all-reduce call).
@@ -188,7 +189,6 @@ def _reference():
 
 def _published_from_model(pub, links):
     """A copy of the published tables whose numbers are the model's own predictions (error 0)."""
-    from results import whole_step as ws
     pub = copy.deepcopy(pub)
     rows = ws.check_rows(ws.cases(pub, links, ws.Measured()))
     pred = {(r["case"], r["gpus"]): r["predicted"] for r in rows}
@@ -210,22 +210,22 @@ def _write_reference(tmp_path, pub, links):
 def test_check_exit_code_on_constructed_published_points(tmp_path, capsys):
     pub, links = _reference()
     exact = _published_from_model(pub, links)
-    assert sm.main(["--check", "--records", "--reference", str(_write_reference(tmp_path, exact, links))]) == 0
+    assert ws.main(["--check", "--records", "--reference", str(_write_reference(tmp_path, exact, links))]) == 0
     assert "Every published point is within 10%" in capsys.readouterr().out
     off = copy.deepcopy(exact)
     may = next(r for r in off["hal_2020"]["runs"] if r["label"] == "may")
     may["train_img_per_s"][-1] *= 0.85  # the model is now 1/0.85 - 1 = +17.6% at 64 GPUs
-    assert sm.main(["--check", "--records", "--reference", str(_write_reference(tmp_path, off, links))]) == 1
+    assert ws.main(["--check", "--records", "--reference", str(_write_reference(tmp_path, off, links))]) == 1
     out = capsys.readouterr().out
     assert "HAL 2020 may at 64 GPUs: +17.6%" in out
     nine = copy.deepcopy(exact)
     next(r for r in nine["hal_2020"]["runs"] if r["label"] == "may")["train_img_per_s"][-1] /= 1.09
-    assert sm.main(["--check", "--records", "--reference", str(_write_reference(tmp_path, nine, links))]) == 0
+    assert ws.main(["--check", "--records", "--reference", str(_write_reference(tmp_path, nine, links))]) == 0
 
 
 def test_check_prints_every_published_point_with_its_binding_term(capsys):
     pub, links = _reference()
-    code = sm.main(["--check", "--records"])
+    code = ws.main(["--check", "--records"])
     out = capsys.readouterr().out
     hal_points = sum(len(r["gpus"]) for r in pub["hal_2020"]["runs"])
     dle_points = sum(len(v) for v in pub["nvidia_dle_2021"]["train_img_per_s"].values())
@@ -236,7 +236,6 @@ def test_check_prints_every_published_point_with_its_binding_term(capsys):
 
 
 def test_predictions_do_not_depend_on_points_above_four_gpus():
-    from results import whole_step as ws
     pub, links = _reference()
     altered = copy.deepcopy(pub)
     for run in altered["hal_2020"]["runs"]:
@@ -271,7 +270,6 @@ def _rec(kind, time, point, metrics, source):
 
 
 def test_inputs_come_from_the_newest_matching_records():
-    from results import whole_step as ws
     pipe = [_rec("pipeline", "2026-01-01", {"backend": "baseline", "image_size": 224, "workers": 0},
                  {"images_per_cpu_s": 500.0}, "old:1"),
             _rec("pipeline", "2026-02-01", {"backend": "baseline", "image_size": 224, "workers": 0},
@@ -292,9 +290,9 @@ def test_inputs_come_from_the_newest_matching_records():
 
 
 def test_report_section_has_one_row_per_published_point(tmp_path):
-    from results import whole_step as ws
     pub, links = _reference()
-    text = ws.section([], [], sm.NO_OVERLAP, None, pub, links, tmp_path)
+    from results.report import whole_step as ws_report
+    text = ws_report.section([], [], sm.NO_OVERLAP, None, pub, links, tmp_path)
     rows = [line for line in text.splitlines() if line.startswith(("| HAL 2020 ", "| NVIDIA DLE "))]
     n = sum(len(r["gpus"]) for r in pub["hal_2020"]["runs"]) + sum(
         len(v) for v in pub["nvidia_dle_2021"]["train_img_per_s"].values())
@@ -304,7 +302,6 @@ def test_report_section_has_one_row_per_published_point(tmp_path):
 
 
 def test_storage_ceiling_from_the_io_sweep_records():
-    from results import whole_step as ws
     def rec(sweep, time, fmt, mb, files, src):
         r = _rec("storage", time, {"format": fmt, "nodes": 2}, {"mb_per_s": mb, "files_per_s": files}, src)
         return {**r, "sweep": sweep}

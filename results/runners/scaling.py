@@ -11,7 +11,8 @@ points never share nodes or storage; ``--concurrent`` drops that. Progress is pr
 (queued, running, done); each finished job's run.json is read from the shared filesystem into
 one record. Ctrl-C or ``--timeout`` cancels every job still queued or running. Running again with
 the same ``--tag`` resumes: points with an ok record in the same sweep are skipped. ``--io``
-sweeps readers x nodes over ``--data`` instead (:mod:`results.storage_bench`).
+sweeps readers x nodes over ``--data`` instead (:func:`storage_points`, the jobs run
+:mod:`results.runners.storage_bench`). ``results.bench`` writes the report when the sweep is done.
 
 The scratch and kept run folders go under ``results/`` when the records file is the default one,
 else next to the records file; either way they must be on a filesystem the nodes share.
@@ -25,7 +26,12 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from results import records, slurm_queue, train_bench
+from results.analysis.parameters import parameter_count
+from results.core import records
+from results.core.records import RUNS_DIR, SCRATCH_DIR, portable
+from results.runners import slurm_queue, storage_bench, train_bench
+from results.runners.common import BenchError, environment
+from slurm import generate
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +53,10 @@ class Point:
 # ---------------------------------------------------------------- the sweep
 
 def run(a: argparse.Namespace) -> int:
-    from results import bench, storage_bench
-    scratch_root, runs_root = _work_dirs(a.records, bench)
+    scratch_root, runs_root = _work_dirs(a.records)
     kind = "storage" if a.io else "train"
     sweep, done = (records.new_sweep_id(kind, a.tag), {}) if a.fresh else resume(a.records, kind, same_sweep_key(a), a.tag)
-    builder = storage_bench.sweep_points if a.io else train_points
+    builder = storage_points if a.io else train_points
     points = builder(a, sweep, done, scratch_root, runs_root)
     if a.dry_run:
         for p in points:
@@ -59,7 +64,7 @@ def run(a: argparse.Namespace) -> int:
         return 0
     if not points:
         log.info("every point of sweep %s is already recorded in %s", sweep, a.records)
-        return _report(a)
+        return 0
     log.info("sweep %s: %d point(s) to run%s, records -> %s", sweep, len(points),
              f" ({len(done)} already recorded)" if done else "", a.records)
     try:
@@ -71,13 +76,12 @@ def run(a: argparse.Namespace) -> int:
     except slurm_queue.Timeout as e:
         log.warning("--timeout: %s, so they were cancelled; rerun the same command to resume", e)
         return 124
-    rc = 1 if failed == len(points) else 0
-    return rc or _report(a)
+    return 1 if failed == len(points) else 0
 
 
-def _work_dirs(records_file: Path, bench) -> Tuple[Path, Path]:
+def _work_dirs(records_file: Path) -> Tuple[Path, Path]:
     if Path(records_file).resolve().parent == records.RECORDS_DIR.resolve():
-        return bench.SCRATCH, bench.RUNS
+        return SCRATCH_DIR, RUNS_DIR
     return Path(records_file).resolve().parent / "scratch", Path(records_file).resolve().parent / "runs"
 
 
@@ -85,7 +89,7 @@ def same_sweep_key(a: argparse.Namespace) -> dict:
     """What must match for an earlier record to belong to this sweep (everything but the node count)."""
     keys = ["io", "gpus_per_node", "cpus_per_task", "arch", "batch", "image_size", "steps_per_epoch", "data",
             "workers", "variant", "precision", "readers", "seconds", "format_label", "cache"]
-    return train_bench.portable({k: getattr(a, k) for k in keys if hasattr(a, k)})  # recorded: no machine paths
+    return portable({k: getattr(a, k) for k in keys if hasattr(a, k)})  # recorded: no machine paths
 
 
 def resume(path: Path, kind: str, key: dict, tag: str) -> Tuple[str, Dict[int, List[int]]]:
@@ -111,11 +115,10 @@ def runner(a: argparse.Namespace) -> train_bench.SlurmRunner:
 
 def train_points(a: argparse.Namespace, sweep: str, done: Dict[int, List[int]], scratch_root: Path,
                  runs_root: Path) -> List[Point]:
-    from results import bench
     r = runner(a)
     procs = a.gpus_per_node or a.procs_per_node
     workers = a.workers if a.workers is not None else (8 if a.gpus_per_node else 0)
-    params = train_bench.parameter_count(a.arch)
+    params = parameter_count(a.arch)
     out = []
     for n in sorted(set(a.nodes)):
         if n in done:
@@ -126,21 +129,63 @@ def train_points(a: argparse.Namespace, sweep: str, done: Dict[int, List[int]], 
                                    epochs=1, steps_per_epoch=a.steps_per_epoch, val_steps=1, workers=workers,
                                    extra_args=tuple(a.extra))
         scratch, keep = scratch_root / sweep / p.name, runs_root / sweep / p.name
-        extra = {"runner": "slurm", "bench_command": train_bench.portable(" ".join(sys.argv)),
+        extra = {"runner": "slurm", "bench_command": portable(" ".join(sys.argv)),
                  "scaling_key": same_sweep_key(a), **({"note": a.note} if a.note else {})}
 
         def finish(pt: Point, p=p, scratch=scratch, keep=keep, extra=extra) -> dict:
             if pt.error:
-                return bench.failed_train_record(p, sweep, pt.error, extra)
+                return train_bench.failed_train_record(p, sweep, pt.error, extra)
             out_ = train_bench.Outcome(0, slurm_queue.job_output(scratch),
                                        f"sbatch {' '.join(r.sbatch_argv(scratch))} {scratch / 'job.sh'}",
                                        time.monotonic() - pt.t0)
-            return bench.train_record(p, out_, sweep, params, extra, scratch, keep)
+            return train_bench.train_record(p, out_, sweep, params, extra, scratch, keep)
         why = train_bench.check(p)
         if why:
-            raise bench.BenchError(why)
+            raise BenchError(why)
         out.append(Point(f"{n} node(s) x {procs} process(es)", scratch, r.script(p, scratch), r.sbatch_argv(scratch),
                          finish))
+    return out
+
+
+def storage_points(a: argparse.Namespace, sweep: str, done: Dict[int, List[int]], scratch_root: Path,
+                   runs_root: Path) -> List[Point]:
+    """``--io``: one job per (nodes, readers per node) reading --data (results.runners.storage_bench)."""
+    data = Path(a.data)
+    if a.data == "dummy" or not data.is_dir():
+        raise BenchError(f"--io reads --data from the shared filesystem; {a.data} is not a folder")
+    fmt = a.format_label or storage_bench.data_format(data)
+    r = runner(a)
+    out = []
+    for n in sorted(set(a.nodes)):
+        for k in sorted(set(a.readers)):
+            if k in done.get(n, []):
+                continue
+            name = f"read_n{n}x{k}_{fmt}"
+            scratch = scratch_root / sweep / name
+            # readers need no GPU: a CPU job (--constraint/--partition pick the nodes)
+            spec = generate.JobSpec(name=f"bench-{name}"[:60], nodes=n, gpus_per_node=0, tasks_per_node=k,
+                                    procs_per_node=k,
+                                    cpus_per_task=a.cpus_per_task or 1, launcher="srun", data=str(data),
+                                    requeue=False, time=a.time, output=str(scratch / "slurm-%j.out"), **r.options)
+            point = {"nodes": n, "readers_per_node": k, "format": fmt, "data": portable(str(data)),
+                     "seconds": a.seconds, "cache": a.cache}
+
+            def finish(pt, scratch=scratch, point=point, n=n, k=k) -> dict:
+                # the submitting host's software; the nodes' names are in the metrics' readers
+                env = portable({**environment(n), "slurm_job_id": pt.job})
+                extra = {"runner": "slurm", "scaling_key": same_sweep_key(a),
+                         "bench_command": portable(" ".join(sys.argv)), "wall_s": time.monotonic() - pt.t0,
+                         **({"note": a.note} if a.note else {})}
+                if pt.error:
+                    return records.make_record("storage", sweep, point, {}, env, "failed", pt.error, **extra)
+                try:
+                    m = storage_bench.metrics(scratch, n, k)
+                except (OSError, ValueError) as e:
+                    tail = slurm_queue.job_output(scratch).splitlines()[-1:] or ["(no job output)"]
+                    return records.make_record("storage", sweep, point, {}, env, "failed", f"{e}; {tail[0]}", **extra)
+                return records.make_record("storage", sweep, point, m, env, **extra)
+            script = generate.render_step(spec, storage_bench.job_body(a, k))
+            out.append(Point(f"{n} node(s) x {k} reader(s)", scratch, script, r.sbatch_argv(scratch), finish))
     return out
 
 
@@ -201,15 +246,6 @@ def _numbers(rec: dict) -> str:
     if rec["kind"] == "storage":
         return f"{m['mb_per_s']:.1f} MB/s, {m['files_per_s']:.1f} files/s in all"
     return f"{m['images_per_s']:.1f} images/s ({m['world_size']} processes), {m['step_time_ms']:.1f} ms/step"
-
-
-def _report(a: argparse.Namespace) -> int:
-    if not a.report:
-        return 0
-    from results import report
-    if Path(a.records).resolve().parent == records.RECORDS_DIR.resolve():
-        return report.main([])
-    return report.main(["--records", str(a.records), "--out", str(Path(a.records).resolve().parent)])
 
 
 # ---------------------------------------------------------------- command line

@@ -9,11 +9,9 @@ events next to the record (checkpoints are left in the scratch folder: they are 
 """
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -22,65 +20,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from results.core import records
+from results.core.records import RESULTS_DIR, portable
+from results.core.setups import SCRIPTS, SETUPS, SINGLE_PROCESS
+from results.runners import slurm_queue
+from results.runners.common import environment, last_line, repo_relative
+
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = {"nd": "imagenet/imagenet_nd.py", "dp": "imagenet/imagenet_dp.py",
-           "ddp": "imagenet/imagenet_ddp.py", "amp": "imagenet/imagenet_ddp_apex.py"}
-SINGLE_PROCESS = ("nd", "dp")
-# Parameters that must match for two points to be compared in a scaling efficiency.
-GROUP_KEYS = ("variant", "batch_size", "precision", "amp_dtype", "data", "arch", "image_size", "workers",
-              "setup")
-BASELINE_SETUP = "baseline"
-LOG_QUIET_SETUP = "engine-log-epoch"
-LOG_EVERY_STEP_SETUP = "engine-log-step"
-
-
-@dataclass(frozen=True)
-class Setup:
-    """A named training-step configuration, compared at the same batch, data and process count."""
-
-    variant: str
-    precision: str
-    amp_dtype: Optional[str]
-    flags: Tuple[str, ...]
-    about: str
-
-
-# --setups: the pytorch/examples-style loop against the engine's defaults, same batch and data.
-SETUPS: Dict[str, Setup] = {
-    BASELINE_SETUP: Setup("ddp", "O0", None, ("--data-backend", "baseline", "--optimizer-impl", "default",
-                                              "--no-channels-last"),
-                          "pytorch/examples: PIL + ToTensor/Normalize float pipeline, for-loop SGD, NCHW, fp32"),
-    "engine": Setup("ddp", "O0", None, (), "engine defaults (fast JPEG backend, optimizer auto, "
-                                           "channels-last where it helps), fp32"),
-    "engine-bf16": Setup("amp", "O1", "bfloat16", (), "imagenet_ddp_apex.py --opt-level O1 --amp-dtype bfloat16, "
-                                                      "engine defaults otherwise"),
-    "engine-fp16": Setup("amp", "O1", "float16", (), "imagenet_ddp_apex.py --opt-level O1 --amp-dtype float16 "
-                                                     "(dynamic loss scaling), engine defaults otherwise"),
-    "engine-fp16-compile": Setup("amp", "O1", "float16", ("--compile",), "engine-fp16 with --compile "
-                                                                          "(torch.compile, default mode)"),
-    "engine-fp16-device-decode": Setup("amp", "O1", "float16", ("--data-backend", "device"),
-                                       "engine-fp16 with JPEGs decoded on the GPU (nvJPEG), not in the loader"),
-    "engine-fp16-dali": Setup("amp", "O1", "float16", ("--data-backend", "dali"),
-                              "engine-fp16 with NVIDIA DALI decoding and augmenting on the GPU (nvJPEG "
-                              "region-of-interest decode)"),
-    "engine-bf16-compile": Setup("amp", "O1", "bfloat16", ("--compile",), "engine-bf16 with --compile"),
-    "engine-fp16-cudagraphs": Setup("amp", "O1", "float16", ("--compile-mode", "reduce-overhead"),
-                                    "engine-fp16 with torch.compile mode reduce-overhead (CUDA graphs)"),
-    "engine-fp16-max-autotune": Setup("amp", "O1", "float16", ("--compile-mode", "max-autotune"),
-                                      "engine-fp16 with torch.compile mode max-autotune (benchmarked kernel "
-                                      "choices, CUDA graphs)"),
-    # The pair behind the logging-overhead ratio: the same run logging at every step vs only per epoch.
-    LOG_QUIET_SETUP: Setup("ddp", "O0", None, ("-p", "1000000"), "engine defaults, logging only at epoch end"),
-    LOG_EVERY_STEP_SETUP: Setup("ddp", "O0", None, ("-p", "1"), "engine defaults, printing and TensorBoard "
-                                                               "step scalars at every step (a device sync each)"),
-}
-
-
-# What make bench compares on a CPU: fp16 there is emulated (tens of times slower) and compiling takes
-# about a minute, so the fp16 and compile setups are for GPU machines (results/gpu_session.sh).
-CPU_SETUPS = ("baseline", "engine", "engine-bf16", LOG_QUIET_SETUP, LOG_EVERY_STEP_SETUP)
+REPO = RESULTS_DIR.parent
 
 
 @dataclass(frozen=True)
@@ -231,7 +179,6 @@ class SlurmRunner:
         return [f"--export=ALL,LOG_DIR={log_dir}", *self.sbatch_args]
 
     def run(self, p: TrainPoint, log_dir: Path) -> Outcome:
-        from results import slurm_queue
         path = self.write(p, log_dir)
         t0, rc = time.monotonic(), 0
         try:
@@ -285,18 +232,6 @@ def metrics_from_run(run: dict) -> Dict[str, object]:
     return m
 
 
-@functools.lru_cache(maxsize=None)  # the report asks for resnet50's several times; building it takes seconds
-def parameter_count(arch: str, num_classes: int = 1000) -> Optional[int]:
-    """Trainable parameters of a torchvision model (= gradient elements all-reduced per step)."""
-    try:
-        import torchvision
-        model = torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
-        return sum(t.numel() for t in model.parameters() if t.requires_grad)
-    except Exception as e:  # an arch outside torchvision: the model just lacks this input
-        log.warning("cannot count parameters of %s: %s", arch, e)
-        return None
-
-
 def keep_artifacts(scratch: Path, keep: Path) -> List[str]:
     """Copy what the report reads to ``keep``: run.json (machine paths removed) and the TensorBoard
     events. Checkpoints, logs and the job file stay in the scratch folder."""
@@ -335,24 +270,6 @@ def keep_scalars(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-# A path through a checkout (any machine's, e.g. ~/hpc-imagenet or a GPU node's copy) up to one of its
-# top-level folders; and any other absolute path.
-_CHECKOUT_PATH = re.compile(r"(?<![\w.])/[^\s\"'=:]*?/(?=(?:imagenet|results|launch|slurm|tests|\.venv)/)")
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[^\s\"'=:/]+/)+(?=[^\s\"'=:/]+)")
-
-
-def portable(value: object) -> object:
-    """``value`` (JSON) with no absolute machine paths: a path inside a checkout becomes relative to
-    it, any other absolute path keeps its last component (a data set's name)."""
-    if isinstance(value, dict):
-        return {k: portable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [portable(v) for v in value]
-    if isinstance(value, str):
-        return _ABSOLUTE_PATH.sub("", _CHECKOUT_PATH.sub("", value))
-    return value
-
-
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
@@ -373,26 +290,35 @@ def read_run_json(log_dir: Path) -> dict:
     return json.loads(path.read_text())
 
 
-# ---------------------------------------------------------------- scaling efficiency
+# ---------------------------------------------------------------- records
 
-def group_key(point: Dict[str, object]) -> Tuple:
-    return tuple(str(point.get(k)) for k in GROUP_KEYS)
+def failed_train_record(p: TrainPoint, sweep: str, error: str, extra: dict) -> dict:
+    return records.make_record("train", sweep, point_dict(p), {}, environment(p.nodes), "failed",
+                               error, **extra)
 
 
-def add_efficiency(records: List[dict]) -> None:
-    """Set metrics.scaling_efficiency (and .baseline_world_size) in place.
-
-    Efficiency = (X_n / n) / (X_0 / n_0) against the smallest world size of the same sweep and
-    same other parameters, so a sweep of 2..8 processes is judged from 2, not from an absent 1.
-    """
-    ok = [r for r in records if r["kind"] == "train" and r["status"] == "ok"]
-    groups: Dict[Tuple, List[dict]] = {}
-    for r in ok:
-        groups.setdefault((r["sweep"],) + group_key(r["point"]), []).append(r)
-    for members in groups.values():
-        base = min(members, key=lambda r: r["metrics"]["world_size"])
-        b_rate = base["metrics"]["images_per_s"] / base["metrics"]["world_size"]
-        for r in members:
-            m = r["metrics"]
-            m["scaling_efficiency"] = m["images_per_s"] / m["world_size"] / b_rate
-            m["baseline_world_size"] = base["metrics"]["world_size"]
+def train_record(p: TrainPoint, out: Outcome, sweep: str, params: Optional[int],
+                 extra: dict, scratch: Path, keep: Path, keep_checkpoints: bool = False) -> dict:
+    """The record of a point that ran (well or not), from the run.json it left in ``scratch``;
+    what the report reads is kept in ``keep``."""
+    extra = {**extra, "command": portable(out.command), "wall_s": out.wall_s}
+    try:
+        run = read_run_json(scratch)
+        metrics = metrics_from_run(run)
+    except (OSError, ValueError, KeyError) as e:
+        error = f"exit code {out.returncode}; {type(e).__name__}: {e}; log tail: {last_line(out.log_tail)}"
+        return failed_train_record(p, sweep, error, extra)
+    metrics["parameters"] = params
+    if run.get("profile"):  # --profile-steps: where the step's device time went, kernel by kernel
+        extra["profile"] = portable(run["profile"])
+    extra["run_dir"] = repo_relative(keep)
+    extra["kept_files"] = keep_artifacts(scratch, keep)
+    if not keep_checkpoints:
+        shutil.rmtree(scratch, ignore_errors=True)
+    status, error = "ok", None
+    if out.returncode != 0 or run.get("status") != "finished":
+        status, error = "failed", f"exit code {out.returncode}, engine status {run.get('status')}: " \
+                                  f"{last_line(out.log_tail)}"
+    return records.make_record("train", sweep, point_dict(p), metrics,
+                               portable(run.get("environment") or environment()), status, error,
+                               **extra)

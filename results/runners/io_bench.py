@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from results.procs import gather, reap
+from results.runners.procs import gather, reap
 
 log = logging.getLogger(__name__)
 

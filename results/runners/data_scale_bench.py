@@ -1,11 +1,11 @@
 """Data at scale, measured: ``python -m results.bench shards``.
 
-Three records kinds (see results/records.py):
+Three records kinds (see results/core/records.py):
 
 ``shards_pipeline``
-    Images/s per core of the fast backend reading the same ImageNet-like JPEGs (results/jpegs.py) from
+    Images/s per core of the fast backend reading the same ImageNet-like JPEGs (results/runners/jpegs.py) from
     the ImageFolder, from shards of the original bytes and from shards re-encoded at ``--max-side``,
-    in lockstep with the baseline backend on the ImageFolder (results/pipeline_bench.py), so every
+    in lockstep with the baseline backend on the ImageFolder (results/runners/pipeline_bench.py), so every
     ratio is per round on the same machine state.
 ``data_opens``
     A seeded multi-epoch run's train loader over the same files in a child process (persistent loader
@@ -39,7 +39,8 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from imagenet import config, data, shards, sources
 from imagenet.errors import DataError
-from results import pipeline_bench
+from results.core import records
+from results.runners import common, pipeline_bench
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ def count_opens(path: Path, workers: int, epochs: int) -> dict:
     strace = shutil.which("strace")
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace"
-        cmd = [sys.executable, "-c", "import json, sys; from results.data_scale_bench import run_io; "
+        cmd = [sys.executable, "-c", "import json, sys; from results.runners.data_scale_bench import run_io; "
                f"print(json.dumps(run_io({str(path)!r}, {workers}, {epochs})))"]
         if strace:
             cmd = [strace, "-f", "-qq", "-e", "trace=open,openat", "-o", str(trace), *cmd]
@@ -223,7 +224,7 @@ def index_memory(kind: str, n: int, workers: int) -> dict:
 
 def measure_index_memory(kind: str, n: int, workers: int) -> dict:
     """index_memory in a fresh child process, so one kind's garbage cannot inflate the next."""
-    cmd = [sys.executable, "-c", "import json; from results.data_scale_bench import index_memory; "
+    cmd = [sys.executable, "-c", "import json; from results.runners.data_scale_bench import index_memory; "
            f"print(json.dumps(index_memory({kind!r}, {n}, {workers})))"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -251,10 +252,8 @@ def add_parser(sub, common) -> None:
 
 
 def run(a) -> List[dict]:
-    from results import bench, records  # bench imports this module
-
-    root = bench._jpeg_root(a.data, 4, -(-a.images // 4))
-    env, out = bench._environment(), []
+    root = common.jpeg_root(a.data, 4, -(-a.images // 4))
+    env, out = common.environment(), []
 
     def record(kind: str, point: dict, metrics: dict) -> None:
         out.append(records.make_record(kind, sweep, point, metrics, env))
@@ -263,7 +262,7 @@ def run(a) -> List[dict]:
     sweep = records.new_sweep_id("shards", a.tag)
     if "pipeline" in a.parts:
         sets = shard_sets(root, a.max_side, a.shard_size)
-        bench._progress(1, 3, f"shards pipeline: {', '.join(sets)}, {a.images} images, {a.rounds} rounds")
+        common.progress(1, 3, f"shards pipeline: {', '.join(sets)}, {a.images} images, {a.rounds} rounds")
         results = pipeline_bench.bench_variants(pipeline_variants(sets, a.images), a.workers, a.image_size,
                                                 a.batch, a.rounds)
         for row in pipeline_bench.summarize(results):
@@ -275,7 +274,7 @@ def run(a) -> List[dict]:
                     "ratio_per_core": row["ratio_per_core_vs_baseline"], "ratio_min": span[0], "ratio_max": span[1]})
     if "opens" in a.parts:
         sets = shard_sets(root, [], a.shard_size)
-        bench._progress(2, 3, f"shards opens: a seeded run of {a.io_epochs} epochs, {a.io_workers} workers, "
+        common.progress(2, 3, f"shards opens: a seeded run of {a.io_epochs} epochs, {a.io_workers} workers, "
                         "per source under strace")
         for label, path in sets.items():
             m = count_opens(path, a.io_workers, a.io_epochs)
@@ -285,7 +284,7 @@ def run(a) -> List[dict]:
                                       "opening_processes", "max_opens_per_file") if k in m})
     if "memory" in a.parts:
         for kind in ("list", "folder", "shards"):
-            bench._progress(3, 3, f"index memory: {kind}, {a.index_samples} samples, {a.loader_workers} workers")
+            common.progress(3, 3, f"index memory: {kind}, {a.index_samples} samples, {a.loader_workers} workers")
             m = measure_index_memory(kind, a.index_samples, a.loader_workers)
             record("index_memory", {"index": kind, "samples": a.index_samples, "workers": a.loader_workers},
                    {k: v for k, v in m.items() if k not in ("kind", "samples", "workers")} | {"workers": m["workers"]})

@@ -2,7 +2,7 @@
 ``python -m results.bench pipeline``.
 
 The harness lives here, not in imagenet/pipelines.py, because the engine never imports the harness
-(generated JPEGs come from results.jpegs). A "variant" is a backend reading a source: the same
+(generated JPEGs come from results.runners.jpegs). A "variant" is a backend reading a source: the same
 backend over an ImageFolder, over shards of the original bytes or over re-encoded shards, each
 measured in lockstep with the baseline on the ImageFolder, so the ratio is per round on the same
 machine state.
@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from imagenet.data import BACKENDS, ImageFiles, scan_dataset
-from results.jpegs import ensure_dataset  # ImageNet-like 500x375 ~110 KB JPEGs
+from results.runners.jpegs import ensure_dataset  # ImageNet-like 500x375 ~110 KB JPEGs
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,8 @@ def bench_samples(root: Optional[str], images: int) -> List[Tuple[str, int]]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description="images/s per core of the decoding backends")
+    parser = argparse.ArgumentParser(prog="python -m results.pipeline_bench",
+                                     description="images/s per core of the decoding backends")
     parser.add_argument("--root", help="ImageFolder root with train/ (default: generated ImageNet-like JPEGs)")
     parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--image-size", type=int, default=224)

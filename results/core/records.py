@@ -6,6 +6,9 @@ Failed points are records too (``status: "failed"`` plus ``error``), so a sweep'
 
 Reading is strict but forgiving: a line that is not JSON, or a record missing required fields, is
 returned as a :class:`Problem` for the report to list, never silently dropped.
+
+This is the bottom layer of ``results/`` (see results/README.md): the paths every layer shares,
+record I/O and selection, and :func:`portable`, which keeps machine paths out of committed records.
 """
 from __future__ import annotations
 
@@ -13,16 +16,20 @@ import datetime as _dt
 import json
 import logging
 import os
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 log = logging.getLogger(__name__)
 
 SCHEMA = 1
-RESULTS_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = Path(__file__).resolve().parents[1]
 RECORDS_DIR = RESULTS_DIR / "records"
+REFERENCE_DIR = RESULTS_DIR / "reference"  # published numbers and cited links
+SCRATCH_DIR = RESULTS_DIR / "scratch"  # git-ignored: checkpoints, generated JPEGs
+RUNS_DIR = RESULTS_DIR / "runs"  # kept: run.json + TensorBoard events behind the learning curves
 KINDS = ("train", "io", "allreduce", "overlap", "pipeline", "storage", "shards_pipeline", "data_opens",
          "index_memory", "fault")
 STATUSES = ("ok", "failed")
@@ -179,3 +186,38 @@ def load(paths: Iterable[Path]) -> Tuple[List[Dict[str, Any]], List[Problem]]:
     for pr in problems:
         log.warning("skipping record %s:%d: %s", pr.source, pr.line, pr.reason)
     return records, problems
+
+
+# ---------------------------------------------------------------- selection (shared by analysis and report)
+
+def by_kind(recs: Sequence[dict], kind: str, ok: bool = True) -> List[dict]:
+    return [r for r in recs if r["kind"] == kind and (r["status"] == "ok") == ok]
+
+
+def newest_sweep(items: Sequence[dict], record_of=lambda x: x) -> List[dict]:
+    """The items of the newest sweep among ITEMS: by record time (sweep ids start with their tag, so
+    they sort by tag first), the sweep id breaking ties."""
+    if not items:
+        return []
+    newest = max(items, key=lambda x: (record_of(x)["time"], record_of(x)["sweep"]))
+    return [x for x in items if record_of(x)["sweep"] == record_of(newest)["sweep"]]
+
+
+# ---------------------------------------------------------------- no machine paths in records
+
+# A path through a checkout (any machine's, e.g. ~/hpc-imagenet or a GPU node's copy) up to one of its
+# top-level folders; and any other absolute path.
+_CHECKOUT_PATH = re.compile(r"(?<![\w.])/[^\s\"'=:]*?/(?=(?:imagenet|results|launch|slurm|tests|\.venv)/)")
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[^\s\"'=:/]+/)+(?=[^\s\"'=:/]+)")
+
+
+def portable(value: object) -> object:
+    """``value`` (JSON) with no absolute machine paths: a path inside a checkout becomes relative to
+    it, any other absolute path keeps its last component (a data set's name)."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    if isinstance(value, str):
+        return _ABSOLUTE_PATH.sub("", _CHECKOUT_PATH.sub("", value))
+    return value

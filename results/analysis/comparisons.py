@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from results.train_bench import BASELINE_SETUP, LOG_EVERY_STEP_SETUP, LOG_QUIET_SETUP
+from results.core.setups import BASELINE_SETUP, LOG_EVERY_STEP_SETUP, LOG_QUIET_SETUP
 
 PIPELINE_BASELINE = "baseline"
 IO_KEYS = ("cache", "workers", "image_size", "batch_size")

@@ -1,21 +1,27 @@
-"""The whole-step scaling model against every published point: its inputs, the check and its report section.
+"""The whole-step scaling model against every published point: its inputs and the check.
 
-``results.scaling_model`` holds the formulas; this module feeds them. Each input is a record (the
+``results.analysis.scaling_model`` holds the formulas; this module feeds them. Each input is a record (the
 pipeline kind's images/s per core, a train record's per-step times for the straggler term, the
 overlap record's hidden fraction) or a cited figure from ``results/reference/links.json``. t_c is
 calibrated on one published point of at most ``CALIBRATION_MAX_GPUS`` GPUs (the largest that fits
 one node: a full node shares its loader cores and host the way every node of a larger run does);
 every other point is a prediction, and the check says, per point, which term binds and how far the
-prediction is from the published number.
+prediction is from the published number. Its report section is ``results.report.whole_step``;
+``python -m results.scaling_model --check`` runs :func:`main`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import argparse
+import json
+import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from results import figures, scaling_model as sm
-from results.train_bench import parameter_count
+from results.analysis import scaling_model as sm
+from results.analysis.parameters import parameter_count
+from results.core import records
+from results.core.records import by_kind, newest_sweep
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # per epoch, to turn a per-step residual into seconds per epoch
 
@@ -96,6 +102,23 @@ def storage_ceiling(storage: Sequence[dict], bytes_per_image: float) -> Optional
     # one open per image in an ImageFolder; shards hold many images per file, so their bytes bind
     images = files if per_file else mbps * 1e6 / bytes_per_image
     return mbps, files, images, best_mb["_source"]
+
+
+def model_overlap(overlap: Sequence[dict]) -> Tuple[float, Optional[dict]]:
+    """The hidden fraction h the scaling model uses, and the overlap record it comes from.
+
+    The newest sweep (by record time) wins; inside it, the record measured with DDP's default
+    bucket size (the model's), else that sweep's newest record. h = 1 - exposed / alone from the
+    record's metrics (what overlap_bench records as hidden_fraction). Without an overlap record:
+    (``NO_OVERLAP``, None), the conservative assumption that all communication is exposed.
+    """
+    usable = [r for r in overlap if r["metrics"]["allreduce_alone_ms"] > 0]
+    if not usable:
+        return sm.NO_OVERLAP, None
+    sweep = sorted(newest_sweep(usable), key=lambda r: r["time"])
+    default = [r for r in sweep if r["point"].get("bucket_cap_mb", 0) * (1 << 20) == sm.DDP_BUCKET_BYTES]
+    rec = (default or sweep)[-1]
+    return sm.hidden_fraction(rec["metrics"]["exposed_comm_ms"], rec["metrics"]["allreduce_alone_ms"]), rec
 
 
 def measured(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source: Optional[str]) -> Measured:
@@ -252,82 +275,8 @@ def cases(pub: dict, links: dict, got: Measured) -> List[Case]:
     return hal_cases(pub, links, got) + dle_cases(pub, links, got)
 
 
-# ---------------------------------------------------------------- report section
-
-def storage_text(storage: Sequence[dict], links: dict) -> str:
-    per_image = links["hal_2020"]["bytes_per_image"]
-    got = storage_ceiling(storage, per_image)
-    if got is None:
-        return ("Your cluster's storage: no storage records yet (`python -m results.bench scaling --io` measures "
-                "MB/s and files/s from the nodes).")
-    mbps, files, images, src = got
-    return (f"Your cluster's storage (newest `scaling --io` sweep, {src}): up to {mbps:.0f} MB/s and {files:.0f} "
-            f"files/s in all, which caps training at {images:.0f} images/s (one file per image, or "
-            f"{per_image / 1e3:.1f} kB per ImageNet image from shards).")
-
-
-def section(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source: Optional[str], pub: dict,
-            links: dict, fig_dir: Path, storage: Sequence[dict] = ()) -> str:
-    """Markdown for RESULTS.md (after the compute + all-reduce model) and figures/scaling_model_terms.png."""
-    from results.report import md_table  # the report's table renderer; imported here: the report imports us
-    got = measured(train, pipeline, h, h_source)
-    cs = cases(pub, links, got)
-    rows = check_rows(cs)
-    _figure(cs, rows, fig_dir / "scaling_model_terms.png")
-    sources = "\n".join(f"- {sec} {k}: {v}" for sec in ("hal_2020", "nvidia_dle_2021") for k, v in links[sec].items()
-                        if k.endswith("_source") and any(w in k for w in ("loader", "storage", "bytes", "runs",
-                                                                           "check_configs", "systems")))
-    return ("## Scaling model: the whole step\n\n![whole-step model](figures/scaling_model_terms.png)\n\n"
-            "The compute + all-reduce model above, plus stragglers (a synchronous step waits for the slowest of "
-            "n ranks: t_c (E[max of n step times] / mean - 1), from measured per-step times), the input pipeline "
-            "(nodes x loader cores x measured images/s per core) and shared storage (read GB/s / bytes per image, "
-            "opens/s); throughput = min(GPU demand, ceilings). The binding term is the one whose removal would "
-            "raise the prediction most. t_c is calibrated on the largest published point of at most "
-            f"{sm.CALIBRATION_MAX_GPUS} GPUs on one node (marked); the rest are predictions. "
-            "`python -m results.scaling_model --check` prints the same table and exits 1 when an error is over "
-            f"{100 * sm.CHECK_TOLERANCE:.0f}%.\n\n" + inputs_text(got, links) + " " + storage_text(storage, links)
-            + "\n\nCited inputs "
-            "(`results/reference/links.json`):\n\n" + sources + "\n\n"
-            + md_table(HEADERS, table_rows(rows)) + "\n" + missing_term(rows, got.samples("cuda")[1]) + "\n")
-
-
-def _figure(cs: Sequence[Case], rows: Sequence[dict], path: Path) -> None:
-    """Per-GPU images/s, model lines against published points; and each point's error with the tolerance band."""
-    gpus = sm.powers_of_two(1, 128)
-    per_gpu, errors = [], []
-    for i, case in enumerate(cs):
-        c = figures.palette(i)
-        w = sm.with_batch(case.model, case.points[-1][1])  # the table's last batch (may: 224 at 4 GPUs, then 256)
-        per_gpu.append({"label": "_nolegend_", "x": gpus, "style": "-", "color": c,
-                        "y": [sm.breakdown(w, n)["images_per_s"] / n for n in gpus]})
-        per_gpu.append({"label": "_nolegend_", "x": [n for n, _, _ in case.points], "style": "o",
-                        "color": c, "y": [x / n for n, _, x in case.points]})
-        mine = [r for r in rows if r["case"] == case.name]
-        errors.append({"label": case.name, "x": [r["gpus"] for r in mine], "y": [100 * r["error"] for r in mine],
-                       "style": "o-", "color": c})
-    per_gpu += [{"label": "model (colours as on the right)", "x": [], "y": [], "style": "-", "color": "black"},
-                {"label": "published", "x": [], "y": [], "style": "o", "color": "black"}]
-    band = [1, 128]
-    errors += [{"label": f"+-{100 * sm.CHECK_TOLERANCE:.0f}% (--check)", "x": band, "y": [y, y], "style": ":",
-                "color": "black"} for y in (100 * sm.CHECK_TOLERANCE, -100 * sm.CHECK_TOLERANCE)]
-    errors[-1]["label"] = "_nolegend_"
-    figures.grid(path, [
-        {"title": "images/s per GPU: model (lines) and published (points)", "xlabel": "GPUs",
-         "ylabel": "images/s per GPU", "series": per_gpu, "xlog": True, "ylog": True, "legend_loc": "lower center"},
-        {"title": "prediction error (predicted - published) / published", "xlabel": "GPUs", "ylabel": "error (%)",
-         "series": errors, "xlog": True, "legend_loc": "upper left"},
-    ], "Whole-step model: compute + all-reduce + stragglers + input pipeline + storage")
-
-
 def run_check(record_paths: Sequence[Path], ref_dir: Path) -> int:
     """``python -m results.scaling_model --check``: print predicted vs published, return the exit code."""
-    import json
-    from results import records
-    from results.report import by_kind
-    try:  # the report's overlap choice, one rule for both; the report is being split into a package
-        from results.report.model import model_overlap
-    except ImportError:
-        from results.report import model_overlap
     recs, _ = records.load(record_paths) if record_paths else ([], [])
     pub = json.loads((ref_dir / "published_resnet50.json").read_text())
     links = json.loads((ref_dir / "links.json").read_text())
@@ -340,3 +289,22 @@ def run_check(record_paths: Sequence[Path], ref_dir: Path) -> int:
         print("  ".join(str("-" if c is None else c).ljust(w) for c, w in zip(line, widths)))
     print("\n" + missing_term(rows, got.samples("cuda")[1]))
     return exit_code(rows)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m results.scaling_model --check``: predicted vs every published point; 1 if one is off > 10%."""
+    ap = argparse.ArgumentParser(prog="python -m results.scaling_model", description=main.__doc__)
+    ap.add_argument("--check", action="store_true", help="compare with the published points (exit 1 on a miss)")
+    ap.add_argument("--records", nargs="*", type=Path, default=[records.RECORDS_DIR],
+                    help="record files or folders of *.jsonl (default results/records; none: no measured inputs)")
+    ap.add_argument("--reference", type=Path, default=records.REFERENCE_DIR, help="published data and cited links")
+    a = ap.parse_args(argv)
+    if not a.check:
+        ap.print_help()
+        return 0
+    missing = [p for p in a.records if not Path(p).exists()]
+    if missing:
+        print(f"error: {missing[0]} does not exist; pass record files or a folder of *.jsonl", file=sys.stderr)
+        return 2
+    return run_check(a.records, a.reference)
+

@@ -44,7 +44,6 @@ What it still leaves out is said where it is checked (``python -m results.scalin
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -284,29 +283,3 @@ def with_batch(w: WholeStep, batch: int) -> WholeStep:
     """The same cluster at another batch per GPU: compute time per image held (large-batch GPU regime)."""
     m = w.inputs
     return replace(w, inputs=replace(m, batch_per_gpu=batch, step_time_s=m.step_time_s * batch / m.batch_per_gpu))
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m results.scaling_model --check``: predicted vs every published point; 1 if one is off > 10%."""
-    import argparse
-    from pathlib import Path
-    from results import records, whole_step  # the inputs live in records and results/reference
-    here = Path(__file__).resolve().parent
-    ap = argparse.ArgumentParser(prog="python -m results.scaling_model", description=main.__doc__)
-    ap.add_argument("--check", action="store_true", help="compare with the published points (exit 1 on a miss)")
-    ap.add_argument("--records", nargs="*", type=Path, default=[records.RECORDS_DIR],
-                    help="record files or folders of *.jsonl (default results/records; none: no measured inputs)")
-    ap.add_argument("--reference", type=Path, default=here / "reference", help="published data and cited links")
-    a = ap.parse_args(argv)
-    if not a.check:
-        ap.print_help()
-        return 0
-    missing = [p for p in a.records if not Path(p).exists()]
-    if missing:
-        print(f"error: {missing[0]} does not exist; pass record files or a folder of *.jsonl", file=sys.stderr)
-        return 2
-    return whole_step.run_check(a.records, a.reference)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

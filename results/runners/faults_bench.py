@@ -3,7 +3,8 @@
 The scenarios live in ``tests/cluster/test_slurm_faults.py`` (one copy of each, also run by ``make
 test``); this runs them with pytest in a subprocess (results/ never imports tests/) and tells them,
 through the environment, where to append their ``fault`` records. ``--rounds`` repeats the set so
-the report's median and maximum time to detect have more than one sample. Then the report.
+the report's median and maximum time to detect have more than one sample. ``results.bench``
+writes the report afterwards.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import os
 import subprocess
 import sys
 
-from results import records
+from results.core import records
 
 log = logging.getLogger(__name__)
 
@@ -21,8 +22,6 @@ TESTS = "tests/cluster/test_slurm_faults.py"
 
 
 def run(a: argparse.Namespace) -> int:
-    from results import report
-
     sweep = records.new_sweep_id("fault", a.tag)
     env = {**os.environ, "HPC_IMAGENET_FAULT_RECORDS": str(a.records), "HPC_IMAGENET_FAULT_SWEEP": sweep,
            "HPC_IMAGENET_REQUIRE_SLURM": "1"}  # no cluster: a failure, not a skip
@@ -31,8 +30,7 @@ def run(a: argparse.Namespace) -> int:
         log.info("[%d/%d] %s -> %s", i + 1, a.rounds, TESTS, a.records)
         rc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", TESTS],
                             cwd=records.RESULTS_DIR.parent, env=env).returncode or rc
-    report_rc = report.main([]) if a.report else 0
-    return rc or report_rc
+    return rc
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:

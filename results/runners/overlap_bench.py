@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 import torchvision
 
-from results import scaling_model
-from results.procs import run_ranks
+from results.analysis import scaling_model
+from results.runners.procs import run_ranks
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """Storage read throughput seen from the nodes: ``results.bench scaling --io`` (readers x nodes).
 
-Each point is one batch job (:func:`slurm.generate.render_step`, the training jobs' allocation and
+Each point is one batch job (:func:`results.runners.scaling.storage_points` writes it with
+:func:`slurm.generate.render_step`, the training jobs' allocation and
 setup) over N nodes with R reader tasks per node. The job lists ``--data`` once (every regular
 file, recursively), then ``srun`` starts the readers; reader i of T reads files i, i+T, ... whole,
 in 1 MiB chunks, until it has read its share or ``--seconds`` have passed, and writes what it read
@@ -17,8 +18,8 @@ before reading it, so repeated passes still read from storage; ``--cache as-is``
 alone. Each reader also records ``read_bytes`` from /proc/self/io, the bytes that came from a
 block device (0 from the page cache; not counted for network filesystems).
 
-    python -m results.storage_bench list DATA OUT          # in the job: the file list, once
-    python -m results.storage_bench read OUT --seconds S   # in the job: one reader per srun task
+    python -m results.runners.storage_bench list DATA OUT          # in the job: the file list, once
+    python -m results.runners.storage_bench read OUT --seconds S   # in the job: one reader per srun task
 """
 from __future__ import annotations
 
@@ -117,56 +118,13 @@ def metrics(out: Path, nodes: int, readers_per_node: int) -> Dict[str, float]:
 
 
 def job_body(a: argparse.Namespace, readers: int) -> List[str]:
-    return [f'"$PYTHON" -m results.storage_bench list "$DATA" "$LOG_DIR" || exit 2',
-            f'srun --ntasks-per-node={readers} --cpus-per-task=1 "$PYTHON" -m results.storage_bench read '
+    return [f'"$PYTHON" -m results.runners.storage_bench list "$DATA" "$LOG_DIR" || exit 2',
+            f'srun --ntasks-per-node={readers} --cpus-per-task=1 "$PYTHON" -m results.runners.storage_bench read '
             f'"$LOG_DIR" --seconds {a.seconds:g} --cache {a.cache}']
 
 
-def sweep_points(a: argparse.Namespace, sweep: str, done: Dict[int, List[int]], scratch_root: Path,
-                 runs_root: Path) -> list:
-    from results import bench, records, scaling, slurm_queue, train_bench
-    from slurm import generate
-    data = Path(a.data)
-    if a.data == "dummy" or not data.is_dir():
-        raise bench.BenchError(f"--io reads --data from the shared filesystem; {a.data} is not a folder")
-    fmt = a.format_label or data_format(data)
-    r = scaling.runner(a)
-    out = []
-    for n in sorted(set(a.nodes)):
-        for k in sorted(set(a.readers)):
-            if k in done.get(n, []):
-                continue
-            name = f"read_n{n}x{k}_{fmt}"
-            scratch = scratch_root / sweep / name
-            # readers need no GPU: a CPU job (--constraint/--partition pick the nodes)
-            spec = generate.JobSpec(name=f"bench-{name}"[:60], nodes=n, gpus_per_node=0, tasks_per_node=k,
-                                    procs_per_node=k,
-                                    cpus_per_task=a.cpus_per_task or 1, launcher="srun", data=str(data),
-                                    requeue=False, time=a.time, output=str(scratch / "slurm-%j.out"), **r.options)
-            point = {"nodes": n, "readers_per_node": k, "format": fmt, "data": train_bench.portable(str(data)),
-                     "seconds": a.seconds, "cache": a.cache}
-
-            def finish(pt, scratch=scratch, point=point, n=n, k=k) -> dict:
-                # the submitting host's software; the nodes' names are in the metrics' readers
-                env = train_bench.portable({**bench._environment(n), "slurm_job_id": pt.job})
-                extra = {"runner": "slurm", "scaling_key": scaling.same_sweep_key(a),
-                         "bench_command": train_bench.portable(" ".join(sys.argv)), "wall_s": time.monotonic() - pt.t0,
-                         **({"note": a.note} if a.note else {})}
-                if pt.error:
-                    return records.make_record("storage", sweep, point, {}, env, "failed", pt.error, **extra)
-                try:
-                    m = metrics(scratch, n, k)
-                except (OSError, ValueError) as e:
-                    tail = slurm_queue.job_output(scratch).splitlines()[-1:] or ["(no job output)"]
-                    return records.make_record("storage", sweep, point, {}, env, "failed", f"{e}; {tail[0]}", **extra)
-                return records.make_record("storage", sweep, point, m, env, **extra)
-            out.append(scaling.Point(f"{n} node(s) x {k} reader(s)", scratch, generate.render_step(spec, job_body(a, k)),
-                                     r.sbatch_argv(scratch), finish))
-    return out
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m results.storage_bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m results.runners.storage_bench", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     lp = sub.add_parser("list")
     lp.add_argument("data", type=Path)

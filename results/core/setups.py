@@ -1,0 +1,68 @@
+"""Training-step configurations shared by the runners and the reports: the entry script of each
+variant, the named ``--setups``, and the point parameters that must match for two points to be compared."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+SCRIPTS = {"nd": "imagenet/imagenet_nd.py", "dp": "imagenet/imagenet_dp.py",
+           "ddp": "imagenet/imagenet_ddp.py", "amp": "imagenet/imagenet_ddp_apex.py"}
+SINGLE_PROCESS = ("nd", "dp")
+# Parameters that must match for two points to be compared in a scaling efficiency.
+GROUP_KEYS = ("variant", "batch_size", "precision", "amp_dtype", "data", "arch", "image_size", "workers",
+              "setup")
+BASELINE_SETUP = "baseline"
+LOG_QUIET_SETUP = "engine-log-epoch"
+LOG_EVERY_STEP_SETUP = "engine-log-step"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A named training-step configuration, compared at the same batch, data and process count."""
+
+    variant: str
+    precision: str
+    amp_dtype: Optional[str]
+    flags: Tuple[str, ...]
+    about: str
+
+
+# --setups: the pytorch/examples-style loop against the engine's defaults, same batch and data.
+SETUPS: Dict[str, Setup] = {
+    BASELINE_SETUP: Setup("ddp", "O0", None, ("--data-backend", "baseline", "--optimizer-impl", "default",
+                                              "--no-channels-last"),
+                          "pytorch/examples: PIL + ToTensor/Normalize float pipeline, for-loop SGD, NCHW, fp32"),
+    "engine": Setup("ddp", "O0", None, (), "engine defaults (fast JPEG backend, optimizer auto, "
+                                           "channels-last where it helps), fp32"),
+    "engine-bf16": Setup("amp", "O1", "bfloat16", (), "imagenet_ddp_apex.py --opt-level O1 --amp-dtype bfloat16, "
+                                                      "engine defaults otherwise"),
+    "engine-fp16": Setup("amp", "O1", "float16", (), "imagenet_ddp_apex.py --opt-level O1 --amp-dtype float16 "
+                                                     "(dynamic loss scaling), engine defaults otherwise"),
+    "engine-fp16-compile": Setup("amp", "O1", "float16", ("--compile",), "engine-fp16 with --compile "
+                                                                          "(torch.compile, default mode)"),
+    "engine-fp16-device-decode": Setup("amp", "O1", "float16", ("--data-backend", "device"),
+                                       "engine-fp16 with JPEGs decoded on the GPU (nvJPEG), not in the loader"),
+    "engine-fp16-dali": Setup("amp", "O1", "float16", ("--data-backend", "dali"),
+                              "engine-fp16 with NVIDIA DALI decoding and augmenting on the GPU (nvJPEG "
+                              "region-of-interest decode)"),
+    "engine-bf16-compile": Setup("amp", "O1", "bfloat16", ("--compile",), "engine-bf16 with --compile"),
+    "engine-fp16-cudagraphs": Setup("amp", "O1", "float16", ("--compile-mode", "reduce-overhead"),
+                                    "engine-fp16 with torch.compile mode reduce-overhead (CUDA graphs)"),
+    "engine-fp16-max-autotune": Setup("amp", "O1", "float16", ("--compile-mode", "max-autotune"),
+                                      "engine-fp16 with torch.compile mode max-autotune (benchmarked kernel "
+                                      "choices, CUDA graphs)"),
+    # The pair behind the logging-overhead ratio: the same run logging at every step vs only per epoch.
+    LOG_QUIET_SETUP: Setup("ddp", "O0", None, ("-p", "1000000"), "engine defaults, logging only at epoch end"),
+    LOG_EVERY_STEP_SETUP: Setup("ddp", "O0", None, ("-p", "1"), "engine defaults, printing and TensorBoard "
+                                                               "step scalars at every step (a device sync each)"),
+}
+
+
+# What make bench compares on a CPU: fp16 there is emulated (tens of times slower) and compiling takes
+# about a minute, so the fp16 and compile setups are for GPU machines (results/gpu_session.sh).
+CPU_SETUPS = ("baseline", "engine", "engine-bf16", LOG_QUIET_SETUP, LOG_EVERY_STEP_SETUP)
+
+
+def group_key(point: Dict[str, object]) -> Tuple:
+    """Points with the same key (and sweep) form one scaling series."""
+    return tuple(str(point.get(k)) for k in GROUP_KEYS)

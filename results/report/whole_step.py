@@ -1,0 +1,76 @@
+"""Report section: the whole-step scaling model against every published point (figure, inputs, check table).
+
+The model's inputs and the check are ``results.analysis.whole_step``; this module renders them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+from results.analysis import scaling_model as sm, whole_step as ws
+from results.report import figures
+from results.report.common import md_table
+
+
+def storage_text(storage: Sequence[dict], links: dict) -> str:
+    per_image = links["hal_2020"]["bytes_per_image"]
+    got = ws.storage_ceiling(storage, per_image)
+    if got is None:
+        return ("Your cluster's storage: no storage records yet (`python -m results.bench scaling --io` measures "
+                "MB/s and files/s from the nodes).")
+    mbps, files, images, src = got
+    return (f"Your cluster's storage (newest `scaling --io` sweep, {src}): up to {mbps:.0f} MB/s and {files:.0f} "
+            f"files/s in all, which caps training at {images:.0f} images/s (one file per image, or "
+            f"{per_image / 1e3:.1f} kB per ImageNet image from shards).")
+
+
+def section(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source: Optional[str], pub: dict,
+            links: dict, fig_dir: Path, storage: Sequence[dict] = ()) -> str:
+    """Markdown for RESULTS.md (after the compute + all-reduce model) and figures/scaling_model_terms.png."""
+    got = ws.measured(train, pipeline, h, h_source)
+    cs = ws.cases(pub, links, got)
+    rows = ws.check_rows(cs)
+    _figure(cs, rows, fig_dir / "scaling_model_terms.png")
+    sources = "\n".join(f"- {sec} {k}: {v}" for sec in ("hal_2020", "nvidia_dle_2021") for k, v in links[sec].items()
+                        if k.endswith("_source") and any(w in k for w in ("loader", "storage", "bytes", "runs",
+                                                                           "check_configs", "systems")))
+    return ("## Scaling model: the whole step\n\n![whole-step model](figures/scaling_model_terms.png)\n\n"
+            "The compute + all-reduce model above, plus stragglers (a synchronous step waits for the slowest of "
+            "n ranks: t_c (E[max of n step times] / mean - 1), from measured per-step times), the input pipeline "
+            "(nodes x loader cores x measured images/s per core) and shared storage (read GB/s / bytes per image, "
+            "opens/s); throughput = min(GPU demand, ceilings). The binding term is the one whose removal would "
+            "raise the prediction most. t_c is calibrated on the largest published point of at most "
+            f"{sm.CALIBRATION_MAX_GPUS} GPUs on one node (marked); the rest are predictions. "
+            "`python -m results.scaling_model --check` prints the same table and exits 1 when an error is over "
+            f"{100 * sm.CHECK_TOLERANCE:.0f}%.\n\n" + ws.inputs_text(got, links) + " " + storage_text(storage, links)
+            + "\n\nCited inputs "
+            "(`results/reference/links.json`):\n\n" + sources + "\n\n"
+            + md_table(ws.HEADERS, ws.table_rows(rows)) + "\n" + ws.missing_term(rows, got.samples("cuda")[1]) + "\n")
+
+
+def _figure(cs: Sequence[ws.Case], rows: Sequence[dict], path: Path) -> None:
+    """Per-GPU images/s, model lines against published points; and each point's error with the tolerance band."""
+    gpus = sm.powers_of_two(1, 128)
+    per_gpu, errors = [], []
+    for i, case in enumerate(cs):
+        c = figures.palette(i)
+        w = sm.with_batch(case.model, case.points[-1][1])  # the table's last batch (may: 224 at 4 GPUs, then 256)
+        per_gpu.append({"label": "_nolegend_", "x": gpus, "style": "-", "color": c,
+                        "y": [sm.breakdown(w, n)["images_per_s"] / n for n in gpus]})
+        per_gpu.append({"label": "_nolegend_", "x": [n for n, _, _ in case.points], "style": "o",
+                        "color": c, "y": [x / n for n, _, x in case.points]})
+        mine = [r for r in rows if r["case"] == case.name]
+        errors.append({"label": case.name, "x": [r["gpus"] for r in mine], "y": [100 * r["error"] for r in mine],
+                       "style": "o-", "color": c})
+    per_gpu += [{"label": "model (colours as on the right)", "x": [], "y": [], "style": "-", "color": "black"},
+                {"label": "published", "x": [], "y": [], "style": "o", "color": "black"}]
+    band = [1, 128]
+    errors += [{"label": f"+-{100 * sm.CHECK_TOLERANCE:.0f}% (--check)", "x": band, "y": [y, y], "style": ":",
+                "color": "black"} for y in (100 * sm.CHECK_TOLERANCE, -100 * sm.CHECK_TOLERANCE)]
+    errors[-1]["label"] = "_nolegend_"
+    figures.grid(path, [
+        {"title": "images/s per GPU: model (lines) and published (points)", "xlabel": "GPUs",
+         "ylabel": "images/s per GPU", "series": per_gpu, "xlog": True, "ylog": True, "legend_loc": "lower center"},
+        {"title": "prediction error (predicted - published) / published", "xlabel": "GPUs", "ylabel": "error (%)",
+         "series": errors, "xlog": True, "legend_loc": "upper left"},
+    ], "Whole-step model: compute + all-reduce + stragglers + input pipeline + storage")

@@ -1,0 +1,57 @@
+"""What every runner shares: the error for bad input, the environment of a record, progress lines,
+the JPEG set a point reads, and the cause line of a failed run's log."""
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Optional
+
+from results.core.records import RESULTS_DIR, SCRATCH_DIR
+from results.runners import jpegs
+
+log = logging.getLogger(__name__)
+
+
+class BenchError(RuntimeError):
+    """Bad input; the message names the problem and the fix."""
+
+
+def environment(nodes: Optional[int] = None) -> dict:
+    from imagenet import sysinfo
+    return sysinfo.collect(nodes=nodes)
+
+
+def progress(i: int, n: int, what: str) -> None:
+    log.info("[%d/%d] %s", i, n, what)
+
+
+def jpeg_root(data: Optional[str], classes: int, per_class: int) -> Path:
+    """--data as given (it must hold train/), else the generated ImageNet-like JPEGs, written if missing."""
+    if data:
+        if not (Path(data) / "train").is_dir():
+            raise BenchError(f"{Path(data)}/train does not exist; pass an ImageFolder dataset root or omit --data")
+        return Path(data)
+    jpegs.ensure_dataset(SCRATCH_DIR / "jpegs", classes=classes, train_per_class=per_class)
+    return SCRATCH_DIR / "jpegs"
+
+
+def repo_relative(path: Path) -> str:
+    """Relative to the checkout when inside it, so a clone finds the committed events."""
+    try:
+        return str(path.resolve().relative_to(RESULTS_DIR.parent))
+    except ValueError:
+        return str(path)
+
+
+def last_line(text: str) -> str:
+    """The line of a failed run's log that says why: the engine's one-line ``error:``, else the last
+    exception line of the worker's traceback. torchrun's own footer (ChildFailedError, a link to
+    errors.html) comes after both and names no cause, so it is passed over."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    footer = next((i for i, ln in enumerate(lines) if "ChildFailedError" in ln or ln.startswith("=====")), len(lines))
+    cause = lines[:footer]
+    engine = [ln for ln in cause if re.match(r"^(\[\w+\]:\s*)?error:", ln)]
+    exceptions = [ln for ln in cause if re.match(r"^(\[\w+\]:\s*)?[\w.]*(Error|Exception|Interrupt)\b", ln)]
+    errs = [ln for ln in cause if "Error" in ln or "error" in ln]
+    return (engine or exceptions or errs or lines or ["(no output)"])[-1][:300]
