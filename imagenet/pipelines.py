@@ -38,7 +38,7 @@ Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
     Validation decodes in full (no DCT scaling) and resizes + centre-crops on uint8.
     Outputs differ from the baseline's only by resampling error on the same box (tests check it).
 
-``python -m results.bench pipeline`` measures them per core (results/pipeline_bench.py).
+``python -m results.bench pipeline`` measures them per core (results/runners/pipeline_bench.py).
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ for dir in "$@"; do
         # a record is identified by its sweep and point name: append only the ones not filed yet
         "$PY" - "$src" "$dst" <<'PYEOF'
 import json, sys
-from results.train_bench import portable
+from results.core.records import portable
 src, dst = sys.argv[1:]
 key = lambda r: (r["sweep"], json.dumps(r["point"], sort_keys=True))
 have = {key(json.loads(l)) for l in open(dst) if l.strip()}
@@ -34,7 +34,7 @@ PYEOF
     "$PY" - "$unpacked" <<'PYEOF'
 import sys
 from pathlib import Path
-from results.train_bench import keep_artifacts
+from results.runners.train_bench import keep_artifacts
 root = Path(sys.argv[1]) / "results" / "runs"
 for run_json in sorted(root.glob("*/*/run.json")) if root.is_dir() else []:
     keep_artifacts(run_json.parent, Path("results/runs") / run_json.parent.relative_to(root))

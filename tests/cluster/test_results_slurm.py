@@ -10,14 +10,15 @@ import pytest
 
 from results import bench
 from results.core import records
+from results.runners import local
 from tests.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
 
 def test_slurm_points_write_records(slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(bench, "RUNS", tmp_path / "runs")
-    monkeypatch.setattr(bench, "SCRATCH", tmp_path / "scratch")  # shared with the nodes: same filesystem
+    monkeypatch.setattr(local, "RUNS_DIR", tmp_path / "runs")
+    monkeypatch.setattr(local, "SCRATCH_DIR", tmp_path / "scratch")  # shared with the nodes: same filesystem
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     monkeypatch.setenv("PATH", slurm_cluster.env["PATH"])
     out = tmp_path / "r.jsonl"
@@ -42,8 +43,8 @@ def test_slurm_points_write_records(slurm_cluster: SlurmCluster, tmp_path: Path,
 
 def test_slurm_point_past_its_timeout_is_cancelled_not_left_queued(slurm_cluster: SlurmCluster, tmp_path: Path,
                                                                    monkeypatch) -> None:
-    monkeypatch.setattr(bench, "RUNS", tmp_path / "runs")
-    monkeypatch.setattr(bench, "SCRATCH", tmp_path / "scratch")
+    monkeypatch.setattr(local, "RUNS_DIR", tmp_path / "runs")
+    monkeypatch.setattr(local, "SCRATCH_DIR", tmp_path / "scratch")
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     monkeypatch.setenv("PATH", slurm_cluster.env["PATH"])
     out = tmp_path / "r.jsonl"

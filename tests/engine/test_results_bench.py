@@ -8,7 +8,7 @@ import pytest
 from results import bench
 from results.analysis.efficiency import add_efficiency
 from results.core import records
-from results.runners import common, train_bench
+from results.runners import common, local, train_bench
 from results.report import curves as report_curves
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,8 +87,8 @@ def test_unusable_points_are_recorded_as_failed(tmp_path):
 def test_train_point_through_torchrun(tmp_path, monkeypatch):
     if not (REPO / "imagenet" / "imagenet_ddp.py").exists():
         pytest.skip("the training engine is not in this checkout")
-    monkeypatch.setattr(bench, "RUNS", tmp_path / "runs")
-    monkeypatch.setattr(bench, "SCRATCH", tmp_path / "scratch")
+    monkeypatch.setattr(local, "RUNS_DIR", tmp_path / "runs")
+    monkeypatch.setattr(local, "SCRATCH_DIR", tmp_path / "scratch")
     out = tmp_path / "r.jsonl"
     assert bench.main(["train", "--procs", "1", "--steps-per-epoch", "6", "--image-size", "32", "--batch", "4",
                        "--records", str(out), "--tag", "t"]) == 0
