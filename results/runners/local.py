@@ -67,7 +67,8 @@ def _train_point(p: train_bench.TrainPoint, runner, sweep: str, params: Optional
         out = runner.run(p, scratch)
     except Exception as e:  # the runner could not even start: record why and go on
         return train_bench.failed_train_record(p, sweep, str(e), extra)
-    return train_bench.train_record(p, out, sweep, params, extra, scratch, RUNS_DIR / sweep / p.name, a.keep_checkpoints)
+    return train_bench.train_record(p, out, sweep, params, extra, scratch, RUNS_DIR / sweep / p.name,
+                                    a.keep_checkpoints)
 
 
 def _say_train(rec: dict) -> None:
