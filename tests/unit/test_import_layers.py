@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 from typing import Dict, List, Set
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ("imagenet", "launch", "slurm", "results")
 
 # results/: what each layer may import (see results/README.md). The top (results.bench and the
