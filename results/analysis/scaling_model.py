@@ -29,15 +29,23 @@ The whole step (``WholeStep``, ``breakdown``) adds what the GPUs wait for beside
 
     wait(n)    = t_c (E[max of n step times] / E[step time] - 1)   stragglers: a synchronous step
                  waits for the slowest rank; the expectation comes from a measured per-step sample
-    t_sync(n)  = t(n) + wait(n),  demand(n) = n b / t_sync(n)       images/s the GPUs would take
-    pipeline   = nodes(n) x loader cores x images/s per core        the loaders' capacity
-    storage    = min(read bytes/s / bytes per image, opens/s / opens per image)   shared storage
-    images/s   = min(demand(n), pipeline, storage)
+    t_sync(n)  = t(n) + wait(n)
+    pipeline   = nodes(n) x loader cores x images/s per core        the loaders' steady capacity
+    step(n)    = max(t_sync(n), n b / pipeline)                     data wait when the loaders are slower
 
-and names the *binding* term: the one whose removal would raise the prediction most (a ceiling
-below the demand, or the largest time the step adds to compute); ``compute`` when nothing does.
-Every input is a measurement or a cited figure; ``calibrate_whole`` fixes t_c on one point of at
-most ``CALIBRATION_MAX_GPUS`` GPUs, and the other points are predictions.
+and, per epoch of S(n) steps of which the timer reads S_t(n) (a script that reads its clock every
+k steps leaves the last S mod k untimed):
+
+    epoch(n)   = max(R + S(n) step(n), epoch bytes / read rate, epoch files / opens rate)
+    images/s   = n b S_t(n) / (R + S_t(n) step'(n)),  step'(n) = (epoch(n) - R) / S(n)
+
+R is the loader restart the timer sees each epoch (workers created afresh before the first batch;
+0 when they persist). Storage is an epoch-level bound, not a steady cap: an epoch cannot be shorter
+than reading its bytes at the measured rate, and a published peak rate is a lower bound of what the
+storage can do, so it bounds from that side only. The *binding* term is the one whose removal would
+raise the prediction most; ``compute`` when nothing does. Every input is a measurement or a cited
+figure; ``calibrate_whole`` fixes t_c on one point of at most ``CALIBRATION_MAX_GPUS`` GPUs, and the
+other points are predictions.
 
 What it still leaves out is said where it is checked (``python -m results.scaling_model --check``).
 """
@@ -155,23 +163,39 @@ def relative_error(predicted: float, measured: float) -> float:
 
 CALIBRATION_MAX_GPUS = 4  # t_c comes from a point of at most this many GPUs; larger ones are predicted
 CHECK_TOLERANCE = 0.10  # --check fails when a prediction misses a published point by more than this
-TERMS = ("compute", "all-reduce", "stragglers", "input pipeline", "storage bandwidth", "storage opens")
+IMAGENET_TRAIN_IMAGES = 1_281_167  # one ImageNet-1k training epoch
+TERMS = ("compute", "all-reduce", "stragglers", "input pipeline", "loader restart", "storage bandwidth",
+         "storage opens")
 
 
 @dataclass(frozen=True)
 class Pipeline:
-    """A node's input pipeline: loader cores x images/s one core decodes and augments."""
+    """A node's input pipeline: loader cores x images/s one core decodes and augments.
+
+    With ``workers_per_gpu`` set, a node decodes on min(workers of its GPUs' processes, its cores):
+    a node that runs 2 of its 4 GPUs starts half the workers.
+    """
 
     loader_cores_per_node: float
     images_per_core_s: float
+    workers_per_gpu: Optional[float] = None
 
-    def capacity(self, nodes: int) -> float:
-        return nodes * self.loader_cores_per_node * self.images_per_core_s
+    def capacity(self, n: int, gpus_per_node: int) -> float:
+        """images/s the loaders of n GPUs deliver, ``gpus_per_node`` to a node."""
+        full, rest = divmod(n, gpus_per_node) if n > gpus_per_node else (0, n)
+        return sum(self._node(g) for g in [gpus_per_node] * full + ([rest] if rest else []))
+
+    def _node(self, gpus: int) -> float:
+        cores = self.loader_cores_per_node
+        if self.workers_per_gpu is not None:
+            cores = min(cores, self.workers_per_gpu * gpus)
+        return cores * self.images_per_core_s
 
 
 @dataclass(frozen=True)
 class Storage:
-    """Shared storage ceilings, aggregate over all nodes (None: no such ceiling known)."""
+    """Shared storage rates, aggregate over all nodes (None: no rate known). An epoch-level bound: an epoch
+    cannot take less time than reading its bytes (or opening its files) at these rates."""
 
     bytes_per_image: float
     read_bytes_per_s: Optional[float] = None
@@ -180,8 +204,34 @@ class Storage:
 
 
 @dataclass(frozen=True)
+class Epoch:
+    """How a throughput figure times an epoch.
+
+    ``restart_s``: seconds per epoch that the timer sees before the first batch (loader workers started
+    afresh every epoch, 0 when they persist); it is spread over the timed steps. ``timed_every``: the
+    timer is read every k steps, so the steps after the last multiple of k go untimed. ``drop_last``:
+    the sampler drops the last partial batch (else each rank's share is padded and the last batch kept).
+    The default (no restart, every step timed) is this project's engine: its loader workers persist
+    across epochs and its images/s is timed after a few warm-up steps of each epoch.
+    """
+
+    images: int = IMAGENET_TRAIN_IMAGES
+    restart_s: float = 0.0
+    timed_every: int = 1
+    drop_last: bool = False
+
+    def steps(self, n: int, batch: int) -> int:
+        per_rank = math.ceil(self.images / n)  # DistributedSampler pads every rank to the same count
+        return per_rank // batch if self.drop_last else math.ceil(per_rank / batch)
+
+    def timed_steps(self, n: int, batch: int) -> int:
+        s = self.steps(n, batch)
+        return max(self.timed_every, s - s % self.timed_every)
+
+
+@dataclass(frozen=True)
 class WholeStep:
-    """Compute and all-reduce (``ModelInputs``) plus stragglers, input pipeline and storage."""
+    """Compute and all-reduce (``ModelInputs``) plus stragglers, input pipeline, loader restart and storage."""
 
     inputs: ModelInputs
     hidden_fraction: float = NO_OVERLAP
@@ -189,6 +239,7 @@ class WholeStep:
     pipeline: Optional[Pipeline] = None
     storage: Optional[Storage] = None
     off: Tuple[str, ...] = field(default=())  # terms switched off (to see what each one costs)
+    epoch: Epoch = Epoch()
 
 
 def expected_max(samples: Sequence[float], n: int) -> float:
@@ -215,33 +266,48 @@ def nodes_for(m: ModelInputs, n: int) -> int:
     return max(1, math.ceil(n / m.gpus_per_node))
 
 
-def _ceilings(w: WholeStep, n: int) -> Dict[str, float]:
-    """images/s each ceiling allows at n GPUs (only the ones known and switched on)."""
-    out = {}
-    if w.pipeline and "input pipeline" not in w.off:
-        out["input pipeline"] = w.pipeline.capacity(nodes_for(w.inputs, n))
-    st = w.storage
+def _storage_epoch_s(w: WholeStep, images: int) -> Dict[str, float]:
+    """Seconds the storage needs to serve one epoch's images (only the rates known and switched on)."""
+    st, out = w.storage, {}
     if st and st.read_bytes_per_s and "storage bandwidth" not in w.off:
-        out["storage bandwidth"] = st.read_bytes_per_s / st.bytes_per_image
+        out["storage bandwidth"] = images * st.bytes_per_image / st.read_bytes_per_s
     if st and st.opens_per_s and "storage opens" not in w.off:
-        out["storage opens"] = st.opens_per_s / st.opens_per_image
+        out["storage opens"] = images * st.opens_per_image / st.opens_per_s
     return out
 
 
 def _images_per_s(w: WholeStep, n: int) -> Tuple[float, dict]:
-    m = w.inputs
+    """The timed images/s at n GPUs and the terms behind it (see ``breakdown``)."""
+    m, ep = w.inputs, w.epoch
     exposed = 0.0 if "all-reduce" in w.off else step_time(m, n, w.hidden_fraction) - m.step_time_s
     factor = 1.0 if "stragglers" in w.off else straggler_factor(w.step_samples, n)
     wait = m.step_time_s * (factor - 1.0)
     t_sync = m.step_time_s + exposed + wait
-    caps = _ceilings(w, n)
-    demand = n * m.batch_per_gpu / t_sync
-    return min([demand, *caps.values()]), {"exposed_comm_s": exposed, "straggler_s": wait, "sync_step_s": t_sync,
-                                            "demand_images_per_s": demand, "ceilings": caps}
+    pipe = w.pipeline.capacity(n, m.gpus_per_node) if w.pipeline and "input pipeline" not in w.off else None
+    t_step = max(t_sync, n * m.batch_per_gpu / pipe) if pipe else t_sync  # a steady-state ceiling
+    restart = 0.0 if "loader restart" in w.off else ep.restart_s
+    steps, timed = ep.steps(n, m.batch_per_gpu), ep.timed_steps(n, m.batch_per_gpu)
+    storage = _storage_epoch_s(w, steps * n * m.batch_per_gpu)  # padded samples are read too
+    read_s = max(storage.values(), default=0.0)  # the epoch (restart included) is at least its reading time
+    t_read = max(t_step, (read_s - restart) / steps)  # per step, once that bound stretches the epoch
+    epoch_s = restart + steps * t_read
+    x = n * m.batch_per_gpu * timed / (restart + timed * t_read)
+    return x, {"exposed_comm_s": exposed, "straggler_s": wait, "sync_step_s": t_sync,
+               "demand_images_per_s": n * m.batch_per_gpu / t_sync, "pipeline_images_per_s": pipe,
+               "data_wait_s": t_step - t_sync, "restart_s": restart, "restart_per_step_s": restart / timed,
+               "storage_wait_s": t_read - t_step, "steps": steps, "timed_steps": timed, "epoch_s": epoch_s,
+               "storage_epoch_s": storage}
 
 
 def breakdown(w: WholeStep, n: int) -> Dict[str, object]:
-    """The prediction at n GPUs, each term's share, and the binding term."""
+    """The prediction at n GPUs, each term's share, and the binding term.
+
+    Per step: t_sync = t_c + exposed all-reduce + straggler wait; the input pipeline stretches it to
+    n b / capacity when that is longer (data wait). Per epoch: the timer sees the loader restart R plus
+    the timed steps, and the epoch (R + steps x step) lasts at least as long as the storage needs to read
+    (and open) its images; a longer read stretches every step (storage wait). The timed images/s is
+    n b timed / (R + timed x step).
+    """
     x, parts = _images_per_s(w, n)
     gains = {}
     for term in TERMS[1:]:
@@ -252,8 +318,7 @@ def breakdown(w: WholeStep, n: int) -> Dict[str, object]:
     m = w.inputs
     t = n * m.batch_per_gpu / x
     return {"gpus": n, "images_per_s": x, "step_time_s": t, "efficiency": m.step_time_s / t,
-            "compute_s": m.step_time_s, "data_wait_s": t - parts["sync_step_s"], "binding": binding,
-            "gain_images_per_s": gains, **parts}
+            "compute_s": m.step_time_s, "binding": binding, "gain_images_per_s": gains, **parts}
 
 
 def calibrate_whole(w: WholeStep, n: int, measured_images_per_s: float) -> WholeStep:

@@ -155,7 +155,10 @@ def _model_text(scenarios, hidden, gpus, ours_desc, ours, ours_measured, pub, li
             f"This machine: {ours_desc}; beyond 2 processes it assumes a cluster of such nodes joined by the "
             "measured link, and it ignores that our processes share 2 cores.\n\n"
             "HAL: t_c is calibrated, under each overlap assumption, so that the model reproduces the smallest "
-            "published point, then predicts the others.\n\nInputs:\n\n"
+            "published point, then predicts the others. HAL's script all-reduces only after backward "
+            "(`delay_allreduce=True`), so its no-overlap column is the one that applies, and its published images/s "
+            "also carry a loader restart every epoch, which this compute + all-reduce model leaves out: the "
+            "whole-step model below adds it.\n\nInputs:\n\n"
             + md_table(["scenario", *(f"t_c {t} (ms)" for t in modes), "batch/GPU", "gradient MB",
                         "intra busbw (GB/s)", "intra hop latency (us)", "GPUs/node", "inter busbw (GB/s)",
                         "inter hop latency (us)"], inputs)
