@@ -9,7 +9,7 @@ DEMO_DATA ?= data/demo
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml setup.py imagenet/_jpeg_region.c
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml setup.py imagenet/data/decode/_jpeg_region.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt -r requirements-dev.txt -c constraints.txt
 	$(PY) -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .

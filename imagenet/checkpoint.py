@@ -8,16 +8,15 @@ Checkpoints hold only tensors and plain Python values so they load with ``weight
 from __future__ import annotations
 
 import io
-import json
-import os
 import random
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import torch
+
+from . import files
 
 CHECKPOINT = "checkpoint.pth.tar"
 BEST = "model_best.pth.tar"
@@ -27,44 +26,16 @@ class CheckpointError(RuntimeError):
     """A checkpoint cannot be found or read; the message says which file and what to do."""
 
 
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call WRITE(file_object) on a temp file next to PATH, fsync, then rename it over PATH."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
 def save(state: dict, run_dir: Path, is_best: bool = False) -> Path:
     """Write the checkpoint (and the best copy); a full disk or another OS error leaves the previous
     files as they were and raises a one-line CheckpointError."""
     path = Path(run_dir) / CHECKPOINT
     target = path
     try:
-        atomic_write(path, lambda f: f.write(_serialized(state)))
+        files.atomic_write(path, lambda f: f.write(_serialized(state)))
         if is_best:
             target = Path(run_dir) / BEST
-            atomic_write(target, lambda f: shutil.copyfileobj(open(path, "rb"), f))
+            files.atomic_write(target, lambda f: shutil.copyfileobj(open(path, "rb"), f))
     except OSError as e:
         kept = "the previous one is kept" if target.exists() else "nothing was kept"
         raise CheckpointError(f"cannot write checkpoint {target} ({_reason(e)}); {kept}: free space in "
@@ -82,10 +53,6 @@ def _serialized(state: dict) -> memoryview:
 
 def _reason(e: OSError) -> str:
     return e.strerror or str(e) or type(e).__name__
-
-
-def write_json(path: Path, data: dict) -> None:
-    atomic_write(Path(path), lambda f: f.write(json.dumps(data, indent=2, default=str).encode()))
 
 
 def load(path, map_location="cpu") -> dict:

@@ -15,12 +15,13 @@ import torch
 
 from launch import environment
 
-from . import checkpoint, config, data, distributed, models, precision, staging
-from .errors import one_line
+from . import checkpoint, config, distributed, models, precision
+from .data import staging
+from .errors import DataError, one_line
 
 log = logging.getLogger(__name__)
 
-USER_ERRORS = (config.ConfigError, data.DataError, models.ModelError, precision.PrecisionError,
+USER_ERRORS = (config.ConfigError, DataError, models.ModelError, precision.PrecisionError,
                distributed.DistError, checkpoint.CheckpointError, environment.LaunchError, staging.StagingError)
 EXIT_USAGE = 2
 EXIT_LOST_PEER = 1

@@ -10,8 +10,6 @@ an epoch's last print interval or during validation is acted on before the next 
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +17,10 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import checkpoint, data, distributed, preemption, profiling
+from . import checkpoint, distributed, preemption, profiling
+from .terminal import overwrite_progress
+from .data.loader import set_epoch
+from .data.normalize import DeviceNormalizer
 from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
 from .preemption import StopSignal
 from .runrecord import RunRecord
@@ -42,7 +43,7 @@ class Parts:
     criterion: torch.nn.Module
     train_loader: Any
     val_loader: Any
-    normalizer: data.DeviceNormalizer
+    normalizer: DeviceNormalizer
     tb: Any
     record: RunRecord
     run_dir: Path
@@ -76,20 +77,6 @@ class Throughput:
                 "compute_time_ms": step_ms - data_ms if step_ms is not None else None,
                 "warmup_steps": self.warmup_steps, "measured_steps": self.steps,
                 "peak_memory_bytes": peak_memory_bytes(device)}
-
-
-def overwrite_progress() -> bool:
-    """Whether progress lines may end in \\r (rewriting one terminal line) instead of \\n.
-
-    isatty() alone is the wrong test: Open MPI gives its ranks a pty even when mpirun writes to a
-    batch log, where \\r-ended lines pile up into one line that grep calls binary. So: only on a
-    terminal, and never inside a SLURM job (every batch log) or under an MPI launcher, whose output
-    is collected and relayed; a plain line is always safe there.
-    """
-    collected = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
-    if any(name in os.environ for name in collected) or os.environ.get("TERM", "dumb") == "dumb":
-        return False
-    return sys.stdout.isatty()
 
 
 class Trainer:
@@ -181,7 +168,7 @@ class Trainer:
         p, cfg = self.p, self.cfg
         p.model.train()
         first = self.state.step_in_epoch
-        data.set_epoch(p.train_loader, epoch, first * cfg.batch_size)
+        set_epoch(p.train_loader, epoch, first * cfg.batch_size)
         meter, clock = EpochMeter(self.info.device), StepClock()
         warm = min(WARMUP_STEPS, (self.steps_per_epoch - first) // 4)
         interval = (first, time.perf_counter())

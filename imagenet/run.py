@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import checkpoint, data, distributed, models, optim, precision, preemption, staging, sysinfo, tblog
+from . import checkpoint, distributed, models, optim, precision, preemption, sysinfo, tblog
+from .data import loader, staging
+from .data.normalize import DeviceNormalizer
 from .errors import one_line
 from .engine import Parts, Trainer
 from .runrecord import RunRecord
@@ -119,7 +121,7 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     # A collective: rank 0 scans the dataset and broadcasts it (the group exists: cli._run inits it first).
     # With --stage-dir every node reads its own copy of DATA (staging waits for every node's copier).
     data_cfg = dataclasses.replace(cfg, data=staging.stage_data(cfg, info))
-    train_loader, val_loader, num_classes = data.build_loaders(data_cfg, info.rank, info.world_size, info.device)
+    train_loader, val_loader, num_classes = loader.build_loaders(data_cfg, info.rank, info.world_size, info.device)
     run_dir = _run_dir(cfg, info, spec)
     channels_last = cfg.use_channels_last(info.device.type)
     model = models.prepare(models.build(cfg.arch, num_classes, cfg.pretrained), info.device, channels_last,
@@ -153,7 +155,7 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     tb = tblog.make(info.is_primary, str(run_dir))
     parts = Parts(step_model, raw_model, eval_model, optimizer, scheduler, prec,
                   torch.nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing).to(info.device),
-                  train_loader, val_loader, data.DeviceNormalizer(info.device, channels_last), tb, record,
+                  train_loader, val_loader, DeviceNormalizer(info.device, channels_last), tb, record,
                   run_dir)
     trainer = Trainer(cfg, info, parts, preemption.for_run())
     if ckpt is not None and not cfg.evaluate:

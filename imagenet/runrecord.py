@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint
+from . import files
 
 RUN_JSON = "run.json"
 
@@ -22,4 +22,4 @@ class RunRecord:
     def update(self, **fields: Any) -> None:
         self.data.update(fields)
         if self.primary:
-            checkpoint.write_json(self.path, self.data)
+            files.write_json(self.path, self.data)

@@ -79,8 +79,8 @@ def _report_of(records_file: Path) -> int:
 def _demo_data() -> Path:
     """The engine's demo ImageFolder (10 classes of 64x64 shapes), generated once."""
     if not (QUICK_DEMO / "train").is_dir():
-        from imagenet import demo_data
-        demo_data.main([str(QUICK_DEMO), "--classes", "10", "--train-per-class", "32", "--val-per-class", "8"])
+        from imagenet.data import demo
+        demo.main([str(QUICK_DEMO), "--classes", "10", "--train-per-class", "32", "--val-per-class", "8"])
     return QUICK_DEMO
 
 

@@ -110,7 +110,7 @@ stage_wheels() {  # carried wheels (.whl/, git-ignored), e.g. simplejpeg for the
     $PY -m pip install -q --no-index --no-deps --no-cache-dir .whl/*.whl && $PY -c "import simplejpeg" 2>/dev/null \
         && echo "simplejpeg installed" || echo "no simplejpeg: the fast backend decodes with PIL"
     # the fast backend's C region decoder, where the machine has libjpeg-turbo's headers (optional)
-    $PY setup.py -q build_ext --inplace > $LEASE_DIR/build_ext.log 2>&1 && $PY -c "import imagenet._jpeg_region" \
+    $PY setup.py -q build_ext --inplace > $LEASE_DIR/build_ext.log 2>&1 && $PY -c "import imagenet.data.decode._jpeg_region" \
         && echo "region decoder built" || echo "no region decoder (see $LEASE_DIR/build_ext.log): rows are decoded"
 }
 

@@ -2,7 +2,7 @@
 
 Each split (train/, val/) becomes ``DST/<split>-NNNNNN.tar`` files of about ``--shard-size`` MB of
 source images, each sample two members, ``<key>.jpg`` (the image) and ``<key>.cls`` (its class id
-as text), as WebDataset writes them; ``DST/shards-index.npz`` (:mod:`imagenet.sources`) records the
+as text), as WebDataset writes them; ``DST/shards-index.npz`` (:mod:`imagenet.data.sources`) records the
 classes, the samples of each shard and the byte offset and size of every image payload, so the
 engine reads sample i with one ``pread`` on a shard it opened once. Samples keep ImageFolder's order
 (class, then file name), so index i is the same image as in the folder.
@@ -13,8 +13,8 @@ needs each payload's byte offset, which ``tarfile`` reports for the members it r
 returns decoded samples rather than byte ranges. Reading the written shard back with ``tarfile``
 is also the check that it is a standard tar. The layout stays readable by webdataset.
 
-Robustness: a shard is written to ``NAME.tmp`` and renamed when complete, so a killed conversion
-leaves only whole shards; a rerun with the same SRC and options skips them (``.shards-plan.json``
+Robustness: a shard is written atomically (:mod:`imagenet.files`: a temp file, renamed when complete),
+so a killed conversion leaves only whole shards (a rerun removes its temp files); a rerun with the same SRC and options skips them (``.shards-plan.json``
 records what was planned) and the index, written last and atomically, means "complete".
 ``--max-side N`` re-encodes images whose longer side is over N (see README "Data at scale").
 """
@@ -37,8 +37,11 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 from PIL import Image
 
-from . import data, sources
-from .errors import DataError
+from .. import files
+from ..terminal import overwrite_progress
+from ..errors import DataError
+from . import sources
+from .scan import scan_dataset
 
 # Loader workers sample every shard of a split (random order), so a node opens about ranks x workers x
 # shards files per run: 1 GB shards (ImageNet's train split in ~130) keep that over 1,000x below an
@@ -109,24 +112,23 @@ def write_shard(job: Job) -> dict:
     path = os.path.join(job.dst, job.name)
     skipped: List[str] = []
     if not os.path.exists(path):
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            with tarfile.open(fileobj=f, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-                for src, target, key in job.samples:
-                    try:
-                        payload, ext = encoded(src, job.options)
-                    except DataError as e:
-                        if not job.options.skip_bad:
-                            raise
-                        log.warning("skipping %s", e)
-                        skipped.append(src)
-                        continue
-                    tar.addfile(*_member(f"{key}.{ext}", payload))
-                    tar.addfile(*_member(f"{key}.cls", str(target).encode()))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        files.atomic_write(path, lambda f: _write_tar(f, job, skipped))
     return {"name": job.name, "skipped": skipped, **shard_entries(path)}
+
+
+def _write_tar(f, job: Job, skipped: List[str]) -> None:
+    with tarfile.open(fileobj=f, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for src, target, key in job.samples:
+            try:
+                payload, ext = encoded(src, job.options)
+            except DataError as e:
+                if not job.options.skip_bad:
+                    raise
+                log.warning("skipping %s", e)
+                skipped.append(src)
+                continue
+            tar.addfile(*_member(f"{key}.{ext}", payload))
+            tar.addfile(*_member(f"{key}.cls", str(target).encode()))
 
 
 def shard_entries(path: str) -> dict:
@@ -184,19 +186,17 @@ def _check_plan(dst: Path, plan: dict) -> None:
         return
     if any(dst.iterdir()):
         raise DataError(f"{dst} is not empty and holds no conversion of ours; pass an empty or new DST folder")
-    tmp = dst / (PLAN_NAME + ".tmp")
-    tmp.write_text(json.dumps(plan))
-    os.replace(tmp, path)
+    files.write_text(path, json.dumps(plan))
 
 
 # ---------------------------------------------------------------- progress
 
 class Progress:
-    """A bar redrawn in place on a terminal; plain lines (one per shard) otherwise, for log files."""
+    """A bar redrawn in place on an interactive terminal (imagenet.terminal); plain lines (one per shard) otherwise, for log files."""
 
     def __init__(self, total: int, stream=sys.stderr):
         self.total, self.done, self.images, self.stream = total, 0, 0, stream
-        self.tty, self.t0 = stream.isatty(), time.monotonic()
+        self.tty, self.t0 = overwrite_progress(stream), time.monotonic()
 
     def update(self, shard: dict) -> None:
         self.done += 1
@@ -225,11 +225,13 @@ def convert(src: str, dst: str, shard_mb: float = DEFAULT_SHARD_MB, workers: int
     """Convert SRC (ImageFolder) into shards under DST; returns counts. Resumes an interrupted run."""
     if sources.is_shard_folder(src):
         raise DataError(f"{src} is already a shard folder; pass the ImageFolder it came from")
-    classes, index = data.scan_dataset(src)
+    classes, index = scan_dataset(src)
     out = Path(dst)
     out.mkdir(parents=True, exist_ok=True)
     jobs = {s: plan_split(s, index[s], int(shard_mb * 2**20), dst, options) for s in sources.SPLITS}
     _check_plan(out, _fingerprint(src, jobs, options))
+    for stale in files.stale_temps(out):  # left by a killed run; never renamed, so never read
+        stale.unlink()
     splits, skipped = {}, []
     progress = Progress(sum(len(j) for j in jobs.values()))
     for split in sources.SPLITS:

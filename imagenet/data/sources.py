@@ -15,7 +15,7 @@ every DataLoader worker that reads the entries touches their reference counts, s
 gives each worker a private copy of the pages (a known PyTorch problem). Here the paths are one
 bytes buffer plus int64 offsets and the classes one int32 array: a few reference-counted objects
 whose pages forked workers share untouched (``python -m results.bench shards`` measures both). The arrays pickle as plain buffers, so
-rank 0's scan broadcasts them cheaply (:func:`imagenet.data.scan_dataset_once`).
+rank 0's scan broadcasts them cheaply (:func:`imagenet.data.scan.scan_dataset_once`).
 
 The shard index file (:data:`INDEX_NAME`) is a numpy ``.npz`` without pickles: a JSON header
 (format, classes, shard file names and sizes) and per split the int arrays shard / offset / size /
@@ -30,7 +30,8 @@ from typing import Dict, Iterable, Iterator, List, Sequence, Tuple
 
 import numpy as np
 
-from .errors import DataError
+from .. import files
+from ..errors import DataError
 
 INDEX_NAME = "shards-index.npz"
 FORMAT = "hpc-imagenet-shards/1"
@@ -150,7 +151,7 @@ def is_shard_folder(root: str) -> bool:
 
 
 def save_index(root: Path, classes: Sequence[str], splits: Dict[str, dict]) -> None:
-    """Write the index atomically (temp + rename): it is the last file a conversion writes, so its
+    """Write the index atomically (imagenet.files): it is the last file a conversion writes, so its
     presence means every shard it names is complete. SPLITS maps a split to its shard names,
     shard sizes, samples per shard and the per-sample arrays shard / offset / size / target."""
     header = {"format": FORMAT, "classes": list(classes),
@@ -160,12 +161,7 @@ def save_index(root: Path, classes: Sequence[str], splits: Dict[str, dict]) -> N
     for split, v in splits.items():
         for key, dtype in (("shard", np.int32), ("offset", np.int64), ("size", np.int64), ("target", np.int32)):
             arrays[f"{split}_{key}"] = np.asarray(v[key], dtype=dtype)
-    tmp = root / (INDEX_NAME + ".tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, root / INDEX_NAME)
+    files.atomic_write(root / INDEX_NAME, lambda f: np.savez(f, **arrays))
 
 
 def load_index(root: str) -> Tuple[List[str], Dict[str, ShardIndex]]:

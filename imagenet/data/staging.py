@@ -44,10 +44,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, TypeVar
 
-from .errors import one_line
+from .. import files
+from ..terminal import overwrite_progress
+from ..errors import one_line
 
 MARKER = ".staged.json"
-TMP_SUFFIX = ".staging-tmp"
+TMP_SUFFIX = ".staging-tmp"  # ends every copy's temp name: a rerun removes leftovers as extra files
+COPY_CHUNK = 1 << 20
 FORMAT = 1
 COPY_THREADS = 8
 PROGRESS_SECONDS = 30.0  # plain log lines (not a TTY): one per interval
@@ -95,7 +98,7 @@ def stage_data(cfg, info) -> str:
     """The folder training reads: cfg.data, or its node-local copy with --stage-dir (a collective)."""
     if cfg.dummy or not cfg.stage_dir:
         return cfg.data
-    from . import distributed  # here, not at the top: the command line below runs without torch
+    from .. import distributed  # here, not at the top: the command line below runs without torch
 
     dest, error = None, None
     try:  # any failure, on any rank, must reach the collective below: the other ranks wait there
@@ -219,9 +222,7 @@ def _write_marker(dest: Path, src: Path, listing: Listing, verified: bool, secon
     marker = {"format": FORMAT, "source": str(src), "listing": listing.digest(), "files": len(listing.files),
               "bytes": listing.total_bytes, "verified": verified, "seconds": round(seconds, 3),
               "host": socket.gethostname(), "staged_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    tmp = dest / (MARKER + TMP_SUFFIX)
-    tmp.write_text(json.dumps(marker, indent=1) + "\n")
-    os.replace(tmp, dest / MARKER)
+    files.write_text(dest / MARKER, json.dumps(marker, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------- space
@@ -278,9 +279,10 @@ def _sync(src: Path, dest: Path, wanted: Listing, todo: List[str], verify: bool,
 
 def _copy_one(src: Path, dest: Path, rel: str) -> None:
     target = dest / rel
-    tmp = target.with_name(target.name + TMP_SUFFIX)
-    shutil.copy2(src / rel, tmp)  # keeps the mtime, which the next run compares
-    os.replace(tmp, target)
+    with open(src / rel, "rb") as source:
+        files.atomic_write(target, lambda f: shutil.copyfileobj(source, f, COPY_CHUNK), suffix=TMP_SUFFIX)
+    # the mtime, which the next run compares; a crash before this only makes that run copy it again
+    shutil.copystat(src / rel, target)
 
 
 def _copy_all(src: Path, dest: Path, rels: Sequence[str], wanted: Listing, progress_every: float) -> int:
@@ -321,11 +323,11 @@ def _mismatched(src: Path, dest: Path, rels: Sequence[str]) -> List[str]:
 
 
 class _Progress:
-    """A rewritten line on a terminal; otherwise a plain line every PROGRESS_SECONDS (job logs)."""
+    """A rewritten line on an interactive terminal (imagenet.terminal); otherwise a plain line every PROGRESS_SECONDS (job logs)."""
 
     def __init__(self, files: int, total_bytes: int, every: float):
         self.files, self.total = files, total_bytes
-        self.tty = sys.stdout.isatty()
+        self.tty = overwrite_progress()
         self.every = 0.5 if self.tty else every
         self.done_files = self.done_bytes = 0
         self.start = self.last = time.monotonic()

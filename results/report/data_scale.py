@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, List, Sequence
 
-from imagenet import shards
+from imagenet.data import shards
 
 IMAGENET_TRAIN = 1_281_167
 TARGETS = {"fast+shards": 2.0, "fast+shards-max320": 3.0}  # issue 11's per-core goals vs the baseline

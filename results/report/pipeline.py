@@ -68,7 +68,7 @@ def pipeline_section(io: Sequence[dict], steady: Sequence[dict], env: Environmen
             "`fast` backend already decodes only the crop (libjpeg-turbo's region decoding; a reduced DCT "
             "scale where the crop allows), but libjpeg must still entropy-decode every row above the crop, "
             "and entropy decoding (which neither can reduce) is most of a JPEG decode (see "
-            "`imagenet/pipelines.py`). At 224 px on 500x375 images no crop is twice the output size, so "
+            "`imagenet/data/decode/jpeg.py`). At 224 px on 500x375 images no crop is twice the output size, so "
             "DCT scaling never applies there; the next gains are decoding off the CPU (nvJPEG/DALI) or a "
             "pre-processed dataset format. Records older than the region decoder decoded every row down "
             "to the crop (the commit in each record's env row tells them apart).\n\n"

@@ -37,7 +37,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from imagenet import config, data, shards, sources
+from imagenet import config
+from imagenet.data import scan, shards, sources
+from imagenet.data.loader import build_loaders, set_epoch
 from imagenet.errors import DataError
 from results.core import records
 from results.runners import common, pipeline_bench
@@ -71,7 +73,7 @@ def pipeline_variants(sets: Dict[str, Path], images: int) -> Dict[str, pipeline_
     """baseline on the folder (the reference), fast on every set; the first IMAGES samples each."""
     variants = {}
     for label, path in sets.items():
-        _, index = data.scan_dataset(str(path))
+        _, index = scan.scan_dataset(str(path))
         variants[f"fast+{label}"] = (_First(index["train"], images), "fast")
         if label == "folder":
             variants["baseline"] = (_First(index["train"], images), "baseline")
@@ -101,10 +103,10 @@ def run_io(path: str, workers: int, epochs: int) -> dict:
     that of each worker (read while they still run: with workers > 0 the reads happen there)."""
     cfg = config.parse([path, "--seed", "0", "--workers", str(workers), "-b", str(IO_BATCH), "--image-size", "64",
                         "--data-backend", "fast"], variant="nd")
-    train, _, _ = data.build_loaders(cfg, 0, 1, torch.device("cpu"))
+    train, _, _ = build_loaders(cfg, 0, 1, torch.device("cpu"))
     before, images = _proc_io(), 0
     for epoch in range(epochs):
-        data.set_epoch(train, epoch)
+        set_epoch(train, epoch)
         images += sum(len(t) for _, t in train)
     totals = [_proc_io(str(p.pid)) for p in multiprocessing.active_children()] + [_proc_io()]
     rchar, syscr = (sum(t[k] for t in totals) - before[k] for k in ("rchar", "syscr"))

@@ -67,18 +67,19 @@ def _torchvision_imagefolder(root: Path, image_size: int) -> Dataset:
 
 
 def _engine_dataset(name: str, root: Path, image_size: int) -> Dataset:
-    """A backend registered in imagenet.data (the one --data-backend picks in training)."""
-    from imagenet import data
-    _, samples = data.scan_dataset(str(root))
-    return data.ImageFiles(samples["train"], data.get_backend(name)(True, image_size))
+    """A backend registered in imagenet.data.decode (the one --data-backend picks in training)."""
+    from imagenet.data import decode, loader, scan
+    _, samples = scan.scan_dataset(str(root))
+    return loader.ImageFiles(samples["train"], decode.transform(name, True, image_size))
 
 
 def available_backends() -> Dict[str, DatasetBuilder]:
-    """torchvision's ImageFolder always; every backend imagenet.data registers, when it imports."""
+    """torchvision's ImageFolder always; every per-sample backend imagenet.data.decode registers, when it
+    imports."""
     backends: Dict[str, DatasetBuilder] = {"torchvision": _torchvision_imagefolder}
     try:
-        from imagenet import data
-        for name in sorted(data.BACKENDS):
+        from imagenet.data import decode
+        for name in decode.per_sample_names():
             backends[name] = functools.partial(_engine_dataset, name)  # picklable for spawn
     except Exception as e:  # the engine's data module is optional for this benchmark
         log.warning("imagenet.data backends unavailable (%s); measuring torchvision only", e)

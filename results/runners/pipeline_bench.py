@@ -1,7 +1,7 @@
 """Per-core decode cost of the data backends: ``python -m results.pipeline_bench`` and
 ``python -m results.bench pipeline``.
 
-The harness lives here, not in imagenet/pipelines.py, because the engine never imports the harness
+The harness lives here, not in imagenet/data/decode/, because the engine never imports the harness
 (generated JPEGs come from results.runners.jpegs). A "variant" is a backend reading a source: the same
 backend over an ImageFolder, over shards of the original bytes or over re-encoded shards, each
 measured in lockstep with the baseline on the ImageFolder, so the ratio is per round on the same
@@ -25,7 +25,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch.utils.data import DataLoader
 
-from imagenet.data import BACKENDS, ImageFiles, scan_dataset
+from imagenet.data import decode
+from imagenet.data.loader import ImageFiles
+from imagenet.data.scan import scan_dataset
+from imagenet.files import write_text
 from results.runners.jpegs import ensure_dataset  # ImageNet-like 500x375 ~110 KB JPEGs
 
 log = logging.getLogger(__name__)
@@ -75,7 +78,7 @@ def measure(label: str, variant: Variant, train: bool, image_size: int, workers:
     CPU time of the workers and of this process, which receives the batches.
     """
     source, backend = variant
-    dataset = ImageFiles(source, BACKENDS[backend](train, image_size))
+    dataset = ImageFiles(source, decode.transform(backend, train, image_size))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # per core means one core: no intra-op threads in the measured process
     torch.manual_seed(seed)
@@ -103,7 +106,7 @@ def measure_in_process(variants: Dict[str, Variant], train: bool, image_size: in
     torch.set_num_threads(1)
     backends = list(variants)
     try:
-        sets = [ImageFiles(src, BACKENDS[b](train, image_size)) for src, b in variants.values()]
+        sets = [ImageFiles(src, decode.transform(b, train, image_size)) for src, b in variants.values()]
         iters = [iter(DataLoader(s, batch_size=batch_size)) for s in sets]
         cpu, wall, images = [0.0] * len(backends), [0.0] * len(backends), [0] * len(backends)
         for _ in range(-(-min(len(s) for s in sets) // batch_size)):
@@ -196,8 +199,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"per core  {r['cpu_ms_per_image']:.2f} ms CPU/img  {r['images_per_s_wall']:7.0f} img/s wall"
               + (f"  x{ratio:.2f} ({r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})" if ratio else ""))
     if args.json:
-        Path(args.json).write_text(json.dumps({"images": len(samples), "image_size": args.image_size,
-                                               "batch_size": args.batch_size, "rows": rows}, indent=1))
+        write_text(args.json, json.dumps({"images": len(samples), "image_size": args.image_size,
+                                          "batch_size": args.batch_size, "rows": rows}, indent=1))
     return 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imagenet import demo_data
+from imagenet.data import demo
 from tests.slurm_cluster import REQUIRE_ENV, ClusterUnavailable, SlurmCluster
 
 
@@ -32,5 +32,5 @@ def slurm_cluster():
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     """192 training images: 12 steps per epoch for 2 processes of batch 8."""
-    return demo_data.generate(tmp_path_factory.mktemp("requeue_data"), classes=4, train_per_class=48,
+    return demo.generate(tmp_path_factory.mktemp("requeue_data"), classes=4, train_per_class=48,
                               val_per_class=2, size=(40, 32))

@@ -15,8 +15,8 @@ from typing import Dict
 
 import pytest
 
-from imagenet import demo_data, shards
-from imagenet.staging import MARKER, destination
+from imagenet.data import demo, shards
+from imagenet.data.staging import MARKER, destination
 from slurm.generate import EXAMPLES, GenerateError, render, spec_from_args
 from tests.cluster.requeue import EPOCHS, assert_resumed_exactly, release_requeued, run_states, wait_for_progress
 from tests.helpers import eval_settings
@@ -53,7 +53,7 @@ def _markers(stage: Path, data: Path) -> Dict[str, int]:
 def test_two_nodes_stage_once_requeue_and_resume_from_their_copies(slurm_cluster: SlurmCluster,
                                                                    tmp_path: Path) -> None:
     # 384 images: 6 steps per epoch for 2 nodes x 4 processes of batch 8, packed in 8 shards
-    folder = demo_data.generate(tmp_path / "folder", classes=4, train_per_class=96, val_per_class=2, size=(40, 32))
+    folder = demo.generate(tmp_path / "folder", classes=4, train_per_class=96, val_per_class=2, size=(40, 32))
     data = tmp_path / "imagenet"
     shards.convert(str(folder), str(data), shard_mb=0.1)
     stage, run_dir = tmp_path / "local", tmp_path / "run"

@@ -10,7 +10,9 @@ import pytest
 import torch
 from PIL import Image
 
-from imagenet import dali_backend, data
+from imagenet.data import samplers, scan
+from imagenet.data.decode import dali
+from imagenet.data.loader import set_epoch
 
 CPU = torch.device("cpu")
 TRAIN, VAL = 24, 11  # samples; 11 val images over 2 ranks and batch 4: 6 + 5, last batches of 2 and 1
@@ -18,9 +20,9 @@ TRAIN, VAL = 24, 11  # samples; 11 val images over 2 ranks and batch 4: 6 + 5, l
 
 def _has_dali() -> bool:
     try:
-        dali_backend.require_dali()
+        dali.require_dali()
         return True
-    except dali_backend.DaliUnavailable:
+    except dali.DaliUnavailable:
         return False
 
 
@@ -52,18 +54,18 @@ def ids_in_scan_order(samples) -> List[int]:
 
 
 def dali_loader(samples, sampler, train: bool, device, batch: int = 4, max_batches: int = 0):
-    return dali_backend.DaliLoader(dali_backend.FileReader(samples), sampler, batch, train, 16, device, 1, 0, 0,
+    return dali.DaliLoader(dali.FileReader(samples), sampler, batch, train, 16, device, 1, 0, 0,
                                    max_batches)
 
 
 def check_solid_colour_batches(tmp_path: Path, device: torch.device) -> None:
     """Training batches hold the sampler's samples in its order, with their labels, on DEVICE."""
-    _, samples = data.scan_dataset(str(colour_dataset(tmp_path)))
+    _, samples = scan.scan_dataset(str(colour_dataset(tmp_path)))
     ids = ids_in_scan_order(samples["train"])
-    sampler = data.ResumableSampler(range(TRAIN), num_replicas=2, rank=1, shuffle=True, seed=3)
+    sampler = samplers.ResumableSampler(range(TRAIN), num_replicas=2, rank=1, shuffle=True, seed=3)
     loader = dali_loader(samples["train"], sampler, True, device)
     for epoch in (0, 1):
-        data.set_epoch(loader, epoch)
+        set_epoch(loader, epoch)
         expected = [ids[i] for i in list(iter(sampler))[:len(loader) * 4]]
         got, labels = [], []
         for images, target in loader:

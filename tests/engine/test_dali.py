@@ -12,7 +12,9 @@ import sys
 import pytest
 from PIL import Image
 
-from imagenet import config, data
+from imagenet import config, errors
+from imagenet.data import samplers, scan
+from imagenet.data.loader import build_loaders, set_epoch
 from tests.engine.dali_colours import (CPU, TRAIN, VAL, check_solid_colour_batches, colour_dataset, dali_loader,
                                        decode_id, ids_in_scan_order, needs_dali)
 from tests.helpers import explain, python, read_run, script
@@ -25,23 +27,23 @@ def test_training_batches_follow_the_sampler_each_epoch(tmp_path):
 
 @needs_dali
 def test_resume_mid_epoch_yields_the_rest_of_the_epoch(tmp_path):
-    _, samples = data.scan_dataset(str(colour_dataset(tmp_path)))
+    _, samples = scan.scan_dataset(str(colour_dataset(tmp_path)))
     ids = ids_in_scan_order(samples["train"])
-    sampler = data.ResumableSampler(range(TRAIN), num_replicas=1, rank=0, shuffle=True, seed=5)
+    sampler = samplers.ResumableSampler(range(TRAIN), num_replicas=1, rank=0, shuffle=True, seed=5)
     full = [ids[i] for i in iter(sampler)]
     loader = dali_loader(samples["train"], sampler, True, CPU)
-    data.set_epoch(loader, 0, samples_done=8)  # two batches of 4 already trained
+    set_epoch(loader, 0, samples_done=8)  # two batches of 4 already trained
     got = [decode_id(im) for images, _ in loader for im in images]
     assert got == full[8:]
 
 
 @needs_dali
 def test_validation_sees_every_image_once_across_ranks(tmp_path):
-    _, samples = data.scan_dataset(str(colour_dataset(tmp_path)))
+    _, samples = scan.scan_dataset(str(colour_dataset(tmp_path)))
     ids = ids_in_scan_order(samples["val"])
     seen, sizes = [], []
     for rank in (0, 1):
-        loader = dali_loader(samples["val"], data.ShardSampler(VAL, rank, 2), False, CPU)
+        loader = dali_loader(samples["val"], samplers.ShardSampler(VAL, rank, 2), False, CPU)
         for _ in range(2):  # a second validation pass gives the same images
             batches = list(loader)
             sizes.append([len(t) for _, t in batches])
@@ -58,7 +60,7 @@ def test_flip_happens_about_half_the_time(tmp_path):
     half.paste((255, 255, 255), (32, 0, 64, 64))  # left black, right white
     half.save(folder / "x.jpg", quality=95)
     samples = [(str(folder / "x.jpg"), 0)] * 64
-    loader = dali_loader(samples, data.ShardSampler(64, 0, 1), True, CPU, batch=16)
+    loader = dali_loader(samples, samplers.ShardSampler(64, 0, 1), True, CPU, batch=16)
     flipped = [int(im[:, :, :4].float().mean() > im[:, :, -4:].float().mean()) for images, _ in loader for im in images]
     # a crop always keeps part of both halves only sometimes; count the crops whose edges differ
     assert len(flipped) == 64 and 0.25 < sum(flipped) / 64 < 0.75
@@ -67,8 +69,8 @@ def test_flip_happens_about_half_the_time(tmp_path):
 def test_missing_dali_is_one_line_naming_the_package(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # import nvidia.dali now raises ImportError
     cfg = config.parse(["--data-backend", "dali", "-b", "4", str(colour_dataset(tmp_path))], "nd")
-    with pytest.raises(data.DataError) as e:
-        data.build_loaders(cfg, 0, 1, CPU)
+    with pytest.raises(errors.DataError) as e:
+        build_loaders(cfg, 0, 1, CPU)
     message = str(e.value)
     assert "\n" not in message and "pip install nvidia-dali-cuda130" in message
 

@@ -5,20 +5,21 @@ import subprocess
 
 import pytest
 
-from imagenet import demo_data
+from imagenet.data import demo
 from tests.helpers import BIN, PYTHON, REPO, TINY, child_env, explain, free_port, read_run, run, script
 
-# Runs the ddp script with data.scan_dataset wrapped so that each call leaves a file naming the
+# Runs the ddp script with scan.scan_dataset wrapped so that each call leaves a file naming the
 # rank that made it; torch.distributed and the scan itself are the real ones.
 SPY = """import os, sys
 sys.path.insert(0, {repo!r})
-from imagenet import cli, data
-real_scan = data.scan_dataset
+from imagenet import cli
+from imagenet.data import scan
+real_scan = scan.scan_dataset
 def spy(root):
     with open(os.path.join({marks!r}, "scanned-by-rank-" + os.environ["RANK"]), "a") as f:
         f.write(root + "\\n")
     return real_scan(root)
-data.scan_dataset = spy
+scan.scan_dataset = spy
 sys.exit(cli.main("ddp"))
 """
 
@@ -42,7 +43,7 @@ def test_torchrun_only_rank0_scans_and_both_ranks_train(jpeg_data, tmp_path):
 
 @pytest.fixture
 def small_data(tmp_path):
-    return demo_data.generate(tmp_path / "data", classes=2, train_per_class=8, val_per_class=2, size=(32, 32))
+    return demo.generate(tmp_path / "data", classes=2, train_per_class=8, val_per_class=2, size=(32, 32))
 
 
 def _break(data, how):

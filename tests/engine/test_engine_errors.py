@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from imagenet import demo_data
+from imagenet.data import demo
 from tests.helpers import PYTHON, REPO, TINY, child_env, explain, free_port, python, script
 
 
@@ -26,7 +26,7 @@ def _train(data, tmp_path, *extra):
 
 @pytest.fixture
 def small_data(tmp_path):
-    return demo_data.generate(tmp_path / "data", classes=2, train_per_class=8, val_per_class=2, size=(32, 32))
+    return demo.generate(tmp_path / "data", classes=2, train_per_class=8, val_per_class=2, size=(32, 32))
 
 
 def _first_image(root, split="train"):

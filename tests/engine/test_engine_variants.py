@@ -58,9 +58,9 @@ def test_torchrun_two_processes_rank0_tensorboard_and_ranks_in_sync(jpeg_data, t
 def test_seed_torch_distributed_launch_command_verbatim(tmp_path_factory, tmp_path):
     """python -m torch.distributed.launch --nproc_per_node=2 imagenet_ddp_apex.py -a resnet50 --b 208
     --workers 20 --opt-level O2 DATA, shrunk only by appended flags so it fits 2 CPU cores."""
-    from imagenet import demo_data
+    from imagenet.data import demo
 
-    data = demo_data.generate(tmp_path_factory.mktemp("b208"), classes=2, train_per_class=210,
+    data = demo.generate(tmp_path_factory.mktemp("b208"), classes=2, train_per_class=210,
                               val_per_class=2, size=(24, 24))
     proc = run([PYTHON, "-m", "torch.distributed.launch", "--nproc_per_node=2", script("imagenet_ddp_apex.py"),
                 "-a", "resnet50", "--b", "208", "--workers", "20", "--opt-level", "O2", data,

@@ -112,10 +112,10 @@ def test_device_decode_backend_trains_on_cuda_and_matches_the_cpu_decode(jpeg_da
     proc = python(script("imagenet_ddp_apex.py"), *GPU_TINY, "--data-backend", "device", "--epochs", "1",
                   "--log-dir", tmp_path, jpeg_data)
     assert proc.returncode == 0, explain(proc)
-    from imagenet import device_decode
+    from imagenet.data.decode import device
 
     paths = sorted(str(p) for p in (jpeg_data / "val").rglob("*.JPEG"))[:8]
-    batch = device_decode.collate([(device_decode.EncodedVal(32)(open(p, "rb").read(), p), 0) for p in paths])[0]
+    batch = device.collate([(device.EncodedVal(32)(open(p, "rb").read(), p), 0) for p in paths])[0]
     on_gpu, on_cpu = batch.decode(torch.device("cuda")).cpu().int(), batch.decode(torch.device("cpu")).int()
     # nvJPEG and libjpeg-turbo upsample chroma differently, and these 40x32 test images are all edges:
     # the H100 measured a mean difference of 4.5 grey levels. A wrong crop, flip or channel order
@@ -128,15 +128,15 @@ def test_device_decode_backend_trains_on_cuda_and_matches_the_cpu_decode(jpeg_da
 def test_device_decode_syncs_the_host_only_inside_decode_jpeg(jpeg_data, monkeypatch):
     """Crops, flips and resizes queue on the device without waiting for it; whether torchvision's
     nvJPEG call itself synchronises is printed (run with -rP) and is what the report quotes."""
-    from imagenet import device_decode
+    from imagenet.data.decode import device
 
     paths = sorted(str(p) for p in (jpeg_data / "train").rglob("*.JPEG"))[:8]
-    batch = device_decode.collate([(device_decode.EncodedTrain(32)(open(p, "rb").read(), p), 0) for p in paths])[0]
+    batch = device.collate([(device.EncodedTrain(32)(open(p, "rb").read(), p), 0) for p in paths])[0]
     cuda = torch.device("cuda")
     batch.decode(cuda)  # the first call creates nvJPEG's handles
     torch.cuda.synchronize()
     inside: list = []
-    original = device_decode.decode_jpeg
+    original = device.decode_jpeg
 
     def decode_jpeg_watched(*args, **kwargs):
         torch.cuda.set_sync_debug_mode("warn")
@@ -147,7 +147,7 @@ def test_device_decode_syncs_the_host_only_inside_decode_jpeg(jpeg_data, monkeyp
             finally:
                 torch.cuda.set_sync_debug_mode("error")
                 inside.extend(str(w.message).splitlines()[0] for w in seen)
-    monkeypatch.setattr(device_decode, "decode_jpeg", decode_jpeg_watched)
+    monkeypatch.setattr(device, "decode_jpeg", decode_jpeg_watched)
     torch.cuda.set_sync_debug_mode("error")  # anything outside decode_jpeg that synchronises raises
     try:
         out = batch.decode(cuda)

@@ -102,11 +102,12 @@ def test_data_backend_trains_a_few_steps(tmp_path, jpeg_data, backend):
 
 
 def test_channels_last_reaches_model_and_batches():
-    from imagenet import data, models
+    from imagenet import models
+    from imagenet.data import normalize
 
     model = models.prepare(models.build("resnet18", 10, False), CPU, True, False)
     assert model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
-    batch = data.DeviceNormalizer(CPU, channels_last=True)(torch.zeros(2, 3, 8, 8, dtype=torch.uint8))
+    batch = normalize.DeviceNormalizer(CPU, channels_last=True)(torch.zeros(2, 3, 8, 8, dtype=torch.uint8))
     assert batch.dtype == torch.float32 and batch.is_contiguous(memory_format=torch.channels_last)
 
 

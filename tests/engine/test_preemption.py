@@ -11,7 +11,7 @@ from unittest import mock
 
 import torch
 
-from imagenet.engine import overwrite_progress
+from imagenet.terminal import overwrite_progress
 from tests.helpers import PYTHON, REPO, TINY, child_env, explain, python, read_run, script
 
 SEEDED = [*TINY, "--seed", "7", "--deterministic"]

@@ -17,7 +17,9 @@ import pytest
 import torch
 from PIL import Image
 
-from imagenet import config, data, pipelines, shards, sources
+from imagenet import config, errors
+from imagenet.data import loader, samplers, scan, shards, sources
+from imagenet.data.decode import fast
 from results.runners import jpegs
 from tests.engine import dali_colours
 from tests.helpers import BIN, PYTHON, TINY, explain, python, read_run, run, script
@@ -55,8 +57,8 @@ def demo_shards(jpeg_data, tmp_path_factory):
 
 
 def test_lossless_repack_keeps_every_byte_class_and_order_in_standard_tars(photos, photo_shards):
-    folder_classes, folder = data.scan_dataset(str(photos))
-    classes, index = data.scan_dataset(str(photo_shards))
+    folder_classes, folder = scan.scan_dataset(str(photos))
+    classes, index = scan.scan_dataset(str(photo_shards))
     assert classes == folder_classes and isinstance(index["train"], sources.ShardIndex)
     for split in ("train", "val"):
         assert len(index[split]) == len(folder[split])
@@ -70,8 +72,8 @@ def test_lossless_repack_keeps_every_byte_class_and_order_in_standard_tars(photo
 
 
 def test_loader_workers_read_shards_with_one_open_per_shard(photo_shards):
-    _, index = data.scan_dataset(str(photo_shards))
-    files = data.ImageFiles(index["train"], pipelines.fast_backend(True, 32))
+    _, index = scan.scan_dataset(str(photo_shards))
+    files = loader.ImageFiles(index["train"], fast.fast_backend(True, 32))
     batches = list(torch.utils.data.DataLoader(files, batch_size=2, num_workers=0))
     assert sum(len(t) for _, t in batches) == 8 and files.source.opens == len(index["train"].shard_names)
 
@@ -93,9 +95,9 @@ def test_a_seeded_run_with_workers_opens_each_shard_once_per_worker(demo_shards,
     monkeypatch.setattr(os, "open", logging_open)
     cfg = config.parse([str(demo_shards), "--seed", "7", "--workers", "2", "-b", "8", "--image-size", "24"],
                        variant="nd")
-    train, _, _ = data.build_loaders(cfg, 0, 1, torch.device("cpu"))
+    train, _, _ = loader.build_loaders(cfg, 0, 1, torch.device("cpu"))
     for epoch in range(3):
-        data.set_epoch(train, epoch)
+        loader.set_epoch(train, epoch)
         assert sum(len(t) for _, t in train) == len(train) * 8
     opens = [tuple(line.split()) for line in (tmp_path / "opens").read_text().splitlines()]
     shard_files = {str(demo_shards / name) for name in sources.load_index(str(demo_shards))[1]["train"].shard_names}
@@ -107,11 +109,11 @@ def test_a_seeded_run_with_workers_opens_each_shard_once_per_worker(demo_shards,
 def test_max_side_reencodes_only_larger_images(photos, tmp_path):
     proc = convert(photos, tmp_path / "s", "--max-side", "320", "--quality", "85")
     assert proc.returncode == 0, explain(proc)
-    _, index = data.scan_dataset(str(tmp_path / "s"))
+    _, index = scan.scan_dataset(str(tmp_path / "s"))
     sizes = [Image.open(io.BytesIO(index["train"].read(i))).size for i in range(len(index["train"]))]
     assert set(sizes) == {(320, 240)}  # 500x375 scaled to a longer side of 320
     proc = convert(photos, tmp_path / "t", "--max-side", "600")
-    _, same = data.scan_dataset(str(tmp_path / "t"))
+    _, same = scan.scan_dataset(str(tmp_path / "t"))
     assert same["train"].read(0) == (photos / "train" / "n00000000" / "img_00000.JPEG").read_bytes()
 
 
@@ -123,7 +125,7 @@ def test_an_interrupted_conversion_resumes_and_keeps_finished_shards(photos, pho
     (dst / "train-000001.tar").unlink()
     (dst / "train-000001.tar.tmp").write_bytes(b"half a shard")
     kept = os.stat(dst / "train-000000.tar").st_mtime_ns
-    with pytest.raises(data.DataError):
+    with pytest.raises(errors.DataError):
         sources.load_index(str(dst))
     proc = convert(photos, dst, "--shard-size", "0.25")
     assert proc.returncode == 0, explain(proc)
@@ -149,7 +151,7 @@ def test_an_unreadable_image_is_named_or_skipped(photos, tmp_path):
     proc = convert(src, tmp_path / "b", "--skip-bad-images")
     assert proc.returncode == 0, explain(proc)
     assert json.loads(proc.stdout.splitlines()[0])["skipped"] == 1 and str(bad) in proc.stderr
-    _, index = data.scan_dataset(str(tmp_path / "b"))
+    _, index = scan.scan_dataset(str(tmp_path / "b"))
     assert len(index["train"]) == 7
 
 
@@ -198,7 +200,7 @@ def test_a_truncated_shard_stops_training_in_one_line(demo_shards, tmp_path):
     _train_fails(dst, tmp_path, f"shard {shard} is")
     # the source itself also refuses a short read, should a shard shrink after start-up
     train.root = str(dst)
-    with pytest.raises(data.DataError, match="truncated"):
+    with pytest.raises(errors.DataError, match="truncated"):
         train.read(last)
 
 
@@ -245,8 +247,8 @@ def test_dali_backend_reads_shards_like_the_folder(tmp_path):
     assert proc.returncode == 0, explain(proc)
     got = {}
     for name, root in (("folder", src), ("shards", tmp_path / "s")):
-        _, index = data.scan_dataset(str(root))
-        loader = dali_colours.dali_loader(index["val"], data.ShardSampler(dali_colours.VAL, 0, 1), False, dali_colours.CPU)
+        _, index = scan.scan_dataset(str(root))
+        loader = dali_colours.dali_loader(index["val"], samplers.ShardSampler(dali_colours.VAL, 0, 1), False, dali_colours.CPU)
         got[name] = [(dali_colours.decode_id(im), int(t)) for images, targets in loader
                      for im, t in zip(images, targets)]
     assert got["shards"] == got["folder"] and len(got["folder"]) == dali_colours.VAL

@@ -16,14 +16,15 @@ from typing import Iterator
 
 import pytest
 
-from imagenet import config, data, demo_data, staging
-from imagenet.staging import MARKER, StagingError, destination, stage
+from imagenet import config
+from imagenet.data import demo, scan, staging
+from imagenet.data.staging import MARKER, StagingError, destination, stage
 from tests.helpers import BIN, PYTHON, REPO, TINY, child_env, explain, read_run, run, script
 
 
 @pytest.fixture
 def src(tmp_path: Path) -> Path:
-    root = demo_data.generate(tmp_path / "imagenet", classes=3, train_per_class=6, val_per_class=2, size=(40, 32))
+    root = demo.generate(tmp_path / "imagenet", classes=3, train_per_class=6, val_per_class=2, size=(40, 32))
     (root / "train" / "class_empty").mkdir()  # an empty class folder is still a class
     (root / "val" / "class_empty").mkdir()
     return root
@@ -141,7 +142,7 @@ def test_stage_dir_inside_the_dataset_is_refused(src: Path) -> None:
 @pytest.mark.parametrize("kind", ["folder", "shards"])
 def test_rank0s_index_reads_each_ranks_own_copy(kind: str, src: Path, tmp_path: Path) -> None:
     if kind == "shards":
-        from imagenet import shards
+        from imagenet.data import shards
 
         src = Path(shutil.copytree(src, tmp_path / "folder", ignore=shutil.ignore_patterns("class_empty")))
         shards.convert(str(src), str(tmp_path / "shards"), shard_mb=0.01)
@@ -149,8 +150,8 @@ def test_rank0s_index_reads_each_ranks_own_copy(kind: str, src: Path, tmp_path: 
     node1, node2 = (destination(str(src), tmp_path / node) for node in ("node1", "node2"))
     stage(str(src), node1)
     stage(str(src), node2)
-    classes, index = data._rebased(data.scan_dataset(str(node1)), str(node1), str(node2))
-    own_classes, own = data.scan_dataset(str(node2))
+    classes, index = scan._rebased(scan.scan_dataset(str(node1)), str(node1), str(node2))
+    own_classes, own = scan.scan_dataset(str(node2))
     assert classes == own_classes and {k: list(v) for k, v in index.items()} == {k: list(v) for k, v in own.items()}
     assert all(str(node2) in name for v in index.values() for name, _ in v)
 

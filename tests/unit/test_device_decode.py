@@ -7,7 +7,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from imagenet import data, device_decode, pipelines
+from imagenet import errors
+from imagenet.data import loader, normalize
+from imagenet.data.decode import device, jpeg
+from imagenet.data.decode.fast import FastTrain, FastVal
 from results.runners import jpegs
 
 CPU = torch.device("cpu")
@@ -23,11 +26,11 @@ def photos(tmp_path_factory):
 
 @pytest.mark.parametrize("box,flip", [((10, 20, 300, 280), False), ((0, 0, 375, 500), True), ((200, 300, 90, 120), True)])
 def test_train_crops_match_the_fast_backend(photos, box, flip):
-    fast = pipelines.FastTrain(224)
+    fast = FastTrain(224)
     for path in photos:
         buf = open(path, "rb").read()
-        expected = fast.render(buf, pipelines.jpeg_frame(buf), box, flip)
-        batch = device_decode.EncodedBatch([torch.frombuffer(bytearray(buf), dtype=torch.uint8)],
+        expected = fast.render(buf, jpeg.jpeg_frame(buf), box, flip)
+        batch = device.EncodedBatch([torch.frombuffer(bytearray(buf), dtype=torch.uint8)],
                                            torch.tensor([[*box, int(flip), 224]]), [path])
         got = batch.decode(CPU)[0]
         diff = (got.int() - expected.int()).abs()
@@ -37,16 +40,16 @@ def test_train_crops_match_the_fast_backend(photos, box, flip):
 
 
 def test_val_matches_the_fast_backend(photos):
-    got = device_decode.collate([(device_decode.EncodedVal(224)(open(p, "rb").read(), p), 0) for p in photos])[0].decode(CPU)
-    expected = torch.stack([pipelines.FastVal(224)(open(p, "rb").read()) for p in photos])
+    got = device.collate([(device.EncodedVal(224)(open(p, "rb").read(), p), 0) for p in photos])[0].decode(CPU)
+    expected = torch.stack([FastVal(224)(open(p, "rb").read()) for p in photos])
     assert got.shape == expected.shape and (got.int() - expected.int()).abs().float().mean() < 1.0
 
 
 def test_loader_batches_stay_encoded_until_the_normalizer(photos):
-    files = data.ImageFiles([(p, i % 2) for i, p in enumerate(photos)], device_decode.EncodedTrain(64))
-    images, targets = next(iter(DataLoader(files, batch_size=4, collate_fn=device_decode.collate)))
-    assert isinstance(images, device_decode.EncodedBatch) and len(images) == 4 and targets.tolist() == [0, 1, 0, 1]
-    out = data.DeviceNormalizer(CPU, channels_last=False)(images)
+    files = loader.ImageFiles([(p, i % 2) for i, p in enumerate(photos)], device.EncodedTrain(64))
+    images, targets = next(iter(DataLoader(files, batch_size=4, collate_fn=device.collate)))
+    assert isinstance(images, device.EncodedBatch) and len(images) == 4 and targets.tolist() == [0, 1, 0, 1]
+    out = normalize.DeviceNormalizer(CPU, channels_last=False)(images)
     assert out.shape == (4, 3, 64, 64) and out.dtype == torch.float32
     assert -3 < out.min() < out.max() < 3  # normalised, not 0-255
 
@@ -54,10 +57,10 @@ def test_loader_batches_stay_encoded_until_the_normalizer(photos):
 def test_non_jpeg_is_a_bad_image_and_undecodable_bytes_name_the_files(photos, tmp_path):
     png = tmp_path / "x.JPEG"
     png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
-    files = data.ImageFiles([(str(png), 0)], device_decode.EncodedTrain(64))
-    with pytest.raises(data.DataError, match="not a JPEG.*--skip-bad-images"):
+    files = loader.ImageFiles([(str(png), 0)], device.EncodedTrain(64))
+    with pytest.raises(errors.DataError, match="not a JPEG.*--skip-bad-images"):
         files[0]
-    broken = device_decode.EncodedBatch([torch.frombuffer(bytearray(b"\xff\xd8\xff\xdb" + b"\0" * 40), dtype=torch.uint8)],
+    broken = device.EncodedBatch([torch.frombuffer(bytearray(b"\xff\xd8\xff\xdb" + b"\0" * 40), dtype=torch.uint8)],
                                         torch.tensor([[0, 0, 8, 8, 0, 8]]), [photos[0]])
-    with pytest.raises(data.DataError, match="cannot decode a JPEG.*" + photos[0].split("/")[-1] + ".*--data-backend fast"):
+    with pytest.raises(errors.DataError, match="cannot decode a JPEG.*" + photos[0].split("/")[-1] + ".*--data-backend fast"):
         broken.decode(CPU)

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from imagenet import checkpoint, config, data, optim
+from imagenet import checkpoint, config, errors, files, optim
+from imagenet.data import samplers
 from imagenet.errors import one_line
 
 
@@ -48,7 +49,7 @@ def test_crash_during_checkpoint_write_keeps_the_last_good_one(tmp_path):
         raise KeyboardInterrupt  # the job is killed mid-write
 
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.atomic_write(tmp_path / checkpoint.CHECKPOINT, dies_half_way)
+        files.atomic_write(tmp_path / checkpoint.CHECKPOINT, dies_half_way)
     assert checkpoint.load(tmp_path / checkpoint.CHECKPOINT)["epoch"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == [checkpoint.CHECKPOINT]  # no temp files left
 
@@ -71,15 +72,15 @@ def test_rng_state_round_trips_through_weights_only_load(tmp_path):
 
 @pytest.mark.parametrize("length, world", [(21, 2), (7, 4), (3, 8), (100, 3)])
 def test_validation_shards_cover_every_image_once(length, world):
-    seen = sorted(i for r in range(world) for i in data.ShardSampler(length, r, world))
+    seen = sorted(i for r in range(world) for i in samplers.ShardSampler(length, r, world))
     assert seen == list(range(length))
 
 
 def test_resumable_sampler_skips_exactly_the_consumed_samples():
-    full = data.ResumableSampler(range(40), num_replicas=2, rank=1, shuffle=True, seed=3)
+    full = samplers.ResumableSampler(range(40), num_replicas=2, rank=1, shuffle=True, seed=3)
     full.set_epoch(2)
     order = list(full)
-    part = data.ResumableSampler(range(40), num_replicas=2, rank=1, shuffle=True, seed=3)
+    part = samplers.ResumableSampler(range(40), num_replicas=2, rank=1, shuffle=True, seed=3)
     part.set_epoch(2)
     part.set_start(8)
     assert list(part) == order[8:]
@@ -87,7 +88,7 @@ def test_resumable_sampler_skips_exactly_the_consumed_samples():
 
 
 def test_worker_errors_become_one_line():
-    wrapped = data.DataError("Caught DataError in DataLoader worker process 0.\nOriginal Traceback (most recent "
+    wrapped = errors.DataError("Caught DataError in DataLoader worker process 0.\nOriginal Traceback (most recent "
                              "call last):\n  File \"x.py\", line 1\nimagenet.data.DataError: cannot read image "
                              "/d/a.JPEG: broken; replace it")
     assert one_line(wrapped) == "cannot read image /d/a.JPEG: broken; replace it"

@@ -10,22 +10,25 @@ from __future__ import annotations
 import pytest
 import torch
 
-from imagenet import config, data, device_decode
+from imagenet import config
+from imagenet.data import samplers
+from imagenet.data.loader import build_loaders, set_epoch
+from imagenet.data.decode import device
 
 
 def _loaders(root, backend: str, workers: int):
     cfg = config.parse([str(root), "--seed", "3", "--workers", str(workers), "-b", "8", "--image-size", "24",
                         "--data-backend", backend], variant="nd")
-    train, _, _ = data.build_loaders(cfg, 0, 1, torch.device("cpu"))
+    train, _, _ = build_loaders(cfg, 0, 1, torch.device("cpu"))
     return train
 
 
 def _epoch(loader, epoch: int, samples_done: int = 0) -> list:
     """The epoch's batches as plain tensors (an encoded batch of the device backend: its crop boxes)."""
-    data.set_epoch(loader, epoch, samples_done)
+    set_epoch(loader, epoch, samples_done)
     out = []
     for images, target in loader:
-        if isinstance(images, device_decode.EncodedBatch):
+        if isinstance(images, device.EncodedBatch):
             images = images.boxes
         out.append((images, target))
     return out
@@ -51,10 +54,10 @@ def test_a_loader_resumed_mid_epoch_yields_the_rest_of_the_epoch(jpeg_data):
 
 
 def test_sample_seeds_depend_on_seed_epoch_and_index_only():
-    a = data.sample_seeds(3, 1, 100)
-    assert (a[:40] == data.sample_seeds(3, 1, 40)).all()  # not on the dataset length
-    assert (a != data.sample_seeds(3, 2, 100)).mean() > 0.9 and (a != data.sample_seeds(4, 1, 100)).mean() > 0.9
-    ranks = [data.ResumableSampler(range(100), num_replicas=2, rank=r, seed=3, seeded=True) for r in (0, 1)]
+    a = samplers.sample_seeds(3, 1, 100)
+    assert (a[:40] == samplers.sample_seeds(3, 1, 40)).all()  # not on the dataset length
+    assert (a != samplers.sample_seeds(3, 2, 100)).mean() > 0.9 and (a != samplers.sample_seeds(4, 1, 100)).mean() > 0.9
+    ranks = [samplers.ResumableSampler(range(100), num_replicas=2, rank=r, seed=3, seeded=True) for r in (0, 1)]
     for sampler in ranks:
         sampler.set_epoch(1)
         assert all(seed == a[index] for index, seed in sampler)

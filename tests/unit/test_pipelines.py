@@ -19,11 +19,14 @@ from PIL import Image
 from torchvision import transforms as T
 from torchvision.transforms import functional as F
 
-from imagenet import data, pipelines as P
+from imagenet import errors
+from imagenet.data import decode as registry, loader
+from imagenet.data.decode import base, jpeg, pil
+from imagenet.data.decode.fast import FastTrain, FastVal, fast_backend, scaled_box
 from tests.helpers import photo
 
-MEAN = torch.tensor(P.IMAGENET_MEAN).view(3, 1, 1)
-STD = torch.tensor(P.IMAGENET_STD).view(3, 1, 1)
+MEAN = torch.tensor(base.IMAGENET_MEAN).view(3, 1, 1)
+STD = torch.tensor(base.IMAGENET_STD).view(3, 1, 1)
 
 
 def read(path) -> bytes:
@@ -62,7 +65,7 @@ def files(tmp_path_factory) -> List[str]:
 def test_frame_header(kw, mode, mcu):
     pixels = photo(123, 77)
     buf = jpeg_bytes(pixels if mode == "RGB" else pixels[..., 0], **kw)
-    frame = P.jpeg_frame(buf)
+    frame = jpeg.jpeg_frame(buf)
     assert (frame.height, frame.width, frame.mcu_rows, frame.row_prefix) == (123, 77, mcu, True)
     assert int.from_bytes(buf[frame.height_offset:frame.height_offset + 2], "big") == 123
 
@@ -70,8 +73,8 @@ def test_frame_header(kw, mode, mcu):
 def test_not_a_jpeg():
     png = io.BytesIO()
     Image.fromarray(photo(20, 20)).save(png, "PNG")
-    assert P.jpeg_frame(png.getvalue()) is None
-    assert P.jpeg_frame(b"\xff\xd8\xff\xe0\x00") is None  # truncated before any frame header
+    assert jpeg.jpeg_frame(png.getvalue()) is None
+    assert jpeg.jpeg_frame(b"\xff\xd8\xff\xe0\x00") is None  # truncated before any frame header
 
 
 @pytest.mark.parametrize("kw,gray", [({}, False), ({"progressive": True}, False), ({"subsampling": 0}, False),
@@ -80,29 +83,29 @@ def test_shortened_frame_decodes_the_same_top_rows(kw, gray):
     """4:2:0, progressive, 4:4:4, 4:2:2, grayscale and restart markers, at full scale and DCT-scaled."""
     pixels = photo(375, 500, seed=3)
     buf = jpeg_bytes(pixels[..., 0] if gray else pixels, **kw)
-    frame = P.jpeg_frame(buf)
+    frame = jpeg.jpeg_frame(buf)
     for draft in (1, 2, 4, 8):
         full = decode(buf, draft)
         for bottom in (1, 15, 16, 100, 173, 300, 350):
             rows = frame.rows_for(bottom, draft)
-            part = decode(P.with_rows(buf, frame, rows), draft)
+            part = decode(jpeg.with_rows(buf, frame, rows), draft)
             assert part.shape[0] == -(-rows // draft) < full.shape[0]
             keep = -(-bottom // draft)
             np.testing.assert_array_equal(part[:keep], full[:keep], err_msg=f"bottom {bottom}, 1/{draft}")
 
 
 def test_rows_for_keeps_the_whole_frame_near_the_bottom():
-    frame = P.jpeg_frame(jpeg_bytes(photo(375, 500)))
+    frame = jpeg.jpeg_frame(jpeg_bytes(photo(375, 500)))
     assert frame.rows_for(370) == 375
-    assert P.with_rows(b"unchanged", frame, 375) == b"unchanged"
+    assert jpeg.with_rows(b"unchanged", frame, 375) == b"unchanged"
 
 
 def test_dct_reduction_never_upsamples():
-    assert P.dct_reduction(375, 500, 224, 224) == 1
-    assert P.dct_reduction(448, 448, 224, 224) == 2
-    assert P.dct_reduction(447, 1000, 224, 224) == 1
-    assert P.dct_reduction(300, 400, 64, 64) == 4
-    assert P.dct_reduction(3000, 4000, 224, 224) == 8
+    assert jpeg.dct_reduction(375, 500, 224, 224) == 1
+    assert jpeg.dct_reduction(448, 448, 224, 224) == 2
+    assert jpeg.dct_reduction(447, 1000, 224, 224) == 1
+    assert jpeg.dct_reduction(300, 400, 64, 64) == 4
+    assert jpeg.dct_reduction(3000, 4000, 224, 224) == 8
 
 
 # ---------------------------------------------------------------- crop distribution
@@ -123,10 +126,10 @@ def box_features(boxes: np.ndarray, height: int, width: int) -> dict:
 def test_crop_boxes_follow_torchvisions_distribution(height, width):
     n = 4000
     torch.manual_seed(1)
-    ours = np.array([P.FastTrain.sample(height, width)[0] for _ in range(n)])
+    ours = np.array([FastTrain.sample(height, width)[0] for _ in range(n)])
     torch.manual_seed(2)
     shape = torch.empty((0, height, width))
-    theirs = np.array([T.RandomResizedCrop.get_params(shape, P.CROP_SCALE, P.CROP_RATIO) for _ in range(n)])
+    theirs = np.array([T.RandomResizedCrop.get_params(shape, base.CROP_SCALE, base.CROP_RATIO) for _ in range(n)])
     critical = 1.95 * np.sqrt(2 / n)  # two-sample KS at alpha = 0.001
     fa, fb = box_features(ours, height, width), box_features(theirs, height, width)
     for name in fa:
@@ -137,7 +140,7 @@ def test_crop_boxes_follow_torchvisions_distribution(height, width):
 
 def test_flip_is_a_fair_coin():
     torch.manual_seed(0)
-    flips = [P.FastTrain.sample(375, 500)[1] for _ in range(2000)]
+    flips = [FastTrain.sample(375, 500)[1] for _ in range(2000)]
     assert 0.45 < np.mean(flips) < 0.55
 
 
@@ -148,7 +151,7 @@ def baseline_on_box(path: str, box, flip: bool, size: int) -> torch.Tensor:
     img = F.resized_crop(Image.open(path).convert("RGB"), *box, [size, size], antialias=True)
     if flip:
         img = F.hflip(img)
-    normalized = F.normalize(F.to_tensor(img), P.IMAGENET_MEAN, P.IMAGENET_STD)
+    normalized = F.normalize(F.to_tensor(img), base.IMAGENET_MEAN, base.IMAGENET_STD)
     return (normalized * STD + MEAN) * 255
 
 
@@ -156,7 +159,7 @@ def used_box(box, reduction: int, height: int, width: int):
     """The full-size box the fast backend resamples after decoding at 1/reduction."""
     if reduction == 1:
         return box
-    y, x, h, w = P.scaled_box(box, reduction, -(-height // reduction), -(-width // reduction))
+    y, x, h, w = scaled_box(box, reduction, -(-height // reduction), -(-width // reduction))
     return y * reduction, x * reduction, min(h * reduction, height - y * reduction), min(w * reduction,
                                                                                          width - x * reduction)
 
@@ -166,15 +169,15 @@ def test_fast_train_matches_the_baseline_on_the_same_box(files, size):
     """Full-scale decodes match the baseline to rounding. DCT-scaled ones (big crops) move each box
     edge by at most reduction/2 pixels and low-pass with the scaled IDCT instead of the bilinear
     filter: 1-4 grey levels on this per-pixel-noise texture, less on photos."""
-    fast = P.FastTrain(size)
+    fast = FastTrain(size)
     torch.manual_seed(0)
     reductions = set()
     for path in files:
         buf = Path(path).read_bytes()
-        frame = P.jpeg_frame(buf)
+        frame = jpeg.jpeg_frame(buf)
         for _ in range(6):
             box, flip = fast.sample(frame.height, frame.width)
-            r = P.dct_reduction(box[2], box[3], size, size)
+            r = jpeg.dct_reduction(box[2], box[3], size, size)
             reductions.add(r)
             used = used_box(box, r, frame.height, frame.width)
             edges = np.subtract([used[0], used[1], used[0] + used[2], used[1] + used[3]],
@@ -192,7 +195,7 @@ def test_fast_train_matches_the_baseline_on_the_same_box(files, size):
 
 def test_fast_and_baseline_draw_from_the_same_random_stream_only_through_sample(files):
     """Seeded runs are reproducible: same seed, same output."""
-    fast = P.fast_backend(True, 224)
+    fast = fast_backend(True, 224)
     torch.manual_seed(5)
     a = fast(read(files[0]))
     torch.manual_seed(5)
@@ -202,8 +205,8 @@ def test_fast_and_baseline_draw_from_the_same_random_stream_only_through_sample(
 @pytest.mark.parametrize("index", [0, 1, 3])
 def test_fast_val_matches_the_baseline(files, index):
     """Resize + centre crop: uint8 vs float rounding only."""
-    base = P.baseline_backend(False, 224)(read(files[index]))
-    fast = P.fast_backend(False, 224)(read(files[index]))
+    base = pil.baseline_backend(False, 224)(read(files[index]))
+    fast = fast_backend(False, 224)(read(files[index]))
     assert fast.dtype == torch.uint8 and fast.shape == base.shape == (3, 224, 224) and fast.is_contiguous()
     diff = (fast.float() - (base * STD + MEAN) * 255).abs()
     assert diff.mean() < 0.5 and diff.max() <= 2
@@ -218,22 +221,28 @@ def test_fast_handles_non_jpeg_grayscale_and_cmyk(tmp_path):
     Image.fromarray(photo(90, 120)).convert("CMYK").save(cmyk, quality=90)
     for path in (png, gray, cmyk):
         for train in (True, False):
-            out = P.fast_backend(train, 32)(read(path))
+            out = fast_backend(train, 32)(read(path))
             assert out.dtype == torch.uint8 and out.shape == (3, 32, 32)
 
 
 def test_backends_are_registered_and_picklable(files):
-    assert {"baseline", "fast"} <= set(data.BACKENDS)
-    for name in ("baseline", "fast"):
+    # one registry for every --data-backend; dali builds whole batches, the others decode samples
+    assert set(registry.BACKENDS) == {"pil", "baseline", "fast", "device", "dali"}
+    assert registry.per_sample_names() == ["baseline", "device", "fast", "pil"]
+    with pytest.raises(errors.DataError, match="dali decodes whole batches"):
+        registry.transform("dali", True, 32)
+    with pytest.raises(errors.DataError, match="unknown --data-backend 'nope'; choose one of: baseline, dali"):
+        registry.get_backend("nope")
+    for name in ("baseline", "fast", "pil"):
         for train in (True, False):
-            fn = pickle.loads(pickle.dumps(data.get_backend(name)(train, 32)))
+            fn = pickle.loads(pickle.dumps(registry.transform(name, train, 32)))
             out = fn(read(files[0]))
             assert out.shape == (3, 32, 32)
             assert out.dtype == (torch.float32 if name == "baseline" else torch.uint8)
 
 
 def test_loader_batches(files):
-    ds = data.ImageFiles([(p, i) for i, p in enumerate(files)], P.fast_backend(True, 32))
+    ds = loader.ImageFiles([(p, i) for i, p in enumerate(files)], fast_backend(True, 32))
     images, targets = next(iter(torch.utils.data.DataLoader(ds, batch_size=4)))
     assert images.dtype == torch.uint8 and images.shape == (4, 3, 32, 32) and targets.tolist() == [0, 1, 2, 3]
 
@@ -252,14 +261,14 @@ def test_bench_measures_both_backends(files):
 def test_simplejpeg_and_pil_decodes_give_the_fast_backend_the_same_pixels(monkeypatch, subsampling):
     """simplejpeg is only the faster caller of libjpeg-turbo: crops (frame shortened to the box, flip)
     and validation outputs are bit-identical to the PIL fallback's."""
-    assert P.simplejpeg is not None, "simplejpeg is in requirements.txt"
-    monkeypatch.setattr(P, "_jpeg_region", None)  # the row decoders (the region decoder: test_jpeg_region)
+    assert jpeg.simplejpeg is not None, "simplejpeg is in requirements.txt"
+    monkeypatch.setattr(jpeg, "_jpeg_region", None)  # the row decoders (the region decoder: test_jpeg_region)
     buf = jpeg_bytes(photo(seed=3), subsampling=subsampling)
-    frame = P.jpeg_frame(buf)
+    frame = jpeg.jpeg_frame(buf)
     cases = [((10, 20, 300, 280), False), ((0, 0, 375, 500), True), ((200, 300, 90, 120), True)]
-    fast, val = P.FastTrain(224), P.FastVal(224)
+    fast, val = FastTrain(224), FastVal(224)
     with_simplejpeg = [fast.render(buf, frame, box, flip) for box, flip in cases] + [val(buf)]
-    monkeypatch.setattr(P, "simplejpeg", None)
+    monkeypatch.setattr(jpeg, "simplejpeg", None)
     with_pil = [fast.render(buf, frame, box, flip) for box, flip in cases] + [val(buf)]
     for a, b in zip(with_simplejpeg, with_pil):
         assert a.shape == b.shape and torch.equal(a, b)
@@ -271,9 +280,9 @@ def test_cmyk_and_grey_jpegs_decode_to_rgb_as_pil_converts_them(mode):
     Image.fromarray(photo(64, 80)).convert(mode).save(out, "JPEG")
     buf = out.getvalue()
     pil = torch.from_numpy(np.array(Image.open(io.BytesIO(buf)).convert("RGB")))
-    assert (P.decode_hwc(buf).int() - pil.int()).abs().max() <= 1  # CMYK: rounding of the conversion
-    assert P.FastVal(32)(buf).shape == (3, 32, 32) and P.FastTrain(32)(buf).shape == (3, 32, 32)
+    assert (jpeg.decode_hwc(buf).int() - pil.int()).abs().max() <= 1  # CMYK: rounding of the conversion
+    assert FastVal(32)(buf).shape == (3, 32, 32) and FastTrain(32)(buf).shape == (3, 32, 32)
 
 
 def test_bytes_simplejpeg_rejects_fall_back_to_pil():
-    assert P.decode_hwc(b"\xff\xd8\xff\xdb" + b"\0" * 40) is None
+    assert jpeg.decode_hwc(b"\xff\xd8\xff\xdb" + b"\0" * 40) is None

@@ -1,4 +1,4 @@
-/* Region-of-interest JPEG decoding for the fast backend (imagenet/pipelines.py).
+/* Region-of-interest JPEG decoding for the fast backend (jpeg.py, fast.py beside this file).
  *
  * decode_region(data, top, left, height, width) -> bytearray of height x width x 3 RGB bytes,
  * the same pixels as a full decode cropped to that box, or None for CMYK/YCCK images.

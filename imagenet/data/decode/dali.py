@@ -6,7 +6,7 @@ For GPU nodes with few CPU cores per GPU. Needs the ``nvidia-dali-cuda130`` (CUD
 What runs where:
 
 - **Which samples, in which order**: our own samplers, as for every other backend
-  (:class:`imagenet.data.ResumableSampler` for training, :class:`imagenet.data.ShardSampler` for
+  (:class:`imagenet.data.samplers.ResumableSampler` for training, :class:`imagenet.data.samplers.ShardSampler` for
   validation). A parallel ``fn.external_source`` reads each chosen sample's encoded bytes from the
   dataset (an ImageFolder file or a tar shard) in Python worker processes. So the shuffle, the
   split across ranks, the mid-epoch resume position and exact validation (every image once, no
@@ -19,7 +19,7 @@ What runs where:
 - **Validation**: full decode, shorter side resized to size*256/224, centre crop.
 - **Output**: uint8 NHWC from DALI, handed to the training loop as an NCHW view with channels-last
   strides (no transpose: the channels-last model takes it as is) on the training device;
-  :class:`imagenet.data.DeviceNormalizer` converts and normalises it like every other batch.
+  :class:`imagenet.data.normalize.DeviceNormalizer` converts and normalises it like every other batch.
 
 One pipeline serves every epoch of a loader: its reader processes ask their own copy of the
 sampler for each epoch's indices, and an epoch ends after --steps-per-epoch (--val-steps) batches,
@@ -31,13 +31,14 @@ run reads the same samples in the same order but draws other crops than an unint
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
 
-from .pipelines import CROP_RATIO, CROP_SCALE, val_resize
-from .sources import FolderIndex
+from ...errors import DataError
+from ..sources import FolderIndex
+from .base import CROP_RATIO, CROP_SCALE, val_resize
 
 PACKAGES = "nvidia-dali-cuda130 (CUDA 13) or nvidia-dali-cuda120 (CUDA 12)"
 PREFETCH = 2  # batches DALI prepares ahead of the one being trained on
@@ -161,7 +162,6 @@ def _to_torch(tensor_list, device: torch.device, dtype: torch.dtype) -> torch.Te
 
 
 def _run(pipe):
-    from .data import DataError  # imported here: imagenet.data imports this module
 
     try:
         return pipe.run()
@@ -173,7 +173,7 @@ def _run(pipe):
 
 class FileReader:
     """(bytes, class) of sample i of a source (an ImageFolder or shard index from
-    :mod:`imagenet.sources`, or a list of (path, class)); picklable for DALI's workers."""
+    :mod:`imagenet.data.sources`, or a list of (path, class)); picklable for DALI's workers."""
 
     def __init__(self, source):
         self.source = source if hasattr(source, "read") else FolderIndex.from_samples(source)
@@ -223,7 +223,7 @@ class DaliLoader:
         raise RuntimeError("DALI pipeline produced more batches than the epoch has")
 
     def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
-        epoch = getattr(self.sampler, "epoch", 0)  # set by imagenet.data.set_epoch
+        epoch = getattr(self.sampler, "epoch", 0)  # set by imagenet.data.loader.set_epoch
         skip = getattr(self.sampler, "start_index", 0) // self.batch_size
         if hasattr(self.sampler, "start_index"):
             self.sampler.start_index = 0  # consumed, as ResumableSampler.__iter__ does
@@ -245,3 +245,19 @@ class DaliLoader:
 
     def __del__(self):
         self.close()
+
+
+def dali_loaders(cfg, samples, train_sampler, val_sampler, rank: int, device: torch.device):
+    """Train and val loaders of the dali backend, over the same samplers as the other backends."""
+    try:
+        require_dali()
+    except DaliUnavailable as e:
+        raise DataError(str(e)) from None
+    if cfg.skip_bad_images:
+        raise DataError("--skip-bad-images does not work with --data-backend dali (DALI decodes whole batches); "
+                        "use --data-backend fast to find and skip bad files")
+    make = lambda split, sampler, train, max_batches: DaliLoader(  # noqa: E731
+        FileReader(samples[split]), sampler, cfg.batch_size, train, cfg.image_size, device,
+        cfg.workers, cfg.seed, rank, max_batches)
+    return (make("train", train_sampler, True, cfg.steps_per_epoch),
+            make("val", val_sampler, False, cfg.val_steps))

@@ -5,7 +5,7 @@ with the ``fast`` backend's rule and distribution, and the flip); the batch cros
 as compressed bytes (~110 KB an ImageNet photo instead of 150 KB of pixels). The training process
 then decodes the whole batch in one ``torchvision.io.decode_jpeg`` call on its device (nvJPEG on a
 GPU, libjpeg-turbo on a CPU) and crops, flips and resizes each image there. It is for nodes with
-few CPU cores per GPU, where CPU decoding cannot keep up; :class:`imagenet.data.DeviceNormalizer`
+few CPU cores per GPU, where CPU decoding cannot keep up; :class:`imagenet.data.normalize.DeviceNormalizer`
 calls :meth:`EncodedBatch.decode`, so the training loop is unchanged.
 
 torchvision 0.29 marks its image decoders deprecated in favour of TorchCodec; when they go, the
@@ -21,8 +21,10 @@ from torch.utils.data import default_collate
 from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
-from .errors import DataError
-from .pipelines import FastTrain, jpeg_frame, resized_hw, val_resize
+from ...errors import DataError
+from .base import val_resize
+from .fast import FastTrain, resized_hw
+from .jpeg import jpeg_frame
 
 VAL = -1  # a box row whose height is VAL asks for the validation transform
 

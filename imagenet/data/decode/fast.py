@@ -1,14 +1,7 @@
-"""Image decoding pipelines ("backends"): an image's encoded bytes go in, one CHW tensor comes out.
+"""The ``fast`` backend: torchvision's training augmentation, decoding only what the crop needs.
 
-The dataset (:class:`imagenet.data.ImageFiles`) reads the bytes, from a file or a shard; a backend
-is called as ``transform(data, name)``, the name only for messages.
-
-Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
-
-``baseline``
-    pytorch/examples' pipeline, unchanged: ImageFolder's PIL loader, RandomResizedCrop(size) +
-    RandomHorizontalFlip + ToTensor + Normalize for training, Resize + CenterCrop + ToTensor +
-    Normalize for validation; float output. It is the reference every speed-up is measured against.
+A backend is called as ``transform(data, name)`` on an image's encoded bytes (read by
+:class:`imagenet.data.loader.ImageFiles` from a file or a shard), the name only for messages.
 
 ``fast``
     The same augmentation, decoding only what the crop needs:
@@ -16,8 +9,8 @@ Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
     1. The RandomResizedCrop box and the flip are drawn before decoding, from the size in the JPEG
        header, with torchvision's rule and distribution (one torch.rand call instead of eight
        scalar ones; a test compares the distributions).
-    2. Only the box is decoded, where our C extension is built (``imagenet/_jpeg_region.c``, which
-       says why it exists): libjpeg-turbo stops after the box's last row, and skips colour
+    2. Only the box is decoded, where our C extension is built (``_jpeg_region.c``, which says why
+       it exists; :mod:`.jpeg` calls it): libjpeg-turbo stops after the box's last row, and skips colour
        conversion, upsampling and inverse DCT above and beside it. The rows above must still be
        entropy decoded (most of a ~110 KB ImageNet photo's decode time), so this saves much less
        than the box's share of the area (the per-core records are in RESULTS.md "Data at scale").
@@ -33,7 +26,7 @@ Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
        sizes).
     5. Crop, antialiased bilinear resize and flip run on uint8 (torch's vectorised uint8 kernel,
        several times faster than PIL's resize), and the output stays uint8: a quarter of the bytes
-       through worker pipes; :class:`imagenet.data.DeviceNormalizer` normalises on the device.
+       through worker pipes; :class:`imagenet.data.normalize.DeviceNormalizer` normalises on the device.
 
     Validation decodes in full (no DCT scaling) and resizes + centre-crops on uint8.
     Outputs differ from the baseline's only by resampling error on the same box (tests check it).
@@ -43,187 +36,15 @@ Two backends live here and are registered in :data:`imagenet.data.BACKENDS`:
 from __future__ import annotations
 
 import io
-import logging
 import math
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import torch
 from PIL import Image
-from torchvision import transforms as T
 from torchvision.transforms.v2 import functional as TF
 
-try:  # libjpeg-turbo called directly: the same pixels as PIL's decode, with less overhead
-    import simplejpeg
-except ImportError:  # PIL decodes instead
-    simplejpeg = None
-
-try:  # our C extension (imagenet/_jpeg_region.c, built by `pip install -e .` where libjpeg-dev exists)
-    from imagenet import _jpeg_region
-except ImportError:  # whole rows are decoded instead
-    _jpeg_region = None
-
-log = logging.getLogger(__name__)
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-CROP_SCALE = (0.08, 1.0)  # RandomResizedCrop's defaults, spelled out because both backends must agree
-CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
-DCT_REDUCTIONS = (8, 4, 2)  # the power-of-two scalings PIL's draft() can ask libjpeg for
-
-Transform = Callable[[bytes, str], torch.Tensor]  # (encoded image, its name for messages) -> CHW image
-
-
-def pil_rgb(data: bytes) -> Image.Image:
-    """Decoded RGB image, as torchvision ImageFolder's PIL loader gives it (convert forces the decode)."""
-    return Image.open(io.BytesIO(data)).convert("RGB")
-
-
-def val_resize(image_size: int) -> int:
-    """The short side validation resizes to before the centre crop (256 for 224, as ImageNet)."""
-    return int(round(image_size * 256 / 224))
-
-
-# ---------------------------------------------------------------- baseline
-
-def baseline_backend(train: bool, image_size: int) -> Transform:
-    """pytorch/examples imagenet/main.py's transforms on ImageFolder's loader; float output."""
-    normalize = T.Normalize(IMAGENET_MEAN, IMAGENET_STD)
-    if train:
-        ops = T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(), normalize])
-    else:
-        ops = T.Compose([T.Resize(val_resize(image_size)), T.CenterCrop(image_size), T.ToTensor(), normalize])
-    return _Composed(ops)
-
-
-class _Composed:
-    """bytes -> ops(ImageFolder's PIL RGB image); a class rather than a lambda so spawned workers can
-    pickle it."""
-
-    def __init__(self, ops: Callable):
-        self.ops = ops
-
-    def __call__(self, data: bytes, name: str = "") -> torch.Tensor:
-        return self.ops(pil_rgb(data))
-
-
-# ---------------------------------------------------------------- JPEG header
-
-# Start-of-frame markers; C4 (DHT), C8 (reserved) and CC (DAC) share the range but are not frames.
-_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-# Huffman-coded frames (baseline, extended, progressive): their scans list blocks top to bottom,
-# so a frame declared shorter decodes the same top rows. Arithmetic-coded and lossless are rare
-# enough to simply decode in full.
-_ROW_PREFIX_SOF = frozenset({0xC0, 0xC1, 0xC2})
-_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})  # markers without a length field
-
-
-@dataclass(frozen=True)
-class JpegFrame:
-    """What the SOF segment says: size, where the height is stored, rows per MCU row."""
-
-    height: int
-    width: int
-    height_offset: int  # byte offset of the 16-bit frame height in the file
-    mcu_rows: int       # image rows covered by one MCU row (8 x the largest vertical sampling)
-    row_prefix: bool    # whether lowering the height yields the same top rows
-
-    def rows_for(self, bottom: int, scale: int = 1) -> int:
-        """Frame height that decodes rows [0, bottom) exactly at 1/SCALE: whole MCU rows, at least
-        one output row past the bottom, because chroma upsampling replicates the frame's last row."""
-        return min(self.height, -(-(bottom + scale) // self.mcu_rows) * self.mcu_rows)
-
-
-def jpeg_frame(buf: bytes) -> Optional[JpegFrame]:
-    """Parse the markers up to the first SOF; None for anything that is not a usable JPEG."""
-    if buf[:2] != b"\xff\xd8":
-        return None
-    pos, end = 2, len(buf)
-    while pos + 4 <= end:
-        if buf[pos] != 0xFF:
-            return None
-        marker = buf[pos + 1]
-        if marker == 0xFF:  # fill byte before a marker
-            pos += 1
-            continue
-        if marker in _STANDALONE:
-            pos += 2
-            continue
-        if marker in (0xD9, 0xDA):  # EOI or a scan before any frame header
-            return None
-        length = (buf[pos + 2] << 8) | buf[pos + 3]
-        if marker in _SOF_MARKERS:
-            return _frame(buf, pos, marker)
-        pos += 2 + length
-    return None
-
-
-def _frame(buf: bytes, pos: int, marker: int) -> Optional[JpegFrame]:
-    if pos + 10 > len(buf):
-        return None
-    height = (buf[pos + 5] << 8) | buf[pos + 6]
-    width = (buf[pos + 7] << 8) | buf[pos + 8]
-    components = buf[pos + 9]
-    sampling = buf[pos + 11:pos + 10 + 3 * components:3]
-    if height == 0 or width == 0 or len(sampling) != components or components == 0:
-        return None  # height 0 is defined later by a DNL marker; leave such files to PIL
-    v_max = max(s & 0x0F for s in sampling) or 1
-    return JpegFrame(height, width, pos + 5, 8 * v_max, marker in _ROW_PREFIX_SOF)
-
-
-def with_rows(buf: bytes, frame: JpegFrame, rows: int) -> bytes:
-    """A copy of BUF whose frame declares ROWS rows: decoding stops there (the remaining scan data
-    is skipped as padding before the EOI marker)."""
-    if rows >= frame.height or not frame.row_prefix:
-        return buf
-    patched = bytearray(buf)
-    patched[frame.height_offset:frame.height_offset + 2] = rows.to_bytes(2, "big")
-    return bytes(patched)
-
-
-# ---------------------------------------------------------------- fast decoding
-
-def dct_reduction(crop_h: int, crop_w: int, out_h: int, out_w: int) -> int:
-    """Largest DCT scaling that still leaves the crop at least the output size (no upsampling)."""
-    for r in DCT_REDUCTIONS:
-        if crop_h >= r * out_h and crop_w >= r * out_w:
-            return r
-    return 1
-
-
-def _open(buf: bytes, reduction: int) -> Tuple[Image.Image, int]:
-    """Open a JPEG (lazily) with DCT scaling asked for; returns it and the scaling libjpeg will use."""
-    im = Image.open(io.BytesIO(buf), formats=("JPEG",))  # no probing of other formats' headers
-    if reduction == 1:
-        return im, 1
-    width = im.width
-    mode = im.mode if im.mode in ("RGB", "L", "CMYK") else "RGB"
-    im.draft(mode, (im.width // reduction, im.height // reduction))
-    return im, 1 << round(math.log2(width / im.width))  # draft rounds the size up: ceil(w / s)
-
-
-def decode_hwc(buf: bytes) -> Optional[torch.Tensor]:
-    """uint8 HWC RGB pixels of a JPEG decoded by simplejpeg; None where PIL must decode it instead."""
-    if simplejpeg is None:
-        return None
-    try:  # not strict: a frame shortened by with_rows leaves data libjpeg warns about and skips
-        return torch.from_numpy(simplejpeg.decode_jpeg(buf, colorspace="RGB", strict=False))
-    except ValueError:
-        return None
-
-
-def decode_box(buf: bytes, box: Tuple[int, int, int, int]) -> Optional[torch.Tensor]:
-    """uint8 HWC RGB pixels of the box (top, left, h, w) of a JPEG, decoded alone by libjpeg-turbo's
-    region decoding; None where the extension is missing or cannot decode the bytes (CMYK, corrupt
-    data: the row decoder then handles them as before)."""
-    if _jpeg_region is None:
-        return None
-    top, left, h, w = box
-    try:
-        pixels = _jpeg_region.decode_region(buf, top, left, h, w)
-    except ValueError:
-        return None
-    return None if pixels is None else torch.frombuffer(pixels, dtype=torch.uint8).view(h, w, 3)
+from .base import CROP_RATIO, CROP_SCALE, Transform, val_resize
+from .jpeg import JpegFrame, decode_box, decode_hwc, dct_reduction, jpeg_frame, open_reduced, with_rows
 
 
 def _rgb(im: Image.Image) -> Image.Image:
@@ -295,7 +116,7 @@ class FastTrain:
     @staticmethod
     def sample(height: int, width: int) -> Tuple[Tuple[int, int, int, int], bool]:
         """A crop box and a flip, from torch's CPU random stream (seeded per sample in seeded runs:
-        imagenet.data.ImageFiles)."""
+        imagenet.data.loader.ImageFiles)."""
         u = torch.rand(41).tolist()
         return crop_box(height, width, u[:40]), u[40] < 0.5
 
@@ -318,7 +139,7 @@ class FastTrain:
         hwc = decode_hwc(rows) if reduction == 1 else None
         if hwc is not None:
             return self._finish(hwc[top:top + h, left:left + w], flip)
-        im, scale = _open(rows, reduction)
+        im, scale = open_reduced(rows, reduction)
         y, x, ch, cw = scaled_box(box, scale, im.height, im.width)
         return self._finish(_hwc(_rgb(im.crop((x, y, x + cw, y + ch)))), flip)
 
@@ -376,5 +197,3 @@ def fast_backend(train: bool, image_size: int) -> Transform:
     """Decode only what is needed; uint8 CHW output."""
     return FastTrain(image_size) if train else FastVal(image_size)
 
-
-BACKENDS: Dict[str, Callable[[bool, int], Transform]] = {"baseline": baseline_backend, "fast": fast_backend}

@@ -1,0 +1,63 @@
+"""Step 3 of the data flow: decoding backends, every one registered here and nowhere else.
+
+``--data-backend NAME`` picks one. A backend is one of two kinds:
+
+- a per-sample transform, ``transform(train, image_size)`` -> ``Transform`` (encoded bytes -> one
+  CHW image): the loader runs it in DataLoader workers on each sample its sampler chooses
+  (``pil``, ``baseline``, ``fast``, ``device``);
+- a batch backend, ``loaders(cfg, samples, train_sampler, val_sampler, rank, device)`` -> (train,
+  val): it decodes whole batches itself, over the same samplers (``dali``).
+
+Which file holds what: :mod:`.base` (the transform signature, ImageNet's constants), :mod:`.pil`
+(``pil``, ``baseline``), :mod:`.jpeg` (JPEG header, row and region decoding; the C region decoder
+``_jpeg_region.c`` beside it), :mod:`.fast`, :mod:`.device`, :mod:`.dali`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
+
+from ...errors import DataError
+from . import dali, device, fast, pil
+from .base import Transform
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A registered backend: exactly one of ``transform`` and ``loaders`` is set."""
+    transform: Optional[Callable[[bool, int], Transform]] = None
+    loaders: Optional[Callable] = None
+
+    @property
+    def per_sample(self) -> bool:
+        """Whether the loader decodes each sample (and seeds its augmentation from the sampler)."""
+        return self.transform is not None
+
+
+BACKENDS: Dict[str, Backend] = {
+    "pil": Backend(transform=pil.pil_backend),
+    "baseline": Backend(transform=pil.baseline_backend),
+    "fast": Backend(transform=fast.fast_backend),
+    "device": Backend(transform=device.device_backend),
+    "dali": Backend(loaders=dali.dali_loaders),
+}
+
+
+def get_backend(name: str) -> Backend:
+    if name not in BACKENDS:
+        raise DataError(f"unknown --data-backend {name!r}; choose one of: {', '.join(sorted(BACKENDS))}")
+    return BACKENDS[name]
+
+
+def per_sample_names() -> List[str]:
+    """The backends a dataset can apply sample by sample (what the per-sample benchmarks compare)."""
+    return sorted(name for name, backend in BACKENDS.items() if backend.per_sample)
+
+
+def transform(name: str, train: bool, image_size: int) -> Transform:
+    """The per-sample transform of backend NAME; DataError for a batch backend (dali)."""
+    backend = get_backend(name)
+    if not backend.per_sample:
+        raise DataError(f"--data-backend {name} decodes whole batches, not single samples; "
+                        f"choose one of: {', '.join(per_sample_names())}")
+    return backend.transform(train, image_size)

@@ -1,0 +1,50 @@
+"""The PIL backends: ``baseline`` (pytorch/examples' pipeline, float output: the reference every
+speed-up is measured against) and ``pil`` (PIL decode + torchvision v2 transforms, uint8 output)."""
+from __future__ import annotations
+
+import io
+from typing import Callable
+
+import torch
+from PIL import Image
+from torchvision import transforms as T1
+from torchvision.transforms import v2 as T
+
+from .base import IMAGENET_MEAN, IMAGENET_STD, Transform, val_resize
+
+
+def pil_rgb(data: bytes) -> Image.Image:
+    """Decoded RGB image, as torchvision ImageFolder's PIL loader gives it (convert forces the decode)."""
+    return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+class _Composed:
+    """bytes -> ops(ImageFolder's PIL RGB image); a class rather than a lambda so spawned workers can
+    pickle it."""
+
+    def __init__(self, ops: Callable):
+        self.ops = ops
+
+    def __call__(self, data: bytes, name: str = "") -> torch.Tensor:
+        return self.ops(pil_rgb(data))
+
+
+def baseline_backend(train: bool, image_size: int) -> Transform:
+    """pytorch/examples imagenet/main.py's transforms on ImageFolder's loader; float output."""
+    normalize = T1.Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    if train:
+        ops = T1.Compose([T1.RandomResizedCrop(image_size), T1.RandomHorizontalFlip(), T1.ToTensor(), normalize])
+    else:
+        ops = T1.Compose([T1.Resize(val_resize(image_size)), T1.CenterCrop(image_size), T1.ToTensor(), normalize])
+    return _Composed(ops)
+
+
+def pil_backend(train: bool, image_size: int) -> Transform:
+    """PIL decode + torchvision v2 transforms, producing uint8 CHW tensors."""
+    if train:
+        ops = T.Compose([T.RandomResizedCrop(image_size, antialias=True), T.RandomHorizontalFlip(),
+                         T.PILToTensor()])
+    else:
+        ops = T.Compose([T.Resize(val_resize(image_size), antialias=True), T.CenterCrop(image_size),
+                         T.PILToTensor()])
+    return _Composed(ops)

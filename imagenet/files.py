@@ -1,0 +1,90 @@
+"""Writing a file so that a crash leaves the old content or the new, never a torn file.
+
+Every index, marker, record, checkpoint and run.json goes through :func:`atomic_write`: the content
+goes to a temp file with a unique name in the same folder (same filesystem, so the rename is
+atomic; unique, so two writers never share one), is fsynced, renamed over the target, and the
+folder is fsynced so the rename itself survives a power cut. A reader sees either file whole.
+
+Hand-written because the standard library has no such call (``os.replace`` is only the rename);
+it is a dozen lines.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Callable, Iterator, Union
+
+TEMP_SUFFIX = ".tmp"
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def atomic_write(path: PathLike, write: Callable[[IO[bytes]], object], suffix: str = TEMP_SUFFIX) -> None:
+    """Call WRITE(binary file object) on a temp file next to PATH, fsync it, rename it over PATH and
+    fsync the folder. On any error the temp file is removed and PATH is as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_bytes(path: PathLike, data: bytes) -> None:
+    atomic_write(path, lambda f: f.write(data))
+
+
+def write_text(path: PathLike, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_json(path: PathLike, data: object, indent: int = 2) -> None:
+    write_text(path, json.dumps(data, indent=indent, default=str))
+
+
+def append_line(path: PathLike, line: str) -> None:
+    """Add LINE (no newline) at the end of a line-per-record file, atomically: the file is read and
+    rewritten whole (records files are small), under an exclusive lock on its folder so that two
+    processes appending at once both keep their line. An O_APPEND write could leave a torn last
+    line on a crash; this never does."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes
+        old = path.read_bytes() if path.exists() else b""
+        if old and not old.endswith(b"\n"):
+            old += b"\n"
+        write_bytes(path, old + line.encode("utf-8") + b"\n")
+    finally:
+        os.close(fd)
+
+
+def stale_temps(folder: PathLike, suffix: str = TEMP_SUFFIX) -> Iterator[Path]:
+    """Temp files a killed writer left in FOLDER (names as :func:`atomic_write` makes them)."""
+    for entry in os.scandir(folder):
+        if entry.is_file() and entry.name.startswith(".") and entry.name.endswith(suffix):
+            yield Path(entry.path)
+
+
+def fsync_dir(folder: PathLike) -> None:
+    """fsync a folder, so that a rename in it is on disk; silently skipped where a folder cannot be
+    opened for it (some network filesystems)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,10 @@
+"""``python -m imagenet.staging`` (copy a dataset to node-local storage): the command's old name, kept working.
+
+The code is :mod:`imagenet.data.staging`; import from there.
+"""
+import sys
+
+from .data.staging import main
+
+if __name__ == "__main__":
+    sys.exit(main())
