@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from imagenet.files import write_text
 from imagenet.preemption import STOP_FILE  # the file name the trainers look for (no torch import)
 from launch.environment import PORT_BASE, PORT_SPAN  # one port formula for Python and the scripts
 
@@ -610,7 +611,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if "--write-examples" in argv:
             for name in EXAMPLES:
-                (EXAMPLES_DIR / f"{name}.sh").write_text(render_example(name))
+                write_text(EXAMPLES_DIR / f"{name}.sh", render_example(name))
                 print(f"wrote slurm/{name}.sh", file=sys.stderr)
             return 0
         sys.stdout.write(render(spec_from_args(argv)))

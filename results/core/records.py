@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from imagenet.files import append_line
+
 log = logging.getLogger(__name__)
 
 SCHEMA = 1
@@ -116,12 +118,8 @@ def _load() -> Optional[float]:
 
 
 def append(path: Path, record: Dict[str, Any]) -> None:
-    """Append one record as one line; flushed and fsynced so a crash loses at most this point."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    """Append one record as one line, atomically (imagenet.files): a crash loses at most this point."""
+    append_line(path, json.dumps(record, sort_keys=True))
     log.debug("recorded %s %s point %s -> %s", record["kind"], record["status"], record["point"], path)
 
 

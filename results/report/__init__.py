@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from imagenet.files import write_text
 from results.analysis.efficiency import add_efficiency
 from results.analysis.whole_step import model_overlap
 from results.core import records
@@ -92,7 +93,7 @@ def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE
             + ". Do not edit: rerun the command. Published numbers come from `results/reference/` with their "
               "sources.\n")
     path = out_dir / "RESULTS.md"
-    path.write_text("\n".join([head, *body, *tail]))
+    write_text(path, "\n".join([head, *body, *tail]))
     log.info("wrote %s (%d records, %d problems)", path, len(recs), len(problems))
     return path, problems
 

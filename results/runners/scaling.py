@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+from imagenet.files import write_text
 from results.analysis.parameters import parameter_count
 from results.core import records
 from results.core.records import RUNS_DIR, SCRATCH_DIR, portable
@@ -208,7 +209,7 @@ def submit_and_collect(points: List[Point], a: argparse.Namespace) -> int:
         for p in points:
             p.scratch.mkdir(parents=True, exist_ok=True)
             path = p.scratch / "job.sh"
-            path.write_text(p.script)
+            write_text(path, p.script)
             after = [f"--dependency=afterany:{previous}"] if previous and not a.concurrent else []
             try:
                 p.job = slurm_queue.submit(path, [*after, *p.sbatch_args], cwd=train_bench.REPO,

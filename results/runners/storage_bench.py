@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+from imagenet.files import write_text
+
 CHUNK = 1 << 20
 FILE_LIST = "files.txt"
 
@@ -40,7 +42,7 @@ FILE_LIST = "files.txt"
 
 def list_files(data: Path, out: Path) -> int:
     files = sorted(str(Path(d) / f) for d, _, fs in os.walk(data, followlinks=True) for f in fs)
-    _write_atomic(out / FILE_LIST, "\n".join(files) + "\n")
+    write_text(out / FILE_LIST, "\n".join(files) + "\n")
     return len(files)
 
 
@@ -67,7 +69,7 @@ def read_share(out: Path, seconds: float, evict: bool = True) -> dict:
     result = {"rank": rank, "tasks": tasks, "node": socket.gethostname(),
               "node_id": int(os.environ.get("SLURM_NODEID", 0)), "files": n_files, "bytes": n_bytes,
               "start": start, "end": time.time(), "share": len(files), "storage_bytes": _block_read_bytes() - io0}
-    _write_atomic(out / f"reader-{rank}.json", json.dumps(result))
+    write_text(out / f"reader-{rank}.json", json.dumps(result))
     return result
 
 
@@ -80,11 +82,6 @@ def _block_read_bytes() -> int:
         pass
     return 0
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------- the sweep side

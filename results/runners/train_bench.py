@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from imagenet.files import atomic_write, write_text
 from results.core import records
 from results.core.records import RESULTS_DIR, portable
 from results.core.setups import SCRIPTS, SETUPS, SINGLE_PROCESS
@@ -172,7 +173,7 @@ class SlurmRunner:
     def write(self, p: TrainPoint, log_dir: Path) -> Path:
         log_dir.mkdir(parents=True, exist_ok=True)
         path = log_dir / "job.sh"
-        path.write_text(self.script(p, log_dir))
+        write_text(path, self.script(p, log_dir))
         return path
 
     def sbatch_argv(self, log_dir: Path) -> List[str]:
@@ -239,7 +240,7 @@ def keep_artifacts(scratch: Path, keep: Path) -> List[str]:
     kept = []
     for f in sorted(scratch.iterdir()):
         if f.name == "run.json":
-            _write_atomic(keep / f.name, json.dumps(portable(json.loads(f.read_text())), indent=1) + "\n")
+            write_text(keep / f.name, json.dumps(portable(json.loads(f.read_text())), indent=1) + "\n")
         elif f.name.startswith("events.out.tfevents"):
             keep_scalars(f, keep / f.name)
         else:
@@ -251,29 +252,24 @@ def keep_artifacts(scratch: Path, keep: Path) -> List[str]:
 def keep_scalars(src: Path, dst: Path) -> None:
     """Copy a TensorBoard event file with only its scalars (the curves the report draws): the
     config text and hparams summaries hold the run's machine paths."""
+    atomic_write(dst, lambda out: _write_scalars(src, out))
+
+
+def _write_scalars(src: Path, out) -> None:
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
     from tensorboard.compat.proto import event_pb2
     from tensorboard.summary.writer.record_writer import RecordWriter
-    tmp = dst.with_name(dst.name + ".tmp")
-    with open(tmp, "wb") as out:
-        writer = RecordWriter(out)
-        for raw in RawEventFileLoader(str(src)).Load():
-            event = event_pb2.Event.FromString(raw)
-            if event.WhichOneof("what") == "summary":
-                values = [v for v in event.summary.value if v.WhichOneof("value") == "simple_value"]
-                if not values:
-                    continue
-                del event.summary.value[:]
-                event.summary.value.extend(values)
-            writer.write(event.SerializeToString())
-        writer.flush()
-    os.replace(tmp, dst)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    writer = RecordWriter(out)
+    for raw in RawEventFileLoader(str(src)).Load():
+        event = event_pb2.Event.FromString(raw)
+        if event.WhichOneof("what") == "summary":
+            values = [v for v in event.summary.value if v.WhichOneof("value") == "simple_value"]
+            if not values:
+                continue
+            del event.summary.value[:]
+            event.summary.value.extend(values)
+        writer.write(event.SerializeToString())
+    writer.flush()
 
 
 def point_dict(p: TrainPoint) -> Dict[str, object]:
