@@ -49,13 +49,13 @@ class TrainConfig:
                              "rows and scale the crop needs, uint8), baseline (pytorch/examples' float "
                              "pipeline), pil (PIL + v2 transforms, uint8), device (JPEG bytes through the loader, "
                              "decoded on the training device: nvJPEG on GPUs), dali (NVIDIA DALI decodes and augments, on the GPU, "
-                             "region-of-interest decoding; pip install nvidia-dali-cuda130); see imagenet.pipelines")
+                             "region-of-interest decoding; pip install nvidia-dali-cuda130); see imagenet.data.decode")
     skip_bad_images: bool = _opt(False, "--skip-bad-images", help="skip (and count) corrupt or unreadable "
                                  "images instead of stopping at the first one", action="store_true")
     stage_dir: Optional[str] = _opt(None, "--stage-dir", help="copy DATA to this node-local folder ($TMPDIR, "
                                      "/dev/shm, a local NVMe) once per node before training and read the copy; a "
                                      "complete earlier copy is reused. Each process expands $VARS itself, so "
-                                     "'$TMPDIR' is every node's own folder; see imagenet.staging", metavar="DIR")
+                                     "'$TMPDIR' is every node's own folder; see imagenet.data.staging", metavar="DIR")
     stage_verify: bool = _opt(False, "--stage-verify", help="with --stage-dir: also compare the copy's checksums "
                               "with the source's (reads both once more)", action="store_true")
     steps_per_epoch: int = _opt(0, "--steps-per-epoch", help="stop each training epoch after this many steps "

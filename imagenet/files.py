@@ -13,11 +13,16 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import IO, Callable, Iterator, Union
 
 TEMP_SUFFIX = ".tmp"
+
+# The process's umask, read once at import (reading it means setting it, which is not thread-safe).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -29,6 +34,7 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], object], suffix: s
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     try:
+        os.fchmod(fd, _mode(path))
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -38,6 +44,15 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], object], suffix: s
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def _mode(path: Path) -> int:
+    """The replaced file's permissions, else what open() would give a new file: mkstemp's 0600
+    would hide shards and records from the rest of a group sharing them."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_UMASK
 
 
 def write_bytes(path: PathLike, data: bytes) -> None:
@@ -71,9 +86,10 @@ def append_line(path: PathLike, line: str) -> None:
 
 
 def stale_temps(folder: PathLike, suffix: str = TEMP_SUFFIX) -> Iterator[Path]:
-    """Temp files a killed writer left in FOLDER (names as :func:`atomic_write` makes them)."""
+    """Temp files a killed writer left in FOLDER: every file named ...SUFFIX (as :func:`atomic_write`
+    names them, and as writers before it did), so only for folders where no other file ends so."""
     for entry in os.scandir(folder):
-        if entry.is_file() and entry.name.startswith(".") and entry.name.endswith(suffix):
+        if entry.is_file() and entry.name.endswith(suffix):
             yield Path(entry.path)
 
 

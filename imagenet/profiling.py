@@ -20,6 +20,8 @@ from typing import Callable, Dict, List
 
 import torch
 
+from . import files
+
 log = logging.getLogger(__name__)
 
 TOP_KERNELS = 20
@@ -95,9 +97,14 @@ class StepProfiler:
 def _export_trace(prof, path: Path) -> None:
     raw = path.with_suffix("")  # profile_trace.json
     prof.export_chrome_trace(str(raw))
-    with open(raw, "rb") as src, gzip.open(path, "wb") as dst:
-        shutil.copyfileobj(src, dst)
+    with open(raw, "rb") as src:
+        files.atomic_write(path, lambda f: _gzip(src, f))
     raw.unlink()
+
+
+def _gzip(src, f) -> None:
+    with gzip.GzipFile(filename="", fileobj=f, mode="wb") as dst:  # no temp name in the header
+        shutil.copyfileobj(src, dst)
 
 
 def _device_us(event) -> float:

@@ -123,14 +123,15 @@ def test_an_interrupted_conversion_resumes_and_keeps_finished_shards(photos, pho
     # what a kill leaves: no index, a half-written temp shard, a shard not yet started
     (dst / sources.INDEX_NAME).unlink()
     (dst / "train-000001.tar").unlink()
-    (dst / "train-000001.tar.tmp").write_bytes(b"half a shard")
+    (dst / ".train-000001.tar.k2x9q.tmp").write_bytes(b"half a shard")  # imagenet.files' temp name
+    (dst / "train-000001.tar.tmp").write_bytes(b"half a shard")  # the name older versions used
     kept = os.stat(dst / "train-000000.tar").st_mtime_ns
     with pytest.raises(errors.DataError):
         sources.load_index(str(dst))
     proc = convert(photos, dst, "--shard-size", "0.25")
     assert proc.returncode == 0, explain(proc)
     assert os.stat(dst / "train-000000.tar").st_mtime_ns == kept
-    assert not (dst / "train-000001.tar.tmp").exists()
+    assert not list(dst.glob("*.tmp")) and not list(dst.glob(".*.tmp"))
     assert (dst / "train-000001.tar").read_bytes() == (photo_shards / "train-000001.tar").read_bytes()
     with np.load(dst / sources.INDEX_NAME) as got, np.load(photo_shards / sources.INDEX_NAME) as want:
         assert got.files == want.files and all(np.array_equal(got[k], want[k]) for k in got.files)

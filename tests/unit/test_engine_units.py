@@ -1,5 +1,6 @@
-"""Learning-rate schedule, atomic checkpoints, samplers and error messages, in-process."""
+"""Learning-rate schedule, atomic checkpoints and file writes, samplers and error messages, in-process."""
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,28 @@ def test_crash_during_checkpoint_write_keeps_the_last_good_one(tmp_path):
         files.atomic_write(tmp_path / checkpoint.CHECKPOINT, dies_half_way)
     assert checkpoint.load(tmp_path / checkpoint.CHECKPOINT)["epoch"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == [checkpoint.CHECKPOINT]  # no temp files left
+
+
+def test_append_line_rewrites_the_file_whole_and_completes_a_torn_last_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    files.append_line(path, '{"a": 1}')
+    path.write_bytes(path.read_bytes() + b'{"torn"')  # a writer of another kind died mid-line
+    files.append_line(path, '{"b": 2}')
+    assert path.read_text().splitlines() == ['{"a": 1}', '{"torn"', '{"b": 2}']
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]  # no temp files left
+    assert list(files.stale_temps(tmp_path)) == []
+
+
+def test_atomic_writes_keep_the_permissions_a_plain_write_would_give(tmp_path):
+    new, old = tmp_path / "new.json", tmp_path / "old.sh"
+    umask = os.umask(0o022)
+    os.umask(umask)
+    files.write_text(new, "{}")  # not mkstemp's 0600: shards and records are shared with a group
+    assert stat.S_IMODE(new.stat().st_mode) == 0o666 & ~umask
+    old.write_text("#!/bin/sh\n")
+    old.chmod(0o750)
+    files.write_text(old, "#!/bin/sh\ntrue\n")
+    assert stat.S_IMODE(old.stat().st_mode) == 0o750 and old.read_text().endswith("true\n")
 
 
 def test_damaged_checkpoint_is_a_clear_error(tmp_path):
