@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -280,6 +281,12 @@ class SlurmCluster:
     def node_ip(self, name: str) -> str:
         assert self.layout
         return self.layout.node_ip(int(name.removeprefix("node")))
+
+    def node_command(self, name: str, cmd: Sequence[str]) -> List[str]:
+        """CMD wrapped to run on node NAME outside SLURM (its namespace, hostname, /etc/hosts): a
+        stand-in for any other kind of host, such as a Kubernetes pod."""
+        assert self.layout
+        return _in_node(self.layout, int(name.removeprefix("node")), [shlex.quote(str(c)) for c in cmd])
 
     def job_state(self, job_id: str) -> Dict[str, str]:
         """``scontrol show job`` as a dict (JobState, ExitCode, Restarts, NodeList, ...)."""

@@ -41,6 +41,9 @@ SBATCH_SHELL = {"SLURM_JOB_ID": "123456", "SLURM_PROCID": "0", "SLURM_LOCALID": 
 OMPI = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
         "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_COMM_WORLD_NODE_RANK": "1", "PMIX_RANK": "3",
         "PMIX_NAMESPACE": "prterun-vm-4227@1"}
+# what Kubeflow's PyTorchJob operator gives worker pod 0 of a 1 master + 1 worker job
+PYTORCHJOB = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "23456",
+              "KUBERNETES_SERVICE_HOST": "10.96.0.1", "PYTHONUNBUFFERED": "1"}
 HYDRA = {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2", "PMI_FD": "9"}
 
 
@@ -158,6 +161,37 @@ def test_pmix_with_and_without_world_size():
     assert layout(env) == ("pmix", 2, 0, 4, 1, 2, "n1", E.derive_port("flux-1"))
     with pytest.raises(LaunchError, match=r"no world size: start through `python -m launch.mpi"):
         detect_with({"PMIX_RANK": "2", "PMIX_NAMESPACE": "flux-1"})
+
+
+def test_pytorchjob_pod_is_one_process_per_node():
+    """RANK/WORLD_SIZE/MASTER_* and no LOCAL_RANK: the pod is node RANK with one process."""
+    env = detect_with(PYTORCHJOB)
+    assert isinstance(env, E.PyTorchJobEnvironment)
+    assert layout(env) == ("pytorchjob", 1, 0, 2, 1, 1, "10.0.0.1", 23456)
+    env.validate(1)
+    assert env.device_index == 0
+
+
+def test_torchrun_inside_a_pytorchjob_pod_stays_torchrun():
+    """torchrun in the pod overwrites RANK/WORLD_SIZE and adds LOCAL_RANK: torchrun wins."""
+    env = detect_with({**PYTORCHJOB, "PET_NPROC_PER_NODE": "4", **TORCHRUN})
+    assert env.name == "torchrun" and (env.rank, env.local_rank) == (5, 1)
+
+
+def test_pytorchjob_checks():
+    raises_hint(detect_with({**PYTORCHJOB, "RANK": "2"}), 0, r"pytorchjob: rank 2 is outside world size 2")
+    raises_hint(detect_with({**PYTORCHJOB, "PET_NPROC_PER_NODE": "4"}), 0,
+                r"asks for 4 processes per pod \(PET_NPROC_PER_NODE\) .*`torchrun --nproc-per-node=4 SCRIPT")
+    raises_hint(detect_with({**PYTORCHJOB, "MASTER_PORT": "0"}), 0, r"master port 0 is not in 1-65535")
+    with pytest.raises(LaunchError, match=r"pytorchjob: WORLD_SIZE='two' is not an integer"):
+        detect_with({**PYTORCHJOB, "WORLD_SIZE": "two"})
+
+
+def test_pytorchjob_pod_with_several_gpus_warns(caplog):
+    with caplog.at_level(logging.WARNING, logger="launch.environment"):
+        detect_with(PYTORCHJOB).validate(4)
+    assert "leave 3 of 4 GPUs idle; use 4 processes per pod (container command `torchrun --nproc-per-node=4" \
+        in caplog.text
 
 
 def test_single_process():
