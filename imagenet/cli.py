@@ -6,6 +6,7 @@ line naming it and status 1; a preempted run exits 75 after saving its checkpoin
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -66,9 +67,21 @@ def _spawned_worker(index: int, cfg: config.TrainConfig, procs: int) -> None:
         sys.exit(code)
 
 
+def per_process(cfg: config.TrainConfig, procs: int) -> config.TrainConfig:
+    """-b and -j of the node-level launch are per NODE, as in pytorch/examples' main.py and the seed's
+    imagenet_ddp.py: each of the node's PROCS processes gets batch // procs and ceil(workers / procs)."""
+    if cfg.batch_size < procs:
+        raise config.ConfigError(f"-b {cfg.batch_size} is the batch per node on this launch (--dist-url), "
+                                 f"shared by its {procs} processes: use -b {procs} or more")
+    return dataclasses.replace(cfg, batch_size=cfg.batch_size // procs, workers=-(-cfg.workers // procs))
+
+
 def _spawn_node(cfg: config.TrainConfig) -> int:
     """pytorch/examples' node-level launch: one process per local GPU (1 on a CPU node)."""
     procs = cfg.procs_per_node or torch.cuda.device_count() or 1
+    node_cfg, cfg = cfg, per_process(cfg, procs)
+    print(f"=> -b {node_cfg.batch_size} and -j {node_cfg.workers} are per node on this launch: each of the "
+          f"{procs} process(es) gets batch {cfg.batch_size} and {cfg.workers} loader worker(s)", flush=True)
     if procs == 1:
         return _run(cfg, distributed.for_spawned(cfg, 0, 1))
     try:

@@ -43,7 +43,8 @@ class TrainConfig:
                        action="store_true")
     image_size: int = _opt(224, "--image-size", help="training crop size (validation resizes to size*256/224 "
                            "then centre-crops)", type=int)
-    workers: int = _opt(4, "-j", "--workers", help="data-loading worker processes per training process",
+    workers: int = _opt(4, "-j", "--workers", help="data-loading worker processes per training process (per NODE "
+                        "with --dist-url, divided among its processes, rounded up, as in pytorch/examples)",
                         type=int)
     data_backend: str = _opt("fast", "--data-backend", help="image decoding pipeline: fast (decodes only the "
                              "rows and scale the crop needs, uint8), baseline (pytorch/examples' float "
@@ -84,8 +85,9 @@ class TrainConfig:
     # --- optimisation
     epochs: int = _opt(90, "--epochs", help="total epochs to run", type=int)
     start_epoch: int = _opt(0, "--start-epoch", help="epoch number to start at (useful on restarts)", type=int)
-    batch_size: int = _opt(256, "-b", "--b", "--batch-size", help="batch size PER PROCESS (the global batch "
-                           "is printed at start)", type=int)
+    batch_size: int = _opt(256, "-b", "--b", "--batch-size", help="batch size PER PROCESS (per NODE with "
+                           "--dist-url, divided among its processes, as in pytorch/examples; the global "
+                           "batch is printed at start)", type=int)
     lr: float = _opt(0.1, "--lr", "--learning-rate", help="base learning rate for a global batch of 256 "
                      "(scaled linearly, see --lr-scaling)", type=float)
     lr_scaling: str = _opt("linear", "--lr-scaling", help="linear: lr * global_batch / 256; none: use --lr "

@@ -1,6 +1,8 @@
 """The four scripts, torchrun, torch.distributed.launch and the seed's command lines, run for real."""
 import pytest
 
+from imagenet import config
+from imagenet.cli import per_process
 from tests.helpers import (BIN, PYTHON, TINY, event_files, explain, free_port, python, read_run, run, script,
                            tb_scalars)
 
@@ -86,13 +88,30 @@ def test_seed_dist_url_command(jpeg_data, tmp_path):
 
 
 def test_dist_url_spawns_one_process_per_local_device(jpeg_data, tmp_path):
+    """-b and -j are per node here (pytorch/examples): -b 16 -j 1 on 2 processes -> 8 each, 1 worker each."""
     proc = python(script("imagenet_ddp.py"), *TINY, "--dist-url", f"tcp://127.0.0.1:{free_port()}",
                   "--world-size", "1", "--rank", "0", "--multiprocessing-distributed", "--procs-per-node", "2",
-                  "--epochs", "1", "--log-dir", tmp_path, jpeg_data)
+                  "-b", "16", "-j", "1", "--epochs", "1", "--log-dir", tmp_path, jpeg_data)
     assert proc.returncode == 0, explain(proc)
+    assert ("=> -b 16 and -j 1 are per node on this launch: each of the 2 process(es) gets batch 8 and "
+            "1 loader worker(s)") in proc.stdout
     record = read_run(tmp_path)
-    assert record["dist"]["world_size"] == 2
+    assert record["dist"]["world_size"] == 2 and record["global_batch"] == 16
+    assert (record["config"]["batch_size"], record["config"]["workers"]) == (8, 1)
     assert record["final"]["weight_checksums"][0] == record["final"]["weight_checksums"][1]
+
+
+@pytest.mark.parametrize("batch,workers,procs,expected", [
+    (256, 20, 8, (32, 3)), (208, 20, 4, (52, 5)), (7, 0, 2, (3, 0)), (8, 1, 1, (8, 1))])
+def test_node_level_batch_and_workers_are_divided_like_pytorch_examples(batch, workers, procs, expected):
+    """main.py: batch_size = int(batch_size / ngpus); workers = int((workers + ngpus - 1) / ngpus)."""
+    cfg = per_process(config.parse(["-b", str(batch), "-j", str(workers), "/data"], "ddp"), procs)
+    assert (cfg.batch_size, cfg.workers) == expected
+
+
+def test_node_level_batch_smaller_than_the_processes_is_refused():
+    with pytest.raises(config.ConfigError, match=r"-b 2 is the batch per node .* its 4 processes: use -b 4"):
+        per_process(config.parse(["-b", "2", "/data"], "ddp"), 4)
 
 
 def test_seed_alexnet_command(jpeg_data, tmp_path):
