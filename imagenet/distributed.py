@@ -19,6 +19,8 @@ import torch.distributed as dist
 
 from launch import environment
 
+from . import sysinfo
+
 log = logging.getLogger(__name__)
 
 
@@ -53,6 +55,8 @@ class DistInfo:
 
 def pick_device(local_rank: int, gpu: Optional[int] = None) -> torch.device:
     if not torch.cuda.is_available():
+        if local_rank == 0:  # once per node: GPUs this torch cannot use are worth one line
+            sysinfo.warn_if_gpus_unusable()
         return torch.device("cpu")
     index = gpu if gpu is not None else local_rank
     if index >= torch.cuda.device_count():

@@ -1,21 +1,45 @@
 """The software and hardware a measurement ran on, as one JSON-ready dict.
 
-Stored next to every number (run.json, benchmark records) so any figure can be traced and rerun.
+Stored next to every number (run.json, benchmark records) so any figure can be traced and rerun:
+versions of everything that decides the speed (torch, CUDA, the GPU driver, the decoding and AMP
+libraries, the region decoder, the MPI library), devices, host and code revision.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.util
+import logging
 import os
 import platform
+import re
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 
+from launch import mpi as launch_mpi
+
+log = logging.getLogger(__name__)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+NVIDIA_PROC = Path("/proc/driver/nvidia")  # the NVIDIA kernel driver's folder, present where it is loaded
+# Libraries that decide decoding and mixed-precision speed: record key -> distributions that provide
+# it (first installed wins). Read from the installed metadata: nothing is imported for this.
+LIBRARIES = {
+    "torchvision": ("torchvision",),
+    "pillow": ("pillow", "pillow-simd"),
+    "simplejpeg": ("simplejpeg",),
+    "torchcodec": ("torchcodec",),
+    "dali": ("nvidia-dali-cuda130", "nvidia-dali-cuda120", "nvidia-dali-cuda110"),
+    "nvimgcodec": ("nvidia-nvimgcodec-cu13", "nvidia-nvimgcodec-cu12"),
+    "apex": ("apex",),
+    "mpi4py": ("mpi4py",),
+}
 
 
 def _cpu_model() -> str:
@@ -53,6 +77,63 @@ def source_digest(root: Path = REPO_ROOT) -> str:
     return h.hexdigest()[:12]
 
 
+def nvidia_driver(proc: Optional[Path] = None) -> Optional[str]:
+    """This node's NVIDIA driver version, from the kernel module's /proc file, else nvidia-smi; None
+    where neither exists (no NVIDIA GPU, or none visible to this container)."""
+    try:
+        text = ((proc or NVIDIA_PROC) / "version").read_text()
+        found = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+        if found:
+            return found.group(1)
+    except OSError:
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    versions = out.stdout.split()
+    return versions[0] if out.returncode == 0 and versions else None
+
+
+def warn_if_gpus_unusable(proc: Optional[Path] = None) -> Optional[str]:
+    """One warning line when this node has NVIDIA GPUs but this torch cannot use them (a CPU-only
+    build, or a CUDA build newer than the driver); returns it (None when there is nothing to say)."""
+    if torch.cuda.is_available():
+        return None
+    driver = nvidia_driver(proc)
+    if driver is None:
+        return None
+    build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build"
+    line = (f"this node has NVIDIA GPUs (driver {driver}) but torch {torch.__version__} ({build}) cannot use "
+            f"them, so this rank runs on the CPU: install the build for this driver (make setup TORCH=cu126, "
+            f"cu128 or cu130; README: The torch build)")
+    log.warning(line)
+    return line
+
+
+def libraries() -> Dict[str, Optional[str]]:
+    """Installed versions of the decoding, AMP and MPI-binding libraries (None: not installed)."""
+    found: Dict[str, Optional[str]] = {}
+    for key, dists in LIBRARIES.items():
+        found[key] = None
+        for dist in dists:
+            try:
+                found[key] = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return found
+
+
+def region_decoder_built() -> bool:
+    """Whether the fast backend's C region decoder (imagenet/_jpeg_region.c) is built here."""
+    return importlib.util.find_spec("imagenet._jpeg_region") is not None
+
+
 def _gpu_info() -> dict:
     if not torch.cuda.is_available():
         return {"gpu_name": None, "gpu_count": 0, "gpu_memory_bytes": None}
@@ -71,21 +152,22 @@ def _nccl_version() -> Optional[str]:
 
 def collect(nodes: Optional[int] = None) -> dict:
     """Versions, devices, host and code revision of this process."""
-    try:
-        import torchvision
-        tv = torchvision.__version__
-    except Exception:
-        tv = None
+    libs = libraries()
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torchvision": tv,
+        "torchvision": libs["torchvision"],
         "cuda": torch.version.cuda,
         "cuda_available": torch.cuda.is_available(),
         "cudnn": cudnn,
         "nccl": _nccl_version() if torch.cuda.is_available() else None,
+        "gpu_driver": nvidia_driver(),
         **_gpu_info(),
+        "libraries": libs,
+        "region_decoder_built": region_decoder_built(),
+        # the MPI library of this process where launch.mpi initialised one (never loaded just for this)
+        "mpi": launch_mpi.loaded_library(),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

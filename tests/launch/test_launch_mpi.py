@@ -142,6 +142,9 @@ def test_ddp_training_under_mpi(tmp_path, demo_data, launcher):
     assert code == 0, output[-4000:]
     record = assert_trained(run_dir, world_size=2, environment=f"mpi/{flavour}")
     assert record["dist"]["backend"] == "gloo"
+    ran = record["environment"]["mpi"]  # the library launch.mpi initialised, as mpi4py reports it
+    assert ran["library"].startswith({"openmpi": "Open MPI v", "mpich": "MPICH Version:"}[flavour]), ran
+    assert ran["file"] == os.path.realpath(env["MPI4PY_LIBMPI"]) and re.fullmatch(r"\d\.\d", ran["standard"])
     # Open MPI gives its ranks a pty even when its output goes to a file: still one line per report
     raw = (tmp_path / "mpi.log").read_bytes()
     assert re.search(rb"Epoch: \[0\]\[1/\d\]", raw) and b"\r" not in raw, raw[-2000:]
