@@ -170,7 +170,8 @@ def loaded_library() -> Optional[Dict[str, Optional[str]]]:
     if MPI is None:
         return None
     try:
-        version = " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
+        text = MPI.Get_library_version().replace("\0", "")  # Open MPI 4 pads it with NULs
+        version = " ".join(text.strip().splitlines()[0].split())
         standard = "%d.%d" % MPI.Get_version()
     except Exception:  # an MPI module that cannot answer is not worth failing a record over
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,9 +84,9 @@ def jobs(slurm_cluster: SlurmCluster, jpeg_data, tmp_path_factory) -> Dict[str, 
             job.proc.kill()
 
 
-def _job_output(job: Job, job_id: str) -> str:
+def _job_output(job: Job, job_id: str, tail: int = 3000) -> str:
     logs = list(job.run_dir.parent.glob(f"{job.name}-{job_id}.out"))
-    return logs[0].read_text()[-3000:] if logs else "(no output file)"
+    return logs[0].read_text()[-tail:] if logs else "(no output file)"
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -105,3 +106,21 @@ def test_generated_job_trains(slurm_cluster: SlurmCluster, jobs: Dict[str, Job],
     assert len(events) == 1, f"TensorBoard events from more than rank 0: {events}"
     hosts = slurm_cluster.run(["scontrol", "show", "hostnames", first_node]).stdout.split()
     assert hosts[0] in events[0].name, f"events not written on the first node {hosts[0]}: {events[0].name}"
+    if job.environment == "mpi/":
+        assert_site_mpi(_job_output(job, job_id, tail=100_000), record["environment"]["mpi"], starter=name)
+
+
+def assert_site_mpi(log: str, ran: dict, starter: str) -> None:
+    """The batch log names the system MPI that ran, found before the venv was activated; mpi4py
+    loaded the system's libmpi, unless the venv holds an MPI wheel, which the log then warns about."""
+    venv = str(VENV.resolve())
+    if "srun_pmix" not in starter:
+        mpirun = re.search(r"^mpirun: (\S+) \((.*)\)$", log, re.M)
+        assert mpirun and not mpirun.group(1).startswith(venv) and "Open MPI" in mpirun.group(2), log
+    loads = re.search(r"^mpi4py \S+ loads (.*) from (\S+)$", log, re.M)
+    assert loads, log
+    if any(VENV.glob("lib/libmpi*")):  # a venv made before the lean install: the log must say so
+        assert f"warning: {venv}/lib holds an MPI library" in log, log
+    else:
+        assert not loads.group(2).startswith(venv) and loads.group(1).startswith("Open MPI"), log
+        assert ran["file"] == loads.group(2), ran
