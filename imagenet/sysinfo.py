@@ -65,6 +65,12 @@ def git_commit(root: Path = REPO_ROOT) -> Optional[str]:
         return None
 
 
+def _repo_relative(arg: str) -> str:
+    """ARG with this checkout's path made relative: records carry no machine's absolute paths."""
+    root = str(REPO_ROOT) + os.sep
+    return arg[len(root):] if arg.startswith(root) else arg
+
+
 def source_digest(root: Path = REPO_ROOT) -> str:
     """SHA-256 (first 12 hex digits) of the engine's and launchers' Python sources.
 
@@ -176,6 +182,6 @@ def collect(nodes: Optional[int] = None) -> dict:
         "platform": platform.platform(),
         "git_commit": git_commit(),
         "source_digest": source_digest(),
-        "command": " ".join(sys.argv),
+        "command": " ".join(_repo_relative(arg) for arg in sys.argv),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
     }

@@ -1,4 +1,4 @@
-"""Benchmark harness: ``python -m results.bench train|io|allreduce|overlap|pipeline|quick|scaling|shards|faults ...``.
+"""Benchmark harness: ``python -m results.bench train|io|allreduce|overlap|pipeline|region|quick|scaling|shards|faults ...``.
 
 The one command line on top of results/ (see results/README.md): it parses, picks the runner and,
 where the kind ends with one, writes the report. Each measured point appends one JSON record to
@@ -8,7 +8,8 @@ as failed with the reason, and the sweep goes on. ``train``, ``io``, ``allreduce
 a small but complete set of those kinds on a CPU machine in a few minutes, followed by the report.
 ``scaling`` sweeps node counts (or, with ``--io``, storage readers) on the SLURM cluster that
 ``sbatch`` reaches (:mod:`results.runners.scaling`); ``shards`` measures data at scale
-(:mod:`results.runners.data_scale_bench`); ``faults`` runs the chaos tests on the SLURM test
+(:mod:`results.runners.data_scale_bench`); ``region`` the per-core cost of decoding a crop box, C
+region decoder vs nvImageCodec (:mod:`results.runners.region_bench`); ``faults`` runs the chaos tests on the SLURM test
 cluster and records them (:mod:`results.runners.faults_bench`).
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from results import report
 from results.core import records
 from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.setups import CPU_SETUPS, SCRIPTS, SETUPS
-from results.runners import data_scale_bench, faults_bench, local, scaling, slurm_queue
+from results.runners import data_scale_bench, faults_bench, local, region_bench, scaling, slurm_queue
 from results.runners.common import BenchError, progress
 from slurm.generate import GenerateError
 
@@ -192,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     scaling.add_parser(sub, common)
     data_scale_bench.add_parser(sub, common)
     faults_bench.add_parser(sub, common)
+    region_bench.add_parser(sub, common)
     return p
 
 
@@ -236,7 +238,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rc = faults_bench.run(a)
             return rc or (report.main([]) if a.report else 0)
         out = {"train": local.run_train, "io": local.run_io, "allreduce": local.run_allreduce,
-               "overlap": local.run_overlap, "pipeline": local.run_pipeline, "shards": data_scale_bench.run}[a.cmd](a)
+               "overlap": local.run_overlap, "pipeline": local.run_pipeline, "shards": data_scale_bench.run,
+               "region": region_bench.run}[a.cmd](a)
     except (BenchError, slurm_queue.SlurmError, GenerateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

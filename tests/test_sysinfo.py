@@ -88,4 +88,7 @@ def test_record_names_driver_libraries_decoder_and_mpi(no_nvidia, monkeypatch):
     assert libs["apex"] is None or isinstance(libs["apex"], str)
     assert info["region_decoder_built"] == any((sysinfo.REPO_ROOT / "imagenet").glob("_jpeg_region*.so"))
     monkeypatch.setattr(sysinfo, "NVIDIA_PROC", fake_proc(no_nvidia))
-    assert sysinfo.collect()["gpu_driver"] == "550.54.15"
+    monkeypatch.setattr("sys.argv", [str(sysinfo.REPO_ROOT / "results" / "bench.py"), "region", "/data/x"])
+    info = sysinfo.collect()
+    assert info["gpu_driver"] == "550.54.15"
+    assert info["command"] == "results/bench.py region /data/x"  # no machine's checkout path in a record

@@ -33,7 +33,7 @@ REFERENCE_DIR = RESULTS_DIR / "reference"  # published numbers and cited links
 SCRATCH_DIR = RESULTS_DIR / "scratch"  # git-ignored: checkpoints, generated JPEGs
 RUNS_DIR = RESULTS_DIR / "runs"  # kept: run.json + TensorBoard events behind the learning curves
 KINDS = ("train", "io", "allreduce", "overlap", "pipeline", "storage", "shards_pipeline", "data_opens",
-         "index_memory", "fault")
+         "index_memory", "fault", "region_decode")
 STATUSES = ("ok", "failed")
 
 # Fields every record must have, and the metrics an "ok" record of each kind must carry.
@@ -48,6 +48,7 @@ REQUIRED_METRICS = {
     "shards_pipeline": ("images_per_cpu_s", "images_per_s", "cpu_ms_per_image", "rounds"),
     "data_opens": ("images", "rchar", "syscr"),
     "index_memory": ("rank_rss_bytes", "worker_private_bytes", "worker_pss_bytes", "workers"),
+    "region_decode": ("images_per_cpu_s", "cpu_ms_per_image", "rounds", "ratio_per_core"),
     "fault": ("survived", "steps_trained_twice", "checkpoints_lost"),  # detect_s: absent when not timed
 }
 

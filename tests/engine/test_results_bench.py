@@ -68,6 +68,33 @@ def test_pipeline_records_steady_state_ratios(tmp_path):
     assert recs[("baseline", "train")]["metrics"]["ratio_per_core"] == 1.0
 
 
+def test_region_records_compare_the_c_decoder_with_nvimgcodec(tmp_path):
+    """Both decoders on the same training boxes; the harness first checks they give the same pixels."""
+    pytest.importorskip("nvidia.nvimgcodec", reason="nvImageCodec comes with DALI (requirements-dev.txt)")
+    out, data = tmp_path / "r.jsonl", tmp_path / "jpegs"
+    from results import jpegs
+    jpegs.ensure_dataset(data, classes=2, train_per_class=4, val_per_class=1)
+    assert bench.main(["region", "--data", str(data), "--images", "8", "--rounds", "2", "--records", str(out),
+                       "--tag", "t"]) == 0
+    recs = {r["point"]["decoder"]: r for r in _read(out)}
+    assert set(recs) == {"c-libjpeg-turbo", "nvimgcodec-cpu"}
+    for r in recs.values():
+        m = r["metrics"]
+        assert r["kind"] == "region_decode" and m["rounds"] == 2 and r["point"]["images"] == 8
+        assert m["ratio_min"] <= m["ratio_per_core"] <= m["ratio_max"]
+        assert r["environment"]["libraries"]["nvimgcodec"]
+    assert recs["c-libjpeg-turbo"]["metrics"]["ratio_per_core"] == 1.0
+
+
+def test_region_boxes_are_training_boxes():
+    from results import region_bench
+    boxes = region_bench.training_boxes([(500, 375)] * 200, seed=0)
+    assert boxes == region_bench.training_boxes([(500, 375)] * 200, seed=0)
+    for top, left, h, w in boxes:
+        assert 0 <= top and 0 <= left and top + h <= 375 and left + w <= 500
+        assert 0.08 * 500 * 375 * 0.99 <= h * w
+
+
 def test_bad_io_backend_is_one_line_error(tmp_path, capsys):
     assert bench.main(["io", "--data", str(tmp_path), "--records", str(tmp_path / "r.jsonl")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -1,0 +1,143 @@
+"""Per-core cost of decoding only a crop box of a JPEG: our C region decoder (libjpeg-turbo's
+``jpeg_skip_scanlines`` + ``jpeg_crop_scanline``, imagenet/_jpeg_region.c) against nvImageCodec's
+CPU decoder (``nvidia-nvimgcodec``, installed with DALI; ``CodeStream.get_sub_code_stream(region=)``).
+``python -m results.bench region``.
+
+Both decode the same boxes, drawn as training draws them (RandomResizedCrop's scale and ratio), from
+the same bytes, one image after the other in lockstep, on one thread each (nvImageCodec gets
+``max_num_cpu_threads=1``), timed by the process's CPU clock so a helper thread is counted too.
+The first pass checks that both give the same pixels. Only the decode is timed: no resize, no
+tensor conversion beyond what each decoder returns.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from PIL import Image
+from torchvision.transforms import RandomResizedCrop
+
+from results.core import records
+from results.runners.common import BenchError, environment, jpeg_root
+
+log = logging.getLogger(__name__)
+
+Box = Tuple[int, int, int, int]  # top, left, height, width
+Decoder = Callable[[bytes, Box], np.ndarray]
+REFERENCE = "c-libjpeg-turbo"
+
+
+def c_decoder() -> Optional[Decoder]:
+    try:
+        from imagenet import _jpeg_region
+    except ImportError:
+        return None
+
+    def decode(buf: bytes, box: Box) -> np.ndarray:
+        top, left, h, w = box
+        return np.frombuffer(_jpeg_region.decode_region(buf, top, left, h, w), dtype=np.uint8).reshape(h, w, 3)
+    return decode
+
+
+def nvimgcodec_decoder() -> Optional[Decoder]:
+    try:
+        from nvidia import nvimgcodec
+    except ImportError:
+        return None
+    decoder = nvimgcodec.Decoder(device_id=nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=1,
+                                 backends=[nvimgcodec.Backend(nvimgcodec.BackendKind.CPU_ONLY)])
+    params = nvimgcodec.DecodeParams(apply_exif_orientation=False)  # raw frame, as the C decoder
+
+    def decode(buf: bytes, box: Box) -> np.ndarray:
+        top, left, h, w = box
+        region = nvimgcodec.CodeStream(buf).get_sub_code_stream(region=nvimgcodec.Region(top, left, top + h, left + w))
+        return np.asarray(decoder.decode(region, params=params).cpu())
+    return decode
+
+
+def training_boxes(sizes: Sequence[Tuple[int, int]], seed: int) -> List[Box]:
+    """One RandomResizedCrop box per (width, height), as the fast backend draws them."""
+    torch.manual_seed(seed)
+    return [tuple(RandomResizedCrop.get_params(torch.empty(1, height, width), (0.08, 1.0), (3 / 4, 4 / 3)))
+            for width, height in sizes]
+
+
+def jpeg_size(buf: bytes) -> Tuple[int, int]:
+    with Image.open(io.BytesIO(buf)) as im:
+        return im.size
+
+
+def measure(decoders: Dict[str, Decoder], bufs: List[bytes], boxes: List[Box], rounds: int) -> Dict[str, List[float]]:
+    """CPU seconds per image of each decoder, per round (decoders alternate image by image)."""
+    for name, decode in decoders.items():  # same pixels first: a faster wrong decoder is no result
+        for buf, box in zip(bufs, boxes):
+            mine, ref = decode(buf, box), decoders[REFERENCE](buf, box)
+            if mine.shape != ref.shape or np.abs(mine.astype(int) - ref.astype(int)).max() > 0:
+                raise BenchError(f"{name} and {REFERENCE} decode box {box} differently")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        per_round: Dict[str, List[float]] = {name: [] for name in decoders}
+        for _ in range(rounds):
+            spent = dict.fromkeys(decoders, 0.0)
+            for buf, box in zip(bufs, boxes):
+                for name, decode in decoders.items():
+                    t0 = time.process_time()
+                    decode(buf, box)
+                    spent[name] += time.process_time() - t0
+            for name in decoders:
+                per_round[name].append(spent[name] / len(bufs))
+    finally:
+        torch.set_num_threads(threads)
+    return per_round
+
+
+def summarize(per_round: Dict[str, List[float]]) -> List[dict]:
+    """Medians over rounds; the ratio is the median of per-round ratios to the C decoder."""
+    rows = []
+    for name, seconds in per_round.items():
+        ratios = [ref / s for ref, s in zip(per_round[REFERENCE], seconds)]
+        rows.append({"decoder": name, "rounds": len(seconds),
+                     "images_per_cpu_s": statistics.median(1 / s for s in seconds),
+                     "cpu_ms_per_image": 1000 * statistics.median(seconds),
+                     "ratio_per_core": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)})
+    return rows
+
+
+def add_parser(sub, common) -> None:
+    r = sub.add_parser("region", parents=[common], help="per-core cost of decoding a crop box: the C region "
+                       "decoder vs nvImageCodec's CPU decoder (lockstep, same boxes)")
+    r.add_argument("--data", help="ImageFolder root with train/ (default: generated ImageNet-like 500x375 JPEGs)")
+    r.add_argument("--images", type=int, default=256)
+    r.add_argument("--rounds", type=int, default=5)
+
+
+def run(a) -> List[dict]:
+    decoders = {name: make() for name, make in ((REFERENCE, c_decoder), ("nvimgcodec-cpu", nvimgcodec_decoder))}
+    missing = [name for name, d in decoders.items() if d is None]
+    if missing:
+        raise BenchError(f"cannot compare: {', '.join(missing)} not available (build the C decoder with "
+                           "`pip install -e .`; nvImageCodec comes with DALI: pip install '.[dali-cu13]')")
+    root = jpeg_root(a.data, 4, -(-a.images // 4))
+    files = sorted(p for p in (root / "train").rglob("*") if p.is_file())[:a.images]
+    bufs = [p.read_bytes() for p in files]
+    boxes = training_boxes([jpeg_size(b) for b in bufs], seed=0)
+    rows = summarize(measure(decoders, bufs, boxes, a.rounds))
+    env, sweep, out = environment(), records.new_sweep_id("region", a.tag), []
+    for row in rows:
+        point = {"decoder": row["decoder"], "images": len(bufs), "boxes": "RandomResizedCrop(0.08-1, 3/4-4/3)",
+                 "data": str(a.data) if a.data else "generated 500x375 JPEGs (results.jpegs)"}
+        metrics = {k: row[k] for k in ("images_per_cpu_s", "cpu_ms_per_image", "rounds", "ratio_per_core",
+                                       "ratio_min", "ratio_max")}
+        out.append(records.make_record("region_decode", sweep, point, metrics, env))
+        records.append(a.records, out[-1])
+        log.info("    %-16s %.0f images/s per core, %.3f CPU ms/image, %.2fx the C decoder (%.2f-%.2f)",
+                 row["decoder"], row["images_per_cpu_s"], row["cpu_ms_per_image"], row["ratio_per_core"],
+                 row["ratio_min"], row["ratio_max"])
+    return out
