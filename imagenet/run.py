@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from . import checkpoint, distributed, models, optim, precision, preemption, sysinfo, tblog
-from .data import loader, staging
+from .data import decode, loader, staging
 from .data.normalize import DeviceNormalizer
 from .errors import one_line
 from .engine import Parts, Trainer
@@ -150,7 +150,8 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
                        dist={"world_size": info.world_size, "backend": info.backend,
                              "environment": info.environment, "device": info.device.type, "nodes": info.nodes,
                              "local_world_size": info.local_world_size},
-                       environment=_environment(info), global_batch=global_batch, lr=lr,
+                       environment=_environment(info), data_decoder=decode.decoder_in_use(cfg.data_backend),
+                       global_batch=global_batch, lr=lr,
                        precision={"label": spec.label, "backend": spec.backend, "level": spec.level})
     tb = tblog.make(info.is_primary, str(run_dir))
     parts = Parts(step_model, raw_model, eval_model, optimizer, scheduler, prec,

@@ -25,6 +25,7 @@ def test_each_script_trains_two_epochs(name, extra, jpeg_data, tmp_path):
     assert record["epochs"][-1]["val_samples"] == 21  # every validation image, once
     assert (tmp_path / "checkpoint.pth.tar").is_file() and (tmp_path / "model_best.pth.tar").is_file()
     assert "global batch 8" in proc.stdout
+    assert record["data_decoder"] == {"backend": "fast", "region_decoder": True}  # tests build it in place
     if name == "imagenet_dp.py":
         assert "DataParallel: no CUDA GPU" in proc.stderr
     if name == "imagenet_ddp_apex.py":
@@ -112,6 +113,16 @@ def test_node_level_batch_and_workers_are_divided_like_pytorch_examples(batch, w
 def test_node_level_batch_smaller_than_the_processes_is_refused():
     with pytest.raises(config.ConfigError, match=r"-b 2 is the batch per node .* its 4 processes: use -b 4"):
         per_process(config.parse(["-b", "2", "/data"], "ddp"), 4)
+
+
+def test_device_backend_trains_on_cpu_and_records_its_decoder(jpeg_data, tmp_path):
+    from imagenet.data.decode import device
+
+    proc = python(script("imagenet_nd.py"), *TINY, "--data-backend", "device", "--epochs", "1",
+                  "--steps-per-epoch", "2", "--val-steps", "1", "--log-dir", tmp_path, jpeg_data)
+    assert proc.returncode == 0, explain(proc)
+    decoder = read_run(tmp_path)["data_decoder"]
+    assert decoder == {"backend": "device", "device_decoder": device.decoder_name()}
 
 
 def test_seed_alexnet_command(jpeg_data, tmp_path):

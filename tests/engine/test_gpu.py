@@ -114,6 +114,8 @@ def test_device_decode_backend_trains_on_cuda_and_matches_the_cpu_decode(jpeg_da
     assert proc.returncode == 0, explain(proc)
     from imagenet.data.decode import device
 
+    # TorchCodec's batched nvJPEG where it is installed, torchvision's decode_jpeg where not
+    assert read_run(tmp_path)["data_decoder"]["device_decoder"] == device.decoder_name()
     paths = sorted(str(p) for p in (jpeg_data / "val").rglob("*.JPEG"))[:8]
     batch = device.collate([(device.EncodedVal(32)(open(p, "rb").read(), p), 0) for p in paths])[0]
     on_gpu, on_cpu = batch.decode(torch.device("cuda")).cpu().int(), batch.decode(torch.device("cpu")).int()
@@ -126,8 +128,8 @@ def test_device_decode_backend_trains_on_cuda_and_matches_the_cpu_decode(jpeg_da
 
 
 def test_device_decode_syncs_the_host_only_inside_decode_jpeg(jpeg_data, monkeypatch):
-    """Crops, flips and resizes queue on the device without waiting for it; whether torchvision's
-    nvJPEG call itself synchronises is printed (run with -rP) and is what the report quotes."""
+    """Crops, flips and resizes queue on the device without waiting for it; whether the decoder's
+    nvJPEG call itself (TorchCodec's, else torchvision's) synchronises is printed (run with -rP)."""
     from imagenet.data.decode import device
 
     paths = sorted(str(p) for p in (jpeg_data / "train").rglob("*.JPEG"))[:8]
@@ -136,7 +138,7 @@ def test_device_decode_syncs_the_host_only_inside_decode_jpeg(jpeg_data, monkeyp
     batch.decode(cuda)  # the first call creates nvJPEG's handles
     torch.cuda.synchronize()
     inside: list = []
-    original = device.decode_jpeg
+    original = device._decode_jpegs
 
     def decode_jpeg_watched(*args, **kwargs):
         torch.cuda.set_sync_debug_mode("warn")
@@ -147,14 +149,15 @@ def test_device_decode_syncs_the_host_only_inside_decode_jpeg(jpeg_data, monkeyp
             finally:
                 torch.cuda.set_sync_debug_mode("error")
                 inside.extend(str(w.message).splitlines()[0] for w in seen)
-    monkeypatch.setattr(device, "decode_jpeg", decode_jpeg_watched)
+    monkeypatch.setattr(device, "_decode_jpegs", decode_jpeg_watched)
     torch.cuda.set_sync_debug_mode("error")  # anything outside decode_jpeg that synchronises raises
     try:
         out = batch.decode(cuda)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert out.device.type == "cuda" and out.shape == (8, 3, 32, 32)
-    print(f"decode_jpeg(device='cuda') on a batch of 8: {len(inside)} synchronising call(s) {inside[:3]}")
+    print(f"{device.decoder_name()} decode_jpeg(device='cuda') on a batch of 8: {len(inside)} synchronising "
+          f"call(s) {inside[:3]}")
 
 
 @needs_dali

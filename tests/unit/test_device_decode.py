@@ -1,7 +1,9 @@
 """The device data backend on the CPU: the same images as the fast backend, through a batch of bytes.
 
 On a GPU the same code decodes with nvJPEG (tests/engine/test_gpu.py); here decode_jpeg runs on the CPU,
-which checks the transforms, the collation, the errors and the engine's use of it.
+which checks the transforms, the collation, the errors and the engine's use of it. TorchCodec
+decodes where it is installed (requirements-dev.txt installs it), torchvision where not: both are
+run here, the second by hiding TorchCodec.
 """
 import pytest
 import torch
@@ -14,6 +16,17 @@ from imagenet.data.decode.fast import FastTrain, FastVal
 from results.runners import jpegs
 
 CPU = torch.device("cpu")
+
+
+@pytest.fixture(params=["torchcodec", "torchvision"], autouse=True)
+def decoder(request, monkeypatch):
+    """Each test with TorchCodec's decoder (skipped where it is not installed) and with torchvision's."""
+    if request.param == "torchcodec" and device.decoder_name() != "torchcodec":
+        pytest.skip("TorchCodec is not installed")
+    if request.param == "torchvision":
+        monkeypatch.setattr(device, "_torchcodec_decode_jpeg", None)
+    assert device.decoder_name() == request.param
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +44,7 @@ def test_train_crops_match_the_fast_backend(photos, box, flip):
         buf = open(path, "rb").read()
         expected = fast.render(buf, jpeg.jpeg_frame(buf), box, flip)
         batch = device.EncodedBatch([torch.frombuffer(bytearray(buf), dtype=torch.uint8)],
-                                           torch.tensor([[*box, int(flip), 224]]), [path])
+                                           torch.tensor([[*box, int(flip), 224, 1]]), [path])
         got = batch.decode(CPU)[0]
         diff = (got.int() - expected.int()).abs()
         assert got.shape == expected.shape == (3, 224, 224) and got.dtype == torch.uint8
@@ -61,6 +74,6 @@ def test_non_jpeg_is_a_bad_image_and_undecodable_bytes_name_the_files(photos, tm
     with pytest.raises(errors.DataError, match="not a JPEG.*--skip-bad-images"):
         files[0]
     broken = device.EncodedBatch([torch.frombuffer(bytearray(b"\xff\xd8\xff\xdb" + b"\0" * 40), dtype=torch.uint8)],
-                                        torch.tensor([[0, 0, 8, 8, 0, 8]]), [photos[0]])
+                                        torch.tensor([[0, 0, 8, 8, 0, 8, 1]]), [photos[0]])
     with pytest.raises(errors.DataError, match="cannot decode a JPEG.*" + photos[0].split("/")[-1] + ".*--data-backend fast"):
         broken.decode(CPU)

@@ -70,6 +70,18 @@ def test_frame_header(kw, mode, mcu):
     assert int.from_bytes(buf[frame.height_offset:frame.height_offset + 2], "big") == 123
 
 
+def test_fast_backend_without_the_region_decoder_warns_once(monkeypatch, caplog):
+    from imagenet.data.decode import fast
+
+    monkeypatch.setattr(jpeg, "_jpeg_region", None)
+    monkeypatch.setattr(fast, "_told_no_region_decoder", False)
+    with caplog.at_level("WARNING", logger="imagenet.data.decode.fast"):
+        fast_backend(True, 32), fast_backend(False, 32), fast_backend(True, 32)
+    assert len(caplog.records) == 1 and "without its region decoder" in caplog.records[0].getMessage()
+    assert not jpeg.region_decoder_available()
+    assert registry.decoder_in_use("fast") == {"backend": "fast", "region_decoder": False}
+
+
 def test_not_a_jpeg():
     png = io.BytesIO()
     Image.fromarray(photo(20, 20)).save(png, "PNG")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from ...errors import DataError
-from . import dali, device, fast, pil
+from . import dali, device, fast, jpeg, pil
 from .base import Transform
 
 
@@ -47,6 +47,17 @@ def get_backend(name: str) -> Backend:
     if name not in BACKENDS:
         raise DataError(f"unknown --data-backend {name!r}; choose one of: {', '.join(sorted(BACKENDS))}")
     return BACKENDS[name]
+
+
+def decoder_in_use(name: str) -> Dict[str, object]:
+    """For run.json: the backend and the decoder it really uses in this environment (the fast
+    backend's C region decoder, the device backend's library)."""
+    used: Dict[str, object] = {"backend": name}
+    if name == "fast":
+        used["region_decoder"] = jpeg.region_decoder_available()
+    elif name == "device":
+        used["device_decoder"] = device.decoder_name()
+    return used
 
 
 def per_sample_names() -> List[str]:

@@ -115,11 +115,12 @@ def _graph(source: EpochSource, train: bool, image_size: int, gpu: bool):
     if train:
         images = fn.decoders.image_random_crop(jpegs, device=decoder, output_type=types.RGB,
                                                random_area=list(CROP_SCALE), random_aspect_ratio=list(CROP_RATIO),
-                                               num_attempts=10)
+                                               num_attempts=10, adjust_orientation=False)
         images = fn.resize(images, size=[image_size, image_size], interp_type=types.INTERP_LINEAR, antialias=True)
         images = fn.flip(images, horizontal=fn.random.coin_flip(probability=0.5))
     else:
-        images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB)
+        # the stored frame, EXIF orientation ignored, as every other backend (see device_decode)
+        images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB, adjust_orientation=False)
         images = fn.resize(images, resize_shorter=val_resize(image_size), interp_type=types.INTERP_LINEAR,
                            antialias=True)
         images = fn.crop(images, crop=[image_size, image_size])

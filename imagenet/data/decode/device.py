@@ -3,22 +3,27 @@
 Loader workers only read each image's bytes (from a file or a shard) and draw its augmentation (the crop box from the JPEG header,
 with the ``fast`` backend's rule and distribution, and the flip); the batch crosses the worker pipe
 as compressed bytes (~110 KB an ImageNet photo instead of 150 KB of pixels). The training process
-then decodes the whole batch in one ``torchvision.io.decode_jpeg`` call on its device (nvJPEG on a
-GPU, libjpeg-turbo on a CPU) and crops, flips and resizes each image there. It is for nodes with
-few CPU cores per GPU, where CPU decoding cannot keep up; :class:`imagenet.data.normalize.DeviceNormalizer`
-calls :meth:`EncodedBatch.decode`, so the training loop is unchanged.
+then decodes the whole batch in one call on its device and crops, flips and resizes each image
+there. It is for nodes with few CPU cores per GPU, where CPU decoding cannot keep up;
+:class:`imagenet.data.normalize.DeviceNormalizer` calls :meth:`EncodedBatch.decode`, so the training loop is
+unchanged.
 
-torchvision 0.29 marks its image decoders deprecated in favour of TorchCodec; when they go, the
-decode call in :meth:`EncodedBatch.decode` is the one line to port.
+The decoder is TorchCodec's ``decode_jpeg`` where TorchCodec is installed (one batched nvJPEG call
+on a GPU, libjpeg-turbo on a CPU), else torchvision's (deprecated since torchvision 0.29 in favour
+of TorchCodec). EXIF orientation: every backend trains on the stored frame, ignoring the EXIF
+Orientation tag, as pytorch/examples' PIL loader does, and the crop boxes are drawn from that frame.
+TorchCodec always applies the tag, so its output is turned back to the stored frame here (the
+worker reads the tag with PIL, which parses only the header).
 """
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import List, NamedTuple, Sequence
 
 import torch
+from PIL import Image
 from torch.utils.data import default_collate
-from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
 from ...errors import DataError
@@ -26,12 +31,29 @@ from .base import val_resize
 from .fast import FastTrain, resized_hw
 from .jpeg import jpeg_frame
 
+try:
+    from torchcodec.decoders import decode_jpeg as _torchcodec_decode_jpeg
+except (ImportError, OSError, RuntimeError):  # not installed, or its native library does not load here
+    _torchcodec_decode_jpeg = None
+
+EXIF_ORIENTATION = 0x0112
+# EXIF orientation -> how to turn the displayed image (what TorchCodec returns) back into the stored
+# frame: (transpose H and W first, then flip these dims). 1 is the stored frame itself.
+_TO_STORED = {2: (False, (-1,)), 3: (False, (-2, -1)), 4: (False, (-2,)), 5: (True, ()),
+              6: (True, (-2,)), 7: (True, (-2, -1)), 8: (True, (-1,))}
+
+
+def decoder_name() -> str:
+    """Which library the device backend decodes with in this environment."""
+    return "torchcodec" if _torchcodec_decode_jpeg is not None else "torchvision"
+
+
 VAL = -1  # a box row whose height is VAL asks for the validation transform
 
 
 class EncodedImage(NamedTuple):
-    """One sample: the image's bytes, its transform (top, left, height, width, flip, output size) and
-    its name (a path, or a shard and index) for messages."""
+    """One sample: the image's bytes, its transform (top, left, height, width, flip, output size, EXIF
+    orientation) and its name (a path, or a shard and index) for messages."""
 
     data: torch.Tensor
     box: torch.Tensor
@@ -43,7 +65,7 @@ class EncodedBatch:
     """A batch of compressed images and their transforms, decoded where the model runs."""
 
     data: List[torch.Tensor]
-    boxes: torch.Tensor  # int64 [N, 6], stays on the host: reading it is no device sync
+    boxes: torch.Tensor  # int64 [N, 7], stays on the host: reading it is no device sync
     paths: List[str]
 
     def __len__(self) -> int:
@@ -56,7 +78,7 @@ class EncodedBatch:
     def decode(self, device: torch.device) -> torch.Tensor:
         """uint8 NCHW images on DEVICE, each transformed as its box row says."""
         try:
-            images = decode_jpeg(self.data, mode=ImageReadMode.RGB, device=device)
+            images = _decode_jpegs(self.data, device, self.boxes[:, 6].tolist())
         except RuntimeError as e:
             raise DataError(f"cannot decode a JPEG of this batch on {device} ({str(e).splitlines()[0]}); files: "
                             f"{', '.join(self.paths[:3])}{'...' if len(self.paths) > 3 else ''}; run with "
@@ -64,8 +86,35 @@ class EncodedBatch:
         return torch.stack([_transform(im, row) for im, row in zip(images, self.boxes.tolist())])
 
 
+def _decode_jpegs(data: List[torch.Tensor], device: torch.device, orientations: Sequence[int]) -> List[torch.Tensor]:
+    """uint8 CHW RGB images of the stored frames, decoded in one call on DEVICE."""
+    if _torchcodec_decode_jpeg is None:
+        from torchvision.io import ImageReadMode, decode_jpeg  # deprecated; warns on every call
+
+        return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+    images = _torchcodec_decode_jpeg(list(data), mode="RGB", device=device)
+    return [to_stored_frame(im, o) for im, o in zip(images, orientations)]
+
+
+def to_stored_frame(image: torch.Tensor, orientation: int) -> torch.Tensor:
+    """A CHW image displayed per EXIF ORIENTATION, turned back into the frame the JPEG stores."""
+    transpose, dims = _TO_STORED.get(orientation, (False, ()))
+    image = image.transpose(-2, -1) if transpose else image
+    return image.flip(dims) if dims else image
+
+
+def exif_orientation(buf: bytes) -> int:
+    """The EXIF Orientation tag of a JPEG (1 where absent or unreadable); PIL reads the header only."""
+    try:
+        with Image.open(io.BytesIO(buf)) as im:
+            value = im.getexif().get(EXIF_ORIENTATION, 1)
+    except Exception:  # a broken header is the decoder's to report, with the file's name
+        return 1
+    return value if value in _TO_STORED else 1
+
+
 def _transform(image: torch.Tensor, row: Sequence[int]) -> torch.Tensor:
-    top, left, height, width, flip, size = row
+    top, left, height, width, flip, size, _orientation = row
     if height == VAL:  # Resize(size * 256 / 224) of the short side, then CenterCrop(size), as the others
         return TF.center_crop(_resize(image, *resized_hw(*image.shape[-2:], val_resize(size))), [size, size])
     crop = image[:, top:top + height, left:left + width]
@@ -110,7 +159,9 @@ def _jpeg_frame(buf: bytes):
 
 
 def _encoded(buf: bytes, row: List[int], path: str) -> EncodedImage:
-    return EncodedImage(torch.frombuffer(bytearray(buf), dtype=torch.uint8), torch.tensor(row), path)
+    """The sample; ROW gets the EXIF orientation as its last column (read only where it is undone)."""
+    orientation = exif_orientation(buf) if _torchcodec_decode_jpeg is not None else 1
+    return EncodedImage(torch.frombuffer(bytearray(buf), dtype=torch.uint8), torch.tensor([*row, orientation]), path)
 
 
 def device_backend(train: bool, image_size: int):

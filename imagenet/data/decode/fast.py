@@ -36,6 +36,7 @@ A backend is called as ``transform(data, name)`` on an image's encoded bytes (re
 from __future__ import annotations
 
 import io
+import logging
 import math
 from typing import List, Sequence, Tuple
 
@@ -44,7 +45,10 @@ from PIL import Image
 from torchvision.transforms.v2 import functional as TF
 
 from .base import CROP_RATIO, CROP_SCALE, Transform, val_resize
-from .jpeg import JpegFrame, decode_box, decode_hwc, dct_reduction, jpeg_frame, open_reduced, with_rows
+from .jpeg import (JpegFrame, decode_box, decode_hwc, dct_reduction, jpeg_frame, open_reduced,
+                   region_decoder_available, with_rows)
+
+log = logging.getLogger(__name__)
 
 
 def _rgb(im: Image.Image) -> Image.Image:
@@ -193,7 +197,16 @@ def _shape_only(height: int, width: int) -> torch.Tensor:
     return torch.empty((0, height, width), dtype=torch.uint8)
 
 
+_told_no_region_decoder = False
+
+
 def fast_backend(train: bool, image_size: int) -> Transform:
     """Decode only what is needed; uint8 CHW output."""
+    global _told_no_region_decoder
+    if not region_decoder_available() and not _told_no_region_decoder:
+        _told_no_region_decoder = True  # once per process: the cause is the same for every loader
+        log.warning("the fast backend runs without its region decoder (imagenet/data/decode/_jpeg_region.c is "
+                    "not built: `pip install -e .` with a C compiler and libjpeg-turbo's headers, e.g. "
+                    "libjpeg-dev); it decodes the rows down to each crop instead, at a lower rate per core")
     return FastTrain(image_size) if train else FastVal(image_size)
 

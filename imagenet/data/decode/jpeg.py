@@ -138,6 +138,11 @@ def decode_hwc(buf: bytes) -> Optional[torch.Tensor]:
         return None
 
 
+def region_decoder_available() -> bool:
+    """Whether the C region decoder (_jpeg_region.c beside this file) was built and loads here."""
+    return _jpeg_region is not None
+
+
 def decode_box(buf: bytes, box: Tuple[int, int, int, int]) -> Optional[torch.Tensor]:
     """uint8 HWC RGB pixels of the box (top, left, h, w) of a JPEG, decoded alone by libjpeg-turbo's
     region decoding; None where the extension is missing or cannot decode the bytes (CMYK, corrupt
