@@ -219,13 +219,6 @@ def test_library_probe_names_the_library_without_initialising_mpi(openmpi):
     assert cli.returncode == 0 and cli.stdout.strip() == line
 
 
-def test_loaded_library_never_loads_mpi():
-    with mock.patch.dict(sys.modules):
-        sys.modules.pop("mpi4py.MPI", None)
-        assert mpi.loaded_library() is None
-        assert "mpi4py.MPI" not in sys.modules
-
-
 def test_mpi4py_missing_is_a_one_line_error(capsys):
     with mock.patch.dict(sys.modules, {"mpi4py": None}), \
             mock.patch.dict(os.environ, {"OMPI_COMM_WORLD_SIZE": "2"}, clear=True):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from unittest import mock
 
 import pytest
@@ -91,3 +92,10 @@ def test_exit_codes(capsys):
     assert mpi.exit_code(SystemExit(3)) == 3
     assert mpi.exit_code(SystemExit("bad thing")) == 1
     assert capsys.readouterr().err == "bad thing\n"
+
+
+def test_loaded_library_never_loads_mpi():
+    with mock.patch.dict(sys.modules):
+        sys.modules.pop("mpi4py.MPI", None)
+        assert mpi.loaded_library() is None
+        assert "mpi4py.MPI" not in sys.modules

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401 (fixture)
-from tests.test_launch_support import (PYTHON, REPO, Job, assert_trained, clean_env, demo_data,  # noqa: F401
-                                       free_port, run_jobs, train_args)
+from launch.environment import free_port
+from tests.helpers import PYTHON, REPO
+from tests.launch.support import Job, assert_trained, clean_env, run_jobs, train_args
+from tests.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
@@ -27,7 +28,7 @@ def pod_env(rank: int, port: int) -> dict:
     return clean_env(MASTER_ADDR=PODS[0], MASTER_PORT=str(port), WORLD_SIZE=str(len(PODS)), RANK=str(rank))
 
 
-def test_each_pod_sees_itself_as_one_process_of_the_job(slurm_cluster: SlurmCluster):  # noqa: F811
+def test_each_pod_sees_itself_as_one_process_of_the_job(slurm_cluster: SlurmCluster):
     port = free_port()
     for rank, pod in enumerate(PODS):
         out = subprocess.run(slurm_cluster.node_command(pod, [PYTHON, "-m", "launch", "--gpus", "0"]), cwd=REPO,
@@ -37,9 +38,9 @@ def test_each_pod_sees_itself_as_one_process_of_the_job(slurm_cluster: SlurmClus
                                       f"{PODS[0]}:{port} device 0: ok")
 
 
-def test_two_pods_train_as_one_job(slurm_cluster: SlurmCluster, tmp_path: Path, demo_data: Path):  # noqa: F811
+def test_two_pods_train_as_one_job(slurm_cluster: SlurmCluster, tmp_path: Path, jpeg_data: Path):
     port, run_dir = free_port(), tmp_path / "run"
-    script = [PYTHON, "imagenet/imagenet_ddp.py", *train_args(run_dir, demo_data)]
+    script = [PYTHON, "imagenet/imagenet_ddp.py", *train_args(run_dir, jpeg_data)]
     pods = [Job(slurm_cluster.node_command(pod, script), pod_env(rank, port), tmp_path / f"{pod}.log")
             for rank, pod in enumerate(PODS)]
     codes = run_jobs(pods, timeout_s=240)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
+
 
 
 def dry_run(tmp_path: Path, *settings: str) -> subprocess.CompletedProcess:
