@@ -15,7 +15,6 @@ import io
 import logging
 import statistics
 import time
-from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -132,7 +131,7 @@ def run(a) -> List[dict]:
     env, sweep, out = environment(), records.new_sweep_id("region", a.tag), []
     for row in rows:
         point = {"decoder": row["decoder"], "images": len(bufs), "boxes": "RandomResizedCrop(0.08-1, 3/4-4/3)",
-                 "data": str(a.data) if a.data else "generated 500x375 JPEGs (results.jpegs)"}
+                 "data": str(a.data) if a.data else "generated 500x375 JPEGs (results/runners/jpegs.py)"}
         metrics = {k: row[k] for k in ("images_per_cpu_s", "cpu_ms_per_image", "rounds", "ratio_per_core",
                                        "ratio_min", "ratio_max")}
         out.append(records.make_record("region_decode", sweep, point, metrics, env))

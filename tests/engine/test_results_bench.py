@@ -72,7 +72,7 @@ def test_region_records_compare_the_c_decoder_with_nvimgcodec(tmp_path):
     """Both decoders on the same training boxes; the harness first checks they give the same pixels."""
     pytest.importorskip("nvidia.nvimgcodec", reason="nvImageCodec comes with DALI (requirements-dev.txt)")
     out, data = tmp_path / "r.jsonl", tmp_path / "jpegs"
-    from results import jpegs
+    from results.runners import jpegs
     jpegs.ensure_dataset(data, classes=2, train_per_class=4, val_per_class=1)
     assert bench.main(["region", "--data", str(data), "--images", "8", "--rounds", "2", "--records", str(out),
                        "--tag", "t"]) == 0
@@ -87,7 +87,7 @@ def test_region_records_compare_the_c_decoder_with_nvimgcodec(tmp_path):
 
 
 def test_region_boxes_are_training_boxes():
-    from results import region_bench
+    from results.runners import region_bench
     boxes = region_bench.training_boxes([(500, 375)] * 200, seed=0)
     assert boxes == region_bench.training_boxes([(500, 375)] * 200, seed=0)
     for top, left, h, w in boxes:
