@@ -136,8 +136,8 @@ def libraries() -> Dict[str, Optional[str]]:
 
 
 def region_decoder_built() -> bool:
-    """Whether the fast backend's C region decoder (imagenet/_jpeg_region.c) is built here."""
-    return importlib.util.find_spec("imagenet._jpeg_region") is not None
+    """Whether the fast backend's C region decoder (imagenet/data/decode/_jpeg_region.c) is built here."""
+    return importlib.util.find_spec("imagenet.data.decode._jpeg_region") is not None
 
 
 def _gpu_info() -> dict:

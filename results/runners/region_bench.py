@@ -1,5 +1,5 @@
 """Per-core cost of decoding only a crop box of a JPEG: our C region decoder (libjpeg-turbo's
-``jpeg_skip_scanlines`` + ``jpeg_crop_scanline``, imagenet/_jpeg_region.c) against nvImageCodec's
+``jpeg_skip_scanlines`` + ``jpeg_crop_scanline``, imagenet/data/decode/_jpeg_region.c) against nvImageCodec's
 CPU decoder (``nvidia-nvimgcodec``, installed with DALI; ``CodeStream.get_sub_code_stream(region=)``).
 ``python -m results.bench region``.
 
@@ -34,7 +34,7 @@ REFERENCE = "c-libjpeg-turbo"
 
 def c_decoder() -> Optional[Decoder]:
     try:
-        from imagenet import _jpeg_region
+        from imagenet.data.decode import _jpeg_region
     except ImportError:
         return None
 

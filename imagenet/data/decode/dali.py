@@ -119,7 +119,7 @@ def _graph(source: EpochSource, train: bool, image_size: int, gpu: bool):
         images = fn.resize(images, size=[image_size, image_size], interp_type=types.INTERP_LINEAR, antialias=True)
         images = fn.flip(images, horizontal=fn.random.coin_flip(probability=0.5))
     else:
-        # the stored frame, EXIF orientation ignored, as every other backend (see device_decode)
+        # the stored frame, EXIF orientation ignored, as every other backend (see decode/device.py)
         images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB, adjust_orientation=False)
         images = fn.resize(images, resize_shorter=val_resize(image_size), interp_type=types.INTERP_LINEAR,
                            antialias=True)
