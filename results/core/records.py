@@ -119,8 +119,11 @@ def _load() -> Optional[float]:
 
 
 def append(path: Path, record: Dict[str, Any]) -> None:
-    """Append one record as one line, atomically (imagenet.files): a crash loses at most this point."""
-    append_line(path, json.dumps(record, sort_keys=True))
+    """Append one record as one line, atomically (imagenet.files): a crash loses at most this point.
+
+    The line is :func:`portable`: whatever a runner put in it, a committed record names no path of
+    the machine that recorded it."""
+    append_line(path, json.dumps(portable(record), sort_keys=True))
     log.debug("recorded %s %s point %s -> %s", record["kind"], record["status"], record["point"], path)
 
 
@@ -205,9 +208,10 @@ def newest_sweep(items: Sequence[dict], record_of=lambda x: x) -> List[dict]:
 # ---------------------------------------------------------------- no machine paths in records
 
 # A path through a checkout (any machine's, e.g. ~/hpc-imagenet or a GPU node's copy) up to one of its
-# top-level folders; and any other absolute path.
+# top-level folders; and any other absolute path, except the kernel's own (/dev/shm, /proc/self/io),
+# which name the same thing on every Linux machine.
 _CHECKOUT_PATH = re.compile(r"(?<![\w.])/[^\s\"'=:]*?/(?=(?:imagenet|results|launch|slurm|tests|\.venv)/)")
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[^\s\"'=:/]+/)+(?=[^\s\"'=:/]+)")
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?!(?:dev|proc|sys)/)(?:[^\s\"'=:/]+/)+(?=[^\s\"'=:/]+)")
 
 
 def portable(value: object) -> object:
