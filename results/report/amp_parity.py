@@ -3,7 +3,7 @@
 The runs are those of ``results/gpu_session.sh`` stage ``parity``: the same seed, steps and
 deterministic cuDNN, once with ``--amp-backend native`` and once with ``--amp-backend apex``, each
 printing (and so logging to TensorBoard) at every step. The per-step losses are read back from each
-run's TensorBoard events with TensorBoard's own reader; the tolerance the issue asks for is stated
+run's TensorBoard events with TensorBoard's own reader; the tolerance asked for is stated
 in the table's heading and judged on the largest difference of any step.
 """
 from __future__ import annotations

@@ -9,11 +9,11 @@ from typing import Callable, List, Sequence
 from imagenet.data import shards
 
 IMAGENET_TRAIN = 1_281_167
-TARGETS = {"fast+shards": 2.0, "fast+shards-max320": 3.0}  # issue 11's per-core goals vs the baseline
+TARGETS = {"fast+shards": 2.0, "fast+shards-max320": 3.0}  # per-core goals vs the baseline (train split)
 SHARD_MB = shards.DEFAULT_SHARD_MB  # the converter's default --shard-size
 
 
-def _newest(recs: Sequence[dict], kind: str) -> List[dict]:
+def newest(recs: Sequence[dict], kind: str) -> List[dict]:
     """The ok records of KIND's newest sweep (by record time)."""
     ok = [r for r in recs if r["kind"] == kind and r["status"] == "ok"]
     if not ok:
@@ -88,7 +88,7 @@ SCALE_RANKS_PER_NODE = 8    # GPUs per node
 SCALE_WORKERS = 8           # --workers per rank
 SCALE_EPOCHS = 90           # --epochs default (pytorch/examples' ResNet schedule)
 SCALE_NODES = (1, 2, 4, 8)  # 8 nodes = the seed's 64-GPU runs
-TARGET_FEWER = 1000         # issue 11's goal: 1,000x fewer opens per epoch and node
+TARGET_FEWER = 1000         # goal: 1,000x fewer opens per epoch and node
 
 
 def at_scale(folder: dict, shards: dict, table: Callable) -> str:
@@ -132,7 +132,7 @@ def memory_table(rows: Sequence[dict], table: Callable) -> str:
 
 
 def section(recs: Sequence[dict], table: Callable) -> str:
-    pipe, opens, mem = (_newest(recs, k) for k in ("shards_pipeline", "data_opens", "index_memory"))
+    pipe, opens, mem = (newest(recs, k) for k in ("shards_pipeline", "data_opens", "index_memory"))
     if not (pipe or opens or mem):
         return "## Data at scale: shards\n\n_(no records yet: run `python -m results.bench shards`)_\n"
     return (

@@ -204,3 +204,95 @@ def bars(path: Path, panels: Sequence[Dict[str, object]], suptitle: str) -> Path
         ax.legend(fontsize=7, loc=panel.get("legend_loc", "best"))
     fig.suptitle(suptitle, fontsize=11)
     return _save(fig, path)
+
+
+def _draw_spread(ax, series: Sequence[Series]) -> None:
+    """Series with optional error bars ("err": one std per point, or "err_lo"/"err_hi") and labels."""
+    for s in series:
+        err = s.get("err")
+        if s.get("err_lo") is not None:
+            err = [s["err_lo"], s["err_hi"]]
+        if err is not None and any(e for e in (err if s.get("err_lo") is None else err[0] + err[1])):
+            ax.errorbar(s["x"], s["y"], yerr=err, fmt=s.get("style", "o-"), label=s["label"], color=s.get("color"),
+                        capsize=3, alpha=s.get("alpha", 1.0))
+        else:
+            ax.plot(s["x"], s["y"], s.get("style", "o-"), label=s["label"], color=s.get("color"),
+                    alpha=s.get("alpha", 1.0))
+        offset = (5, 5) if s.get("label_above") else (5, -12)  # two series that meet keep their labels apart
+        for x, y, t in zip(s["x"], s["y"], s.get("labels") or []):
+            ax.annotate(t, (x, y), textcoords="offset points", xytext=offset, fontsize=8, color=s.get("color"))
+
+
+def report_panels(path: Path, panels: Sequence[Dict[str, object]], suptitle: str, ncols: int = 0,
+                  shared_legend: bool = False) -> Path:
+    """Panels for a per-cluster report (ncols per row; 0: all in one row), legends off the data: under
+    each panel, or once under the figure when every panel draws the same series (shared_legend).
+
+    A panel: {"title", "xlabel", "ylabel", "series", optional "xlog", "ylog", "int_x", "ymin0"}.
+    """
+    ncols = ncols or len(panels)
+    nrows = (len(panels) + ncols - 1) // ncols
+    entries = max((len([s for s in p["series"] if s["label"] != "_nolegend_"]) for p in panels), default=1)
+    extra = 0.0 if shared_legend else 0.22 * entries
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.0 * ncols, (4.2 + extra) * nrows), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        _panel(ax, panel)
+        if not shared_legend:
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    if shared_legend:
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        fig.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), frameon=False,
+                   ncols=min(2, len(labels)))
+    fig.suptitle(suptitle, fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    log.info("wrote %s", path)
+    return path
+
+
+def _panel(ax, panel: Dict[str, object]) -> None:
+    ax.set_title(panel["title"], fontsize=10)
+    _draw_spread(ax, panel["series"])
+    xs = sorted({x for s in panel["series"] for x in s["x"]})
+    if panel.get("xlog"):
+        ax.set_xscale("log", base=2)
+    if panel.get("ylog"):
+        ax.set_yscale("log")
+        _log_y_ticks(ax)
+        _int_ticks(ax, "y")
+    if panel.get("int_x", True) and xs:
+        ax.set_xticks(xs)
+        _int_ticks(ax)
+        if len(xs) == 1:
+            ax.set_xlim(xs[0] / 2, xs[0] * 2) if panel.get("xlog") else ax.set_xlim(xs[0] - 1, xs[0] + 1)
+    if panel.get("ymin0"):
+        ax.set_ylim(bottom=0)
+    ax.margins(x=0.08)
+    ax.set_xlabel(panel["xlabel"])
+    ax.set_ylabel(panel["ylabel"])
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def hbars(path: Path, labels: Sequence[str], means: Sequence[float], stds: Sequence[float], xlabel: str,
+          title: str, texts: Sequence[str] = ()) -> Path:
+    """One horizontal bar per configuration (mean, std as the error bar), labels on the axis."""
+    fig, ax = plt.subplots(figsize=(8.5, 1.0 + 0.42 * len(labels)))
+    ys = list(range(len(labels)))[::-1]
+    ax.barh(ys, means, xerr=[s or 0 for s in stds], color=palette(0), capsize=3, alpha=0.85)
+    for y, m, sd, t in zip(ys, means, stds, texts or [""] * len(ys)):
+        ax.annotate(t, (m + (sd or 0), y), textcoords="offset points", xytext=(6, -3), fontsize=8)  # past the bar
+    ax.set_yticks(ys)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.margins(x=0.15)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    log.info("wrote %s", path)
+    return path

@@ -1,4 +1,4 @@
-"""Report sections: the training step against the baseline (CPU and GPU), and issue 6's GPU targets."""
+"""Report sections: the training step against the baseline (CPU and GPU), and the first GPU targets."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -64,7 +64,7 @@ def step_section(train: Sequence[dict], env: Environments, fig_dir: Path, gpu: b
             + (gpu_targets(train) if gpu else ""))
 
 
-# Issue 6's targets for one H100: ResNet-50 AMP on synthetic data against the fp32 NCHW baseline at the
+# The first targets for one H100: ResNet-50 AMP on synthetic data against the fp32 NCHW baseline at the
 # same batch, and the real-JPEG pipeline against the same setup on synthetic data.
 TARGET_SPEEDUP, TARGET_IMAGES_PER_S, TARGET_JPEG_FRACTION = 3.0, 5000.0, 0.90
 
@@ -83,7 +83,7 @@ def gpu_targets(train: Sequence[dict]) -> str:
               x["record"]["point"]["workers"], x["record"]["metrics"]["images_per_s"],
               x["synthetic"]["metrics"]["images_per_s"], pct(x["fraction"]), met(x["fraction"] >= TARGET_JPEG_FRACTION),
               f"{x['record']['_source']} vs {x['synthetic']['_source']}"] for x in jpeg]
-    return (f"\n### Issue 6's GPU targets\n\nMixed precision on synthetic data, images/s against the `baseline` "
+    return (f"\n### First GPU targets\n\nMixed precision on synthetic data, images/s against the `baseline` "
             f"of the same sweep "
             f"(target: at least {TARGET_SPEEDUP:g}x and {TARGET_IMAGES_PER_S:g} images/s):\n\n"
             + md_table(["setup", "model", "GPU", "images/s", "vs baseline", f">= {TARGET_SPEEDUP:g}x",

@@ -65,5 +65,6 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
                      + "; ".join(
             f"{r['metrics'].get('nodes')} node(s) {fmt(r['metrics']['images_per_s'])} images/s, efficiency "
             f"{pct(r['metrics'].get('scaling_efficiency'))}, host load {fmt(r.get('host_load_1m'))}" for r in newest))
-    return "## Summary\n\nComputed from the records below (newest sweep of each kind):\n\n" + (
-        "\n".join(lines) + "\n" if lines else "_(no comparison records yet)_\n")
+    return ("## Headline ratios\n\nComputed from the records below (newest sweep of each kind):\n\n"
+            + ("<details><summary>" + f"{len(lines)} ratios</summary>\n\n" + "\n".join(lines) + "\n\n</details>\n"
+               if lines else "_(no comparison records yet)_\n"))

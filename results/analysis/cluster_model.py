@@ -1,0 +1,117 @@
+"""The scaling model's prediction for one cluster, from that cluster's records alone.
+
+A per-cluster report (``python -m results.report --tag T``) asks what the model of
+:mod:`results.analysis.scaling_model` predicts for the series it measured, and which term binds.
+The inputs come only from the same tag's records:
+
+- compute t_c: calibrated on the series' smallest point (at most ``CALIBRATION_MAX_GPUS``);
+- gradient bytes: the model's parameters x 4 bytes (2 under O2/O3's half-precision gradients);
+- the all-reduce link: the fit of the tag's own ``allreduce`` records (alpha, bus bandwidth);
+- the hidden fraction h: the tag's newest ``overlap`` record (0 without one);
+- stragglers: the per-step times of the calibration record, when the engine kept them;
+- storage: the best aggregate MB/s and files/s of the tag's ``storage`` records (a lower bound of
+  what the storage can do), only for series that read files.
+
+A term the tag has no measurement for is left out and named in ``missing``, so the prediction is
+an upper bound in that term, never a guess.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from results.analysis import scaling_model as sm
+from results.analysis.allreduce_fit import fit_alpha_beta
+from results.analysis.parameters import parameter_count
+from results.analysis.spread import aggregate
+from results.analysis.whole_step import model_overlap
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The calibrated model, its rows (one per GPU count) and what it leaves out."""
+
+    whole: sm.WholeStep
+    calibration: dict  # the record t_c was calibrated on
+    rows: List[Dict[str, object]]  # gpus, measured (mean or None), predicted, error, terms, binding
+    missing: List[str]  # terms without a measurement under this tag
+    sources: Dict[str, str]  # input -> record id(s)
+
+
+def _link(ar: Sequence[dict]) -> Tuple[Optional[dict], List[dict]]:
+    """The all-reduce fit of the largest world size the tag measured, and its records."""
+    by_world: Dict[Tuple[str, int], List[dict]] = {}
+    for r in ar:
+        by_world.setdefault((r["sweep"], r["metrics"]["world_size"]), []).append(r)
+    for key in sorted(by_world, key=lambda k: (k[1], k[0]), reverse=True):
+        fit = fit_alpha_beta([r["metrics"] for r in by_world[key]])
+        if fit:
+            return fit, by_world[key]
+    return None, []
+
+
+def _storage(series: Sequence[dict], storage: Sequence[dict]) -> Optional[Tuple[sm.Storage, dict, dict]]:
+    """Storage ceilings for a series that reads ImageFolder files: best MB/s and files/s measured."""
+    if not storage or all(r["point"].get("data") == "dummy" for r in series):
+        return None
+    folder = [r for r in storage if r["point"].get("format") == "imagefolder"] or list(storage)
+    by_mb = max(folder, key=lambda r: r["metrics"]["mb_per_s"])
+    by_files = max(folder, key=lambda r: r["metrics"]["files_per_s"])
+    st = sm.Storage(bytes_per_image=by_mb["metrics"]["bytes_per_file"], read_bytes_per_s=by_mb["metrics"]["mb_per_s"] * 1e6,
+                    opens_per_s=by_files["metrics"]["files_per_s"])
+    return st, by_mb, by_files
+
+
+def predict_cluster(series: Sequence[dict], ar: Sequence[dict] = (), overlap: Sequence[dict] = (),
+                    storage: Sequence[dict] = ()) -> Tuple[Optional[Prediction], str]:
+    """(prediction, "") for one series of ok train records, or (None, the reason it cannot be made)."""
+    pts = aggregate(series, lambda r: r["metrics"]["world_size"], lambda r: r["metrics"]["images_per_s"])
+    if not pts or pts[0].x > sm.CALIBRATION_MAX_GPUS:
+        return None, f"no point of at most {sm.CALIBRATION_MAX_GPUS} GPUs to calibrate the compute time on"
+    cal = pts[0].records[-1]
+    p = cal["point"]
+    params = cal["metrics"].get("parameters") or parameter_count(p["arch"])
+    if not params:
+        return None, f"the parameter count of {p['arch']} is unknown"
+    missing, sources = ["input pipeline (loader cores x images/s per core are not recorded per node)"], {}
+    fit, ar_recs = _link(ar)
+    if fit:
+        n_ar = ar_recs[0]["metrics"]["world_size"]
+        busbw, alpha = fit["busbw_bytes_per_s"], sm.hop_latency(fit["alpha_s"], n_ar)
+        sources["all-reduce link"] = f"{ar_recs[0]['_source']}..{ar_recs[-1]['_source'].split(':')[-1]}"
+        if p.get("nodes", 1) > 1 or any(r["point"].get("nodes", 1) > 1 for r in series):
+            missing.append("the inter-node link (the all-reduce was measured on one host; its fit is used)")
+    else:
+        busbw, alpha = math.inf, 0.0
+        missing.append("all-reduce (no allreduce records under this tag: communication is taken as free)")
+    h, h_rec = model_overlap(overlap)
+    if h_rec:
+        sources["hidden fraction"] = h_rec["_source"]
+    inputs = sm.ModelInputs(step_time_s=1.0, batch_per_gpu=p["batch_size"],
+                            grad_bytes=params * (2 if p.get("precision") in ("O2", "O3") else 4),
+                            busbw_intra=busbw, alpha_intra_s=alpha,
+                            gpus_per_node=p.get("procs_per_node") or 1 << 30)
+    samples = tuple(cal["metrics"].get("step_times_ms") or ())
+    if not samples:
+        missing.append("stragglers (the calibration record kept no per-step times)")
+    got = _storage(series, storage)
+    if got:
+        sources["storage"] = f"{got[1]['_source']} (MB/s), {got[2]['_source']} (files/s)"
+    whole = sm.WholeStep(inputs, hidden_fraction=h, step_samples=samples, storage=got[0] if got else None)
+    try:
+        whole = sm.calibrate_whole(whole, int(pts[0].x), pts[0].mean)
+    except ValueError as e:
+        return None, str(e)
+    sources["compute"] = cal["_source"]
+    measured = {int(pt.x): pt for pt in pts}
+    gpus = sorted(set(measured) | {2 * max(measured)})
+    rows = []
+    for n in gpus:
+        b = sm.breakdown(whole, n)
+        pt = measured.get(n)
+        rows.append({"gpus": n, "measured": pt.mean if pt else None, "predicted": b["images_per_s"],
+                     "error": sm.relative_error(b["images_per_s"], pt.mean) if pt else None,
+                     "efficiency": b["efficiency"], "exposed_comm_ms": 1e3 * b["exposed_comm_s"],
+                     "straggler_ms": 1e3 * b["straggler_s"], "binding": b["binding"]})
+    return Prediction(whole, cal, rows, missing, sources), ""

@@ -1,0 +1,38 @@
+"""Repeated measurements of one point, folded into one: mean, standard deviation and count.
+
+A sweep that ran a node count twice (a resumed or repeated SLURM sweep), or several sweeps of the
+same settings, give several records at one x; a figure draws their mean with the standard deviation
+as an error bar (as the seed's data-loading experiment plots 5 runs per worker count), never one
+line through each repeat.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Sequence
+
+
+@dataclass(frozen=True)
+class Point:
+    """One x with its repeats: the mean and sample standard deviation (0 for a single record)."""
+
+    x: float
+    mean: float
+    std: float
+    records: tuple  # the records behind it, in the order given
+
+    @property
+    def n(self) -> int:
+        return len(self.records)
+
+
+def aggregate(recs: Sequence[dict], x_of: Callable[[dict], float], y_of: Callable[[dict], float]) -> List[Point]:
+    """One Point per distinct x, sorted by x."""
+    by_x: Dict[float, List[dict]] = {}
+    for r in recs:
+        by_x.setdefault(x_of(r), []).append(r)
+    out = []
+    for x in sorted(by_x):
+        ys = [y_of(r) for r in by_x[x]]
+        out.append(Point(x, statistics.fmean(ys), statistics.stdev(ys) if len(ys) > 1 else 0.0, tuple(by_x[x])))
+    return out

@@ -1,0 +1,422 @@
+"""One cluster's report: ``results/reports/<tag>/README.md`` and its figures, from that tag's records alone.
+
+    python -m results.report --tag mycluster      # results/records/mycluster.jsonl -> results/reports/mycluster/
+
+What a user publishes about their cluster, laid out as the seed's report: a summary paragraph,
+then throughput against GPUs (ideal line, efficiency labels), the time to train 90 epochs, the
+learning curves (runs that trained past one epoch), the I/O from the nodes, and the scaling
+model's prediction for this cluster with its binding term. Each figure is followed by its table.
+
+One series per configuration (repeated points, of one sweep or several, are folded into their
+mean with the standard deviation drawn as an error bar, so a repeated node count never zig-zags),
+named for a reader, and one panel per hardware kind. Only the figures the records support are
+drawn. Output is deterministic, like RESULTS.md.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from results.analysis import comparisons as cmp
+from results.analysis.cluster_model import predict_cluster
+from results.analysis.spread import Point, aggregate
+from results.core import records
+from results.core.records import by_kind
+from results.report import data_scale, faults, figures
+from results.report.common import (IMAGENET_TRAIN_IMAGES, RESULTS, Environments, data_label, fmt, md_table, pct)
+from results.report.curves import CURVES, curve_runs
+
+log = logging.getLogger(__name__)
+
+REPORTS = RESULTS / "reports"
+EPOCHS = 90  # the seed's (and HAL's published) time-to-train: 90 ImageNet epochs
+
+
+# ---------------------------------------------------------------- series
+
+def hardware(r: dict) -> str:
+    """What one process ran on: the GPU model, or the CPU model for CPU-only points."""
+    e = r["environment"]
+    if e.get("gpu_count") and e.get("gpu_name"):
+        return str(e["gpu_name"])
+    return f"CPU: {e.get('cpu_model') or 'unknown'}"
+
+
+def series_name(r: dict) -> str:
+    """A configuration, as a reader names it: setup or variant, model, precision, batch, data, launcher."""
+    p, m = r["point"], r["metrics"]
+    name = p.get("setup") or p["variant"]
+    prec = m.get("precision_label") or p.get("precision")
+    data = data_label(p["data"]) + ("" if p["data"] == "dummy" else f" ({p.get('workers', 0)} loader workers)")
+    launcher = f", SLURM {p.get('procs_per_node', 1)} proc/node" if r.get("runner") == "slurm" else ""
+    return f"{name}: {p['arch']} {p['image_size']}px {prec}, batch {p['batch_size']}/GPU, {data}{launcher}"
+
+
+def train_series(train: Sequence[dict]) -> Dict[Tuple[str, str], List[Point]]:
+    """(hardware, name) -> images/s per world size, repeats folded; profiled runs are no speeds."""
+    groups: Dict[Tuple[str, str], List[dict]] = {}
+    for r in train:
+        if not cmp.profiled(r):
+            groups.setdefault((hardware(r), series_name(r)), []).append(r)
+    return {k: aggregate(v, lambda r: r["metrics"]["world_size"], lambda r: r["metrics"]["images_per_s"])
+            for k, v in sorted(groups.items())}
+
+
+def _ids(pt: Point) -> str:
+    return ", ".join(r["_source"] for r in pt.records)
+
+
+def _std(pt: Point) -> Optional[float]:
+    return pt.std if pt.n > 1 else None
+
+
+def _efficiency(pts: Sequence[Point]) -> List[float]:
+    """(images/s per GPU) / (the same at the series' smallest GPU count)."""
+    base = pts[0].mean / pts[0].x
+    return [(p.mean / p.x) / base for p in pts]
+
+
+# ---------------------------------------------------------------- sections
+
+def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path) -> str:
+    scaling = {k: v for k, v in series.items() if len(v) > 1}
+    if not scaling:
+        return _configurations_section(series, fig_dir)
+    kinds = sorted({hw for hw, _ in scaling})
+    thr, hours = [], []
+    for hw in kinds:
+        s_thr, s_hours = [], []
+        for i, ((h, name), pts) in enumerate(k for k in scaling.items() if k[0][0] == hw):
+            c, xs = figures.palette(i), [p.x for p in pts]
+            eff = _efficiency(pts)
+            s_thr += [{"label": name, "x": xs, "y": [p.mean for p in pts], "err": [p.std for p in pts], "color": c,
+                       "labels": [""] + [f"{100 * e:.0f}%" for e in eff[1:]], "label_above": i % 2 == 1},
+                      figures.ideal_line(xs[0], pts[0].mean, xs, i == 0, c)]
+            h90 = [EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600 for p in pts]
+            ideal = figures.ideal_line(xs[0], h90[0], xs, i == 0, c)
+            s_hours += [{"label": name, "x": xs, "y": h90, "err": [h * p.std / p.mean for h, p in zip(h90, pts)],
+                         "color": c}, dict(ideal, y=[h90[0] * xs[0] / x for x in xs])]  # ideal time: t0 x0 / x
+        unit = "processes" if hw.startswith("CPU") else "GPUs (processes)"
+        thr.append({"title": hw, "xlabel": unit, "ylabel": "training throughput (images/s)",
+                    "series": s_thr, "xlog": True, "ymin0": True})
+        hours.append({"title": hw, "xlabel": unit, "ylabel": f"time to train {EPOCHS} epochs (hours)",
+                      "series": s_hours, "xlog": True, "ymin0": True})
+    figures.report_panels(fig_dir / "training_throughput.png", thr, "Training throughput (mean and std of repeats)\n"
+                          "dotted: ideal linear scaling; labels: scaling efficiency")
+    figures.report_panels(fig_dir / "training_time.png", hours, f"Time to train {EPOCHS} ImageNet epochs at the "
+                          "measured rate; dotted: ideal")
+    rows, trows = [], []
+    for (hw, name), pts in scaling.items():
+        for p, e in zip(pts, _efficiency(pts)):
+            nodes = p.records[0]["metrics"].get("nodes")
+            rows.append([name, hw, int(p.x), nodes, p.n, p.mean, _std(p), p.mean / p.x, pct(e), _ids(p)])
+            trows.append([name, int(p.x), IMAGENET_TRAIN_IMAGES / p.mean / 3600, EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600,
+                          _ids(p)])
+    singles = {k: v for k, v in series.items() if len(v) == 1}
+    more = ("\nConfigurations measured at one GPU count only (no scaling to draw):\n\n" + _config_table(singles)
+            if singles else "")
+    return ("## Training throughput\n\n![training throughput](training_throughput.png)\n\n"
+            "Steady state (the engine excludes its warm-up steps). Efficiency = (images/s per GPU) / (the same at "
+            "the series' smallest GPU count). Repeats: records at the same GPU count, folded into their mean and "
+            "standard deviation.\n\n"
+            + md_table(["series", "hardware", "GPUs", "nodes", "repeats", "images/s", "std", "images/s per GPU",
+                        "efficiency", "records"], rows) + more
+            + f"\n## Time to train {EPOCHS} epochs\n\n![training time](training_time.png)\n\n"
+            f"Projected from the measured images/s for the {IMAGENET_TRAIN_IMAGES:,} ImageNet training images "
+            "(the runs themselves are short).\n\n"
+            + md_table(["series", "GPUs", "one epoch (h)", f"{EPOCHS} epochs (h)", "records"], trows))
+
+
+def _config_table(series: Dict[Tuple[str, str], List[Point]]) -> str:
+    rows = [[name, hw, int(p.x), p.n, p.mean, _std(p), EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600, _ids(p)]
+            for (hw, name), pts in series.items() for p in pts]
+    return md_table(["configuration", "hardware", "GPUs", "repeats", "images/s", "std", f"{EPOCHS} epochs (h)",
+                     "records"], rows)
+
+
+def _configurations_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path) -> str:
+    """No series spans GPU counts: one bar per configuration instead of a scaling line."""
+    if not series:
+        return ""
+    items = sorted(series.items(), key=lambda kv: -kv[1][0].mean)
+    hw = sorted({h for h, _ in series})
+    figures.hbars(fig_dir / "training_throughput.png", [name for (_, name), _ in items],
+                  [pts[0].mean for _, pts in items], [pts[0].std for _, pts in items], "training throughput (images/s)",
+                  f"{' / '.join(hw)}: {int(items[0][1][0].x)} GPU(s), mean and std of repeats",
+                  [f"{fmt(pts[0].mean)}" + (f" ± {fmt(pts[0].std)} (n={pts[0].n})" if pts[0].n > 1 else "")
+                   for _, pts in items])
+    return ("## Training throughput\n\n![training throughput](training_throughput.png)\n\nEvery configuration "
+            "here ran at one GPU count, so there is no scaling line; the time to train is projected from the "
+            f"measured rate for {EPOCHS} epochs of the {IMAGENET_TRAIN_IMAGES:,} ImageNet training images. "
+            "Repeats (records of the same configuration) are folded into their mean and standard deviation; "
+            "profiled runs are left out (the profiler slows them).\n\n" + _config_table(dict(items)))
+
+
+def curves_section(train: Sequence[dict], env: Environments, fig_dir: Path) -> str:
+    runs = [t for t in curve_runs([r for r in train if (r["point"].get("epochs") or 1) > 1], []) if t[2]]
+    if not runs:
+        return ""
+    panels = []
+    for metric in ("top1", "top5"):
+        panel_series = []
+        for split in ("train", "val"):
+            tag, ylabel = CURVES[f"{metric}_{split}"]
+            for i, (label, _, c) in enumerate(runs):
+                if c.get(tag):
+                    panel_series.append({"label": f"{label}, {split}", "x": [s for s, _ in c[tag]],
+                                         "y": [v for _, v in c[tag]], "color": figures.palette(i),
+                                         "style": "o-" if split == "train" else "s--"})
+        panels.append({"title": f"{metric.replace('top', 'top-')} accuracy per epoch", "xlabel": "epoch",
+                       "ylabel": f"{metric.replace('top', 'top-')} (%)", "series": panel_series, "ymin0": True})
+    figures.report_panels(fig_dir / "learning_curves.png", panels, "Learning curves (TensorBoard events of rank 0; "
+                          "solid: train, dashed: validation)")
+    rows = []
+    for label, r, c in runs:
+        val = {tag: dict(c.get(tag, [])) for tag, _ in CURVES.values()}
+        for e in sorted({s for v in val.values() for s in v}):
+            rows.append([label, e] + [val[tag].get(e) for tag, _ in CURVES.values()] + [r["_source"]])
+    return ("## Learning curves\n\n![learning curves](learning_curves.png)\n\nRuns that trained more than one "
+            "epoch, one curve per run.\n\n"
+            + md_table(["run", "epoch", "train top-1 (%)", "val top-1 (%)", "train top-5 (%)", "val top-5 (%)",
+                        "record"], rows))
+
+
+def storage_section(storage: Sequence[dict], fig_dir: Path) -> str:
+    if not storage:
+        return ""
+    groups: Dict[str, List[dict]] = {}  # one series per format (and cache mode)
+    for r in storage:
+        groups.setdefault(f"{r['point']['format']}, cache {r['point'].get('cache', 'as-is')}", []).append(r)
+    readers = sorted({r["point"]["readers_per_node"] for r in storage})
+    panels = []
+    for metric, what in (("mb_per_s", "MB/s"), ("files_per_s", "files/s")):
+        for k in readers:
+            s = []
+            for i, (name, rs) in enumerate(sorted(groups.items())):
+                pts = aggregate([r for r in rs if r["point"]["readers_per_node"] == k], lambda r: r["point"]["nodes"],
+                                lambda r: r["metrics"][metric])
+                s.append({"label": name, "x": [p.x for p in pts], "y": [p.mean for p in pts],
+                          "err": [p.std for p in pts], "color": figures.palette(i)})
+            panels.append({"title": f"{what}, {k} reader(s) per node", "xlabel": "nodes",
+                           "ylabel": f"{what} read, all nodes", "series": s, "ylog": True})
+    figures.report_panels(fig_dir / "IO.png", panels, "I/O from the nodes: whole files read from shared storage "
+                          "(mean and std of repeats)", ncols=len(readers), shared_legend=True)
+    rows = []
+    for name, rs in sorted(groups.items()):
+        for k in readers:
+            mine = [r for r in rs if r["point"]["readers_per_node"] == k]
+            files = {p.x: p for p in aggregate(mine, lambda r: r["point"]["nodes"], lambda r: r["metrics"]["files_per_s"])}
+            for p in aggregate(mine, lambda r: r["point"]["nodes"], lambda r: r["metrics"]["mb_per_s"]):
+                f = files[p.x]
+                rows.append([name, k, int(p.x), p.n, p.mean, _std(p), p.mean / p.x, f.mean, _std(f),
+                             p.records[0]["metrics"]["bytes_per_file"], _ids(p)])
+    notes = "".join(f"- {n}\n" for n in sorted({r.get("note") for r in storage if r.get("note")}))
+    return ("## I/O from the nodes\n\n![IO](IO.png)\n\nOne SLURM job per point: every reader reads its share of "
+            "the data set's files whole; MB/s and files/s are over all nodes (bytes / (last reader's end - first "
+            "reader's start)). Cache evict: each reader dropped a file's cached pages before reading it; as-is: "
+            "pages already in memory count.\n" + (f"\nNotes recorded with these points:\n\n{notes}" if notes else "")
+            + "\n" + md_table(["series", "readers/node", "nodes", "repeats", "MB/s", "std", "MB/s per node", "files/s",
+                               "std", "bytes/file", "records"], rows))
+
+
+def loader_section(io: Sequence[dict], fig_dir: Path) -> str:
+    if not io:
+        return ""
+    groups: Dict[str, List[dict]] = {}
+    for r in io:
+        groups.setdefault(f"{r['point']['backend']}, {r['point']['cache']} cache", []).append(r)
+    panels = []
+    for key, xlabel, pick in (("workers", "DataLoader workers (one reader)", lambda r: r["point"]["readers"] == 1),
+                              ("readers", "reader processes on one node", lambda r: r["point"]["readers"] > 1
+                               or r["point"]["workers"] == 0)):
+        for metric, ylabel in (("images_per_s", "images (files)/s"), ("mb_per_s", "MB/s of file bytes")):
+            s = []
+            for i, (name, rs) in enumerate(sorted(groups.items())):
+                pts = aggregate([r for r in rs if pick(r)], lambda r: r["point"][key], lambda r: r["metrics"][metric])
+                if len(pts) > 1:
+                    s.append({"label": name, "x": [p.x for p in pts], "y": [p.mean for p in pts],
+                              "err": [p.std for p in pts], "color": figures.palette(i // 2),
+                              "style": "o-" if "cold" in name else "s--"})
+            panels.append({"title": f"{ylabel} vs {key}", "xlabel": xlabel, "ylabel": ylabel, "series": s,
+                           "ymin0": True})
+    panels = [p for p in panels if p["series"]]
+    if panels:
+        figures.report_panels(fig_dir / "IO_loader.png", panels[:2], "Data loading on one node, no model "
+                              "(decode + augment to the image size)")
+    rows = [[name, r["point"]["workers"], r["point"]["readers"], r["metrics"]["images_per_s"], r["metrics"]["mb_per_s"],
+             r["metrics"].get("images_per_cpu_s"), r["_source"]]
+            for name, rs in sorted(groups.items())
+            for r in sorted(rs, key=lambda r: (r["point"]["readers"], r["point"]["workers"]))]
+    fig = "![IO loader](IO_loader.png)\n\n" if panels else ""
+    return ("## Data loading on one node\n\n" + fig + "Images/s and MB/s of JPEG bytes that the loader delivered, "
+            "against its worker processes and against concurrent readers.\n\n"
+            + md_table(["backend, cache", "workers", "readers", "images/s", "MB/s", "images/s per core", "record"], rows))
+
+
+def pipeline_section(steady: Sequence[dict], fig_dir: Path) -> str:
+    ratios = [r for r in steady if r["point"]["backend"] != "baseline" and r["metrics"].get("ratio_per_core")]
+    if not ratios:
+        return ""
+    groups: Dict[str, List[dict]] = {}
+    for r in ratios:
+        groups.setdefault(f"{r['point']['backend']}, {r['point']['split']}", []).append(r)
+    s = []
+    for i, (name, rs) in enumerate(sorted(groups.items())):
+        rs = sorted(rs, key=lambda r: r["point"]["workers"])
+        y = [r["metrics"]["ratio_per_core"] for r in rs]
+        s.append({"label": name, "x": [r["point"]["workers"] for r in rs], "y": y, "color": figures.palette(i),
+                  "err_lo": [v - r["metrics"]["ratio_min"] for v, r in zip(y, rs)],
+                  "err_hi": [r["metrics"]["ratio_max"] - v for v, r in zip(y, rs)]})
+    figures.report_panels(fig_dir / "pipeline.png", [{"title": "images/s per core vs the baseline backend",
+                                                      "xlabel": "DataLoader workers", "ylabel": "x the baseline",
+                                                      "series": s, "ymin0": True}],
+                          "Decode + augment, backends in lockstep rounds (median; bars: range over rounds)")
+    rows = [[name, r["point"]["workers"], r["metrics"]["rounds"], cmp.times(r["metrics"]["ratio_per_core"]),
+             f"{cmp.times(r['metrics']['ratio_min'])}-{cmp.times(r['metrics']['ratio_max'])}",
+             r["metrics"]["images_per_cpu_s"], r["_source"]]
+            for name, rs in sorted(groups.items()) for r in sorted(rs, key=lambda r: r["point"]["workers"])]
+    return ("## Data pipeline per core\n\n![pipeline](pipeline.png)\n\n"
+            + md_table(["backend, split", "workers", "rounds", "per core vs baseline (median)", "range",
+                        "images/s per core", "record"], rows))
+
+
+def _main_series(series: Dict[Tuple[str, str], List[Point]]) -> Optional[Tuple[Tuple[str, str], List[Point]]]:
+    """The series the model is checked on: the most GPU counts, then the largest."""
+    scaling = [(k, v) for k, v in series.items() if len(v) > 1]
+    return max(scaling, key=lambda kv: (len(kv[1]), kv[1][-1].x, kv[0])) if scaling else None
+
+
+def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Optional[str]]:
+    """(markdown, the binding term at the largest measured scale or None)."""
+    main = _main_series(series)
+    if not main:
+        return ("## Scaling model\n\nNo prediction: no configuration was measured at more than one GPU count under "
+                "this tag, so there is nothing to predict beyond the calibration point.\n"), None
+    (hw, name), pts = main
+    recs = [r for p in pts for r in p.records]
+    pred, why = predict_cluster(recs, ar, overlap, storage)
+    if not pred:
+        return f"## Scaling model\n\nNo prediction for {name}: {why}.\n", None
+    xs = [row["gpus"] for row in pred.rows]
+    figures.report_panels(fig_dir / "scaling_model.png", [{
+        "title": hw, "xlabel": "GPUs (processes)", "ylabel": "images/s", "xlog": True,
+        "ymin0": True, "series": [
+            {"label": "measured (mean, std)", "x": [p.x for p in pts], "y": [p.mean for p in pts],
+             "err": [p.std for p in pts], "style": "o", "color": figures.palette(0)},
+            {"label": "scaling model", "x": xs, "y": [row["predicted"] for row in pred.rows], "style": "--",
+             "color": figures.palette(1), "labels": [row["binding"] for row in pred.rows]}]}],
+        "Scaling model for this cluster (labels: the binding term)")
+    rows = [[row["gpus"], row["measured"], row["predicted"], pct(row["error"]) if row["error"] is not None else "-",
+             pct(row["efficiency"]), row["exposed_comm_ms"], row["straggler_ms"], row["binding"]] for row in pred.rows]
+    largest = max((row for row in pred.rows if row["measured"] is not None), key=lambda row: row["gpus"])
+    w = pred.whole
+    inputs = [["compute per step t_c (calibrated)", f"{fmt(1e3 * w.inputs.step_time_s)} ms", pred.sources["compute"]],
+              ["gradient bytes", fmt(w.inputs.grad_bytes), "parameter count x bytes per gradient"],
+              ["all-reduce bus bandwidth", "-" if w.inputs.busbw_intra == float("inf") else
+               f"{fmt(w.inputs.busbw_intra / 1e9)} GB/s", pred.sources.get("all-reduce link", "not measured")],
+              ["hidden fraction h", pct(w.hidden_fraction), pred.sources.get("hidden fraction", "none: h = 0")],
+              ["storage ceiling", "-" if not w.storage else f"{fmt(w.storage.read_bytes_per_s / 1e6)} MB/s, "
+               f"{fmt(w.storage.opens_per_s)} files/s", pred.sources.get("storage", "not on this series' path")]]
+    return ("## Scaling model\n\n![scaling model](scaling_model.png)\n\n"
+            f"The model of `results/analysis/scaling_model.py` (compute + ring all-reduce - what backward hides + "
+            f"stragglers, capped by storage), fed by this tag's records only and calibrated on the smallest point "
+            f"of **{name}**. Binding term at {largest['gpus']} GPUs: **{largest['binding']}**.\n\n"
+            + md_table(["GPUs", "measured images/s", "predicted images/s", "error", "predicted efficiency",
+                        "exposed all-reduce (ms/step)", "straggler wait (ms/step)", "binding"], rows)
+            + "\nInputs:\n\n" + md_table(["input", "value", "from"], inputs)
+            + "\nLeft out (no measurement under this tag), so the prediction is an upper bound in each:\n\n"
+            + "".join(f"- {m}\n" for m in pred.missing)), largest["binding"] + (
+        " (all-reduce not measured)" if any(m.startswith("all-reduce") for m in pred.missing) else "")
+
+
+def _unit(hw: str) -> str:
+    return "process(es)" if hw.startswith("CPU") else "GPU(s)"
+
+
+def headline(recs: Sequence[dict], series, binding: Optional[str]) -> Dict[str, object]:
+    """What the summary paragraph (and RESULTS.md's table of clusters) says about one tag."""
+    ok = [r for r in recs if r["status"] == "ok"]
+    out: Dict[str, object] = {
+        "records": len(recs), "ok": len(ok), "kinds": sorted({r["kind"] for r in ok}),
+        "hardware": " / ".join(sorted({hardware(r) for r in ok})) or "unknown hardware",
+        "nodes": max((r["metrics"].get("nodes") or r["point"].get("nodes") or 1 for r in ok), default=1),
+        "cores": "/".join(sorted({str(r["environment"]["cpu_count"]) for r in ok if r["environment"].get("cpu_count")})),
+        "best": None, "efficiency": None, "binding": binding,
+        "notes": sorted({r["note"] for r in ok if r.get("note")})}
+    best = max(((k, p) for k, pts in series.items() for p in pts), key=lambda kp: kp[1].mean, default=None)
+    if best:
+        (hw, name), p = best
+        out["best"] = (f"{fmt(p.mean)} images/s", f"{name}, {int(p.x)} {_unit(hw)}" + (f", mean of {p.n}" if p.n > 1
+                                                                                        else ""), _ids(p))
+    main = _main_series(series)
+    if main:
+        (hw, name), pts = main
+        out["efficiency"] = (pct(_efficiency(pts)[-1]), f"{int(pts[-1].x)} {_unit(hw)} vs {int(pts[0].x)}", name)
+    return out
+
+
+def summary(tag: str, h: Dict[str, object]) -> str:
+    text = (f"**{tag}**: {h['records']} records ({h['ok']} ok) of {', '.join(h['kinds']) or 'no'} points on up to "
+            f"{h['nodes']} node(s) of {h['hardware']}" + (f" ({h['cores']} CPU cores per node)" if h["cores"] else "")
+            + ".")
+    if h["best"]:
+        value, where, ids = h["best"]
+        text += f" Best training throughput: **{value}** ({where}; {ids})."
+    if h["efficiency"]:
+        value, where, name = h["efficiency"]
+        text += f" Scaling efficiency at the largest scale: **{value}** of linear at {where} ({name})."
+    if h["binding"]:
+        text += f" Binding term there, by the scaling model: **{h['binding']}**."
+    if h["notes"]:
+        text += " Setting, as recorded: " + " / ".join(h["notes"]) + "."
+    return text + "\n"
+
+
+def failed_section(recs: Sequence[dict]) -> str:
+    failed = [[r["kind"], r["sweep"], (r.get("error") or "").splitlines()[-1][:160] if r.get("error") else "-",
+               r["_source"]] for r in recs if r["status"] != "ok"]
+    return "" if not failed else "## Failed points\n\n" + md_table(["kind", "sweep", "why (last line)", "record"], failed)
+
+
+ENV_KEYS = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "torch", "torchvision", "cuda", "nccl", "python")
+
+
+def environments(recs: Sequence[dict]) -> str:
+    """The distinct software and hardware (hosts, jobs and commits vary per record and are not repeated)."""
+    envs: Dict[tuple, List[dict]] = {}
+    for r in recs:
+        envs.setdefault(tuple(str(r["environment"].get(k)) for k in ENV_KEYS), []).append(r)
+    rows = [[*(fmt(r[0]["environment"].get(k)) for k in ENV_KEYS), len(rs),
+             ", ".join(sorted({str(r["environment"].get("git_commit"))[:12] for r in rs}))] for rs in envs.values()
+            for r in [rs]]
+    return "## Environment\n\n" + md_table([*ENV_KEYS, "records", "commits"], rows)
+
+
+# ---------------------------------------------------------------- the report
+
+def build_tag(tag: str, records_file: Path, out_dir: Path) -> Tuple[Path, Dict[str, object]]:
+    """Write ``out_dir/README.md`` and its figures from one records file; returns the README's path and
+    the headline (hardware, best throughput, efficiency at the largest scale, binding term)."""
+    recs, problems = records.load([records_file])
+    train = by_kind(recs, "train")
+    series = train_series(train)
+    env = Environments()
+    model, binding = model_section(series, by_kind(recs, "allreduce"), by_kind(recs, "overlap"),
+                                   by_kind(recs, "storage"), out_dir)
+    shards = data_scale.section(recs, md_table) if any(r["kind"] in ("shards_pipeline", "data_opens", "index_memory")
+                                                       for r in recs) else ""
+    body = [throughput_section(series, out_dir), curves_section(train, env, out_dir),
+            storage_section(by_kind(recs, "storage"), out_dir), loader_section(by_kind(recs, "io"), out_dir),
+            pipeline_section(by_kind(recs, "pipeline"), out_dir), model, shards, faults.section(recs),
+            failed_section(recs)]
+    top = headline(recs, series, binding)
+    head = (f"# {tag}: benchmark report\n\nGenerated by `python -m results.report --tag {tag}` from "
+            f"`{records_file.name}` alone ({len(problems)} unusable lines). Do not edit: rerun the command.\n\n"
+            + summary(tag, top))
+    text = "\n".join([head, *[b for b in body if b], environments(recs)])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "README.md"
+    path.write_text(text)
+    log.info("wrote %s", path)
+    return path, top

@@ -1,0 +1,96 @@
+"""RESULTS.md's first screen: each target, the best measured value, met or not, and its record.
+
+The goals are the ones the report sections check in detail (their constants live there); this
+module only picks, for each, the best record and says whether it meets the goal.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+from results.analysis import comparisons as cmp
+from results.report import data_scale, gpu_step, steps
+from results.report.common import fmt, md_table, pct
+
+HEADERS = ("target", "goal", "best measured", "met", "record")
+
+
+def _row(target: str, goal: str, value: Optional[str], met: Optional[bool], record: Optional[str]) -> List[str]:
+    return [target, goal, value or "not measured", "-" if met is None else ("**yes**" if met else "no"), record or "-"]
+
+
+def _gpu_rows(train: Sequence[dict]) -> List[List[str]]:
+    amp = [x for x in cmp.step_rows(train) if cmp.on_gpu(x["record"]) and x["record"]["point"]["precision"] != "O0"
+           and x["record"]["point"]["data"] == "dummy" and x["record"]["point"]["arch"] == "resnet50"]
+    if not amp:
+        return []
+    fastest = max(amp, key=lambda x: x["record"]["metrics"]["images_per_s"])
+    rated = [x for x in amp if x["throughput_ratio"]]
+    best_ratio = max(rated, key=lambda x: x["throughput_ratio"], default=None)
+    both = [x for x in rated if x["throughput_ratio"] >= steps.TARGET_SPEEDUP
+            and x["record"]["metrics"]["images_per_s"] >= steps.TARGET_IMAGES_PER_S]
+    gpu = fastest["record"]["environment"].get("gpu_name") or "GPU"
+    rate = fastest["record"]["metrics"]["images_per_s"]
+    rows = [_row(f"ResNet-50 AMP training on one {gpu}, synthetic data", f">= {gpu_step.TARGET_IMAGES_PER_S:g} images/s",
+                 f"{fmt(rate)} images/s ({fastest['record']['point']['setup']}, batch "
+                 f"{fastest['record']['point']['batch_size']})", rate >= gpu_step.TARGET_IMAGES_PER_S,
+                 fastest["record"]["_source"])]
+    if best_ratio:
+        r = best_ratio["throughput_ratio"]
+        rows.append(_row("... against the plain fp32 loop of the same sweep", f">= {gpu_step.TARGET_SPEEDUP:g}x",
+                         f"{cmp.times(r)} ({best_ratio['record']['point']['setup']})", r >= gpu_step.TARGET_SPEEDUP,
+                         best_ratio["record"]["_source"]))
+    if rated:
+        x = max(both or rated, key=lambda x: x["record"]["metrics"]["images_per_s"])
+        rows.append(_row("... first goal: both at once", f">= {steps.TARGET_IMAGES_PER_S:g} images/s and "
+                         f">= {steps.TARGET_SPEEDUP:g}x", f"{fmt(x['record']['metrics']['images_per_s'])} images/s at "
+                         f"{cmp.times(x['throughput_ratio'])}", bool(both), x["record"]["_source"]))
+    return rows
+
+
+def _jpeg_rows(train: Sequence[dict]) -> List[List[str]]:
+    rows = []
+    if not any(x["record"] for x in gpu_step.jpeg_rows(train)):
+        return rows
+    for setup, workers, label in gpu_step.JPEG_TARGETS:
+        mine = [x for x in gpu_step.jpeg_rows(train) if x["setup"] == setup and x["fraction"]]
+        best = max(mine, key=lambda x: x["fraction"], default=None)
+        rows.append(_row(f"Real JPEGs through the {label} loader ({workers} workers) vs synthetic data, one GPU",
+                         f">= {pct(gpu_step.TARGET_JPEG_FRACTION)} of synthetic",
+                         pct(best["fraction"]) if best else None,
+                         best["fraction"] >= gpu_step.TARGET_JPEG_FRACTION if best else None,
+                         best["record"]["_source"] if best else None))
+    return rows
+
+
+def _pipeline_rows(recs: Sequence[dict]) -> List[List[str]]:
+    newest = data_scale.newest(recs, "shards_pipeline")
+    rows = []
+    for variant, goal in data_scale.TARGETS.items():
+        mine = [r for r in newest if r["point"]["variant"] == variant and r["point"]["split"] == "train"]
+        if not mine:
+            continue
+        worst = min(mine, key=lambda r: r["metrics"]["ratio_per_core"])  # the goal holds at every worker count
+        ratio = worst["metrics"]["ratio_per_core"]
+        what = "original-byte shards" if variant == "fast+shards" else "shards re-encoded to 320 px"
+        rows.append(_row(f"Data pipeline images/s per CPU core, {what} vs the pytorch/examples loader",
+                         f">= {goal:g}x", f"{cmp.times(ratio)} (lowest of workers "
+                         + "/".join(str(r['point']['workers']) for r in mine) + ")", ratio >= goal, worst["_source"]))
+    return rows
+
+
+def _opens_rows(recs: Sequence[dict]) -> List[List[str]]:
+    by = {r["point"]["source"]: r for r in data_scale.newest(recs, "data_opens")}
+    folder, shards = by.get("folder"), by.get("shards")
+    if not (folder and shards and shards["metrics"].get("opens") and folder["metrics"].get("opens")):
+        return []
+    fewer = folder["metrics"]["opens"] / shards["metrics"]["opens"]
+    return [_row("Files opened per epoch and node, shards vs a folder of images",
+                 f">= {data_scale.TARGET_FEWER:,}x fewer", f"{fewer:.0f}x fewer ({folder['metrics']['opens']} vs "
+                 f"{shards['metrics']['opens']} over {shards['metrics'].get('epochs', 1)} epochs)",
+                 fewer >= data_scale.TARGET_FEWER, f"{folder['_source']}, {shards['_source']}")]
+
+
+def section(recs: Sequence[dict], train: Sequence[dict]) -> str:
+    rows = _gpu_rows(train) + _jpeg_rows(train) + _pipeline_rows(recs) + _opens_rows(recs)
+    return ("## Targets\n\nEach goal, the best value the records hold, and the record it comes from (details in the "
+            "sections below).\n\n" + md_table(HEADERS, rows))
