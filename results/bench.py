@@ -69,12 +69,19 @@ def run_quick(a: argparse.Namespace) -> int:
     return rc
 
 
-def _report_of(records_file: Path) -> int:
-    """The report of the records file a sweep wrote: results/RESULTS.md for the default folder, else
-    RESULTS.md next to the file."""
-    if Path(records_file).resolve().parent == records.RECORDS_DIR.resolve():
-        return report.main([])
-    return report.main(["--records", str(records_file), "--out", str(Path(records_file).resolve().parent)])
+def report_of(records_file: Path, tag: str) -> int:
+    """The reports of the records file a sweep wrote: results/RESULTS.md and results/reports/<tag>/ for
+    the default folder, else RESULTS.md and reports/<tag>/ next to the file."""
+    records_file = Path(records_file)
+    if records_file.resolve().parent == records.RECORDS_DIR.resolve():
+        rc = report.main([])  # every records file gets its report: <tag>.jsonl -> reports/<tag>/
+        out = records.RESULTS_DIR
+    else:
+        out = records_file.resolve().parent
+        rc = report.main(["--records", str(records_file), "--out", str(out)])
+    if rc == 0 and records_file.stem != tag:  # a --records file not named for its tag
+        rc = report.main(["--tag", tag, "--records", str(records_file), "--out", str(out)])
+    return rc
 
 
 def _demo_data() -> Path:
@@ -233,7 +240,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rc = scaling.run(a)
             # a sweep that ran (or had nothing left to run) ends with the report; a dry run, an
             # interrupted or a wholly failed sweep does not
-            return _report_of(a.records) if rc == 0 and a.report and not a.dry_run else rc
+            return report_of(a.records, a.tag) if rc == 0 and a.report and not a.dry_run else rc
         if a.cmd == "faults":
             rc = faults_bench.run(a)
             return rc or (report.main([]) if a.report else 0)

@@ -71,7 +71,7 @@ def _std(pt: Point) -> Optional[float]:
     return pt.std if pt.n > 1 else None
 
 
-def _efficiency(pts: Sequence[Point]) -> List[float]:
+def efficiency(pts: Sequence[Point]) -> List[float]:
     """(images/s per GPU) / (the same at the series' smallest GPU count)."""
     base = pts[0].mean / pts[0].x
     return [(p.mean / p.x) / base for p in pts]
@@ -79,17 +79,15 @@ def _efficiency(pts: Sequence[Point]) -> List[float]:
 
 # ---------------------------------------------------------------- sections
 
-def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path) -> str:
-    scaling = {k: v for k, v in series.items() if len(v) > 1}
-    if not scaling:
-        return _configurations_section(series, fig_dir)
-    kinds = sorted({hw for hw, _ in scaling})
+def scaling_panels(scaling: Dict[Tuple[str, str], List[Point]]) -> Tuple[List[dict], List[dict]]:
+    """(throughput panels, time-to-train panels): one panel per hardware kind, one line per series with
+    its spread, its ideal line and efficiency labels (time: the ideal t0 x0 / x)."""
     thr, hours = [], []
-    for hw in kinds:
+    for hw in sorted({hw for hw, _ in scaling}):
         s_thr, s_hours = [], []
         for i, ((h, name), pts) in enumerate(k for k in scaling.items() if k[0][0] == hw):
             c, xs = figures.palette(i), [p.x for p in pts]
-            eff = _efficiency(pts)
+            eff = efficiency(pts)
             s_thr += [{"label": name, "x": xs, "y": [p.mean for p in pts], "err": [p.std for p in pts], "color": c,
                        "labels": [""] + [f"{100 * e:.0f}%" for e in eff[1:]], "label_above": i % 2 == 1},
                       figures.ideal_line(xs[0], pts[0].mean, xs, i == 0, c)]
@@ -102,13 +100,21 @@ def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path
                     "series": s_thr, "xlog": True, "ymin0": True})
         hours.append({"title": hw, "xlabel": unit, "ylabel": f"time to train {EPOCHS} epochs (hours)",
                       "series": s_hours, "xlog": True, "ymin0": True})
+    return thr, hours
+
+
+def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path) -> str:
+    scaling = {k: v for k, v in series.items() if len(v) > 1}
+    if not scaling:
+        return _configurations_section(series, fig_dir)
+    thr, hours = scaling_panels(scaling)
     figures.report_panels(fig_dir / "training_throughput.png", thr, "Training throughput (mean and std of repeats)\n"
                           "dotted: ideal linear scaling; labels: scaling efficiency")
     figures.report_panels(fig_dir / "training_time.png", hours, f"Time to train {EPOCHS} ImageNet epochs at the "
                           "measured rate; dotted: ideal")
     rows, trows = [], []
     for (hw, name), pts in scaling.items():
-        for p, e in zip(pts, _efficiency(pts)):
+        for p, e in zip(pts, efficiency(pts)):
             nodes = p.records[0]["metrics"].get("nodes")
             rows.append([name, hw, int(p.x), nodes, p.n, p.mean, _std(p), p.mean / p.x, pct(e), _ids(p)])
             trows.append([name, int(p.x), IMAGENET_TRAIN_IMAGES / p.mean / 3600, EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600,
@@ -242,8 +248,9 @@ def loader_section(io: Sequence[dict], fig_dir: Path) -> str:
                            "ymin0": True})
     panels = [p for p in panels if p["series"]]
     if panels:
-        figures.report_panels(fig_dir / "IO_loader.png", panels[:2], "Data loading on one node, no model "
-                              "(decode + augment to the image size)")
+        figures.report_panels(fig_dir / "IO_loader.png", panels, "Data loading on one node, no model "
+                              "(decode + augment to the image size)", ncols=2,
+                              shared_legend=len({tuple(s["label"] for s in p["series"]) for p in panels}) == 1)
     rows = [[name, r["point"]["workers"], r["point"]["readers"], r["metrics"]["images_per_s"], r["metrics"]["mb_per_s"],
              r["metrics"].get("images_per_cpu_s"), r["_source"]]
             for name, rs in sorted(groups.items())
@@ -300,7 +307,7 @@ def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Opt
         return f"## Scaling model\n\nNo prediction for {name}: {why}.\n", None
     xs = [row["gpus"] for row in pred.rows]
     figures.report_panels(fig_dir / "scaling_model.png", [{
-        "title": hw, "xlabel": "GPUs (processes)", "ylabel": "images/s", "xlog": True,
+        "title": hw, "xlabel": "processes" if hw.startswith("CPU") else "GPUs (processes)", "ylabel": "images/s", "xlog": True,
         "ymin0": True, "series": [
             {"label": "measured (mean, std)", "x": [p.x for p in pts], "y": [p.mean for p in pts],
              "err": [p.std for p in pts], "style": "o", "color": figures.palette(0)},
@@ -352,7 +359,7 @@ def headline(recs: Sequence[dict], series, binding: Optional[str]) -> Dict[str, 
     main = _main_series(series)
     if main:
         (hw, name), pts = main
-        out["efficiency"] = (pct(_efficiency(pts)[-1]), f"{int(pts[-1].x)} {_unit(hw)} vs {int(pts[0].x)}", name)
+        out["efficiency"] = (pct(efficiency(pts)[-1]), f"{int(pts[-1].x)} {_unit(hw)} vs {int(pts[0].x)}", name)
     return out
 
 

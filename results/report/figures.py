@@ -246,7 +246,8 @@ def report_panels(path: Path, panels: Sequence[Dict[str, object]], suptitle: str
         fig.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), frameon=False,
                    ncols=min(2, len(labels)))
     fig.suptitle(suptitle, fontsize=11)
-    fig.tight_layout()
+    # keep the suptitle's lines clear of the panel titles, whatever the figure's height
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.25 * (suptitle.count("\n") + 1) + 0.1) / fig.get_figheight()))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)

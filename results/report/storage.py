@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
+from results.analysis.spread import aggregate
 from results.report import figures
 from results.report.common import Environments, md_table
 
@@ -27,19 +28,29 @@ def storage_section(recs: Sequence[dict], env: Environments, fig_dir: Path) -> s
     def label(k: Tuple[str, str, int, str]) -> str:
         return f"{k[1]}, {k[2]} reader(s)/node, cache {k[3]}" + (f" [{k[0]}]" if multi else "")
 
-    def series(metric: str) -> List[figures.Series]:
-        return [{"label": label(k), "x": [r["point"]["nodes"] for r in rs], "y": [r["metrics"][metric] for r in rs],
-                 "color": figures.palette(i)} for i, (k, rs) in enumerate(groups.items())]
-    panels = [{"title": "all nodes together", "xlabel": "nodes", "ylabel": "MB/s read", "series": series("mb_per_s")},
-              {"title": "all nodes together", "xlabel": "nodes", "ylabel": "files/s", "series": series("files_per_s")},
-              {"title": "per node", "xlabel": "nodes", "ylabel": "MB/s read per node",
-               "series": series("mb_per_s_per_node")},
-              {"title": "per node", "xlabel": "nodes", "ylabel": "files/s per node",
-               "series": series("files_per_s_per_node")}]
-    for p in panels:
-        p.update(int_x=True, ymin0=True, empty="no storage records (results.bench scaling --io)")
-    figures.grid(fig_dir / "storage.png", panels, "Shared-storage reads seen from the nodes (whole files, "
-                 "readers x nodes)")
+    def by_format(readers: int) -> Dict[str, List[dict]]:  # one series per format: sweeps of one format fold
+        out: Dict[str, List[dict]] = {}
+        for (_, fmt_, k, cache), rs in groups.items():
+            if k == readers:
+                out.setdefault(f"{fmt_}, cache {cache}", []).extend(rs)
+        return out
+
+    def series(metric: str, readers: int) -> List[figures.Series]:
+        out = []
+        for i, (name, rs) in enumerate(sorted(by_format(readers).items())):
+            pts = aggregate(rs, lambda r: r["point"]["nodes"], lambda r: r["metrics"][metric])
+            out.append({"label": name, "x": [p.x for p in pts], "y": [p.mean for p in pts],
+                        "err": [p.std for p in pts], "color": figures.palette(i)})
+        return out
+    readers = sorted({k[2] for k in groups})
+    panels = [{"title": f"{title}, {k} reader(s) per node", "xlabel": "nodes", "ylabel": ylabel,
+               "series": series(metric, k), "ylog": True}
+              for metric, title, ylabel in (("mb_per_s", "all nodes", "MB/s read"), ("files_per_s", "all nodes", "files/s"),
+                                            ("mb_per_s_per_node", "per node", "MB/s read per node"),
+                                            ("files_per_s_per_node", "per node", "files/s per node"))
+              for k in readers]
+    figures.report_panels(fig_dir / "storage.png", panels, "Shared-storage reads seen from the nodes (whole files; "
+                          "mean and std where a point was repeated)", ncols=len(readers), shared_legend=True)
     rows = [[label(k), r["point"]["nodes"], r["point"]["readers_per_node"], r["metrics"]["mb_per_s"],
              r["metrics"]["mb_per_s_per_node"], r["metrics"]["min_node_mb_per_s"], r["metrics"]["files_per_s"],
              r["metrics"]["files_per_s_per_node"], r["metrics"]["bytes_per_file"], r["metrics"]["files"],

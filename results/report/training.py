@@ -6,7 +6,27 @@ from typing import List, Sequence
 
 from results.analysis import comparisons as cmp
 from results.report import figures
+from results.report.cluster import scaling_panels, train_series
 from results.report.common import (IMAGENET_TRAIN_IMAGES, Environments, _mib, md_table, pct, train_groups)
+
+
+def _scaling(train: Sequence[dict]) -> dict:
+    """Series measured at more than one process count, repeats folded (see results.report.cluster)."""
+    return {k: v for k, v in train_series(train).items() if len(v) > 1}
+
+
+GPU_KINDS = ("V100", "A100", "H100")  # the published series name their GPU
+
+
+def _published_panels(series: Sequence[figures.Series], decorate, ylabel: str) -> List[dict]:
+    """One panel of published series per GPU kind, each series with its ideal line (DECORATE)."""
+    panels = []
+    for kind in GPU_KINDS:
+        mine = [s for s in series if kind in s["label"]]
+        if mine:
+            panels.append({"title": f"published ResNet-50 on {kind} (reference)", "xlabel": "GPUs", "ylabel": ylabel,
+                           "series": decorate(mine), "xlog": True, "ylog": True})
+    return panels
 
 
 def published_throughput(pub: dict) -> List[figures.Series]:
@@ -33,16 +53,12 @@ def with_ideal(series: Sequence[figures.Series]) -> List[figures.Series]:
 
 def throughput_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) -> str:
     groups = train_groups(train)
-    # single-point series (the --setups comparisons) have no scaling to show: their own section draws them
-    ours = [{"label": k, "x": [r["metrics"]["world_size"] for r in v], "y": [r["metrics"]["images_per_s"] for r in v],
-             "color": figures.palette(i)} for i, (k, v) in enumerate(groups.items()) if len(v) > 1]
-    figures.scaling_panels(fig_dir / "training_throughput.png", [
-        {"title": "this project (measured, warm-up excluded)", "xlabel": "processes (GPUs)",
-         "ylabel": "training throughput (images/s)", "series": with_ideal(ours),
-         "empty": "no successful train records"},
-        {"title": "published ResNet-50 (reference)", "xlabel": "GPUs", "ylabel": "training throughput (images/s)",
-         "series": with_ideal(published_throughput(pub)), "legend_loc": "upper left"},
-    ], "Training throughput vs processes/GPUs; labels: scaling efficiency vs the first point")
+    # single-point series (the --setups comparisons) have no scaling to show: their own sections draw them
+    thr, _ = scaling_panels(_scaling(train))
+    figures.report_panels(fig_dir / "training_throughput.png", [*thr, *_published_panels(
+        published_throughput(pub), with_ideal, "training throughput (images/s)")],
+        "Training throughput: one panel per hardware kind (mean and std of repeats); dotted: ideal; "
+        "labels: scaling efficiency", ncols=2)
     rows = []
     for label, members in groups.items():
         for r in members:
@@ -83,11 +99,6 @@ def published_throughput_table(pub: dict) -> str:
 def time_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) -> str:
     epochs = pub["hal_2020"]["runs"][0]["epochs"]  # compare like with like: the published 90-epoch runs
     groups = train_groups(train)
-    ours = []
-    for i, (label, members) in enumerate(g for g in groups.items() if len(g[1]) > 1):
-        hours = [epochs * IMAGENET_TRAIN_IMAGES / r["metrics"]["images_per_s"] / 3600 for r in members]
-        ours.append({"label": label, "x": [r["metrics"]["world_size"] for r in members], "y": hours,
-                     "color": figures.palette(i)})
     published = [{"label": f"HAL 2020 V100 ({run['label']}), {run['epochs']} epochs", "x": run["gpus"],
                   "y": [t / 3600 for t in run["train_time_s"]], "color": figures.palette(i)}
                  for i, run in enumerate(pub["hal_2020"]["runs"])]
@@ -104,12 +115,11 @@ def time_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: P
             out += [dict(s, labels=eff), {"label": figures.IDEAL_LABEL if not out else "_nolegend_", "x": s["x"],
                                           "y": [y0 * x0 / x for x in s["x"]], "style": ":", "color": s["color"]}]
         return out
-    figures.scaling_panels(fig_dir / "training_time.png", [
-        {"title": f"this project: {epochs} ImageNet epochs at the measured rate", "xlabel": "processes (GPUs)",
-         "ylabel": "time to train (hours)", "series": ideal_time(ours), "empty": "no successful train records"},
-        {"title": "published ResNet-50 (reference)", "xlabel": "GPUs", "ylabel": "time to train (hours)",
-         "series": ideal_time(published), "legend_loc": "lower left"},
-    ], "Training time vs processes/GPUs; labels: efficiency vs the first point")
+    _, hours = scaling_panels(_scaling(train))
+    figures.report_panels(fig_dir / "training_time.png", [*hours, *_published_panels(
+        published, ideal_time, "time to train (hours)")],
+        f"Time to train {epochs} ImageNet epochs: one panel per hardware kind; dotted: ideal; labels (published): "
+        "efficiency", ncols=2)
     rows = []
     for label, members in groups.items():
         for r in members:

@@ -1,0 +1,64 @@
+"""Golden files: RESULTS.md and a per-cluster report regenerate from the committed records exactly as
+committed (as submitit's golden sbatch tests compare a generated script with a stored one). A change
+to the report code that changes its output fails here until the committed report is regenerated
+(`make report`), so the committed report never drifts from the code and records beside it."""
+import difflib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from results import bench, report
+from results.core import records
+
+RESULTS = records.RESULTS_DIR
+GOLDEN_TAG = "testcluster"
+
+
+def _diff(got: Path, want: Path) -> str:
+    lines = difflib.unified_diff(want.read_text().splitlines(), got.read_text().splitlines(), str(want), "regenerated",
+                                 lineterm="", n=1)
+    return "\n".join(list(lines)[:40])
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    assert report.main(["--out", str(out)]) == 0
+    return out
+
+
+def test_results_md_regenerates_identically(regenerated):
+    got, want = regenerated / "RESULTS.md", RESULTS / "RESULTS.md"
+    assert got.read_text() == want.read_text(), "RESULTS.md is stale; run `make report`:\n" + _diff(got, want)
+
+
+def test_cluster_report_regenerates_identically(regenerated):
+    got, want = (d / "reports" / GOLDEN_TAG / "README.md" for d in (regenerated, RESULTS))
+    assert got.read_text() == want.read_text(), "reports are stale; run `make report`:\n" + _diff(got, want)
+    # every figure the README shows was drawn, and nothing else
+    shown = {line.split("(")[1].rstrip(")") for line in want.read_text().splitlines() if line.startswith("![")}
+    assert shown and shown == {p.name for p in (regenerated / "reports" / GOLDEN_TAG).glob("*.png")}
+
+
+def test_results_md_opens_with_the_targets_and_links_every_tag(regenerated):
+    text = (regenerated / "RESULTS.md").read_text()
+    assert text.split("\n## ")[1].startswith("Targets")
+    for f in records.RECORDS_DIR.glob("*.jsonl"):
+        assert f"(reports/{f.stem}/README.md)" in text and (regenerated / "reports" / f.stem / "README.md").exists()
+
+
+def test_a_sweep_ends_with_its_tags_report(tmp_path):
+    """What results.bench scaling --tag T --records FILE runs at its end."""
+    recs = tmp_path / "sweep.jsonl"
+    shutil.copy(records.RECORDS_DIR / f"{GOLDEN_TAG}.jsonl", recs)
+    assert bench.report_of(recs, "mycluster") == 0
+    readme = (tmp_path / "reports" / "mycluster" / "README.md").read_text()
+    assert readme.startswith("# mycluster: benchmark report") and "![training throughput](training_throughput.png)" in readme
+    assert (tmp_path / "RESULTS.md").exists()
+
+
+def test_tag_without_records_is_one_line(tmp_path, capsys):
+    assert report.main(["--tag", "nosuchtag", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nosuchtag.jsonl does not exist" in err[0] and "--tag nosuchtag" in err[0]
