@@ -329,6 +329,8 @@ def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Opt
             f"The model of `results/analysis/scaling_model.py` (compute + ring all-reduce - what backward hides + "
             f"stragglers, capped by storage), fed by this tag's records only and calibrated on the smallest point "
             f"of **{name}**. Binding term at {largest['gpus']} GPUs: **{largest['binding']}**.\n\n"
+            + "Error = (predicted - measured) / measured: positive where the model is optimistic, i.e. where a "
+            "cost it has no input for here shows (a term left out below, or processes sharing one host's cores).\n\n"
             + md_table(["GPUs", "measured images/s", "predicted images/s", "error", "predicted efficiency",
                         "exposed all-reduce (ms/step)", "straggler wait (ms/step)", "binding"], rows)
             + "\nInputs:\n\n" + md_table(["input", "value", "from"], inputs)
@@ -375,8 +377,10 @@ def summary(tag: str, h: Dict[str, object]) -> str:
         text += f" Scaling efficiency at the largest scale: **{value}** of linear at {where} ({name})."
     if h["binding"]:
         text += f" Binding term there, by the scaling model: **{h['binding']}**."
-    if h["notes"]:
+    if 0 < len(h["notes"]) <= 3:
         text += " Setting, as recorded: " + " / ".join(h["notes"]) + "."
+    elif h["notes"]:
+        text += f" The records carry {len(h['notes'])} different notes on their setting (see the environment below)."
     return text + "\n"
 
 
@@ -397,7 +401,9 @@ def environments(recs: Sequence[dict]) -> str:
     rows = [[*(fmt(r[0]["environment"].get(k)) for k in ENV_KEYS), len(rs),
              ", ".join(sorted({str(r["environment"].get("git_commit"))[:12] for r in rs}))] for rs in envs.values()
             for r in [rs]]
-    return "## Environment\n\n" + md_table([*ENV_KEYS, "records", "commits"], rows)
+    notes = sorted({r["note"] for r in recs if r.get("note")})
+    return ("## Environment\n\n" + md_table([*ENV_KEYS, "records", "commits"], rows)
+            + ("\nNotes recorded with the points:\n\n" + "".join(f"- {n}\n" for n in notes) if notes else ""))
 
 
 # ---------------------------------------------------------------- the report
