@@ -1,0 +1,89 @@
+"""One cluster's report from fixture records: repeats folded into one clean line with its spread, one
+panel per hardware kind, the summary's numbers, and the scaling model's binding term."""
+import json
+import re
+
+from results.analysis.spread import aggregate
+from results.core import records
+from results.report import cluster
+
+ENV = {"hostname": "node1", "cpu_model": "Test CPU", "cpu_count": 8, "torch": "2.x", "gpu_name": None, "gpu_count": 0,
+       "nodes": 1, "git_commit": "abc123", "command": "bench"}
+
+
+def _train(sweep, nodes, rate, env=ENV):
+    point = {"variant": "ddp", "procs_per_node": 1, "nodes": nodes, "batch_size": 16, "precision": "O0",
+             "amp_dtype": None, "data": "dummy", "arch": "resnet18", "image_size": 64, "epochs": 1,
+             "steps_per_epoch": 20, "val_steps": 1, "workers": 0, "extra_args": [], "world_size": nodes, "setup": None}
+    m = {"images_per_s": rate, "images_per_s_per_process": rate / nodes, "step_time_ms": 16e3 / (rate / nodes),
+         "world_size": nodes, "nodes": nodes, "parameters": 11_689_512, "precision_label": "fp32"}
+    return records.make_record("train", sweep, point, m, env, runner="slurm")
+
+
+def _ar(nbytes, t_us):
+    m = {"bytes": nbytes, "time_us": t_us, "algbw_gbps": nbytes / t_us / 1e3, "busbw_gbps": nbytes / t_us / 1e3,
+         "world_size": 2}
+    return records.make_record("allreduce", "c-ar-1", {"backend": "gloo", "world_size": 2, "bytes": nbytes}, m, ENV)
+
+
+def _write(path, recs):
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+def _rows(md, header):
+    lines = md[md.index(header):].splitlines()
+    keys = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = []
+    for line in lines[2:]:
+        if not line.startswith("|"):  # the table ends
+            break
+        rows.append(dict(zip(keys, (c.strip() for c in line.strip("|").split("|")))))
+    return rows
+
+
+def test_repeated_node_counts_fold_into_one_line_with_their_spread(tmp_path):
+    # two sweeps of 1-2-4 nodes (the second a repeat), as a resumed or rerun `bench scaling` leaves them
+    recs = [_train("c-train-1", n, r) for n, r in ((1, 100.0), (2, 180.0), (4, 300.0))]
+    recs += [_train("c-train-2", n, r) for n, r in ((1, 110.0), (2, 190.0), (4, 340.0))]
+    readme, head = cluster.build_tag("c", _write(tmp_path / "c.jsonl", recs), tmp_path / "c")
+    series = cluster.train_series(records.load([tmp_path / "c.jsonl"])[0])
+    assert len(series) == 1  # one configuration: one line, not one per sweep
+    pts = next(iter(series.values()))
+    assert [p.x for p in pts] == [1, 2, 4] and [p.n for p in pts] == [2, 2, 2]  # x strictly increasing: no zig-zag
+    assert pts[2].mean == 320.0 and abs(pts[2].std - 28.2843) < 1e-3  # sample std of 300 and 340
+    rows = _rows(readme.read_text(), "| series | hardware | GPUs")
+    assert [(r["GPUs"], r["repeats"], r["images/s"], r["efficiency"]) for r in rows] == [
+        ("1", "2", "105", "100.0%"), ("2", "2", "185", "88.1%"), ("4", "2", "320", "76.2%")]
+    assert head["best"][0] == "320 images/s" and head["efficiency"][0] == "76.2%"
+    text = readme.read_text()
+    assert "**320 images/s**" in text and "**76.2%**" in text
+    assert "compute (all-reduce not measured)" in text  # no allreduce records under this tag
+    assert {p.name for p in (tmp_path / "c").glob("*.png")} == {"training_throughput.png", "training_time.png",
+                                                                "scaling_model.png"}
+
+
+def test_each_hardware_kind_gets_its_own_panel(tmp_path):
+    other = dict(ENV, cpu_model="Other CPU")
+    recs = [_train("c-train-1", n, 100.0 * n) for n in (1, 2)] + [_train("c-train-2", n, 50.0 * n, other) for n in (1, 2)]
+    series = cluster.train_series(records.load([_write(tmp_path / "c.jsonl", recs)])[0])
+    thr, hours = cluster.scaling_panels(series)
+    assert [p["title"] for p in thr] == ["CPU: Other CPU", "CPU: Test CPU"] == [p["title"] for p in hours]
+    assert all(len([s for s in p["series"] if s["label"] != "_nolegend_"]) == 2 for p in thr)  # line + ideal
+
+
+def test_the_tags_allreduce_records_feed_the_models_binding_term(tmp_path):
+    # a slow link: 25 MB takes 0.5 s, far longer than the 0.16 s step
+    recs = [_train("c-train-1", n, 100.0 * n * (0.9 if n > 1 else 1)) for n in (1, 2)]
+    recs += [_ar(b, 20.0 + b / 50.0) for b in (1 << 10, 1 << 16, 1 << 20, 25 << 20)]
+    readme, head = cluster.build_tag("c", _write(tmp_path / "c.jsonl", recs), tmp_path / "c")
+    assert head["binding"] == "all-reduce"
+    rows = _rows(readme.read_text(), "| GPUs | measured images/s")
+    assert rows[0]["binding"] == "compute" and rows[1]["binding"] == "all-reduce"
+    assert float(rows[1]["exposed all-reduce (ms/step)"]) > 100
+
+
+def test_aggregate_keeps_single_points_without_spread():
+    pts = aggregate([{"x": 1, "y": 5.0}, {"x": 2, "y": 7.0}, {"x": 2, "y": 9.0}], lambda r: r["x"], lambda r: r["y"])
+    assert [(p.x, p.mean, p.std, p.n) for p in pts] == [(1, 5.0, 0.0, 1), (2, 8.0, pts[1].std, 2)]
+    assert re.fullmatch(r"1\.414\d*", f"{pts[1].std}")
