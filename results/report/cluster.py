@@ -297,6 +297,8 @@ def _main_series(series: Dict[Tuple[str, str], List[Point]]) -> Optional[Tuple[T
 def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Optional[str]]:
     """(markdown, the binding term at the largest measured scale or None)."""
     main = _main_series(series)
+    if not series:  # no training measured under this tag: nothing for the model to say
+        return "", None
     if not main:
         return ("## Scaling model\n\nNo prediction: no configuration was measured at more than one GPU count under "
                 "this tag, so there is nothing to predict beyond the calibration point.\n"), None

@@ -124,7 +124,9 @@ def test_train_point_through_torchrun(tmp_path, monkeypatch):
     assert rec["status"] == "ok", rec["error"]
     assert m["images_per_s"] > 0 and m["measured_steps"] > 0 and m["world_size"] == 1
     assert m["scaling_efficiency"] == 1.0 and m["parameters"] > 1e6
-    kept = Path(rec["run_dir"]) if Path(rec["run_dir"]).is_absolute() else REPO / rec["run_dir"]
+    # the record names no path of this machine; the kept folder is under the (patched) runs folder
+    assert not Path(rec["run_dir"]).is_absolute() and str(tmp_path) not in json.dumps(rec)
+    (kept,) = [d for d in (tmp_path / "runs").glob("*/*") if d.name == Path(rec["run_dir"]).name]
     assert any(f.startswith("events.out.tfevents") for f in rec["kept_files"])
     assert not any(f.endswith(".tar") for f in rec["kept_files"])  # checkpoints stay out of the record
     # the kept folder holds only what the report reads, and no path of this machine
