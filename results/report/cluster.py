@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from imagenet.files import write_text
 from results.analysis import comparisons as cmp
 from results.analysis.cluster_model import predict_cluster
 from results.analysis.spread import Point, aggregate
@@ -432,6 +433,6 @@ def build_tag(tag: str, records_file: Path, out_dir: Path) -> Tuple[Path, Dict[s
     text = "\n".join([head, *[b for b in body if b], environments(recs)])
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "README.md"
-    path.write_text(text)
+    write_text(path, text)
     log.info("wrote %s", path)
     return path, top
