@@ -189,12 +189,18 @@ def curves_section(train: Sequence[dict], env: Environments, fig_dir: Path) -> s
                         "record"], rows))
 
 
+def _group(recs: Sequence[dict], name_of) -> Dict[str, List[dict]]:
+    """Records by series name (NAME_OF applied to each point)."""
+    groups: Dict[str, List[dict]] = {}
+    for r in recs:
+        groups.setdefault(name_of(r["point"]), []).append(r)
+    return groups
+
+
 def storage_section(storage: Sequence[dict], fig_dir: Path) -> str:
     if not storage:
         return ""
-    groups: Dict[str, List[dict]] = {}  # one series per format (and cache mode)
-    for r in storage:
-        groups.setdefault(f"{r['point']['format']}, cache {r['point'].get('cache', 'as-is')}", []).append(r)
+    groups = _group(storage, lambda p: f"{p['format']}, cache {p.get('cache', 'as-is')}")  # a series per format
     readers = sorted({r["point"]["readers_per_node"] for r in storage})
     panels = []
     for metric, what in (("mb_per_s", "MB/s"), ("files_per_s", "files/s")):
@@ -230,9 +236,7 @@ def storage_section(storage: Sequence[dict], fig_dir: Path) -> str:
 def loader_section(io: Sequence[dict], fig_dir: Path) -> str:
     if not io:
         return ""
-    groups: Dict[str, List[dict]] = {}
-    for r in io:
-        groups.setdefault(f"{r['point']['backend']}, {r['point']['cache']} cache", []).append(r)
+    groups = _group(io, lambda p: f"{p['backend']}, {p['cache']} cache")
     panels = []
     for key, xlabel, pick in (("workers", "DataLoader workers (one reader)", lambda r: r["point"]["readers"] == 1),
                               ("readers", "reader processes on one node", lambda r: r["point"]["readers"] > 1
@@ -266,9 +270,7 @@ def pipeline_section(steady: Sequence[dict], fig_dir: Path) -> str:
     ratios = [r for r in steady if r["point"]["backend"] != "baseline" and r["metrics"].get("ratio_per_core")]
     if not ratios:
         return ""
-    groups: Dict[str, List[dict]] = {}
-    for r in ratios:
-        groups.setdefault(f"{r['point']['backend']}, {r['point']['split']}", []).append(r)
+    groups = _group(ratios, lambda p: f"{p['backend']}, {p['split']}")
     s = []
     for i, (name, rs) in enumerate(sorted(groups.items())):
         rs = sorted(rs, key=lambda r: r["point"]["workers"])
