@@ -109,8 +109,8 @@ def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path
     if not scaling:
         return _configurations_section(series, fig_dir)
     thr, hours = scaling_panels(scaling)
-    figures.report_panels(fig_dir / "training_throughput.png", thr, "Training throughput (mean and std of repeats)\n"
-                          "dotted: ideal linear scaling; labels: scaling efficiency")
+    figures.report_panels(fig_dir / "training_throughput.png", thr, "Training throughput (mean, std of repeats); dotted: ideal; "
+                          "labels: efficiency")
     figures.report_panels(fig_dir / "training_time.png", hours, f"Time to train {EPOCHS} ImageNet epochs at the "
                           "measured rate; dotted: ideal")
     rows, trows = [], []

@@ -247,7 +247,7 @@ def report_panels(path: Path, panels: Sequence[Dict[str, object]], suptitle: str
                    ncols=min(2, len(labels)))
     fig.suptitle(suptitle, fontsize=11)
     # keep the suptitle's lines clear of the panel titles, whatever the figure's height
-    fig.tight_layout(rect=(0, 0, 1, 1 - (0.25 * (suptitle.count("\n") + 1) + 0.1) / fig.get_figheight()))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.2 * (suptitle.count("\n") + 1) / fig.get_figheight()))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
