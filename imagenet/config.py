@@ -157,6 +157,20 @@ class TrainConfig:
     step_times: bool = _opt(False, "--step-times", help="keep each steady-state step's wall time in run.json "
                             "(CUDA events on GPUs, read at print boundaries: no extra host sync); the scaling "
                             "model's straggler term needs their distribution", action="store_true")
+    checkpoint_every_steps: int = _opt(0, "--checkpoint-every-steps", help="also checkpoint every N training "
+                                       "steps, mid-epoch (0: only at epoch ends and stop signals); the write "
+                                       "runs in the background, see imagenet.checkpoint_writer", type=int,
+                                       metavar="N")
+    checkpoint_every_minutes: float = _opt(0.0, "--checkpoint-every-minutes", help="also checkpoint every M "
+                                           "minutes of training, at the first print boundary after M minutes "
+                                           "(every rank agrees there; 0: off)", type=float, metavar="M")
+    keep_checkpoints: int = _opt(2, "--keep-checkpoints", help="keep the last K checkpoints as "
+                                 "checkpoint-eEPOCH-SAMPLE.pth.tar next to checkpoint.pth.tar (the newest) and "
+                                 "model_best.pth.tar (0: only those two)", type=int, metavar="K")
+    straggler_threshold: float = _opt(0.2, "--straggler-threshold", help="at print boundaries, log the "
+                                      "slowest rank and its host when its step or data-wait time exceeds the "
+                                      "median by this fraction of a step (0.2: 20%%); 0: never",
+                                      type=float)
     resume: str = _opt("", "--resume", help="checkpoint to resume from, or 'auto' for the run folder's "
                        "latest", metavar="PATH")
     evaluate: bool = _opt(False, "-e", "--evaluate", help="validate only", action="store_true")
@@ -233,6 +247,12 @@ def _check(cfg: TrainConfig) -> None:
         raise ConfigError(f"--keep-batchnorm-fp32 takes True or False, got {cfg.keep_batchnorm_fp32!r}")
     if cfg.ddp_bucket_cap_mb is not None and cfg.ddp_bucket_cap_mb <= 0:
         raise ConfigError(f"--ddp-bucket-cap-mb must be positive (got {cfg.ddp_bucket_cap_mb})")
+    if cfg.checkpoint_every_steps < 0 or cfg.checkpoint_every_minutes < 0 or cfg.keep_checkpoints < 0:
+        raise ConfigError(f"--checkpoint-every-steps {cfg.checkpoint_every_steps}, --checkpoint-every-minutes "
+                          f"{cfg.checkpoint_every_minutes} and --keep-checkpoints {cfg.keep_checkpoints} must be "
+                          ">= 0 (0 turns each off)")
+    if cfg.straggler_threshold < 0:
+        raise ConfigError(f"--straggler-threshold must be >= 0 (got {cfg.straggler_threshold}; 0 turns it off)")
     if cfg.dist_url and cfg.variant in ("nd", "dp"):
         raise ConfigError(f"--dist-url needs a distributed variant; use imagenet_ddp.py, not the {cfg.variant} one")
     if cfg.dist_url and (cfg.world_size < 1 or not 0 <= cfg.rank < cfg.world_size):

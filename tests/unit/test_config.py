@@ -43,6 +43,9 @@ def test_default_precision_per_variant():
     (["--dummy", "--desired-acc", "300"], "--desired-acc"),
     (["--dummy", "--loss-scale", "huge"], "--loss-scale"),
     (["--dummy", "--dist-url", "tcp://x:1", "--world-size", "2", "--rank", "2"], "--rank"),
+    (["--dummy", "--keep-checkpoints", "-1"], "--keep-checkpoints -1"),
+    (["--dummy", "--checkpoint-every-minutes", "-5"], "--checkpoint-every-minutes -5"),
+    (["--dummy", "--straggler-threshold", "-1"], "--straggler-threshold"),
 ])
 def test_bad_values_raise_config_error(argv, words):
     with pytest.raises(config.ConfigError, match=words.replace("-", r"\-")):
