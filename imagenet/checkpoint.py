@@ -4,10 +4,18 @@ A checkpoint is written to a temporary file in the same folder, flushed to disk,
 the old one, so a crash at any moment leaves either the previous good checkpoint or the new one,
 never a torn file. Only rank 0 writes; every rank reads the same file (shared filesystem).
 Checkpoints hold only tensors and plain Python values so they load with ``weights_only=True``.
+
+Every checkpoint, whatever made it (an epoch end, a stop signal, a periodic one), replaces
+``checkpoint.pth.tar``, so that file is always the newest complete one. The last K are also kept
+under their position, ``checkpoint-eEPOCH-SAMPLE.pth.tar`` (a hard link to the same bytes, so
+keeping them writes nothing more); ``--resume auto`` falls back to them, newest first, when the
+newest cannot be read.
 """
 from __future__ import annotations
 
 import io
+import logging
+import os
 import random
 import shutil
 from pathlib import Path
@@ -20,27 +28,74 @@ from . import files
 
 CHECKPOINT = "checkpoint.pth.tar"
 BEST = "model_best.pth.tar"
+KEPT_GLOB = "checkpoint-e*-*.pth.tar"
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be found or read; the message says which file and what to do."""
 
 
-def save(state: dict, run_dir: Path, is_best: bool = False) -> Path:
-    """Write the checkpoint (and the best copy); a full disk or another OS error leaves the previous
-    files as they were and raises a one-line CheckpointError."""
+def save(state: dict, run_dir: Path, is_best: bool = False, keep: int = 0) -> int:
+    """Write the checkpoint (and the best copy; with KEEP, a kept copy under its position, pruning
+    older ones to KEEP); returns the bytes written. A full disk or another OS error leaves the
+    previous files as they were and raises a one-line CheckpointError."""
     path = Path(run_dir) / CHECKPOINT
     target = path
     try:
-        files.atomic_write(path, lambda f: f.write(_serialized(state)))
+        _remove_stale_temps(Path(run_dir))
+        data = _serialized(state)
+        files.atomic_write(path, lambda f: f.write(data))
+        written = len(data)
+        del data
+        if keep:
+            _keep(path, kept_name(state), keep)
         if is_best:
             target = Path(run_dir) / BEST
             files.atomic_write(target, lambda f: shutil.copyfileobj(open(path, "rb"), f))
+            written *= 2
     except OSError as e:
         kept = "the previous one is kept" if target.exists() else "nothing was kept"
         raise CheckpointError(f"cannot write checkpoint {target} ({_reason(e)}); {kept}: free space in "
                               f"{run_dir} or pass another --log-dir, then restart with --resume auto") from None
-    return path
+    return written
+
+
+def _remove_stale_temps(run_dir: Path) -> None:
+    """Temp files a killed writer left (one save at a time: none of them is being written now). Only
+    the checkpoints' own: run.json may be being written by the training thread."""
+    for name in (CHECKPOINT, BEST):
+        for stale in run_dir.glob(f".{name}.*{files.TEMP_SUFFIX}"):
+            stale.unlink(missing_ok=True)
+
+
+def kept_name(state: dict) -> str:
+    """checkpoint-eEPOCH-SAMPLE.pth.tar: the position as a sample count within the epoch, which does
+    not depend on the world size, so names sort in training order across requeues on other node counts."""
+    samples = int(state.get("step_in_epoch", 0)) * int(state.get("global_batch", 1))
+    return f"checkpoint-e{int(state['epoch']):04d}-{samples:011d}.pth.tar"
+
+
+def _keep(newest: Path, name: str, keep: int) -> None:
+    """Link NEWEST as NAME (atomically: a temp link renamed), then delete all but the last KEEP."""
+    folder = newest.parent
+    tmp = folder / f".{name}.link.tmp"
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(newest, tmp)
+    except OSError:  # a filesystem without hard links: copy instead
+        files.atomic_write(folder / name, lambda f: shutil.copyfileobj(open(newest, "rb"), f))
+    else:
+        os.replace(tmp, folder / name)
+        files.fsync_dir(folder)
+    for old in kept(folder)[:-keep]:
+        old.unlink(missing_ok=True)
+
+
+def kept(run_dir: Path) -> list:
+    """The kept checkpoints in RUN_DIR, oldest first."""
+    return sorted(Path(run_dir).glob(KEPT_GLOB))
 
 
 def _serialized(state: dict) -> memoryview:
@@ -75,6 +130,25 @@ def resume_path(resume: str, run_dir: Path) -> Optional[Path]:
         candidate = Path(run_dir) / CHECKPOINT
         return candidate if candidate.is_file() else None
     return Path(resume)
+
+
+def load_for_resume(resume: str, run_dir: Path) -> tuple:
+    """(path, checkpoint) for --resume, or (None, None) when there is nothing to resume from.
+
+    For 'auto': the newest checkpoint that reads, newest first: checkpoint.pth.tar, then the kept
+    ones (a damaged newest file, e.g. on a filesystem whose rename is not atomic, costs one interval)."""
+    path = resume_path(resume, run_dir)
+    if resume != "auto":
+        return (path, load(path)) if path else (None, None)
+    candidates = ([path] if path else []) + [p for p in reversed(kept(run_dir))]
+    for i, candidate in enumerate(candidates):
+        try:
+            return candidate, load(candidate)
+        except CheckpointError as e:
+            if i == len(candidates) - 1:
+                raise
+            log.warning("%s; trying the next older checkpoint", e)
+    return None, None
 
 
 # ---------------------------------------------------------------- random state

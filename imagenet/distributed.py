@@ -133,6 +133,11 @@ _COMM_FAILURE = ("gloo", "nccl", "connection closed", "connection reset", "timed
                  "pair closure")
 
 
+def hosts() -> List[str]:
+    """Every rank's host name, in rank order (gathered once at init; this host alone without a group)."""
+    return list(_hosts) if _hosts else [socket.gethostname()]
+
+
 def lost_peer_message(exc: BaseException, rank: int) -> Optional[str]:
     """One line for a collective that failed because a peer died or became unreachable (None: not that).
 
@@ -214,12 +219,17 @@ def all_gather_object(obj: Any) -> list:
 
 def all_gather_float(value: float, device: torch.device) -> list:
     """VALUE from every rank, in rank order."""
+    return [row[0] for row in all_gather_floats([value], device)]
+
+
+def all_gather_floats(values: List[float], device: torch.device) -> List[List[float]]:
+    """VALUES (the same count on every rank) from every rank, in rank order: one small collective."""
     if not initialized():
-        return [value]
-    mine = torch.tensor([value], dtype=torch.float64, device=device)
+        return [list(values)]
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
     out = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(out, mine)
-    return [t.item() for t in out]
+    return [t.tolist() for t in torch.stack(out).cpu()]
 
 
 def barrier(device: torch.device) -> None:

@@ -6,6 +6,13 @@ device only at print boundaries and epoch ends. Those are also the safe points w
 agrees whether a preemption signal asked it to stop: at a print boundary inside an epoch (a
 checkpoint is saved there) and right after each end-of-epoch checkpoint, so a signal that comes in
 an epoch's last print interval or during validation is acted on before the next epoch starts.
+
+A print boundary has one small all-gather (:meth:`Trainer._boundary`) that carries, from every
+rank: its stop flag, whether --checkpoint-every-minutes has elapsed on its clock (so every rank
+agrees on the step to checkpoint at), and its step and data-wait times (to name stragglers).
+Periodic checkpoints (--checkpoint-every-steps, --checkpoint-every-minutes) and the epoch-end ones
+are copied to host memory and written in the background (imagenet.checkpoint_writer); a stop
+signal's checkpoint is written before the process goes on to exit.
 """
 from __future__ import annotations
 
@@ -21,9 +28,11 @@ from . import checkpoint, distributed, preemption, profiling
 from .terminal import overwrite_progress
 from .data.loader import set_epoch
 from .data.normalize import DeviceNormalizer
+from .checkpoint_writer import BackgroundWriter
 from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
 from .preemption import StopSignal
 from .runrecord import RunRecord
+from .stragglers import StragglerWatch
 
 log = logging.getLogger(__name__)
 
@@ -93,13 +102,18 @@ class Trainer:
         self.profiler = profiling.start(cfg.profile_steps, WARMUP_STEPS, info.is_primary, parts.run_dir,
                                         info.device, lambda summary: parts.record.update(profile=summary))
         self.step_times = StepTimes(info.device, cfg.step_times)
+        self.writer = BackgroundWriter(parts.run_dir, cfg.keep_checkpoints)
+        self.last_checkpoint = time.monotonic()
+        self.periodic_saves = 0
+        self.stragglers = StragglerWatch.for_run(cfg.straggler_threshold)
 
     # ---------------------------------------------------------------- checkpoints
-    def state_dict(self) -> dict:
+    def state_dict(self, elapsed_s: Optional[float] = None) -> dict:
         s = self.state
         return {"version": 1, "arch": self.cfg.arch, "epoch": s.epoch, "step_in_epoch": s.step_in_epoch,
                 "global_batch": self.global_batch,  # a restart with other node counts keeps the sample position
-                "best_top1": s.best_top1, "elapsed_s": s.elapsed_s, "history": s.history,
+                "best_top1": s.best_top1, "elapsed_s": s.elapsed_s if elapsed_s is None else elapsed_s,
+                "history": s.history,
                 "model": self.p.raw_model.state_dict(), "optimizer": self.p.optimizer.state_dict(),
                 "scheduler": self.p.scheduler.state_dict(), "precision": self.p.precision.state_dict(),
                 "rng": checkpoint.rng_state(), "config": self.cfg.to_dict()}
@@ -146,8 +160,24 @@ class Trainer:
                   f"global batch, lr now {lrs[0]:.4g}", flush=True)
 
     def save(self, is_best: bool = False) -> None:
+        """The epoch-end checkpoint, written in the background."""
         if self.info.is_primary:
-            checkpoint.save(self.state_dict(), self.p.run_dir, is_best)
+            self.writer.save(self.state_dict, is_best)
+        self.last_checkpoint = time.monotonic()
+
+    def _steps_due(self, epoch: int, done: int) -> bool:
+        every = self.cfg.checkpoint_every_steps
+        return every > 0 and (epoch * self.steps_per_epoch + done) % every == 0
+
+    def _save_periodic(self, epoch: int, done: int, clock: StepClock) -> None:
+        """A checkpoint at the exact mid-epoch position, as a stop signal's; written in the background."""
+        s = self.state
+        s.epoch, s.step_in_epoch = epoch, done
+        if self.info.is_primary:
+            elapsed = s.elapsed_s + clock.elapsed()
+            self.writer.save(lambda: self.state_dict(elapsed_s=elapsed))
+        self.last_checkpoint = time.monotonic()
+        self.periodic_saves += 1
 
     # ---------------------------------------------------------------- one training epoch
     def _step(self, images: torch.Tensor, target: torch.Tensor):
@@ -171,7 +201,7 @@ class Trainer:
         set_epoch(p.train_loader, epoch, first * cfg.batch_size)
         meter, clock = EpochMeter(self.info.device), StepClock()
         warm = min(WARMUP_STEPS, (self.steps_per_epoch - first) // 4)
-        interval = (first, time.perf_counter())
+        interval = (first, time.perf_counter(), 0.0)
         steady_start = clock.start if warm == 0 else None
         steady_data0 = 0.0
         loader = iter(p.train_loader)
@@ -188,12 +218,17 @@ class Trainer:
             if done - first == warm and steady_start is None:
                 synchronize(self.info.device)
                 steady_start, steady_data0 = time.perf_counter(), clock.data_s
+            stop = due = False
             if done % cfg.print_freq == 0 or done == self.steps_per_epoch:
-                interval = self._report(epoch, done, loss, meter, interval)
-                # the last step's boundary is left to fit(): it checks right after the epoch's checkpoint
-                if done < self.steps_per_epoch and self._stop_requested():
+                interval, times = self._report(epoch, done, loss, meter, interval, clock)
+                stop, due = self._boundary(times)
+            # the last step is left to fit(): it checks for a stop right after the epoch's checkpoint
+            if done < self.steps_per_epoch:
+                if stop:
                     self._preempt(epoch, done, clock)
                     return None
+                if due or self._steps_due(epoch, done):
+                    self._save_periodic(epoch, done, clock)
             clock.step_done()  # after the print-boundary syncs: waiting on the GPU is not waiting for data
         synchronize(self.info.device)
         self.profiler.close()  # the capture covers the first epoch at most
@@ -216,12 +251,15 @@ class Trainer:
         t.data_s += data_s
         t.warmup_steps += warm
 
-    def _report(self, epoch: int, done: int, loss: torch.Tensor, meter: EpochMeter, interval) -> tuple:
-        """Print and log one interval (the only per-interval host sync)."""
+    def _report(self, epoch: int, done: int, loss: torch.Tensor, meter: EpochMeter, interval,
+                clock: StepClock) -> tuple:
+        """Print and log one interval (the only per-interval host sync). Returns the next interval's
+        start and this interval's (step ms, data-wait ms)."""
         synchronize(self.info.device)
         self.step_times.flush()
         now = time.perf_counter()
         steps, seconds = done - interval[0], now - interval[1]
+        times = (1000 * seconds / max(steps, 1), 1000 * (clock.data_s - interval[2]) / max(steps, 1))
         rate = steps * self.global_batch / seconds if seconds > 0 else 0.0
         local = meter.local()
         global_step = epoch * self.steps_per_epoch + done
@@ -236,7 +274,19 @@ class Trainer:
                     f"lr {lr:.4g}  {rate:8.1f} img/s" + (f"  scale {scale:g}" if scale else ""))
             end = "\r" if self.overwrite and done < self.steps_per_epoch else "\n"
             print(line, end=end, flush=True)
-        return done, time.perf_counter()
+        return (done, time.perf_counter(), clock.data_s), times
+
+    def _boundary(self, times: tuple) -> tuple:
+        """The print boundary's one collective: (stop, checkpoint due) agreed by every rank, and the
+        slowest rank named when it lags (imagenet.stragglers)."""
+        mine = self.stop.pending(self.p.run_dir if self.info.is_primary else None)
+        minutes = self.cfg.checkpoint_every_minutes
+        due = minutes > 0 and time.monotonic() - self.last_checkpoint >= 60 * minutes
+        rows = distributed.all_gather_floats([float(mine), float(due), *times], self.info.device)
+        line = self.stragglers.observe([row[2:] for row in rows])
+        if line and self.info.is_primary:
+            log.warning(line)
+        return any(row[0] for row in rows), any(row[1] for row in rows)
 
     def _warn_skipped_steps(self, scale: Optional[float]) -> None:
         """fp16 steps whose gradients overflowed were skipped on the device; say so at the print boundary."""
@@ -254,13 +304,15 @@ class Trainer:
     def _preempt(self, epoch: int, done: int, clock: StepClock) -> None:
         self.state.elapsed_s += clock.elapsed()
         self.state.epoch, self.state.step_in_epoch = epoch, done
-        self.save()
+        if self.info.is_primary:
+            self.writer.save_now(self.state_dict)  # after the write in flight, if any
         self._stopped(epoch, done)
 
     def _stopped(self, epoch: int, step: int) -> None:
         """The checkpoint for (EPOCH, STEP) is saved: mark the run preempted, then let every rank go."""
         self.p.record.update(status="preempted", preempted_at={"epoch": epoch, "step": step})
         if self.info.is_primary:
+            self.writer.wait()  # an epoch-end checkpoint may still be in flight
             preemption.clear_stop_file(self.p.run_dir)
         # No rank may exit before rank 0's checkpoint is on disk: launchers kill the rest of the job
         # as soon as one process ends, which would cut the save short.
@@ -337,6 +389,7 @@ class Trainer:
             if epoch < self.cfg.epochs and self._stop_requested():
                 self._stopped(epoch, 0)
                 return EXIT_PREEMPTED
+        self.writer.wait()
         self._write_record(status, weight_checksums=self._weight_checksums())
         if self.info.is_primary:
             preemption.clear_stop_file(self.p.run_dir)  # a request that came too late to matter
@@ -357,8 +410,11 @@ class Trainer:
         throughput = self.throughput.as_dict(self.info.world_size, self.info.device)
         if self.cfg.step_times:
             throughput["step_times_ms"] = self.step_times.ms
+        saves = {**self.writer.stats.as_dict(), "periodic": self.periodic_saves,
+                 "every_steps": self.cfg.checkpoint_every_steps, "every_minutes": self.cfg.checkpoint_every_minutes}
         self.p.record.update(
-            status=status, epochs=s.history, throughput=throughput,
+            status=status, epochs=s.history, throughput=throughput, checkpoints=saves,
+            ranks=self.stragglers.summary(),
             final={"best_top1": s.best_top1, "epochs_run": s.epoch, "elapsed_s": s.elapsed_s,
                    "reached_desired_acc": status == "reached_desired_acc",
                    "last_val_top1": s.history[-1]["val_top1"] if s.history else None,

@@ -135,8 +135,7 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     steps = min(len(train_loader), cfg.steps_per_epoch or len(train_loader))
     scheduler = optim.build_scheduler(optimizer, cfg, steps, warmup)
 
-    resume = checkpoint.resume_path(cfg.resume, run_dir)
-    ckpt = checkpoint.load(resume) if resume else None
+    resume, ckpt = checkpoint.load_for_resume(cfg.resume, run_dir)
     if ckpt is not None:
         _load_model_weights(model, ckpt, resume, cfg.arch)
 
