@@ -466,8 +466,9 @@ def _preemption(s: JobSpec) -> str:
 
 
 def _train_args(s: JobSpec) -> List[str]:
+    # a crash loses at most 10 minutes of training; each checkpoint stalls the step for a host copy only
     lines = ['TRAIN_ARGS=(-a "$ARCH" --epochs "$EPOCHS" -b "$BATCH_SIZE" --workers "$WORKERS" '
-             '--log-dir "$LOG_DIR" --resume auto)']
+             '--log-dir "$LOG_DIR" --resume auto --checkpoint-every-minutes 10)']
     if s.stage_dir:
         lines.append('TRAIN_ARGS+=(--stage-dir "$STAGE_DIR")')
     if s.train_args:

@@ -70,7 +70,7 @@ if compgen -G "${VIRTUAL_ENV:-/nonexistent}/lib/libmpi*" >/dev/null; then
 fi
 
 # ---- launch (mpi)
-TRAIN_ARGS=(-a "$ARCH" --epochs "$EPOCHS" -b "$BATCH_SIZE" --workers "$WORKERS" --log-dir "$LOG_DIR" --resume auto)
+TRAIN_ARGS=(-a "$ARCH" --epochs "$EPOCHS" -b "$BATCH_SIZE" --workers "$WORKERS" --log-dir "$LOG_DIR" --resume auto --checkpoint-every-minutes 10)
 # shellcheck disable=SC2206  # EXTRA_ARGS is split into words on purpose
 TRAIN_ARGS+=($EXTRA_ARGS "$DATA")
 "$MPIRUN" -np $((SLURM_JOB_NUM_NODES * 4)) --map-by ppr:4:node --bind-to none "$PYTHON" -m launch.mpi imagenet/imagenet_ddp.py "${TRAIN_ARGS[@]}" &
