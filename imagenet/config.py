@@ -161,9 +161,10 @@ class TrainConfig:
                                        "steps, mid-epoch (0: only at epoch ends and stop signals); the write "
                                        "runs in the background, see imagenet.checkpoint_writer", type=int,
                                        metavar="N")
-    checkpoint_every_minutes: float = _opt(0.0, "--checkpoint-every-minutes", help="also checkpoint every M "
+    checkpoint_every_minutes: float = _opt(30.0, "--checkpoint-every-minutes", help="also checkpoint every M "
                                            "minutes of training, at the first print boundary after M minutes "
-                                           "(every rank agrees there; 0: off)", type=float, metavar="M")
+                                           "(every rank agrees there), so a crash loses at most M minutes; "
+                                           "0: off", type=float, metavar="M")
     keep_checkpoints: int = _opt(2, "--keep-checkpoints", help="keep the last K checkpoints as "
                                  "checkpoint-eEPOCH-SAMPLE.pth.tar next to checkpoint.pth.tar (the newest) and "
                                  "model_best.pth.tar (0: only those two)", type=int, metavar="K")

@@ -64,6 +64,8 @@ UNITS = {
     "step_no_allreduce_ms": "ms", "exposed_comm_ms": "ms", "allreduce_alone_ms": "ms",
     "hidden_fraction": "fraction", "grad_bytes": "bytes", "ratio_per_core": "x (vs the baseline backend)",
     "ratio_min": "x", "ratio_max": "x", "rounds": "rounds",
+    "checkpoint_saves": "checkpoints", "checkpoint_periodic": "checkpoints", "checkpoint_stall_ms_mean": "ms",
+    "checkpoint_stall_ms_max": "ms", "checkpoint_write_s_mean": "s", "checkpoint_bytes_written": "bytes",
     "files": "files", "mb_per_s_per_node": "MB/s (1e6 bytes)", "files_per_s_per_node": "files/s",
     "min_node_mb_per_s": "MB/s (1e6 bytes)", "bytes_per_file": "bytes", "storage_mb_per_s": "MB/s (1e6 bytes)",
     "opens": "files opened (strace openat)",

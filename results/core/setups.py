@@ -14,6 +14,7 @@ GROUP_KEYS = ("variant", "batch_size", "precision", "amp_dtype", "data", "arch",
 BASELINE_SETUP = "baseline"
 LOG_QUIET_SETUP = "engine-log-epoch"
 LOG_EVERY_STEP_SETUP = "engine-log-step"
+CKPT_OFF_SETUP, CKPT_ON_SETUP, CKPT_EVERY_STEPS = "engine-ckpt-epoch", "engine-ckpt-steps", 20
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,13 @@ SETUPS: Dict[str, Setup] = {
     LOG_QUIET_SETUP: Setup("ddp", "O0", None, ("-p", "1000000"), "engine defaults, logging only at epoch end"),
     LOG_EVERY_STEP_SETUP: Setup("ddp", "O0", None, ("-p", "1"), "engine defaults, printing and TensorBoard "
                                                                "step scalars at every step (a device sync each)"),
+    # The pair behind the checkpoint overhead: mid-epoch checkpoints often enough that their cost shows
+    # in a short run, against checkpoints at the epoch end only (outside the measured steps in both).
+    CKPT_OFF_SETUP: Setup("ddp", "O0", None, ("--checkpoint-every-steps", "0", "--checkpoint-every-minutes", "0"),
+                          "engine defaults, checkpoints only at the epoch end"),
+    CKPT_ON_SETUP: Setup("ddp", "O0", None, ("--checkpoint-every-steps", str(CKPT_EVERY_STEPS),
+                                             "--checkpoint-every-minutes", "0"),
+                         f"engine defaults, a background checkpoint every {CKPT_EVERY_STEPS} steps"),
 }
 
 
