@@ -100,6 +100,7 @@ def test_kill_in_mid_write_keeps_the_previous_checkpoint_and_the_resume_is_exact
     again = python(script("imagenet_nd.py"), *SEEDED, *every, "--resume", "auto", "--log-dir", crashed, jpeg_data)
     assert again.returncode == 0, explain(again)
     assert f"resumed from {crashed / checkpoint.CHECKPOINT}: epoch {position[0]}, step {position[1]}" in again.stdout
+    assert not list(crashed.glob(".*.tmp")), "the killed write's temp file was left behind"
     wa = torch.load(straight / checkpoint.CHECKPOINT, weights_only=True)
     wb = torch.load(crashed / checkpoint.CHECKPOINT, weights_only=True)
     assert wb["scheduler"]["last_epoch"] == 12, "every step trained exactly once"
