@@ -31,6 +31,10 @@ def test_host_snapshot_is_a_copy_that_the_next_optimizer_step_does_not_change():
         assert torch.equal(snap["model"][key], tensor)
     assert torch.equal(snap["optimizer"]["state"][0]["momentum_buffer"], momentum)
     assert hasattr(snap["model"], "_metadata"), "load_state_dict's per-module versions were dropped"
+    again = to_host({"model": model.state_dict(), "optimizer": opt.state_dict()}, reuse=snap)
+    assert again["model"]["weight"].data_ptr() == snap["model"]["weight"].data_ptr(), "memory not reused"
+    assert torch.equal(again["model"]["weight"], model.weight)
+    assert again["model"]["weight"].data_ptr() != model.weight.data_ptr()
 
 
 def _state(epoch, step, value):
