@@ -465,10 +465,14 @@ def _preemption(s: JobSpec) -> str:
         f"trap on_preempt {s.signal}"])
 
 
+# A crash loses at most this much training; each checkpoint stalls the step only for a copy to host
+# memory (the results report prints that stall's share of training time at this interval).
+CHECKPOINT_EVERY_MINUTES = 10
+
+
 def _train_args(s: JobSpec) -> List[str]:
-    # a crash loses at most 10 minutes of training; each checkpoint stalls the step for a host copy only
     lines = ['TRAIN_ARGS=(-a "$ARCH" --epochs "$EPOCHS" -b "$BATCH_SIZE" --workers "$WORKERS" '
-             '--log-dir "$LOG_DIR" --resume auto --checkpoint-every-minutes 10)']
+             f'--log-dir "$LOG_DIR" --resume auto --checkpoint-every-minutes {CHECKPOINT_EVERY_MINUTES})']
     if s.stage_dir:
         lines.append('TRAIN_ARGS+=(--stage-dir "$STAGE_DIR")')
     if s.train_args:

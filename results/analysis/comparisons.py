@@ -6,13 +6,17 @@
 - Training step: each ``--setups`` point's ms/step and images/s against the ``baseline`` setup of
   the same sweep, data, model, image size, batch and process count.
 - Logging overhead: ms/step logging at every step over ms/step logging once per epoch, minus one.
+- Checkpoint overhead: ms/step with a background checkpoint every few steps over ms/step with
+  checkpoints at the epoch end only, minus one; the training thread's stall per checkpoint and the
+  bytes each one wrote, and what that stall costs at a given interval.
 - Multi-node: the SLURM sweeps' images/s and efficiency per node count.
 """
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from results.core.setups import BASELINE_SETUP, LOG_EVERY_STEP_SETUP, LOG_QUIET_SETUP
+from results.core.setups import (BASELINE_SETUP, CKPT_EVERY_STEPS, CKPT_OFF_SETUP, CKPT_ON_SETUP,
+                                 LOG_EVERY_STEP_SETUP, LOG_QUIET_SETUP)
 
 PIPELINE_BASELINE = "baseline"
 IO_KEYS = ("cache", "workers", "image_size", "batch_size")
@@ -105,6 +109,34 @@ def logging_rows(train: Sequence[dict]) -> List[dict]:
             overhead = loud["metrics"]["step_time_ms"] / quiet["metrics"]["step_time_ms"] - 1.0
             rows.append({"record": loud, "quiet": quiet, "overhead": overhead})
     return rows
+
+
+def checkpoint_rows(train: Sequence[dict]) -> List[dict]:
+    """Step time with periodic background checkpoints against epoch-end checkpoints only, same
+    sweep/data/model/batch; the stall and bytes per periodic checkpoint."""
+    usable = [r for r in train if r["point"].get("setup") in (CKPT_OFF_SETUP, CKPT_ON_SETUP)
+              and r["status"] == "ok" and r["metrics"].get("checkpoint_periodic") is not None]
+    rows = []
+    for _, members in sorted(_groups(usable, STEP_KEYS).items(), key=lambda kv: str(kv[0])):
+        off = next((r for r in members if r["point"]["setup"] == CKPT_OFF_SETUP), None)
+        on = next((r for r in members if r["point"]["setup"] == CKPT_ON_SETUP), None)
+        if not (off and on and on["metrics"]["checkpoint_periodic"]):
+            continue
+        m, periodic = on["metrics"], on["metrics"]["checkpoint_periodic"]
+        # the epoch-end save is in both runs; what the periodic ones added:
+        stall_ms = (m["checkpoint_stall_ms_mean"] * m["checkpoint_saves"]
+                    - off["metrics"]["checkpoint_stall_ms_mean"] * off["metrics"]["checkpoint_saves"]) / periodic
+        every = m.get("checkpoint_every_steps") or CKPT_EVERY_STEPS  # records older than that metric
+        rows.append({"record": on, "off": off, "every_steps": every,
+                     "overhead": m["step_time_ms"] / off["metrics"]["step_time_ms"] - 1.0,
+                     "stall_ms": stall_ms,
+                     "bytes": (m["checkpoint_bytes_written"] - off["metrics"]["checkpoint_bytes_written"]) / periodic})
+    return rows
+
+
+def stall_share(stall_ms: float, interval_s: float) -> float:
+    """The fraction of training time a checkpoint's stall takes at one checkpoint per INTERVAL_S."""
+    return stall_ms / 1000.0 / interval_s
 
 
 def multinode_records(train: Sequence[dict]) -> List[dict]:

@@ -66,6 +66,7 @@ UNITS = {
     "ratio_min": "x", "ratio_max": "x", "rounds": "rounds",
     "checkpoint_saves": "checkpoints", "checkpoint_periodic": "checkpoints", "checkpoint_stall_ms_mean": "ms",
     "checkpoint_stall_ms_max": "ms", "checkpoint_write_s_mean": "s", "checkpoint_bytes_written": "bytes",
+    "checkpoint_every_steps": "steps",
     "files": "files", "mb_per_s_per_node": "MB/s (1e6 bytes)", "files_per_s_per_node": "files/s",
     "min_node_mb_per_s": "MB/s (1e6 bytes)", "bytes_per_file": "bytes", "storage_mb_per_s": "MB/s (1e6 bytes)",
     "opens": "files opened (strace openat)",

@@ -6,6 +6,7 @@ from typing import Sequence
 from results.analysis import comparisons as cmp
 from results.core.records import newest_sweep
 from results.report.common import data_label, fmt, pct
+from results.core.setups import CKPT_REPORT_MINUTES
 
 
 def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence[dict] = (),
@@ -49,6 +50,16 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
                      f"cost {100 * x['overhead']:+.1f}% step time ({fmt(m['step_time_ms'])} vs "
                      f"{fmt(q['step_time_ms'])} ms/step logging once per epoch); host load "
                      f"{fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
+    for x in cmp.checkpoint_rows(train):
+        p, m, o = x["record"]["point"], x["record"]["metrics"], x["off"]["metrics"]
+        lines.append(f"- Checkpoint overhead ({data_label(p['data'])}, {p['arch']} {p['image_size']}px, batch "
+                     f"{p['batch_size']}, {m.get('device')}): a background checkpoint every {x['every_steps']} "
+                     f"steps cost {100 * x['overhead']:+.1f}% step time ({fmt(m['step_time_ms'])} vs "
+                     f"{fmt(o['step_time_ms'])} ms/step with epoch-end checkpoints only); the step stalls "
+                     f"{fmt(x['stall_ms'])} ms per checkpoint, which writes {x['bytes'] / 1e6:.0f} MB; at one "
+                     f"checkpoint per {CKPT_REPORT_MINUTES} minutes (the batch files') that stall is "
+                     f"{100 * cmp.stall_share(x['stall_ms'], 60 * CKPT_REPORT_MINUTES):.3f}% of training "
+                     f"time; host load {fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
     for r in newest_sweep(overlap):
         p, m = r["point"], r["metrics"]
         lines.append(f"- DDP communication overlap ({p['arch']} {p['image_size']}px, batch {p['batch_size']}, "

@@ -57,7 +57,8 @@ def run_train(a: argparse.Namespace) -> List[dict]:
 def _train_point(p: train_bench.TrainPoint, runner, sweep: str, params: Optional[int],
                  a: argparse.Namespace) -> dict:
     scratch = SCRATCH_DIR / sweep / p.name
-    extra = {"runner": runner.name, "bench_command": records.portable(" ".join(sys.argv)), **({"note": a.note} if a.note else {})}
+    extra = {"runner": runner.name, "bench_command": records.portable(" ".join(sys.argv)),
+             **({"note": a.note} if a.note else {})}
     why = train_bench.check(p)
     if why:
         return train_bench.failed_train_record(p, sweep, why, extra)

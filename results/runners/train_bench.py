@@ -223,7 +223,7 @@ def metrics_from_run(run: dict) -> Dict[str, object]:
                             "compute_time_ms", "warmup_steps", "measured_steps", "peak_memory_bytes")}
     saves = run.get("checkpoints") or {}
     m.update({f"checkpoint_{k}": saves.get(k) for k in ("saves", "periodic", "stall_ms_mean", "stall_ms_max",
-                                                        "write_s_mean", "bytes_written")})
+                                                        "write_s_mean", "bytes_written", "every_steps")})
     if "step_times_ms" in tp:  # --extra=--step-times: the distribution behind the scaling model's straggler term
         m["step_times_ms"] = tp["step_times_ms"]
     m.update({"world_size": run["dist"]["world_size"], "nodes": run["dist"].get("nodes", 1),

@@ -30,6 +30,14 @@ def _train(setup: str, data: str, step_ms: float, nodes: int = 1, runner: str = 
     return records.make_record("train", sweep, point, m, dict(ENV, nodes=nodes), runner=runner)
 
 
+def _ckpt(setup: str, step_ms: float, saves: int, periodic: int, stall_ms: float, written: float) -> dict:
+    rec = _train(setup, "dummy", step_ms)
+    rec["metrics"].update(measured_steps=60, checkpoint_saves=saves, checkpoint_periodic=periodic,
+                          checkpoint_stall_ms_mean=stall_ms, checkpoint_bytes_written=written,
+                          checkpoint_every_steps=20 if periodic else 0)
+    return rec
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("compare")
@@ -37,7 +45,9 @@ def built(tmp_path_factory):
             _io("fast", 2, 240.0, 0.40)]
     recs += [_train("baseline", "dummy", 400.0), _train("engine", "dummy", 250.0), _train("engine-bf16", "dummy", 500.0),
              _train("baseline", "/d/jpegs", 800.0), _train("engine", "/d/jpegs", 320.0),
-             _train("engine-log-epoch", "dummy", 200.0), _train("engine-log-step", "dummy", 203.0)]
+             _train("engine-log-epoch", "dummy", 200.0), _train("engine-log-step", "dummy", 203.0),
+             _ckpt("engine-ckpt-epoch", 200.0, saves=1, periodic=0, stall_ms=300.0, written=2e8),
+             _ckpt("engine-ckpt-steps", 202.0, saves=4, periodic=3, stall_ms=150.0, written=5e8)]
     recs += [_train("", "dummy", ms, nodes=n, runner="slurm", sweep="c-train-1")
              for n, ms in ((1, 200.0), (2, 250.0), (4, 400.0))]
     path = tmp / "r.jsonl"
@@ -95,6 +105,21 @@ def test_logging_overhead_from_the_pair_of_setups(built):
     _, text, _ = built
     # 203 / 200 - 1 = +1.5 %
     assert "cost +1.5% step time (203 vs 200 ms/step logging once per epoch)" in text
+
+
+def test_checkpoint_overhead_stall_and_bytes_from_the_pair_of_setups(built):
+    _, text, _ = built
+    # 202 / 200 - 1 = +1.0 %; stall (4 x 150 - 1 x 300) / 3 = 100 ms; (5e8 - 2e8) / 3 = 100 MB;
+    # 100 ms per 10 minutes = 0.017 %
+    assert ("a background checkpoint every 20 steps cost +1.0% step time (202 vs 200 ms/step with epoch-end "
+            "checkpoints only); the step stalls 100 ms per checkpoint, which writes 100 MB; at one checkpoint "
+            "per 10 minutes (the batch files') that stall is 0.017% of training time") in text
+
+
+def test_the_reported_checkpoint_interval_is_the_batch_files():
+    from results.core.setups import CKPT_REPORT_MINUTES
+    from slurm.generate import CHECKPOINT_EVERY_MINUTES
+    assert CKPT_REPORT_MINUTES == CHECKPOINT_EVERY_MINUTES
 
 
 def _gpu_train(setup: str, data: str, step_ms: float, sweep: str, precision: str = "O1") -> dict:
