@@ -15,8 +15,9 @@ the same state, so one rank writing one file is enough, and that file is what th
 project and pytorch/examples users load (``torch.load(..., weights_only=True)``, ``--resume PATH``).
 What async_save adds beyond that is the thread, which is the few lines here.
 
-An error in the write (a full disk) is raised in the training thread at the next checkpoint or
-:meth:`BackgroundWriter.wait`, as the one-line :class:`imagenet.checkpoint.CheckpointError`.
+An error in the write (a full disk) is raised in the training thread at the next print boundary
+(:meth:`BackgroundWriter.check`), checkpoint or :meth:`BackgroundWriter.wait`, as the one-line
+:class:`imagenet.checkpoint.CheckpointError`.
 """
 from __future__ import annotations
 
@@ -101,6 +102,11 @@ class BackgroundWriter:
         self._write(state(), is_best)
         self.stats.stall_s.append(time.perf_counter() - start)
         self._raise()
+
+    def check(self) -> None:
+        """Raise the error of a write that has ended, without waiting for one in flight."""
+        if self._thread is not None and not self._thread.is_alive():
+            self.wait()
 
     def wait(self) -> None:
         """Until the write in flight, if any, is on disk; raises its error."""

@@ -279,6 +279,7 @@ class Trainer:
     def _boundary(self, times: tuple) -> tuple:
         """The print boundary's one collective: (stop, checkpoint due) agreed by every rank, and the
         slowest rank named when it lags (imagenet.stragglers)."""
+        self.writer.check()  # a background write that failed ends the run here, as a failed save always did
         mine = self.stop.pending(self.p.run_dir if self.info.is_primary else None)
         minutes = self.cfg.checkpoint_every_minutes
         due = minutes > 0 and time.monotonic() - self.last_checkpoint >= 60 * minutes

@@ -65,6 +65,11 @@ def test_a_failed_background_write_is_raised_at_the_next_checkpoint(tmp_path):
     writer.save(lambda: _state(0, 1, 0))
     with pytest.raises(checkpoint.CheckpointError, match="cannot write checkpoint"):
         writer.save(lambda: _state(0, 2, 0))
+    writer.save(lambda: _state(0, 3, 0))
+    writer._thread.join()  # the write has ended: check() raises without waiting
+    with pytest.raises(checkpoint.CheckpointError, match="cannot write checkpoint"):
+        writer.check()
+    writer.check()  # raised once
 
 
 def _kill_in_mid_write(proc, run_dir, deadline_s=300):
