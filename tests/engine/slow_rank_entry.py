@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 
 if __name__ == "__main__":
     from imagenet import preemption
