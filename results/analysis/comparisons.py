@@ -7,8 +7,10 @@
   the same sweep, data, model, image size, batch and process count.
 - Logging overhead: ms/step logging at every step over ms/step logging once per epoch, minus one.
 - Checkpoint overhead: ms/step with a background checkpoint every few steps over ms/step with
-  checkpoints at the epoch end only, minus one; the training thread's stall per checkpoint and the
-  bytes each one wrote, and what that stall costs at a given interval.
+  checkpoints at the epoch end only, minus one; the training thread's stall per checkpoint as a
+  share of the steps between two checkpoints (within one run, so a host load that changed between
+  the two runs does not enter it), the bytes each checkpoint wrote, and the stall's share at a
+  given interval.
 - Multi-node: the SLURM sweeps' images/s and efficiency per node count.
 """
 from __future__ import annotations
@@ -130,6 +132,8 @@ def checkpoint_rows(train: Sequence[dict]) -> List[dict]:
         rows.append({"record": on, "off": off, "every_steps": every,
                      "overhead": m["step_time_ms"] / off["metrics"]["step_time_ms"] - 1.0,
                      "stall_ms": stall_ms,
+                     # the same run's own split, free of the load changing between the two runs
+                     "stall_share": stall_ms / (every * m["step_time_ms"]),
                      "bytes": (m["checkpoint_bytes_written"] - off["metrics"]["checkpoint_bytes_written"]) / periodic})
     return rows
 

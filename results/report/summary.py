@@ -56,7 +56,8 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
                      f"{p['batch_size']}, {m.get('device')}): a background checkpoint every {x['every_steps']} "
                      f"steps cost {100 * x['overhead']:+.1f}% step time ({fmt(m['step_time_ms'])} vs "
                      f"{fmt(o['step_time_ms'])} ms/step with epoch-end checkpoints only); the step stalls "
-                     f"{fmt(x['stall_ms'])} ms per checkpoint, which writes {x['bytes'] / 1e6:.0f} MB; at one "
+                     f"{fmt(x['stall_ms'])} ms per checkpoint, {100 * x['stall_share']:.2f}% of the "
+                     f"{x['every_steps']} steps between two, and each writes {x['bytes'] / 1e6:.0f} MB; at one "
                      f"checkpoint per {CKPT_REPORT_MINUTES} minutes (the batch files') that stall is "
                      f"{100 * cmp.stall_share(x['stall_ms'], 60 * CKPT_REPORT_MINUTES):.3f}% of training "
                      f"time; host load {fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
