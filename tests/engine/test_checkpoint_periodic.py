@@ -1,6 +1,5 @@
 """Periodic checkpoints in real training runs: a kill -9 in mid-write, resume from the newest one, a
 stop signal after them, the minutes interval under torchrun, and a slowed rank named at run time."""
-import os
 import signal
 import subprocess
 import time
@@ -92,8 +91,9 @@ def test_minutes_interval_checkpoints_at_print_boundaries_under_torchrun(jpeg_da
 
 def test_a_slowed_rank_is_named_in_the_log_and_in_run_json(jpeg_data, tmp_path):
     env = child_env(SLOW_RANK="1", SLOW_DELAY_S="1.0")
-    proc = run([BIN / "torchrun", "--standalone", "--nproc_per_node=2", REPO / "tests" / "engine" / "slow_rank_entry.py",
-                *TINY, "--epochs", "1", "-p", "1", "--val-steps", "1", "--log-dir", tmp_path, jpeg_data], env=env)
+    entry = REPO / "tests" / "engine" / "slow_rank_entry.py"
+    proc = run([BIN / "torchrun", "--standalone", "--nproc_per_node=2", entry, *TINY, "--epochs", "1", "-p", "1",
+                "--val-steps", "1", "--log-dir", tmp_path, jpeg_data], env=env)
     assert proc.returncode == 0, explain(proc)
     assert "straggler: rank 1 on " in proc.stderr, explain(proc)
     assert "straggler: rank 0 " not in proc.stderr
