@@ -37,6 +37,14 @@ class CheckpointError(RuntimeError):
     """A checkpoint cannot be found or read; the message says which file and what to do."""
 
 
+def _write_serialized(path: Path, state: dict) -> int:
+    """Serialize STATE into PATH atomically; returns the bytes written. The serialized copy lives
+    only in this frame, so its memory is freed before the kept/best copies are made."""
+    data = _serialized(state)
+    files.atomic_write(path, lambda f: f.write(data))
+    return len(data)
+
+
 def save(state: dict, run_dir: Path, is_best: bool = False, keep: int = 0) -> int:
     """Write the checkpoint (and the best copy; with KEEP, a kept copy under its position, pruning
     older ones to KEEP); returns the bytes written. A full disk or another OS error leaves the
@@ -45,10 +53,7 @@ def save(state: dict, run_dir: Path, is_best: bool = False, keep: int = 0) -> in
     target = path
     try:
         _remove_stale_temps(Path(run_dir))
-        data = _serialized(state)
-        files.atomic_write(path, lambda f: f.write(data))
-        written = len(data)
-        del data
+        written = _write_serialized(path, state)
         if keep:
             _keep(path, kept_name(state), keep)
         if is_best:

@@ -29,7 +29,7 @@ import itertools
 import re
 import shlex
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 

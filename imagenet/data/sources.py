@@ -197,7 +197,7 @@ def check_shards(index: ShardIndex, meta: dict) -> None:
                         "re-run python -m imagenet.shards")
     ends = np.zeros(n, dtype=np.int64)
     np.maximum.at(ends, index.shard, index.offset + index.size)
-    for i, name in enumerate(index.shard_names):
+    for i in range(len(index.shard_names)):
         path = index.shard_path(i)
         try:
             actual = os.stat(path).st_size

@@ -208,7 +208,7 @@ def storage_section(storage: Sequence[dict], fig_dir: Path) -> str:
             s = []
             for i, (name, rs) in enumerate(sorted(groups.items())):
                 pts = aggregate([r for r in rs if r["point"]["readers_per_node"] == k], lambda r: r["point"]["nodes"],
-                                lambda r: r["metrics"][metric])
+                                lambda r, metric=metric: r["metrics"][metric])
                 s.append({"label": name, "x": [p.x for p in pts], "y": [p.mean for p in pts],
                           "err": [p.std for p in pts], "color": figures.palette(i)})
             panels.append({"title": f"{what}, {k} reader(s) per node", "xlabel": "nodes",
@@ -244,7 +244,8 @@ def loader_section(io: Sequence[dict], fig_dir: Path) -> str:
         for metric, ylabel in (("images_per_s", "images (files)/s"), ("mb_per_s", "MB/s of file bytes")):
             s = []
             for i, (name, rs) in enumerate(sorted(groups.items())):
-                pts = aggregate([r for r in rs if pick(r)], lambda r: r["point"][key], lambda r: r["metrics"][metric])
+                pts = aggregate([r for r in rs if pick(r)], lambda r, key=key: r["point"][key],
+                                lambda r, metric=metric: r["metrics"][metric])
                 if len(pts) > 1:
                     s.append({"label": name, "x": [p.x for p in pts], "y": [p.mean for p in pts],
                               "err": [p.std for p in pts], "color": figures.palette(i // 2),

@@ -12,8 +12,8 @@ from typing import Dict, List, Optional, Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (backend first)
-from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, LogLocator
 
 log = logging.getLogger(__name__)
 

@@ -89,7 +89,7 @@ def available_backends() -> Dict[str, DatasetBuilder]:
 def dataset_files(ds: Dataset) -> List[str]:
     """Paths behind an ImageFolder-like dataset: torchvision's ``samples`` of (path, class), or the
     engine's sample source (iterating it gives (name, class) pairs)."""
-    samples = ds.source if hasattr(ds, "source") else getattr(ds, "samples")
+    samples = ds.source if hasattr(ds, "source") else ds.samples
     return [p for p, _ in samples]
 
 

@@ -236,7 +236,7 @@ def submit_and_collect(points: List[Point], a: argparse.Namespace) -> int:
 
 
 def _summary(rec: dict) -> str:
-    m, job = rec["metrics"], rec["environment"].get("slurm_job_id")
+    job = rec["environment"].get("slurm_job_id")
     return (f"job {job} done, " if job else "") + _numbers(rec)
 
 

@@ -115,7 +115,7 @@ def metrics(out: Path, nodes: int, readers_per_node: int) -> Dict[str, float]:
 
 
 def job_body(a: argparse.Namespace, readers: int) -> List[str]:
-    return [f'"$PYTHON" -m results.runners.storage_bench list "$DATA" "$LOG_DIR" || exit 2',
+    return ['"$PYTHON" -m results.runners.storage_bench list "$DATA" "$LOG_DIR" || exit 2',
             f'srun --ntasks-per-node={readers} --cpus-per-task=1 "$PYTHON" -m results.runners.storage_bench read '
             f'"$LOG_DIR" --seconds {a.seconds:g} --cache {a.cache}']
 

@@ -7,7 +7,6 @@ processes from the expected launcher, two epochs, and TensorBoard events from ra
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from dataclasses import dataclass

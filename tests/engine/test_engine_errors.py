@@ -1,5 +1,4 @@
 """Bad input ends with one clear line and a non-zero exit; a dying rank ends the whole job."""
-import os
 import shutil
 import subprocess
 import time

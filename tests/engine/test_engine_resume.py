@@ -1,5 +1,4 @@
 """Resume equality, preemption mid-epoch, and the --desired-acc stop."""
-import os
 import signal
 import subprocess
 import time

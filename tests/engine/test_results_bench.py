@@ -1,6 +1,5 @@
 """The harness on CPU with tiny settings: every kind writes valid records, failures included."""
 import json
-import shutil
 from pathlib import Path
 
 import pytest

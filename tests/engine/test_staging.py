@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator

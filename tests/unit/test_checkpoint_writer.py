@@ -38,7 +38,7 @@ def _state(epoch, step, value):
 def test_writer_keeps_the_last_k_and_resume_falls_back_past_a_damaged_newest(tmp_path):
     writer = BackgroundWriter(tmp_path, keep=2)
     for i, (epoch, step) in enumerate([(0, 5), (0, 10), (1, 0), (1, 5)]):
-        writer.save(lambda: _state(epoch, step, i))
+        writer.save(lambda epoch=epoch, step=step, i=i: _state(epoch, step, i))
     writer.wait()
     assert [p.name for p in checkpoint.kept(tmp_path)] == ["checkpoint-e0001-00000000000.pth.tar",
                                                            "checkpoint-e0001-00000000080.pth.tar"]

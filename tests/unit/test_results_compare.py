@@ -1,7 +1,6 @@
 """Ratios against the baselines come from the records: the pipeline per-core ratio, the step-time
 speed-up, and the multi-node efficiencies printed in RESULTS.md match values computed here by hand."""
 import json
-from pathlib import Path
 
 import pytest
 from PIL import Image

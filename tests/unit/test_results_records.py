@@ -2,7 +2,6 @@
 committed records are checked line by line."""
 import json
 import re
-from pathlib import Path
 
 from results.core import records
 

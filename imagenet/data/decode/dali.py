@@ -51,8 +51,8 @@ class DaliUnavailable(ImportError):
 def require_dali():
     """The nvidia.dali package, or DaliUnavailable naming the pip packages that provide it."""
     try:
-        import nvidia.dali  # noqa: F401
-        from nvidia.dali import fn, pipeline_def, types  # noqa: F401
+        import nvidia.dali
+        from nvidia.dali import fn, pipeline_def, types
     except ImportError as e:
         raise DaliUnavailable(f"--data-backend dali needs NVIDIA DALI ({e}); install it with pip install "
                               f"{PACKAGES}, or use --data-backend fast or device") from None
@@ -257,7 +257,7 @@ def dali_loaders(cfg, samples, train_sampler, val_sampler, rank: int, device: to
     if cfg.skip_bad_images:
         raise DataError("--skip-bad-images does not work with --data-backend dali (DALI decodes whole batches); "
                         "use --data-backend fast to find and skip bad files")
-    make = lambda split, sampler, train, max_batches: DaliLoader(  # noqa: E731
+    make = lambda split, sampler, train, max_batches: DaliLoader(
         FileReader(samples[split]), sampler, cfg.batch_size, train, cfg.image_size, device,
         cfg.workers, cfg.seed, rank, max_batches)
     return (make("train", train_sampler, True, cfg.steps_per_epoch),
