@@ -154,7 +154,7 @@ def summarize(events, steps: int, device_type: str) -> dict:
         time_us = _device_us
         kernels = [e for e in events if _is_device_event(e) and time_us(e) > 0 and not is_step_marker(e.key)]
     else:
-        time_us = lambda e: float(e.self_cpu_time_total)
+        time_us = lambda e: float(e.self_cpu_time_total)  # noqa: E731
         kernels = [e for e in events if time_us(e) > 0 and not is_step_marker(e.key)]
     total_us = sum(time_us(e) for e in kernels)
     by_family: Dict[str, float] = {}

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from launch.environment import free_port
+from launch.environment import free_port  # noqa: F401  (tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 TIERS = ("unit", "engine", "launch", "cluster")  # the folders of tests/, fastest first

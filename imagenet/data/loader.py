@@ -121,7 +121,7 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device):
     if cfg.dummy:
         steps = max(1, cfg.dummy_size // (cfg.batch_size * world_size))
         val_steps = max(1, steps // 25)
-        make = lambda n: SyntheticBatches(n, cfg.batch_size, cfg.image_size, cfg.num_classes, device)
+        make = lambda n: SyntheticBatches(n, cfg.batch_size, cfg.image_size, cfg.num_classes, device)  # noqa: E731
         return make(steps), make(val_steps), cfg.num_classes
     classes, samples = scan_dataset_once(cfg.data, rank)
     if len(samples["train"]) < cfg.batch_size * world_size:

@@ -37,7 +37,7 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster: Slurm
     its launcher's way (scancel to every process; mpirun relays it); 2 nodes. torchrun's path is
     test_time_limit_signal_during_start_up_is_not_lost."""
     script = requeue_script(tmp_path, data, launcher, nodes=2, procs=1)
-    signal_batch = lambda job: slurm_cluster.run(["scancel", "--batch", "--signal=USR2", job])
+    signal_batch = lambda job: slurm_cluster.run(["scancel", "--batch", "--signal=USR2", job])  # noqa: E731
     log = _run_generated(slurm_cluster, script, tmp_path / "run", signal_batch)
     assert "USR2: asking the training processes to checkpoint" in log and "requeueing job" in log
     assert_resumed_exactly(tmp_path / "run", log)
@@ -46,7 +46,7 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster: Slurm
 def test_scontrol_requeue_checkpoints_and_resumes(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path) -> None:
     """An operator's (or the scheduler's) requeue: SIGTERM to every process; torchrun, 2 processes."""
     script = requeue_script(tmp_path, data, "torchrun", nodes=1, procs=2)
-    requeue = lambda job: slurm_cluster.run(["scontrol", "requeue", job])
+    requeue = lambda job: slurm_cluster.run(["scontrol", "requeue", job])  # noqa: E731
     log = _run_generated(slurm_cluster, script, tmp_path / "run", requeue)
     assert_resumed_exactly(tmp_path / "run", log)
 
@@ -60,7 +60,7 @@ def test_submitit_preemption_requeues_and_resumes(slurm_cluster: SlurmCluster, d
                                     str(data)), nodes=2, procs_per_node=1, cpus_per_task=1, time_min=10,
                         folder=str(tmp_path / "submitit" / "%j"), log_dir=str(tmp_path / "run"), cluster="slurm")
     job = sm.submit(sub)
-    log = lambda: Path(job.paths.stdout).read_text() if Path(job.paths.stdout).exists() else ""
+    log = lambda: Path(job.paths.stdout).read_text() if Path(job.paths.stdout).exists() else ""  # noqa: E731
     wait_for_progress(log, 1, 2)
     # submitit's test hook: USR2 to every task, as SLURM does signal_delay_s before the time limit.
     # (Its preemption flavour sends TERM and USR2 back to back; a rank that sees USR2 first takes the
@@ -84,7 +84,7 @@ def test_time_limit_signal_during_start_up_is_not_lost(slurm_cluster: SlurmClust
     """USR2 before torchrun has started its workers (which once inherited it ignored): they stop at
     their first safe step, the job requeues and resumes exactly."""
     script = requeue_script(tmp_path, data, "torchrun", nodes=1, procs=2)
-    signal_batch = lambda job: slurm_cluster.run(["scancel", "--batch", "--signal=USR2", job])
+    signal_batch = lambda job: slurm_cluster.run(["scancel", "--batch", "--signal=USR2", job])  # noqa: E731
     log = _run_generated(slurm_cluster, script, tmp_path / "run", signal_batch, when=_batch_started)
     assert_resumed_exactly(tmp_path / "run", log)
 

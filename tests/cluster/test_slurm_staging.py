@@ -64,7 +64,7 @@ def test_two_nodes_stage_once_requeue_and_resume_from_their_copies(slurm_cluster
     job = slurm_cluster.run(["sbatch", "--parsable", f"--output={tmp_path}/%x-%j.out", f"--export={export}",
                              str(SCRIPT)], cwd=REPO).stdout.strip()
     log_path = tmp_path / f"ddp_2node_staged-{job}.out"
-    log = lambda: log_path.read_text() if log_path.exists() else ""
+    log = lambda: log_path.read_text() if log_path.exists() else ""  # noqa: E731
 
     wait_for_progress(log, 1, 2, timeout=300)
     first = _markers(stage, data)

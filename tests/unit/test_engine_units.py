@@ -23,7 +23,7 @@ def test_linear_scaling_and_default_warmup():
 
 def test_step_schedule_with_warmup():
     cfg = _cfg("--lr-steps", "3", "6")
-    f = lambda it: optim.lr_factor(it, 10, cfg, warmup=1.0)
+    f = lambda it: optim.lr_factor(it, 10, cfg, warmup=1.0)  # noqa: E731
     assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
     assert f(25) == 1.0 and f(30) == pytest.approx(0.1) and f(65) == pytest.approx(0.01)
 

@@ -124,7 +124,7 @@ def test_dct_reduction_never_upsamples():
 
 def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
     grid = np.sort(np.concatenate([a, b]))
-    cdf = lambda s: np.searchsorted(np.sort(s), grid, side="right") / len(s)
+    cdf = lambda s: np.searchsorted(np.sort(s), grid, side="right") / len(s)  # noqa: E731
     return float(np.abs(cdf(a) - cdf(b)).max())
 
 

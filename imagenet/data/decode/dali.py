@@ -52,7 +52,7 @@ def require_dali():
     """The nvidia.dali package, or DaliUnavailable naming the pip packages that provide it."""
     try:
         import nvidia.dali
-        from nvidia.dali import fn, pipeline_def, types
+        from nvidia.dali import fn, pipeline_def, types  # noqa: F401
     except ImportError as e:
         raise DaliUnavailable(f"--data-backend dali needs NVIDIA DALI ({e}); install it with pip install "
                               f"{PACKAGES}, or use --data-backend fast or device") from None
@@ -257,7 +257,7 @@ def dali_loaders(cfg, samples, train_sampler, val_sampler, rank: int, device: to
     if cfg.skip_bad_images:
         raise DataError("--skip-bad-images does not work with --data-backend dali (DALI decodes whole batches); "
                         "use --data-backend fast to find and skip bad files")
-    make = lambda split, sampler, train, max_batches: DaliLoader(
+    make = lambda split, sampler, train, max_batches: DaliLoader(  # noqa: E731
         FileReader(samples[split]), sampler, cfg.batch_size, train, cfg.image_size, device,
         cfg.workers, cfg.seed, rank, max_batches)
     return (make("train", train_sampler, True, cfg.steps_per_epoch),
