@@ -10,7 +10,10 @@ IMAGENET_IMAGES = 1_281_167 + 50_000  # train + validation images in the ILSVRC 
 
 
 def section(recs: Sequence[dict], table: Callable) -> str:
-    rows = _newest(recs, "prepare")
+    # the newest sweep of each format (a sweep may measure one format only)
+    by_format = {fmt: [r for r in recs if r["kind"] == "prepare" and r["point"]["format"] == fmt]
+                 for fmt in ("shards", "folder")}
+    rows = [r for group in by_format.values() for r in _newest(group, "prepare")]
     if not rows:
         return "## Preparing ImageNet\n\n_(no records yet: run `python -m results.bench prepare`)_\n"
     out = []
@@ -21,7 +24,8 @@ def section(recs: Sequence[dict], table: Callable) -> str:
                     IMAGENET_IMAGES / m["images_per_s"] / 60, r.get("host_load_1m"), r["_source"]])
     return ("## Preparing ImageNet\n\n`python -m results.bench prepare` builds a download in the official layout "
             "(results/runners/archive_set.py) from ImageNet-like JPEGs (results/runners/jpegs.py, 500x375, ~110 KB) and times "
-            "`python -m imagenet.prepare` on it, archives to a complete output (every file fsynced, the index last). "
+            "`python -m imagenet.prepare` on it, archives to a complete, durable output (each shard fsynced, each "
+            "class folder synced, the index last), the newest sweep of each format. "
             "The plain read rate is a sequential read of the same archives just before (page cache warm for both). "
             "The ImageNet column is the archives' 1,331,167 images at the measured rate.\n\n"
             + table(["format", "workers", "images", "archive MB", "s", "images/s", "MB/s", "CPU ms/image",

@@ -3,7 +3,7 @@
 Builds a download in the official layout (results/runners/archive_set.py) from generated ImageNet-like
 JPEGs (results/runners/jpegs.py: 500x375, ~110 KB), then times ``imagenet.prepare`` on it for each
 ``--format`` and ``--workers``: the whole import (indexing the per-class tars, writing every shard or
-class folder with its fsync, the index last) into an empty folder, as one ``prepare`` record each:
+class folder made durable, the index last) into an empty folder, as one ``prepare`` record each:
 images/s, MB/s of the archives (1e6 bytes) and CPU seconds. For scale, each record also carries
 ``read_mb_per_s``, the rate of a plain sequential read of the same archives on the same disk just
 before (the "limited by reading the archive" line): the page cache is warm for both, so this is the
