@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from results.report.data_scale import _newest
+from results.report.data_scale import newest
 
 IMAGENET_IMAGES = 1_281_167 + 50_000  # train + validation images in the ILSVRC 2012 archives
 
@@ -13,7 +13,7 @@ def section(recs: Sequence[dict], table: Callable) -> str:
     # the newest sweep of each format (a sweep may measure one format only)
     by_format = {fmt: [r for r in recs if r["kind"] == "prepare" and r["point"]["format"] == fmt]
                  for fmt in ("shards", "folder")}
-    rows = [r for group in by_format.values() for r in _newest(group, "prepare")]
+    rows = [r for group in by_format.values() for r in newest(group, "prepare")]
     if not rows:
         return "## Preparing ImageNet\n\n_(no records yet: run `python -m results.bench prepare`)_\n"
     out = []
