@@ -1,4 +1,4 @@
-"""Benchmark harness: ``python -m results.bench train|io|allreduce|overlap|pipeline|region|quick|scaling|shards|faults ...``.
+"""Benchmark harness: ``python -m results.bench train|io|allreduce|overlap|pipeline|region|quick|scaling|shards|prepare|faults ...``.
 
 The one command line on top of results/ (see results/README.md): it parses, picks the runner and,
 where the kind ends with one, writes the report. Each measured point appends one JSON record to
@@ -9,7 +9,8 @@ a small but complete set of those kinds on a CPU machine in a few minutes, follo
 ``scaling`` sweeps node counts (or, with ``--io``, storage readers) on the SLURM cluster that
 ``sbatch`` reaches (:mod:`results.runners.scaling`); ``shards`` measures data at scale
 (:mod:`results.runners.data_scale_bench`); ``region`` the per-core cost of decoding a crop box, C
-region decoder vs nvImageCodec (:mod:`results.runners.region_bench`); ``faults`` runs the chaos tests on the SLURM test
+region decoder vs nvImageCodec (:mod:`results.runners.region_bench`); ``prepare`` times the import of
+ImageNet's archives (:mod:`results.runners.prepare_bench`); ``faults`` runs the chaos tests on the SLURM test
 cluster and records them (:mod:`results.runners.faults_bench`).
 """
 from __future__ import annotations
@@ -26,8 +27,8 @@ from results import report
 from results.core import records
 from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.setups import CPU_SETUPS, SCRIPTS, SETUPS
-from results.runners import data_scale_bench, faults_bench, local, region_bench, scaling, slurm_queue
-from results.runners.common import BenchError, progress
+from results.runners import data_scale_bench, faults_bench, local, prepare_bench, region_bench, scaling, slurm_queue
+from results.runners.common import BenchError, environment, progress
 from slurm.generate import GenerateError
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--fresh", action="store_true", help="replace this tag's earlier records and runs")
     scaling.add_parser(sub, common)
     data_scale_bench.add_parser(sub, common)
+    prepare_bench.add_parser(sub, common)
     faults_bench.add_parser(sub, common)
     region_bench.add_parser(sub, common)
     return p
@@ -246,7 +248,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return rc or (report.main([]) if a.report else 0)
         out = {"train": local.run_train, "io": local.run_io, "allreduce": local.run_allreduce,
                "overlap": local.run_overlap, "pipeline": local.run_pipeline, "shards": data_scale_bench.run,
-               "region": region_bench.run}[a.cmd](a)
+               "region": region_bench.run,
+               "prepare": lambda a: prepare_bench.run(a, SCRATCH_DIR, environment())}[a.cmd](a)
     except (BenchError, slurm_queue.SlurmError, GenerateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -51,7 +51,8 @@ def scan_dataset(root: str) -> Tuple[List[str], Index]:
         d = base / split
         if not d.is_dir():
             raise DataError(f"{d} is missing: the dataset root needs train/ and val/ ImageFolders "
-                            "(class sub-folders of images); for ImageNet's val, sort images into class folders")
+                            "(class sub-folders of images); python -m imagenet.prepare ARCHIVES DST writes them "
+                            "from ImageNet's download")
         if not os.access(d, os.R_OK | os.X_OK):
             raise DataError(f"{d} is not readable by this user; fix its permissions")
         split_classes[split] = _classes(d)

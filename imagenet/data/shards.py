@@ -32,7 +32,7 @@ import tarfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from PIL import Image
@@ -61,24 +61,69 @@ class Options:
     skip_bad: bool = False
 
 
+class Member(NamedTuple):
+    """An image stored as SIZE bytes at OFFSET of FILE (a member of an uncompressed tar, read in
+    place: :mod:`imagenet.data.prepare`); NAME is how messages call it."""
+
+    file: str
+    offset: int
+    size: int
+    name: str
+
+
+Source = Union[str, Member]  # an image file's path, or an image inside an archive
+
+
 @dataclass(frozen=True)
 class Job:
-    """One shard to write: its file and the source samples (path, class, key) it holds."""
+    """One shard to write: its file and the source samples (source, class, key) it holds."""
 
     dst: str
     name: str
-    samples: Tuple[Tuple[str, int, str], ...]
+    samples: Tuple[Tuple[Source, int, str], ...]
     options: Options
 
 
 # ---------------------------------------------------------------- one image
 
-def encoded(path: str, options: Options) -> Tuple[bytes, str]:
+def source_name(src: Source) -> str:
+    return src.name if isinstance(src, Member) else src
+
+
+class SourceReader:
+    """Reads sources' bytes: a file per image, or a byte range of an archive kept open for all its
+    images (an open per image would be a metadata operation per image on a parallel filesystem,
+    which is what reading the archives in place avoids)."""
+
+    def __init__(self):
+        self._fds: Dict[str, int] = {}
+
+    def __call__(self, src: Source) -> bytes:
+        if isinstance(src, str):
+            with open(src, "rb") as f:
+                return f.read()
+        fd = self._fds.get(src.file)
+        if fd is None:
+            fd = self._fds[src.file] = os.open(src.file, os.O_RDONLY)
+        raw = os.pread(fd, src.size, src.offset)
+        if len(raw) != src.size:
+            raise OSError(f"{src.file} ends inside this image (truncated archive)")
+        return raw
+
+    def __enter__(self) -> "SourceReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+
+
+def encoded(src: Source, options: Options, read: Callable[[Source], bytes]) -> Tuple[bytes, str]:
     """(payload, extension) for a source image: its own bytes, or a re-encoded JPEG when its longer
-    side is over --max-side. Raises DataError naming the file if it is not a readable image."""
+    side is over --max-side. Raises DataError naming the image if it is not a readable image."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read(src)
         im = Image.open(io.BytesIO(raw))
         if options.max_side and max(im.size) > options.max_side:
             return _shrunk(im, options), "jpg"
@@ -86,7 +131,7 @@ def encoded(path: str, options: Options) -> Tuple[bytes, str]:
         return raw, "jpg" if im.format == "JPEG" else (im.format or "img").lower()
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise DataError(f"cannot read image {path}: {reason}; replace or remove the file, or pass "
+        raise DataError(f"cannot read image {source_name(src)}: {reason}; replace or remove the file, or pass "
                         "--skip-bad-images to leave it out") from None
 
 
@@ -117,15 +162,15 @@ def write_shard(job: Job) -> dict:
 
 
 def _write_tar(f, job: Job, skipped: List[str]) -> None:
-    with tarfile.open(fileobj=f, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+    with tarfile.open(fileobj=f, mode="w", format=tarfile.USTAR_FORMAT) as tar, SourceReader() as read:
         for src, target, key in job.samples:
             try:
-                payload, ext = encoded(src, job.options)
+                payload, ext = encoded(src, job.options, read)
             except DataError as e:
                 if not job.options.skip_bad:
                     raise
                 log.warning("skipping %s", e)
-                skipped.append(src)
+                skipped.append(source_name(src))
                 continue
             tar.addfile(*_member(f"{key}.{ext}", payload))
             tar.addfile(*_member(f"{key}.cls", str(target).encode()))
@@ -152,16 +197,22 @@ def shard_entries(path: str) -> dict:
 
 # ---------------------------------------------------------------- planning
 
-def plan_split(split: str, index: sources.FolderIndex, shard_bytes: int, dst: str,
-               options: Options) -> List[Job]:
-    """Consecutive samples in shards of about SHARD_BYTES of source files (re-encoded shards come out
-    smaller)."""
-    jobs, current, size = [], [], 0
+def folder_samples(index: sources.FolderIndex) -> Iterator[Tuple[str, int, int]]:
+    """(path, class, bytes) of each image of an ImageFolder split, in its order."""
     for i in range(len(index)):
         path = index.name(i)
-        current.append((path, index.target(i), f"{i:08d}"))
-        size += os.path.getsize(path) if os.path.exists(path) else 0
-        if size >= shard_bytes or i == len(index) - 1:
+        yield path, index.target(i), os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def plan_split(split: str, samples: Sequence[Tuple[Source, int, int]], shard_bytes: int, dst: str,
+               options: Options) -> List[Job]:
+    """Consecutive samples (source, class, bytes) in shards of about SHARD_BYTES of source images
+    (re-encoded shards come out smaller); a sample's key is its index in the split."""
+    jobs, current, size = [], [], 0
+    for i, (src, target, nbytes) in enumerate(samples):
+        current.append((src, target, f"{i:08d}"))
+        size += nbytes
+        if size >= shard_bytes or i == len(samples) - 1:
             jobs.append(Job(dst, f"{split}-{len(jobs):06d}.tar", tuple(current), options))
             current, size = [], 0
     return jobs
@@ -175,13 +226,13 @@ def _fingerprint(src: str, jobs: Dict[str, List[Job]], options: Options) -> dict
     return {"source": os.path.abspath(src), "options": asdict(options), "samples": digest.hexdigest()}
 
 
-def _check_plan(dst: Path, plan: dict) -> None:
+def check_plan(dst: Path, plan: dict) -> None:
     """A rerun continues only the same conversion; anything else would mix shards of two."""
     path = dst / PLAN_NAME
     if path.exists():
         old = json.loads(path.read_text())
         if old != plan:
-            raise DataError(f"{dst} holds shards of a different conversion (source {old.get('source')}, options "
+            raise DataError(f"{dst} holds the output of a different conversion (source {old.get('source')}, options "
                             f"{old.get('options')}); pass an empty DST or delete {dst}")
         return
     if any(dst.iterdir()):
@@ -192,17 +243,18 @@ def _check_plan(dst: Path, plan: dict) -> None:
 # ---------------------------------------------------------------- progress
 
 class Progress:
-    """A bar redrawn in place on an interactive terminal (imagenet.terminal); plain lines (one per shard) otherwise, for log files."""
+    """A bar redrawn in place on an interactive terminal (imagenet.terminal); plain lines (one per
+    finished part: a shard, a class folder) otherwise, for log files."""
 
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.done, self.images, self.stream = total, 0, 0, stream
+    def __init__(self, total: int, unit: str = "shards", stream=sys.stderr):
+        self.total, self.unit, self.done, self.images, self.stream = total, unit, 0, 0, stream
         self.tty, self.t0 = overwrite_progress(stream), time.monotonic()
 
-    def update(self, shard: dict) -> None:
+    def update(self, images: int, label: str) -> None:
         self.done += 1
-        self.images += len(shard["offset"])
+        self.images += images
         rate = self.images / max(time.monotonic() - self.t0, 1e-9)
-        text = f"{self.done}/{self.total} shards, {self.images} images, {rate:.0f} images/s ({shard['name']})"
+        text = f"{self.done}/{self.total} {self.unit}, {self.images} images, {rate:.0f} images/s ({label})"
         if self.tty:
             bar = "#" * (30 * self.done // self.total)
             self.stream.write(f"\r[{bar:30s}] {text}" + ("\n" if self.done == self.total else ""))
@@ -213,7 +265,8 @@ class Progress:
 
 # ---------------------------------------------------------------- conversion
 
-def _run(jobs: Sequence[Job], workers: int, fn) -> Iterator[dict]:
+def run_jobs(jobs: Sequence, workers: int, fn) -> Iterator:
+    """fn(job) for each job, in order, in WORKERS forked processes (in this one for 1)."""
     if workers <= 1:
         yield from map(fn, jobs)
         return
@@ -226,22 +279,30 @@ def convert(src: str, dst: str, shard_mb: float = DEFAULT_SHARD_MB, workers: int
     if sources.is_shard_folder(src):
         raise DataError(f"{src} is already a shard folder; pass the ImageFolder it came from")
     classes, index = scan_dataset(src)
+    samples = {s: list(folder_samples(index[s])) for s in sources.SPLITS}
+    return write_splits(src, dst, classes, samples, shard_mb, workers, options)
+
+
+def write_splits(src: str, dst: str, classes: Sequence[str], samples: Dict[str, Sequence[Tuple[Source, int, int]]],
+                 shard_mb: float, workers: int, options: Options, names: Optional[Sequence[str]] = None) -> dict:
+    """Write each split's samples (source, class, bytes) into shards under DST, then the index;
+    continues an interrupted run of the same conversion (SRC names it in the plan); returns counts."""
     out = Path(dst)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = {s: plan_split(s, index[s], int(shard_mb * 2**20), dst, options) for s in sources.SPLITS}
-    _check_plan(out, _fingerprint(src, jobs, options))
+    jobs = {s: plan_split(s, samples[s], int(shard_mb * 2**20), dst, options) for s in sources.SPLITS}
+    check_plan(out, _fingerprint(src, jobs, options))
     for stale in files.stale_temps(out):  # left by a killed run; never renamed, so never read
         stale.unlink()
     splits, skipped = {}, []
     progress = Progress(sum(len(j) for j in jobs.values()))
     for split in sources.SPLITS:
         shards = []
-        for shard in _run(jobs[split], workers, write_shard):
-            progress.update(shard)
+        for shard in run_jobs(jobs[split], workers, write_shard):
+            progress.update(len(shard["offset"]), shard["name"])
             shards.append(shard)
             skipped += shard["skipped"]
         splits[split] = _split_arrays(shards)
-    sources.save_index(out, classes, splits)
+    sources.save_index(out, classes, splits, names)
     return {"classes": len(classes), "skipped": len(skipped),
             **{f"{s}_samples": len(splits[s]["target"]) for s in sources.SPLITS},
             **{f"{s}_shards": len(splits[s]["shards"]) for s in sources.SPLITS}}
@@ -282,7 +343,38 @@ def verify(root: str, workers: int = 1) -> int:
     """Re-read every sample of a shard folder; returns the number checked, raises DataError."""
     _, index = sources.load_index(root)
     jobs = [(root, split, s) for split in sources.SPLITS for s in range(len(index[split].shard_names))]
-    return sum(_run(jobs, workers, _verify_shard))
+    return sum(run_jobs(jobs, workers, _verify_shard))
+
+
+def add_conversion_args(ap: argparse.ArgumentParser) -> None:
+    """The flags of every converter into shards (this one and python -m imagenet.prepare)."""
+    ap.add_argument("--shard-size", type=float, default=DEFAULT_SHARD_MB,
+                    help=f"MB of source images per shard (default {DEFAULT_SHARD_MB})")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel readers and writers")
+    ap.add_argument("--max-side", type=int, help="re-encode images whose longer side is over N pixels to N")
+    ap.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (default 90)")
+    ap.add_argument("--skip-bad-images", action="store_true", help="leave unreadable images out (named in a warning)")
+    ap.add_argument("--verify", action="store_true", help="afterwards, re-read and decode every sample of the shards")
+
+
+def conversion_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> Options:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if a.max_side is not None and a.max_side < 1 or not 1 <= a.quality <= 100 or a.workers < 1:
+        ap.error("--max-side must be >= 1, --quality in 1..100 and --workers >= 1")
+    return Options(a.max_side, a.quality, a.skip_bad_images)
+
+
+def run_conversion(convert_fn: Callable[[], dict], dst: str, verify_workers: Optional[int]) -> int:
+    """Run a conversion for the command line: its counts as JSON, then (VERIFY_WORKERS given) a
+    re-read of every shard; a DataError is one line and exit status 1."""
+    try:
+        print(json.dumps(convert_fn()))
+        if verify_workers:
+            print(f"verified {verify(dst, verify_workers)} samples")
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -290,26 +382,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                  description="convert an ImageFolder (train/, val/) into indexed tar shards")
     ap.add_argument("src", help="ImageFolder root holding train/ and val/")
     ap.add_argument("dst", help="output folder (new or empty, or an interrupted conversion to continue)")
-    ap.add_argument("--shard-size", type=float, default=DEFAULT_SHARD_MB,
-                    help=f"MB of source images per shard (default {DEFAULT_SHARD_MB})")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel shard writers")
-    ap.add_argument("--max-side", type=int, help="re-encode images whose longer side is over N pixels to N")
-    ap.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (default 90)")
-    ap.add_argument("--skip-bad-images", action="store_true", help="leave unreadable images out (named in a warning)")
-    ap.add_argument("--verify", action="store_true", help="afterwards, re-read and decode every sample")
+    add_conversion_args(ap)
     a = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if a.max_side is not None and a.max_side < 1 or not 1 <= a.quality <= 100:
-        ap.error("--max-side must be >= 1 and --quality in 1..100")
-    try:
-        counts = convert(a.src, a.dst, a.shard_size, a.workers, Options(a.max_side, a.quality, a.skip_bad_images))
-        print(json.dumps(counts))
-        if a.verify:
-            print(f"verified {verify(a.dst, a.workers)} samples")
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    options = conversion_options(ap, a)
+    return run_conversion(lambda: convert(a.src, a.dst, a.shard_size, a.workers, options), a.dst,
+                          a.workers if a.verify else None)
 
 
 if __name__ == "__main__":

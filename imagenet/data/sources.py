@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -150,11 +150,13 @@ def is_shard_folder(root: str) -> bool:
     return os.path.isfile(os.path.join(root, INDEX_NAME))
 
 
-def save_index(root: Path, classes: Sequence[str], splits: Dict[str, dict]) -> None:
+def save_index(root: Path, classes: Sequence[str], splits: Dict[str, dict],
+               names: Optional[Sequence[str]] = None) -> None:
     """Write the index atomically (imagenet.files): it is the last file a conversion writes, so its
     presence means every shard it names is complete. SPLITS maps a split to its shard names,
-    shard sizes, samples per shard and the per-sample arrays shard / offset / size / target."""
-    header = {"format": FORMAT, "classes": list(classes),
+    shard sizes, samples per shard and the per-sample arrays shard / offset / size / target.
+    NAMES, where known (ImageNet's archives), are the classes' human-readable names."""
+    header = {"format": FORMAT, "classes": list(classes), **({"class_names": list(names)} if names else {}),
               "splits": {s: {"shards": v["shards"], "shard_bytes": v["shard_bytes"], "samples": v["samples"]}
                          for s, v in splits.items()}}
     arrays = {"header": np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)}

@@ -33,7 +33,7 @@ REFERENCE_DIR = RESULTS_DIR / "reference"  # published numbers and cited links
 SCRATCH_DIR = RESULTS_DIR / "scratch"  # git-ignored: checkpoints, generated JPEGs
 RUNS_DIR = RESULTS_DIR / "runs"  # kept: run.json + TensorBoard events behind the learning curves
 KINDS = ("train", "io", "allreduce", "overlap", "pipeline", "storage", "shards_pipeline", "data_opens",
-         "index_memory", "fault", "region_decode")
+         "index_memory", "fault", "region_decode", "prepare")
 STATUSES = ("ok", "failed")
 
 # Fields every record must have, and the metrics an "ok" record of each kind must carry.
@@ -49,6 +49,7 @@ REQUIRED_METRICS = {
     "data_opens": ("images", "rchar", "syscr"),
     "index_memory": ("rank_rss_bytes", "worker_private_bytes", "worker_pss_bytes", "workers"),
     "region_decode": ("images_per_cpu_s", "cpu_ms_per_image", "rounds", "ratio_per_core"),
+    "prepare": ("images_per_s", "mb_per_s", "elapsed_s", "images", "read_mb_per_s"),
     "fault": ("survived", "steps_trained_twice", "checkpoints_lost"),  # detect_s: absent when not timed
 }
 
@@ -78,6 +79,7 @@ UNITS = {
     "workers": "processes", "touched": "chunks of 65536 entries",
     "survived": "1 = the run finished after the fault", "detect_s": "s (fault injected -> the job or process ended)",
     "steps_trained_twice": "steps", "checkpoints_lost": "checkpoints",
+    "read_mb_per_s": "MB/s (1e6 bytes)", "written_bytes": "bytes",
 }
 
 

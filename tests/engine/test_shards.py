@@ -136,7 +136,7 @@ def test_an_interrupted_conversion_resumes_and_keeps_finished_shards(photos, pho
     with np.load(dst / sources.INDEX_NAME) as got, np.load(photo_shards / sources.INDEX_NAME) as want:
         assert got.files == want.files and all(np.array_equal(got[k], want[k]) for k in got.files)
     other = convert(photos, dst, "--shard-size", "0.25", "--max-side", "100")
-    assert other.returncode == 1 and "holds shards of a different conversion" in other.stderr
+    assert other.returncode == 1 and "holds the output of a different conversion" in other.stderr
     assert len(other.stderr.strip().splitlines()) == 1
 
 

@@ -5,8 +5,11 @@ which checks the transforms, the collation, the errors and the engine's use of i
 decodes where it is installed (requirements-dev.txt installs it), torchvision where not: both are
 run here, the second by hiding TorchCodec.
 """
+import io
+
 import pytest
 import torch
+from PIL import Image
 from torch.utils.data import DataLoader
 
 from imagenet import errors
@@ -52,6 +55,21 @@ def test_train_crops_match_the_fast_backend(photos, box, flip):
         assert diff.float().mean() < 1.0 and diff.max() <= 12
 
 
+@pytest.mark.parametrize("kind", ["PNG", "CMYK"])
+def test_png_and_cmyk_images_reach_the_device_as_rgb_jpegs(photos, kind):
+    """ImageNet's odd files: the worker re-encodes them (nvJPEG reads neither); the pixels stay the picture."""
+    buf = io.BytesIO()
+    with Image.open(photos[0]) as im:
+        im.save(buf, "PNG") if kind == "PNG" else im.convert("CMYK").save(buf, "JPEG", quality=95)
+    encoded = device.EncodedVal(224)(buf.getvalue(), "odd.JPEG")
+    assert jpeg.jpeg_frame(bytes(encoded.data.numpy())) is not None
+    got = device.collate([(encoded, 0)])[0].decode(CPU)[0]
+    expected = FastVal(224)(buf.getvalue())
+    other = FastVal(224)(open(photos[1], "rb").read())
+    # a quality-95 re-encode of a noisy photo: a few levels off, far from another picture
+    assert (got.int() - expected.int()).abs().float().mean() < 5.0 < (got.int() - other.int()).abs().float().mean()
+
+
 def test_val_matches_the_fast_backend(photos):
     got = device.collate([(device.EncodedVal(224)(open(p, "rb").read(), p), 0) for p in photos])[0].decode(CPU)
     expected = torch.stack([FastVal(224)(open(p, "rb").read()) for p in photos])
@@ -67,11 +85,11 @@ def test_loader_batches_stay_encoded_until_the_normalizer(photos):
     assert -3 < out.min() < out.max() < 3  # normalised, not 0-255
 
 
-def test_non_jpeg_is_a_bad_image_and_undecodable_bytes_name_the_files(photos, tmp_path):
+def test_broken_image_is_a_bad_image_and_undecodable_bytes_name_the_files(photos, tmp_path):
     png = tmp_path / "x.JPEG"
     png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
     files = loader.ImageFiles([(str(png), 0)], device.EncodedTrain(64))
-    with pytest.raises(errors.DataError, match="not a JPEG.*--skip-bad-images"):
+    with pytest.raises(errors.DataError, match="cannot read image .*x.JPEG.*--skip-bad-images"):
         files[0]
     broken = device.EncodedBatch([torch.frombuffer(bytearray(b"\xff\xd8\xff\xdb" + b"\0" * 40), dtype=torch.uint8)],
                                         torch.tensor([[0, 0, 8, 8, 0, 8, 1]]), [photos[0]])

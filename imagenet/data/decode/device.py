@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import List, NamedTuple, Sequence
+from typing import List, NamedTuple, Sequence, Tuple
 
 import torch
 from PIL import Image
@@ -29,7 +29,7 @@ from torchvision.transforms.v2 import functional as TF
 from ...errors import DataError
 from .base import val_resize
 from .fast import FastTrain, resized_hw
-from .jpeg import jpeg_frame
+from .jpeg import JpegFrame, jpeg_frame
 
 try:
     from torchcodec.decoders import decode_jpeg as _torchcodec_decode_jpeg
@@ -135,7 +135,7 @@ class EncodedTrain:
         self.size = image_size
 
     def __call__(self, buf: bytes, name: str = "") -> EncodedImage:
-        frame = _jpeg_frame(buf)
+        buf, frame = _device_jpeg(buf)
         (top, left, h, w), flip = FastTrain.sample(frame.height, frame.width)
         return _encoded(buf, [top, left, h, w, int(flip), self.size], name)
 
@@ -147,15 +147,22 @@ class EncodedVal:
         self.size = image_size
 
     def __call__(self, buf: bytes, name: str = "") -> EncodedImage:
-        _jpeg_frame(buf)
+        buf, _ = _device_jpeg(buf)
         return _encoded(buf, [0, 0, VAL, VAL, 0, self.size], name)
 
 
-def _jpeg_frame(buf: bytes):
+def _device_jpeg(buf: bytes) -> Tuple[bytes, JpegFrame]:
+    """BUF and its JPEG frame, or, for an image the device decoders may not read, an RGB JPEG of it
+    made here in the loader worker: ImageNet's train split has one PNG under a .JPEG name and 22
+    CMYK JPEGs (nvJPEG decodes neither); a few re-encodes an epoch cost nothing. Undecodable
+    bytes raise, and ImageFiles turns that into the bad-image error (or a skip)."""
     frame = jpeg_frame(buf)
-    if frame is None:  # ImageFiles turns this into the bad-image error (or a skip)
-        raise ValueError("not a JPEG file the device decoder reads (the device backend decodes JPEG only)")
-    return frame
+    if frame is not None and buf[frame.height_offset + 4] in (1, 3):  # grey or YCbCr, not CMYK/YCCK
+        return buf, frame
+    out = io.BytesIO()
+    with Image.open(io.BytesIO(buf)) as im:
+        im.convert("RGB").save(out, "JPEG", quality=95)
+    return out.getvalue(), jpeg_frame(out.getvalue())
 
 
 def _encoded(buf: bytes, row: List[int], path: str) -> EncodedImage:
