@@ -49,7 +49,8 @@ class TrainConfig:
     data_backend: str = _opt("fast", "--data-backend", help="image decoding pipeline: fast (decodes only the "
                              "rows and scale the crop needs, uint8), baseline (pytorch/examples' float "
                              "pipeline), pil (PIL + v2 transforms, uint8), device (JPEG bytes through the loader, "
-                             "decoded on the training device: nvJPEG on GPUs), dali (NVIDIA DALI decodes and augments, on the GPU, "
+                             "decoded on the training device: nvJPEG on GPUs), dali (NVIDIA DALI decodes and "
+                             "augments, on the GPU, "
                              "region-of-interest decoding; pip install nvidia-dali-cuda130); see imagenet.data.decode")
     skip_bad_images: bool = _opt(False, "--skip-bad-images", help="skip (and count) corrupt or unreadable "
                                  "images instead of stopping at the first one", action="store_true")

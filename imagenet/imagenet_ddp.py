@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""DistributedDataParallel ImageNet training: one process per GPU, started by torchrun, torch.distributed.launch, MPI, SLURM or --dist-url."""
+"""DistributedDataParallel ImageNet training: one process per GPU, started by torchrun,
+torch.distributed.launch, MPI, SLURM or --dist-url."""
 import os
 import sys
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""DDP ImageNet training with mixed precision (--opt-level O0-O3): NVIDIA Apex AMP when apex.amp is installed, torch.amp otherwise."""
+"""DDP ImageNet training with mixed precision (--opt-level O0-O3): NVIDIA Apex AMP when apex.amp is
+installed, torch.amp otherwise."""
 import os
 import sys
 

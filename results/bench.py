@@ -1,4 +1,5 @@
-"""Benchmark harness: ``python -m results.bench train|io|allreduce|overlap|pipeline|region|quick|scaling|shards|prepare|faults ...``.
+"""Benchmark harness: ``python -m results.bench
+train|io|allreduce|overlap|pipeline|region|quick|scaling|shards|prepare|faults ...``.
 
 The one command line on top of results/ (see results/README.md): it parses, picks the runner and,
 where the kind ends with one, writes the report. Each measured point appends one JSON record to
@@ -113,7 +114,8 @@ def _size(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m results.bench", description=__doc__.splitlines()[0])
+    # the docstring's first paragraph (two lines; argparse joins them into one)
+    p = argparse.ArgumentParser(prog="python -m results.bench", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     common = argparse.ArgumentParser(add_help=False)
     # no default here: parents share their action objects, so a subparser's set_defaults(tag=...)

@@ -187,7 +187,8 @@ def make_executor(sub: Submission):
                                ("constraint", sub.constraint)) if v}
     params.update({f"slurm_{k}": v for k, v in slurm.items()})
     if executor.cluster == "slurm":
-        params.update(slurm_signal_delay_s=sub.signal_delay_s, slurm_additional_parameters={"requeue": True, **dict(sub.extra_slurm)})
+        params.update(slurm_signal_delay_s=sub.signal_delay_s,
+                      slurm_additional_parameters={"requeue": True, **dict(sub.extra_slurm)})
     executor.update_parameters(**params)
     return executor
 

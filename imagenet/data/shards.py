@@ -14,8 +14,9 @@ returns decoded samples rather than byte ranges. Reading the written shard back 
 is also the check that it is a standard tar. The layout stays readable by webdataset.
 
 Robustness: a shard is written atomically (:mod:`imagenet.files`: a temp file, renamed when complete),
-so a killed conversion leaves only whole shards (a rerun removes its temp files); a rerun with the same SRC and options skips them (``.shards-plan.json``
-records what was planned) and the index, written last and atomically, means "complete".
+so a killed conversion leaves only whole shards (a rerun removes its temp files); a rerun with the
+same SRC and options skips them (``.shards-plan.json`` records what was planned) and the index,
+written last and atomically, means "complete".
 ``--max-side N`` re-encodes images whose longer side is over N (see README "Data at scale").
 """
 from __future__ import annotations
@@ -274,7 +275,8 @@ def run_jobs(jobs: Sequence, workers: int, fn) -> Iterator:
         yield from pool.imap(fn, jobs)
 
 
-def convert(src: str, dst: str, shard_mb: float = DEFAULT_SHARD_MB, workers: int = 1, options: Options = Options()) -> dict:
+def convert(src: str, dst: str, shard_mb: float = DEFAULT_SHARD_MB, workers: int = 1,
+            options: Options = Options()) -> dict:
     """Convert SRC (ImageFolder) into shards under DST; returns counts. Resumes an interrupted run."""
     if sources.is_shard_folder(src):
         raise DataError(f"{src} is already a shard folder; pass the ImageFolder it came from")

@@ -14,8 +14,9 @@ Why numpy and not lists of (path, class): a Python list of 1.28M tuples is ~226 
 every DataLoader worker that reads the entries touches their reference counts, so copy-on-write
 gives each worker a private copy of the pages (a known PyTorch problem). Here the paths are one
 bytes buffer plus int64 offsets and the classes one int32 array: a few reference-counted objects
-whose pages forked workers share untouched (``python -m results.bench shards`` measures both). The arrays pickle as plain buffers, so
-rank 0's scan broadcasts them cheaply (:func:`imagenet.data.scan.scan_dataset_once`).
+whose pages forked workers share untouched (``python -m results.bench shards`` measures both). The
+arrays pickle as plain buffers, so rank 0's scan broadcasts them cheaply
+(:func:`imagenet.data.scan.scan_dataset_once`).
 
 The shard index file (:data:`INDEX_NAME`) is a numpy ``.npz`` without pickles: a JSON header
 (format, classes, shard file names and sizes) and per split the int arrays shard / offset / size /

@@ -326,7 +326,8 @@ def _mismatched(src: Path, dest: Path, rels: Sequence[str]) -> List[str]:
 
 
 class _Progress:
-    """A rewritten line on an interactive terminal (imagenet.terminal); otherwise a plain line every PROGRESS_SECONDS (job logs)."""
+    """A rewritten line on an interactive terminal (imagenet.terminal); otherwise a plain line every
+    PROGRESS_SECONDS (job logs)."""
 
     def __init__(self, files: int, total_bytes: int, every: float):
         self.files, self.total = files, total_bytes

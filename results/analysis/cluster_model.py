@@ -58,7 +58,8 @@ def _storage(series: Sequence[dict], storage: Sequence[dict]) -> Optional[Tuple[
     folder = [r for r in storage if r["point"].get("format") == "imagefolder"] or list(storage)
     by_mb = max(folder, key=lambda r: r["metrics"]["mb_per_s"])
     by_files = max(folder, key=lambda r: r["metrics"]["files_per_s"])
-    st = sm.Storage(bytes_per_image=by_mb["metrics"]["bytes_per_file"], read_bytes_per_s=by_mb["metrics"]["mb_per_s"] * 1e6,
+    st = sm.Storage(bytes_per_image=by_mb["metrics"]["bytes_per_file"],
+                    read_bytes_per_s=by_mb["metrics"]["mb_per_s"] * 1e6,
                     opens_per_s=by_files["metrics"]["files_per_s"])
     return st, by_mb, by_files
 

@@ -46,7 +46,8 @@ def pipeline_rows(io: Sequence[dict]) -> List[dict]:
         for r in sorted(members, key=lambda r: r["point"]["backend"]):
             m = r["metrics"]
             rows.append({"record": r, "baseline": base,
-                         "per_core_ratio": m["images_per_cpu_s"] / base["metrics"]["images_per_cpu_s"] if base else None,
+                         "per_core_ratio": (m["images_per_cpu_s"] / base["metrics"]["images_per_cpu_s"]
+                                            if base else None),
                          "wall_ratio": m["images_per_s"] / base["metrics"]["images_per_s"] if base else None})
     return rows
 

@@ -8,8 +8,9 @@ one node: a full node shares its loader cores and host the way every node of a l
 every other point is a prediction, and the check says, per point, which term binds and how far the
 prediction is from the published number. Inputs known only as a range (HAL's loader restart, the
 February storage rate) give each prediction an error band; a point off by more than the tolerance
-names the measurement that would decide it and the value that input would need there. Its report section is ``results.report.whole_step``;
-``python -m results.scaling_model --check`` runs :func:`main`.
+names the measurement that would decide it and the value that input would need there. Its report
+section is ``results.report.whole_step``; ``python -m results.scaling_model --check`` runs
+:func:`main`.
 """
 from __future__ import annotations
 
@@ -208,7 +209,8 @@ def dle_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
             r = v.get("images_per_core_s", rate)
             pipe = sm.Pipeline(sysm["cores_per_node"], r, sysm["loader_workers_per_gpu"]) if r else None
             return sm.WholeStep(inputs, got.hidden_fraction, samples, pipe, None)  # workers persist: no restart
-        pts = sorted((int(n), c["batch_per_gpu"], x) for n, x in pub["nvidia_dle_2021"]["train_img_per_s"][config].items())
+        published = pub["nvidia_dle_2021"]["train_img_per_s"][config]
+        pts = sorted((int(n), c["batch_per_gpu"], x) for n, x in published.items())
         cases.append(_case(f"NVIDIA DLE {config}", build, pts, {}, (L["unmeasured"], L["unmeasured_input"])))
     return cases
 
@@ -360,7 +362,8 @@ def dle_bracket(rows: Sequence[dict]) -> str:
 
 
 def inputs_text(got: Measured, links: dict) -> str:
-    rates = ", ".join(f"{b} {r:.0f} images/s per core ({src})" for b, r, src in got.rates) or "none (no pipeline records)"
+    rates = (", ".join(f"{b} {r:.0f} images/s per core ({src})" for b, r, src in got.rates)
+             or "none (no pipeline records)")
     steps = ", ".join(f"{d}: {len(s)} steps ({src}), straggler factor E[max of 64]/mean = "
                       f"{sm.straggler_factor(s, 64):.3f}" for d, s, src in got.step_samples) or "none"
     cuda = got.samples("cuda")[1]

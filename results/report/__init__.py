@@ -154,8 +154,8 @@ def questions_section(body: Sequence[str]) -> str:
     present = {line[3:].strip() for part in body for line in part.splitlines() if line.startswith("## ")}
     rows = [[q, ", ".join(f"[{h}](#{_anchor(h)})" for h in hs if h in present)] for q, hs in QUESTIONS
             if any(h in present for h in hs)]
-    return "## Questions\n\nA figure where the records draw one, its table under it; tables longer than a screen are folded.\n\n" + \
-        md_table(["question", "sections"], rows)
+    return ("## Questions\n\nA figure where the records draw one, its table under it; tables longer than a screen "
+            "are folded.\n\n" + md_table(["question", "sections"], rows))
 
 
 FOLD_ROWS = 12  # a table longer than this folds under its figure: the page stays readable, every row stays

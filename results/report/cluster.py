@@ -109,8 +109,8 @@ def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path
     if not scaling:
         return _configurations_section(series, fig_dir)
     thr, hours = scaling_panels(scaling)
-    figures.report_panels(fig_dir / "training_throughput.png", thr, "Training throughput (mean, std of repeats); dotted: ideal; "
-                          "labels: efficiency")
+    figures.report_panels(fig_dir / "training_throughput.png", thr, "Training throughput (mean, std of repeats); "
+                          "dotted: ideal; labels: efficiency")
     figures.report_panels(fig_dir / "training_time.png", hours, f"Time to train {EPOCHS} ImageNet epochs at the "
                           "measured rate; dotted: ideal")
     rows, trows = [], []
@@ -118,8 +118,8 @@ def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path
         for p, e in zip(pts, efficiency(pts)):
             nodes = p.records[0]["metrics"].get("nodes")
             rows.append([name, hw, int(p.x), nodes, p.n, p.mean, _std(p), p.mean / p.x, pct(e), _ids(p)])
-            trows.append([name, int(p.x), IMAGENET_TRAIN_IMAGES / p.mean / 3600, EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600,
-                          _ids(p)])
+            trows.append([name, int(p.x), IMAGENET_TRAIN_IMAGES / p.mean / 3600,
+                          EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600, _ids(p)])
     singles = {k: v for k, v in series.items() if len(v) == 1}
     more = ("\nConfigurations measured at one GPU count only (no scaling to draw):\n\n" + _config_table(singles)
             if singles else "")
@@ -219,7 +219,8 @@ def storage_section(storage: Sequence[dict], fig_dir: Path) -> str:
     for name, rs in sorted(groups.items()):
         for k in readers:
             mine = [r for r in rs if r["point"]["readers_per_node"] == k]
-            files = {p.x: p for p in aggregate(mine, lambda r: r["point"]["nodes"], lambda r: r["metrics"]["files_per_s"])}
+            files = {p.x: p for p in aggregate(mine, lambda r: r["point"]["nodes"],
+                                               lambda r: r["metrics"]["files_per_s"])}
             for p in aggregate(mine, lambda r: r["point"]["nodes"], lambda r: r["metrics"]["mb_per_s"]):
                 f = files[p.x]
                 rows.append([name, k, int(p.x), p.n, p.mean, _std(p), p.mean / p.x, f.mean, _std(f),
@@ -264,7 +265,8 @@ def loader_section(io: Sequence[dict], fig_dir: Path) -> str:
     fig = "![IO loader](IO_loader.png)\n\n" if panels else ""
     return ("## Data loading on one node\n\n" + fig + "Images/s and MB/s of JPEG bytes that the loader delivered, "
             "against its worker processes and against concurrent readers.\n\n"
-            + md_table(["backend, cache", "workers", "readers", "images/s", "MB/s", "images/s per core", "record"], rows))
+            + md_table(["backend, cache", "workers", "readers", "images/s", "MB/s", "images/s per core", "record"],
+                       rows))
 
 
 def pipeline_section(steady: Sequence[dict], fig_dir: Path) -> str:
@@ -313,8 +315,8 @@ def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Opt
         return f"## Scaling model\n\nNo prediction for {name}: {why}.\n", None
     xs = [row["gpus"] for row in pred.rows]
     figures.report_panels(fig_dir / "scaling_model.png", [{
-        "title": hw, "xlabel": "processes" if hw.startswith("CPU") else "GPUs (processes)", "ylabel": "images/s", "xlog": True,
-        "ymin0": True, "series": [
+        "title": hw, "xlabel": "processes" if hw.startswith("CPU") else "GPUs (processes)", "ylabel": "images/s",
+        "xlog": True, "ymin0": True, "series": [
             {"label": "measured (mean, std)", "x": [p.x for p in pts], "y": [p.mean for p in pts],
              "err": [p.std for p in pts], "style": "o", "color": figures.palette(0)},
             {"label": "scaling model", "x": xs, "y": [row["predicted"] for row in pred.rows], "style": "--",
@@ -356,7 +358,8 @@ def headline(recs: Sequence[dict], series, binding: Optional[str]) -> Dict[str, 
         "records": len(recs), "ok": len(ok), "kinds": sorted({r["kind"] for r in ok}),
         "hardware": " / ".join(sorted({hardware(r) for r in ok})) or "unknown hardware",
         "nodes": max((r["metrics"].get("nodes") or r["point"].get("nodes") or 1 for r in ok), default=1),
-        "cores": "/".join(sorted({str(r["environment"]["cpu_count"]) for r in ok if r["environment"].get("cpu_count")})),
+        "cores": "/".join(sorted({str(r["environment"]["cpu_count"]) for r in ok
+                                  if r["environment"].get("cpu_count")})),
         "best": None, "efficiency": None, "binding": binding,
         "notes": sorted({r["note"] for r in ok if r.get("note")})}
     best = max(((k, p) for k, pts in series.items() for p in pts), key=lambda kp: kp[1].mean, default=None)
@@ -406,7 +409,9 @@ def other_section(recs: Sequence[dict]) -> str:
 def failed_section(recs: Sequence[dict]) -> str:
     failed = [[r["kind"], r["sweep"], (r.get("error") or "").splitlines()[-1][:160] if r.get("error") else "-",
                r["_source"]] for r in recs if r["status"] != "ok"]
-    return "" if not failed else "## Failed points\n\n" + md_table(["kind", "sweep", "why (last line)", "record"], failed)
+    if not failed:
+        return ""
+    return "## Failed points\n\n" + md_table(["kind", "sweep", "why (last line)", "record"], failed)
 
 
 ENV_KEYS = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "torch", "torchvision", "cuda", "nccl", "python")
@@ -440,8 +445,8 @@ def build_tag(tag: str, records_file: Path, out_dir: Path) -> Tuple[Path, Dict[s
                                                        for r in recs) else ""
     body = [throughput_section(series, out_dir), curves_section(train, env, out_dir),
             storage_section(by_kind(recs, "storage"), out_dir), loader_section(by_kind(recs, "io"), out_dir),
-            pipeline_section(by_kind(recs, "pipeline"), out_dir), model, shards, faults.section(recs), other_section(recs),
-            failed_section(recs)]
+            pipeline_section(by_kind(recs, "pipeline"), out_dir), model, shards, faults.section(recs),
+            other_section(recs), failed_section(recs)]
     top = headline(recs, series, binding)
     head = (f"# {tag}: benchmark report\n\nGenerated by `python -m results.report --tag {tag}` from "
             f"`{records_file.name}` alone ({len(problems)} unusable lines). Do not edit: rerun the command.\n\n"

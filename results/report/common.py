@@ -47,8 +47,8 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-ENV_COLUMNS = ("hostname", "cpu_model", "cpu_count", "torch_threads", "gpu_name", "gpu_count", "nodes", "torch", "torchvision",
-               "cuda", "cudnn", "nccl", "python", "git_commit", "slurm_job_id")
+ENV_COLUMNS = ("hostname", "cpu_model", "cpu_count", "torch_threads", "gpu_name", "gpu_count", "nodes", "torch",
+               "torchvision", "cuda", "cudnn", "nccl", "python", "git_commit", "slurm_job_id")
 
 
 class Environments:

@@ -173,8 +173,8 @@ IDEAL_LABEL = "ideal linear scaling (dotted)"
 
 def ideal_line(x0: float, y0: float, xs: List[float], first: bool, color: Optional[str]) -> Series:
     """Linear scaling from the first point: y = y0 * x / x0; only the first one enters the legend."""
-    return {"label": IDEAL_LABEL if first else "_nolegend_", "x": xs, "y": [y0 * x / x0 for x in xs], "style": ":", "color": color,
-            "alpha": 0.8}
+    return {"label": IDEAL_LABEL if first else "_nolegend_", "x": xs, "y": [y0 * x / x0 for x in xs], "style": ":",
+            "color": color, "alpha": 0.8}
 
 
 def bars(path: Path, panels: Sequence[Dict[str, object]], suptitle: str) -> Path:

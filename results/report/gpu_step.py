@@ -50,7 +50,8 @@ def targets_section(train: Sequence[dict]) -> str:
     if not gpu:
         return ""
     amp = _amp_synthetic(train)
-    rows = [[x["record"]["point"]["setup"], x["record"]["point"]["batch_size"], fmt(x["record"]["metrics"]["images_per_s"]),
+    rows = [[x["record"]["point"]["setup"], x["record"]["point"]["batch_size"],
+             fmt(x["record"]["metrics"]["images_per_s"]),
              cmp.times(x["throughput_ratio"]), _gib(x["record"]["metrics"].get("peak_memory_bytes")),
              _yes(x["record"]["metrics"]["images_per_s"] >= TARGET_IMAGES_PER_S),
              _yes(bool(x["throughput_ratio"]) and x["throughput_ratio"] >= TARGET_SPEEDUP), x["record"]["_source"]]

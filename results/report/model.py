@@ -59,7 +59,8 @@ def hal_model(pub: dict, links: dict, hidden_fraction: float) -> Tuple[sm.ModelI
     L = links["hal_2020"]
     run = next(r for r in pub["hal_2020"]["runs"] if r["label"] == L["run"])
     params = parameter_count(L["arch"])
-    m = sm.ModelInputs(step_time_s=1.0, batch_per_gpu=run["batch_per_gpu"], grad_bytes=params * L["grad_bytes_per_param"],
+    m = sm.ModelInputs(step_time_s=1.0, batch_per_gpu=run["batch_per_gpu"],
+                       grad_bytes=params * L["grad_bytes_per_param"],
                        busbw_intra=L["busbw_intra"], alpha_intra_s=L["alpha_intra_s"], gpus_per_node=L["gpus_per_node"],
                        busbw_inter=L["busbw_inter"], alpha_inter_s=L["alpha_inter_s"])
     n0, x0 = run["gpus"][0], run["train_img_per_s"][0]
@@ -104,12 +105,13 @@ def model_section(train: Sequence[dict], ar: Sequence[dict], overlap: Sequence[d
                 "style": "*", "color": "black"})
     if ours_measured:
         thr.append({"label": "this machine measured", "x": [r["metrics"]["world_size"] for r in ours_measured],
-                    "y": [r["metrics"]["images_per_s"] for r in ours_measured], "style": "D", "color": figures.palette(0)})
+                    "y": [r["metrics"]["images_per_s"] for r in ours_measured], "style": "D",
+                    "color": figures.palette(0)})
     figures.grid(fig_dir / "scaling_model.png", [
         {"title": "predicted throughput", "xlabel": "GPUs (processes)", "ylabel": "images/s", "series": thr,
          "xlog": True, "ylog": True, "legend_loc": "lower right"},  # the upper left hides published points
-        {"title": "predicted scaling efficiency", "xlabel": "GPUs (processes)", "ylabel": "efficiency (fraction of linear)",
-         "series": eff, "xlog": True, "ymin0": True},
+        {"title": "predicted scaling efficiency", "xlabel": "GPUs (processes)",
+         "ylabel": "efficiency (fraction of linear)", "series": eff, "xlog": True, "ymin0": True},
     ], f"Scaling model: compute + ring all-reduce; no, measured (h = {pct(h)}) and full overlap")
     return _model_text(scenarios, hidden, gpus, ours_desc, ours, ours_measured, pub, links, run,
                        overlap_text(h, h_rec, env))

@@ -21,7 +21,8 @@ def steady_pipeline_table(steady: Sequence[dict], env: Environments) -> str:
         return "_(no steady-state pipeline records yet: run `python -m results.bench pipeline`)_\n"
     rows = [[r["point"]["backend"], r["point"]["split"], r["point"]["workers"], r["point"]["image_size"],
              r["point"]["images"], r["metrics"]["rounds"], r["metrics"]["cpu_ms_per_image"],
-             r["metrics"]["images_per_cpu_s"], r["metrics"]["images_per_s"], cmp.times(r["metrics"].get("ratio_per_core")),
+             r["metrics"]["images_per_cpu_s"], r["metrics"]["images_per_s"],
+             cmp.times(r["metrics"].get("ratio_per_core")),
              (f"{cmp.times(r['metrics']['ratio_min'])}-{cmp.times(r['metrics']['ratio_max'])}"
               if r["metrics"].get("ratio_min") else "-"), r.get("host_load_1m"), env.id(r), r["_source"]]
             for r in sorted(steady, key=lambda r: (r["sweep"], r["point"]["split"], r["point"]["workers"],
@@ -52,7 +53,8 @@ def pipeline_section(io: Sequence[dict], steady: Sequence[dict], env: Environmen
               "wall_ratio"),
     ], "Data pipeline by backend: decode + train augmentation, one reader, same JPEGs")
     table = [[x["record"]["point"]["backend"], x["record"]["point"]["cache"], x["record"]["point"]["workers"],
-              x["record"]["point"]["image_size"], x["record"]["metrics"]["images"], x["record"]["metrics"].get("bytes_per_image"),
+              x["record"]["point"]["image_size"], x["record"]["metrics"]["images"],
+              x["record"]["metrics"].get("bytes_per_image"),
               x["record"]["metrics"]["images_per_s"], x["record"]["metrics"]["cpu_ms_per_image"],
               x["record"]["metrics"]["images_per_cpu_s"], x["record"]["metrics"]["cores_busy"],
               cmp.times(x["per_core_ratio"]), cmp.times(x["wall_ratio"]), x["record"].get("host_load_1m"),

@@ -23,7 +23,8 @@ def section(recs: Sequence[dict], table: Callable) -> str:
                     m["mb_per_s"], 1000 * m["cpu_s"] / m["images"], m["read_mb_per_s"],
                     IMAGENET_IMAGES / m["images_per_s"] / 60, r.get("host_load_1m"), r["_source"]])
     return ("## Preparing ImageNet\n\n`python -m results.bench prepare` builds a download in the official layout "
-            "(results/runners/archive_set.py) from ImageNet-like JPEGs (results/runners/jpegs.py, 500x375, ~110 KB) and times "
+            "(results/runners/archive_set.py) from ImageNet-like JPEGs (results/runners/jpegs.py, 500x375, ~110 KB) "
+            "and times "
             "`python -m imagenet.prepare` on it, archives to a complete, durable output (each shard fsynced, each "
             "class folder synced, the index last), the newest sweep of each format. "
             "The plain read rate is a sequential read of the same archives just before (page cache warm for both). "

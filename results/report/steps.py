@@ -43,10 +43,12 @@ def step_section(train: Sequence[dict], env: Environments, fig_dir: Path, gpu: b
                     f"{', ' + v.amp_dtype if v.amp_dtype else ''}{', ' + ' '.join(v.flags) if v.flags else ''})\n"
                     for k, v in SETUPS.items() if k in setups)
     table = [[x["record"]["point"]["setup"], data_label(x["record"]["point"]["data"]), x["record"]["point"]["arch"],
-              x["record"]["point"]["image_size"], x["record"]["point"]["batch_size"], x["record"]["metrics"]["world_size"],
+              x["record"]["point"]["image_size"], x["record"]["point"]["batch_size"],
+              x["record"]["metrics"]["world_size"],
               x["record"]["metrics"]["step_time_ms"], x["record"]["metrics"].get("data_time_ms"),
               x["record"]["metrics"].get("compute_time_ms"), x["record"]["metrics"]["images_per_s"],
-              cmp.times(x["step_speedup"]), cmp.times(x["throughput_ratio"]), x["record"]["metrics"].get("measured_steps"),
+              cmp.times(x["step_speedup"]), cmp.times(x["throughput_ratio"]),
+              x["record"]["metrics"].get("measured_steps"),
               x["record"].get("host_load_1m"), env.id(x["record"]), x["record"]["_source"]] for x in rows]
     where = ("On the GPU the loader runs in worker processes (the workers column of the command) and the "
              "targets below are checked from these records." if gpu else
@@ -76,7 +78,8 @@ def gpu_targets(train: Sequence[dict]) -> str:
              and x["record"]["point"]["precision"] != "O0" and x["record"]["point"]["data"] == "dummy"]
     rows = [[x["record"]["point"]["setup"], x["record"]["point"]["arch"], x["record"]["environment"].get("gpu_name"),
              x["record"]["metrics"]["images_per_s"], cmp.times(x["throughput_ratio"]),
-             met(x["throughput_ratio"] >= TARGET_SPEEDUP), met(x["record"]["metrics"]["images_per_s"] >= TARGET_IMAGES_PER_S),
+             met(x["throughput_ratio"] >= TARGET_SPEEDUP),
+             met(x["record"]["metrics"]["images_per_s"] >= TARGET_IMAGES_PER_S),
              x["record"]["_source"]] for x in steps]
     jpeg = [x for x in cmp.jpeg_vs_synthetic_rows(train) if cmp.on_gpu(x["record"])]
     jrows = [[x["record"]["point"]["setup"], data_label(x["record"]["point"]["data"]),

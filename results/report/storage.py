@@ -45,7 +45,8 @@ def storage_section(recs: Sequence[dict], env: Environments, fig_dir: Path) -> s
     readers = sorted({k[2] for k in groups})
     panels = [{"title": f"{title}, {k} reader(s) per node", "xlabel": "nodes", "ylabel": ylabel,
                "series": series(metric, k), "ylog": True}
-              for metric, title, ylabel in (("mb_per_s", "all nodes", "MB/s read"), ("files_per_s", "all nodes", "files/s"),
+              for metric, title, ylabel in (("mb_per_s", "all nodes", "MB/s read"),
+                                            ("files_per_s", "all nodes", "files/s"),
                                             ("mb_per_s_per_node", "per node", "MB/s read per node"),
                                             ("files_per_s_per_node", "per node", "files/s per node"))
               for k in readers]

@@ -30,7 +30,8 @@ def _gpu_rows(train: Sequence[dict]) -> List[List[str]]:
             and x["record"]["metrics"]["images_per_s"] >= steps.TARGET_IMAGES_PER_S]
     gpu = fastest["record"]["environment"].get("gpu_name") or "GPU"
     rate = fastest["record"]["metrics"]["images_per_s"]
-    rows = [_row(f"ResNet-50 AMP training on one {gpu}, synthetic data", f">= {gpu_step.TARGET_IMAGES_PER_S:g} images/s",
+    rows = [_row(f"ResNet-50 AMP training on one {gpu}, synthetic data",
+                 f">= {gpu_step.TARGET_IMAGES_PER_S:g} images/s",
                  f"{fmt(rate)} images/s ({fastest['record']['point']['setup']}, batch "
                  f"{fastest['record']['point']['batch_size']})", rate >= gpu_step.TARGET_IMAGES_PER_S,
                  fastest["record"]["_source"])]

@@ -78,7 +78,8 @@ def section(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source:
             "lasts at least its bytes / the read rate, and its files / the opens rate). The binding term is the one "
             "whose removal would raise the prediction most. t_c is calibrated on the largest published point of at "
             f"most {sm.CALIBRATION_MAX_GPUS} GPUs on one node (marked); the rest are predictions. The error band "
-            "is the prediction at the ends of the cited ranges (HAL's restart and, for February, the storage's read rate). "
+            "is the prediction at the ends of the cited ranges (HAL's restart and, for February, the storage's "
+            "read rate). "
             "`python -m results.scaling_model --check` prints the same table and exits 1 when an error is over "
             f"{100 * sm.CHECK_TOLERANCE:.0f}%.\n\n" + ws.inputs_text(got, links) + " " + storage_text(storage, links)
             + "\n\n" + own_runs_text(train, restart, _hal_time_to_train(pub)) + "\n\nCited inputs "

@@ -156,6 +156,7 @@ def test_optimisation_flags_under_torchrun(jpeg_data, tmp_path):
     assert record["precision"]["label"] == "O3-bf16"
     lrs = [lr for _, lr in tb_scalars(tmp_path)["Step/lr"]]
     peak = record["lr"]
-    # 3 steps an epoch, 1 warm-up epoch: after step 1 the lr is 2/3 of the peak
-    assert lrs[0] == pytest.approx(peak * 2 / 3) and max(lrs) == pytest.approx(peak, rel=0.05) and lrs[-1] < max(lrs)  # warm-up, decay
+    # 3 steps an epoch, 1 warm-up epoch: after step 1 the lr is 2/3 of the peak; then warm-up, decay
+    assert (lrs[0] == pytest.approx(peak * 2 / 3) and max(lrs) == pytest.approx(peak, rel=0.05)
+            and lrs[-1] < max(lrs))
     assert record["final"]["weight_checksums"][0] == record["final"]["weight_checksums"][1]

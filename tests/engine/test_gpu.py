@@ -99,7 +99,8 @@ def test_loss_scale_recovers_from_injected_overflow_and_resume_restores_it():
     assert fresh.loss_scale == prec.loss_scale and fresh.skipped_steps == prec.skipped_steps
 
 
-@pytest.mark.parametrize("flags", [("--compile",), ("--compile-mode", "reduce-overhead")], ids=["default", "cudagraphs"])
+@pytest.mark.parametrize("flags", [("--compile",), ("--compile-mode", "reduce-overhead")],
+                         ids=["default", "cudagraphs"])
 def test_compiled_model_trains_on_cuda(jpeg_data, tmp_path, flags):
     proc = python(script("imagenet_ddp_apex.py"), *GPU_TINY, "--opt-level", "O1", "--amp-dtype", "bfloat16",
                   *flags, "--epochs", "1", "--log-dir", tmp_path, jpeg_data, timeout=900)

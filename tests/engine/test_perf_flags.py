@@ -161,7 +161,8 @@ def test_torchrun_two_processes_with_compression_and_static_graph(tmp_path):
     assert sums is None or sums[0] == sums[1], "replicas drifted apart under the bf16 hook"
 
 
-@pytest.mark.parametrize("flags,mode", [(("--compile",), None), (("--compile-mode", "reduce-overhead"), "reduce-overhead")])
+@pytest.mark.parametrize("flags,mode", [(("--compile",), None),
+                                        (("--compile-mode", "reduce-overhead"), "reduce-overhead")])
 def test_compile_mode_reaches_torch_compile(tmp_path, monkeypatch, flags, mode):
     """The training model goes through torch.compile with the mode asked for (compiling itself is
     exercised on a GPU in tests/engine/test_gpu.py; here torch.compile is replaced by a recorder)."""

@@ -161,7 +161,8 @@ def test_a_killed_import_resumes_to_the_same_files(download, prepared, tmp_path)
     proc.wait()
     proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL
-    assert not (dst / sources.INDEX_NAME).exists() and 0 < len(list(dst.glob("*.tar"))) < len(list(prepared.glob("*.tar")))
+    assert (not (dst / sources.INDEX_NAME).exists()
+            and 0 < len(list(dst.glob("*.tar"))) < len(list(prepared.glob("*.tar"))))
     with pytest.raises(DataError):
         sources.load_index(str(dst))
     again = run([str(c) for c in cmd])

@@ -249,7 +249,8 @@ def test_dali_backend_reads_shards_like_the_folder(tmp_path):
     got = {}
     for name, root in (("folder", src), ("shards", tmp_path / "s")):
         _, index = scan.scan_dataset(str(root))
-        loader = dali_colours.dali_loader(index["val"], samplers.ShardSampler(dali_colours.VAL, 0, 1), False, dali_colours.CPU)
+        loader = dali_colours.dali_loader(index["val"], samplers.ShardSampler(dali_colours.VAL, 0, 1), False,
+                                          dali_colours.CPU)
         got[name] = [(dali_colours.decode_id(im), int(t)) for images, targets in loader
                      for im, t in zip(images, targets)]
     assert got["shards"] == got["folder"] and len(got["folder"]) == dali_colours.VAL

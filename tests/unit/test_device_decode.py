@@ -40,7 +40,8 @@ def photos(tmp_path_factory):
     return sorted(str(p) for p in (root / "train").rglob("*.JPEG"))
 
 
-@pytest.mark.parametrize("box,flip", [((10, 20, 300, 280), False), ((0, 0, 375, 500), True), ((200, 300, 90, 120), True)])
+@pytest.mark.parametrize("box,flip", [((10, 20, 300, 280), False), ((0, 0, 375, 500), True),
+                                      ((200, 300, 90, 120), True)])
 def test_train_crops_match_the_fast_backend(photos, box, flip):
     fast = FastTrain(224)
     for path in photos:
@@ -93,5 +94,6 @@ def test_broken_image_is_a_bad_image_and_undecodable_bytes_name_the_files(photos
         files[0]
     broken = device.EncodedBatch([torch.frombuffer(bytearray(b"\xff\xd8\xff\xdb" + b"\0" * 40), dtype=torch.uint8)],
                                         torch.tensor([[0, 0, 8, 8, 0, 8, 1]]), [photos[0]])
-    with pytest.raises(errors.DataError, match="cannot decode a JPEG.*" + photos[0].split("/")[-1] + ".*--data-backend fast"):
+    name = photos[0].split("/")[-1]
+    with pytest.raises(errors.DataError, match="cannot decode a JPEG.*" + name + ".*--data-backend fast"):
         broken.decode(CPU)

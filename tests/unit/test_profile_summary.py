@@ -13,7 +13,8 @@ from imagenet import profiling
     ("cudnn::bn_bw_1C11_kernel_new<__half, float, float2, 512, true, 1, true>", "batchnorm"),
     ("void at::native::(anonymous namespace)::batch_norm_collect_statistics_channels_last_kernel", "batchnorm"),
     ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedSgdMathFunctor>", "optimizer"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::Half>>", "elementwise / pointwise"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::Half>>",
+     "elementwise / pointwise"),
     ("Memcpy HtoD (Pageable -> Device)", "copy / layout"),
     ("void at::native::(anonymous namespace)::max_pool_backward_nhwc", "reduction / pooling"),
 ])
@@ -23,7 +24,8 @@ def test_kernel_families(name, expected):
 
 def test_step_markers_are_taken_out_of_old_summaries():
     old = {"steps": 2, "device": "cuda", "device_ms_per_step": 100.0, "kernels_per_step": 11.0,
-           "families": {"other": {"ms_per_step": 45.0, "share": 0.45}, "convolution": {"ms_per_step": 55.0, "share": 0.55}},
+           "families": {"other": {"ms_per_step": 45.0, "share": 0.45},
+                        "convolution": {"ms_per_step": 55.0, "share": 0.55}},
            "top_kernels": [{"name": "ProfilerStep*", "family": "other", "calls_per_step": 1.0, "ms_per_step": 40.0,
                             "share": 0.4},
                            {"name": "sm90_xmma_fprop", "family": "convolution", "calls_per_step": 10.0,

@@ -65,7 +65,8 @@ def test_repeated_node_counts_fold_into_one_line_with_their_spread(tmp_path):
 
 def test_each_hardware_kind_gets_its_own_panel(tmp_path):
     other = dict(ENV, cpu_model="Other CPU")
-    recs = [_train("c-train-1", n, 100.0 * n) for n in (1, 2)] + [_train("c-train-2", n, 50.0 * n, other) for n in (1, 2)]
+    recs = ([_train("c-train-1", n, 100.0 * n) for n in (1, 2)]
+            + [_train("c-train-2", n, 50.0 * n, other) for n in (1, 2)])
     series = cluster.train_series(records.load([_write(tmp_path / "c.jsonl", recs)])[0])
     thr, hours = cluster.scaling_panels(series)
     assert [p["title"] for p in thr] == ["CPU: Other CPU", "CPU: Test CPU"] == [p["title"] for p in hours]

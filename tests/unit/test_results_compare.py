@@ -42,7 +42,8 @@ def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("compare")
     recs = [_io("baseline", 0, 100.0, 0.64), _io("fast", 0, 210.0, 0.25), _io("baseline", 2, 150.0, 0.80),
             _io("fast", 2, 240.0, 0.40)]
-    recs += [_train("baseline", "dummy", 400.0), _train("engine", "dummy", 250.0), _train("engine-bf16", "dummy", 500.0),
+    recs += [_train("baseline", "dummy", 400.0), _train("engine", "dummy", 250.0),
+             _train("engine-bf16", "dummy", 500.0),
              _train("baseline", "/d/jpegs", 800.0), _train("engine", "/d/jpegs", 320.0),
              _train("engine-log-epoch", "dummy", 200.0), _train("engine-log-step", "dummy", 203.0),
              _ckpt("engine-ckpt-epoch", 200.0, saves=1, periodic=0, stall_ms=300.0, written=2e8),

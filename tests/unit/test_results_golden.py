@@ -54,7 +54,8 @@ def test_a_sweep_ends_with_its_tags_report(tmp_path):
     shutil.copy(records.RECORDS_DIR / f"{GOLDEN_TAG}.jsonl", recs)
     assert bench.report_of(recs, "mycluster") == 0
     readme = (tmp_path / "reports" / "mycluster" / "README.md").read_text()
-    assert readme.startswith("# mycluster: benchmark report") and "![training throughput](training_throughput.png)" in readme
+    assert (readme.startswith("# mycluster: benchmark report")
+            and "![training throughput](training_throughput.png)" in readme)
     assert (tmp_path / "RESULTS.md").exists()
 
 

@@ -140,7 +140,8 @@ def test_io_and_allreduce_tables_match_records(built):
     got = {(r["backend"], r["cache"], r["workers"], r["readers"]): r["images/s"] for r in io_rows}
     for r in io:
         p = r["point"]
-        assert got[(p["backend"], p["cache"], str(p["workers"]), str(p["readers"]))] == report.fmt(r["metrics"]["images_per_s"])
+        key = (p["backend"], p["cache"], str(p["workers"]), str(p["readers"]))
+        assert got[key] == report.fmt(r["metrics"]["images_per_s"])
     ar_rows = _table_rows(md, "series | bytes | size")
     assert [r["busbw (GB/s)"] for r in ar_rows] == [report.fmt(r["metrics"]["busbw_gbps"]) for r in recs
                                                     if r["kind"] == "allreduce"]
@@ -191,7 +192,8 @@ def test_scaling_model_uses_the_newest_overlap_record(built):
         assert r["predicted (measured overlap)"] == report.fmt(sm.predict(hal, n, 0.25)["images_per_s"])
     pred = [r for r in _table_rows(md, "scenario | GPUs | comm ms/step") if r["scenario"].startswith("this machine")]
     for r in pred:  # exposed = comm minus the measured quarter, as long as backward is longer than that
-        assert float(r["exposed ms/step (measured overlap)"]) == pytest.approx(0.75 * float(r["comm ms/step"]), rel=2e-3)
+        exposed = float(r["exposed ms/step (measured overlap)"])
+        assert exposed == pytest.approx(0.75 * float(r["comm ms/step"]), rel=2e-3)
 
 
 def test_scaling_model_without_overlap_records_assumes_all_exposed(tmp_path):

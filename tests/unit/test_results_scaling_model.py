@@ -184,7 +184,8 @@ def test_loader_restart_is_spread_over_the_timed_steps_by_hand():
     assert p["images_per_s"] == pytest.approx(64 / 0.21) and p["binding"] == "loader restart"
     assert p["epoch_s"] == pytest.approx(0.8 + 10 * 0.11)
     # ten times the images: 100 steps, all timed, share it (more GPUs: fewer steps, a larger share)
-    assert sm.breakdown(sm.WholeStep(M, epoch=replace(ep, images=6400)), 2)["restart_per_step_s"] == pytest.approx(0.008)
+    ten_times = sm.breakdown(sm.WholeStep(M, epoch=replace(ep, images=6400)), 2)
+    assert ten_times["restart_per_step_s"] == pytest.approx(0.008)
     # the epoch bound counts the restart: 2.0 s of reading fits in 0.8 s + 1.1 s of steps? no -> 0.12 s/step
     st = sm.Storage(bytes_per_image=100e3, read_bytes_per_s=640 * 100e3 / 2.0)
     p = sm.breakdown(sm.WholeStep(M, storage=st, epoch=ep), 2)
@@ -281,7 +282,8 @@ def test_check_prints_every_published_point_with_its_terms_band_and_named_misses
     for line in misses:
         assert "Missing: " in line and "it needs " in line and " where the model has " in line
     named = {line.split(":")[0][2:] for line in misses}
-    assert named <= {"HAL 2020 feb at 64 GPUs", "NVIDIA DLE A100_80GB_AMP at 8 GPUs", "NVIDIA DLE V100_16GB_AMP at 8 GPUs"}
+    assert named <= {"HAL 2020 feb at 64 GPUs", "NVIDIA DLE A100_80GB_AMP at 8 GPUs",
+                     "NVIDIA DLE V100_16GB_AMP at 8 GPUs"}
     dle = [line for line in misses if "NVIDIA DLE" in line]
     assert all("per-worker PIL decode" in line and "images/s per loader core" in line for line in dle)
     assert not dle or "At 1 GPU the same loaders fed at least" in out  # the other side of the bracket

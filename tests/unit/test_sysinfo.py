@@ -86,7 +86,8 @@ def test_record_names_driver_libraries_decoder_and_mpi(no_nvidia, monkeypatch):
     assert libs["pillow"] == importlib.metadata.version("pillow")
     assert libs["torchvision"] == info["torchvision"] == importlib.metadata.version("torchvision")
     assert libs["apex"] is None or isinstance(libs["apex"], str)
-    assert info["region_decoder_built"] == any((sysinfo.REPO_ROOT / "imagenet" / "data" / "decode").glob("_jpeg_region*.so"))
+    decode_dir = sysinfo.REPO_ROOT / "imagenet" / "data" / "decode"
+    assert info["region_decoder_built"] == any(decode_dir.glob("_jpeg_region*.so"))
     monkeypatch.setattr(sysinfo, "NVIDIA_PROC", fake_proc(no_nvidia))
     monkeypatch.setattr("sys.argv", [str(sysinfo.REPO_ROOT / "results" / "bench.py"), "region", "/data/x"])
     info = sysinfo.collect()

@@ -1,7 +1,8 @@
 """The ``device`` data backend: JPEG bytes through the loader, decoding on the training device.
 
-Loader workers only read each image's bytes (from a file or a shard) and draw its augmentation (the crop box from the JPEG header,
-with the ``fast`` backend's rule and distribution, and the flip); the batch crosses the worker pipe
+Loader workers only read each image's bytes (from a file or a shard) and draw its augmentation (the
+crop box from the JPEG header, with the ``fast`` backend's rule and distribution, and the flip); the
+batch crosses the worker pipe
 as compressed bytes (~110 KB an ImageNet photo instead of 150 KB of pixels). The training process
 then decodes the whole batch in one call on its device and crops, flips and resizes each image
 there. It is for nodes with few CPU cores per GPU, where CPU decoding cannot keep up;
