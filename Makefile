@@ -19,7 +19,7 @@ EXTRAS ?=
 STAMP := $(VENV)/.installed-$(TORCH)
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: setup setup-dev test-system-deps demo test test-fast bench bench-cluster report clean
+.PHONY: setup setup-dev test-system-deps demo test test-fast lint bench bench-cluster report clean
 
 # The user's install: the engine and launchers; no MPI implementation, no DALI (see requirements.txt).
 setup: $(STAMP)
@@ -64,6 +64,10 @@ test: setup-dev test-system-deps
 # the unit tier only (tests/unit: no training launched, under 2 minutes on 2 cores): the loop while editing
 test-fast: setup-dev
 	$(PY) -m pytest tests/unit
+
+# ruff's checks (rules and line length in pyproject.toml); CI runs it before the tests
+lint: setup-dev
+	$(PY) -m ruff check .
 
 # Benchmarks (results/): `make bench` measures a small all-kinds preset here and writes the report;
 # `make report` regenerates results/RESULTS.md + figures from the committed records alone.
