@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from slurm.generate import render, spec_from_args
 from tests.helpers import REPO
@@ -99,11 +99,13 @@ def run_states(cluster: SlurmCluster, job_id: str) -> List[str]:
     return [r["State"].split()[0] for r in cluster.sacct(job_id) if r["JobID"] == job_id]
 
 
-def submit_script(cluster: SlurmCluster, script: Path, run_dir: Path, *export: str) -> Tuple[str, Callable[[], str]]:
-    """sbatch as a user would, with the tiny-run overrides; (job id, the batch log's text so far)."""
+def submit_script(cluster: SlurmCluster, script: Path, run_dir: Path, *export: str,
+                  sbatch_args: Sequence[str] = ()) -> Tuple[str, Callable[[], str]]:
+    """sbatch as a user would, with the tiny-run overrides; (job id, the batch log's text so far).
+    ``sbatch_args``: more sbatch options, e.g. ``--nodelist`` to keep concurrent faults apart."""
     settings = ["ALL", f"LOG_DIR={run_dir}", "OMP_NUM_THREADS=1", "OMPI_ALLOW_RUN_AS_ROOT=1",
                 "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", *export]  # mpirun refuses root without the last two
-    job_id = cluster.run(["sbatch", "--parsable", "--export", ",".join(settings), str(script)],
+    job_id = cluster.run(["sbatch", "--parsable", *sbatch_args, "--export", ",".join(settings), str(script)],
                          cwd=REPO).stdout.strip()
     log_path = script.parent / f"requeue_{script.stem}-{job_id}.out"  # --output %x-%j.out
     return job_id, lambda: log_path.read_text() if log_path.exists() else ""

@@ -9,6 +9,10 @@ Each test measures what RESULTS.md's fault table shows: survived, time to detect
 more than one run: the work since the last checkpoint) and checkpoints lost. With
 HPC_IMAGENET_FAULT_RECORDS set (``python -m results.bench faults`` sets it) each appends one
 harness record there; a plain ``pytest`` run writes nothing.
+
+The SLURM scenarios run at once, in two waves on the session's cluster (tests/cluster/scenarios.py):
+much of a fault's time is waiting (the dist-timeout, a job's end, a slurmd coming back) while the
+others train. Each scenario's jobs are pinned to nodes no other scenario's fault reaches (``WAVES``).
 """
 from __future__ import annotations
 
@@ -19,8 +23,9 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 import pytest
 import torch
@@ -28,6 +33,7 @@ import torch
 from tests.helpers import explain, python, read_run, script
 from tests.cluster.requeue import (EPOCHS, TRAIN, release_requeued, requeue_script, run_states, submit_script,
                                    wait_for_progress)
+from tests.cluster.scenarios import Scenarios, Wave
 from tests.slurm_cluster import SlurmCluster, wait_for
 
 RECORDS_ENV = "HPC_IMAGENET_FAULT_RECORDS"  # where to append the records (unset: none)
@@ -95,9 +101,9 @@ def _job_pids(cluster: SlurmCluster, job_id: str, node_id: int, rank: Optional[i
     return pids
 
 
-def _finish_again(cluster: SlurmCluster, script_path: Path, run_dir: Path) -> str:
+def _finish_again(cluster: SlurmCluster, script_path: Path, run_dir: Path, pin: Sequence[str]) -> str:
     """Submit the same batch file on the same run folder (what a user does after a failed job)."""
-    job_id, log = submit_script(cluster, script_path, run_dir)
+    job_id, log = submit_script(cluster, script_path, run_dir, sbatch_args=pin)
     row = cluster.wait_finished(job_id, timeout=300)
     assert row["State"] == "COMPLETED", f"{row}\n{log()[-3000:]}"
     record = read_run(run_dir)
@@ -111,14 +117,11 @@ KILLS = {  # fault: (launcher, processes per node, what to kill on the second no
 }
 
 
-@pytest.mark.slurm
-@pytest.mark.parametrize("fault", list(KILLS))
-def test_kill_9_ends_the_job_and_the_restart_resumes(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path,
-                                                     fault: str) -> None:
+def _kill_9(fault: str, slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     launcher, procs, rank = KILLS[fault]
     script_path = requeue_script(tmp_path, data, launcher, nodes=2, procs=procs)
     run_dir = tmp_path / "run"
-    job_id, log = submit_script(slurm_cluster, script_path, run_dir)
+    job_id, log = submit_script(slurm_cluster, script_path, run_dir, sbatch_args=pin)
     wait_for_progress(log, 1, 3)
     expected = 1 if rank is not None else 1 + procs  # torchrun: the agent and its workers
 
@@ -135,7 +138,7 @@ def test_kill_9_ends_the_job_and_the_restart_resumes(slurm_cluster: SlurmCluster
     assert slurm_cluster.wait_finished(job_id)["State"] == "FAILED"
     assert checkpoint_at(run_dir) == (1, 0), "the end-of-epoch-0 checkpoint is the last good one"
     first = log()
-    second = _finish_again(slurm_cluster, script_path, run_dir)
+    second = _finish_again(slurm_cluster, script_path, run_dir, pin)
     assert re.search(r"resumed from \S+: epoch 1, step 0", second), second[-3000:]
     twice = steps_trained_twice(first, second)
     assert 3 <= twice < 2 * 12 // procs, "only the steps after the last checkpoint (epoch 1) run again"
@@ -183,13 +186,12 @@ def test_disk_full_while_saving_keeps_the_last_good_checkpoint(jpeg_data, tmp_pa
     record_fault("disk full while saving a checkpoint", "none", 1, True, None, twice, 0)
 
 
-@pytest.mark.slurm
-def test_network_loss_ends_the_job_within_the_dist_timeout_naming_the_peer(slurm_cluster: SlurmCluster, data: Path,
-                                                                           tmp_path: Path) -> None:
-    """node2's veth goes down in mid-step: no RST, no FIN, the peers just stop answering."""
+def _network_loss(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
+    """Rank 1's node's veth goes down in mid-step: no RST, no FIN, the peers just stop answering."""
     script_path = requeue_script(tmp_path, data, "srun", nodes=2, procs=1)
     run_dir = tmp_path / "run"
-    job_id, log = submit_script(slurm_cluster, script_path, run_dir, f"EXTRA_ARGS=--dist-timeout={DIST_TIMEOUT_S}")
+    job_id, log = submit_script(slurm_cluster, script_path, run_dir, f"EXTRA_ARGS=--dist-timeout={DIST_TIMEOUT_S}",
+                                sbatch_args=pin)
     wait_for_progress(log, 1, 3)
     hosts = slurm_cluster.run(["scontrol", "show", "hostnames", slurm_cluster.job_state(job_id)["NodeList"]])
     lost = hosts.stdout.split()[1]  # rank 1's node
@@ -207,7 +209,7 @@ def test_network_loss_ends_the_job_within_the_dist_timeout_naming_the_peer(slurm
     wait_for(f"job {job_id} to end", _ended(slurm_cluster, job_id), 120, interval=0.2)
     assert checkpoint_at(run_dir) == (1, 0), "the end-of-epoch-0 checkpoint is the last good one"
     first = log()
-    second = _finish_again(slurm_cluster, script_path, run_dir)
+    second = _finish_again(slurm_cluster, script_path, run_dir, pin)
     assert re.search(r"resumed from \S+: epoch 1, step 0", second), second[-3000:]
     twice = steps_trained_twice(first, second)
     record_fault("network loss (veth down mid-step)", "srun", 2, True, detect, twice, 0,
@@ -223,14 +225,12 @@ def _sample_ranges(log: str, samples_per_epoch: int) -> dict:
     return {e: sorted(r) for e, r in ranges.items()}
 
 
-@pytest.mark.slurm
-def test_fewer_nodes_after_a_requeue_carry_the_global_sample_position(slurm_cluster: SlurmCluster, data: Path,
-                                                                       tmp_path: Path) -> None:
+def _fewer_nodes(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     """4 nodes, preempted in epoch 1 at step 2 of 6 (global batch 32); the requeued run gets 2 nodes
     (global batch 16) and must start at step 4 of 12: sample 64, nothing skipped, nothing twice."""
     script_path = requeue_script(tmp_path, data, "srun", nodes=4, procs=1)
     run_dir = tmp_path / "run"
-    job_id, log = submit_script(slurm_cluster, script_path, run_dir)
+    job_id, log = submit_script(slurm_cluster, script_path, run_dir, sbatch_args=pin)
     wait_for_progress(log, 1, 2)
     slurm_cluster.run(["scancel", "--batch", "--signal=USR2", job_id])
     # what an operator types for a pending job: min-max nodes (2 alone leaves the maximum at 4), tasks
@@ -251,14 +251,12 @@ def test_fewer_nodes_after_a_requeue_carry_the_global_sample_position(slurm_clus
     record_fault("fewer nodes after a requeue (4 -> 2)", "srun", 4, True, None, twice, 0)
 
 
-@pytest.mark.slurm
-def test_kill_9_of_a_slurmd_leaves_the_running_job_alone(slurm_cluster: SlurmCluster, data: Path,
-                                                         tmp_path: Path) -> None:
+def _slurmd_killed(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     """slurmd only launches and watches job steps: the trainers (under slurmstepd) train on, the job
     completes, and the restarted slurmd takes the node back before slurmctld calls it down."""
     script_path = requeue_script(tmp_path, data, "srun", nodes=2, procs=1)
     run_dir = tmp_path / "run"
-    job_id, log = submit_script(slurm_cluster, script_path, run_dir)
+    job_id, log = submit_script(slurm_cluster, script_path, run_dir, sbatch_args=pin)
     wait_for_progress(log, 1, 3)
     node = slurm_cluster.run(["scontrol", "show", "hostnames", slurm_cluster.job_state(job_id)["NodeList"]])
     victim = node.stdout.split()[1]
@@ -271,9 +269,62 @@ def test_kill_9_of_a_slurmd_leaves_the_running_job_alone(slurm_cluster: SlurmClu
     assert row["State"] == "COMPLETED", f"{row}\n{log()[-3000:]}"
     record = read_run(run_dir)
     assert record["status"] == "finished" and [e["epoch"] for e in record["epochs"]] == list(range(EPOCHS))
-    # the node is back for the next test; the job may stay COMPLETING until slurmctld hears from the
-    # restarted slurmd, which a loaded machine can delay up to SlurmdTimeout (120 s) and beyond
-    slurm_cluster.wait_idle(timeout=300)
+    # the node is back (the whole cluster idle is checked after each wave); the job may stay COMPLETING
+    # until slurmctld hears from the restarted slurmd, which a loaded machine can delay up to
+    # SlurmdTimeout (120 s) and beyond
+    wait_for(f"{victim} to be idle again", lambda: _node_state(slurm_cluster, victim) == "idle", 300)
     twice = steps_trained_twice(log())
     assert twice == 0
     record_fault("kill -9 of one slurmd", "srun", 2, True, None, twice, 0)
+
+
+def _node_state(cluster: SlurmCluster, node: str) -> str:
+    return cluster.run(["sinfo", "-h", "-n", node, "-o", "%T"], check=False).stdout.strip()
+
+
+KILL_TEST = "test_kill_9_ends_the_job_and_the_restart_resumes"
+# test name -> (scenario, the nodes its jobs are pinned to). Wave 1: the two kills hit only their own
+# job's processes (node1 + node3); the network loss takes node4's veth down (node3 + node4: no other
+# job on node4); the killed slurmd is node2's (node1 + node2: no other job launches a step there).
+# Wave 2: the 4-node job needs every node, and its requeued run may land on any two.
+WAVES: Sequence[Wave] = (
+    {**{f"{KILL_TEST}[{fault}]": (partial(_kill_9, fault), "node1,node3") for fault in KILLS},
+     "test_network_loss_ends_the_job_within_the_dist_timeout_naming_the_peer": (_network_loss, "node3,node4"),
+     "test_kill_9_of_a_slurmd_leaves_the_running_job_alone": (_slurmd_killed, "node1,node2")},
+    {"test_fewer_nodes_after_a_requeue_carry_the_global_sample_position": (_fewer_nodes, None)},
+)
+
+
+@pytest.fixture(scope="module")
+def scenarios(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, data: Path) -> Scenarios:
+    return Scenarios(request, slurm_cluster, data, WAVES)
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("fault", list(KILLS))
+def test_kill_9_ends_the_job_and_the_restart_resumes(scenarios: Scenarios, request: pytest.FixtureRequest,
+                                                     fault: str) -> None:
+    """The job fails within KILLED_BOUND_S, the epoch-0 checkpoint is the last good one, and the
+    same batch file resumes at epoch 1 (see _kill_9)."""
+    scenarios.outcome(request.node.name)
+
+
+@pytest.mark.slurm
+def test_network_loss_ends_the_job_within_the_dist_timeout_naming_the_peer(scenarios: Scenarios,
+                                                                           request: pytest.FixtureRequest) -> None:
+    """Rank 0 names the lost peer within --dist-timeout, the job ends and the restart resumes (see _network_loss)."""
+    scenarios.outcome(request.node.name)
+
+
+@pytest.mark.slurm
+def test_fewer_nodes_after_a_requeue_carry_the_global_sample_position(scenarios: Scenarios,
+                                                                       request: pytest.FixtureRequest) -> None:
+    """4 -> 2 nodes at a requeue: nothing skipped, nothing trained twice (see _fewer_nodes)."""
+    scenarios.outcome(request.node.name)
+
+
+@pytest.mark.slurm
+def test_kill_9_of_a_slurmd_leaves_the_running_job_alone(scenarios: Scenarios,
+                                                         request: pytest.FixtureRequest) -> None:
+    """The job completes and the restarted slurmd takes its node back (see _slurmd_killed)."""
+    scenarios.outcome(request.node.name)

@@ -1,18 +1,24 @@
 """Preemption on the test cluster: mid-training, the job is told to stop (the time-limit signal
 to the batch script, ``scontrol requeue``, or submitit's USR2); the trainers checkpoint, the job
 requeues, restarts and resumes where it stopped. Every step is trained exactly once and the run
-ends with the right number of epochs."""
+ends with the right number of epochs.
+
+The scenarios run at once on the session's cluster (tests/cluster/scenarios.py): most of a requeue
+is waiting (the job's end, the requeue hold, the next run's start) while the other jobs train. None
+signals anything but its own job, so they share the nodes."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable, Optional
+from functools import partial
+from typing import Callable, Optional, Sequence
 
 import pytest
 
 from slurm import submit as sm
 from tests.cluster.requeue import (EPOCHS, TRAIN, assert_resumed_exactly, release_requeued, requeue_script, run_states,
                                    submit_script, wait_for_progress)
+from tests.cluster.scenarios import Scenarios, Wave
 from tests.slurm_cluster import SlurmCluster, wait_for
 
 pytestmark = pytest.mark.slurm
@@ -30,9 +36,8 @@ def _run_generated(cluster: SlurmCluster, script: Path, run_dir: Path, preempt: 
     return log()
 
 
-@pytest.mark.parametrize("launcher", ["srun", "mpi", "launch"])
-def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster: SlurmCluster, data: Path,
-                                                            tmp_path: Path, launcher: str) -> None:
+def _time_limit_signal(launcher: str, slurm_cluster: SlurmCluster, data: Path, tmp_path: Path,
+                       pin: Sequence[str]) -> None:
     """What --signal=B:USR2@T does at the time limit: USR2 to the batch script, which passes it on
     its launcher's way (scancel to every process; mpirun relays it); 2 nodes. torchrun's path is
     test_time_limit_signal_during_start_up_is_not_lost."""
@@ -43,7 +48,7 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster: Slurm
     assert_resumed_exactly(tmp_path / "run", log)
 
 
-def test_scontrol_requeue_checkpoints_and_resumes(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path) -> None:
+def _scontrol_requeue(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     """An operator's (or the scheduler's) requeue: SIGTERM to every process; torchrun, 2 processes."""
     script = requeue_script(tmp_path, data, "torchrun", nodes=1, procs=2)
     requeue = lambda job: slurm_cluster.run(["scontrol", "requeue", job])  # noqa: E731
@@ -51,11 +56,8 @@ def test_scontrol_requeue_checkpoints_and_resumes(slurm_cluster: SlurmCluster, d
     assert_resumed_exactly(tmp_path / "run", log)
 
 
-def test_submitit_preemption_requeues_and_resumes(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in ("SLURM_CONF", "PATH"):
-        monkeypatch.setenv(key, slurm_cluster.env[key])
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def _submitit_preemption(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
+    """submitit reaches the cluster through this process's environment (the scenarios fixture sets it)."""
     sub = sm.Submission(train_args=("-a", "resnet18", "-b", "8", "--epochs", str(EPOCHS), "--workers", "0", *TRAIN,
                                     str(data)), nodes=2, procs_per_node=1, cpus_per_task=1, time_min=10,
                         folder=str(tmp_path / "submitit" / "%j"), log_dir=str(tmp_path / "run"), cluster="slurm")
@@ -79,8 +81,7 @@ def _batch_started(log: Callable[[], str]) -> None:
     wait_for("the batch script to start", lambda: re.search(r"^job \d+ .* start ", log(), re.M), 60, interval=0.1)
 
 
-def test_time_limit_signal_during_start_up_is_not_lost(slurm_cluster: SlurmCluster, data: Path,
-                                                       tmp_path: Path) -> None:
+def _signal_during_start_up(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     """USR2 before torchrun has started its workers (which once inherited it ignored): they stop at
     their first safe step, the job requeues and resumes exactly."""
     script = requeue_script(tmp_path, data, "torchrun", nodes=1, procs=2)
@@ -102,8 +103,7 @@ exit 0
 """
 
 
-def test_a_run_that_finishes_after_the_signal_is_not_requeued(slurm_cluster: SlurmCluster, data: Path,
-                                                              tmp_path: Path) -> None:
+def _finishes_after_the_signal(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     script = requeue_script(tmp_path, data, "srun", nodes=1, procs=1)
     trainer = tmp_path / "finishing_trainer.sh"
     trainer.write_text(FINISHING_TRAINER)
@@ -116,3 +116,51 @@ def test_a_run_that_finishes_after_the_signal_is_not_requeued(slurm_cluster: Slu
     assert "training exited with status 0" in log() and "requeueing" not in log(), log()[-3000:]
     assert slurm_cluster.wait_finished(job_id)["State"] == "COMPLETED"
     assert run_states(slurm_cluster, job_id) == ["COMPLETED"]
+
+
+LAUNCHERS = ("srun", "mpi", "launch")
+SIGNAL_TEST = "test_time_limit_signal_checkpoints_requeues_and_resumes"
+WAVES: Sequence[Wave] = ({
+    **{f"{SIGNAL_TEST}[{launcher}]": (partial(_time_limit_signal, launcher), None) for launcher in LAUNCHERS},
+    "test_scontrol_requeue_checkpoints_and_resumes": (_scontrol_requeue, None),
+    "test_submitit_preemption_requeues_and_resumes": (_submitit_preemption, None),
+    "test_time_limit_signal_during_start_up_is_not_lost": (_signal_during_start_up, None),
+    "test_a_run_that_finishes_after_the_signal_is_not_requeued": (_finishes_after_the_signal, None),
+},)
+
+
+@pytest.fixture(scope="module")
+def scenarios(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, data: Path):
+    with pytest.MonkeyPatch.context() as env:  # submitit calls sbatch/sacct itself, from this process
+        for key in ("SLURM_CONF", "PATH"):
+            env.setenv(key, slurm_cluster.env[key])
+        env.setenv("OMP_NUM_THREADS", "1")
+        yield Scenarios(request, slurm_cluster, data, WAVES, at_once=4)  # 4: the trainers share 2 cores
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_time_limit_signal_checkpoints_requeues_and_resumes(scenarios: Scenarios, request: pytest.FixtureRequest,
+                                                            launcher: str) -> None:
+    """USR2 to the batch script, passed on its launcher's way: checkpoint, requeue, resume exactly."""
+    scenarios.outcome(request.node.name)
+
+
+def test_scontrol_requeue_checkpoints_and_resumes(scenarios: Scenarios, request: pytest.FixtureRequest) -> None:
+    """SIGTERM to every process (torchrun, 2 processes): checkpoint, requeue, resume exactly."""
+    scenarios.outcome(request.node.name)
+
+
+def test_submitit_preemption_requeues_and_resumes(scenarios: Scenarios, request: pytest.FixtureRequest) -> None:
+    """submitit's USR2: the task checkpoints, submitit requeues it, and it resumes exactly."""
+    scenarios.outcome(request.node.name)
+
+
+def test_time_limit_signal_during_start_up_is_not_lost(scenarios: Scenarios, request: pytest.FixtureRequest) -> None:
+    """USR2 before torchrun has started its workers: they stop at their first safe step."""
+    scenarios.outcome(request.node.name)
+
+
+def test_a_run_that_finishes_after_the_signal_is_not_requeued(scenarios: Scenarios,
+                                                              request: pytest.FixtureRequest) -> None:
+    """Trainers that exit 0 after the signal: the job completes once, no requeue."""
+    scenarios.outcome(request.node.name)
