@@ -22,6 +22,9 @@ SCRIPTS = REPO / "imagenet"
 
 # Small enough for 2 CPU cores: resnet18 at 32x32, batch 8, no loader workers.
 TINY = ["-a", "resnet18", "--image-size", "32", "-b", "8", "--workers", "0", "--dist-backend", "gloo"]
+# imagenet_nd.py on 96 dummy images: 2 epochs of 12 steps (3 of them warm-up), each steady step's time
+DUMMY_STEP_TIMES = [*TINY, "--dummy", "--dummy-size", "96", "--num-classes", "10", "--epochs", "2", "-p", "5",
+                    "--val-steps", "1", "--step-times"]
 
 
 def script(name: str) -> str:

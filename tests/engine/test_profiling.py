@@ -31,9 +31,7 @@ def test_profile_steps_writes_summary_and_trace(tmp_path):
     assert any(e.get("name", "").startswith("ProfilerStep#") for e in trace["traceEvents"])
 
 
-def test_no_profile_by_default(tmp_path):
-    proc = python(script("imagenet_nd.py"), "-a", "resnet18", "--image-size", "32", "-b", "8", "--workers", "0",
-                "--dummy", "--dummy-size", "32", "--epochs", "1", "--val-steps", "1", "--log-dir", str(tmp_path))
-    assert proc.returncode == 0, explain(proc)
-    assert "profile" not in read_run(tmp_path)
-    assert not (tmp_path / profiling.TRACE_FILE).exists()
+def test_no_profile_by_default(dummy_run):
+    """The engine tier's shared run, trained without --profile-steps."""
+    assert "profile" not in read_run(dummy_run)
+    assert not (dummy_run / profiling.TRACE_FILE).exists()

@@ -3,19 +3,22 @@ tiny training run records each steady step (CPU here; CUDA events on a GPU)."""
 import pytest
 import torch
 
-from tests.helpers import TINY, explain, python, read_run, script
+from tests.helpers import DUMMY_STEP_TIMES, explain, python, read_run, script
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
     pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")])])
-def test_engine_records_each_steady_step_time(device, tmp_path):
-    """CPU: host clock per step; GPU: CUDA events read at print boundaries."""
+def test_engine_records_each_steady_step_time(device, request, tmp_path):
+    """CPU: host clock per step (the engine tier's shared dummy_run); GPU: CUDA events read at print
+    boundaries."""
     # 12 steps an epoch, 3 of them warm-up (a quarter), 2 epochs: 18 steady steps
-    gpu = ["--gpu", "0"] if device == "cuda" else []
-    proc = python(script("imagenet_nd.py"), *TINY, *gpu, "--dummy", "--dummy-size", "96", "--num-classes", "10",
-                  "--epochs", "2", "-p", "5", "--val-steps", "1", "--step-times", "--log-dir", tmp_path)
-    assert proc.returncode == 0, explain(proc)
-    tp = read_run(tmp_path)["throughput"]
+    run_dir = tmp_path
+    if device == "cpu":
+        run_dir = request.getfixturevalue("dummy_run")
+    else:
+        proc = python(script("imagenet_nd.py"), *DUMMY_STEP_TIMES, "--gpu", "0", "--log-dir", tmp_path)
+        assert proc.returncode == 0, explain(proc)
+    tp = read_run(run_dir)["throughput"]
     assert len(tp["step_times_ms"]) == tp["measured_steps"] == 18
     assert all(t > 0 for t in tp["step_times_ms"])
     # the same wall time as the steady-state meter, step by step

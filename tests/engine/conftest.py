@@ -1,0 +1,19 @@
+"""Fixtures of the engine tier: a run folder that several tests only read. A tiny training run is a
+process start and seconds of CPU on 2 cores, so tests that assert on what a plain run wrote (its
+run.json, its checkpoint, no profile) share one instead of training their own."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import DUMMY_STEP_TIMES, explain, python, script
+
+
+@pytest.fixture(scope="session")
+def dummy_run(tmp_path_factory) -> Path:
+    """imagenet_nd.py with DUMMY_STEP_TIMES on the CPU (no --profile-steps); its run folder."""
+    run_dir = tmp_path_factory.mktemp("dummy_run")
+    proc = python(script("imagenet_nd.py"), *DUMMY_STEP_TIMES, "--log-dir", run_dir)
+    assert proc.returncode == 0, explain(proc)
+    return run_dir
