@@ -48,9 +48,10 @@ def test_slurm_point_past_its_timeout_is_cancelled_not_left_queued(slurm_cluster
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     monkeypatch.setenv("PATH", slurm_cluster.env["PATH"])
     out = tmp_path / "r.jsonl"
+    # --timeout 15: time for the job to start (its output file is checked below), far short of 100000 steps
     rc = bench.main(["train", "--submit", "slurm", "--gpus-per-node", "0", "--cpus-per-task", "1", "--procs", "1",
                      "--nodes", "1", "--image-size", "32", "--batch", "8", "--steps-per-epoch", "100000",
-                     "--time-limit", "00:05:00", "--timeout", "30", "--records", str(out), "--tag", "t"])
+                     "--time-limit", "00:05:00", "--timeout", "15", "--records", str(out), "--tag", "t"])
     (rec,) = records.read_lines(out)[0]
     assert rc == 1 and rec["status"] == "failed" and "exit code 124" in rec["error"], rec["error"]
     (output,) = (tmp_path / "scratch").rglob("slurm-*.out")  # the job started: its output names its id
