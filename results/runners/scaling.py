@@ -56,7 +56,10 @@ class Point:
 def run(a: argparse.Namespace) -> int:
     scratch_root, runs_root = _work_dirs(a.records)
     kind = "storage" if a.io else "train"
-    sweep, done = (records.new_sweep_id(kind, a.tag), {}) if a.fresh else resume(a.records, kind, same_sweep_key(a), a.tag)
+    if a.fresh:
+        sweep, done = records.new_sweep_id(kind, a.tag), {}
+    else:
+        sweep, done = resume(a.records, kind, same_sweep_key(a), a.tag)
     builder = storage_points if a.io else train_points
     points = builder(a, sweep, done, scratch_root, runs_root)
     if a.dry_run:

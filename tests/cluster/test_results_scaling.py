@@ -56,7 +56,9 @@ def test_sweep_records_each_point_then_resumes(slurm_cluster: SlurmCluster, tmp_
         assert m["world_size"] == nodes == m["nodes"] == env["nodes"] and m["images_per_s"] > 0
         assert env["hostname"].startswith("node") and env["slurm_job_id"]
         assert f"job {env['slurm_job_id']} done" in first.stderr  # progress names each job
-        kept = Path(rec["run_dir"])
+        # the record names no path of this machine; the kept folder is under the sweep's runs folder
+        assert not Path(rec["run_dir"]).is_absolute() and str(tmp_path) not in json.dumps(rec)
+        (kept,) = [d for d in (tmp_path / "runs").glob("*/*") if d.name == Path(rec["run_dir"]).name]
         assert sorted(f.name.split(".")[0] for f in kept.iterdir()) == ["events", "run"]
         assert str(tmp_path) not in (kept / "run.json").read_text()  # no machine paths in what is kept
     assert "queued" in first.stderr and "running" in first.stderr
@@ -134,7 +136,8 @@ def test_io_sweep_reads_every_file_once_per_point(slurm_cluster: SlurmCluster, t
     done = run(slurm_cluster, command(out, "--io", "--data", str(data), "--nodes", "1", "2", "--readers", "1", "3"))
     assert done.returncode == 0, done.stderr[-3000:]
     recs = read(out)
-    assert sorted((r["point"]["nodes"], r["point"]["readers_per_node"]) for r in recs) == [(1, 1), (1, 3), (2, 1), (2, 3)]
+    points = sorted((r["point"]["nodes"], r["point"]["readers_per_node"]) for r in recs)
+    assert points == [(1, 1), (1, 3), (2, 1), (2, 3)]
     for r in recs:
         m, p = r["metrics"], r["point"]
         assert r["status"] == "ok" and r["kind"] == "storage", r["error"]
