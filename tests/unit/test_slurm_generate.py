@@ -58,8 +58,8 @@ def test_recovery_settings_are_in_every_file() -> None:
         nccl = "export TORCH_NCCL_ASYNC_ERROR_HANDLING=${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}" in text
         assert nccl == (path.stem not in ("nd_1gpu", "dp_1node")), path.name
     text = render(JobSpec(max_restarts=0))
-    assert _eval_settings(text, ["MAX_RESTARTS"], {}) == ["0"]
-    assert _eval_settings(text, ["MAX_RESTARTS"], {"MAX_RESTARTS": "5"}) == ["5"]
+    assert eval_settings(text, ["MAX_RESTARTS"], {}) == ["0"]
+    assert eval_settings(text, ["MAX_RESTARTS"], {"MAX_RESTARTS": "5"}) == ["5"]
 
 
 def test_render_is_pure() -> None:
