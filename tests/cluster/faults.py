@@ -24,6 +24,9 @@ SWEEP_ENV = "HPC_IMAGENET_FAULT_SWEEP"
 PROGRESS = re.compile(r"Epoch: \[(\d+)\]\[\s*(\d+)/(\d+)\]")
 PROGRESS_LINE = re.compile(r"^Epoch: \[(\d+)\]\[\s*(\d+)/\d+\].*?([\d.]+) img/s$", re.M)
 RESUMED = re.compile(r"resumed from \S+: epoch (\d+), step (\d+)")
+INTERVAL = 2  # --checkpoint-every-steps of the jobs the faults hit: the most work a fault may cost
+PERIODIC = f"--checkpoint-every-steps={INTERVAL}"
+KEPT = re.compile(r"checkpoint-e(\d+)-(\d+)\.pth\.tar$")  # imagenet.checkpoint.kept_name
 RECOVER_BOUND_S = 360  # fault -> training again on a loaded 2-core machine (a requeue waits ~2 min)
 
 
@@ -66,6 +69,17 @@ def checkpoint_at(run_dir: Path) -> tuple:
     """(epoch, step) of the run folder's checkpoint; raises if it does not load."""
     ckpt = torch.load(run_dir / "checkpoint.pth.tar", weights_only=True)
     return int(ckpt["epoch"]), int(ckpt["step_in_epoch"])
+
+
+def wait_for_periodic_checkpoint(run_dir: Path, epoch: int = 1) -> tuple:
+    """Until a periodic checkpoint inside EPOCH (not at its start) is kept in the run folder (the
+    kept copies' names carry the position: no checkpoint has to be loaded); (epoch, sample)."""
+    def mid_epoch() -> Optional[tuple]:
+        found = [tuple(map(int, m.groups())) for m in map(KEPT.search, map(str, run_dir.glob("checkpoint-e*")))
+                 if m]
+        return max(found) if found and max(found)[0] == epoch and max(found)[1] > 0 else None
+
+    return wait_for(f"a periodic checkpoint in epoch {epoch}", mid_epoch, 240, interval=0.1)
 
 
 def job_pids(cluster: SlurmCluster, job_id: str, node_id: int, rank: Optional[int] = None) -> List[int]:

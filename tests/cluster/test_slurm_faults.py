@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import explain, python, read_run, script
-from tests.cluster.faults import (PROGRESS, checkpoint_at, completed_in_one_allocation, record_fault, seconds_lost,
-                                  steps_trained_twice, training_again)
+from tests.cluster.faults import (INTERVAL, PERIODIC, PROGRESS, checkpoint_at, completed_in_one_allocation,
+                                  record_fault, seconds_lost, steps_trained_twice, training_again,
+                                  wait_for_periodic_checkpoint)
 from tests.cluster.requeue import (EPOCHS, TRAIN, release_requeued, requeue_script, run_states, submit_script,
                                    wait_for_progress)
 from tests.slurm_cluster import SlurmCluster, wait_for
@@ -82,8 +83,8 @@ def test_network_loss_is_named_within_the_collective_timeout_and_the_step_restar
     script_path = requeue_script(tmp_path, data, "srun", nodes=2, procs=1)
     run_dir = tmp_path / "run"
     job_id, log = submit_script(slurm_cluster, script_path, run_dir,
-                                f"EXTRA_ARGS=--collective-timeout={COLLECTIVE_TIMEOUT_S}")
-    wait_for_progress(log, 1, 3)
+                                f"EXTRA_ARGS=--collective-timeout={COLLECTIVE_TIMEOUT_S} {PERIODIC}")
+    wait_for_periodic_checkpoint(run_dir)
     hosts = slurm_cluster.run(["scontrol", "show", "hostnames", slurm_cluster.job_state(job_id)["NodeList"]])
     lost = hosts.stdout.split()[1]  # rank 1's node
     veth = slurm_cluster.layout.veth(int(lost.removeprefix("node")))
@@ -100,8 +101,9 @@ def test_network_loss_is_named_within_the_collective_timeout_and_the_step_restar
     assert lost in error.group(0) and "Traceback" not in log(), log()[-3000:]
     recover = training_again(log, since, t0)
     completed_in_one_allocation(slurm_cluster, job_id, log, run_dir)
-    assert re.search(r"resumed from \S+: epoch 1, step 0", log()[since:]), log()[-3000:]
+    assert re.search(r"resumed from \S+: epoch 1, step [1-9]", log()[since:]), log()[-3000:]
     twice = steps_trained_twice(log())
+    assert twice <= INTERVAL, f"{twice} steps trained twice; at most one interval ({INTERVAL}) may be lost"
     record_fault("network loss (veth down mid-step)", "srun", 2, True, detect, twice, 0, recovered=True,
                  recover_s=recover, seconds_lost=seconds_lost(log(), since), error=error.group(0)[:300])
 
