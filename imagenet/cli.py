@@ -18,6 +18,7 @@ from launch import environment
 
 from . import checkpoint, config, distributed, models, precision
 from .data import staging
+from .engine import EXIT_PREEMPTED
 from .errors import DataError, one_line
 
 log = logging.getLogger(__name__)
@@ -39,15 +40,26 @@ def _run(cfg: config.TrainConfig, info: distributed.DistInfo) -> int:
     _setup_logging(info.is_primary)
     distributed.init(info, cfg.dist_timeout)
     try:
-        return run.build_and_run(cfg, info)
+        return _elastic_exit(run.build_and_run(cfg, info))
     except Exception as e:
-        lost = distributed.lost_peer_message(e, info.rank)
+        hang = distributed.hang_message(e, info.rank, cfg.collective_timeout)
+        lost = hang if hang is not None else distributed.lost_peer_message(e, info.rank)
         if lost is None:
             raise
-        print(f"error: {lost}", file=sys.stderr, flush=True)  # not a traceback per rank
+        if lost:  # "": another rank prints the line
+            print(f"error: {lost}", file=sys.stderr, flush=True)  # not a traceback per rank
         return EXIT_LOST_PEER
     finally:
         distributed.cleanup()
+
+
+def _elastic_exit(code: int) -> int:
+    """A preempted trainer exits 75, except under an elastic agent that restarts failed workers
+    (torchrun --max-restarts N): that agent would start it again and train on instead of letting the
+    job be requeued. It exits 0 there, which ends the agent's run; run.json says "preempted"."""
+    if code == EXIT_PREEMPTED and int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0:
+        return 0
+    return code
 
 
 def _guarded(fn, *args) -> int:

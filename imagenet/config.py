@@ -147,8 +147,12 @@ class TrainConfig:
     ddp_comm_hook: str = _opt("none", "--ddp-comm-hook", help="compress gradients to bf16 or fp16 for the "
                               "all-reduce (half the bytes, for slow networks); none: full precision",
                               choices=("none", "bf16", "fp16"))
-    dist_timeout: float = _opt(1800.0, "--dist-timeout", help="seconds to wait for the other ranks "
-                               "(rendezvous and collectives) before failing", type=float)
+    dist_timeout: float = _opt(1800.0, "--dist-timeout", help="seconds to wait for the other ranks during "
+                               "set-up (rendezvous, the --stage-dir copy, the dataset scan) before failing",
+                               type=float)
+    collective_timeout: float = _opt(300.0, "--collective-timeout", help="seconds a training collective may "
+                                     "make no progress (a rank stopped, hung or unreachable) before the job "
+                                     "ends naming the ranks that did not arrive", type=float)
 
     # --- run, logging, checkpoints
     print_freq: int = _opt(10, "-p", "--print-freq", help="print and log every N steps", type=int)
@@ -236,6 +240,9 @@ def _check(cfg: TrainConfig) -> None:
         raise ConfigError(f"--workers must be >= 0 (got {cfg.workers})")
     if not cfg.dummy and not cfg.data:
         raise ConfigError("no dataset given: pass the ImageNet root DIR (holding train/ and val/) or --dummy")
+    if cfg.collective_timeout <= 0 or cfg.dist_timeout <= 0:
+        raise ConfigError(f"--collective-timeout {cfg.collective_timeout:g} / --dist-timeout {cfg.dist_timeout:g}: "
+                          "give positive seconds (e.g. 300 and 1800)")
     if cfg.stage_verify and not cfg.stage_dir:
         raise ConfigError("--stage-verify checks a staged copy: add --stage-dir DIR")
     if cfg.desired_acc is not None and not 0 < cfg.desired_acc <= 1:

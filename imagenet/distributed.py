@@ -4,13 +4,20 @@
 the launcher's environment (torchrun, ``torch.distributed.launch``, SLURM, MPI: see
 ``launch.environment``) or, for the node-level ``--dist-url`` style of pytorch/examples, from
 the node rank and the index of the process spawned on that node.
+
+Two time bounds: the group is formed with ``--dist-timeout`` (long: it also covers the staging copy
+and the dataset scan, which the other ranks wait for); once set-up is over the training runs under
+``--collective-timeout`` (minutes), so a rank that stops answering ends the job soon. The ranks that
+are still alive then check in at the rendezvous store, which tells which ranks did not arrive.
 """
 from __future__ import annotations
 
 import datetime
 import logging
+import os
 import re
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
@@ -108,9 +115,11 @@ def for_spawned(cfg, local_index: int, procs_per_node: int) -> DistInfo:
 def init(info: DistInfo, timeout_s: float) -> None:
     if not info.distributed:
         return
+    timeout = datetime.timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group(info.backend, init_method=info.init_method, rank=info.rank,
-                                world_size=info.world_size, timeout=datetime.timedelta(seconds=timeout_s))
+        store = _attempt_store(info, timeout)
+        where = {"store": store} if store is not None else {"init_method": info.init_method}
+        dist.init_process_group(info.backend, rank=info.rank, world_size=info.world_size, timeout=timeout, **where)
     except (RuntimeError, ValueError, OSError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DistError(f"rank {info.rank} could not join the process group at {info.init_method} within "
@@ -122,6 +131,19 @@ def init(info: DistInfo, timeout_s: float) -> None:
         dist.barrier()
     global _hosts
     _hosts = all_gather_object(socket.gethostname())  # to name a lost peer later without asking it
+
+
+def _attempt_store(info: DistInfo, timeout: datetime.timedelta) -> Optional["dist.Store"]:
+    """Under torchrun, the rendezvous store seen through a prefix of its own for this restart.
+
+    torchrun (torch >= 2.4) keeps one store for every restart of its workers; the group's keys
+    (the peers' addresses among them) of the attempt before are still there, and a restarted worker
+    reads them and fails to connect to processes that no longer exist. None: not under torchrun."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None or info.init_method != "env://":
+        return None
+    store, _, _ = next(dist.rendezvous("env://", rank=info.rank, world_size=info.world_size, timeout=timeout))
+    return dist.PrefixStore(f"hpc_imagenet/attempt_{attempt}", store)
 
 
 _hosts: List[str] = []  # rank -> host name, gathered once at init
@@ -160,6 +182,54 @@ def lost_peer_message(exc: BaseException, rank: int) -> Optional[str]:
     reason = _short_reason(text)
     return (f"rank {rank} on {me} lost contact with {peer} during a collective ({reason}); check that "
             "node's processes and network, then restart with --resume auto")
+
+
+def set_collective_timeout(seconds: float) -> None:
+    """From now on a collective of the default group fails after SECONDS without progress."""
+    if not initialized():
+        return
+    timeout = datetime.timedelta(seconds=seconds)
+    setter = getattr(dist, "set_timeout", None)  # torch >= 2.10; the private one since 2.3
+    (setter or dist.distributed_c10d._set_pg_timeout)(timeout)
+
+
+def missing_ranks(rank: int, grace_s: float) -> Optional[List[int]]:
+    """After a failed collective: check in at the rendezvous store and wait up to GRACE_S for every
+    other rank to do the same; the ranks that did not (None: the store itself did not answer, e.g.
+    when the stopped process is the one that hosts it)."""
+    world = dist.get_world_size()
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # torchrun's store outlives a restart
+    keys = [f"hpc_imagenet/arrived/{attempt}/{r}" for r in range(world)]
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        store.set_timeout(datetime.timedelta(seconds=grace_s))
+        store.set(keys[rank], b"1")
+        deadline = time.monotonic() + grace_s
+        # polled, not store.wait(): that one logs two warnings of its own when it times out
+        while not store.check(keys) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return [r for r in range(world) if not store.check([keys[r]])]
+    except (RuntimeError, AttributeError, ValueError):
+        return None
+
+
+def hang_message(exc: BaseException, rank: int, timeout_s: float) -> Optional[str]:
+    """One line naming the ranks that did not arrive in a collective that timed out. None: EXC is
+    not a collective's timeout, or the store cannot tell; "": another rank (the lowest that arrived)
+    prints the line."""
+    text = " ".join(str(exc).split()).lower()
+    if "timed out" not in text and "timeout" not in text or lost_peer_message(exc, rank) is None:
+        return None
+    missing = missing_ranks(rank, grace_s=min(60.0, max(5.0, timeout_s / 4)))
+    if not missing:
+        return None
+    if rank != min(r for r in range(len(_hosts)) if r not in missing):
+        return ""
+    named = ", ".join(f"{r} ({_hosts[r]})" for r in missing[:16]) + (
+        f" (+{len(missing) - 16} more)" if len(missing) > 16 else "")
+    return (f"a training collective made no progress for {timeout_s:.0f}s (--collective-timeout): rank(s) "
+            f"{named} did not arrive (stopped, hung or unreachable); check those processes, then restart "
+            "with --resume auto")
 
 
 def _host_of(address: str) -> str:

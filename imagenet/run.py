@@ -166,6 +166,8 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     _announce(cfg, info, spec, lr, warmup, run_dir, trainer.steps_per_epoch)
     tb.text("config", "\n".join(f"    {k}: {v}" for k, v in cfg.to_dict().items()))
     tb.hparams({**cfg.to_dict(), "world_size": info.world_size}, {"hparam/best_top1": 0.0})
+    # set-up is over (rendezvous, staging, scan, resume): from here on a stuck collective ends the run soon
+    distributed.set_collective_timeout(cfg.collective_timeout)
     try:
         record.update(status="running")
         return trainer.evaluate() if cfg.evaluate else trainer.fit()

@@ -25,6 +25,7 @@ BATCH_SIZE=${BATCH_SIZE:-256}
 WORKERS=${WORKERS:-8}
 LOG_DIR=${LOG_DIR:-runs/$SLURM_JOB_NAME-$SLURM_JOB_ID}
 EXTRA_ARGS=${EXTRA_ARGS:-}  # more training flags, split on spaces
+MAX_RESTARTS=${MAX_RESTARTS:-3}  # restarts of a failed training in this allocation
 
 # ---- software environment
 cd "$REPO" || exit 2
@@ -55,19 +56,37 @@ trap on_preempt USR2
 
 # ---- what we got
 echo "job $SLURM_JOB_ID ($SLURM_JOB_NAME) start $(date -Is) restart ${SLURM_RESTART_COUNT:-0}: $SLURM_JOB_NUM_NODES node(s) $SLURM_JOB_NODELIST, tasks/node $SLURM_NTASKS_PER_NODE, cpus/task $SLURM_CPUS_PER_TASK"
+# after a requeue (a node failure, say): the nodes SLURM now avoids, and why
+if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
+    echo "requeued run: nodes down or drained now (not used): $(sinfo -h -N -t down,drain,fail -o '%N (%E)' | sort -u | paste -sd , -)"
+fi
 echo "master $MASTER_ADDR:$MASTER_PORT; run folder $LOG_DIR; data $DATA; python $(command -v "$PYTHON")"
-env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|OMP_|MASTER_)' | sort
+env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|TORCH_NCCL_|OMP_|MASTER_)' | sort
 
-# ---- launch (srun)
+# ---- launch (srun); a failed training starts again from the newest checkpoint,
+# at most MAX_RESTARTS times; a preempted one is requeued instead (see the end)
 TRAIN_ARGS=(-a "$ARCH" --epochs "$EPOCHS" -b "$BATCH_SIZE" --workers "$WORKERS" --log-dir "$LOG_DIR" --resume auto --checkpoint-every-minutes 10)
 # shellcheck disable=SC2206  # EXTRA_ARGS is split into words on purpose
 TRAIN_ARGS+=($EXTRA_ARGS "$DATA")
-srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" "$PYTHON" imagenet/imagenet_dp.py "${TRAIN_ARGS[@]}" &
-launcher_pid=$!
+attempt=0
+while :; do
+    srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 "$PYTHON" imagenet/imagenet_dp.py "${TRAIN_ARGS[@]}" &
+    launcher_pid=$!
+    # a trapped signal interrupts `wait`; keep waiting until the launcher is gone
+    wait "$launcher_pid"; status=$?
+    while kill -0 "$launcher_pid" 2>/dev/null; do wait "$launcher_pid"; status=$?; done
+    # no restart after success, a user error (2) or a preemption (75, the signal, or run.json: a
+    # preempted run ends the step and is requeued, never restarted in place)
+    case "$status" in 0|2|75) break ;; esac
+    { [ "$preempted" = 1 ] || grep -qs '"status": "preempted"' "$LOG_DIR/run.json"; } && break
+    if [ "$attempt" -ge "$MAX_RESTARTS" ]; then
+        echo "$(date -Is) giving up: the training failed $((attempt + 1)) time(s) in this allocation, the last with status $status (MAX_RESTARTS=$MAX_RESTARTS, job restart ${SLURM_RESTART_COUNT:-0}); see the errors above"
+        break
+    fi
+    attempt=$((attempt + 1))
+    echo "$(date -Is) training exited with status $status; restarting it in this allocation from the newest checkpoint ($attempt of $MAX_RESTARTS)"
+done
 
-# ---- wait (a trapped signal interrupts `wait`; keep waiting until the launcher is gone)
-wait "$launcher_pid"; status=$?
-while kill -0 "$launcher_pid" 2>/dev/null; do wait "$launcher_pid"; status=$?; done
 # requeue only when the trainers stopped to be preempted (exit 75; run.json says so under
 # torchrun/launch, whose agents report any worker failure as 1), not after a finished run
 if [ "$preempted" = 1 ] && { [ "$status" = 75 ] || grep -qs '"status": "preempted"' "$LOG_DIR/run.json"; }; then

@@ -10,6 +10,17 @@ trap that passes the requeue signal on to the training processes (and leaves a s
 run folder for those still starting); a log of the allocation; the launcher; a requeue only when
 the trainers stopped for it (exit 75), else exit with the training's exit status.
 
+Recovery inside the allocation: a training step that fails (a rank killed, a node's processes
+gone, a peer that stopped answering) is started again, at most ``MAX_RESTARTS`` times (a setting,
+default 3), and resumes from the newest checkpoint. torchrun restarts its workers itself
+(``--max-restarts``); the batch script's bounded loop restarts the whole step (any launcher: this
+also covers a torchrun agent that died with its node's processes). A preempted run is never
+restarted in place: its trainers exit 75 (0 under an elastic agent, which would otherwise restart
+them; run.json says "preempted"), the loop stops and the job is requeued. ``srun
+--kill-on-bad-exit`` ends the step as soon as one task fails, so a rank that hangs (stopped, not
+dead) cannot keep the step alive. GPU files also set the NCCL watchdog's variables (see
+``NCCL_WATCHDOG``).
+
 Launchers: ``torchrun`` (one ``python -m torch.distributed.run`` per node via srun, c10d
 rendezvous), ``srun`` (one task per GPU; also the single-process nd/dp variants), ``mpi``
 (``mpirun`` or ``srun --mpi=pmix`` + ``python -m launch.mpi``) and ``launch``
@@ -44,12 +55,17 @@ SIGNALS = ("USR1", "USR2")
 SCRIPTS = {"nd": "imagenet/imagenet_nd.py", "dp": "imagenet/imagenet_dp.py", "ddp": "imagenet/imagenet_ddp.py",
            "amp": "imagenet/imagenet_ddp_apex.py"}
 # Settings a user overrides with `sbatch --export=ALL,NAME=value`; the generator owns these flags.
-SETTINGS = ("DATA", "ARCH", "EPOCHS", "BATCH_SIZE", "WORKERS", "LOG_DIR", "EXTRA_ARGS", "STAGE_DIR")
+SETTINGS = ("DATA", "ARCH", "EPOCHS", "BATCH_SIZE", "WORKERS", "LOG_DIR", "EXTRA_ARGS", "STAGE_DIR", "MAX_RESTARTS")
 MANAGED_FLAGS = {"-a": "--arch", "--arch": "--arch", "--epochs": "--epochs", "-b": "--batch-size",
                  "--b": "--batch-size", "--batch-size": "--batch-size", "-j": "--workers", "--workers": "--workers",
                  "--log-dir": "--log-dir", "--resume": "(always --resume auto)", "--variant": "--variant",
                  "--stage-dir": "--stage-dir"}
 CPUS_PER_PROCESS = 8
+# NCCL (torch >= 2.4): a collective that makes no progress within the training's --collective-timeout
+# aborts the communicator and ends the process (1) instead of hanging; the monitor thread ends a
+# process whose watchdog itself is stuck; desync debug names the rank(s) that never joined.
+NCCL_WATCHDOG = (("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"), ("TORCH_NCCL_ENABLE_MONITORING", "1"),
+                 ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "600"), ("TORCH_NCCL_DESYNC_DEBUG", "1"))
 EXIT_USAGE = 2
 
 _TIME_FORMATS = (  # SLURM's --time forms -> (days, hours, minutes, seconds) group names
@@ -99,6 +115,7 @@ class JobSpec:
     train_args: Tuple[str, ...] = ()  # further imagenet flags, fixed in the file
     stage_dir: Optional[str] = None  # node-local folder DATA is copied to first; expanded by each process
     requeue: bool = True  # checkpoint and requeue when the signal comes before the time limit
+    max_restarts: int = 3  # MAX_RESTARTS default: restarts of a failed training step in the allocation
     signal: str = "USR2"
     signal_seconds: int = 180  # how long before the time limit the signal comes
     sweep: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # (SETTING, values): a job array over the product
@@ -247,6 +264,8 @@ def _check_values(s: JobSpec) -> None:
             raise GenerateError(f"{label} must be at least 1 (got {number})")
     if s.workers < 0:
         raise GenerateError(f"--workers must be 0 or more (got {s.workers})")
+    if s.max_restarts < 0:
+        raise GenerateError(f"--max-restarts must be 0 (no restart) or more (got {s.max_restarts})")
 
 
 def _check_requeue(s: JobSpec) -> None:
@@ -260,7 +279,7 @@ def _check_requeue(s: JobSpec) -> None:
 
 def _check_sweep(s: JobSpec) -> None:
     for key, values in s.sweep:
-        if key not in SETTINGS or key in ("LOG_DIR", "EXTRA_ARGS", "STAGE_DIR"):
+        if key not in SETTINGS or key in ("LOG_DIR", "EXTRA_ARGS", "STAGE_DIR", "MAX_RESTARTS"):
             raise GenerateError(f"--sweep {key}: sweep one of DATA, ARCH, EPOCHS, BATCH_SIZE, WORKERS "
                                 "(submit one job per point to vary nodes: python -m slurm.submit --sweep)")
         if not values or any(not v for v in values):
@@ -374,7 +393,8 @@ def _settings(s: JobSpec) -> str:
         else:
             lines.append(f"{key}=${{{key}:-{_q(value)}}}")
     lines += [f"LOG_DIR=${{LOG_DIR:-{log_dir}}}",
-              "EXTRA_ARGS=${EXTRA_ARGS:-}  # more training flags, split on spaces"]
+              "EXTRA_ARGS=${EXTRA_ARGS:-}  # more training flags, split on spaces",
+              f"MAX_RESTARTS=${{MAX_RESTARTS:-{s.max_restarts}}}  # restarts of a failed training in this allocation"]
     if s.stage_dir:  # kept unexpanded here: each training process expands it on its own node
         lines.append(f"STAGE_DIR=${{STAGE_DIR:-{_q(s.stage_dir)}}}  # node-local copy of DATA, made once per node")
     return "\n".join(lines)
@@ -399,7 +419,8 @@ def _setup(s: JobSpec) -> str:
     if s.venv:
         lines.append('source "$VENV/bin/activate" || exit 2')
     threads = max(1, s.cpus // max(s.procs_per_task, 1))
-    env = {"OMP_NUM_THREADS": str(threads), **dict(s.env)}
+    nccl = dict(NCCL_WATCHDOG) if s.gpus_per_node and not s.single_process else {}
+    env = {"OMP_NUM_THREADS": str(threads), **nccl, **dict(s.env)}
     lines += [f"export {k}=${{{k}:-{_q(v)}}}" for k, v in env.items()]
     return "\n".join(lines)
 
@@ -419,8 +440,13 @@ def _log_start(s: JobSpec) -> str:
         'echo "job $SLURM_JOB_ID ($SLURM_JOB_NAME) start $(date -Is) restart ${SLURM_RESTART_COUNT:-0}: '
         '$SLURM_JOB_NUM_NODES node(s) $SLURM_JOB_NODELIST, tasks/node $SLURM_NTASKS_PER_NODE, '
         'cpus/task $SLURM_CPUS_PER_TASK"',
+        "# after a requeue (a node failure, say): the nodes SLURM now avoids, and why",
+        'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
+        '    echo "requeued run: nodes down or drained now (not used): $(sinfo -h -N -t down,drain,fail -o \'%N (%E)\' '
+        '| sort -u | paste -sd , -)"',
+        "fi",
         'echo "master $MASTER_ADDR:$MASTER_PORT; run folder $LOG_DIR; data $DATA; python $(command -v "$PYTHON")"',
-        "env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|OMP_|MASTER_)' | sort",
+        "env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|TORCH_NCCL_|OMP_|MASTER_)' | sort",
         *_log_mpi(s)])
 
 
@@ -487,22 +513,46 @@ def _launch(s: JobSpec) -> str:
     launcher = s.resolved_launcher
     # the allocation's node count, not the directive's: a requeued job may run on fewer nodes (and
     # --ntasks, else srun takes SLURM_NTASKS from the environment sbatch stored at submission)
+    # (--kill-on-bad-exit: one failed task ends the step, so a hung rank cannot hold it)
     srun = (f'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * {s.tasks})) '
-            f'--ntasks-per-node={s.tasks} --cpus-per-task="$SLURM_CPUS_PER_TASK"')
-    lines = ["", f"# ---- launch ({launcher})", *_train_args(s)]
+            f'--ntasks-per-node={s.tasks} --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1')
     if launcher == "srun":
-        lines.append(f'{srun} "$PYTHON" {script} "${{TRAIN_ARGS[@]}}" &')
+        start = [f'{srun} "$PYTHON" {script} "${{TRAIN_ARGS[@]}}" &']
     elif launcher == "torchrun":
-        lines += _torchrun(s, srun, script)
+        start = _torchrun(s, srun, script)
     elif launcher == "launch":
-        lines += _dist_launch(s, srun, script)
+        start = _dist_launch(s, srun, script)
     elif s.mpi_starter == "srun":
-        lines.append(f'{srun} --mpi=pmix "$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &')
+        start = [f'{srun} --mpi=pmix "$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
     else:
         # the ranks inherit this environment through the srun that starts mpirun's node daemons
-        lines += [f'"$MPIRUN" -np $((SLURM_JOB_NUM_NODES * {s.tasks})) --map-by ppr:{s.tasks}:node --bind-to none '
-                  f'"$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
-    return "\n".join(lines)
+        start = [f'"$MPIRUN" -np $((SLURM_JOB_NUM_NODES * {s.tasks})) --map-by ppr:{s.tasks}:node --bind-to none '
+                 f'"$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
+    return "\n".join(["", f"# ---- launch ({launcher}); a failed training starts again from the newest checkpoint,",
+                      "# at most MAX_RESTARTS times; a preempted one is requeued instead (see the end)",
+                      *_train_args(s), "attempt=0", "while :; do", *("    " + line for line in start),
+                      *("    " + line for line in _wait_and_decide()), "done"])
+
+
+def _wait_and_decide() -> List[str]:
+    """The loop body after the launch: wait for it, then leave the loop or count a restart."""
+    return ["launcher_pid=$!",
+            "# a trapped signal interrupts `wait`; keep waiting until the launcher is gone",
+            'wait "$launcher_pid"; status=$?',
+            'while kill -0 "$launcher_pid" 2>/dev/null; do wait "$launcher_pid"; status=$?; done',
+            "# no restart after success, a user error (2) or a preemption (75, the signal, or run.json: a",
+            "# preempted run ends the step and is requeued, never restarted in place)",
+            'case "$status" in 0|2|75) break ;; esac',
+            "{ [ \"$preempted\" = 1 ] || grep -qs '\"status\": \"preempted\"' \"$LOG_DIR/run.json\"; } && break",
+            'if [ "$attempt" -ge "$MAX_RESTARTS" ]; then',
+            '    echo "$(date -Is) giving up: the training failed $((attempt + 1)) time(s) in this allocation, '
+            'the last with status $status (MAX_RESTARTS=$MAX_RESTARTS, job restart ${SLURM_RESTART_COUNT:-0}); '
+            'see the errors above"',
+            "    break",
+            "fi",
+            "attempt=$((attempt + 1))",
+            'echo "$(date -Is) training exited with status $status; restarting it in this allocation from the '
+            'newest checkpoint ($attempt of $MAX_RESTARTS)"']
 
 
 # The agent (torchrun / torch.distributed.launch) must not act on the requeue signal or SIGTERM:
@@ -515,7 +565,8 @@ _AGENT_WRAP = 'trap "" {sig} TERM; exec "$0" -m launch.agent {module} {node_rank
 def _torchrun(s: JobSpec, srun: str, script: str) -> List[str]:
     wrap = _AGENT_WRAP.format(sig=s.signal, module="torch.distributed.run", node_rank="")
     return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={s.procs} \\',
-            '    --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
+            '    --max-restarts="$MAX_RESTARTS" --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d \\',
+            '    --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
             f'    {script} "${{TRAIN_ARGS[@]}}" &']
 
 
@@ -528,10 +579,7 @@ def _dist_launch(s: JobSpec, srun: str, script: str) -> List[str]:
 
 
 def _finish(s: JobSpec) -> str:
-    lines = ["launcher_pid=$!", "",
-             "# ---- wait (a trapped signal interrupts `wait`; keep waiting until the launcher is gone)",
-             'wait "$launcher_pid"; status=$?',
-             'while kill -0 "$launcher_pid" 2>/dev/null; do wait "$launcher_pid"; status=$?; done']
+    lines = [""]
     if s.requeue:
         lines += ["# requeue only when the trainers stopped to be preempted (exit 75; run.json says so under",
                   "# torchrun/launch, whose agents report any worker failure as 1), not after a finished run",
@@ -559,7 +607,9 @@ def build_parser() -> argparse.ArgumentParser:
                              ("--cpus-per-task", int, f"default {CPUS_PER_PROCESS} per training process"),
                              ("--epochs", int, "EPOCHS default"), ("--batch-size", int, "BATCH_SIZE default, per process"),
                              ("--workers", int, "WORKERS default: loader processes per training process"),
-                             ("--signal-seconds", int, "send the requeue signal this long before the time limit")):
+                             ("--signal-seconds", int, "send the requeue signal this long before the time limit"),
+                             ("--max-restarts", int, "MAX_RESTARTS default: restarts of a failed training step "
+                              "within the allocation (torchrun's --max-restarts, and the batch script's loop)")):
         p.add_argument(flag, type=typ, default=getattr(d, flag[2:].replace("-", "_")), help=help_)
     for flag in ("--mem", "--partition", "--account", "--qos", "--constraint", "--output", "--error", "--venv",
                  "--conda-env", "--launcher"):

@@ -311,6 +311,23 @@ class SlurmCluster:
         self.procs[node].kill()
         self.procs[node].wait(10)
 
+    def fail_node(self, node: str, reason: str = "node failure (test)") -> int:
+        """A node dies: SIGKILL its slurmd and every process in its namespace (job steps, trainers),
+        then mark it DOWN, as slurmctld does when a dead node stops answering (after SlurmdTimeout,
+        too long for a test). Returns how many processes were killed."""
+        self.kill_slurmd(node)
+        inode = {(Path("/run/netns") / self.layout.netns(int(node.removeprefix("node")))).stat().st_ino: node}
+        pids = _pids_in_namespaces(inode)
+        for pid in pids:
+            _kill(pid, signal.SIGKILL)
+        self.run(["scontrol", "update", f"NodeName={node}", "State=DOWN", f"Reason={reason}"])
+        return len(pids) + 1
+
+    def revive_node(self, node: str) -> None:
+        """Bring a failed node back: its slurmd again, and the node returned to service."""
+        self.start_slurmd(node)
+        self.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+
     def wait_idle(self, timeout: float = 60) -> None:
         """Until no job is queued or running and every node is idle."""
         wait_for("an empty queue", lambda: not self.run(["squeue", "-h"], check=False).stdout.strip(), timeout)

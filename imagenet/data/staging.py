@@ -16,7 +16,8 @@ check comes before any copying and fails with one line giving the space needed a
 
 Who copies: one process per node (local rank 0, or the only process). The others wait in a
 collective that also carries any copier's error to every rank, so every rank stops with the same
-line; the copy must therefore finish within ``--dist-timeout``. A file lock serialises two jobs
+line; the copy must therefore finish within ``--dist-timeout`` (the set-up bound; training runs
+under the shorter ``--collective-timeout``). A file lock serialises two jobs
 staging the same source into the same folder of one node.
 
 Written here rather than with rsync: rsync is not on every compute node, and the parts this needs

@@ -1,41 +1,62 @@
 """RESULTS.md's fault-tolerance table, from the ``fault`` records of ``python -m results.bench faults``.
 
-One row per fault (the newest sweep that measured it): how many times it was injected, how many
-runs survived (finished after a restart from the last checkpoint), the time to detect it (fault
-injected -> the job or process ended; median and maximum), the steps trained twice (the work since
-the last checkpoint, trained again after the restart) and the checkpoints lost.
+One row per fault and launcher of the newest sweep (the bench runs every scenario in one sweep; older
+sweeps, whose scenarios or behaviour may since have changed, stay in the records file only): how
+many times it was injected;
+whether training went on without a user (an in-job restart or SLURM's own requeue: "yes" for every
+injection, "no" for none, else how many); the time to detect it (fault injected -> the failure
+reported) and to training again (fault injected -> the first progress line after the resume:
+restarts, requeue holds and start-up included), medians and maxima; the work lost (steps trained
+twice, i.e. since the newest checkpoint, and their seconds at the step times the first run
+printed: the maximum over the injections); the checkpoints lost. Records from before the recovery
+columns existed show '-' there.
 """
 from __future__ import annotations
 
 import statistics
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from results.report.common import md_table
 
-HEADERS = ("fault", "launcher", "nodes", "injected", "survived", "detect median (s)", "detect max (s)",
-           "steps trained twice", "checkpoints lost", "records")
+HEADERS = ("fault", "launcher", "nodes", "injected", "recovered without a user", "detect median (s)",
+           "detect max (s)", "to training again median (s)", "to training again max (s)", "steps lost (max)",
+           "seconds lost (max)", "checkpoints lost", "records")
 
 
-def _newest_per_fault(recs: Sequence[dict]) -> Dict[str, List[dict]]:
-    """fault -> the records of the newest sweep that injected it."""
-    newest: Dict[str, str] = {}
-    for r in sorted(recs, key=lambda r: r["time"]):
-        newest[r["point"]["fault"]] = r["sweep"]
-    return {f: [r for r in recs if r["point"]["fault"] == f and r["sweep"] == s] for f, s in newest.items()}
+def _newest_sweep(recs: Sequence[dict]) -> Dict[Tuple[str, str], List[dict]]:
+    """(fault, launcher) -> its records in the newest sweep, in the order they were measured."""
+    if not recs:
+        return {}
+    newest = sorted(recs, key=lambda r: r["time"])[-1]["sweep"]  # the last written on a tie
+    out: Dict[Tuple[str, str], List[dict]] = {}
+    for r in sorted((r for r in recs if r["sweep"] == newest), key=lambda r: r["time"]):
+        out.setdefault((r["point"]["fault"], r["point"].get("launcher")), []).append(r)
+    return out
 
 
 def _seconds(values: List[float], pick) -> Optional[float]:
     return round(pick(values), 1) if values else None
 
 
+def _metric(group: Sequence[dict], name: str) -> List[float]:
+    return [r["metrics"][name] for r in group if r["metrics"].get(name) is not None]
+
+
+def _recovered(group: Sequence[dict]) -> Optional[str]:
+    flags = _metric(group, "recovered")
+    if not flags:
+        return None
+    return "yes" if all(flags) else "no" if not any(flags) else f"{sum(flags)} of {len(flags)}"
+
+
 def rows(recs: Sequence[dict]) -> List[list]:
     out = []
-    for fault, group in _newest_per_fault([r for r in recs if r["status"] == "ok"]).items():
-        detect = [r["metrics"]["detect_s"] for r in group if r["metrics"].get("detect_s") is not None]
-        first = group[0]["point"]
-        out.append([fault, first.get("launcher"), first.get("nodes"), len(group),
-                    sum(r["metrics"]["survived"] for r in group), _seconds(detect, statistics.median),
-                    _seconds(detect, max), sum(r["metrics"]["steps_trained_twice"] for r in group),
+    for (fault, launcher), group in _newest_sweep([r for r in recs if r["status"] == "ok"]).items():
+        detect, again = _metric(group, "detect_s"), _metric(group, "recover_s")
+        twice, lost_s = _metric(group, "steps_trained_twice"), _metric(group, "seconds_lost")
+        out.append([fault, launcher, group[0]["point"].get("nodes"), len(group), _recovered(group),
+                    _seconds(detect, statistics.median), _seconds(detect, max), _seconds(again, statistics.median),
+                    _seconds(again, max), max(twice) if twice else None, _seconds(lost_s, max),
                     sum(r["metrics"]["checkpoints_lost"] for r in group),
                     ", ".join(r.get("_source", "?") for r in group)])
     return out
@@ -48,9 +69,13 @@ def section(recs: Sequence[dict]) -> str:
         return ""
     failed = [r for r in faults if r["status"] != "ok"]
     text = ("## Fault tolerance\n\nFaults injected into tiny real jobs on the SLURM test cluster by "
-            "`python -m results.bench faults` (the chaos tests of `tests/cluster/test_slurm_faults.py`). Time to detect: "
-            "fault injected -> the job (or process) ended; '-' where the fault is reported synchronously. "
-            "Steps trained twice: the work since the last checkpoint, trained again after the restart.\n\n"
+            "`python -m results.bench faults` (the chaos tests of `tests/cluster/test_slurm_faults.py` and "
+            "`tests/cluster/test_slurm_recovery.py`; 2 loaded CPU cores, so start-up dominates the times). Recovered "
+            "without a user: training went on with no action (torchrun's restart, the batch script's restart "
+            "loop, or SLURM's requeue after a node failure). Detect: fault injected -> the failure reported "
+            "('-' where it is reported synchronously or not measured). To training again: fault injected -> "
+            "the first progress line after the resume. Steps lost: steps trained twice (the work since the "
+            "newest checkpoint), and their seconds at the step times the first run printed.\n\n"
             + md_table(HEADERS, rows(faults)))
     if failed:
         text += f"\n{len(failed)} fault run(s) failed: " + "; ".join(

@@ -109,3 +109,11 @@ def submit_script(cluster: SlurmCluster, script: Path, run_dir: Path, *export: s
                          cwd=REPO).stdout.strip()
     log_path = script.parent / f"requeue_{script.stem}-{job_id}.out"  # --output %x-%j.out
     return job_id, lambda: log_path.read_text() if log_path.exists() else ""
+
+
+def stand_in_trainer(folder: Path, text: str) -> Path:
+    """An executable shell script the batch file runs as its PYTHON (a trainer's exit, without one)."""
+    path = folder / "stand_in_trainer.sh"
+    path.write_text(text)
+    path.chmod(0o755)
+    return path

@@ -17,7 +17,7 @@ import pytest
 
 from slurm import submit as sm
 from tests.cluster.requeue import (EPOCHS, TRAIN, assert_resumed_exactly, release_requeued, requeue_script, run_states,
-                                   submit_script, wait_for_progress)
+                                   stand_in_trainer, submit_script, wait_for_progress)
 from tests.cluster.scenarios import Scenarios, Wave
 from tests.slurm_cluster import SlurmCluster, wait_for
 
@@ -105,9 +105,7 @@ exit 0
 
 def _finishes_after_the_signal(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     script = requeue_script(tmp_path, data, "srun", nodes=1, procs=1)
-    trainer = tmp_path / "finishing_trainer.sh"
-    trainer.write_text(FINISHING_TRAINER)
-    trainer.chmod(0o755)
+    trainer = stand_in_trainer(tmp_path, FINISHING_TRAINER)
     job_id, log = submit_script(slurm_cluster, script, tmp_path / "run", f"PYTHON={trainer}", f"OUT_DIR={tmp_path}")
     wait_for("the batch script to decide", lambda: re.search(r"training exited|requeueing", log()), 120)
     if "requeueing" in log():

@@ -1,7 +1,9 @@
 """Bad input ends with one clear line and a non-zero exit; a dying rank ends the whole job."""
 import shutil
+import signal
 import subprocess
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -108,30 +110,59 @@ def test_rendezvous_timeout_is_reported(small_data, tmp_path):
     _fails_with_one_line(proc, "could not join the process group", "within 5s")
 
 
-def _start_node(rank, port, data, run_dir, log):
+def _start_node(rank, port, data, run_dir, log, *extra):
     args = [PYTHON, script("imagenet_ddp.py"), *TINY, "--dist-url", f"tcp://127.0.0.1:{port}", "--world-size", "2",
-            "--rank", str(rank), "--epochs", "50", "-p", "1", "--log-dir", str(run_dir), str(data)]
+            "--rank", str(rank), "--epochs", "50", "-p", "1", "--log-dir", str(run_dir), *extra, str(data)]
     return subprocess.Popen(args, cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
-def test_killing_one_rank_ends_the_other(small_data, tmp_path):
+@contextmanager
+def _two_ranks_training(data, tmp_path, *extra):
+    """Rank 0 and rank 1 (--dist-url, one process each) once rank 0 has printed its first step; both
+    killed afterwards."""
     port = free_port()
     log0, log1 = open(tmp_path / "n0.log", "w+"), open(tmp_path / "n1.log", "w+")
-    node0 = _start_node(0, port, small_data, tmp_path / "run", log0)
-    node1 = _start_node(1, port, small_data, tmp_path / "run", log1)
+    node0 = _start_node(0, port, data, tmp_path / "run", log0, *extra)
+    node1 = _start_node(1, port, data, tmp_path / "run", log1, *extra)
     try:
         deadline = time.monotonic() + 180
         while "Epoch: [0][1/" not in (tmp_path / "n0.log").read_text():
             assert time.monotonic() < deadline and node0.poll() is None, (tmp_path / "n0.log").read_text()
             time.sleep(0.2)  # polling a log file, not synchronising on time
-        node1.kill()
-        started = time.monotonic()
-        code = node0.wait(timeout=120)
-        assert code != 0, "the surviving rank must fail, not hang or pretend success"
-        assert time.monotonic() - started < 120
+        yield node0, node1
     finally:
         for p in (node0, node1):
             p.kill()
             p.wait()
         log0.close()
         log1.close()
+
+
+def test_killing_one_rank_ends_the_other(small_data, tmp_path):
+    with _two_ranks_training(small_data, tmp_path) as (node0, node1):
+        node1.kill()
+        started = time.monotonic()
+        code = node0.wait(timeout=120)
+        assert code != 0, "the surviving rank must fail, not hang or pretend success"
+        assert time.monotonic() - started < 120
+
+
+def test_a_stopped_rank_is_named_within_the_collective_timeout(small_data, tmp_path):
+    """Rank 1 stopped (SIGSTOP: alive, its sockets open): rank 0's collective times out after
+    --collective-timeout (not --dist-timeout's 30 minutes) and one line names rank 1."""
+    timeout_s, grace_s = 10, 5  # grace: how long the ranks that arrived wait for the others at the store
+    with _two_ranks_training(small_data, tmp_path, "--collective-timeout", str(timeout_s)) as (node0, node1):
+        node1.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        code = node0.wait(timeout=timeout_s + grace_s + 60)
+        took = time.monotonic() - started
+        text = (tmp_path / "n0.log").read_text()
+        errors = [line for line in text.splitlines() if line.startswith("error: ")]
+        assert code == 1 and len(errors) == 1 and "Traceback" not in text, text[-3000:]
+        assert "rank(s) 1 (" in errors[0] and "did not arrive" in errors[0] and f"for {timeout_s}s" in errors[0]
+        assert took < timeout_s + grace_s + 30, f"ended {took:.0f}s after the stop"
+
+
+def test_a_zero_collective_timeout_is_one_line(small_data, tmp_path):
+    _fails_with_one_line(_train(small_data, tmp_path, "--collective-timeout", "0"), "--collective-timeout 0",
+                         "positive seconds")

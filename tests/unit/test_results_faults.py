@@ -1,5 +1,6 @@
-"""RESULTS.md's fault table: one row per fault from its newest sweep, median and maximum time to
-detect, sums of steps trained twice and checkpoints lost; failed runs listed with their error."""
+"""RESULTS.md's fault table: one row per fault and launcher of the newest sweep; recovered without
+a user, median and maximum times to detect and to training again, the most work lost, the
+checkpoints lost; failed runs listed with their error."""
 from results import report
 from results.core import records
 from results.report import faults as faults_report
@@ -7,16 +8,21 @@ from results.report import faults as faults_report
 ENV = {"hostname": "node1", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.x", "nodes": 2}
 
 
-def _fault(sweep, fault, detect, twice, survived=1):
-    metrics = {"survived": survived, "steps_trained_twice": twice, "checkpoints_lost": 0}
+def _fault(sweep, fault, detect, twice, launcher="srun", **measured):
+    metrics = {"survived": 1, "steps_trained_twice": twice, "checkpoints_lost": 0, **measured}
     if detect is not None:
         metrics["detect_s"] = detect
-    return records.make_record("fault", sweep, {"fault": fault, "launcher": "srun", "nodes": 2}, metrics, ENV)
+    return records.make_record("fault", sweep, {"fault": fault, "launcher": launcher, "nodes": 2}, metrics, ENV)
 
 
-def test_table_rows_come_from_the_newest_sweep_of_each_fault(tmp_path):
-    recs = [_fault("old", "kill -9", 99.0, 50), _fault("new", "kill -9", 4.0, 3), _fault("new", "kill -9", 6.0, 3),
-            _fault("new", "kill -9", 5.0, 2), _fault("new", "disk full", None, 3),
+def test_table_rows_come_from_the_newest_sweep(tmp_path):
+    recs = [_fault("old", "kill -9", 99.0, 50), _fault("old", "retired scenario", 1.0, 1),
+            _fault("new", "kill -9", 4.0, 3, recovered=1, recover_s=40.0,
+                                                       seconds_lost=1.5),
+            _fault("new", "kill -9", 6.0, 3, recovered=1, recover_s=60.0, seconds_lost=2.0),
+            _fault("new", "kill -9", 5.0, 2, recovered=1, recover_s=50.0, seconds_lost=1.0),
+            _fault("new", "kill -9", None, 4, launcher="torchrun", recovered=1, recover_s=30.0),
+            _fault("new", "disk full", None, 3, recovered=0),
             records.make_record("fault", "new", {"fault": "network loss"}, {}, ENV, status="failed",
                                 error="timed out after 60s waiting for rank 0's one-line error")]
     path = tmp_path / "faults.jsonl"
@@ -26,11 +32,18 @@ def test_table_rows_come_from_the_newest_sweep_of_each_fault(tmp_path):
     assert not problems
     text = out.read_text()
     assert "## Fault tolerance" in text
-    rows = {r[0]: r for r in faults_report.rows(records.load([path])[0])}
-    assert rows["kill -9"][3:9] == [3, 3, 5.0, 6.0, 8, 0]  # injected, survived, median, max, twice, lost
-    assert rows["disk full"][5:7] == [None, None]
-    assert "| kill -9 | srun | 2 | 3 | 3 | 5 | 6 | 8 | 0 |" in text
-    assert "network loss: timed out after 60s" in text
+    rows = {(r[0], r[1]): r for r in faults_report.rows(records.load([path])[0])}
+    # injected, recovered, detect median/max, to training again median/max, steps lost, seconds lost, checkpoints lost
+    assert rows[("kill -9", "srun")][3:12] == [3, "yes", 5.0, 6.0, 50.0, 60.0, 3, 2.0, 0]
+    assert rows[("kill -9", "torchrun")][3:10] == [1, "yes", None, None, 30.0, 30.0, 4]
+    assert rows[("disk full", "srun")][4:9] == ["no", None, None, None, None]
+    assert "| kill -9 | srun | 2 | 3 | yes | 5 | 6 | 50 | 60 | 3 | 2 | 0 |" in text
+    assert "network loss: timed out after 60s" in text and "retired scenario" not in text
+
+
+def test_records_from_before_the_recovery_columns_show_dashes(tmp_path):
+    row = faults_report.rows([{**_fault("s", "kill -9", 2.0, 7), "_source": "faults.jsonl:1"}])[0]
+    assert row[4] is None and row[7:9] == [None, None] and row[9] == 7
 
 
 def test_no_fault_records_no_section():

@@ -47,6 +47,21 @@ def test_ddp_4node_is_what_the_users_expect() -> None:
         assert line in text
 
 
+def test_recovery_settings_are_in_every_file() -> None:
+    """torchrun restarts its workers, every file restarts a failed step in a bounded loop, srun ends a
+    step whose task failed, and multi-GPU files set the NCCL watchdog; MAX_RESTARTS is a setting."""
+    for path in COMMITTED:
+        text = path.read_text()
+        assert "MAX_RESTARTS=${MAX_RESTARTS:-3}" in text and 'if [ "$attempt" -ge "$MAX_RESTARTS" ]' in text
+        assert ("--kill-on-bad-exit=1" in text) == ("mpirun " not in text), path.name
+        assert ('--max-restarts="$MAX_RESTARTS"' in text) == ("torch.distributed.run" in text), path.name
+        nccl = "export TORCH_NCCL_ASYNC_ERROR_HANDLING=${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}" in text
+        assert nccl == (path.stem not in ("nd_1gpu", "dp_1node")), path.name
+    text = render(JobSpec(max_restarts=0))
+    assert eval_settings(text, ["MAX_RESTARTS"], {}) == ["0"]
+    assert eval_settings(text, ["MAX_RESTARTS"], {"MAX_RESTARTS": "5"}) == ["5"]
+
+
 def test_render_is_pure() -> None:
     spec = spec_from_args(EXAMPLES["mpi_4node"])
     first = render(spec)
@@ -101,6 +116,7 @@ BAD = {
     "bad mem": (["--mem", "lots"], "--mem 'lots'"),
     "bad env": (["--env", "1BAD=x"], "--env '1BAD'"),
     "bad sweep": (["--sweep", "LOG_DIR=a,b"], "--sweep LOG_DIR"),
+    "negative restarts": (["--max-restarts", "-1"], "--max-restarts must be 0"),
 }
 
 
