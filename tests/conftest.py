@@ -35,8 +35,13 @@ def pytest_report_header(config):
     return f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """Mark each test with its tier: the first folder of its path under tests/."""
+    """Mark each test with its tier: the first folder of its path under tests/.
+
+    The cluster tier is also one xdist group: under ``pytest -n 2 --dist loadgroup`` (make test)
+    one worker runs all of it, in order, on its one SLURM cluster, while the other worker runs the
+    CPU-bound engine and launch tests in the time the cluster tests spend waiting on SLURM."""
     for item in items:
         try:
             folder = item.path.resolve().relative_to(TESTS).parts[0]
@@ -44,3 +49,5 @@ def pytest_collection_modifyitems(config, items):
             continue
         if folder in TIERS:
             item.add_marker(folder)
+        if folder == "cluster":
+            item.add_marker(pytest.mark.xdist_group("cluster"))

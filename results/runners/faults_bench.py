@@ -1,10 +1,11 @@
 """``python -m results.bench faults``: run the chaos tests on the SLURM test cluster and record them.
 
-The scenarios live in ``tests/cluster/test_slurm_faults.py`` and ``tests/cluster/test_slurm_recovery.py``
-(one copy of each, also run by ``make test``); this runs them with pytest in a subprocess (results/ never imports tests/) and tells them,
-through the environment, where to append their ``fault`` records. ``--rounds`` repeats the set so
-the report's median and maximum time to detect have more than one sample. ``results.bench``
-writes the report afterwards.
+The scenarios live in ``tests/cluster/test_slurm_faults.py`` and
+``tests/cluster/test_slurm_recovery.py`` (one copy of each, also run by ``make test``); this runs
+them with pytest in a subprocess (results/ never imports tests/) and tells them, through the
+environment, where to append their ``fault`` records. ``--rounds`` repeats the set so the report's
+median and maximum time to detect have more than one sample. ``results.bench`` writes the report
+afterwards.
 """
 from __future__ import annotations
 
