@@ -187,7 +187,7 @@ def probe_library() -> str:
         return "mpi4py is not installed"
     mpi4py.rc.initialize = mpi4py.rc.finalize = False  # load the library only; this is not a rank
     try:
-        pass
+        from mpi4py import MPI  # noqa: F401  (importing it loads libmpi, which is what is probed)
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else "no MPI library"
         return f"mpi4py {mpi4py.__version__} finds no MPI library ({first})"
