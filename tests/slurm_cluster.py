@@ -442,7 +442,10 @@ class SlurmCluster:
             f"ClusterName={self.name}",
             f"SlurmctldHost={socket.gethostname()}({lay.controller_ip})",
             f"SlurmctldPort={self.ports['slurmctld']}", "SlurmdPort=6818",
-            "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={b}/munge-sock/munge.socket",
+            # cred_expire: the credential lifetime, which is also SLURM's hold on a requeued job before it
+            # may start again (120 s by default; 60 s keeps a node-failure requeue test a minute shorter)
+            "AuthType=auth/munge", "CredType=cred/munge",
+            f"AuthInfo=socket={b}/munge-sock/munge.socket,cred_expire=60",
             "SlurmUser=root", "SlurmdUser=root",
             f"StateSaveLocation={b}/state", f"SlurmdSpoolDir={b}/spool/slurmd.%n",
             f"SlurmctldPidFile={b}/run/slurmctld.pid", f"SlurmdPidFile={b}/run/slurmd.%n.pid",

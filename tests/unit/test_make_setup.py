@@ -3,6 +3,7 @@ running them: only PyPI is reachable here, so the other torch builds cannot be i
 The lean install itself (no MPI implementation, no DALI) is read from the requirement files."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -11,11 +12,15 @@ import pytest
 
 from tests.helpers import REPO
 
+# what a make that runs these tests (make test) hands its children: a nested make would print
+# "Entering/Leaving directory" lines around the commands and inherit the outer make's flags
+OUTER_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
 
 
 def dry_run(tmp_path: Path, *settings: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in OUTER_MAKE}
     return subprocess.run(["make", "-n", "setup", f"VENV={tmp_path / 'venv'}", *settings], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=env)
 
 
 @pytest.mark.parametrize("build", ["cu126", "cu128", "cu130", "cpu"])
