@@ -137,13 +137,13 @@ def section(recs: Sequence[dict], table: Callable) -> str:
         return "## Data at scale: shards\n\n_(no records yet: run `python -m results.bench shards`)_\n"
     return (
         "## Data at scale: shards\n\n"
-        "`python -m results.bench shards` converts the generated ImageNet-like JPEGs (results/jpegs.py, 500x375, "
-        "~110 KB) with `python -m imagenet.shards`, once as the original bytes and once re-encoded with "
-        "`--max-side 320`, and measures the `fast` backend on each source in lockstep with the `baseline` backend "
-        "on the ImageFolder (CPU seconds of one thread, workers 0; the ratio is the median of per-round ratios). "
-        "Reading from shards saves the open() per image, not decode work: decoding dominates, so shards of the "
-        "original bytes run at the ImageFolder's rate, and only smaller stored images (re-encoded) cut the decode "
-        "cost.\n\n" + pipeline_table(pipe, table) + per_image_budget(pipe) +
+        "`python -m results.bench shards` converts the generated ImageNet-like JPEGs (results/runners/jpegs.py, "
+        "500x375, ~110 KB) with `python -m imagenet.shards`, once as the original bytes and once re-encoded with "
+        "`--max-side 320`, and measures the `fast` backend on each source in lockstep with the `baseline` backend"
+        " on the ImageFolder (CPU seconds of one thread, workers 0; the ratio is the median of per-round ratios)."
+        " Reading from shards saves the open() per image, not decode work: decoding dominates, so shards of the "
+        "original bytes run at the ImageFolder's rate, and only smaller stored images (re-encoded) cut the decode"
+        " cost.\n\n" + pipeline_table(pipe, table) + per_image_budget(pipe) +
         "\n### Files opened and bytes read per epoch\n\nA seeded run's train loader over several epochs (fast "
         "backend, persistent loader workers, as training builds it) in a child process under strace -f (openat "
         "calls of every process naming a file under the data folder) and /proc/PID/io of the process and its "
