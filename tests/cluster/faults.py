@@ -28,6 +28,10 @@ INTERVAL = 2  # --checkpoint-every-steps of the jobs the faults hit: the most wo
 PERIODIC = f"--checkpoint-every-steps={INTERVAL}"
 KEPT = re.compile(r"checkpoint-e(\d+)-(\d+)\.pth\.tar$")  # imagenet.checkpoint.kept_name
 RECOVER_BOUND_S = 360  # fault -> training again on a loaded 2-core machine (a requeue waits ~2 min)
+# The scenarios of a wave run at once (tests/cluster/scenarios.py), except when they are recorded: the
+# records' times (to detect, to recover, the seconds of a step) are then each fault's alone, not those
+# of faults sharing the 2 cores with others.
+AT_ONCE = 1 if os.environ.get(RECORDS_ENV) else None
 
 
 def record_fault(fault: str, launcher: str, nodes: int, survived: bool, detect_s: Optional[float],
@@ -104,6 +108,13 @@ def job_pids(cluster: SlurmCluster, job_id: str, node_id: int, rank: Optional[in
                 rank is None or env.get("SLURM_PROCID") == str(rank)):
             pids.append(int(entry.name))
     return pids
+
+
+def wait_for_node_idle(cluster: SlurmCluster, node: str) -> None:
+    """Until NODE is idle again after a fault (a job may stay COMPLETING until slurmctld hears from the
+    node's restarted slurmd, which a loaded machine can delay up to SlurmdTimeout, 120 s, and beyond)."""
+    state = lambda: cluster.run(["sinfo", "-h", "-n", node, "-o", "%T"], check=False).stdout.strip()  # noqa: E731
+    wait_for(f"{node} to be idle again", lambda: state() == "idle", 300)
 
 
 def training_again(log: Callable[[], str], since: int, t0: float) -> float:

@@ -5,7 +5,10 @@ wave together, and the test then re-raises its own scenario's outcome. The asser
 scenarios' own, exactly as when the tests ran one after the other.
 
 A wave maps a test's name (``request.node.name``) to its scenario and the nodes its jobs are pinned to
-(``None``: anywhere), so that a fault one scenario injects into a node never reaches another's job.
+(``None``: anywhere), so that a fault one scenario injects into a node never reaches another's job. A
+pin is a node list (``"node1,node2"``: ``--nodelist``) or, for a job that must be free to move
+(a requeue after a node failure cannot wait for a listed node), the sbatch options themselves
+(``("--exclude=node1",)``).
 A wave starts when its first test asks for an outcome (pytest's per-test timeout then covers one
 wave) and ends with every node idle, so the next wave or module starts on a clean cluster.
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import pytest
 
@@ -21,7 +24,8 @@ from tests.slurm_cluster import SlurmCluster
 
 # (cluster, data, tmp_path, extra sbatch options) -> None; raises what the test would have raised
 Scenario = Callable[[SlurmCluster, Path, Path, Sequence[str]], None]
-Wave = Dict[str, Tuple[Scenario, Optional[str]]]
+Pin = Union[None, str, Tuple[str, ...]]  # anywhere, a --nodelist, or sbatch options
+Wave = Dict[str, Tuple[Scenario, Pin]]
 
 
 class Scenarios:
@@ -45,7 +49,7 @@ class Scenarios:
         chosen = {name: how for name, how in wave.items() if name in self.selected}
         with ThreadPoolExecutor(self.at_once or len(chosen)) as pool:  # leaving the block waits for all
             for name, (scenario, nodes) in chosen.items():
-                pin = [f"--nodelist={nodes}"] if nodes else []
+                pin = [f"--nodelist={nodes}"] if isinstance(nodes, str) else list(nodes or ())
                 self.futures[name] = pool.submit(scenario, self.cluster, self.data,
                                                  self.tmp.mktemp(name.split("[")[0][:40]), pin)
         wait(self.futures.values())

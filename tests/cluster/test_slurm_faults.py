@@ -11,6 +11,10 @@ twice (progress lines printed for the same step in more than one run: the work s
 checkpoint), their seconds, and checkpoints lost. With
 HPC_IMAGENET_FAULT_RECORDS set (``python -m results.bench faults`` sets it) each appends one
 harness record there; a plain ``pytest`` run writes nothing.
+
+The SLURM scenarios run at once, in waves on the session's cluster (tests/cluster/scenarios.py): much
+of a fault's time is waiting (the collective timeout, a job's end, a slurmd coming back) while the
+others train. Each scenario's jobs are kept off the nodes another scenario's fault reaches (``WAVES``).
 """
 from __future__ import annotations
 
@@ -19,15 +23,17 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
 from tests.helpers import explain, python, read_run, script
-from tests.cluster.faults import (INTERVAL, PERIODIC, PROGRESS, checkpoint_at, completed_in_one_allocation,
+from tests.cluster.faults import (AT_ONCE, INTERVAL, PERIODIC, PROGRESS, checkpoint_at, completed_in_one_allocation,
                                   record_fault, seconds_lost, steps_trained_twice, training_again,
-                                  wait_for_periodic_checkpoint)
+                                  wait_for_node_idle, wait_for_periodic_checkpoint)
 from tests.cluster.requeue import (EPOCHS, TRAIN, release_requeued, requeue_script, run_states, submit_script,
                                    wait_for_progress)
+from tests.cluster.scenarios import Scenarios, Wave
 from tests.slurm_cluster import SlurmCluster, wait_for
 
 COLLECTIVE_TIMEOUT_S = 30  # --collective-timeout of the network test: the bound on a lost peer
@@ -75,15 +81,13 @@ def test_disk_full_while_saving_keeps_the_last_good_checkpoint(jpeg_data, tmp_pa
     record_fault("disk full while saving a checkpoint", "none", 1, True, None, twice, 0, recovered=False)
 
 
-@pytest.mark.slurm
-def test_network_loss_is_named_within_the_collective_timeout_and_the_step_restarts(
-        slurm_cluster: SlurmCluster, data: Path, tmp_path: Path) -> None:
-    """node2's veth goes down in mid-step: no RST, no FIN, the peers just stop answering. Within
+def _network_loss(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
+    """Rank 1's node's veth goes down in mid-step: no RST, no FIN, the peers just stop answering. Within
     --collective-timeout one line names it; once the link is back the batch loop restarts the step."""
     script_path = requeue_script(tmp_path, data, "srun", nodes=2, procs=1)
     run_dir = tmp_path / "run"
     job_id, log = submit_script(slurm_cluster, script_path, run_dir,
-                                f"EXTRA_ARGS=--collective-timeout={COLLECTIVE_TIMEOUT_S} {PERIODIC}")
+                                f"EXTRA_ARGS=--collective-timeout={COLLECTIVE_TIMEOUT_S} {PERIODIC}", sbatch_args=pin)
     wait_for_periodic_checkpoint(run_dir)
     hosts = slurm_cluster.run(["scontrol", "show", "hostnames", slurm_cluster.job_state(job_id)["NodeList"]])
     lost = hosts.stdout.split()[1]  # rank 1's node
@@ -117,14 +121,12 @@ def _sample_ranges(log: str, samples_per_epoch: int) -> dict:
     return {e: sorted(r) for e, r in ranges.items()}
 
 
-@pytest.mark.slurm
-def test_fewer_nodes_after_a_requeue_carry_the_global_sample_position(slurm_cluster: SlurmCluster, data: Path,
-                                                                       tmp_path: Path) -> None:
+def _fewer_nodes(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     """4 nodes, preempted in epoch 1 at step 2 of 6 (global batch 32); the requeued run gets 2 nodes
     (global batch 16) and must start at step 4 of 12: sample 64, nothing skipped, nothing twice."""
     script_path = requeue_script(tmp_path, data, "srun", nodes=4, procs=1)
     run_dir = tmp_path / "run"
-    job_id, log = submit_script(slurm_cluster, script_path, run_dir)
+    job_id, log = submit_script(slurm_cluster, script_path, run_dir, sbatch_args=pin)
     wait_for_progress(log, 1, 2)
     slurm_cluster.run(["scancel", "--batch", "--signal=USR2", job_id])
     # what an operator types for a pending job: min-max nodes (2 alone leaves the maximum at 4), tasks
@@ -145,14 +147,12 @@ def test_fewer_nodes_after_a_requeue_carry_the_global_sample_position(slurm_clus
     record_fault("fewer nodes after a requeue (4 -> 2)", "srun", 4, True, None, twice, 0)
 
 
-@pytest.mark.slurm
-def test_kill_9_of_a_slurmd_leaves_the_running_job_alone(slurm_cluster: SlurmCluster, data: Path,
-                                                         tmp_path: Path) -> None:
+def _slurmd_killed(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     """slurmd only launches and watches job steps: the trainers (under slurmstepd) train on, the job
     completes, and the restarted slurmd takes the node back before slurmctld calls it down."""
     script_path = requeue_script(tmp_path, data, "srun", nodes=2, procs=1)
     run_dir = tmp_path / "run"
-    job_id, log = submit_script(slurm_cluster, script_path, run_dir)
+    job_id, log = submit_script(slurm_cluster, script_path, run_dir, sbatch_args=pin)
     wait_for_progress(log, 1, 3)
     node = slurm_cluster.run(["scontrol", "show", "hostnames", slurm_cluster.job_state(job_id)["NodeList"]])
     victim = node.stdout.split()[1]
@@ -165,9 +165,45 @@ def test_kill_9_of_a_slurmd_leaves_the_running_job_alone(slurm_cluster: SlurmClu
     assert row["State"] == "COMPLETED", f"{row}\n{log()[-3000:]}"
     record = read_run(run_dir)
     assert record["status"] == "finished" and [e["epoch"] for e in record["epochs"]] == list(range(EPOCHS))
-    # the node is back for the next test; the job may stay COMPLETING until slurmctld hears from the
-    # restarted slurmd, which a loaded machine can delay up to SlurmdTimeout (120 s) and beyond
-    slurm_cluster.wait_idle(timeout=300)
+    # the node is back (the whole cluster idle is checked after each wave)
+    wait_for_node_idle(slurm_cluster, victim)
     twice = steps_trained_twice(log())
     assert twice == 0
     record_fault("kill -9 of one slurmd", "srun", 2, True, None, twice, 0)
+
+
+# test name -> (scenario, the nodes its jobs are pinned to). Wave 1: the network loss takes node2's veth
+# down (node1 + node2: rank 1 on node2, where no other job runs); the killed slurmd is node4's (node3 +
+# node4: no other job there launches a step or ends). Wave 2, alone: the 4-node job needs every node up
+# and reachable, and its release waits for no node to be completing, which the killed slurmd's job may
+# stay for up to SlurmdTimeout.
+WAVES: Sequence[Wave] = (
+    {"test_network_loss_is_named_within_the_collective_timeout_and_the_step_restarts": (_network_loss, "node1,node2"),
+     "test_kill_9_of_a_slurmd_leaves_the_running_job_alone": (_slurmd_killed, "node3,node4")},
+    {"test_fewer_nodes_after_a_requeue_carry_the_global_sample_position": (_fewer_nodes, None)},
+)
+
+
+@pytest.fixture(scope="module")
+def scenarios(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, data: Path) -> Scenarios:
+    return Scenarios(request, slurm_cluster, data, WAVES, at_once=AT_ONCE)
+
+
+@pytest.mark.slurm
+def test_network_loss_is_named_within_the_collective_timeout_and_the_step_restarts(
+        scenarios: Scenarios, request: pytest.FixtureRequest) -> None:
+    """A node's network lost in mid-step: named within --collective-timeout, the step restarts (see _network_loss)."""
+    scenarios.outcome(request.node.name)
+
+
+@pytest.mark.slurm
+def test_fewer_nodes_after_a_requeue_carry_the_global_sample_position(scenarios: Scenarios,
+                                                                       request: pytest.FixtureRequest) -> None:
+    """4 -> 2 nodes at a requeue: nothing skipped, nothing trained twice (see _fewer_nodes)."""
+    scenarios.outcome(request.node.name)
+
+
+@pytest.mark.slurm
+def test_kill_9_of_a_slurmd_leaves_the_running_job_alone(scenarios: Scenarios, request: pytest.FixtureRequest) -> None:
+    """The job completes and the restarted slurmd takes its node back (see _slurmd_killed)."""
+    scenarios.outcome(request.node.name)

@@ -18,6 +18,10 @@ Each test measures what RESULTS.md's fault table shows: recovered without a user
 time from the fault to training again (the first progress line after the resume), and the steps
 and seconds of work lost (steps trained twice, at the step times the first run printed). With
 HPC_IMAGENET_FAULT_RECORDS set (``python -m results.bench faults``) each appends one record.
+
+The scenarios run at once, in waves on the session's cluster (tests/cluster/scenarios.py): most of a
+fault's time is waiting (the requeue hold, a collective timeout, a restart) while the others train.
+Each scenario's jobs are kept off the nodes another scenario's fault reaches (``WAVES``).
 """
 from __future__ import annotations
 
@@ -25,16 +29,18 @@ import os
 import re
 import signal
 import time
+from functools import partial
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import pytest
 
 from tests.helpers import read_run
-from tests.cluster.faults import (INTERVAL, PERIODIC, RESUMED, checkpoint_at, completed_in_one_allocation, job_pids,
-                                  record_fault, seconds_lost, steps_trained_twice, training_again,
-                                  wait_for_periodic_checkpoint)
+from tests.cluster.faults import (AT_ONCE, INTERVAL, PERIODIC, RESUMED, checkpoint_at, completed_in_one_allocation,
+                                  job_pids, record_fault, seconds_lost, steps_trained_twice, training_again,
+                                  wait_for_node_idle, wait_for_periodic_checkpoint)
 from tests.cluster.requeue import EPOCHS, TRAIN, requeue_script, stand_in_trainer, submit_script
+from tests.cluster.scenarios import Scenarios, Wave
 from tests.helpers import REPO
 from tests.slurm_cluster import SlurmCluster, wait_for
 
@@ -65,8 +71,7 @@ def _measure(fault: str, launcher: str, nodes: int, log: str, since: int, recove
     assert twice <= INTERVAL, f"{twice} steps trained twice; at most one interval ({INTERVAL}) may be lost"
 
 
-def test_torchrun_restarts_a_killed_rank_in_the_same_allocation(slurm_cluster: SlurmCluster, data: Path,
-                                                                tmp_path: Path) -> None:
+def _torchrun_restart(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     """The committed slurm/ddp_1node.sh (4 workers under torchrun, CPU here) with tiny-run settings:
     one worker killed; the agent restarts the workers, which resume; the job completes, never requeued."""
     run_dir = tmp_path / "run"
@@ -74,7 +79,7 @@ def test_torchrun_restarts_a_killed_rank_in_the_same_allocation(slurm_cluster: S
     settings = ["ALL", f"LOG_DIR={run_dir}", "OMP_NUM_THREADS=1", f"DATA={data}", "ARCH=resnet18",
                 f"EPOCHS={EPOCHS}", "BATCH_SIZE=8", "WORKERS=0", f"EXTRA_ARGS={extra}"]
     out = tmp_path / "ddp_1node-%j.out"
-    job_id = slurm_cluster.run(["sbatch", "--parsable", "--time=15", f"--output={out}", "--export",
+    job_id = slurm_cluster.run(["sbatch", "--parsable", "--time=15", f"--output={out}", *pin, "--export",
                                 ",".join(settings), str(REPO / "slurm" / "ddp_1node.sh")], cwd=REPO).stdout.strip()
     path = Path(str(out).replace("%j", job_id))
     log = lambda: path.read_text() if path.exists() else ""  # noqa: E731
@@ -108,16 +113,15 @@ KILLS = {  # fault: (launcher, processes per node, rank to kill on the second no
 }
 
 
-@pytest.mark.parametrize("fault", list(KILLS))
-def test_the_batch_loop_restarts_a_failed_step_in_the_same_allocation(slurm_cluster: SlurmCluster, data: Path,
-                                                                      tmp_path: Path, fault: str) -> None:
+def _batch_loop_restart(fault: str, slurm_cluster: SlurmCluster, data: Path, tmp_path: Path,
+                        pin: Sequence[str]) -> None:
     """2 nodes. srun: one rank killed, its peer ends with the lost-peer line, the loop starts the step
     again. torchrun: the second node's agent and workers killed; --kill-on-bad-exit ends the step
     (the other agent would wait for its peer's rendezvous), the loop starts it again."""
     launcher, procs, rank = KILLS[fault]
     script_path = requeue_script(tmp_path, data, launcher, nodes=2, procs=procs)
     run_dir = tmp_path / "run"
-    job_id, log = submit_script(slurm_cluster, script_path, run_dir, f"EXTRA_ARGS={PERIODIC}")
+    job_id, log = submit_script(slurm_cluster, script_path, run_dir, f"EXTRA_ARGS={PERIODIC}", sbatch_args=pin)
     expected = 1 if rank is not None else 1 + procs  # torchrun: the agent and its workers
     since, t0, killed = _kill_after_checkpoint(slurm_cluster, job_id, log, run_dir, 1, rank, expected)
     recover = training_again(log, since, t0)
@@ -133,11 +137,13 @@ exit 1
 """
 
 
-def test_a_failure_repeating_past_the_bound_ends_the_job_with_one_line(slurm_cluster: SlurmCluster, data: Path,
-                                                                       tmp_path: Path) -> None:
+def _repeating_failure(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
+    """1 node, a trainer that crashes at every start: the loop restarts it MAX_RESTARTS times, then
+    gives up with one line and the job FAILED."""
     script_path = requeue_script(tmp_path, data, "srun", nodes=1, procs=1)
     trainer = stand_in_trainer(tmp_path, CRASHING_TRAINER)
-    job_id, log = submit_script(slurm_cluster, script_path, tmp_path / "run", f"PYTHON={trainer}", "MAX_RESTARTS=2")
+    job_id, log = submit_script(slurm_cluster, script_path, tmp_path / "run", f"PYTHON={trainer}", "MAX_RESTARTS=2",
+                                sbatch_args=pin)
     row = slurm_cluster.wait_finished(job_id, timeout=180)
     assert row["State"] == "FAILED", f"{row}\n{log()[-3000:]}"
     assert log().count("crashing trainer started") == 3, "the first start and MAX_RESTARTS=2 restarts"
@@ -146,14 +152,13 @@ def test_a_failure_repeating_past_the_bound_ends_the_job_with_one_line(slurm_clu
     assert len(giving_up) == 1 and "failed 3 time(s)" in giving_up[0] and "MAX_RESTARTS=2" in giving_up[0], log()
 
 
-def test_a_node_failure_requeues_the_job_elsewhere_and_resumes_exactly(slurm_cluster: SlurmCluster, data: Path,
-                                                                        tmp_path: Path) -> None:
+def _node_failure(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     """2 nodes of 4; the second dies (slurmd and every process on it killed, marked DOWN) in epoch 1:
     SLURM requeues the job, which runs on two healthy nodes, names the DOWN one in its log and
     resumes from the newest checkpoint (a periodic one in epoch 1)."""
     script_path = requeue_script(tmp_path, data, "srun", nodes=2, procs=1)
     run_dir = tmp_path / "run"
-    job_id, log = submit_script(slurm_cluster, script_path, run_dir, f"EXTRA_ARGS={PERIODIC}")
+    job_id, log = submit_script(slurm_cluster, script_path, run_dir, f"EXTRA_ARGS={PERIODIC}", sbatch_args=pin)
     wait_for_periodic_checkpoint(run_dir)
     first_nodes = slurm_cluster.run(["scontrol", "show", "hostnames",
                                      slurm_cluster.job_state(job_id)["NodeList"]]).stdout.split()
@@ -174,18 +179,18 @@ def test_a_node_failure_requeues_the_job_elsewhere_and_resumes_exactly(slurm_clu
     record = read_run(run_dir)
     assert record["status"] == "finished" and [e["epoch"] for e in record["epochs"]] == list(range(EPOCHS))
     _measure("node failure (node DOWN, requeued)", "srun", 2, log(), since, recover, killed=killed)
-    slurm_cluster.wait_idle(timeout=300)
+    # the node is back (the whole cluster idle is checked after each wave)
+    wait_for_node_idle(slurm_cluster, victim)
 
 
-def test_a_stopped_rank_ends_the_step_within_the_collective_timeout_naming_it(
-        slurm_cluster: SlurmCluster, data: Path, tmp_path: Path) -> None:
+def _stopped_rank(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     """Rank 1 gets SIGSTOP (alive, holding its sockets open: no peer sees a closed connection). The
     collective times out after --collective-timeout, rank 0 prints one line naming rank 1 and its
     node, the step ends (the stopped task is killed) and the loop resumes without it."""
     script_path = requeue_script(tmp_path, data, "srun", nodes=2, procs=1)
     run_dir = tmp_path / "run"
     job_id, log = submit_script(slurm_cluster, script_path, run_dir,
-                          f"EXTRA_ARGS=--collective-timeout={COLLECTIVE_TIMEOUT_S} {PERIODIC}")
+                                f"EXTRA_ARGS=--collective-timeout={COLLECTIVE_TIMEOUT_S} {PERIODIC}", sbatch_args=pin)
     wait_for_periodic_checkpoint(run_dir)
     pid = wait_for("rank 1", lambda: (job_pids(slurm_cluster, job_id, 1, 1) or [None])[0], 30)
     node = slurm_cluster.run(["scontrol", "show", "hostnames",
@@ -205,3 +210,57 @@ def test_a_stopped_rank_ends_the_step_within_the_collective_timeout_naming_it(
     completed_in_one_allocation(slurm_cluster, job_id, log, run_dir)
     _measure("stopped rank (SIGSTOP)", "srun", 2, log(), since, recover, detect_s=round(detect, 2),
              error=error.group(0)[:300])
+
+
+BATCH_LOOP_TEST = "test_the_batch_loop_restarts_a_failed_step_in_the_same_allocation"
+# test name -> (scenario, where its jobs go). The faults: the kills and the stop reach only their own
+# job's processes; the node failure kills every process of its victim node and takes it DOWN.
+# Wave 1: the node failure may use node2-node4 (--exclude, not --nodelist: its requeued run must be free
+# to leave the DOWN node); its victim is the second node of its first run, so node3 or node4, which no
+# other job uses, and it requeues onto the two others. The kills and the stop share node1 + node2.
+# Wave 2: the torchrun job (slurm/ddp_1node.sh asks for all 32 CPUs of a node) would hold back any job
+# sharing its node, and wave 1 has no node left for it: it runs with the short crashing trainer.
+WAVES: Sequence[Wave] = (
+    {"test_a_node_failure_requeues_the_job_elsewhere_and_resumes_exactly": (_node_failure, ("--exclude=node1",)),
+     **{f"{BATCH_LOOP_TEST}[{fault}]": (partial(_batch_loop_restart, fault), "node1,node2") for fault in KILLS},
+     "test_a_stopped_rank_ends_the_step_within_the_collective_timeout_naming_it": (_stopped_rank, "node1,node2")},
+    {"test_torchrun_restarts_a_killed_rank_in_the_same_allocation": (_torchrun_restart, "node1"),
+     "test_a_failure_repeating_past_the_bound_ends_the_job_with_one_line": (_repeating_failure, "node2")},
+)
+
+
+@pytest.fixture(scope="module")
+def scenarios(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, data: Path) -> Scenarios:
+    return Scenarios(request, slurm_cluster, data, WAVES, at_once=AT_ONCE)
+
+
+def test_torchrun_restarts_a_killed_rank_in_the_same_allocation(scenarios: Scenarios,
+                                                                request: pytest.FixtureRequest) -> None:
+    """One torchrun worker killed: the agent restarts the workers, they resume (see _torchrun_restart)."""
+    scenarios.outcome(request.node.name)
+
+
+@pytest.mark.parametrize("fault", list(KILLS))
+def test_the_batch_loop_restarts_a_failed_step_in_the_same_allocation(scenarios: Scenarios,
+                                                                      request: pytest.FixtureRequest,
+                                                                      fault: str) -> None:
+    """A rank or a node's processes killed: the loop starts the step again (see _batch_loop_restart)."""
+    scenarios.outcome(request.node.name)
+
+
+def test_a_failure_repeating_past_the_bound_ends_the_job_with_one_line(scenarios: Scenarios,
+                                                                       request: pytest.FixtureRequest) -> None:
+    """A trainer that crashes at every start: the loop gives up after MAX_RESTARTS (see _repeating_failure)."""
+    scenarios.outcome(request.node.name)
+
+
+def test_a_node_failure_requeues_the_job_elsewhere_and_resumes_exactly(scenarios: Scenarios,
+                                                                        request: pytest.FixtureRequest) -> None:
+    """A node DOWN: SLURM requeues the job elsewhere, it resumes exactly (see _node_failure)."""
+    scenarios.outcome(request.node.name)
+
+
+def test_a_stopped_rank_ends_the_step_within_the_collective_timeout_naming_it(
+        scenarios: Scenarios, request: pytest.FixtureRequest) -> None:
+    """A stopped rank is named within --collective-timeout and the step restarts (see _stopped_rank)."""
+    scenarios.outcome(request.node.name)
