@@ -333,6 +333,12 @@ class SlurmCluster:
         wait_for("an empty queue", lambda: not self.run(["squeue", "-h"], check=False).stdout.strip(), timeout)
         wait_for("idle nodes", self._all_nodes_idle, timeout)
 
+    def wait_node_idle(self, node: str, timeout: float = 300) -> None:
+        """Until NODE alone is idle (after a fault, a job may stay COMPLETING until slurmctld hears from the
+        node's restarted slurmd, which a loaded machine can delay up to SlurmdTimeout, 120 s, and beyond);
+        the other nodes may be busy with other jobs."""
+        wait_for(f"{node} to be idle again", lambda: self._node_states().get(node) == "idle", timeout)
+
     def _keep_logs(self) -> None:
         """Copy the daemon logs to $HPC_IMAGENET_KEEP_SLURM_LOGS/<cluster id>/ before teardown
         removes them (the state and spool folders hold nothing a post-mortem needs)."""
@@ -522,10 +528,14 @@ class SlurmCluster:
             if proc.poll() is not None:
                 raise ClusterError(f"{name} exited with {proc.returncode} during start-up:\n{self.logs()}")
 
+    def _node_states(self) -> Dict[str, str]:
+        """Each node's state as sinfo prints it (idle, mixed, allocated, completing, down...)."""
+        out = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False).stdout.split("\n")
+        return dict(line.split() for line in out if line.strip())
+
     def _all_nodes_idle(self) -> bool:
         self._check_alive()
-        out = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False).stdout.split("\n")
-        states = dict(line.split() for line in out if line.strip())
+        states = self._node_states()
         return len(states) == self.nodes and all(s == "idle" for s in states.values())
 
     def _drain_jobs(self) -> None:

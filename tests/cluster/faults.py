@@ -110,13 +110,6 @@ def job_pids(cluster: SlurmCluster, job_id: str, node_id: int, rank: Optional[in
     return pids
 
 
-def wait_for_node_idle(cluster: SlurmCluster, node: str) -> None:
-    """Until NODE is idle again after a fault (a job may stay COMPLETING until slurmctld hears from the
-    node's restarted slurmd, which a loaded machine can delay up to SlurmdTimeout, 120 s, and beyond)."""
-    state = lambda: cluster.run(["sinfo", "-h", "-n", node, "-o", "%T"], check=False).stdout.strip()  # noqa: E731
-    wait_for(f"{node} to be idle again", lambda: state() == "idle", 300)
-
-
 def training_again(log: Callable[[], str], since: int, t0: float) -> float:
     """Seconds from T0 until a progress line follows a resume in the log after offset SINCE."""
     def resumed() -> Optional[bool]:

@@ -30,7 +30,7 @@ import pytest
 from tests.helpers import explain, python, read_run, script
 from tests.cluster.faults import (AT_ONCE, INTERVAL, PERIODIC, PROGRESS, checkpoint_at, completed_in_one_allocation,
                                   record_fault, seconds_lost, steps_trained_twice, training_again,
-                                  wait_for_node_idle, wait_for_periodic_checkpoint)
+                                  wait_for_periodic_checkpoint)
 from tests.cluster.requeue import (EPOCHS, TRAIN, release_requeued, requeue_script, run_states, submit_script,
                                    wait_for_progress)
 from tests.cluster.scenarios import Scenarios, Wave
@@ -166,7 +166,7 @@ def _slurmd_killed(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin:
     record = read_run(run_dir)
     assert record["status"] == "finished" and [e["epoch"] for e in record["epochs"]] == list(range(EPOCHS))
     # the node is back (the whole cluster idle is checked after each wave)
-    wait_for_node_idle(slurm_cluster, victim)
+    slurm_cluster.wait_node_idle(victim)
     twice = steps_trained_twice(log())
     assert twice == 0
     record_fault("kill -9 of one slurmd", "srun", 2, True, None, twice, 0)

@@ -38,7 +38,7 @@ import pytest
 from tests.helpers import read_run
 from tests.cluster.faults import (AT_ONCE, INTERVAL, PERIODIC, RESUMED, checkpoint_at, completed_in_one_allocation,
                                   job_pids, record_fault, seconds_lost, steps_trained_twice, training_again,
-                                  wait_for_node_idle, wait_for_periodic_checkpoint)
+                                  wait_for_periodic_checkpoint)
 from tests.cluster.requeue import EPOCHS, TRAIN, requeue_script, stand_in_trainer, submit_script
 from tests.cluster.scenarios import Scenarios, Wave
 from tests.helpers import REPO
@@ -180,7 +180,7 @@ def _node_failure(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: 
     assert record["status"] == "finished" and [e["epoch"] for e in record["epochs"]] == list(range(EPOCHS))
     _measure("node failure (node DOWN, requeued)", "srun", 2, log(), since, recover, killed=killed)
     # the node is back (the whole cluster idle is checked after each wave)
-    wait_for_node_idle(slurm_cluster, victim)
+    slurm_cluster.wait_node_idle(victim)
 
 
 def _stopped_rank(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
