@@ -181,18 +181,27 @@ def read_lines(path: Path) -> Tuple[List[Dict[str, Any]], List[Problem]]:
     return good, bad
 
 
+def record_files(paths: Iterable[Path]) -> List[Path]:
+    """The records files PATHS name: a file as given, a directory's ``*.jsonl`` in name order."""
+    files: List[Path] = []
+    for p in paths:
+        files += sorted(Path(p).glob("*.jsonl")) if Path(p).is_dir() else [Path(p)]
+    return files
+
+
+def load_by_file(paths: Iterable[Path]) -> List[Tuple[Path, List[Dict[str, Any]], List[Problem]]]:
+    """Each records file's (path, records, unusable lines), in file order; an unusable line is logged once."""
+    loaded = [(f, *read_lines(f)) for f in record_files(paths)]
+    for _, _, bad in loaded:
+        for pr in bad:
+            log.warning("skipping record %s:%d: %s", pr.source, pr.line, pr.reason)
+    return loaded
+
+
 def load(paths: Iterable[Path]) -> Tuple[List[Dict[str, Any]], List[Problem]]:
     """All records from files or directories (``*.jsonl`` inside), in file then line order."""
-    records, problems = [], []
-    for p in paths:
-        files = sorted(Path(p).glob("*.jsonl")) if Path(p).is_dir() else [Path(p)]
-        for f in files:
-            good, bad = read_lines(f)
-            records += good
-            problems += bad
-    for pr in problems:
-        log.warning("skipping record %s:%d: %s", pr.source, pr.line, pr.reason)
-    return records, problems
+    loaded = load_by_file(paths)
+    return [r for _, good, _ in loaded for r in good], [pr for _, _, bad in loaded for pr in bad]
 
 
 # ---------------------------------------------------------------- selection (shared by analysis and report)

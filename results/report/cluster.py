@@ -25,7 +25,7 @@ from results.analysis.spread import Point, aggregate
 from results.core import records
 from results.core.records import by_kind
 from results.report import data_scale, faults, figures
-from results.report.common import (IMAGENET_TRAIN_IMAGES, RESULTS, Environments, data_label, fmt, md_table, pct)
+from results.report.common import (IMAGENET_TRAIN_IMAGES, RESULTS, data_label, fmt, md_table, pct)
 from results.report.curves import CURVES, curve_runs
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ def _configurations_section(series: Dict[Tuple[str, str], List[Point]], fig_dir:
             "profiled runs are left out (the profiler slows them).\n\n" + _config_table(dict(items)))
 
 
-def curves_section(train: Sequence[dict], env: Environments, fig_dir: Path) -> str:
+def curves_section(train: Sequence[dict], fig_dir: Path) -> str:
     runs = [t for t in curve_runs([r for r in train if (r["point"].get("epochs") or 1) > 1], []) if t[2]]
     if not runs:
         return ""
@@ -422,9 +422,8 @@ def environments(recs: Sequence[dict]) -> str:
     envs: Dict[tuple, List[dict]] = {}
     for r in recs:
         envs.setdefault(tuple(str(r["environment"].get(k)) for k in ENV_KEYS), []).append(r)
-    rows = [[*(fmt(r[0]["environment"].get(k)) for k in ENV_KEYS), len(rs),
-             ", ".join(sorted({str(r["environment"].get("git_commit"))[:12] for r in rs}))] for rs in envs.values()
-            for r in [rs]]
+    rows = [[*(fmt(rs[0]["environment"].get(k)) for k in ENV_KEYS), len(rs),
+             ", ".join(sorted({str(r["environment"].get("git_commit"))[:12] for r in rs}))] for rs in envs.values()]
     notes = sorted({r["note"] for r in recs if r.get("note")})
     return ("## Environment\n\n" + md_table([*ENV_KEYS, "records", "commits"], rows)
             + ("\nNotes recorded with the points:\n\n" + "".join(f"- {n}\n" for n in notes) if notes else ""))
@@ -432,18 +431,19 @@ def environments(recs: Sequence[dict]) -> str:
 
 # ---------------------------------------------------------------- the report
 
-def build_tag(tag: str, records_file: Path, out_dir: Path) -> Tuple[Path, Dict[str, object]]:
-    """Write ``out_dir/README.md`` and its figures from one records file; returns the README's path and
-    the headline (hardware, best throughput, efficiency at the largest scale, binding term)."""
-    recs, problems = records.load([records_file])
+def build_tag(tag: str, records_file: Path, out_dir: Path,
+              loaded: Optional[Tuple[List[dict], List]] = None) -> Tuple[Path, Dict[str, object]]:
+    """Write ``out_dir/README.md`` and its figures from one records file (LOADED: its records and unusable
+    lines, where the caller has read it already); returns the README's path and the headline (hardware,
+    best throughput, efficiency at the largest scale, binding term)."""
+    recs, problems = loaded if loaded is not None else records.load([records_file])
     train = by_kind(recs, "train")
     series = train_series(train)
-    env = Environments()
     model, binding = model_section(series, by_kind(recs, "allreduce"), by_kind(recs, "overlap"),
                                    by_kind(recs, "storage"), out_dir)
     shards = data_scale.section(recs, md_table) if any(r["kind"] in ("shards_pipeline", "data_opens", "index_memory")
                                                        for r in recs) else ""
-    body = [throughput_section(series, out_dir), curves_section(train, env, out_dir),
+    body = [throughput_section(series, out_dir), curves_section(train, out_dir),
             storage_section(by_kind(recs, "storage"), out_dir), loader_section(by_kind(recs, "io"), out_dir),
             pipeline_section(by_kind(recs, "pipeline"), out_dir), model, shards, faults.section(recs),
             other_section(recs), failed_section(recs)]

@@ -29,10 +29,13 @@ def _int_ticks(ax, axis: str = "x") -> None:
     a.set_minor_formatter(FuncFormatter(lambda v, _: ""))
 
 
-def _save(fig, path: Path) -> Path:
+def _save(fig, path: Path, layout: bool = True, **savefig_kw) -> Path:
+    """Write FIG to PATH and close it; LAYOUT: lay it out first (callers that placed things themselves
+    pass False, with their own savefig options)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    if layout:
+        fig.tight_layout()
+    fig.savefig(path, dpi=DPI, **savefig_kw)
     plt.close(fig)
     log.info("wrote %s", path)
     return path
@@ -248,11 +251,7 @@ def report_panels(path: Path, panels: Sequence[Dict[str, object]], suptitle: str
     fig.suptitle(suptitle, fontsize=11)
     # keep the suptitle's lines clear of the panel titles, whatever the figure's height
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.2 * (suptitle.count("\n") + 1) / fig.get_figheight()))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
-    log.info("wrote %s", path)
-    return path
+    return _save(fig, path, layout=False, bbox_inches="tight")
 
 
 def _panel(ax, panel: Dict[str, object]) -> None:
@@ -292,8 +291,4 @@ def hbars(path: Path, labels: Sequence[str], means: Sequence[float], stds: Seque
     ax.margins(x=0.15)
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(title, fontsize=10)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
-    log.info("wrote %s", path)
-    return path
+    return _save(fig, path, layout=False, bbox_inches="tight")

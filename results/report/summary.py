@@ -9,6 +9,11 @@ from results.report.common import data_label, fmt, pct
 from results.core.setups import CKPT_REPORT_MINUTES
 
 
+def _load(record: dict) -> str:
+    """The load the machine had when RECORD was measured, and where the record is."""
+    return f"host load {fmt(record.get('host_load_1m'))} (`{record['_source']}`)"
+
+
 def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence[dict] = (),
                     steady: Sequence[dict] = ()) -> str:
     """The headline ratios, each from the newest sweep that has it, with the load at the time."""
@@ -19,8 +24,7 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
         lines.append(f"- Data pipeline, steady state, `{p['backend']}` vs `baseline` ({p['split']}, "
                      f"{p['workers']} workers, {p['image_size']}px, {p['images']} images x {m['rounds']} "
                      f"rounds in lockstep): {cmp.times(m['ratio_per_core'])} images/s per core (range "
-                     f"{cmp.times(m['ratio_min'])}-{cmp.times(m['ratio_max'])}); host load "
-                     f"{fmt(r.get('host_load_1m'))} (`{r['_source']}`)")
+                     f"{cmp.times(m['ratio_min'])}-{cmp.times(m['ratio_max'])}); {_load(r)}")
     # the engine's default backend; the other backends are in the section's table and figure
     pipe = [x for x in cmp.pipeline_rows(io) if x["per_core_ratio"] and x["record"]["point"]["backend"] == "fast"]
     for x in newest_sweep(pipe, lambda x: x["record"]):
@@ -28,8 +32,7 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
         lines.append(f"- Data pipeline, `{p['backend']}` vs `baseline` ({p['workers']} workers, {p['cache']} "
                      f"cache, {p['image_size']}px): {cmp.times(x['per_core_ratio'])} images/s per core "
                      f"({fmt(m['images_per_cpu_s'])} vs {fmt(x['baseline']['metrics']['images_per_cpu_s'])}), "
-                     f"{cmp.times(x['wall_ratio'])} wall images/s; host load {fmt(x['record'].get('host_load_1m'))} "
-                     f"(`{x['record']['_source']}`)")
+                     f"{cmp.times(x['wall_ratio'])} wall images/s; {_load(x['record'])}")
     steps = [x for x in cmp.step_rows(train) if x["step_speedup"] and x["record"]["point"]["setup"] != "baseline"]
 
     def kind(x: dict) -> tuple:  # the newest sweep of each device and kind of data: a GPU sweep hides no CPU one
@@ -41,15 +44,13 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
         lines.append(f"- Training step, `{p['setup']}` vs `baseline` ({data_label(p['data'])}, {p['arch']} "
                      f"{p['image_size']}px, batch {p['batch_size']}, {p['world_size']} process, "
                      f"{m.get('device')}): {cmp.times(x['step_speedup'])} ({fmt(m['step_time_ms'])} vs "
-                     f"{fmt(x['baseline']['metrics']['step_time_ms'])} ms/step); host load "
-                     f"{fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
+                     f"{fmt(x['baseline']['metrics']['step_time_ms'])} ms/step); {_load(x['record'])}")
     for x in cmp.logging_rows(train):
         p, m, q = x["record"]["point"], x["record"]["metrics"], x["quiet"]["metrics"]
         lines.append(f"- Logging overhead ({data_label(p['data'])}, {p['arch']} {p['image_size']}px, batch "
                      f"{p['batch_size']}, {m.get('device')}): printing and TensorBoard step scalars at every step "
                      f"cost {100 * x['overhead']:+.1f}% step time ({fmt(m['step_time_ms'])} vs "
-                     f"{fmt(q['step_time_ms'])} ms/step logging once per epoch); host load "
-                     f"{fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
+                     f"{fmt(q['step_time_ms'])} ms/step logging once per epoch); {_load(x['record'])}")
     for x in cmp.checkpoint_rows(train):
         p, m, o = x["record"]["point"], x["record"]["metrics"], x["off"]["metrics"]
         lines.append(f"- Checkpoint overhead ({data_label(p['data'])}, {p['arch']} {p['image_size']}px, batch "
@@ -60,14 +61,14 @@ def summary_section(train: Sequence[dict], io: Sequence[dict], overlap: Sequence
                      f"{x['every_steps']} steps between two, and each writes {x['bytes'] / 1e6:.0f} MB; at one "
                      f"checkpoint per {CKPT_REPORT_MINUTES} minutes (the batch files') that stall is "
                      f"{100 * cmp.stall_share(x['stall_ms'], 60 * CKPT_REPORT_MINUTES):.3f}% of training "
-                     f"time; host load {fmt(x['record'].get('host_load_1m'))} (`{x['record']['_source']}`)")
+                     f"time; {_load(x['record'])}")
     for r in newest_sweep(overlap):
         p, m = r["point"], r["metrics"]
         lines.append(f"- DDP communication overlap ({p['arch']} {p['image_size']}px, batch {p['batch_size']}, "
                      f"{p['world_size']} gloo processes, {p['bucket_cap_mb']:g} MB buckets): "
                      f"{fmt(m['exposed_comm_ms'])} ms of the {fmt(m['allreduce_alone_ms'])} ms gradient "
                      f"all-reduce stays exposed per step ({100 * m['hidden_fraction']:.0f}% hidden; step "
-                     f"{fmt(m['step_time_ms'])} ms); host load {fmt(r.get('host_load_1m'))} (`{r['_source']}`)")
+                     f"{fmt(m['step_time_ms'])} ms); {_load(r)}")
     nodes = cmp.multinode_records(train)
     if nodes:
         newest = newest_sweep(nodes)

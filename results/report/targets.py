@@ -49,11 +49,11 @@ def _gpu_rows(train: Sequence[dict]) -> List[List[str]]:
 
 
 def _jpeg_rows(train: Sequence[dict]) -> List[List[str]]:
-    rows = []
-    if not any(x["record"] for x in gpu_step.jpeg_rows(train)):
+    rows, measured = [], gpu_step.jpeg_rows(train)
+    if not any(x["record"] for x in measured):
         return rows
     for setup, workers, label in gpu_step.JPEG_TARGETS:
-        mine = [x for x in gpu_step.jpeg_rows(train) if x["setup"] == setup and x["fraction"]]
+        mine = [x for x in measured if x["setup"] == setup and x["fraction"]]
         best = max(mine, key=lambda x: x["fraction"], default=None)
         rows.append(_row(f"Real JPEGs through the {label} loader ({workers} workers) vs synthetic data, one GPU",
                          f">= {pct(gpu_step.TARGET_JPEG_FRACTION)} of synthetic",

@@ -57,7 +57,7 @@ def run_train(a: argparse.Namespace) -> List[dict]:
 def _train_point(p: train_bench.TrainPoint, runner, sweep: str, params: Optional[int],
                  a: argparse.Namespace) -> dict:
     scratch = SCRATCH_DIR / sweep / p.name
-    extra = {"runner": runner.name, "bench_command": records.portable(" ".join(sys.argv)),
+    extra = {"runner": runner.name, "bench_command": " ".join(sys.argv),
              **({"note": a.note} if a.note else {})}
     why = train_bench.check(p)
     if why:

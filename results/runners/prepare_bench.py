@@ -86,7 +86,6 @@ def run(a, scratch: Path, environment: dict) -> List[dict]:
     """The sweep of ``python -m results.bench prepare``: one record per --format x --workers."""
     scratch = a.work_dir or scratch
     download = ensure_download(scratch, a.classes, a.per_class, a.val_per_class)
-    env = records.portable(environment)  # records carry no machine paths
     sweep, out = records.new_sweep_id("prepare", a.tag), []
     points = [(fmt, w) for fmt in a.format for w in a.workers]
     for i, (fmt, workers) in enumerate(points, 1):
@@ -94,7 +93,7 @@ def run(a, scratch: Path, environment: dict) -> List[dict]:
         point = {"format": fmt, "workers": workers, "classes": a.classes, "per_class": a.per_class,
                  "val_per_class": a.val_per_class, "shard_mb": a.shard_size, "data": "results/runners/jpegs.py 500x375"}
         metrics = measure(download, scratch / "prepare-out", fmt, workers, a.shard_size)
-        out.append(records.make_record("prepare", sweep, point, metrics, env))
+        out.append(records.make_record("prepare", sweep, point, metrics, environment))
         records.append(a.records, out[-1])
         log.info("  %.0f images/s, %.1f MB/s (plain read %.0f MB/s), %.1f CPU s", metrics["images_per_s"],
                  metrics["mb_per_s"], metrics["read_mb_per_s"], metrics["cpu_s"])
