@@ -160,6 +160,14 @@ def hosts() -> List[str]:
     return list(_hosts) if _hosts else [socket.gethostname()]
 
 
+def _is_comm_failure(exc: BaseException) -> bool:
+    """Whether EXC is a collective's failure (a peer died, went silent or became unreachable), as far
+    as a message can tell; names nothing, so it costs no host lookup."""
+    text = " ".join(str(exc).split()).lower()
+    return isinstance(exc, getattr(dist, "DistError", ())) or (
+        isinstance(exc, RuntimeError) and any(word in text for word in _COMM_FAILURE))
+
+
 def lost_peer_message(exc: BaseException, rank: int) -> Optional[str]:
     """One line for a collective that failed because a peer died or became unreachable (None: not that).
 
@@ -167,11 +175,9 @@ def lost_peer_message(exc: BaseException, rank: int) -> Optional[str]:
     [10.0.0.12]:4242"), at worst nothing ("Timed out waiting 30000ms for recv operation"); this names
     the peer's host when the message holds its address, else the hosts of the other ranks.
     """
-    text = " ".join(str(exc).split())
-    comm = isinstance(exc, getattr(dist, "DistError", ())) or (
-        isinstance(exc, RuntimeError) and any(word in text.lower() for word in _COMM_FAILURE))
-    if not comm or not _hosts:
+    if not _is_comm_failure(exc) or not _hosts:
         return None
+    text = " ".join(str(exc).split())
     me = _hosts[rank] if rank < len(_hosts) else socket.gethostname()
     found = _PEER_ADDRESS.search(text)
     if found:
@@ -218,7 +224,7 @@ def hang_message(exc: BaseException, rank: int, timeout_s: float) -> Optional[st
     not a collective's timeout, or the store cannot tell; "": another rank (the lowest that arrived)
     prints the line."""
     text = " ".join(str(exc).split()).lower()
-    if "timed out" not in text and "timeout" not in text or lost_peer_message(exc, rank) is None:
+    if "timed out" not in text and "timeout" not in text or not _is_comm_failure(exc) or not _hosts:
         return None
     missing = missing_ranks(rank, grace_s=min(60.0, max(5.0, timeout_s / 4)))
     if not missing:

@@ -81,12 +81,9 @@ def find(folder: str) -> Archives:
                     f"{KAGGLE_MAPPING} and {KAGGLE_VAL}")
 
 
-def md5(path: str, chunk: int = 16 << 20) -> str:
-    digest = hashlib.md5()
+def md5(path: str) -> str:
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "md5").hexdigest()
 
 
 def check_md5(path: str) -> str:

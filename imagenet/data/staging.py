@@ -52,7 +52,6 @@ from ..errors import one_line
 
 MARKER = ".staged.json"
 TMP_SUFFIX = ".staging-tmp"  # ends every copy's temp name: a rerun removes leftovers as extra files
-COPY_CHUNK = 1 << 20
 FORMAT = 1
 COPY_THREADS = 8
 PROGRESS_SECONDS = 30.0  # plain log lines (not a TTY): one per interval
@@ -283,7 +282,7 @@ def _sync(src: Path, dest: Path, wanted: Listing, todo: List[str], verify: bool,
 def _copy_one(src: Path, dest: Path, rel: str) -> None:
     target = dest / rel
     with open(src / rel, "rb") as source:
-        files.atomic_write(target, lambda f: shutil.copyfileobj(source, f, COPY_CHUNK), suffix=TMP_SUFFIX,
+        files.atomic_write(target, lambda f: shutil.copyfileobj(source, f, CHUNK), suffix=TMP_SUFFIX,
                            durable=False)  # the marker, written after one sync, vouches for the copy
     # the mtime, which the next run compares; a crash before this only makes that run copy it again
     shutil.copystat(src / rel, target)
@@ -314,11 +313,8 @@ def _in_batches(work: Callable[[str], T], rels: Sequence[str],
 
 
 def _checksum(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _mismatched(src: Path, dest: Path, rels: Sequence[str]) -> List[str]:
