@@ -26,8 +26,9 @@ from slurm.localcluster.scenarios.waves import NAMES, WAVES, run_wave
 log = logging.getLogger(__name__)
 
 
-def fault_record(measurement: Measurement, sweep: str) -> Dict:
-    """The ``fault`` record of one measurement (see results/report/faults.py)."""
+def fault_record(measurement: Measurement, sweep: str, scenario: str) -> Dict:
+    """The ``fault`` record of SCENARIO's measurement (see results/report/faults.py); its command
+    reruns that scenario alone."""
     metrics = {"survived": int(measurement.survived), "steps_trained_twice": measurement.steps_trained_twice,
                "checkpoints_lost": measurement.checkpoints_lost}
     for key in ("detect_s", "recover_s", "seconds_lost"):
@@ -38,7 +39,8 @@ def fault_record(measurement: Measurement, sweep: str) -> Dict:
         metrics["recovered"] = int(measurement.recovered)
     point = {"fault": measurement.fault, "launcher": measurement.launcher, "nodes": measurement.nodes}
     return records.make_record("fault", sweep, point, metrics, sysinfo.collect(nodes=measurement.nodes),
-                               command="python -m results.bench faults", **measurement.extra)
+                               command=f"python -m results.bench faults --only {scenario}",
+                               **measurement.extra)
 
 
 def _one_round(cluster: SlurmCluster, data: Path, work: Path, only: List[str], sweep: str, path: Path) -> int:
@@ -52,7 +54,7 @@ def _one_round(cluster: SlurmCluster, data: Path, work: Path, only: List[str], s
                 failed += 1
                 log.error("scenario %s failed: %s", name, future.exception())
             elif isinstance(future.result(), Measurement):
-                records.append(path, fault_record(future.result(), sweep))
+                records.append(path, fault_record(future.result(), sweep, name))
                 log.info("scenario %s recorded in %s", name, path)
     return failed
 
