@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
-from imagenet.engine import WARMUP_STEPS
+from imagenet.config import WARMUP_STEPS
 from results.analysis import scaling_model as sm, whole_step as ws
 from results.report import figures
 from results.report.common import md_table

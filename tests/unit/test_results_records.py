@@ -34,3 +34,15 @@ def test_committed_records_hold_no_machine_path():
     bad = [f"{f.name}:{i}: {m.group(0)}" for f in files for i, line in enumerate(f.read_text().splitlines(), 1)
            for m in [MACHINE_PATH.search(line)] if m]
     assert not bad, bad[:5]
+
+
+def test_cited_parameter_counts_are_torchvisions():
+    """The report takes ResNet sizes from the cited table (no torch needed); they are torchvision's models'."""
+    import torchvision
+
+    from results.analysis.parameters import cited_counts
+    counts = {arch: n for arch, n in cited_counts().items() if isinstance(n, int)}
+    assert {"resnet18", "resnet50"} <= set(counts)
+    for arch, n in counts.items():
+        model = torchvision.models.get_model(arch, weights=None)
+        assert sum(t.numel() for t in model.parameters() if t.requires_grad) == n, arch
