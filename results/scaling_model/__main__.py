@@ -1,6 +1,6 @@
-"""``python -m results.scaling_model --check``: predicted vs every published point (results.analysis.whole_step)."""
+"""``python -m results.scaling_model --check``."""
 import sys
 
-from results.analysis.whole_step import main
+from results.scaling_model import main
 
 sys.exit(main())
