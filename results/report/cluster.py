@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from imagenet.files import write_text
 from results.analysis import comparisons as cmp
 from results.analysis.cluster_model import predict_cluster
+from results.analysis.efficiency import efficiencies
 from results.analysis.spread import Point, aggregate
 from results.core import records
 from results.core.records import by_kind
@@ -73,9 +74,7 @@ def _std(pt: Point) -> Optional[float]:
 
 
 def efficiency(pts: Sequence[Point]) -> List[float]:
-    """(images/s per GPU) / (the same at the series' smallest GPU count)."""
-    base = pts[0].mean / pts[0].x
-    return [(p.mean / p.x) / base for p in pts]
+    return efficiencies([p.x for p in pts], [p.mean for p in pts])
 
 
 # ---------------------------------------------------------------- sections
