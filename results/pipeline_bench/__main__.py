@@ -1,6 +1,6 @@
-"""``python -m results.pipeline_bench``: per-core decode cost of the data backends (results.runners.pipeline_bench)."""
+"""``python -m results.pipeline_bench``."""
 import sys
 
-from results.runners.pipeline_bench import main
+from results.pipeline_bench import main
 
 sys.exit(main())
