@@ -26,12 +26,11 @@ from results.analysis.spread import Point, aggregate
 from results.core import records
 from results.core.records import by_kind
 from results.report import data_scale, faults, figures
-from results.report.common import (IMAGENET_TRAIN_IMAGES, RESULTS, data_label, fmt, md_table, pct)
+from results.report.common import IMAGENET_TRAIN_IMAGES, data_label, fmt, md_table, pct
 from results.report.curves import CURVES, curve_runs
 
 log = logging.getLogger(__name__)
 
-REPORTS = RESULTS / "reports"
 EPOCHS = 90  # the seed's (and HAL's published) time-to-train: 90 ImageNet epochs
 
 
