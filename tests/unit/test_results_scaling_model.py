@@ -8,7 +8,7 @@ import pytest
 
 from results.analysis import scaling_model as sm, whole_step as ws
 from results.analysis.allreduce_fit import bus_factor, fit_alpha_beta
-from results import scaling_model as check_cli
+from results.scaling_model import __main__ as check_cli
 from results.report import whole_step as ws_report
 from results.runners.allreduce_bench import sizes
 
