@@ -41,14 +41,9 @@ from PIL import Image
 from .. import files
 from ..terminal import overwrite_progress
 from ..errors import DataError
-from . import sources
+from . import DEFAULT_SHARD_MB, sources
 from .scan import scan_dataset
 
-# Loader workers sample every shard of a split (random order), so a node opens about ranks x workers x
-# shards files per run: 1 GB shards (ImageNet's train split in ~130) keep that over 1,000x below an
-# ImageFolder's opens at 8 nodes x 8 GPUs x 8 workers (RESULTS.md "Files opened"), and ~130 shards
-# still give conversion and staging enough files to work on in parallel.
-DEFAULT_SHARD_MB = 1024
 
 log = logging.getLogger(__name__)
 
