@@ -131,7 +131,7 @@ class Throughput:
 
     model: Optional[sm.WholeStep]
     source: str  # which case or record the model is
-    missing: str = ""  # with no model: the measurement that would give one
+    missing: str = ""  # the measurement that would give a model, or decide a miss
 
 
 def h100_model(train: Sequence[dict], system: dict, grad_bytes: float) -> Tuple[Optional[sm.WholeStep], str]:
@@ -151,10 +151,11 @@ def h100_model(train: Sequence[dict], system: dict, grad_bytes: float) -> Tuple[
 
 
 def ffcv_factors(recipe: dict, epochs: int) -> Tuple[float, float]:
-    """(mean train pixel factor over the schedule of ``epochs``, validation pixel factor) of an FFCV config."""
+    """(mean train pixel factor over the schedule of ``epochs``, validation factor) of an FFCV config; the
+    validation factor counts its forward passes per image (2 with flip test-time augmentation)."""
     row = next(r for r in recipe["rows"] if r["epochs"] == epochs)
     train = mean_pixel_factor(epochs, recipe["min_res"], recipe["max_res"], row["start_ramp"], row["end_ramp"])
-    return train, pixel_factor(recipe["val_res"])
+    return train, pixel_factor(recipe["val_res"]) * recipe.get("eval_forward_passes", 1)
 
 
 def point_row(point: dict, source: Throughput, train_factor: float = 1.0, eval_factor: float = 1.0,

@@ -13,7 +13,7 @@ from results.analysis import scaling_model as sm
 from results.analysis import time_to_accuracy as tta
 from results.core import records
 from results.report import cluster, predicted_tta
-from results.scaling_model import time_to_accuracy as check
+from results.report import tta_check as check
 from tests.unit.test_results_cluster_report import ENV, _rows, _train, _write
 
 MLPERF = [tta.EpochsRow(3200, 35), tta.EpochsRow(40448, 70), tta.EpochsRow(1600, 35)]
@@ -52,6 +52,9 @@ def test_ffcv_resolution_schedule_and_its_mean_pixel_factor():
     assert res == [160] * 12 + [192] * 4
     want = (12 * (160 / 224) ** 2 + 4 * (192 / 224) ** 2) / 16
     assert tta.mean_pixel_factor(16, 160, 192, 11, 13) == pytest.approx(want)
+    # the cited config: the same schedule, and validation at 256 px with a flipped second pass
+    train, val = tta.ffcv_factors(predicted_tta.reference()["recipes"]["ffcv_rn50"], 16)
+    assert (train, val) == (pytest.approx(want), pytest.approx(2 * (256 / 224) ** 2))
 
 
 def test_time_is_epochs_times_images_over_rate_plus_the_evaluations():

@@ -6,7 +6,8 @@ throughput model it runs on, images/s, epochs, evaluations, training and evaluat
 published time and the error. None of these times was used to fit anything: the throughput models
 are the ``--check`` cases, calibrated on one-GPU images/s. A point whose hardware has no throughput
 input says which measurement would give it one. Exit 1 when a predicted point misses by more than the
-tolerance (and the published rounding). The arithmetic is ``results.analysis.time_to_accuracy``.
+tolerance (and the published rounding). The arithmetic is ``results.analysis.time_to_accuracy``;
+``results/scaling_model/__main__.py`` runs :func:`main` for the flag.
 """
 from __future__ import annotations
 
