@@ -1,4 +1,5 @@
-"""``python -m results.scaling_model --check``: the whole-step model predicted at every published point.
+"""``python -m results.scaling_model --check``: the whole-step model predicted at every published point;
+``--check-time-to-accuracy``: predicted vs published time to train (``results.report.tta_check``).
 
 It prints the model's measured inputs, one row per published point (prediction, error band, each
 term) and the misses, and exits 1 when a point is off by more than the tolerance. The arithmetic is
@@ -13,6 +14,7 @@ from typing import Optional, Sequence
 from results.analysis import whole_step as ws
 from results.core import records
 from results.core.records import by_kind
+from results.report import tta_check
 from results.report import whole_step as text
 
 
@@ -36,20 +38,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Predicted vs every published point; exit 1 if one is off by more than the tolerance."""
     ap = argparse.ArgumentParser(prog="python -m results.scaling_model", description=main.__doc__)
     ap.add_argument("--check", action="store_true", help="compare with the published points (exit 1 on a miss)")
+    ap.add_argument("--check-time-to-accuracy", action="store_true",
+                    help="compare predicted with published times to train (exit 1 on a miss)")
     ap.add_argument("--records", nargs="*", type=Path, default=[records.RECORDS_DIR],
                     help="record files or folders of *.jsonl (default results/records; none: no measured inputs)")
     ap.add_argument("--reference", type=Path, default=records.REFERENCE_DIR, help="published data and cited links")
     args = ap.parse_args(argv)
-    if not args.check:
+    if not (args.check or args.check_time_to_accuracy):
         ap.print_help()
         return 0
     missing = [p for p in args.records if not Path(p).exists()]
     if missing:
         print(f"error: {missing[0]} does not exist; pass record files or a folder of *.jsonl", file=sys.stderr)
         return 2
+    if args.check_time_to_accuracy:
+        return tta_check.run_check(args.records, args.reference)
     return run_check(args.records, args.reference)
-
-
 
 if __name__ == "__main__":
     sys.exit(main())
