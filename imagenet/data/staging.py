@@ -151,12 +151,14 @@ def release_data(cfg, info, finished: bool) -> None:
     """At the end of a run: with cleanup on, once every process of the job is done, local rank 0
     removes the node's copy. A run that stops to continue later (preempted, requeued) or fails keeps
     it. A failure to remove is a warning: the training itself is over."""
-    if cfg.dummy or not cfg.stage_dir or not finished or not cleanup_wanted(cfg.stage_cleanup, cfg.stage_dir):
+    if cfg.dummy or not cfg.stage_dir or not finished:
         return
     from .. import distributed  # here, not at the top: the command line below runs without torch
 
-    distributed.all_gather_object(None)  # every process of the job has finished reading the copy
-    if info.local_rank == 0 or not distributed.initialized():
+    # Every process of the job has finished reading the copy. Each node decides for itself after
+    # the wait ('$TMPDIR' may be /dev/shm on one node only): every rank must reach the collective.
+    distributed.all_gather_object(None)
+    if (info.local_rank == 0 or not distributed.initialized()) and cleanup_wanted(cfg.stage_cleanup, cfg.stage_dir):
         dest = destination(cfg.data, expand(cfg.stage_dir))
         try:
             remove_copy(dest)
@@ -276,19 +278,20 @@ def stage(source: str, dest: Path, verify: bool = False, progress_every: float =
             _check_space(src, dest, wanted, todo, have)
             _remove(dest, extra)
             copied = _sync(src, dest, wanted, todo, progress_every)
-        if verify:
-            copied += _verify(src, dest, wanted, progress_every)
+        recopied = _verify(src, dest, wanted, progress_every) if verify else []
+        copied += sum(wanted.files[rel][0] for rel in recopied)
         seconds = time.monotonic() - start
         if hold:
             _hold(dest)
-        if complete and not copied:
+        if complete and not recopied:
             _say(f"reusing the complete staged copy {dest} of {src} ({len(wanted.files)} files, "
                  f"{_human(wanted.total_bytes)}, staged {marker.get('staged_at', '?')})"
                  f"{', verified against the source' if verify else ''}")
             return Outcome(dest, True, len(wanted.files), 0, seconds)
         files.sync_all()  # every copied file on disk before the marker says the copy is complete
         _write_marker(dest, src, wanted, seconds)
-    _say(f"staged {len(todo)} of {len(wanted.files)} files ({_human(copied)}) from {src} to {dest} in "
+    count = len(set(todo) | set(recopied))
+    _say(f"staged {count} of {len(wanted.files)} files ({_human(copied)}) from {src} to {dest} in "
          f"{seconds:.1f} s ({_human(copied / max(seconds, 1e-9))}/s){', verified' if verify else ''}")
     return Outcome(dest, False, len(wanted.files), copied, seconds)
 
@@ -482,19 +485,19 @@ def _sync(src: Path, dest: Path, wanted: Listing, todo: List[str], progress_ever
     return _copy_all(src, dest, todo, wanted, progress_every)
 
 
-def _verify(src: Path, dest: Path, wanted: Listing, progress_every: float) -> int:
+def _verify(src: Path, dest: Path, wanted: Listing, progress_every: float) -> List[str]:
     """Compare every file's checksum with the source's; copy those that differ once more (twice
-    wrong is a disk problem, not a race). Returns the bytes copied again."""
+    wrong is a disk problem, not a race). Returns the files copied again."""
     bad = _mismatched(src, dest, sorted(wanted.files))
     if not bad:
-        return 0
+        return []
     _unlink(dest / MARKER)
-    copied = _copy_all(src, dest, bad, wanted, progress_every)
+    _copy_all(src, dest, bad, wanted, progress_every)
     still = _mismatched(src, dest, bad)
     if still:
         raise StagingError(f"{dest / still[0]} differs from {src / still[0]} after copying it twice "
                            f"({len(still)} file(s)); check the node-local disk or stage elsewhere")
-    return copied
+    return bad
 
 
 def _copy_one(src: Path, dest: Path, rel: str) -> None:

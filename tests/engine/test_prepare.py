@@ -192,7 +192,7 @@ def test_verify_archives_compares_the_published_md5(download, tmp_path, monkeypa
     """The real command under CPU load (where the old worker pool hung on this error about 1 run in 3);
     tests/engine/test_job_runners.py repeats the runner 50 times."""
     with cpu_burners():
-        proc = _prepare(download, tmp_path / "s", "--verify-archives", timeout=120)
+        proc = _prepare(download, tmp_path / "s", "--verify-archives", timeout=300)
     assert proc.returncode == 1 and not (tmp_path / "s" / sources.INDEX_NAME).exists()
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("error: ") and "not the published" in line and "download it" in line
