@@ -222,7 +222,11 @@ def private_folder(folder: Path) -> Path:
 
 
 def _check_stage_dir(stage_dir: Path) -> None:
+    """DIR's owner, and anyone who may write a sticky-less DIR, can rename the folders in it."""
     st = os.stat(stage_dir)
+    if st.st_uid not in (0, os.getuid()):
+        raise StagingError(f"--stage-dir {stage_dir} belongs to {_owner(st.st_uid)}, who could replace your folder "
+                           "in it; pass a folder of your own or the system's (/tmp, /dev/shm, '$TMPDIR')")
     if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
         raise StagingError(f"--stage-dir {stage_dir} can be written by other users and has no sticky bit "
                            f"(mode {stat.S_IMODE(st.st_mode):04o}), so they could replace your folder in it; "

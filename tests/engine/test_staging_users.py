@@ -167,7 +167,7 @@ for attempt in (lambda: open(sys.argv[1], "r+b"), lambda: os.symlink("/", sys.ar
     _thesis_intact(node)
 
 
-def test_a_private_folder_others_can_write_or_a_stage_dir_without_sticky_bit_is_refused(node: Path) -> None:
+def test_a_private_folder_others_can_write_or_a_stage_dir_others_control_is_refused(node: Path) -> None:
     data, shm = _data(node), node / "shm"
     assert stage_as(USER, data, shm).returncode == 0
     assert as_user(USER, "-c", "import os, sys; os.chmod(sys.argv[1], 0o777)", shm / str(USER)).returncode == 0
@@ -179,6 +179,12 @@ def test_a_private_folder_others_can_write_or_a_stage_dir_without_sticky_bit_is_
     line = one_error_line(stage_as(USER, data, open_dir))
     assert f"--stage-dir {open_dir} can be written by other users and has no sticky bit" in line
     assert "chmod +t" in line and list(open_dir.iterdir()) == []
+    theirs = node / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, OTHER, OTHER)
+    assert stage_as(OTHER, data, theirs).returncode == 0, "their own folder is fine for them"
+    line = one_error_line(stage_as(USER, data, theirs))
+    assert f"--stage-dir {theirs} belongs to nobody (uid {OTHER}), who could replace your folder" in line
 
 
 def test_a_link_inside_the_copy_is_removed_never_followed(node: Path) -> None:
