@@ -17,6 +17,9 @@ from typing import Any, Optional, Sequence
 VARIANTS = ("nd", "dp", "ddp", "amp")
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# Steps per epoch left out of the steady-state throughput (loader start, allocator, autotune); here, in
+# a module without torch, so the report can name it without importing the engine.
+WARMUP_STEPS = 5
 
 
 class ConfigError(ValueError):

@@ -29,6 +29,7 @@ from .terminal import ProgressLine
 from .data.loader import set_epoch
 from .data.normalize import DeviceNormalizer
 from .checkpoint_writer import BackgroundWriter
+from .config import WARMUP_STEPS
 from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
 from .preemption import StopSignal
 from .runrecord import RunRecord
@@ -36,7 +37,6 @@ from .stragglers import StragglerWatch
 
 log = logging.getLogger(__name__)
 
-WARMUP_STEPS = 5  # per epoch, left out of the steady-state throughput (loader start, allocator, autotune)
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: a checkpoint was saved, start me again to continue
 
 

@@ -17,7 +17,7 @@ Robustness: a shard is written atomically (:mod:`imagenet.files`: a temp file, r
 so a killed conversion leaves only whole shards (a rerun removes its temp files); a rerun with the
 same SRC and options skips them (``.shards-plan.json`` records what was planned) and the index,
 written last and atomically, means "complete".
-``--max-side N`` re-encodes images whose longer side is over N (see README "Data at scale").
+``--max-side N`` re-encodes images whose longer side is over N (see docs/data.md, "Shards: data at scale").
 """
 from __future__ import annotations
 
@@ -43,14 +43,9 @@ from PIL import Image
 from .. import files
 from ..terminal import ProgressLine
 from ..errors import DataError
-from . import sources
+from . import DEFAULT_SHARD_MB, sources
 from .scan import scan_dataset
 
-# Loader workers sample every shard of a split (random order), so a node opens about ranks x workers x
-# shards files per run: 1 GB shards (ImageNet's train split in ~130) keep that over 1,000x below an
-# ImageFolder's opens at 8 nodes x 8 GPUs x 8 workers (RESULTS.md "Files opened"), and ~130 shards
-# still give conversion and staging enough files to work on in parallel.
-DEFAULT_SHARD_MB = 1024
 
 log = logging.getLogger(__name__)
 

@@ -21,16 +21,16 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from imagenet.files import write_text
 from results.analysis import comparisons as cmp
 from results.analysis.cluster_model import predict_cluster
+from results.analysis.efficiency import efficiencies
 from results.analysis.spread import Point, aggregate
 from results.core import records
 from results.core.records import by_kind
 from results.report import data_scale, faults, figures
-from results.report.common import (IMAGENET_TRAIN_IMAGES, RESULTS, data_label, fmt, md_table, pct)
+from results.report.common import IMAGENET_TRAIN_IMAGES, data_label, fmt, md_table, pct
 from results.report.curves import CURVES, curve_runs
 
 log = logging.getLogger(__name__)
 
-REPORTS = RESULTS / "reports"
 EPOCHS = 90  # the seed's (and HAL's published) time-to-train: 90 ImageNet epochs
 
 
@@ -73,9 +73,7 @@ def _std(pt: Point) -> Optional[float]:
 
 
 def efficiency(pts: Sequence[Point]) -> List[float]:
-    """(images/s per GPU) / (the same at the series' smallest GPU count)."""
-    base = pts[0].mean / pts[0].x
-    return [(p.mean / p.x) / base for p in pts]
+    return efficiencies([p.x for p in pts], [p.mean for p in pts])
 
 
 # ---------------------------------------------------------------- sections
