@@ -63,6 +63,10 @@ class TrainConfig:
                                      "'$TMPDIR' is every node's own folder; see imagenet.data.staging", metavar="DIR")
     stage_verify: bool = _opt(False, "--stage-verify", help="with --stage-dir: also compare the copy's checksums "
                               "with the source's (reads both once more)", action="store_true")
+    stage_cleanup: Optional[bool] = _opt(None, "--stage-cleanup", help="with --stage-dir: remove the node's copy "
+                                         "when the run ends normally (a preempted or requeued run keeps it); "
+                                         "default: on for a DIR under /dev/shm, off elsewhere",
+                                         action=argparse.BooleanOptionalAction)
     steps_per_epoch: int = _opt(0, "--steps-per-epoch", help="stop each training epoch after this many steps "
                                 "(0: the whole dataset); for benchmarks and smoke tests", type=int)
     val_steps: int = _opt(0, "--val-steps", help="validate on at most this many batches per rank (0: all)",
@@ -248,6 +252,8 @@ def _check(cfg: TrainConfig) -> None:
                           "give positive seconds (e.g. 300 and 1800)")
     if cfg.stage_verify and not cfg.stage_dir:
         raise ConfigError("--stage-verify checks a staged copy: add --stage-dir DIR")
+    if cfg.stage_cleanup is not None and not cfg.stage_dir:
+        raise ConfigError("--stage-cleanup / --no-stage-cleanup say what becomes of a staged copy: add --stage-dir DIR")
     if cfg.desired_acc is not None and not 0 < cfg.desired_acc <= 1:
         raise ConfigError(f"--desired-acc must be a fraction (0.75) or percentage (75), got {cfg.desired_acc}")
     if cfg.loss_scale != "dynamic":

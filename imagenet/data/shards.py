@@ -31,6 +31,8 @@ import os
 import sys
 import tarfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -39,7 +41,7 @@ import numpy as np
 from PIL import Image
 
 from .. import files
-from ..terminal import overwrite_progress
+from ..terminal import ProgressLine
 from ..errors import DataError
 from . import DEFAULT_SHARD_MB, sources
 from .scan import scan_dataset
@@ -239,35 +241,45 @@ def check_plan(dst: Path, plan: dict) -> None:
 # ---------------------------------------------------------------- progress
 
 class Progress:
-    """A bar redrawn in place on an interactive terminal (imagenet.terminal); plain lines (one per
-    finished part: a shard, a class folder) otherwise, for log files."""
+    """Conversion progress (:class:`imagenet.terminal.ProgressLine` on stderr): a bar redrawn in place on
+    an interactive terminal; plain lines (one per finished part: a shard, a class folder) otherwise."""
 
-    def __init__(self, total: int, unit: str = "shards", stream=sys.stderr):
-        self.total, self.unit, self.done, self.images, self.stream = total, unit, 0, 0, stream
-        self.tty, self.t0 = overwrite_progress(stream), time.monotonic()
+    def __init__(self, total: int, unit: str = "shards", stream=None):
+        self.total, self.unit, self.done, self.images = total, unit, 0, 0
+        self.line, self.t0 = ProgressLine(stream or sys.stderr), time.monotonic()
 
     def update(self, images: int, label: str) -> None:
         self.done += 1
         self.images += images
         rate = self.images / max(time.monotonic() - self.t0, 1e-9)
         text = f"{self.done}/{self.total} {self.unit}, {self.images} images, {rate:.0f} images/s ({label})"
-        if self.tty:
-            bar = "#" * (30 * self.done // self.total)
-            self.stream.write(f"\r[{bar:30s}] {text}" + ("\n" if self.done == self.total else ""))
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+        if self.line.live:
+            text = f"[{'#' * (30 * self.done // self.total):30s}] {text}"
+        self.line.show(text, final=self.done == self.total)
 
 
 # ---------------------------------------------------------------- conversion
 
 def run_jobs(jobs: Sequence, workers: int, fn) -> Iterator:
-    """fn(job) for each job, in order, in WORKERS forked processes (in this one for 1)."""
+    """fn(job) for each job, results in order, in WORKERS forked processes (in this one for 1).
+
+    A job that raises stops the run with its own exception, whatever the load, because nothing is
+    killed: pending jobs are cancelled, the workers finish the jobs they hold (each is bounded) and
+    then exit when the executor tells them to, and only then does the exception leave. Killing
+    live workers is what hung multiprocessing.Pool: its terminate() joins the thread that feeds
+    the task queue, and that thread can be blocked forever on the queue's lock, held by a worker
+    it just killed. A worker that dies (killed, out of memory) is one line too."""
     if workers <= 1:
         yield from map(fn, jobs)
         return
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        yield from pool.imap(fn, jobs)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    try:
+        yield from pool.map(fn, jobs)
+    except BrokenProcessPool:
+        raise DataError(f"a worker process died (killed, or out of memory) while running {fn.__name__}; run "
+                        "again (finished parts are kept), with fewer --workers if memory is short") from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def convert(src: str, dst: str, shard_mb: float = DEFAULT_SHARD_MB, workers: int = 1,
