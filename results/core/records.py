@@ -33,7 +33,7 @@ REFERENCE_DIR = RESULTS_DIR / "reference"  # published numbers and cited links
 SCRATCH_DIR = RESULTS_DIR / "scratch"  # git-ignored: checkpoints, generated JPEGs
 RUNS_DIR = RESULTS_DIR / "runs"  # kept: run.json + TensorBoard events behind the learning curves
 KINDS = ("train", "io", "allreduce", "overlap", "pipeline", "storage", "shards_pipeline", "data_opens",
-         "index_memory", "fault", "region_decode", "prepare")
+         "index_memory", "fault", "region_decode", "prepare", "time_to_accuracy")
 STATUSES = ("ok", "failed")
 
 # Fields every record must have, and the metrics an "ok" record of each kind must carry.
@@ -50,6 +50,8 @@ REQUIRED_METRICS = {
     "index_memory": ("rank_rss_bytes", "worker_private_bytes", "worker_pss_bytes", "workers"),
     "region_decode": ("images_per_cpu_s", "cpu_ms_per_image", "rounds", "ratio_per_core"),
     "prepare": ("images_per_s", "mb_per_s", "elapsed_s", "images", "read_mb_per_s"),
+    # time_to_target_s: None when the target was not reached within the run
+    "time_to_accuracy": ("target_top1", "best_top1", "wall_s", "core_s", "epochs", "eval_every"),
     "fault": ("survived", "steps_trained_twice", "checkpoints_lost"),  # detect_s: absent when not timed
 }
 
@@ -80,6 +82,11 @@ UNITS = {
     "survived": "1 = the run finished after the fault", "detect_s": "s (fault injected -> the job or process ended)",
     "steps_trained_twice": "steps", "checkpoints_lost": "checkpoints",
     "read_mb_per_s": "MB/s (1e6 bytes)", "written_bytes": "bytes",
+    "target_top1": "%", "best_top1": "%", "time_to_target_s": "s (wall, evaluation included)", "wall_s": "s",
+    "core_s": "CPU s (user + system, the whole process tree)", "epochs_to_target": "epochs",
+    "images_seen": "images", "eval_s": "s (evaluation wall time, counted in)", "eval_every": "epochs",
+    "load_1m_mean": "load average (1 min)", "load_1m_max": "load average (1 min)", "cores": "cores",
+    "device_hours": "GPU hours (wall x GPUs)", "samples": "samples",
 }
 
 
