@@ -84,6 +84,8 @@ UNITS = {
     "read_mb_per_s": "MB/s (1e6 bytes)", "written_bytes": "bytes",
     "target_top1": "%", "best_top1": "%", "time_to_target_s": "s (wall, evaluation included)", "wall_s": "s",
     "core_s": "CPU s (user + system, the whole process tree)", "epochs_to_target": "epochs",
+    "core_s_to_target": "CPU s (user + system, the whole process tree, at the evaluation that reached it)",
+    "budget_s": "s (main.py's wall time)", "best_top1_in_budget": "%",
     "images_seen": "images", "eval_s": "s (evaluation wall time, counted in)", "eval_every": "epochs",
     "load_1m_mean": "load average (1 min)", "load_1m_max": "load average (1 min)", "cores": "cores",
     "device_hours": "GPU hours (wall x GPUs)", "samples": "samples",

@@ -11,18 +11,14 @@ of its own, so the times are this process's clock (wall time since the start, ev
 from __future__ import annotations
 
 import logging
-import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Tuple
 
 from results.runners.common import BenchError
-from results.runners.sampling import LoadSampler, children_cpu_s
+from results.runners.follow import Followed, Moment, follow
 
 log = logging.getLogger(__name__)
 
@@ -63,71 +59,43 @@ def patched_copy(examples_dir: Path, image_size: int, dest_dir: Path) -> Path:
     return dest
 
 
-@dataclass
-class MainRun:
-    """What one main.py run printed and cost."""
+class MainLines:
+    """The curve and evaluation time read from main.py's lines as they arrive."""
 
-    curve: List[dict] = field(default_factory=list)  # {"epoch", "wall_s", "top1", "top5"} after each evaluation
-    eval_s: float = 0.0  # estimated from the printed test steps, see _eval_s
-    wall_s: float = 0.0
-    core_s: float = 0.0
-    returncode: int = 0
-    load: dict = field(default_factory=dict)
-    tail: List[str] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.curve: List[dict] = []  # {"epoch", "wall_s", "core_s", "top1", "top5"} after each evaluation
+        self.eval_s = 0.0  # estimated from the printed test steps, see _eval_s
+        self._test_started: Optional[float] = None
+        self._test_batches = 1
+        self._last_progress = 0.0
+
+    def __call__(self, moment: Moment, line: str) -> None:
+        now = moment.wall_s
+        test = TEST_LINE.match(line)
+        if test:
+            self._test_started, self._test_batches = now, int(test.group(1))
+        summary = SUMMARY.match(line)
+        if summary:
+            point = {"epoch": len(self.curve) + 1, "wall_s": round(now, 2), "core_s": round(moment.cpu_s(), 2),
+                     "top1": float(summary.group(1)), "top5": float(summary.group(2))}
+            self.curve.append(point)
+            self.eval_s += _eval_s(self._test_started, now, self._test_batches)
+            log.info("examples: epoch %d top-1 %.2f %% at %.0f s", point["epoch"], point["top1"], now)
+        elif TRAIN_LINE.match(line) and now - self._last_progress >= PROGRESS_EVERY_S:
+            self._last_progress = now
+            log.info("examples: %s (%.0f s)", " ".join(line.split()[:3]), now)
 
 
 def run(examples_dir: Path, data: Path, image_size: int, epochs: int, log_file: Path,
-        extra: Sequence[str] = (), timeout_s: Optional[float] = None) -> MainRun:
+        timeout_s: Optional[float] = None) -> Tuple[MainLines, Followed]:
     """Train with main.py's defaults on DATA for EPOCHS, in a temporary folder (its checkpoints land
     in the working directory); every line goes to LOG_FILE."""
     with tempfile.TemporaryDirectory(prefix="examples-main-") as work:
         script = patched_copy(examples_dir, image_size, Path(work))
-        cmd = [sys.executable, "-u", str(script), str(Path(data).resolve()), "--epochs", str(epochs), *extra]
+        cmd = [sys.executable, "-u", str(script), str(Path(data).resolve()), "--epochs", str(epochs)]
         log.info("examples: %s", " ".join(cmd[1:]))
-        return _follow(cmd, Path(work), log_file, timeout_s)
-
-
-def _follow(cmd: List[str], cwd: Path, log_file: Path, timeout_s: Optional[float]) -> MainRun:
-    result = MainRun()
-    sampler = LoadSampler()
-    cpu0 = children_cpu_s()
-    start = time.monotonic()
-    last_progress = start
-    test_started: Optional[float] = None
-    test_batches = 1
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with open(log_file, "w", encoding="utf-8") as out, sampler:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        try:
-            for line in proc.stdout:
-                now = time.monotonic() - start
-                out.write(f"{now:9.2f} {line}")
-                result.tail = (result.tail + [line.rstrip()])[-20:]
-                test = TEST_LINE.match(line)
-                if test:
-                    test_started, test_batches = now, int(test.group(1))
-                summary = SUMMARY.match(line)
-                if summary:
-                    point = {"epoch": len(result.curve) + 1, "wall_s": round(now, 2),
-                             "top1": float(summary.group(1)), "top5": float(summary.group(2))}
-                    result.curve.append(point)
-                    result.eval_s += _eval_s(test_started, now, test_batches)
-                    log.info("examples: epoch %d top-1 %.2f %% at %.0f s", point["epoch"], point["top1"], now)
-                elif TRAIN_LINE.match(line) and now - last_progress >= PROGRESS_EVERY_S:
-                    last_progress = now
-                    log.info("examples: %s (%.0f s)", " ".join(line.split()[:3]), now)
-                if timeout_s and now > timeout_s:
-                    proc.kill()
-                    raise BenchError(f"main.py ran past {timeout_s:.0f} s; see {log_file}")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            result.returncode = proc.wait()
-    result.wall_s = time.monotonic() - start
-    result.core_s = children_cpu_s() - cpu0
-    result.load = sampler.summary()
-    return result
+        lines = MainLines()
+        return lines, follow(cmd, Path(work), log_file, lines, timeout_s)
 
 
 def _eval_s(first_printed: Optional[float], summary: float, batches: int) -> float:
