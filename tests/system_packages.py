@@ -68,3 +68,21 @@ def openmpi_library(mpirun: str) -> str:
     if not library.exists():
         raise FileNotFoundError(f"ompi_info names no libmpi.so (got {out.strip()!r})")
     return str(library)
+
+
+FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
+
+
+def fashion_mnist_dir() -> Path:
+    """The folder of Debian's Fashion-MNIST files (installing the package where missing, as root);
+    FileNotFoundError naming the package elsewhere."""
+    from results.runners.fashion_mnist import FILES, SOURCE_DIR
+
+    def present() -> bool:
+        return all((SOURCE_DIR / name).is_file() for pair in FILES.values() for name in pair)
+
+    if not present() and can_install():
+        apt_install([FASHION_MNIST_PACKAGE])
+    if not present():
+        raise FileNotFoundError(f"no Fashion-MNIST in {SOURCE_DIR} (Debian: apt-get install {FASHION_MNIST_PACKAGE})")
+    return SOURCE_DIR

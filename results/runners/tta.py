@@ -77,6 +77,8 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--train-per-class", type=int, help="a slice: the first N training images of each class")
     p.add_argument("--val-per-class", type=int, help="a slice: the first N test images of each class")
     p.add_argument("--timeout-minutes", type=float, default=240, help="stop main.py past this")
+    p.add_argument("--work", type=Path, default=SCRATCH_DIR / "tta", metavar="DIR",
+                   help="where each run's log (and the engine's run folder) goes, one folder per sweep")
 
 
 def run(a: argparse.Namespace) -> List[dict]:
@@ -108,7 +110,7 @@ def run_examples(a: argparse.Namespace, data: Path) -> dict:
         raise BenchError("the examples phase needs --examples DIR, a pytorch/examples checkout "
                          "(git clone https://github.com/pytorch/examples DIR)")
     sweep = records.new_sweep_id("examples", a.tag)
-    log_file = SCRATCH_DIR / "tta" / sweep / "main.log"
+    log_file = a.work / sweep / "main.log"
     log.info("examples: main.py for %d epochs at %d px; every line in %s", a.examples_epochs, a.image_size, log_file)
     lines, followed = examples_main.run(a.examples, data, a.image_size, a.examples_epochs, log_file,
                                         timeout_s=a.timeout_minutes * 60)
@@ -130,7 +132,7 @@ def run_ours(a: argparse.Namespace, data: Path) -> dict:
     examples = examples_record(a.records, data.name, a.image_size)
     target, budget_s = examples["metrics"]["best_top1"], examples["metrics"]["wall_s"]
     sweep = records.new_sweep_id("ours", a.tag)
-    run_dir = SCRATCH_DIR / "tta" / sweep / "run"
+    run_dir = a.work / sweep / "run"
     cmd = [sys.executable, "-u", str(ENGINE), str(data), "--image-size", str(a.image_size), *RECIPE_FLAGS,
            "--desired-acc", f"{target:.3f}", "--time-budget-minutes", f"{budget_s / 60:.3f}", "--log-dir", str(run_dir)]
     log.info("ours: target %.2f %% top-1 (main.py's best), budget %.0f s (main.py's wall time); recipe %s",
