@@ -1,6 +1,7 @@
 """Real photographs: the engine, with the recipe the time-to-accuracy benchmark uses (at batch 32),
-learns a slice of Fashion-MNIST well above chance in two epochs (64 % measured, chance 10 %), and records its time to a target; the benchmark's
-ours phase runs it against an examples record and records the run."""
+learns a slice of Fashion-MNIST well above chance in two epochs (64 % measured, chance 10 %) and
+records its time to a target; the benchmark's ours phase runs it against an examples record and
+records the run."""
 import json
 
 from results import bench
