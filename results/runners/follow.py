@@ -61,7 +61,8 @@ def follow(cmd: Sequence[str], cwd: Path, log_file: Path, on_line: Callable[[Mom
                 result.tail = (result.tail + [line.rstrip()])[-20:]
                 on_line(Moment(now, proc.pid), line)
                 if timeout_s and now > timeout_s:
-                    raise BenchError(f"{Path(cmd[1]).name} ran past {timeout_s:.0f} s and was stopped; see {log_file}")
+                    name = next((Path(c).name for c in cmd if str(c).endswith(".py")), Path(cmd[0]).name)
+                    raise BenchError(f"{name} ran past {timeout_s:.0f} s and was stopped; see {log_file}")
         finally:
             if proc.poll() is None:
                 proc.kill()
