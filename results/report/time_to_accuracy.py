@@ -26,10 +26,15 @@ def pair(recs: Sequence[dict]) -> Tuple[Optional[dict], Optional[dict]]:
     ok = by_kind(recs, "time_to_accuracy")
     examples = [r for r in ok if r["point"]["program"] == EXAMPLES]
     ours = [r for r in ok if r["point"]["program"] != EXAMPLES]
-    newest_ours = max(ours, key=lambda r: r["time"]) if ours else None
+    newest_ours = _newest(ours)
     source = [r for r in examples if newest_ours and r["sweep"] == newest_ours["point"].get("target_from")]
     candidates = source or examples
-    return (max(candidates, key=lambda r: r["time"]) if candidates else None), newest_ours
+    return _newest(candidates), newest_ours
+
+
+def _newest(recs: Sequence[dict]) -> Optional[dict]:
+    """The newest record, the last written on a tie (record times are to the second)."""
+    return sorted(recs, key=lambda r: r["time"])[-1] if recs else None
 
 
 def ratio(slow: Optional[float], fast: Optional[float]) -> Optional[float]:

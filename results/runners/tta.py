@@ -185,7 +185,7 @@ def examples_record(path: Path, data: str, image_size: int) -> dict:
     if not recs:
         raise BenchError(f"no examples record for {data} at {image_size} px in {path}: run --phase examples first "
                          "(it sets the target and the time budget)")
-    return max(recs, key=lambda r: r["time"])
+    return sorted(recs, key=lambda r: r["time"])[-1]  # the last written on a tie (times are to the second)
 
 
 def tta_metrics(curve: List[dict], target: float, followed: Followed, train_images: int, eval_s: float,
