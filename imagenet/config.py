@@ -117,6 +117,13 @@ class TrainConfig:
     label_smoothing: float = _opt(0.0, "--label-smoothing", help="cross-entropy label smoothing", type=float)
     desired_acc: Optional[float] = _opt(None, "--desired-acc", help="stop once validation top-1 reaches this "
                                         "(0.75 or 75 both mean 75%%)", type=float)
+    eval_every: int = _opt(1, "--eval-every", help="validate every N epochs and after the last one (MLPerf "
+                           "evaluates every 4); --desired-acc is checked at each validation", type=int, metavar="N")
+    time_budget_minutes: Optional[float] = _opt(None, "--time-budget-minutes", help="stop at the first epoch "
+                                                "end after this many minutes of training and validation "
+                                                "(validating there), e.g. to compare runs in equal time; "
+                                                "with --desired-acc the run goes on past the target to the budget",
+                                                type=float, metavar="M")
 
     # --- precision (imagenet_ddp_apex.py; every variant accepts them)
     opt_level: Optional[str] = _opt(None, "--opt-level", help="O0 fp32, O1 autocast, O2 half model + fp32 "
@@ -254,6 +261,10 @@ def _check(cfg: TrainConfig) -> None:
         raise ConfigError("--stage-verify checks a staged copy: add --stage-dir DIR")
     if cfg.stage_cleanup is not None and not cfg.stage_dir:
         raise ConfigError("--stage-cleanup / --no-stage-cleanup say what becomes of a staged copy: add --stage-dir DIR")
+    if cfg.eval_every < 1:
+        raise ConfigError(f"--eval-every must be at least 1 epoch (got {cfg.eval_every})")
+    if cfg.time_budget_minutes is not None and cfg.time_budget_minutes <= 0:
+        raise ConfigError(f"--time-budget-minutes must be positive (got {cfg.time_budget_minutes})")
     if cfg.desired_acc is not None and not 0 < cfg.desired_acc <= 1:
         raise ConfigError(f"--desired-acc must be a fraction (0.75) or percentage (75), got {cfg.desired_acc}")
     if cfg.loss_scale != "dynamic":

@@ -24,7 +24,7 @@ from typing import Any, List, Optional
 
 import torch
 
-from . import checkpoint, distributed, preemption, profiling
+from . import checkpoint, cputime, distributed, preemption, profiling, time_to_accuracy
 from .terminal import ProgressLine
 from .data.loader import set_epoch
 from .data.normalize import DeviceNormalizer
@@ -106,6 +106,7 @@ class Trainer:
         self.last_checkpoint = time.monotonic()
         self.periodic_saves = 0
         self.stragglers = StragglerWatch.for_run(cfg.straggler_threshold)
+        self.core_s_before = 0.0  # CPU seconds of the attempts before a resume
 
     # ---------------------------------------------------------------- checkpoints
     def state_dict(self, elapsed_s: Optional[float] = None) -> dict:
@@ -123,6 +124,7 @@ class Trainer:
         s.epoch, s.step_in_epoch = int(ckpt["epoch"]), int(ckpt["step_in_epoch"])
         s.best_top1, s.elapsed_s = float(ckpt["best_top1"]), float(ckpt["elapsed_s"])
         s.history = list(ckpt.get("history", []))
+        self.core_s_before = float(s.history[-1].get("core_s", 0.0)) if s.history else 0.0
         peak = list(self.p.scheduler.base_lrs)  # this world size's, before the checkpoint's replace them
         self.p.optimizer.load_state_dict(ckpt["optimizer"])
         self.p.scheduler.load_state_dict(ckpt["scheduler"])
@@ -238,6 +240,7 @@ class Trainer:
         self.state.elapsed_s += wall
         stats = meter.global_()
         return {"train_loss": stats["loss"], "train_top1": stats["top1"], "train_top5": stats["top5"],
+                "train_samples": stats["samples"],
                 "train_images_per_s": stats["samples"] / wall, "train_time_s": wall,
                 "data_time_s": clock.data_s, "lr": p.optimizer.param_groups[0]["lr"]}
 
@@ -344,14 +347,17 @@ class Trainer:
 
     # ---------------------------------------------------------------- the run
     def _log_epoch(self, epoch: int, row: dict) -> None:
-        self.p.tb.scalars({"Loss/train": row["train_loss"], "Loss/val": row["val_loss"],
-                           "Top1/train": row["train_top1"], "Top1/val": row["val_top1"],
-                           "Top5/train": row["train_top5"], "Top5/val": row["val_top5"], "Lr": row["lr"],
-                           "Throughput/train": row["train_images_per_s"],
-                           "Throughput/val": row["val_images_per_s"],
-                           "Time/train": row["train_time_s"], "Time/val": row["val_time_s"]}, epoch)
+        scalars = {"Loss/train": row["train_loss"], "Top1/train": row["train_top1"], "Top5/train": row["train_top5"],
+                   "Lr": row["lr"], "Throughput/train": row["train_images_per_s"], "Time/train": row["train_time_s"]}
+        if "val_top1" in row:
+            scalars.update({"Loss/val": row["val_loss"], "Top1/val": row["val_top1"], "Top5/val": row["val_top5"],
+                            "Throughput/val": row["val_images_per_s"], "Time/val": row["val_time_s"]})
+        self.p.tb.scalars(scalars, epoch)
         self.p.tb.flush()
-        if self.info.is_primary:
+        if self.info.is_primary and "val_top1" not in row:
+            print(f" * Epoch {epoch}: train top1 {row['train_top1']:.2f}  loss {row['train_loss']:.4f}  train "
+                  f"{row['train_images_per_s']:.1f} img/s (validation every {self.cfg.eval_every} epochs)", flush=True)
+        elif self.info.is_primary:
             print(f" * Epoch {epoch}: val top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}  "
                   f"loss {row['val_loss']:.4f}  ({row['val_samples']} images)  train "
                   f"{row['train_images_per_s']:.1f} img/s", flush=True)
@@ -360,30 +366,42 @@ class Trainer:
         return self.cfg.desired_acc is not None and top1 >= 100.0 * self.cfg.desired_acc
 
     def fit(self) -> int:
-        """Train to --epochs or --desired-acc; returns the process exit code."""
+        """Train to --epochs, --desired-acc or --time-budget-minutes; returns the process exit code."""
         status = "finished"
         epoch = self.state.epoch
         while epoch < self.cfg.epochs:
             train_row = self.train_epoch(epoch)
             if train_row is None:
                 return EXIT_PREEMPTED
-            val_row = self.validate()
-            self.state.elapsed_s += val_row["val_time_s"]
-            row = {"epoch": epoch, **train_row, **val_row}
+            over_budget = self._over_budget()
+            row = {"epoch": epoch, **train_row}
+            validated = self._validation_due(epoch) or over_budget
+            if validated:
+                row.update(self.validate())
+                self.state.elapsed_s += row["val_time_s"]
+            row.update(elapsed_s=self.state.elapsed_s, core_s=self._core_s())
             self.state.history.append(row)
-            is_best = row["val_top1"] > self.state.best_top1
-            self.state.best_top1 = max(self.state.best_top1, row["val_top1"])
+            is_best = validated and row["val_top1"] > self.state.best_top1
+            if validated:
+                self.state.best_top1 = max(self.state.best_top1, row["val_top1"])
             self.state.epoch, self.state.step_in_epoch = epoch + 1, 0
             self._log_epoch(epoch, row)
             self.save(is_best)
             self._write_record("running")
             epoch += 1
-            if self._reached(row["val_top1"]):
+            if validated and self._reached(row["val_top1"]) and status != "reached_desired_acc":
                 status = "reached_desired_acc"
                 if self.info.is_primary:
                     print(f"Reached desired accuracy: val top1 {row['val_top1']:.2f}% >= "
                           f"{100 * self.cfg.desired_acc:.2f}% after {epoch} epochs, "
-                          f"{self.state.elapsed_s:.1f} s of training", flush=True)
+                          f"{self.state.elapsed_s:.1f} s of training and validation", flush=True)
+                if self.cfg.time_budget_minutes is None:
+                    break  # with a time budget, the run goes on to it (time to the target is recorded)
+            if over_budget and epoch < self.cfg.epochs:
+                status = "time_budget" if status == "finished" else status
+                if self.info.is_primary:
+                    print(f"Time budget of {self.cfg.time_budget_minutes:g} min used after {epoch} epochs "
+                          f"({self.state.elapsed_s:.1f} s of training and validation)", flush=True)
                 break
             # a safe point: the epoch's checkpoint is saved. After the last epoch there is nothing
             # left to requeue for, so the run finishes (exit 0) even when a signal came.
@@ -399,6 +417,23 @@ class Trainer:
                   f"{d / checkpoint.CHECKPOINT} and {d / checkpoint.BEST}; results {d / 'run.json'}; "
                   f"TensorBoard: tensorboard --logdir {d}", flush=True)
         return 0
+
+    def _validation_due(self, epoch: int) -> bool:
+        return (epoch + 1) % self.cfg.eval_every == 0 or epoch + 1 == self.cfg.epochs
+
+    def _over_budget(self) -> bool:
+        """True on every rank once any rank's training and validation time reaches --time-budget-minutes
+        (each rank's clock differs a little; all must stop at the same epoch)."""
+        budget = self.cfg.time_budget_minutes
+        if budget is None:
+            return False
+        return distributed.any_rank(self.state.elapsed_s >= 60.0 * budget, self.info.device)
+
+    def _core_s(self) -> float:
+        """CPU seconds of every rank's process tree so far, summed (one small collective), plus
+        those of earlier attempts of a resumed run."""
+        now = sum(distributed.all_gather_float(cputime.process_tree_cpu_s(), self.info.device))
+        return self.core_s_before + now
 
     def _weight_checksums(self) -> List[float]:
         """One number per rank summarising its weights: equal when DDP kept the replicas in sync."""
@@ -416,9 +451,11 @@ class Trainer:
         self.p.record.update(
             status=status, epochs=s.history, throughput=throughput, checkpoints=saves,
             ranks=self.stragglers.summary(),
+            time_to_accuracy=time_to_accuracy.summary(s.history, self.cfg.desired_acc, self.cfg.eval_every,
+                                                      self.info.world_size, self.info.device.type),
             final={"best_top1": s.best_top1, "epochs_run": s.epoch, "elapsed_s": s.elapsed_s,
                    "reached_desired_acc": status == "reached_desired_acc",
-                   "last_val_top1": s.history[-1]["val_top1"] if s.history else None,
+                   "last_val_top1": next((r["val_top1"] for r in reversed(s.history) if "val_top1" in r), None),
                    "skipped_steps": self.p.precision.skipped_steps, **final_extra})
 
     def evaluate(self) -> int:

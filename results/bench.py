@@ -1,5 +1,5 @@
 """Benchmark harness: ``python -m results.bench
-train|io|allreduce|overlap|pipeline|region|quick|scaling|shards|prepare|faults ...``.
+train|io|allreduce|overlap|pipeline|region|quick|scaling|shards|prepare|faults|time-to-accuracy ...``.
 
 The one command line on top of results/ (see results/README.md): it parses, picks the runner and,
 where the kind ends with one, writes the report. Each measured point appends one JSON record to
@@ -12,7 +12,8 @@ a small but complete set of those kinds on a CPU machine in a few minutes, follo
 (:mod:`results.runners.data_scale_bench`); ``region`` the per-core cost of decoding a crop box, C
 region decoder vs nvImageCodec (:mod:`results.runners.region_bench`); ``prepare`` times the import of
 ImageNet's archives (:mod:`results.runners.prepare_bench`); ``faults`` runs the fault scenarios on a local SLURM
-cluster (:mod:`slurm.localcluster`) and records them (:mod:`results.runners.faults_bench`).
+cluster (:mod:`slurm.localcluster`) and records them (:mod:`results.runners.faults_bench`); ``time-to-accuracy``
+times pytorch/examples' main.py and this engine to a target top-1 on Fashion-MNIST (:mod:`results.runners.tta`).
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from results import report
 from results.core import records
 from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.setups import CPU_SETUPS, SCRIPTS, SETUPS
-from results.runners import data_scale_bench, faults_bench, local, prepare_bench, region_bench, scaling, slurm_queue
+from results.runners import (data_scale_bench, faults_bench, local, prepare_bench, region_bench, scaling, slurm_queue,
+                             tta)
 from results.runners.common import BenchError, environment, progress
 from slurm.generate import GenerateError
 
@@ -205,10 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     prepare_bench.add_parser(sub, common)
     faults_bench.add_parser(sub, common)
     region_bench.add_parser(sub, common)
+    tta.add_parser(sub, common)
     return p
 
 
-DEFAULT_TAGS = {"quick": "quick", "scaling": "scaling", "faults": "faults"}
+DEFAULT_TAGS = {"quick": "quick", "scaling": "scaling", "faults": "faults", "time-to-accuracy": tta.DEFAULT_TAG}
 
 
 def resolve_tag(a: argparse.Namespace) -> None:
@@ -250,7 +253,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return rc or (report.main([]) if a.report else 0)
         out = {"train": local.run_train, "io": local.run_io, "allreduce": local.run_allreduce,
                "overlap": local.run_overlap, "pipeline": local.run_pipeline, "shards": data_scale_bench.run,
-               "region": region_bench.run,
+               "region": region_bench.run, "time-to-accuracy": tta.run,
                "prepare": lambda a: prepare_bench.run(a, SCRATCH_DIR, environment())}[a.cmd](a)
     except (BenchError, slurm_queue.SlurmError, GenerateError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -12,6 +12,9 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from results.runners.fashion_mnist import FILES, SOURCE_DIR
+from slurm.localcluster.packages import apt_install, can_install
+
 from launch.environment import free_port  # noqa: F401  (tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,3 +96,19 @@ def eval_settings(text: str, names: list, env: dict) -> list:
                           env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "42", "SLURM_JOB_NAME": "j", **env})
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split("\0")[:-1]
+
+
+FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
+
+
+def fashion_mnist_dir() -> Path:
+    """The folder of Debian's Fashion-MNIST files (installing the package where missing, as root);
+    FileNotFoundError naming the package elsewhere."""
+    def present() -> bool:
+        return all((SOURCE_DIR / name).is_file() for pair in FILES.values() for name in pair)
+
+    if not present() and can_install():
+        apt_install([FASHION_MNIST_PACKAGE])
+    if not present():
+        raise FileNotFoundError(f"no Fashion-MNIST in {SOURCE_DIR} (Debian: apt-get install {FASHION_MNIST_PACKAGE})")
+    return SOURCE_DIR

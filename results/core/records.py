@@ -135,6 +135,16 @@ class PrepareMetrics(TypedDict):
     read_mb_per_s: float
 
 
+class TimeToAccuracyMetrics(TypedDict):
+    target_top1: float
+    best_top1: float
+    wall_s: float
+    core_s: float
+    epochs: int
+    eval_every: int
+    time_to_target_s: NotRequired[Optional[float]]  # None when the target was not reached within the run
+
+
 class FaultMetrics(TypedDict):
     survived: int
     steps_trained_twice: int
@@ -147,7 +157,7 @@ METRICS: Dict[str, type] = {
     "train": TrainMetrics, "io": IoMetrics, "allreduce": AllreduceMetrics, "overlap": OverlapMetrics,
     "pipeline": PipelineMetrics, "storage": StorageMetrics, "shards_pipeline": PipelineMetrics,
     "data_opens": DataOpensMetrics, "index_memory": IndexMemoryMetrics, "fault": FaultMetrics,
-    "region_decode": RegionDecodeMetrics, "prepare": PrepareMetrics,
+    "region_decode": RegionDecodeMetrics, "prepare": PrepareMetrics, "time_to_accuracy": TimeToAccuracyMetrics,
 }
 KINDS = tuple(METRICS)
 
@@ -178,6 +188,13 @@ UNITS = {
     "survived": "1 = the run finished after the fault", "detect_s": "s (fault injected -> the job or process ended)",
     "steps_trained_twice": "steps", "checkpoints_lost": "checkpoints",
     "read_mb_per_s": "MB/s (1e6 bytes)", "written_bytes": "bytes",
+    "target_top1": "%", "best_top1": "%", "time_to_target_s": "s (wall, evaluation included)", "wall_s": "s",
+    "core_s": "CPU s (user + system, the whole process tree)", "epochs_to_target": "epochs",
+    "core_s_to_target": "CPU s (user + system, the whole process tree, at the evaluation that reached it)",
+    "budget_s": "s (main.py's wall time)", "best_top1_in_budget": "%",
+    "images_seen": "images", "eval_s": "s (evaluation wall time, counted in)", "eval_every": "epochs",
+    "load_1m_mean": "load average (1 min)", "load_1m_max": "load average (1 min)", "cores": "cores",
+    "device_hours": "GPU hours (wall x GPUs)", "samples": "samples",
 }
 
 

@@ -292,3 +292,20 @@ def hbars(path: Path, labels: Sequence[str], means: Sequence[float], stds: Seque
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(title, fontsize=10)
     return _save(fig, path, layout=False, bbox_inches="tight")
+
+
+def time_to_accuracy(path: Path, series: Sequence[Series], target: Optional[float], budget_min: Optional[float],
+                     title: str) -> Path:
+    """Top-1 against wall minutes, one line per program, with the target and the time budget marked."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    _draw(ax, series)
+    if target is not None:
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.2f} %")
+    if budget_min is not None:
+        ax.axvline(budget_min, color="grey", linestyle=":", linewidth=1, label=f"budget {budget_min:.1f} min")
+    ax.set_xlabel("wall time since the start (minutes, evaluation included)")
+    ax.set_ylabel("validation top-1 (%)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    return _save(fig, path)

@@ -17,3 +17,13 @@ def dummy_run(tmp_path_factory) -> Path:
     proc = python(script("imagenet_nd.py"), *DUMMY_STEP_TIMES, "--log-dir", run_dir)
     assert proc.returncode == 0, explain(proc)
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def fashion_cache(tmp_path_factory) -> Path:
+    """A cache folder for slices of the real Fashion-MNIST (Debian's package, installed where missing);
+    each slice is converted once per session (results.runners.fashion_mnist reuses a finished one)."""
+    from tests.helpers import fashion_mnist_dir
+
+    fashion_mnist_dir()
+    return tmp_path_factory.mktemp("fashion_cache")

@@ -1,0 +1,50 @@
+"""Real photographs: the engine, with the recipe the time-to-accuracy benchmark uses (at batch 32),
+learns a slice of Fashion-MNIST well above chance in two epochs (64 % measured, chance 10 %) and
+records its time to a target; the benchmark's ours phase runs it against an examples record and
+records the run."""
+import json
+
+from results import bench
+from results.core import records
+from results.runners import fashion_mnist, tta
+from tests.helpers import explain, python, read_run, script
+
+CHANCE = 10.0  # % top-1 with 10 balanced classes
+
+
+def test_engine_learns_real_photographs(fashion_cache, tmp_path):
+    data = fashion_mnist.convert(fashion_mnist.SOURCE_DIR, fashion_cache, train_per_class=200, val_per_class=30)
+    # batch 32: two epochs of 2,000 images are 125 steps (the recipe's batch 128 would give 31)
+    proc = python(script("imagenet_ddp.py"), data, "--image-size", "32", *tta.RECIPE_FLAGS, "-b", "32", "--epochs",
+                  "2", "--eval-every", "2", "-j", "1", "--desired-acc", "99", "--log-dir", tmp_path / "run",
+                  timeout=600)
+    assert proc.returncode == 0, explain(proc)
+    run = read_run(tmp_path / "run")
+    first, last = run["epochs"]
+    assert "val_top1" not in first and last["val_samples"] == 300  # validated every 2 epochs: once
+    assert last["val_top1"] >= 4 * CHANCE, run["epochs"]
+    block = run["time_to_accuracy"]
+    assert not block["reached"] and block["wall_s"] is None and block["target_top1"] == 99.0
+    assert block["evaluations"] == 1 and block["eval_every"] == 2 and block["eval_s"] == last["val_time_s"]
+    assert [p["top1"] for p in block["curve"]] == [last["val_top1"]]
+    assert 0 < first["core_s"] < last["core_s"] and first["elapsed_s"] < last["elapsed_s"]
+
+
+def test_ours_phase_records_time_to_the_target(fashion_cache, tmp_path):
+    data = fashion_mnist.convert(fashion_mnist.SOURCE_DIR, fashion_cache, train_per_class=40, val_per_class=10)
+    out = tmp_path / "r.jsonl"
+    examples = records.make_record(
+        "time_to_accuracy", "t-examples-1", {"program": tta.EXAMPLES_PROGRAM, "data": data.name, "image_size": 32},
+        {"target_top1": CHANCE, "best_top1": CHANCE, "wall_s": 1.0, "core_s": 2.0, "epochs": 1, "eval_every": 1}, {})
+    records.append(out, examples)
+    assert bench.main(["time-to-accuracy", "--phase", "ours", "--cache", str(fashion_cache), "--train-per-class", "40",
+                       "--val-per-class", "10", "--records", str(out), "--work", str(tmp_path / "work")]) == 0
+    rec = json.loads(out.read_text().splitlines()[-1])
+    assert rec["status"] == "ok" and records.validate(rec) is None and rec["point"]["target_from"] == "t-examples-1"
+    m = rec["metrics"]
+    # a 1 s budget: the engine stops at the end of its first epoch, where any model scores chance or more
+    assert m["epochs"] == 1 and m["budget_s"] == 1.0 and m["best_top1_in_budget"] is None
+    assert m["time_to_target_s"] == rec["curve"][0]["wall_s"] and m["core_s_to_target"] > 0
+    assert m["images_seen"] == 384 and m["eval_every"] == 1  # 3 full batches of 128 from 400 images
+    assert rec["engine_time_to_accuracy"]["reached"] and rec["engine_status"] == "reached_desired_acc"
+    assert rec["point"]["recipe"]["scaled_lr"] == 0.1 and rec["point"]["recipe_flags"] == tta.RECIPE_FLAGS
