@@ -30,6 +30,7 @@ from .data.loader import set_epoch
 from .data.normalize import DeviceNormalizer
 from .checkpoint_writer import BackgroundWriter
 from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
+from .exit_codes import EXIT_PREEMPTED
 from .preemption import StopSignal
 from .runrecord import RunRecord
 from .stragglers import StragglerWatch
@@ -37,7 +38,6 @@ from .stragglers import StragglerWatch
 log = logging.getLogger(__name__)
 
 WARMUP_STEPS = 5  # per epoch, left out of the steady-state throughput (loader start, allocator, autotune)
-EXIT_PREEMPTED = 75  # EX_TEMPFAIL: a checkpoint was saved, start me again to continue
 
 
 @dataclass
