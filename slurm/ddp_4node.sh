@@ -81,13 +81,15 @@ env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|
 # MAX_RESTARTS restarts in a row without a newer checkpoint, MAX_STARTS starts in this allocation.
 STARTS_LOG=$LOG_DIR/starts.log
 ALLOCATION=$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}
+LAUNCH=0
 checkpoint_id() { stat -c %i.%s.%Y "$LOG_DIR/checkpoint.pth.tar" 2>/dev/null || echo none; }
-note_start() { echo "$ALLOCATION $(checkpoint_id) $(date -Is)" >> "$STARTS_LOG"; }
+# note_start KEY WHO: one line per noter; the lines of one KEY are one start
+note_start() { echo "$1 $(checkpoint_id) $(date -Is) $2" >> "$STARTS_LOG"; }
 # made: starts in this allocation; stalled: those that began from the newest checkpoint (all failed
 # without writing a newer one); left: the starts both bounds still allow
 start_budget() {
-    made=$(grep -c "^$ALLOCATION " "$STARTS_LOG")
-    stalled=$(grep -c "^$ALLOCATION $(checkpoint_id) " "$STARTS_LOG")
+    made=$(grep "^$ALLOCATION:" "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l)
+    stalled=$(grep "^$ALLOCATION:[^ ]* $(checkpoint_id) " "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l)
     left=$((MAX_RESTARTS + 1 - stalled))
     [ $((MAX_STARTS - made)) -lt "$left" ] && left=$((MAX_STARTS - made))
     return 0
@@ -112,8 +114,10 @@ budget_spent() {
     fi
 }
 mkdir -p "$LOG_DIR" && : >> "$STARTS_LOG" || { echo "error: cannot write $STARTS_LOG: submit from a checkout you can write, or pass --export=ALL,LOG_DIR=/a/writable/folder" >&2; exit 2; }
-export LOG_DIR STARTS_LOG ALLOCATION MAX_RESTARTS MAX_STARTS  # for torchrun's workers
-export -f checkpoint_id note_start start_budget budget_note
+# torchrun's workers get the functions as a plain variable: an exported function would not
+# survive a /bin/sh between here and them (a site's python wrapper, say)
+BUDGET_FUNCTIONS=$(declare -f checkpoint_id note_start start_budget budget_note)
+export LOG_DIR STARTS_LOG ALLOCATION MAX_RESTARTS MAX_STARTS LAUNCH BUDGET_FUNCTIONS
 
 # ---- launch (torchrun); a failed training starts again from the newest checkpoint
 # within the start budget; a preempted one is requeued instead (see the end)
@@ -122,12 +126,13 @@ TRAIN_ARGS+=(--opt-level O1 --channels-last)
 # shellcheck disable=SC2206  # EXTRA_ARGS is split into words on purpose
 TRAIN_ARGS+=($EXTRA_ARGS "$DATA")
 while :; do
+    LAUNCH=$((LAUNCH + 1))
     start_budget
-    note_start
+    note_start "$ALLOCATION:$LAUNCH:0" loop
     srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 bash -c 'trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.run "$@"' "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node=4 \
         --max-restarts=$((left > 1 ? left - 1 : 0)) --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d \
         --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \
-        --no-python bash -c 'if [ "$RANK" = 0 ] && [ "${TORCHELASTIC_RESTART_COUNT:-0}" -gt 0 ]; then start_budget; echo "$(date -Is) torchrun restarts the workers (its restart $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS in this launch): $(budget_note)"; note_start; fi; exec "$0" -u "$@"' "$PYTHON" imagenet/imagenet_ddp_apex.py "${TRAIN_ARGS[@]}" &
+        --no-python bash -c 'eval "$BUDGET_FUNCTIONS"; key=$ALLOCATION:$LAUNCH:${TORCHELASTIC_RESTART_COUNT:-0}; start_budget; note_start "$key" "rank$RANK"; if [ "${TORCHELASTIC_RESTART_COUNT:-0}" -gt 0 ] && [ "$(grep -m 1 "^$key " "$STARTS_LOG" | cut -d " " -f 4)" = "rank$RANK" ]; then echo "$(date -Is) torchrun restarts the workers (its restart $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS in this launch): $(budget_note)"; fi; exec "$0" -u "$@"' "$PYTHON" imagenet/imagenet_ddp_apex.py "${TRAIN_ARGS[@]}" &
     launcher_pid=$!
     # a trapped signal interrupts `wait`; keep waiting until the launcher is gone
     wait "$launcher_pid"; status=$?

@@ -80,13 +80,15 @@ env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|
 # MAX_RESTARTS restarts in a row without a newer checkpoint, MAX_STARTS starts in this allocation.
 STARTS_LOG=$LOG_DIR/starts.log
 ALLOCATION=$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}
+LAUNCH=0
 checkpoint_id() { stat -c %i.%s.%Y "$LOG_DIR/checkpoint.pth.tar" 2>/dev/null || echo none; }
-note_start() { echo "$ALLOCATION $(checkpoint_id) $(date -Is)" >> "$STARTS_LOG"; }
+# note_start KEY WHO: one line per noter; the lines of one KEY are one start
+note_start() { echo "$1 $(checkpoint_id) $(date -Is) $2" >> "$STARTS_LOG"; }
 # made: starts in this allocation; stalled: those that began from the newest checkpoint (all failed
 # without writing a newer one); left: the starts both bounds still allow
 start_budget() {
-    made=$(grep -c "^$ALLOCATION " "$STARTS_LOG")
-    stalled=$(grep -c "^$ALLOCATION $(checkpoint_id) " "$STARTS_LOG")
+    made=$(grep "^$ALLOCATION:" "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l)
+    stalled=$(grep "^$ALLOCATION:[^ ]* $(checkpoint_id) " "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l)
     left=$((MAX_RESTARTS + 1 - stalled))
     [ $((MAX_STARTS - made)) -lt "$left" ] && left=$((MAX_STARTS - made))
     return 0
@@ -119,8 +121,9 @@ TRAIN_ARGS+=(--opt-level O2 --desired-acc 0.75)
 # shellcheck disable=SC2206  # EXTRA_ARGS is split into words on purpose
 TRAIN_ARGS+=($EXTRA_ARGS "$DATA")
 while :; do
+    LAUNCH=$((LAUNCH + 1))
     start_budget
-    note_start
+    note_start "$ALLOCATION:$LAUNCH:0" loop
     srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 bash -c 'trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.launch --node_rank="$SLURM_NODEID" "$@"' "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node=4 \
         --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" \
         imagenet/imagenet_ddp_apex.py "${TRAIN_ARGS[@]}" &

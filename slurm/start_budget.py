@@ -1,12 +1,14 @@
 """The start budget of a generated batch file: how often a failed training starts again in one
 allocation, whoever starts it (the batch script's loop, or torchrun restarting its workers).
 
-Every start of the training is one line of the run folder's ``starts.log``: the allocation (job id
-and requeue count), the newest checkpoint the start began from, and the time. The checkpoint is
-named by the inode, size and mtime of ``checkpoint.pth.tar``, which the trainer replaces by a rename
-at every save, so a newer checkpoint has another name. The batch loop writes the line of each
-launch; for torchrun's own restarts the rank-0 worker writes it in bash before Python starts, so a
-start that crashes at once is counted too. Two bounds follow from the lines:
+Every start of the training is noted in the run folder's ``starts.log``: a line with the start's key
+(the allocation = job id and requeue count, the loop's launch, torchrun's restart count), the newest
+checkpoint it began from, the time and who noted it. The checkpoint is named by the inode, size and
+mtime of ``checkpoint.pth.tar``, which the trainer replaces by a rename at every save, so a newer
+checkpoint has another name. The batch loop notes each launch before it starts; under torchrun every
+worker also notes its start, in bash before Python. Every worker, not only rank 0: when one crashes
+at once torchrun kills the others, maybe before they got that far, but the one that crashed had
+noted the start, so no start goes uncounted. The lines of one key are one start. Two bounds follow:
 
 - ``MAX_RESTARTS``: restarts in a row without a newer checkpoint. The starts that began from the
   newest checkpoint all failed without writing another; once they are 1 + MAX_RESTARTS, the job
@@ -16,7 +18,9 @@ start that crashes at once is counted too. Two bounds follow from the lines:
 
 torchrun gets ``--max-restarts`` = the starts both bounds leave, less one, so its restarts never go
 past them, however the two restarters nest; after each launch the loop recounts from the lines.
-Every restart prints which bound it counts against and how many starts remain.
+Every restart prints which bound it counts against and how many starts remain: the loop's restarts,
+and for each torchrun restart the worker whose note came first (it counted the budget before any
+other note of that start).
 
 Shell, not Python: it runs in the batch script and in torchrun's workers before the interpreter,
 so it works when Python itself fails at start.
@@ -42,13 +46,15 @@ def functions(torchrun: bool) -> List[str]:
         "# MAX_RESTARTS restarts in a row without a newer checkpoint, MAX_STARTS starts in this allocation.",
         f"STARTS_LOG=$LOG_DIR/{STARTS_LOG}",
         "ALLOCATION=$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}",
+        "LAUNCH=0",
         f'checkpoint_id() {{ stat -c %i.%s.%Y "$LOG_DIR/{CHECKPOINT}" 2>/dev/null || echo none; }}',
-        'note_start() { echo "$ALLOCATION $(checkpoint_id) $(date -Is)" >> "$STARTS_LOG"; }',
+        "# note_start KEY WHO: one line per noter; the lines of one KEY are one start",
+        'note_start() { echo "$1 $(checkpoint_id) $(date -Is) $2" >> "$STARTS_LOG"; }',
         "# made: starts in this allocation; stalled: those that began from the newest checkpoint (all failed",
         "# without writing a newer one); left: the starts both bounds still allow",
         "start_budget() {",
-        '    made=$(grep -c "^$ALLOCATION " "$STARTS_LOG")',
-        '    stalled=$(grep -c "^$ALLOCATION $(checkpoint_id) " "$STARTS_LOG")',
+        '    made=$(grep "^$ALLOCATION:" "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l)',
+        '    stalled=$(grep "^$ALLOCATION:[^ ]* $(checkpoint_id) " "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l)',
         "    left=$((MAX_RESTARTS + 1 - stalled))",
         '    [ $((MAX_STARTS - made)) -lt "$left" ] && left=$((MAX_STARTS - made))',
         "    return 0",
@@ -75,23 +81,30 @@ def functions(torchrun: bool) -> List[str]:
         'mkdir -p "$LOG_DIR" && : >> "$STARTS_LOG" || { echo "error: cannot write $STARTS_LOG: submit from a '
         f'checkout you can write, or pass --export=ALL,LOG_DIR=/a/writable/folder" >&2; exit {EXIT_USAGE}; }}']
     if torchrun:
-        lines += ["export LOG_DIR STARTS_LOG ALLOCATION MAX_RESTARTS MAX_STARTS  # for torchrun's workers",
-                  "export -f checkpoint_id note_start start_budget budget_note"]
+        lines += ["# torchrun's workers get the functions as a plain variable: an exported function would not",
+                  "# survive a /bin/sh between here and them (a site's python wrapper, say)",
+                  "BUDGET_FUNCTIONS=$(declare -f checkpoint_id note_start start_budget budget_note)",
+                  "export LOG_DIR STARTS_LOG ALLOCATION MAX_RESTARTS MAX_STARTS LAUNCH BUDGET_FUNCTIONS"]
     return lines
 
 
-# torchrun starts each worker through this (--no-python): its own restarts are noted by rank 0 in
-# bash, before Python, then the worker is exactly what torchrun would run (python -u SCRIPT ARGS).
-WORKER_WRAP = ('if [ "$RANK" = 0 ] && [ "${TORCHELASTIC_RESTART_COUNT:-0}" -gt 0 ]; then start_budget; '
+# torchrun starts each worker through this (--no-python): every worker notes its start in bash, before
+# Python; on a restart the first to note says which bound it counts against. Then the worker is what
+# torchrun would run: python -u SCRIPT ARGS.
+WORKER_WRAP = ('eval "$BUDGET_FUNCTIONS"; key=$ALLOCATION:$LAUNCH:${TORCHELASTIC_RESTART_COUNT:-0}; start_budget; '
+               'note_start "$key" "rank$RANK"; '
+               'if [ "${TORCHELASTIC_RESTART_COUNT:-0}" -gt 0 ] && '
+               '[ "$(grep -m 1 "^$key " "$STARTS_LOG" | cut -d " " -f 4)" = "rank$RANK" ]; then '
                'echo "$(date -Is) torchrun restarts the workers (its restart $TORCHELASTIC_RESTART_COUNT of '
-               '$TORCHELASTIC_MAX_RESTARTS in this launch): $(budget_note)"; note_start; fi; exec "$0" -u "$@"')
+               '$TORCHELASTIC_MAX_RESTARTS in this launch): $(budget_note)"; fi; exec "$0" -u "$@"')
 # what torchrun may restart within one launch: the starts the budget leaves, less the first
 TORCHRUN_RESTARTS = '--max-restarts=$((left > 1 ? left - 1 : 0))'
 
 
 def loop_head() -> List[str]:
-    """Inside the launch loop, before the launcher starts: count the budget and note the start."""
-    return ["start_budget", "note_start"]
+    """Inside the launch loop, before the launcher starts: count the budget, then note the launch's
+    first start (so a launch that fails before any worker notes still counts)."""
+    return ["LAUNCH=$((LAUNCH + 1))", "start_budget", 'note_start "$ALLOCATION:$LAUNCH:0" loop']
 
 
 def decide() -> List[str]:

@@ -5,7 +5,10 @@ gloo) that the generated batch files must survive on their own.
   loop restarts the step; both resume from the newest checkpoint in the same allocation;
 - a node's processes killed: the step ends at once (``srun --kill-on-bad-exit``) and the loop
   starts it again;
-- a failure that repeats past ``MAX_RESTARTS`` ends the job with one line;
+- a training that crashes at every start (the committed torchrun file: torchrun's restarts and the
+  batch loop's share one start budget) starts 1 + ``MAX_RESTARTS`` = 4 times, then ends with one line;
+- a run that wrote a newer checkpoint before it failed keeps its budget: the kills above recover even
+  with ``MAX_RESTARTS=0`` (no restart without progress);
 - a node failure (slurmd and every process of the node killed, the node DOWN): SLURM requeues the
   job, which runs on other nodes, names the failed one and resumes from the newest checkpoint;
 - a rank stopped with SIGSTOP (alive, silent): the collective times out within
@@ -88,6 +91,8 @@ def _torchrun_restart(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, p
     recover = training_again(log, since, t0)
     completed_in_one_allocation(slurm_cluster, job_id, log, run_dir)
     assert "restarting it in this allocation" not in log(), "torchrun restarted the workers, not the loop"
+    assert re.search(r"torchrun restarts the workers \(its restart 1 of 3 in this launch\): the last start wrote a "
+                     r"newer checkpoint, so MAX_RESTARTS=3 is whole again; start 2 of MAX_STARTS=10", log()), log()
     _measure("kill -9 of one rank (torchrun restarts the workers)", "torchrun", 1, log(), since, recover)
 
 
@@ -121,35 +126,53 @@ def _batch_loop_restart(fault: str, slurm_cluster: SlurmCluster, data: Path, tmp
     launcher, procs, rank = KILLS[fault]
     script_path = requeue_script(tmp_path, data, launcher, nodes=2, procs=procs)
     run_dir = tmp_path / "run"
-    job_id, log = submit_script(slurm_cluster, script_path, run_dir, f"EXTRA_ARGS={PERIODIC}", sbatch_args=pin)
+    # MAX_RESTARTS=0: no restart without a newer checkpoint; the fault comes after one, so it recovers
+    job_id, log = submit_script(slurm_cluster, script_path, run_dir, f"EXTRA_ARGS={PERIODIC}", "MAX_RESTARTS=0",
+                                sbatch_args=pin)
     expected = 1 if rank is not None else 1 + procs  # torchrun: the agent and its workers
     since, t0, killed = _kill_after_checkpoint(slurm_cluster, job_id, log, run_dir, 1, rank, expected)
     recover = training_again(log, since, t0)
     completed_in_one_allocation(slurm_cluster, job_id, log, run_dir)
-    assert "restarting it in this allocation from the newest checkpoint (1 of 3)" in log()
+    assert ("restarting it in this allocation from the newest checkpoint: the last start wrote a newer checkpoint, "
+            "so MAX_RESTARTS=0 is whole again; start 2 of MAX_STARTS=10" in log()), log()[-3000:]
     _measure(fault, launcher, 2, log(), since, recover, killed=killed)
 
 
-# Stands in for a trainer that crashes at every start: the loop must give up after MAX_RESTARTS.
-CRASHING_TRAINER = """#!/bin/sh
-echo "crashing trainer started" >&2
+# Stands in for PYTHON: the torchrun agent (python -m launch.agent ...) is the real one; every worker
+# (python -u SCRIPT ...) crashes at once, at every start, after writing which start it is in (its
+# agent's pid and torchrun's restart count: the first worker to crash always gets that far; the others
+# may be killed before they do).
+CRASHING_WORKERS = """#!/bin/sh
+[ "$1" = -m ] && exec python "$@"
+echo "$PPID:$TORCHELASTIC_RESTART_COUNT" >> "$(dirname "$0")/worker_starts"
+echo "crashing trainer started (rank $RANK)" >&2
 exit 1
 """
 
 
 def _repeating_failure(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
-    """1 node, a trainer that crashes at every start: the loop restarts it MAX_RESTARTS times, then
-    gives up with one line and the job FAILED."""
-    script_path = requeue_script(tmp_path, data, "srun", nodes=1, procs=1)
-    trainer = stand_in_trainer(tmp_path, CRASHING_TRAINER)
-    job_id, log = submit_script(slurm_cluster, script_path, tmp_path / "run", f"PYTHON={trainer}", "MAX_RESTARTS=2",
-                                sbatch_args=pin)
-    row = slurm_cluster.wait_finished(job_id, timeout=180)
-    assert row["State"] == "FAILED", f"{row}\n{log()[-3000:]}"
-    assert log().count("crashing trainer started") == 3, "the first start and MAX_RESTARTS=2 restarts"
-    assert len(re.findall(r"restarting it in this allocation", log())) == 2
-    giving_up = re.findall(r"^.*giving up.*$", log(), re.M)
-    assert len(giving_up) == 1 and "failed 3 time(s)" in giving_up[0] and "MAX_RESTARTS=2" in giving_up[0], log()
+    """The committed slurm/ddp_1node.sh (torchrun, 4 workers) whose workers crash at every start:
+    torchrun's restarts and the loop's share the budget, so it starts 1 + MAX_RESTARTS = 4 times (it
+    was 1 + 3 torchrun restarts inside each of 1 + 3 loop attempts: 16), then gives up with one line."""
+    trainer = stand_in_trainer(tmp_path, CRASHING_WORKERS)
+    run_dir = tmp_path / "run"
+    out = tmp_path / "ddp_1node-%j.out"
+    settings = ["ALL", f"LOG_DIR={run_dir}", f"PYTHON={trainer}", f"DATA={data}", "OMP_NUM_THREADS=1"]
+    job_id = slurm_cluster.run(["sbatch", "--parsable", "--time=10", f"--output={out}", *pin, "--export",
+                                ",".join(settings), str(REPO / "slurm" / "ddp_1node.sh")], cwd=REPO).stdout.strip()
+    row = slurm_cluster.wait_finished(job_id, timeout=360)  # one launch: 4 starts of 4 workers, loaded
+    log = Path(str(out).replace("%j", job_id)).read_text()
+    assert row["State"] == "FAILED", f"{row}\n{log[-3000:]}"
+    starts = set((tmp_path / "worker_starts").read_text().split())
+    assert len(starts) == 4, f"{sorted(starts)}\n{log[-4000:]}"  # (agent, restart): the starts that really ran
+    torchrun = re.findall(r"torchrun restarts the workers \(its restart (\d) of 3 in this launch\): restart (\d) of "
+                          r"MAX_RESTARTS=3 without a newer checkpoint", log)
+    assert torchrun == [("1", "1"), ("2", "2"), ("3", "3")], log[-4000:]
+    assert "restarting it in this allocation" not in log, "the loop must not start it again"
+    giving_up = re.findall(r"^.*giving up.*$", log, re.M)
+    assert len(giving_up) == 1 and "after 4 start(s) in a row without a newer checkpoint (MAX_RESTARTS=3)" in \
+        giving_up[0], log[-3000:]
+    assert len({line.split()[0] for line in (run_dir / "starts.log").read_text().splitlines()}) == 4
 
 
 def _node_failure(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
@@ -218,8 +241,8 @@ BATCH_LOOP_TEST = "test_the_batch_loop_restarts_a_failed_step_in_the_same_alloca
 # Wave 1: the node failure may use node2-node4 (--exclude, not --nodelist: its requeued run must be free
 # to leave the DOWN node); its victim is the second node of its first run, so node3 or node4, which no
 # other job uses, and it requeues onto the two others. The kills and the stop share node1 + node2.
-# Wave 2: the torchrun job (slurm/ddp_1node.sh asks for all 32 CPUs of a node) would hold back any job
-# sharing its node, and wave 1 has no node left for it: it runs with the short crashing trainer.
+# Wave 2: the torchrun jobs (slurm/ddp_1node.sh asks for all 32 CPUs of a node) would hold back any job
+# sharing their node, and wave 1 has no node left for them: one node each.
 WAVES: Sequence[Wave] = (
     {"test_a_node_failure_requeues_the_job_elsewhere_and_resumes_exactly": (_node_failure, ("--exclude=node1",)),
      **{f"{BATCH_LOOP_TEST}[{fault}]": (partial(_batch_loop_restart, fault), "node1,node2") for fault in KILLS},
@@ -250,7 +273,7 @@ def test_the_batch_loop_restarts_a_failed_step_in_the_same_allocation(scenarios:
 
 def test_a_failure_repeating_past_the_bound_ends_the_job_with_one_line(scenarios: Scenarios,
                                                                        request: pytest.FixtureRequest) -> None:
-    """A trainer that crashes at every start: the loop gives up after MAX_RESTARTS (see _repeating_failure)."""
+    """Workers that crash at every start: 4 starts in all, then one line (see _repeating_failure)."""
     scenarios.outcome(request.node.name)
 
 
