@@ -43,12 +43,15 @@ $(DEV_STAMP): $(STAMP) requirements-dev.txt
 	$(PIP) -r requirements-dev.txt -c constraints.txt
 	touch $@
 
-# Debian/Ubuntu as root: the system packages the tests use (Open MPI for the MPI launcher tests);
-# elsewhere the tests install what they need themselves or skip.
+# Debian/Ubuntu as root: the system packages the tests use (Open MPI for the MPI launcher tests,
+# Fashion-MNIST's real photographs for the time-to-accuracy tests); elsewhere the tests install what
+# they need themselves or skip.
+SYSTEM_PACKAGES := openmpi-bin libopenmpi-dev dataset-fashion-mnist
 test-system-deps:
-	@if ! command -v mpirun >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get install -y -q --no-install-recommends openmpi-bin libopenmpi-dev || \
-	  { apt-get update -q && apt-get install -y -q --no-install-recommends openmpi-bin libopenmpi-dev; }; fi
+	@if { ! command -v mpirun >/dev/null || [ ! -d /usr/share/datasets/fashion-mnist ]; } && \
+	  [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get install -y -q --no-install-recommends $(SYSTEM_PACKAGES) || \
+	  { apt-get update -q && apt-get install -y -q --no-install-recommends $(SYSTEM_PACKAGES); }; fi
 
 $(DEMO_DATA)/train:
 	$(PY) -m imagenet.demo_data $(DEMO_DATA) --classes 10 --train-per-class 64 --val-per-class 20
@@ -76,11 +79,12 @@ lint: setup-dev
 bench: setup-dev
 	$(PY) -m results.bench quick --fresh
 
-# as root: 1-2-4 node gloo DDP on the SLURM test cluster. The test tooling brings the cluster up and
-# runs the same `results.bench scaling` command a user types on a login node, with SLURM_CONF set.
-CLUSTER_NOTE = test cluster (tests/slurm_cluster.py): SLURM nodes as network namespaces on one host, gloo over veth + bridge; 1 process x 1 thread per node, so points with more nodes than the host has cores share cores
+# as root: 1-2-4 node gloo DDP on a local SLURM cluster (slurm/localcluster/, docs/local-cluster.md). It
+# brings the cluster up and runs the same `results.bench scaling` command a user types on a login node,
+# with SLURM_CONF set.
+CLUSTER_NOTE = local SLURM cluster (slurm/localcluster): SLURM nodes as network namespaces on one host, gloo over veth + bridge; 1 process x 1 thread per node, so points with more nodes than the host has cores share cores
 bench-cluster: setup-dev
-	$(PY) -m tests.slurm_cluster --nodes 4 --gpus-per-node 0 -- $(PY) -m results.bench scaling --fresh \
+	$(PY) -m slurm.localcluster --nodes 4 --gpus-per-node 0 -- $(PY) -m results.bench scaling --fresh \
 	  --tag testcluster --nodes 1 2 4 --gpus-per-node 0 --cpus-per-task 1 -a resnet18 --image-size 64 \
 	  --batch 16 --steps-per-epoch 25 --time 00:20:00 --timeout 1800 --note "$(CLUSTER_NOTE)"
 

@@ -18,6 +18,9 @@ from .variants import VARIANTS
 
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# Steps per epoch left out of the steady-state throughput (loader start, allocator, autotune); here, in
+# a module without torch, so the report can name it without importing the engine.
+WARMUP_STEPS = 5
 
 
 class ConfigError(ValueError):
@@ -61,6 +64,10 @@ class TrainConfig:
                                      "'$TMPDIR' is every node's own folder; see imagenet.data.staging", metavar="DIR")
     stage_verify: bool = _opt(False, "--stage-verify", help="with --stage-dir: also compare the copy's checksums "
                               "with the source's (reads both once more)", action="store_true")
+    stage_cleanup: Optional[bool] = _opt(None, "--stage-cleanup", help="with --stage-dir: remove the node's copy "
+                                         "when the run ends normally (a preempted or requeued run keeps it); "
+                                         "default: on for a DIR under /dev/shm, off elsewhere",
+                                         action=argparse.BooleanOptionalAction)
     steps_per_epoch: int = _opt(0, "--steps-per-epoch", help="stop each training epoch after this many steps "
                                 "(0: the whole dataset); for benchmarks and smoke tests", type=int)
     val_steps: int = _opt(0, "--val-steps", help="validate on at most this many batches per rank (0: all)",
@@ -246,6 +253,8 @@ def _check(cfg: TrainConfig) -> None:
                           "give positive seconds (e.g. 300 and 1800)")
     if cfg.stage_verify and not cfg.stage_dir:
         raise ConfigError("--stage-verify checks a staged copy: add --stage-dir DIR")
+    if cfg.stage_cleanup is not None and not cfg.stage_dir:
+        raise ConfigError("--stage-cleanup / --no-stage-cleanup say what becomes of a staged copy: add --stage-dir DIR")
     if cfg.desired_acc is not None and not 0 < cfg.desired_acc <= 1:
         raise ConfigError(f"--desired-acc must be a fraction (0.75) or percentage (75), got {cfg.desired_acc}")
     if cfg.loss_scale != "dynamic":

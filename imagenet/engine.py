@@ -25,10 +25,11 @@ from typing import Any, List, Optional
 import torch
 
 from . import checkpoint, distributed, preemption, profiling
-from .terminal import overwrite_progress
+from .terminal import ProgressLine
 from .data.loader import set_epoch
 from .data.normalize import DeviceNormalizer
 from .checkpoint_writer import BackgroundWriter
+from .config import WARMUP_STEPS
 from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
 from .exit_codes import EXIT_PREEMPTED
 from .preemption import StopSignal
@@ -37,7 +38,6 @@ from .stragglers import StragglerWatch
 
 log = logging.getLogger(__name__)
 
-WARMUP_STEPS = 5  # per epoch, left out of the steady-state throughput (loader start, allocator, autotune)
 
 
 @dataclass
@@ -97,7 +97,7 @@ class Trainer:
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
         self.global_batch = cfg.batch_size * info.world_size
-        self.overwrite = overwrite_progress()
+        self.progress = ProgressLine()  # the step lines: redrawn on a terminal, plain in logs
         self.skipped_seen = 0  # overflowed fp16 steps already reported
         self.profiler = profiling.start(cfg.profile_steps, WARMUP_STEPS, info.is_primary, parts.run_dir,
                                         info.device, lambda summary: parts.record.update(profile=summary))
@@ -272,8 +272,7 @@ class Trainer:
             line = (f"Epoch: [{epoch}][{done:>{len(str(self.steps_per_epoch))}}/{self.steps_per_epoch}]  "
                     f"loss {local['loss']:.4f}  top1 {local['top1']:6.2f}  top5 {local['top5']:6.2f}  "
                     f"lr {lr:.4g}  {rate:8.1f} img/s" + (f"  scale {scale:g}" if scale else ""))
-            end = "\r" if self.overwrite and done < self.steps_per_epoch else "\n"
-            print(line, end=end, flush=True)
+            self.progress.show(line, final=done >= self.steps_per_epoch)
         return (done, time.perf_counter(), clock.data_s), times
 
     def _boundary(self, times: tuple) -> tuple:
@@ -303,6 +302,7 @@ class Trainer:
         return distributed.any_rank(mine, self.info.device)
 
     def _preempt(self, epoch: int, done: int, clock: StepClock) -> None:
+        self.progress.close()  # the stop's messages start on a line of their own
         self.state.elapsed_s += clock.elapsed()
         self.state.epoch, self.state.step_in_epoch = epoch, done
         if self.info.is_primary:

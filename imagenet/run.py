@@ -170,7 +170,9 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     distributed.set_collective_timeout(cfg.collective_timeout)
     try:
         record.update(status="running")
-        return trainer.evaluate() if cfg.evaluate else trainer.fit()
+        code = trainer.evaluate() if cfg.evaluate else trainer.fit()
+        staging.release_data(cfg, info, finished=code == 0)  # --stage-cleanup: a stopped run keeps the copy
+        return code
     except BaseException as e:
         record.update(status="failed", error=f"{type(e).__name__}: {one_line(e)}")
         raise

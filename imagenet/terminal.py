@@ -1,18 +1,22 @@
-"""Whether a progress display may redraw one line (``\\r``) or must print plain lines.
+"""The one progress display: a line redrawn in place on a terminal, plain lines in logs.
 
-The one test every progress display uses (training, staging, shard conversion). isatty() alone is
-the wrong test: Open MPI gives its ranks a pty even when mpirun writes to a batch log, where
-``\\r``-ended lines pile up into one line that grep calls binary.
+Shard conversion, ``imagenet.prepare``, staging and the training loop all report progress through
+:class:`ProgressLine`. Written here rather than taken from tqdm or rich: both decide on isatty()
+alone, and that is the wrong test. Open MPI gives its ranks a pty even when mpirun writes to a
+batch log, where ``\\r``-ended lines pile up into one line that grep calls binary.
 """
 from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Optional, TextIO
 
 # Set in every SLURM job (whose output is a batch log) and by MPI launchers, which collect and
 # relay their ranks' output: a plain line is always safe there.
 COLLECTED = ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
+LIVE_SECONDS = 0.5  # a redrawn line changes at most this often, whatever the plain lines' interval
+CLEAR_TO_END = "\033[K"  # the rest of a longer earlier line
 
 
 def overwrite_progress(stream: Optional[TextIO] = None) -> bool:
@@ -21,3 +25,38 @@ def overwrite_progress(stream: Optional[TextIO] = None) -> bool:
     if any(name in os.environ for name in COLLECTED) or os.environ.get("TERM", "dumb") == "dumb":
         return False
     return (stream or sys.stdout).isatty()
+
+
+class ProgressLine:
+    """Progress on STREAM (default stdout): on an interactive terminal (:func:`overwrite_progress`)
+    each update redraws one line; elsewhere each update is a plain line, at most one every EVERY
+    seconds (0: every update). A final update always shows and ends the line."""
+
+    def __init__(self, stream: Optional[TextIO] = None, every: float = 0.0):
+        self.stream = stream or sys.stdout
+        self.live = overwrite_progress(self.stream)
+        self.every = min(every, LIVE_SECONDS) if self.live else every
+        self.last = time.monotonic()  # the first plain line comes EVERY seconds after the start
+        self.open = False  # a redrawn line is showing, not yet ended
+
+    def due(self) -> bool:
+        """Whether an update now would show (callers skip building an expensive line otherwise)."""
+        return time.monotonic() - self.last >= self.every
+
+    def show(self, text: str, final: bool = False) -> None:
+        if not (final or self.due()):
+            return
+        self.last = time.monotonic()
+        if self.live:  # the cursor goes back to the line's start: the next update, or any print, replaces it
+            self.stream.write(text + CLEAR_TO_END + ("\n" if final else "\r"))
+            self.open = not final
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End a redrawn line left open (the display stops before its final update)."""
+        if self.open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.open = False

@@ -11,8 +11,8 @@ a small but complete set of those kinds on a CPU machine in a few minutes, follo
 ``sbatch`` reaches (:mod:`results.runners.scaling`); ``shards`` measures data at scale
 (:mod:`results.runners.data_scale_bench`); ``region`` the per-core cost of decoding a crop box, C
 region decoder vs nvImageCodec (:mod:`results.runners.region_bench`); ``prepare`` times the import of
-ImageNet's archives (:mod:`results.runners.prepare_bench`); ``faults`` runs the chaos tests on the SLURM test
-cluster and records them (:mod:`results.runners.faults_bench`).
+ImageNet's archives (:mod:`results.runners.prepare_bench`); ``faults`` runs the fault scenarios on a local SLURM
+cluster (:mod:`slurm.localcluster`) and records them (:mod:`results.runners.faults_bench`).
 """
 from __future__ import annotations
 

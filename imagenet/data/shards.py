@@ -17,7 +17,7 @@ Robustness: a shard is written atomically (:mod:`imagenet.files`: a temp file, r
 so a killed conversion leaves only whole shards (a rerun removes its temp files); a rerun with the
 same SRC and options skips them (``.shards-plan.json`` records what was planned) and the index,
 written last and atomically, means "complete".
-``--max-side N`` re-encodes images whose longer side is over N (see README "Data at scale").
+``--max-side N`` re-encodes images whose longer side is over N (see docs/data.md, "Shards: data at scale").
 """
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ import os
 import sys
 import tarfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -39,16 +41,11 @@ import numpy as np
 from PIL import Image
 
 from .. import files
-from ..terminal import overwrite_progress
+from ..terminal import ProgressLine
 from ..errors import DataError
-from . import sources
+from . import DEFAULT_SHARD_MB, sources
 from .scan import scan_dataset
 
-# Loader workers sample every shard of a split (random order), so a node opens about ranks x workers x
-# shards files per run: 1 GB shards (ImageNet's train split in ~130) keep that over 1,000x below an
-# ImageFolder's opens at 8 nodes x 8 GPUs x 8 workers (RESULTS.md "Files opened"), and ~130 shards
-# still give conversion and staging enough files to work on in parallel.
-DEFAULT_SHARD_MB = 1024
 
 log = logging.getLogger(__name__)
 
@@ -244,35 +241,45 @@ def check_plan(dst: Path, plan: dict) -> None:
 # ---------------------------------------------------------------- progress
 
 class Progress:
-    """A bar redrawn in place on an interactive terminal (imagenet.terminal); plain lines (one per
-    finished part: a shard, a class folder) otherwise, for log files."""
+    """Conversion progress (:class:`imagenet.terminal.ProgressLine` on stderr): a bar redrawn in place on
+    an interactive terminal; plain lines (one per finished part: a shard, a class folder) otherwise."""
 
-    def __init__(self, total: int, unit: str = "shards", stream=sys.stderr):
-        self.total, self.unit, self.done, self.images, self.stream = total, unit, 0, 0, stream
-        self.tty, self.t0 = overwrite_progress(stream), time.monotonic()
+    def __init__(self, total: int, unit: str = "shards", stream=None):
+        self.total, self.unit, self.done, self.images = total, unit, 0, 0
+        self.line, self.t0 = ProgressLine(stream or sys.stderr), time.monotonic()
 
     def update(self, images: int, label: str) -> None:
         self.done += 1
         self.images += images
         rate = self.images / max(time.monotonic() - self.t0, 1e-9)
         text = f"{self.done}/{self.total} {self.unit}, {self.images} images, {rate:.0f} images/s ({label})"
-        if self.tty:
-            bar = "#" * (30 * self.done // self.total)
-            self.stream.write(f"\r[{bar:30s}] {text}" + ("\n" if self.done == self.total else ""))
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+        if self.line.live:
+            text = f"[{'#' * (30 * self.done // self.total):30s}] {text}"
+        self.line.show(text, final=self.done == self.total)
 
 
 # ---------------------------------------------------------------- conversion
 
 def run_jobs(jobs: Sequence, workers: int, fn) -> Iterator:
-    """fn(job) for each job, in order, in WORKERS forked processes (in this one for 1)."""
+    """fn(job) for each job, results in order, in WORKERS forked processes (in this one for 1).
+
+    A job that raises stops the run with its own exception, whatever the load, because nothing is
+    killed: pending jobs are cancelled, the workers finish the jobs they hold (each is bounded) and
+    then exit when the executor tells them to, and only then does the exception leave. Killing
+    live workers is what hung multiprocessing.Pool: its terminate() joins the thread that feeds
+    the task queue, and that thread can be blocked forever on the queue's lock, held by a worker
+    it just killed. A worker that dies (killed, out of memory) is one line too."""
     if workers <= 1:
         yield from map(fn, jobs)
         return
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        yield from pool.imap(fn, jobs)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    try:
+        yield from pool.map(fn, jobs)
+    except BrokenProcessPool:
+        raise DataError(f"a worker process died (killed, or out of memory) while running {fn.__name__}; run "
+                        "again (finished parts are kept), with fewer --workers if memory is short") from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def convert(src: str, dst: str, shard_mb: float = DEFAULT_SHARD_MB, workers: int = 1,

@@ -262,10 +262,6 @@ def straggler_factor(samples: Sequence[float], n: int) -> float:
     return expected_max(samples, n) / (sum(samples) / len(samples))
 
 
-def nodes_for(m: ModelInputs, n: int) -> int:
-    return max(1, math.ceil(n / m.gpus_per_node))
-
-
 def _storage_epoch_s(w: WholeStep, images: int) -> Dict[str, float]:
     """Seconds the storage needs to serve one epoch's images (only the rates known and switched on)."""
     st, out = w.storage, {}

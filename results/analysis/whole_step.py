@@ -8,24 +8,19 @@ one node: a full node shares its loader cores and host the way every node of a l
 every other point is a prediction, and the check says, per point, which term binds and how far the
 prediction is from the published number. Inputs known only as a range (HAL's loader restart, the
 February storage rate) give each prediction an error band; a point off by more than the tolerance
-names the measurement that would decide it and the value that input would need there. Its report
-section is ``results.report.whole_step``; ``python -m results.scaling_model --check`` runs
-:func:`main`.
+is solved for the value its unmeasured input would need there. Arithmetic only: the words and tables
+are ``results.report.whole_step``'s, the command line (``python -m results.scaling_model --check``)
+is ``results/scaling_model/__main__.py``.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
-import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from results.analysis import scaling_model as sm
 from results.analysis.parameters import parameter_count
-from results.core import records
-from results.core.records import by_kind, newest_sweep
+from results.core.records import newest_sweep
 
 
 @dataclass(frozen=True)
@@ -289,125 +284,5 @@ def exit_code(rows: Sequence[dict], tolerance: float = sm.CHECK_TOLERANCE) -> in
     return 1 if failures(rows, tolerance) else 0
 
 
-def _ms(v: float) -> str:
-    return f"{1e3 * v:.1f}"
-
-
-def _storage_s(r: dict, term: str) -> Optional[str]:
-    v = r["storage_epoch_s"].get(term)
-    return None if v is None else f"{v:.1f}"
-
-
-def table_rows(rows: Sequence[dict]) -> List[List[object]]:
-    return [[r["case"], r["gpus"], r["batch"], f"{r['measured']:.0f}", f"{r['predicted']:.0f}",
-             f"{100 * r['error']:+.1f}%" + (" (calibration)" if r["calibration"] else ""),
-             f"{100 * r['error_low']:+.1f}..{100 * r['error_high']:+.1f}%", r["binding"],
-             _ms(r["compute_s"]), _ms(r["exposed_comm_s"]), _ms(r["straggler_s"]), _ms(r["data_wait_s"]),
-             _ms(r["restart_per_step_s"]), _ms(r["storage_wait_s"]),
-             None if r["pipeline_images_per_s"] is None else f"{r['pipeline_images_per_s']:.0f}",
-             f"{r['timed_steps']}/{r['steps']}", f"{r['epoch_s']:.1f}", _storage_s(r, "storage bandwidth"),
-             _storage_s(r, "storage opens"), _ms(r["residual_s"])] for r in rows]
-
-
-HEADERS = ["published", "GPUs", "batch/GPU", "measured images/s", "predicted images/s", "error", "error band",
-           "binding term", "compute ms", "exposed all-reduce ms", "straggler wait ms", "data wait ms",
-           "loader restart ms/step", "storage wait ms", "pipeline ceiling images/s", "timed/all steps",
-           "epoch s", "storage read s/epoch", "storage opens s/epoch", "unexplained ms/step"]
-
-
-def _span(values: Sequence[float], fmt: str) -> str:
-    lo, hi = min(values), max(values)
-    return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{format(lo, fmt)}-{format(hi, fmt)}"
-
-
-INPUT_UNITS = {"loader_restart_s": ("s per epoch", ".1f"), "images_per_core_s": ("images/s per loader core", ".0f")}
-
-
-def _needs(r: dict) -> str:
-    unit, fmt = INPUT_UNITS.get(r["unmeasured_input"], ("", ".3g"))
-    have = r["cited_value"]
-    if r.get("needed_value") is None:
-        return ("no pipeline record gives the model a loader rate (`python -m results.bench pipeline`)"
-                if have is None and r["unmeasured_input"] == "images_per_core_s"
-                else f"no value of {r['unmeasured_input']} reaches it")
-    return (f"it needs {format(r['needed_value'], fmt)} {unit}"
-            + (f" where the model has {format(have, fmt)}" if have is not None else ""))
-
-
-def summary(rows: Sequence[dict], tolerance: float = sm.CHECK_TOLERANCE) -> str:
-    """How many points are within the tolerance, and for each miss the measurement it lacks, bracketed."""
-    bad = failures(rows, tolerance)
-    head = (f"{len(rows) - len(bad)} of {len(rows)} published points are within {100 * tolerance:.0f}% "
-            f"(the {sum(r['calibration'] for r in rows)} calibration points included).")
-    if not bad:
-        return head + f" Every published point is within {100 * tolerance:.0f}%."
-    lines = [head, "The others, and what would decide them (a measurement no record or cited source holds):"]
-    for r in bad:
-        lines.append(f"- {r['case']} at {r['gpus']} GPUs: {100 * r['error']:+.1f}% "
-                     f"(band {100 * r['error_low']:+.1f}..{100 * r['error_high']:+.1f}%, binding: {r['binding']}); "
-                     f"{_ms(r['residual_s'])} ms/step unexplained, {r['residual_epoch_s']:.1f} s per timed epoch. "
-                     f"Missing: {r['unmeasured']}; {_needs(r)}.")
-    return "\n".join(lines)
-
-
-def dle_bracket(rows: Sequence[dict]) -> str:
-    """The other side of DLE's bracket: its own 1-GPU point, where the loaders of one GPU's workers kept up."""
-    missed = {r["case"] for r in failures(rows) if r["case"].startswith("NVIDIA DLE")}
-    parts = [f"{r['case']} {r['measured'] / (r['pipeline_images_per_s'] / r['cited_value']):.0f}" for r in rows
-             if r["case"] in missed and r["gpus"] == 1 and r["pipeline_images_per_s"] and r["cited_value"]]
-    return ("" if not parts else " At 1 GPU the same loaders fed at least (published images/s over the workers of "
-            "one GPU, each on a core of its own): " + ", ".join(parts) + " images/s per worker. The 8-GPU points "
-            "are reached if the rate per loader core with every worker of the node busy is at most the value "
-            "named above: a measurement of that rate on the DGX's CPUs decides them.")
-
-
-def inputs_text(got: Measured, links: dict) -> str:
-    rates = (", ".join(f"{b} {r:.0f} images/s per core ({src})" for b, r, src in got.rates)
-             or "none (no pipeline records)")
-    steps = ", ".join(f"{d}: {len(s)} steps ({src}), straggler factor E[max of 64]/mean = "
-                      f"{sm.straggler_factor(s, 64):.3f}" for d, s, src in got.step_samples) or "none"
-    cuda = got.samples("cuda")[1]
-    return (f"Loader images/s per core (pipeline records): {rates}. Per-step times (`--step-times` records): "
-            f"{steps}." + ("" if cuda else " The GPU clusters' straggler term needs a GPU record (a one-process "
-                           "GPU run with `--extra=--step-times`); until one exists it is left out (0) for them.")
-            + f" Overlap: h = {100 * got.hidden_fraction:.0f}%"
-            + (f" from {got.overlap_source}" if got.overlap_source else " (no overlap record)") + ".")
-
-
 def cases(pub: dict, links: dict, got: Measured) -> List[Case]:
     return hal_cases(pub, links, got) + dle_cases(pub, links, got)
-
-
-def run_check(record_paths: Sequence[Path], ref_dir: Path) -> int:
-    """``python -m results.scaling_model --check``: print predicted vs published, return the exit code."""
-    recs, _ = records.load(record_paths) if record_paths else ([], [])
-    pub = json.loads((ref_dir / "published_resnet50.json").read_text())
-    links = json.loads((ref_dir / "links.json").read_text())
-    h, h_rec = model_overlap(by_kind(recs, "overlap"))
-    got = measured(by_kind(recs, "train"), by_kind(recs, "pipeline"), h, h_rec["_source"] if h_rec else None)
-    rows = check_rows(cases(pub, links, got))
-    print(inputs_text(got, links) + "\n")
-    widths = [max(len(str(c)) for c in col) for col in zip(HEADERS, *table_rows(rows))]
-    for line in [HEADERS, *table_rows(rows)]:
-        print("  ".join(str("-" if c is None else c).ljust(w) for c, w in zip(line, widths)))
-    print("\n" + summary(rows) + dle_bracket(rows))
-    return exit_code(rows)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m results.scaling_model --check``: predicted vs every published point; 1 if one is off > 10%."""
-    ap = argparse.ArgumentParser(prog="python -m results.scaling_model", description=main.__doc__)
-    ap.add_argument("--check", action="store_true", help="compare with the published points (exit 1 on a miss)")
-    ap.add_argument("--records", nargs="*", type=Path, default=[records.RECORDS_DIR],
-                    help="record files or folders of *.jsonl (default results/records; none: no measured inputs)")
-    ap.add_argument("--reference", type=Path, default=records.REFERENCE_DIR, help="published data and cited links")
-    a = ap.parse_args(argv)
-    if not a.check:
-        ap.print_help()
-        return 0
-    missing = [p for p in a.records if not Path(p).exists()]
-    if missing:
-        print(f"error: {missing[0]} does not exist; pass record files or a folder of *.jsonl", file=sys.stderr)
-        return 2
-    return run_check(a.records, a.reference)
-

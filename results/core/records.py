@@ -4,13 +4,16 @@ A record keeps the numbers next to everything needed to trust and rerun them: th
 parameters, the environment (:func:`imagenet.sysinfo.collect`), the command, and the units.
 Failed points are records too (``status: "failed"`` plus ``error``), so a sweep's gaps are visible.
 
-Reading is strict but forgiving: a line that is not JSON, or a record missing required fields, is
-returned as a :class:`Problem` for the report to list, never silently dropped.
+Each kind is typed: :class:`Record` holds the fields every record has, and :data:`METRICS` maps a
+kind to the TypedDict of the metrics its ok records must carry; :func:`validate` checks a record
+against both, so a field's name is written once. Reading is strict but forgiving: a line that is not
+JSON, or a record that fails :func:`validate`, is returned as a :class:`Problem` for the report to
+list, never silently dropped.
 
 This is the bottom layer of ``results/`` (see results/README.md): the paths every layer shares,
 record I/O and selection, and :func:`portable`, which keeps machine paths out of committed records.
 """
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: TypedDict finds NotRequired only in evaluated annotations.
 
 import datetime as _dt
 import json
@@ -20,7 +23,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, NotRequired, Optional, Sequence, Tuple, TypedDict
 
 from imagenet.files import append_line
 
@@ -32,26 +35,121 @@ RECORDS_DIR = RESULTS_DIR / "records"
 REFERENCE_DIR = RESULTS_DIR / "reference"  # published numbers and cited links
 SCRATCH_DIR = RESULTS_DIR / "scratch"  # git-ignored: checkpoints, generated JPEGs
 RUNS_DIR = RESULTS_DIR / "runs"  # kept: run.json + TensorBoard events behind the learning curves
-KINDS = ("train", "io", "allreduce", "overlap", "pipeline", "storage", "shards_pipeline", "data_opens",
-         "index_memory", "fault", "region_decode", "prepare")
 STATUSES = ("ok", "failed")
 
-# Fields every record must have, and the metrics an "ok" record of each kind must carry.
-REQUIRED = ("schema", "kind", "status", "sweep", "point", "metrics", "environment", "time")
-REQUIRED_METRICS = {
-    "train": ("images_per_s", "images_per_s_per_process", "step_time_ms", "world_size"),
-    "io": ("images_per_s", "mb_per_s", "elapsed_s", "images"),
-    "allreduce": ("bytes", "time_us", "algbw_gbps", "busbw_gbps", "world_size"),
-    "overlap": ("step_time_ms", "step_no_allreduce_ms", "exposed_comm_ms", "allreduce_alone_ms", "world_size"),
-    "pipeline": ("images_per_cpu_s", "images_per_s", "cpu_ms_per_image", "rounds"),
-    "storage": ("mb_per_s", "files_per_s", "elapsed_s", "bytes", "files"),
-    "shards_pipeline": ("images_per_cpu_s", "images_per_s", "cpu_ms_per_image", "rounds"),
-    "data_opens": ("images", "rchar", "syscr"),
-    "index_memory": ("rank_rss_bytes", "worker_private_bytes", "worker_pss_bytes", "workers"),
-    "region_decode": ("images_per_cpu_s", "cpu_ms_per_image", "rounds", "ratio_per_core"),
-    "prepare": ("images_per_s", "mb_per_s", "elapsed_s", "images", "read_mb_per_s"),
-    "fault": ("survived", "steps_trained_twice", "checkpoints_lost"),  # detect_s: absent when not timed
+
+# ---------------------------------------------------------------- the record kinds, typed
+
+class Record(TypedDict):
+    """One line of a records file. ``point`` holds the point's parameters, ``metrics`` its kind's
+    metrics (the TypedDict of :data:`METRICS`); runners may add context (run_dir, command, notes, a
+    profile summary). The report adds ``_source`` (file:line) when it reads the record."""
+
+    schema: int
+    kind: str
+    status: str
+    sweep: str
+    time: str
+    point: dict
+    metrics: dict
+    environment: dict
+    error: NotRequired[Optional[str]]
+    units: NotRequired[Dict[str, str]]
+    host_load_1m: NotRequired[Optional[float]]
+
+
+# The metrics an "ok" record of each kind must carry, as numbers (more may be recorded: UNITS names them).
+
+class TrainMetrics(TypedDict):
+    images_per_s: float
+    images_per_s_per_process: float
+    step_time_ms: float
+    world_size: int
+
+
+class IoMetrics(TypedDict):
+    images_per_s: float
+    mb_per_s: float
+    elapsed_s: float
+    images: int
+
+
+class AllreduceMetrics(TypedDict):
+    bytes: int
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    world_size: int
+
+
+class OverlapMetrics(TypedDict):
+    step_time_ms: float
+    step_no_allreduce_ms: float
+    exposed_comm_ms: float
+    allreduce_alone_ms: float
+    world_size: int
+
+
+class PipelineMetrics(TypedDict):
+    """Also the shards_pipeline kind's: the same bench over shard files."""
+
+    images_per_cpu_s: float
+    images_per_s: float
+    cpu_ms_per_image: float
+    rounds: int
+
+
+class StorageMetrics(TypedDict):
+    mb_per_s: float
+    files_per_s: float
+    elapsed_s: float
+    bytes: int
+    files: int
+
+
+class DataOpensMetrics(TypedDict):
+    images: int
+    rchar: int
+    syscr: int
+
+
+class IndexMemoryMetrics(TypedDict):
+    rank_rss_bytes: int
+    worker_private_bytes: int
+    worker_pss_bytes: int
+    workers: int
+
+
+class RegionDecodeMetrics(TypedDict):
+    images_per_cpu_s: float
+    cpu_ms_per_image: float
+    rounds: int
+    ratio_per_core: float
+
+
+class PrepareMetrics(TypedDict):
+    images_per_s: float
+    mb_per_s: float
+    elapsed_s: float
+    images: int
+    read_mb_per_s: float
+
+
+class FaultMetrics(TypedDict):
+    survived: int
+    steps_trained_twice: int
+    checkpoints_lost: int
+    detect_s: NotRequired[float]  # absent when not timed
+
+
+# A new kind: its metrics TypedDict above, one entry here, a runner that records it, a report section.
+METRICS: Dict[str, type] = {
+    "train": TrainMetrics, "io": IoMetrics, "allreduce": AllreduceMetrics, "overlap": OverlapMetrics,
+    "pipeline": PipelineMetrics, "storage": StorageMetrics, "shards_pipeline": PipelineMetrics,
+    "data_opens": DataOpensMetrics, "index_memory": IndexMemoryMetrics, "fault": FaultMetrics,
+    "region_decode": RegionDecodeMetrics, "prepare": PrepareMetrics,
 }
+KINDS = tuple(METRICS)
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
 UNITS = {
@@ -104,9 +202,9 @@ def new_sweep_id(kind: str, tag: str) -> str:
 
 def make_record(kind: str, sweep: str, point: Dict[str, Any], metrics: Dict[str, Any],
                 environment: Dict[str, Any], status: str = "ok", error: Optional[str] = None,
-                **extra: Any) -> Dict[str, Any]:
+                **extra: Any) -> Record:
     """Build a record dict; ``extra`` holds kind-specific context (run_dir, command, notes)."""
-    if kind not in KINDS or status not in STATUSES:
+    if kind not in METRICS or status not in STATUSES:
         raise ValueError(f"bad record kind/status {kind!r}/{status!r}")
     rec = {"schema": SCHEMA, "kind": kind, "status": status, "error": error, "sweep": sweep,
            "time": now_iso(), "point": point, "metrics": metrics,
@@ -123,7 +221,7 @@ def _load() -> Optional[float]:
         return None
 
 
-def append(path: Path, record: Dict[str, Any]) -> None:
+def append(path: Path, record: Record) -> None:
     """Append one record as one line, atomically (imagenet.files): a crash loses at most this point.
 
     The line is :func:`portable`: whatever a runner put in it, a committed record names no path of
@@ -133,22 +231,25 @@ def append(path: Path, record: Dict[str, Any]) -> None:
 
 
 def validate(rec: Any) -> Optional[str]:
-    """None when ``rec`` is a usable record, else the reason it is not."""
+    """None when ``rec`` is a usable record, else the reason it is not: the one check of a record's
+    fields against :class:`Record` and, for an ok record, of its metrics against its kind's TypedDict."""
     if not isinstance(rec, dict):
         return "not a JSON object"
-    missing = [k for k in REQUIRED if k not in rec]
+    missing = sorted(Record.__required_keys__ - rec.keys(), key=list(Record.__annotations__).index)
     if missing:
         return f"missing field(s) {', '.join(missing)}"
     if rec["schema"] != SCHEMA:
         return f"schema {rec['schema']!r} is not {SCHEMA}"
-    if rec["kind"] not in KINDS:
+    if rec["kind"] not in METRICS:
         return f"unknown kind {rec['kind']!r}"
     if rec["status"] not in STATUSES:
         return f"unknown status {rec['status']!r}"
     if not isinstance(rec["metrics"], dict) or not isinstance(rec["point"], dict):
         return "point and metrics must be objects"
     if rec["status"] == "ok":
-        lacking = [m for m in REQUIRED_METRICS[rec["kind"]] if not _is_number(rec["metrics"].get(m))]
+        typed = METRICS[rec["kind"]]
+        lacking = [m for m in typed.__annotations__
+                   if not _is_number(rec["metrics"].get(m)) and (m in typed.__required_keys__ or m in rec["metrics"])]
         if lacking:
             return f"ok {rec['kind']} record lacks numeric metric(s) {', '.join(lacking)}"
     elif not rec.get("error"):
@@ -160,7 +261,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def read_lines(path: Path) -> Tuple[List[Dict[str, Any]], List[Problem]]:
+def read_lines(path: Path) -> Tuple[List[Record], List[Problem]]:
     """Parse one JSONL file into (valid records, problems)."""
     good, bad = [], []
     with open(path, encoding="utf-8") as f:
@@ -189,7 +290,7 @@ def record_files(paths: Iterable[Path]) -> List[Path]:
     return files
 
 
-def load_by_file(paths: Iterable[Path]) -> List[Tuple[Path, List[Dict[str, Any]], List[Problem]]]:
+def load_by_file(paths: Iterable[Path]) -> List[Tuple[Path, List[Record], List[Problem]]]:
     """Each records file's (path, records, unusable lines), in file order; an unusable line is logged once."""
     loaded = [(f, *read_lines(f)) for f in record_files(paths)]
     for _, _, bad in loaded:
@@ -198,7 +299,7 @@ def load_by_file(paths: Iterable[Path]) -> List[Tuple[Path, List[Dict[str, Any]]
     return loaded
 
 
-def load(paths: Iterable[Path]) -> Tuple[List[Dict[str, Any]], List[Problem]]:
+def load(paths: Iterable[Path]) -> Tuple[List[Record], List[Problem]]:
     """All records from files or directories (``*.jsonl`` inside), in file then line order."""
     loaded = load_by_file(paths)
     return [r for _, good, _ in loaded for r in good], [pr for _, _, bad in loaded for pr in bad]

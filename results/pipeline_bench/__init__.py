@@ -1,4 +1,4 @@
-"""Command-line alias kept for the documented ``python -m results.pipeline_bench --root DIR``.
+"""``python -m results.pipeline_bench --root DIR``: its command line is ``__main__.py`` here.
 
-The bench is :mod:`results.runners.pipeline_bench`; import that, not this package.
+The measurement is :mod:`results.runners.pipeline_bench` (``python -m results.bench pipeline`` records it).
 """

@@ -1,6 +1,45 @@
-"""``python -m results.pipeline_bench``: per-core decode cost of the data backends (results.runners.pipeline_bench)."""
+"""``python -m results.pipeline_bench --root DIR``: per-core decode cost of the data backends, printed.
+
+It measures as ``python -m results.bench pipeline`` does (:mod:`results.runners.pipeline_bench`) and
+prints one line per backend and worker count instead of recording (``--json`` also writes the rows).
+"""
+import argparse
+import json
+import logging
 import sys
+from typing import Optional, Sequence
 
-from results.runners.pipeline_bench import main
+from imagenet.files import write_text
+from results.runners import pipeline_bench
 
-sys.exit(main())
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m results.pipeline_bench",
+                                     description="images/s per core of the decoding backends")
+    parser.add_argument("--root", help="ImageFolder root with train/ (default: generated ImageNet-like JPEGs)")
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument("--backends", nargs="+", default=["baseline", "fast"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="also write the summary rows here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    samples = pipeline_bench.bench_samples(args.root, args.images)
+    measured = pipeline_bench.bench(samples, args.backends, args.workers, args.image_size, args.batch_size, args.rounds)
+    rows = pipeline_bench.summarize(measured)
+    for r in rows:
+        ratio = r["ratio_per_core_vs_baseline"]
+        print(f"{r['split']:5s} workers={r['workers']}  {r['backend']:8s} {r['images_per_s_per_core']:7.0f} img/s "
+              f"per core  {r['cpu_ms_per_image']:.2f} ms CPU/img  {r['images_per_s_wall']:7.0f} img/s wall"
+              + (f"  x{ratio:.2f} ({r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})" if ratio else ""))
+    if args.json:
+        write_text(args.json, json.dumps({"images": len(samples), "image_size": args.image_size,
+                                          "batch_size": args.batch_size, "rows": rows}, indent=1))
+    return 0
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Callable, List, Sequence
 
-from imagenet.data import shards
+from imagenet.data import DEFAULT_SHARD_MB
 
 IMAGENET_TRAIN = 1_281_167
 TARGETS = {"fast+shards": 2.0, "fast+shards-max320": 3.0}  # per-core goals vs the baseline (train split)
-SHARD_MB = shards.DEFAULT_SHARD_MB  # the converter's default --shard-size
+SHARD_MB = DEFAULT_SHARD_MB  # the converter's default --shard-size
 
 
 def newest(recs: Sequence[dict], kind: str) -> List[dict]:

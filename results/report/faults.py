@@ -69,8 +69,9 @@ def section(recs: Sequence[dict]) -> str:
         return ""
     failed = [r for r in faults if r["status"] != "ok"]
     text = ("## Fault tolerance\n\nFaults injected into tiny real jobs on the SLURM test cluster by "
-            "`python -m results.bench faults` (the chaos tests of `tests/cluster/test_slurm_faults.py` and "
-            "`tests/cluster/test_slurm_recovery.py`; 2 loaded CPU cores, so start-up dominates the times). Recovered "
+            "`python -m results.bench faults` (the scenarios of `slurm/localcluster/scenarios/faults.py` and "
+            "`slurm/localcluster/scenarios/recovery.py`, one at a time on a local cluster of 4 network-namespace "
+            "nodes; 2 loaded CPU cores, so start-up dominates the times). Recovered "
             "without a user: training went on with no action (torchrun's restart, the batch script's restart "
             "loop, or SLURM's requeue after a node failure). Detect: fault injected -> the failure reported "
             "('-' where it is reported synchronously or not measured). To training again: fault injected -> "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
-from imagenet.profiling import without_step_markers
 from results.analysis import comparisons as cmp
 from results.report.common import fmt, md_table, pct
 
@@ -116,7 +115,7 @@ def profile_section(train: Sequence[dict]) -> str:
     profiled = [r for r in train if r["status"] == "ok" and r.get("profile") and cmp.on_gpu(r)]
     if not profiled:
         return ""
-    runs = [(r, without_step_markers(r["profile"])) for r in sorted(profiled, key=lambda r: r["time"])]
+    runs = [(r, r["profile"]) for r in sorted(profiled, key=lambda r: r["time"])]
     names = sorted({f for _, p in runs for f in p["families"]}, key=lambda f: -max(_families(p).get(f, 0.0)
                                                                                   for _, p in runs))
     header = ["kernel family"] + [f"{r['point']['setup']} ({r['_source']}) ms/step" for r, _ in runs]

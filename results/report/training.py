@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import List, Sequence
 
 from results.analysis import comparisons as cmp
+from results.analysis.efficiency import efficiencies
 from results.report import figures
 from results.report.cluster import scaling_panels, train_series
 from results.report.common import (IMAGENET_TRAIN_IMAGES, Environments, _mib, md_table, pct, train_groups)
@@ -45,9 +46,8 @@ def with_ideal(series: Sequence[figures.Series]) -> List[figures.Series]:
     """Each series plus its ideal linear line and efficiency labels relative to its first point."""
     out = []
     for i, s in enumerate(series):
-        x0, y0 = s["x"][0], s["y"][0]
-        s = dict(s, labels=[f"{100 * (y / x) / (y0 / x0):.0f}%" for x, y in zip(s["x"], s["y"])])
-        out += [s, figures.ideal_line(x0, y0, list(s["x"]), i == 0, s.get("color"))]
+        s = dict(s, labels=[f"{100 * e:.0f}%" for e in efficiencies(s["x"], s["y"])])
+        out += [s, figures.ideal_line(s["x"][0], s["y"][0], list(s["x"]), i == 0, s.get("color"))]
     return out
 
 
@@ -87,9 +87,8 @@ def throughput_section(train: Sequence[dict], pub: dict, env: Environments, fig_
 def published_throughput_table(pub: dict) -> str:
     rows = []
     for s in published_throughput(pub):
-        x0, y0 = s["x"][0], s["y"][0]
-        for x, y in zip(s["x"], s["y"]):
-            rows.append([s["label"], x, y, y / x, pct((y / x) / (y0 / x0))])
+        for x, y, e in zip(s["x"], s["y"], efficiencies(s["x"], s["y"])):
+            rows.append([s["label"], x, y, y / x, pct(e)])
     src = f"Sources: {pub['hal_2020']['source']}; {pub['nvidia_dle_2021']['source']}."
     return ("Published reference (as published; per-GPU rate and efficiency derived):\n\n"
             + md_table(["series", "GPUs", "images/s", "images/s per GPU", "efficiency vs first point"], rows)

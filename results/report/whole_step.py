@@ -1,16 +1,97 @@
 """Report section: the whole-step scaling model against every published point (figure, inputs, check table).
 
-The model's inputs and the check are ``results.analysis.whole_step``; this module renders them.
+The model's inputs and the check are ``results.analysis.whole_step``; this module puts them in words and
+tables, for RESULTS.md and for ``python -m results.scaling_model --check``.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from imagenet.engine import WARMUP_STEPS
+from imagenet.config import WARMUP_STEPS
 from results.analysis import scaling_model as sm, whole_step as ws
 from results.report import figures
 from results.report.common import md_table
+
+
+def _ms(v: float) -> str:
+    return f"{1e3 * v:.1f}"
+
+
+def _storage_s(r: dict, term: str) -> Optional[str]:
+    v = r["storage_epoch_s"].get(term)
+    return None if v is None else f"{v:.1f}"
+
+
+def table_rows(rows: Sequence[dict]) -> List[List[object]]:
+    return [[r["case"], r["gpus"], r["batch"], f"{r['measured']:.0f}", f"{r['predicted']:.0f}",
+             f"{100 * r['error']:+.1f}%" + (" (calibration)" if r["calibration"] else ""),
+             f"{100 * r['error_low']:+.1f}..{100 * r['error_high']:+.1f}%", r["binding"],
+             _ms(r["compute_s"]), _ms(r["exposed_comm_s"]), _ms(r["straggler_s"]), _ms(r["data_wait_s"]),
+             _ms(r["restart_per_step_s"]), _ms(r["storage_wait_s"]),
+             None if r["pipeline_images_per_s"] is None else f"{r['pipeline_images_per_s']:.0f}",
+             f"{r['timed_steps']}/{r['steps']}", f"{r['epoch_s']:.1f}", _storage_s(r, "storage bandwidth"),
+             _storage_s(r, "storage opens"), _ms(r["residual_s"])] for r in rows]
+
+
+HEADERS = ["published", "GPUs", "batch/GPU", "measured images/s", "predicted images/s", "error", "error band",
+           "binding term", "compute ms", "exposed all-reduce ms", "straggler wait ms", "data wait ms",
+           "loader restart ms/step", "storage wait ms", "pipeline ceiling images/s", "timed/all steps",
+           "epoch s", "storage read s/epoch", "storage opens s/epoch", "unexplained ms/step"]
+
+
+INPUT_UNITS = {"loader_restart_s": ("s per epoch", ".1f"), "images_per_core_s": ("images/s per loader core", ".0f")}
+
+
+def _needs(r: dict) -> str:
+    unit, fmt = INPUT_UNITS.get(r["unmeasured_input"], ("", ".3g"))
+    have = r["cited_value"]
+    if r.get("needed_value") is None:
+        return ("no pipeline record gives the model a loader rate (`python -m results.bench pipeline`)"
+                if have is None and r["unmeasured_input"] == "images_per_core_s"
+                else f"no value of {r['unmeasured_input']} reaches it")
+    return (f"it needs {format(r['needed_value'], fmt)} {unit}"
+            + (f" where the model has {format(have, fmt)}" if have is not None else ""))
+
+
+def summary(rows: Sequence[dict], tolerance: float = sm.CHECK_TOLERANCE) -> str:
+    """How many points are within the tolerance, and for each miss the measurement it lacks, bracketed."""
+    bad = ws.failures(rows, tolerance)
+    head = (f"{len(rows) - len(bad)} of {len(rows)} published points are within {100 * tolerance:.0f}% "
+            f"(the {sum(r['calibration'] for r in rows)} calibration points included).")
+    if not bad:
+        return head + f" Every published point is within {100 * tolerance:.0f}%."
+    lines = [head, "The others, and what would decide them (a measurement no record or cited source holds):"]
+    for r in bad:
+        lines.append(f"- {r['case']} at {r['gpus']} GPUs: {100 * r['error']:+.1f}% "
+                     f"(band {100 * r['error_low']:+.1f}..{100 * r['error_high']:+.1f}%, binding: {r['binding']}); "
+                     f"{_ms(r['residual_s'])} ms/step unexplained, {r['residual_epoch_s']:.1f} s per timed epoch. "
+                     f"Missing: {r['unmeasured']}; {_needs(r)}.")
+    return "\n".join(lines)
+
+
+def dle_bracket(rows: Sequence[dict]) -> str:
+    """The other side of DLE's bracket: its own 1-GPU point, where the loaders of one GPU's workers kept up."""
+    missed = {r["case"] for r in ws.failures(rows) if r["case"].startswith("NVIDIA DLE")}
+    parts = [f"{r['case']} {r['measured'] / (r['pipeline_images_per_s'] / r['cited_value']):.0f}" for r in rows
+             if r["case"] in missed and r["gpus"] == 1 and r["pipeline_images_per_s"] and r["cited_value"]]
+    return ("" if not parts else " At 1 GPU the same loaders fed at least (published images/s over the workers of "
+            "one GPU, each on a core of its own): " + ", ".join(parts) + " images/s per worker. The 8-GPU points "
+            "are reached if the rate per loader core with every worker of the node busy is at most the value "
+            "named above: a measurement of that rate on the DGX's CPUs decides them.")
+
+
+def inputs_text(got: ws.Measured, links: dict) -> str:
+    rates = (", ".join(f"{b} {r:.0f} images/s per core ({src})" for b, r, src in got.rates)
+             or "none (no pipeline records)")
+    steps = ", ".join(f"{d}: {len(s)} steps ({src}), straggler factor E[max of 64]/mean = "
+                      f"{sm.straggler_factor(s, 64):.3f}" for d, s, src in got.step_samples) or "none"
+    cuda = got.samples("cuda")[1]
+    return (f"Loader images/s per core (pipeline records): {rates}. Per-step times (`--step-times` records): "
+            f"{steps}." + ("" if cuda else " The GPU clusters' straggler term needs a GPU record (a one-process "
+                           "GPU run with `--extra=--step-times`); until one exists it is left out (0) for them.")
+            + f" Overlap: h = {100 * got.hidden_fraction:.0f}%"
+            + (f" from {got.overlap_source}" if got.overlap_source else " (no overlap record)") + ".")
 
 
 def storage_text(storage: Sequence[dict], links: dict) -> str:
@@ -81,10 +162,10 @@ def section(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source:
             "is the prediction at the ends of the cited ranges (HAL's restart and, for February, the storage's "
             "read rate). "
             "`python -m results.scaling_model --check` prints the same table and exits 1 when an error is over "
-            f"{100 * sm.CHECK_TOLERANCE:.0f}%.\n\n" + ws.inputs_text(got, links) + " " + storage_text(storage, links)
+            f"{100 * sm.CHECK_TOLERANCE:.0f}%.\n\n" + inputs_text(got, links) + " " + storage_text(storage, links)
             + "\n\n" + own_runs_text(train, restart, _hal_time_to_train(pub)) + "\n\nCited inputs "
             "(`results/reference/links.json`):\n\n" + sources + "\n\n"
-            + md_table(ws.HEADERS, ws.table_rows(rows)) + "\n" + ws.summary(rows) + ws.dle_bracket(rows) + "\n")
+            + md_table(HEADERS, table_rows(rows)) + "\n" + summary(rows) + dle_bracket(rows) + "\n")
 
 
 def _figure(cs: Sequence[ws.Case], rows: Sequence[dict], path: Path) -> None:

@@ -1,5 +1,5 @@
-"""Per-core decode cost of the data backends: ``python -m results.pipeline_bench`` and
-``python -m results.bench pipeline``.
+"""Per-core decode cost of the data backends: ``python -m results.bench pipeline`` records it,
+``python -m results.pipeline_bench`` prints it.
 
 The harness lives here, not in imagenet/data/decode/, because the engine never imports the harness
 (generated JPEGs come from results.runners.jpegs). A "variant" is a backend reading a source: the same
@@ -9,9 +9,7 @@ machine state.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import logging
 import multiprocessing
 import os
@@ -28,7 +26,6 @@ from torch.utils.data import DataLoader
 from imagenet.data import decode
 from imagenet.data.loader import ImageFiles
 from imagenet.data.scan import scan_dataset
-from imagenet.files import write_text
 from results.runners.jpegs import ensure_dataset  # ImageNet-like 500x375 ~110 KB JPEGs
 
 log = logging.getLogger(__name__)
@@ -176,33 +173,3 @@ def bench_samples(root: Optional[str], images: int) -> List[Tuple[str, int]]:
     _, index = scan_dataset(root)
     train = index["train"]
     return [(train.name(i), train.target(i)) for i in range(min(images, len(train)))]
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.pipeline_bench",
-                                     description="images/s per core of the decoding backends")
-    parser.add_argument("--root", help="ImageFolder root with train/ (default: generated ImageNet-like JPEGs)")
-    parser.add_argument("--images", type=int, default=256)
-    parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
-    parser.add_argument("--backends", nargs="+", default=["baseline", "fast"])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", help="also write the summary rows here")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    samples = bench_samples(args.root, args.images)
-    rows = summarize(bench(samples, args.backends, args.workers, args.image_size, args.batch_size, args.rounds))
-    for r in rows:
-        ratio = r["ratio_per_core_vs_baseline"]
-        print(f"{r['split']:5s} workers={r['workers']}  {r['backend']:8s} {r['images_per_s_per_core']:7.0f} img/s "
-              f"per core  {r['cpu_ms_per_image']:.2f} ms CPU/img  {r['images_per_s_wall']:7.0f} img/s wall"
-              + (f"  x{ratio:.2f} ({r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})" if ratio else ""))
-    if args.json:
-        write_text(args.json, json.dumps({"images": len(samples), "image_size": args.image_size,
-                                          "batch_size": args.batch_size, "rows": rows}, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,5 +1,5 @@
-"""Command-line alias kept for the documented ``python -m results.scaling_model --check``.
+"""``python -m results.scaling_model --check``: its command line is ``__main__.py`` here.
 
-The formulas are :mod:`results.analysis.scaling_model`; the check against the published points is
-:mod:`results.analysis.whole_step`. Import those, not this package.
+The formulas are :mod:`results.analysis.scaling_model`, the check's arithmetic
+:mod:`results.analysis.whole_step`, its words and table :mod:`results.report.whole_step`.
 """

@@ -1,6 +1,6 @@
-"""Fixtures of the cluster tier: one real SLURM test cluster for the whole session (started by the
-first test that asks for it, stopped when pytest ends), and the dataset the requeue and fault jobs
-train on."""
+"""Fixtures of the cluster tier: one real local SLURM cluster (slurm/localcluster/) for the whole
+session (started by the first test that asks for it, stopped when pytest ends), and the dataset
+the requeue and fault jobs train on."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from imagenet.data import demo
-from tests.slurm_cluster import REQUIRE_ENV, ClusterUnavailable, SlurmCluster
+from slurm.localcluster import REQUIRE_ENV, ClusterUnavailable, SlurmCluster
+from slurm.localcluster.scenarios.jobs import scenario_data
 
 
 @pytest.fixture(scope="session")
@@ -32,5 +32,4 @@ def slurm_cluster():
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     """192 training images: 12 steps per epoch for 2 processes of batch 8."""
-    return demo.generate(tmp_path_factory.mktemp("requeue_data"), classes=4, train_per_class=48,
-                              val_per_class=2, size=(40, 32))
+    return scenario_data(tmp_path_factory.mktemp("requeue_data"))

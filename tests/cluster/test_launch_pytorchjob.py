@@ -16,7 +16,7 @@ import pytest
 from launch.environment import free_port
 from tests.helpers import PYTHON, REPO
 from tests.launch.support import Job, assert_trained, clean_env, run_jobs, train_args
-from tests.slurm_cluster import SlurmCluster
+from slurm.localcluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

@@ -1,4 +1,4 @@
-"""SlurmEnvironment against a real SLURM cluster (tests/slurm_cluster.py: one slurmd per network
+"""SlurmEnvironment against a real SLURM cluster (slurm/localcluster/: one slurmd per network
 namespace, so every node is its own host): srun tasks are told apart from the batch shell, the
 layout and master come out right on every task, a wrong -n gets its hint, and the first host of
 the nodelist with the job-derived port really rendezvouses across two nodes."""
@@ -12,7 +12,7 @@ import pytest
 
 from launch import environment
 from tests.helpers import PYTHON, REPO
-from tests.slurm_cluster import FINAL_STATES, SlurmCluster, wait_for
+from slurm.localcluster import FINAL_STATES, SlurmCluster, wait_for
 
 pytestmark = pytest.mark.slurm
 

@@ -14,7 +14,7 @@ from typing import List
 import pytest
 
 from results.core import records
-from tests.slurm_cluster import SlurmCluster, wait_for
+from slurm.localcluster import SlurmCluster, wait_for
 
 pytestmark = pytest.mark.slurm
 

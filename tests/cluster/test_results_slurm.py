@@ -11,7 +11,7 @@ import pytest
 from results import bench
 from results.core import records
 from results.runners import local
-from tests.slurm_cluster import SlurmCluster
+from slurm.localcluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

@@ -9,7 +9,7 @@ import pytest
 
 from slurm.generate import render, spec_from_args
 from tests.helpers import REPO
-from tests.slurm_cluster import SlurmCluster
+from slurm.localcluster import SlurmCluster
 
 COMMITTED = sorted((REPO / "slurm").glob("*.sh"))
 

@@ -3,11 +3,12 @@ address and fake GPUs, failures are reported, and a stopped cluster leaves nothi
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import SlurmCluster, unavailable_reason
+from slurm.localcluster import SlurmCluster, unavailable_reason
 
 pytestmark = pytest.mark.slurm
 
@@ -69,3 +70,19 @@ def _net_inode(proc: Path) -> int:
         return (proc / "ns" / "net").stat().st_ino
     except OSError:
         return -1
+
+
+def test_the_command_runs_a_command_against_the_cluster_and_returns_its_status() -> None:
+    """``python -m slurm.localcluster -- CMD``: CMD sees the cluster through SLURM_CONF, its exit status
+    is the tool's, and the cluster is gone afterwards."""
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    probe = "sinfo -h -o '%D %t'; srun -N1 hostname; echo conf=$SLURM_CONF; exit 3"
+    proc = subprocess.run([sys.executable, "-m", "slurm.localcluster", "--nodes", "1", "--gpus-per-node", "0",
+                           "--no-accounting", "--", "sh", "-c", probe], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "1 idle" in lines and "node1" in lines, proc.stdout
+    conf = next(line for line in lines if line.startswith("conf=")).removeprefix("conf=")
+    assert conf.endswith("/etc/slurm.conf") and not Path(conf).exists(), "the cluster is removed afterwards"

@@ -18,8 +18,8 @@ from typing import Dict, Tuple
 
 import pytest
 
+from slurm.localcluster import SlurmCluster
 from tests.helpers import REPO, read_run
-from tests.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 COMMITTED = sorted((REPO / "slurm").glob("*.sh"))

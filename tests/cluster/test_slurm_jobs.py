@@ -16,7 +16,7 @@ from typing import Dict, List
 import pytest
 
 from slurm.generate import render, spec_from_args
-from tests.slurm_cluster import SlurmCluster
+from slurm.localcluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]

@@ -16,10 +16,11 @@ from typing import Callable, Optional, Sequence
 import pytest
 
 from slurm import submit as sm
-from tests.cluster.requeue import (EPOCHS, TRAIN, assert_resumed_exactly, release_requeued, requeue_script, run_states,
-                                   stand_in_trainer, submit_script, wait_for_progress)
+from slurm.localcluster.scenarios.jobs import (EPOCHS, TRAIN, release_requeued, requeue_script, run_states,
+                                               stand_in_trainer, submit_script, wait_for_progress)
+from tests.cluster.requeue import assert_resumed_exactly
 from tests.cluster.scenarios import Scenarios, Wave
-from tests.slurm_cluster import SlurmCluster, wait_for
+from slurm.localcluster import SlurmCluster, wait_for
 
 pytestmark = pytest.mark.slurm
 

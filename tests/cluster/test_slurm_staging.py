@@ -19,9 +19,10 @@ import pytest
 from imagenet.data import demo, shards
 from imagenet.data.staging import MARKER, destination
 from slurm.generate import EXAMPLES, GenerateError, render, spec_from_args
-from tests.cluster.requeue import EPOCHS, assert_resumed_exactly, release_requeued, run_states, wait_for_progress
+from slurm.localcluster.scenarios.jobs import EPOCHS, release_requeued, run_states, wait_for_progress
+from tests.cluster.requeue import assert_resumed_exactly
 from tests.helpers import eval_settings
-from tests.slurm_cluster import SlurmCluster
+from slurm.localcluster import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "slurm" / "ddp_2node_staged.sh"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from slurm import submit as sm
-from tests.slurm_cluster import SlurmCluster
+from slurm.localcluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]

@@ -46,12 +46,13 @@ def _assert_same(src: Path, dest: Path) -> None:
 
 def test_copies_once_and_reuses_the_complete_copy(src: Path, tmp_path: Path, capsys) -> None:
     dest = destination(str(src), tmp_path / "stage")
-    assert dest.parent == tmp_path / "stage" and dest.name.startswith("imagenet-")
+    assert dest.parent == tmp_path / "stage" / staging.user_name() and dest.name.startswith("imagenet-")
     first = stage(str(src), dest)
     _assert_same(src, dest)
     assert not first.reused and first.files == 24 and first.bytes_copied == sum(map(len, _files(src).values()))
     marker = json.loads((dest / MARKER).read_text())
-    assert marker["files"] == 24 and marker["verified"] is False
+    assert marker["files"] == 24 and "verified" not in marker, "a flag the reuse would trust"
+    assert (dest.parent.stat().st_mode & 0o777) == 0o700, "the private folder"
     assert "staged 24 of 24 files" in capsys.readouterr().out
 
     inode, mtime = (dest / "train" / "class_000").stat().st_ino, (dest / MARKER).stat().st_mtime_ns
@@ -110,7 +111,6 @@ def test_verify_catches_same_size_corruption(src: Path, tmp_path: Path) -> None:
     assert stage(str(src), dest).reused, "without --stage-verify only sizes and times are compared"
     assert not stage(str(src), dest, verify=True).reused
     _assert_same(src, dest)
-    assert json.loads((dest / MARKER).read_text())["verified"] is True
     assert stage(str(src), dest, verify=True).reused
 
 
@@ -215,7 +215,9 @@ def test_full_staging_disk_under_torchrun_every_rank_exits_with_one_line(src: Pa
         assert all(len(e) == 1 for e in errors.values()), explain(proc)
         assert errors[0] == errors[1] and "not enough space to stage" in errors[0][0], explain(proc)
         assert not [line for line in lines if re.match(r"\[default\d\]:Traceback", line)], explain(proc)
-        assert list(small.iterdir()) == [small / f"{destination(str(src), small).name}.lock"]
+        private = destination(str(src), small).parent
+        assert list(small.iterdir()) == [private]
+        assert list(private.iterdir()) == [private / f"{destination(str(src), small).name}.lock"]
 
 
 def test_torchrun_one_copier_per_node_and_both_ranks_train_from_the_copy(src: Path, tmp_path: Path) -> None:
@@ -237,7 +239,7 @@ def test_a_second_job_on_the_node_waits_for_the_first(src: Path, tmp_path: Path)
     """While another job holds the node's lock for this copy, the stage command waits, copying
     nothing (a blocking lock, no polling); once the lock is free it stages."""
     dest = destination(str(src), tmp_path / "stage")
-    dest.parent.mkdir()
+    dest.parent.mkdir(parents=True, mode=0o700)
     with open(dest.parent / f"{dest.name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the first job, copying
         proc = subprocess.Popen([PYTHON, "-m", "imagenet.staging", str(src), str(tmp_path / "stage")], cwd=REPO,
@@ -260,3 +262,39 @@ def test_stage_command_fails_with_one_line(tmp_path: Path) -> None:
 def test_stage_verify_needs_stage_dir() -> None:
     with pytest.raises(config.ConfigError, match="--stage-verify checks a staged copy: add --stage-dir DIR"):
         config.parse(["--stage-verify", "/data"], "nd")
+
+
+# ---------------------------------------------------------------- --stage-cleanup
+
+
+def test_stage_cleanup_keeps_the_copy_for_a_stopped_run_and_removes_it_when_the_run_finishes(src: Path,
+                                                                                            tmp_path: Path) -> None:
+    """A run stopped for a requeue (the stop file the batch scripts write) keeps the node's copy for
+    its next start, which reuses it; the run that finishes removes it, leaving the private folder."""
+    from imagenet.engine import EXIT_PREEMPTED
+    from imagenet.preemption import STOP_FILE
+
+    run_dir, stage_dir = tmp_path / "run", tmp_path / "stage"
+    dest = destination(str(src), stage_dir)
+    args = [script("imagenet_nd.py"), *TINY, "--epochs", "1", "--steps-per-epoch", "3", "-p", "1",
+            "--log-dir", run_dir, "--stage-dir", stage_dir, "--stage-cleanup", src]
+    run_dir.mkdir()
+    (run_dir / STOP_FILE).touch()
+    stopped = run([PYTHON, *args], timeout=300)
+    assert stopped.returncode == EXIT_PREEMPTED, explain(stopped)
+    assert (dest / MARKER).is_file() and "removed the staged copy" not in stopped.stdout, explain(stopped)
+    finished = run([PYTHON, *args], timeout=300)
+    assert finished.returncode == 0, explain(finished)
+    assert "reusing the complete staged copy" in finished.stdout, explain(finished)
+    assert "removed the staged copy" in finished.stdout and not dest.exists(), explain(finished)
+    assert dest.parent.is_dir()
+
+
+def test_stage_cleanup_is_the_default_in_shared_memory_only() -> None:
+    assert staging.cleanup_wanted(None, "/dev/shm/stage") and staging.cleanup_wanted(None, "/dev/shm")
+    assert not staging.cleanup_wanted(None, "/tmp/stage") and not staging.cleanup_wanted(None, "/dev/shmx")
+    assert not staging.cleanup_wanted(False, "/dev/shm") and staging.cleanup_wanted(True, "/local/scratch")
+    assert config.parse(["--stage-dir", "/dev/shm", "/data"], "nd").stage_cleanup is None
+    assert config.parse(["--stage-dir", "/x", "--no-stage-cleanup", "/data"], "nd").stage_cleanup is False
+    with pytest.raises(config.ConfigError, match="--stage-cleanup / --no-stage-cleanup .*: add --stage-dir DIR"):
+        config.parse(["--stage-cleanup", "/data"], "nd")

@@ -24,7 +24,7 @@ from unittest import mock
 import pytest
 
 from launch import mpi
-from tests import system_packages
+from slurm.localcluster import packages
 from tests.helpers import PYTHON, REPO
 from tests.launch.support import Job, assert_trained, clean_env, run_jobs, train_args
 
@@ -59,8 +59,8 @@ time.sleep(300)
 def openmpi() -> Dict[str, str]:
     """The system Open MPI's mpirun and the environment that makes mpi4py load its libmpi."""
     try:
-        mpirun = system_packages.system_mpirun()
-        return {"mpirun": mpirun, "MPI4PY_LIBMPI": system_packages.openmpi_library(mpirun)}
+        mpirun = packages.system_mpirun()
+        return {"mpirun": mpirun, "MPI4PY_LIBMPI": packages.openmpi_library(mpirun)}
     except (FileNotFoundError, RuntimeError) as e:
         pytest.skip(f"no system Open MPI: {e}")
 

@@ -60,7 +60,7 @@ def test_repeated_node_counts_fold_into_one_line_with_their_spread(tmp_path):
     assert "**320 images/s**" in text and "**76.2%**" in text
     assert "compute (all-reduce not measured)" in text  # no allreduce records under this tag
     assert {p.name for p in (tmp_path / "c").glob("*.png")} == {"training_throughput.png", "training_time.png",
-                                                                "scaling_model.png"}
+                                                                "scaling_model.png", "time_to_accuracy.png"}
 
 
 def test_each_hardware_kind_gets_its_own_panel(tmp_path):

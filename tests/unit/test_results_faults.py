@@ -48,3 +48,23 @@ def test_records_from_before_the_recovery_columns_show_dashes(tmp_path):
 
 def test_no_fault_records_no_section():
     assert faults_report.section([]) == ""
+
+
+def test_a_scenarios_measurement_is_recorded_as_the_committed_records_are():
+    """``results.bench faults`` turns a scenario's Measurement into a record with the fields, point and
+    metrics (rounded to 0.01 s) of the committed ones, which the report reads."""
+    import json
+
+    from results.runners.faults_bench import fault_record
+    from slurm.localcluster.scenarios.measure import Measurement
+
+    measured = Measurement("stopped rank (SIGSTOP)", "srun", 2, True, 1, detect_s=25.114, recovered=True,
+                           recover_s=30.526, seconds_lost=0.4, extra={"error": "error: rank(s) 1 did not arrive"})
+    record = fault_record(measured, "faults-fault-x", "stopped-rank")
+    lines = (records.RECORDS_DIR / "faults.jsonl").read_text().splitlines()
+    committed = next(rec for rec in map(json.loads, reversed(lines)) if rec["point"]["fault"] == measured.fault)
+    assert records.validate(record) is None
+    assert set(record) == set(committed) and set(record["metrics"]) == set(committed["metrics"])
+    assert record["point"] == committed["point"] and record["error"] == "error: rank(s) 1 did not arrive"
+    assert record["metrics"]["detect_s"] == 25.11 and record["metrics"]["recover_s"] == 30.53
+    assert record["command"] == "python -m results.bench faults --only stopped-rank"

@@ -3,7 +3,10 @@ committed (as submitit's golden sbatch tests compare a generated script with a s
 to the report code that changes its output fails here until the committed report is regenerated
 (`make report`), so the committed report never drifts from the code and records beside it."""
 import difflib
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from results import bench, report
 from results.core import records
 
 RESULTS = records.RESULTS_DIR
+REPO = RESULTS.parent
 GOLDEN_TAG = "testcluster"
 
 
@@ -63,3 +67,31 @@ def test_tag_without_records_is_one_line(tmp_path, capsys):
     assert report.main(["--tag", "nosuchtag", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nosuchtag.jsonl does not exist" in err[0] and "--tag nosuchtag" in err[0]
+
+
+WITHOUT_TORCH = """
+import importlib.abc, runpy, sys
+
+class NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "torchvision"):
+            raise ImportError(f"{name} is not installed here")
+
+sys.meta_path.insert(0, NoTorch())
+sys.argv = ["python -m results.report", *sys.argv[1:]]
+runpy.run_module("results.report", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_report_regenerates_identically_without_torch(tmp_path):
+    """The report reads records, never the engine: with torch and torchvision unimportable, the command
+    still writes RESULTS.md and every tag's report byte for byte as committed."""
+    wrapper = tmp_path / "without_torch.py"
+    wrapper.write_text(WITHOUT_TORCH)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, str(wrapper), "--out", str(tmp_path / "out")], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "out" / "RESULTS.md").read_bytes() == (RESULTS / "RESULTS.md").read_bytes()
+    for committed in RESULTS.glob("reports/*/README.md"):
+        assert (tmp_path / "out" / committed.relative_to(RESULTS)).read_bytes() == committed.read_bytes()

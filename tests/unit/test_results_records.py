@@ -34,3 +34,36 @@ def test_committed_records_hold_no_machine_path():
     bad = [f"{f.name}:{i}: {m.group(0)}" for f in files for i, line in enumerate(f.read_text().splitlines(), 1)
            for m in [MACHINE_PATH.search(line)] if m]
     assert not bad, bad[:5]
+
+
+def test_cited_parameter_counts_are_torchvisions():
+    """The report takes ResNet sizes from the cited table (no torch needed); they are torchvision's models'."""
+    import torchvision
+
+    from results.analysis.parameters import cited_counts
+    counts = {arch: n for arch, n in cited_counts().items() if isinstance(n, int)}
+    assert {"resnet18", "resnet50"} <= set(counts)
+    for arch, n in counts.items():
+        model = torchvision.models.get_model(arch, weights=None)
+        assert sum(t.numel() for t in model.parameters() if t.requires_grad) == n, arch
+
+
+def test_validate_checks_each_kind_against_its_typed_metrics():
+    env = {"hostname": "node1"}
+    for kind, typed in records.METRICS.items():
+        metrics = {name: 1 for name in typed.__required_keys__}
+        assert records.validate(records.make_record(kind, "s", {}, metrics, env)) is None, kind
+        first = sorted(typed.__required_keys__)[0]
+        reason = records.validate(records.make_record(kind, "s", {}, dict(metrics, **{first: "1"}), env))
+        assert reason == f"ok {kind} record lacks numeric metric(s) {first}"
+    fault = {"survived": 1, "steps_trained_twice": 0, "checkpoints_lost": 0}
+    assert records.validate(records.make_record("fault", "s", {}, dict(fault, detect_s=True), env)) is not None
+    failed = records.make_record("train", "s", {}, {}, env, status="failed", error="exit 1")
+    assert records.validate(failed) is None and "error message" in records.validate(dict(failed, error=None))
+    assert records.validate({"schema": 1, "kind": "train"}).startswith("missing field(s) status, sweep, time")
+    assert records.validate(dict(failed, kind="nosuch")) == "unknown kind 'nosuch'"
+
+
+def test_every_committed_record_is_valid():
+    loaded, problems = records.load([records.RECORDS_DIR])
+    assert loaded and not problems

@@ -1,17 +1,30 @@
-"""Install the Debian packages a test needs with apt-get, where they are missing (as root).
+"""The Debian packages the local cluster (and the Open MPI tests) take from the distribution,
+installed with apt-get where they are missing (as root).
 
-The tests take system software (SLURM, Open MPI) from the distribution, never from a wheel in the
-project's venv: an MPI wheel there would shadow a site MPI in a user's venv the same way.
+System software (SLURM, munge, MariaDB, Open MPI) comes from the distribution, never from a wheel in
+the project's venv: an MPI wheel there would shadow a site MPI in a user's venv the same way.
 """
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import List, Sequence
 
+from slurm.localcluster.commands import ClusterError, ClusterUnavailable, which
+
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "libpmix-dev")
+# Debian's pmix plugin (slurm-wlm-basic-plugins, mpi_pmix_v4.so) dlopens this unversioned library at
+# step launch; only libpmix-dev ships it, and no slurm package depends on it: without it every
+# `srun --mpi=pmix` task fails to launch
+PMIX_LIBRARY = "/usr/lib/*/pmix2/lib/libpmix.so"
+ACCOUNTING_PACKAGES = ("slurmdbd", "mariadb-server-core", "mariadb-client-core")
+BINARIES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client", "munged": "munge"}
+ACCOUNTING_BINARIES = {"slurmdbd": "slurmdbd", "mariadbd": "mariadb-server-core",
+                       "mariadb-install-db": "mariadb-server-core"}
 OPENMPI_PACKAGES = ("openmpi-bin", "libopenmpi-dev")
 
 
@@ -44,12 +57,31 @@ def apt_install(packages: Sequence[str]) -> None:
             policy.unlink()
 
 
+def missing_packages(accounting: bool = True) -> List[str]:
+    """The SLURM packages (with ACCOUNTING: slurmdbd and MariaDB too) whose programs are not here."""
+    wanted = {**BINARIES, **(ACCOUNTING_BINARIES if accounting else {})}
+    missing = {package for binary, package in wanted.items() if not which(binary)}
+    return sorted(missing | (set() if glob.glob(PMIX_LIBRARY) else {"libpmix-dev"}))
+
+
+def ensure_packages(accounting: bool = True) -> None:
+    """apt-get install the SLURM packages that are missing (idempotent, no daemon auto-start)."""
+    if not missing_packages(accounting):
+        return
+    try:
+        apt_install([*PACKAGES, *(ACCOUNTING_PACKAGES if accounting else ())])
+    except RuntimeError as exc:
+        raise ClusterError(str(exc)) from None
+    if missing_packages(accounting):
+        raise ClusterUnavailable(f"packages still missing after apt-get: {missing_packages(accounting)}")
+
+
 def system_mpirun() -> str:
     """The system's Open MPI mpirun (installing Debian's openmpi-bin where missing); the venv's bin
     is left out of the search so an MPI wheel there is never picked up."""
     venv_bin = os.path.dirname(os.path.abspath(sys.executable))
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
-                           if p and os.path.abspath(p) != venv_bin)
+    path = os.pathsep.join(folder for folder in os.environ.get("PATH", "").split(os.pathsep)
+                           if folder and os.path.abspath(folder) != venv_bin)
     found = shutil.which("ompi_info", path=path)
     if not found and can_install():
         apt_install(OPENMPI_PACKAGES)

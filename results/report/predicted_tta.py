@@ -1,0 +1,114 @@
+"""A per-cluster report's time to accuracy: predicted to 75.9 % top-1 vs GPUs, and measured where recorded.
+
+The prediction takes the tag's calibrated scaling model (``results.analysis.cluster_model``) at each GPU
+count and the epochs MLPerf's ResNet-50 logs needed at that global batch
+(``results/reference/epochs_to_accuracy.json``); ``results.analysis.time_to_accuracy`` does the arithmetic.
+The measured section reads records of kind ``time_to_accuracy`` through :func:`from_record` into a small
+:class:`TimeToAccuracy`, so the section depends only on the fields it shows.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, TypedDict
+
+from results.analysis import time_to_accuracy as tta
+from results.analysis.cluster_model import Prediction
+from results.report import figures
+from results.report.common import IMAGENET_TRAIN_IMAGES, REFERENCE, fmt, md_table
+
+FIGURE = "time_to_accuracy.png"
+
+
+class TimeToAccuracy(TypedDict):
+    """What the measured section shows of one time_to_accuracy record."""
+
+    series: str  # program and model, as a reader names the run
+    gpus: int  # GPUs, or processes on a CPU
+    target_top1: float  # %
+    time_to_target_s: Optional[float]  # None: the target was not reached
+    epochs_to_target: Optional[float]
+    images_seen: Optional[int]
+    best_top1: float
+    wall_s: float
+    source: str  # the record
+
+
+def from_record(r: dict) -> TimeToAccuracy:
+    p, m = r["point"], r["metrics"]
+    return TimeToAccuracy(
+        series=" ".join(str(v) for v in (p.get("program") or p.get("setup") or p.get("variant"), p.get("arch")) if v),
+        gpus=int(m.get("world_size") or p.get("gpus") or p.get("processes") or 1),
+        target_top1=m["target_top1"], time_to_target_s=m.get("time_to_target_s"),
+        epochs_to_target=m.get("epochs_to_target"), images_seen=m.get("images_seen"), best_top1=m["best_top1"],
+        wall_s=m["wall_s"], source=r["_source"])
+
+
+def reference(ref_dir: Path = REFERENCE) -> dict:
+    return json.loads((ref_dir / "epochs_to_accuracy.json").read_text())
+
+
+def _hours(v: Optional[float]) -> Optional[float]:
+    return None if v is None else v / 3600
+
+
+def predicted_rows(pred: Prediction, ref: dict) -> List[Dict[str, object]]:
+    recipe = ref["recipes"]["mlperf"]
+    return tta.predict_series(pred.whole, [row["gpus"] for row in pred.rows], tta.recipe_rows(recipe),
+                              recipe["eval_every"])
+
+
+def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[dict] = None) -> str:
+    """Predicted time to 75.9 % top-1 at each GPU count of the tag's scaling model (its figure and table)."""
+    ref = ref or reference()
+    recipe = ref["recipes"]["mlperf"]
+    rows = predicted_rows(pred, ref)
+    drawn = [r for r in rows if r["epochs"] is not None]
+    unit = "processes" if hw.startswith("CPU") else "GPUs (processes)"
+    if drawn:
+        figures.report_panels(fig_dir / FIGURE, [{
+            "title": hw, "xlabel": unit, "ylabel": f"predicted time to {tta.MLPERF_TARGET_TOP1} % top-1 (hours)",
+            "xlog": True, "ymin0": True, "series": [
+                {"label": "scaling model x MLPerf epochs", "x": [r["gpus"] for r in drawn],
+                 "y": [r["total_s"] / 3600 for r in drawn], "style": "o--", "color": figures.palette(1),
+                 "labels": [f"{r['epochs']:.0f} ep" for r in drawn]}]}],
+            f"Predicted time to {tta.MLPERF_TARGET_TOP1} % top-1 (labels: epochs at that global batch)")
+    table = [[r["gpus"], r["global_batch"], r["images_per_s"], "-" if r["epochs"] is None else f"{r['epochs']:.1f}",
+              r.get("evals"), _hours(r.get("train_s")), _hours(r.get("eval_s")), _hours(r.get("total_s"))]
+             for r in rows]
+    published = ", ".join(f"{row['global_batch']:,}: {row['epochs']}" for row in recipe["rows"])
+    return (f"## Predicted time to {tta.MLPERF_TARGET_TOP1} % top-1\n\n"
+            + (f"![predicted time to accuracy]({FIGURE})\n\n" if drawn else "")
+            + "The scaling model's images/s above, times the epochs MLPerf's ResNet-50 logs needed to reach "
+            f"{tta.MLPERF_TARGET_TOP1} % at each global batch (GPUs x {pred.whole.inputs.batch_per_gpu}) of "
+            f"{IMAGENET_TRAIN_IMAGES:,} images, plus a validation pass of {tta.IMAGENET_VAL_IMAGES:,} images "
+            f"every {recipe['eval_every']} epochs (forward pass only). Published (global batch: epochs): {published}; "
+            "interpolated in log(batch) between them, the smallest's epochs below it, no prediction above the "
+            "largest (`results/reference/epochs_to_accuracy.json`). It assumes MLPerf's recipe (LARS, label "
+            "smoothing) and the measured configuration's model and image size: a prediction, not a measured "
+            "accuracy (`python -m results.scaling_model --check-time-to-accuracy` sets the arithmetic beside "
+            "published times).\n\n"
+            + md_table(["GPUs", "global batch", "predicted images/s", "epochs", "evaluations", "training (h)",
+                        "evaluation (h)", f"time to {tta.MLPERF_TARGET_TOP1} % (h)"], table))
+
+
+def _series(items: Sequence[TimeToAccuracy]) -> Dict[Tuple[str, float], List[TimeToAccuracy]]:
+    out: Dict[Tuple[str, float], List[TimeToAccuracy]] = {}
+    for t in items:
+        out.setdefault((t["series"], t["target_top1"]), []).append(t)
+    return {k: sorted(v, key=lambda t: (t["gpus"], t["source"])) for k, v in sorted(out.items())}
+
+
+def measured_section(items: Sequence[TimeToAccuracy]) -> str:
+    """"Time to X % top-1 vs GPUs" from the tag's time_to_accuracy records; empty without any."""
+    if not items:
+        return ""
+    targets = sorted({t["target_top1"] for t in items})
+    title = f"{fmt(targets[0])} %" if len(targets) == 1 else "the target"
+    rows = [[name, t["gpus"], target, "not reached" if t["time_to_target_s"] is None else fmt(t["time_to_target_s"]),
+             t["epochs_to_target"], t["images_seen"], t["best_top1"], t["wall_s"], t["source"]]
+            for (name, target), ts in _series(items).items() for t in ts]
+    return (f"## Time to {title} top-1 vs GPUs\n\nMeasured: wall seconds from the start of training until an "
+            "evaluation first reached the target (evaluation time counted in), per run.\n\n"
+            + md_table(["run", "GPUs", "target top-1 (%)", "time to target (s)", "epochs to target",
+                        "images seen (run)", "best top-1 (%)", "wall (s)", "record"], rows))

@@ -1,0 +1,77 @@
+"""``python -m results.scaling_model --check-time-to-accuracy``: predicted time to train vs published times.
+
+Each published time-to-train point of ``results/reference/epochs_to_accuracy.json`` (MLPerf's logs, FFCV's
+8-A100 table, DeepLearningExamples' 90-epoch times) is printed with every term of its prediction: the
+throughput model it runs on, images/s, epochs, evaluations, training and evaluation seconds, the
+published time and the error. None of these times was used to fit anything: the throughput models
+are the ``--check`` cases, calibrated on one-GPU images/s. A point whose hardware has no throughput
+input says which measurement would give it one. Exit 1 when a predicted point misses by more than the
+tolerance (and the published rounding). The arithmetic is ``results.analysis.time_to_accuracy``;
+``results/scaling_model/__main__.py`` runs :func:`run_check` for the flag.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from results.analysis import scaling_model as sm
+from results.analysis import time_to_accuracy as tta
+from results.analysis import whole_step as ws
+from results.analysis.parameters import parameter_count
+from results.core import records
+from results.core.records import by_kind
+
+HEADERS = ["published", "hardware", "GPUs", "global batch", "epochs", "evals", "throughput from", "train px factor",
+           "predicted images/s", "binding", "train s", "eval s", "predicted s", "published s", "error", "within",
+           "at published images/s s"]
+
+
+def _s(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
+def table_rows(rows: Sequence[Dict[str, object]]) -> List[List[str]]:
+    return [[r["name"], r["hardware"], str(r["gpus"]), str(r["global_batch"]), f"{r['epochs']:g}", str(r["evals"]),
+             r["throughput_source"], f"{r['train_factor']:.3f}", _s(r.get("images_per_s")), r.get("binding", "-"),
+             _s(r.get("train_s")), _s(r.get("eval_s")), _s(r.get("total_s")), _s(r["published_s"]),
+             f"{100 * r['error']:+.1f}%" if "error" in r else "-",
+             ("yes" if r["within"] else "no") if "within" in r else "-", _s(r.get("at_published_rate_s"))]
+            for r in rows]
+
+
+def summary(rows: Sequence[Dict[str, object]], tolerance: float = sm.CHECK_TOLERANCE) -> str:
+    predicted = [r for r in rows if "error" in r]
+    bad = tta.failures(rows)
+    lines = [f"{len(predicted) - len(bad)} of {len(predicted)} predicted points are within {100 * tolerance:.0f}% "
+             f"(or the published rounding); {len(rows) - len(predicted)} of {len(rows)} points have no throughput "
+             "input for their hardware."]
+    for r in bad:
+        lines.append(f"- {r['name']}: {100 * r['error']:+.1f}% ({_s(r['total_s'])} s predicted, "
+                     f"{_s(r['published_s'])} s published). Missing: {r['missing']}.")
+    for r in rows:
+        if "error" not in r:
+            lines.append(f"- {r['name']}: not predicted. Missing: {r['missing']}.")
+    return "\n".join(lines)
+
+
+def run_check(record_paths: Sequence[Path], ref_dir: Path) -> int:
+    """Print every published time-to-train point with its prediction; return the exit code."""
+    recs, _ = records.load(record_paths) if record_paths else ([], [])
+    pub = json.loads((ref_dir / "published_resnet50.json").read_text())
+    links = json.loads((ref_dir / "links.json").read_text())
+    ref = json.loads((ref_dir / "epochs_to_accuracy.json").read_text())
+    h, h_rec = ws.model_overlap(by_kind(recs, "overlap"))
+    got = ws.measured(by_kind(recs, "train"), by_kind(recs, "pipeline"), h, h_rec["_source"] if h_rec else None)
+    cases = {c.name: c.model for c in ws.cases(pub, links, got)}
+    system = ref["systems"]["DGX_H100"]
+    h100 = tta.h100_model(by_kind(recs, "train"), system,
+                          parameter_count("resnet50") * system["grad_bytes_per_param"])
+    rows = tta.check_rows(ref, cases, h100, pub["nvidia_dle_2021"]["train_img_per_s"])
+    print(f"Throughput inputs: {ref['throughput_inputs']}. H100 record: {h100[1] or 'none'}.\n")
+    body = table_rows(rows)
+    widths = [max(len(c) for c in col) for col in zip(HEADERS, *body)]
+    for line in [HEADERS, *body]:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths)))
+    print("\n" + summary(rows))
+    return tta.exit_code(rows)
