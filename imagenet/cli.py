@@ -18,15 +18,13 @@ from launch import environment
 
 from . import checkpoint, config, distributed, models, precision
 from .data import staging
-from .engine import EXIT_PREEMPTED
 from .errors import DataError, one_line
+from .exit_codes import EXIT_INTERRUPTED, EXIT_LOST_PEER, EXIT_PREEMPTED, EXIT_USAGE
 
 log = logging.getLogger(__name__)
 
 USER_ERRORS = (config.ConfigError, DataError, models.ModelError, precision.PrecisionError,
                distributed.DistError, checkpoint.CheckpointError, environment.LaunchError, staging.StagingError)
-EXIT_USAGE = 2
-EXIT_LOST_PEER = 1
 
 
 def _setup_logging(primary: bool) -> None:
@@ -70,7 +68,7 @@ def _guarded(fn, *args) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr, flush=True)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _spawned_worker(index: int, cfg: config.TrainConfig, procs: int) -> None:

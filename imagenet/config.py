@@ -14,7 +14,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-VARIANTS = ("nd", "dp", "ddp", "amp")
+from .variants import VARIANTS
+
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Steps per epoch left out of the steady-state throughput (loader start, allocator, autotune); here, in

@@ -31,13 +31,13 @@ from .data.normalize import DeviceNormalizer
 from .checkpoint_writer import BackgroundWriter
 from .config import WARMUP_STEPS
 from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
+from .exit_codes import EXIT_PREEMPTED
 from .preemption import StopSignal
 from .runrecord import RunRecord
 from .stragglers import StragglerWatch
 
 log = logging.getLogger(__name__)
 
-EXIT_PREEMPTED = 75  # EX_TEMPFAIL: a checkpoint was saved, start me again to continue
 
 
 @dataclass

@@ -7,6 +7,20 @@ folder is fsynced so the rename itself survives a power cut. A reader sees eithe
 
 Hand-written because the standard library has no such call (``os.replace`` is only the rename);
 it is a dozen lines.
+
+Run folders, checkpoints and records often sit on a filesystem that other users share, so what
+this module writes is never world-writable and never goes through a planted link:
+
+- Permissions follow the user's umask, less write for others: importing this module adds ``o-w`` to
+  the process's umask, so nothing the process creates afterwards (TensorBoard's files and torch's
+  included) is world-writable, even under ``umask 0``. Folders are made by :func:`make_dirs` with the
+  same mode.
+- A file is replaced by a rename of a temp file that ``mkstemp`` created in the same folder with
+  ``O_CREAT | O_EXCL | O_NOFOLLOW`` (a name that exists, a link included, is never opened), and the
+  rename replaces a symbolic link itself, never the file it points to. The new file takes the old
+  one's permissions only from a regular file (``lstat``), never from a link's target.
+- :func:`append_line` reads the old lines with ``O_NOFOLLOW``: a records file that is a link is
+  refused with one line.
 """
 from __future__ import annotations
 
@@ -20,9 +34,18 @@ from typing import IO, Callable, Iterator, Union
 
 TEMP_SUFFIX = ".tmp"
 
-# The process's umask, read once at import (reading it means setting it, which is not thread-safe).
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
+NO_WORLD_WRITE = stat.S_IWOTH
+
+
+def _umask_without_world_write() -> int:
+    """The process's umask with o-w added (set so), read once at import: reading it means setting
+    it, which is not thread-safe."""
+    mask = os.umask(0o022) | NO_WORLD_WRITE
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask_without_world_write()
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -36,7 +59,7 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], object], suffix: s
     all): for bulk copies of many files whose completeness a marker declares, written after one
     :func:`sync_all`; two fsyncs per file would make staging a million-file folder take hours."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     try:
         os.fchmod(fd, _mode(path))
@@ -60,12 +83,34 @@ def sync_all() -> None:
 
 
 def _mode(path: Path) -> int:
-    """The replaced file's permissions, else what open() would give a new file: mkstemp's 0600
-    would hide shards and records from the rest of a group sharing them."""
+    """The replaced regular file's permissions (less write for others), else what open() gives a new
+    file: mkstemp's 0600 would hide shards and records from the rest of a group sharing them. A link
+    lends nothing: its target may be anyone's file."""
     try:
-        return stat.S_IMODE(os.stat(path).st_mode)
+        info = os.lstat(path)
     except FileNotFoundError:
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode):
         return 0o666 & ~_UMASK
+    return stat.S_IMODE(info.st_mode) & ~NO_WORLD_WRITE
+
+
+def make_dirs(folder: PathLike) -> None:
+    """Create FOLDER and its missing parents with the umask's permissions, never world-writable
+    (``Path.mkdir(parents=True)`` gives parents the bare umask's mode)."""
+    missing = []
+    folder = Path(folder)
+    while not folder.is_dir():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for part in reversed(missing):
+        try:
+            os.mkdir(part, 0o777 & ~_UMASK)
+        except FileExistsError:
+            if not part.is_dir():
+                raise
 
 
 def write_bytes(path: PathLike, data: bytes) -> None:
@@ -86,16 +131,31 @@ def append_line(path: PathLike, line: str) -> None:
     processes appending at once both keep their line. An O_APPEND write could leave a torn last
     line on a crash; this never does."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes
-        old = path.read_bytes() if path.exists() else b""
+        old = _read_no_link(path)
         if old and not old.endswith(b"\n"):
             old += b"\n"
         write_bytes(path, old + line.encode("utf-8") + b"\n")
     finally:
         os.close(fd)
+
+
+def _read_no_link(path: Path) -> bytes:
+    """PATH's bytes (b"" when it does not exist), never through a symbolic link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return b""
+    except OSError as e:
+        if os.path.islink(path):
+            raise OSError(e.errno, f"{path} is a symbolic link; records are never written through one: "
+                                   "remove the link (or pass another file)") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
 
 
 def stale_temps(folder: PathLike, suffix: str = TEMP_SUFFIX) -> Iterator[Path]:

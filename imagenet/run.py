@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import checkpoint, distributed, models, optim, precision, preemption, sysinfo, tblog
+from . import checkpoint, distributed, files, models, optim, precision, preemption, sysinfo, tblog
 from .data import decode, loader, staging
 from .data.normalize import DeviceNormalizer
 from .errors import one_line
@@ -144,7 +144,7 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     step_model = _compiled(wrapped, cfg) if cfg.use_compile else wrapped
     eval_model = wrapped if isinstance(wrapped, torch.nn.DataParallel) else raw_model
     if info.is_primary:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        files.make_dirs(run_dir)  # never world-writable, whatever the umask
     record = RunRecord(run_dir, info.is_primary, config=cfg.to_dict(), data_root=data_cfg.data,
                        dist={"world_size": info.world_size, "backend": info.backend,
                              "environment": info.environment, "device": info.device.type, "nodes": info.nodes,

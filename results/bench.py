@@ -25,10 +25,11 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from imagenet.variants import SCRIPTS
 from results import report
 from results.core import records
 from results.core.records import RUNS_DIR, SCRATCH_DIR
-from results.core.setups import CPU_SETUPS, SCRIPTS, SETUPS
+from results.core.setups import CPU_SETUPS, SETUPS
 from results.runners import (data_scale_bench, faults_bench, local, prepare_bench, region_bench, scaling, slurm_queue,
                              tta)
 from results.runners.common import BenchError, environment, progress

@@ -25,11 +25,19 @@ BATCH_SIZE=${BATCH_SIZE:-256}
 WORKERS=${WORKERS:-8}
 LOG_DIR=${LOG_DIR:-runs/$SLURM_JOB_NAME-$SLURM_JOB_ID}
 EXTRA_ARGS=${EXTRA_ARGS:-}  # more training flags, split on spaces
-MAX_RESTARTS=${MAX_RESTARTS:-3}  # restarts of a failed training in this allocation
+MAX_RESTARTS=${MAX_RESTARTS:-3}  # restarts in a row without a newer checkpoint
+MAX_STARTS=${MAX_STARTS:-10}  # starts of the training in this allocation in all
+MODULES=${MODULES-}  # environment modules to load; MODULES= for none
 
 # ---- software environment
 cd "$REPO" || exit 2
 [ -f imagenet/imagenet_dp.py ] || { echo "error: $REPO is not the hpc-imagenet checkout; submit from it or pass --export=ALL,REPO=/path/to/hpc-imagenet" >&2; exit 2; }
+if [ -n "$MODULES" ]; then
+    command -v module >/dev/null 2>&1 || { echo "error: MODULES=\"$MODULES\" but this node has no 'module' command: submit with --export=ALL,MODULES= (and the software on PATH), or load the site's modules init before sbatch" >&2; exit 2; }
+    for module_name in $MODULES; do
+        module load "$module_name" || { echo "error: module load $module_name failed: submit with --export=ALL,MODULES=\"<names that module avail lists>\" (MODULES= for none)" >&2; exit 2; }
+    done
+fi
 source "$VENV/bin/activate" || exit 2
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-32}
 
@@ -63,28 +71,69 @@ fi
 echo "master $MASTER_ADDR:$MASTER_PORT; run folder $LOG_DIR; data $DATA; python $(command -v "$PYTHON")"
 env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|TORCH_NCCL_|OMP_|MASTER_)' | sort
 
-# ---- launch (srun); a failed training starts again from the newest checkpoint,
-# at most MAX_RESTARTS times; a preempted one is requeued instead (see the end)
+# ---- start budget (slurm/start_budget.py): each start of the training is a line of STARTS_LOG,
+# with the newest checkpoint it began from. A failed training starts again while both bounds allow:
+# MAX_RESTARTS restarts in a row without a newer checkpoint, MAX_STARTS starts in this allocation.
+STARTS_LOG=$LOG_DIR/starts.log
+ALLOCATION=$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}
+LAUNCH=0
+checkpoint_id() { stat -c %i.%s.%Y "$LOG_DIR/checkpoint.pth.tar" 2>/dev/null || echo none; }
+# note_start KEY WHO: one line per noter; the lines of one KEY are one start
+note_start() { echo "$1 $(checkpoint_id) $(date -Is) $2" >> "$STARTS_LOG"; }
+# made: starts in this allocation; stalled: those that began from the newest checkpoint (all failed
+# without writing a newer one); left: the starts both bounds still allow
+start_budget() {
+    made=$(grep "^$ALLOCATION:" "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l)
+    stalled=$(grep "^$ALLOCATION:[^ ]* $(checkpoint_id) " "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l)
+    left=$((MAX_RESTARTS + 1 - stalled))
+    [ $((MAX_STARTS - made)) -lt "$left" ] && left=$((MAX_STARTS - made))
+    return 0
+}
+# which bound the next start counts against, and what each leaves
+budget_note() {
+    if [ "$stalled" = 0 ]; then
+        printf "the last start wrote a newer checkpoint, so MAX_RESTARTS=%s is whole again" "$MAX_RESTARTS"
+    else
+        printf "restart %s of MAX_RESTARTS=%s without a newer checkpoint (%s left)" \
+            "$stalled" "$MAX_RESTARTS" $((MAX_RESTARTS - stalled))
+    fi
+    printf "; start %s of MAX_STARTS=%s in this allocation (%s left)\n" $((made + 1)) "$MAX_STARTS" \
+        $((MAX_STARTS - made - 1))
+}
+# the bound that ran out
+budget_spent() {
+    if [ "$stalled" -gt "$MAX_RESTARTS" ]; then
+        echo "$stalled start(s) in a row without a newer checkpoint (MAX_RESTARTS=$MAX_RESTARTS)"
+    else
+        echo "$made start(s) in this allocation (MAX_STARTS=$MAX_STARTS)"
+    fi
+}
+mkdir -p "$LOG_DIR" && : >> "$STARTS_LOG" || { echo "error: cannot write $STARTS_LOG: submit from a checkout you can write, or pass --export=ALL,LOG_DIR=/a/writable/folder" >&2; exit 2; }
+
+# ---- launch (srun); a failed training starts again from the newest checkpoint
+# within the start budget; a preempted one is requeued instead (see the end)
 TRAIN_ARGS=(-a "$ARCH" --epochs "$EPOCHS" -b "$BATCH_SIZE" --workers "$WORKERS" --log-dir "$LOG_DIR" --resume auto --checkpoint-every-minutes 10)
 # shellcheck disable=SC2206  # EXTRA_ARGS is split into words on purpose
 TRAIN_ARGS+=($EXTRA_ARGS "$DATA")
-attempt=0
 while :; do
+    LAUNCH=$((LAUNCH + 1))
+    start_budget
+    note_start "$ALLOCATION:$LAUNCH:0" loop
     srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 "$PYTHON" imagenet/imagenet_dp.py "${TRAIN_ARGS[@]}" &
     launcher_pid=$!
     # a trapped signal interrupts `wait`; keep waiting until the launcher is gone
     wait "$launcher_pid"; status=$?
     while kill -0 "$launcher_pid" 2>/dev/null; do wait "$launcher_pid"; status=$?; done
-    # no restart after success, a user error (2) or a preemption (75, the signal, or run.json: a
+    # no restart after success, a user error or a preemption (the signal, or run.json: a
     # preempted run ends the step and is requeued, never restarted in place)
     case "$status" in 0|2|75) break ;; esac
     { [ "$preempted" = 1 ] || grep -qs '"status": "preempted"' "$LOG_DIR/run.json"; } && break
-    if [ "$attempt" -ge "$MAX_RESTARTS" ]; then
-        echo "$(date -Is) giving up: the training failed $((attempt + 1)) time(s) in this allocation, the last with status $status (MAX_RESTARTS=$MAX_RESTARTS, job restart ${SLURM_RESTART_COUNT:-0}); see the errors above"
+    start_budget
+    if [ "$left" -le 0 ]; then
+        echo "$(date -Is) giving up: the training failed with status $status after $(budget_spent); job restart ${SLURM_RESTART_COUNT:-0}; see the errors above"
         break
     fi
-    attempt=$((attempt + 1))
-    echo "$(date -Is) training exited with status $status; restarting it in this allocation from the newest checkpoint ($attempt of $MAX_RESTARTS)"
+    echo "$(date -Is) training exited with status $status; restarting it in this allocation from the newest checkpoint: $(budget_note)"
 done
 
 # requeue only when the trainers stopped to be preempted (exit 75; run.json says so under

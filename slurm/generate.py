@@ -5,16 +5,19 @@
 
 What a generated script does, in order: ``#SBATCH`` directives; settings with defaults that
 ``sbatch --export=ALL,DATA=/path,EPOCHS=90`` overrides; module/venv/conda setup and extra
-environment; MASTER_ADDR = first host of the allocation, MASTER_PORT derived from the job id; a
+environment (the modules are the MODULES setting: ``MODULES=`` at submit time loads none, for a site
+without environment modules); MASTER_ADDR = first host of the allocation, MASTER_PORT derived from the job id; a
 trap that passes the requeue signal on to the training processes (and leaves a stop file in the
 run folder for those still starting); a log of the allocation; the launcher; a requeue only when
 the trainers stopped for it (exit 75), else exit with the training's exit status.
 
 Recovery inside the allocation: a training step that fails (a rank killed, a node's processes
-gone, a peer that stopped answering) is started again, at most ``MAX_RESTARTS`` times (a setting,
-default 3), and resumes from the newest checkpoint. torchrun restarts its workers itself
-(``--max-restarts``); the batch script's bounded loop restarts the whole step (any launcher: this
-also covers a torchrun agent that died with its node's processes). A preempted run is never
+gone, a peer that stopped answering) is started again and resumes from the newest checkpoint,
+within the start budget of ``slurm/start_budget.py``: ``MAX_RESTARTS`` restarts in a row without a
+newer checkpoint (default 3, so a crash at start starts 4 times) and ``MAX_STARTS`` starts in all
+(default 10). torchrun restarts its workers itself (``--max-restarts``, set to what the budget
+leaves); the batch script's loop restarts the whole step (any launcher: this also covers a torchrun
+agent that died with its node's processes). Both count against the one budget. A preempted run is never
 restarted in place: its trainers exit 75 (0 under an elastic agent, which would otherwise restart
 them; run.json says "preempted"), the loop stops and the job is requeued. ``srun
 --kill-on-bad-exit`` ends the step as soon as one task fails, so a rank that hangs (stopped, not
@@ -44,29 +47,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from imagenet.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
 from imagenet.files import write_text
 from imagenet.preemption import STOP_FILE  # the file name the trainers look for (no torch import)
+from imagenet.variants import SCRIPTS, SINGLE_PROCESS, VARIANTS
 from launch.environment import PORT_BASE, PORT_SPAN  # one port formula for Python and the scripts
+from slurm import start_budget
 
-VARIANTS = ("nd", "dp", "ddp", "amp")
 LAUNCHERS = ("torchrun", "srun", "mpi", "launch")
 MPI_STARTERS = ("mpirun", "srun")
 SIGNALS = ("USR1", "USR2")
-SCRIPTS = {"nd": "imagenet/imagenet_nd.py", "dp": "imagenet/imagenet_dp.py", "ddp": "imagenet/imagenet_ddp.py",
-           "amp": "imagenet/imagenet_ddp_apex.py"}
 # Settings a user overrides with `sbatch --export=ALL,NAME=value`; the generator owns these flags.
-SETTINGS = ("DATA", "ARCH", "EPOCHS", "BATCH_SIZE", "WORKERS", "LOG_DIR", "EXTRA_ARGS", "STAGE_DIR", "MAX_RESTARTS")
+SETTINGS = ("DATA", "ARCH", "EPOCHS", "BATCH_SIZE", "WORKERS", "LOG_DIR", "EXTRA_ARGS", "STAGE_DIR", "MAX_RESTARTS",
+            "MAX_STARTS", "MODULES")
+SWEEPABLE = ("DATA", "ARCH", "EPOCHS", "BATCH_SIZE", "WORKERS")
 MANAGED_FLAGS = {"-a": "--arch", "--arch": "--arch", "--epochs": "--epochs", "-b": "--batch-size",
                  "--b": "--batch-size", "--batch-size": "--batch-size", "-j": "--workers", "--workers": "--workers",
                  "--log-dir": "--log-dir", "--resume": "(always --resume auto)", "--variant": "--variant",
                  "--stage-dir": "--stage-dir"}
 CPUS_PER_PROCESS = 8
+FAIL = f"exit {EXIT_USAGE}"  # how the script ends on a setup mistake: the trainers' usage status
 # NCCL (torch >= 2.4): a collective that makes no progress within the training's --collective-timeout
 # aborts the communicator and ends the process (1) instead of hanging; the monitor thread ends a
 # process whose watchdog itself is stuck; desync debug names the rank(s) that never joined.
 NCCL_WATCHDOG = (("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"), ("TORCH_NCCL_ENABLE_MONITORING", "1"),
                  ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "600"), ("TORCH_NCCL_DESYNC_DEBUG", "1"))
-EXIT_USAGE = 2
 
 _TIME_FORMATS = (  # SLURM's --time forms -> (days, hours, minutes, seconds) group names
     re.compile(r"(?P<m>\d+)"), re.compile(r"(?P<m>\d+):(?P<s>\d+)"),
@@ -98,7 +103,7 @@ class JobSpec:
     constraint: Optional[str] = None
     output: Optional[str] = None  # default %x-%j.out (%x-%A_%a.out for sweeps)
     error: Optional[str] = None  # default: with the output
-    modules: Tuple[str, ...] = ()
+    modules: Tuple[str, ...] = ()  # MODULES default: environment modules to load (MODULES= at submit: none)
     venv: Optional[str] = None  # activated with `source VENV/bin/activate`; relative to the checkout
     conda_env: Optional[str] = None
     setup: Tuple[str, ...] = ()  # shell lines run before training, e.g. "module load cuda/12" (after modules)
@@ -115,7 +120,8 @@ class JobSpec:
     train_args: Tuple[str, ...] = ()  # further imagenet flags, fixed in the file
     stage_dir: Optional[str] = None  # node-local folder DATA is copied to first; expanded by each process
     requeue: bool = True  # checkpoint and requeue when the signal comes before the time limit
-    max_restarts: int = 3  # MAX_RESTARTS default: restarts of a failed training step in the allocation
+    max_restarts: int = 3  # MAX_RESTARTS default: restarts in a row without a newer checkpoint
+    max_starts: int = start_budget.DEFAULT_MAX_STARTS  # MAX_STARTS default: starts in one allocation in all
     signal: str = "USR2"
     signal_seconds: int = 180  # how long before the time limit the signal comes
     sweep: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # (SETTING, values): a job array over the product
@@ -125,11 +131,11 @@ class JobSpec:
 
     @property
     def resolved_launcher(self) -> str:
-        return self.launcher or ("srun" if self.variant in ("nd", "dp") else "torchrun")
+        return self.launcher or ("srun" if self.variant in SINGLE_PROCESS else "torchrun")
 
     @property
     def single_process(self) -> bool:
-        return self.variant in ("nd", "dp")
+        return self.variant in SINGLE_PROCESS
 
     @property
     def procs(self) -> int:
@@ -265,7 +271,10 @@ def _check_values(s: JobSpec) -> None:
     if s.workers < 0:
         raise GenerateError(f"--workers must be 0 or more (got {s.workers})")
     if s.max_restarts < 0:
-        raise GenerateError(f"--max-restarts must be 0 (no restart) or more (got {s.max_restarts})")
+        raise GenerateError(f"--max-restarts must be 0 (restart only after a newer checkpoint) or more "
+                            f"(got {s.max_restarts})")
+    if s.max_starts < 1:
+        raise GenerateError(f"--max-starts must be at least 1 (got {s.max_starts})")
 
 
 def _check_requeue(s: JobSpec) -> None:
@@ -279,8 +288,8 @@ def _check_requeue(s: JobSpec) -> None:
 
 def _check_sweep(s: JobSpec) -> None:
     for key, values in s.sweep:
-        if key not in SETTINGS or key in ("LOG_DIR", "EXTRA_ARGS", "STAGE_DIR", "MAX_RESTARTS"):
-            raise GenerateError(f"--sweep {key}: sweep one of DATA, ARCH, EPOCHS, BATCH_SIZE, WORKERS "
+        if key not in SWEEPABLE:
+            raise GenerateError(f"--sweep {key}: sweep one of {', '.join(SWEEPABLE)} "
                                 "(submit one job per point to vary nodes: python -m slurm.submit --sweep)")
         if not values or any(not v for v in values):
             raise GenerateError(f"--sweep {key} needs comma-separated non-empty values")
@@ -394,20 +403,24 @@ def _settings(s: JobSpec) -> str:
             lines.append(f"{key}=${{{key}:-{_q(value)}}}")
     lines += [f"LOG_DIR=${{LOG_DIR:-{log_dir}}}",
               "EXTRA_ARGS=${EXTRA_ARGS:-}  # more training flags, split on spaces",
-              f"MAX_RESTARTS=${{MAX_RESTARTS:-{s.max_restarts}}}  # restarts of a failed training in this allocation"]
+              f"MAX_RESTARTS=${{MAX_RESTARTS:-{s.max_restarts}}}  # restarts in a row without a newer checkpoint",
+              f"MAX_STARTS=${{MAX_STARTS:-{s.max_starts}}}  # starts of the training in this allocation in all",
+              # ${MODULES-...}, not :-: MODULES= (set, empty) at submit time loads none
+              f"MODULES=${{MODULES-{_q(' '.join(s.modules)) if s.modules else ''}}}  # environment modules to load; "
+              "MODULES= for none"]
     if s.stage_dir:  # kept unexpanded here: each training process expands it on its own node
         lines.append(f"STAGE_DIR=${{STAGE_DIR:-{_q(s.stage_dir)}}}  # node-local copy of DATA, made once per node")
     return "\n".join(lines)
 
 
 def _setup(s: JobSpec) -> str:
-    lines = ["", "# ---- software environment", 'cd "$REPO" || exit 2',
+    lines = ["", "# ---- software environment", f'cd "$REPO" || {FAIL}',
              f'[ -f {_q(SCRIPTS[s.variant])} ] || {{ echo "error: $REPO is not the hpc-imagenet checkout; '
-             f'submit from it or pass --export=ALL,REPO=/path/to/hpc-imagenet" >&2; exit 2; }}']
-    lines += [f"module load {_q(m)} || exit 2" for m in s.modules]
-    lines += [f"{line} || exit 2" for line in s.setup]  # the user's own lines, as typed
+             f'submit from it or pass --export=ALL,REPO=/path/to/hpc-imagenet" >&2; {FAIL}; }}']
+    lines += _modules()
+    lines += [f"{line} || {FAIL}" for line in s.setup]  # the user's own lines, as typed
     if s.conda_env:
-        lines += ['eval "$(conda shell.bash hook)" || exit 2', f"conda activate {_q(s.conda_env)} || exit 2"]
+        lines += [f'eval "$(conda shell.bash hook)" || {FAIL}', f"conda activate {_q(s.conda_env)} || {FAIL}"]
     if _uses_mpirun(s):
         # the site's mpirun (loaded above), looked up before the venv: a venv holding an MPI wheel
         # must not put its own mpirun in front of the site's InfiniBand/UCX-aware one
@@ -415,14 +428,28 @@ def _setup(s: JobSpec) -> str:
                   "# --no-binary=mpi4py mpi4py) or pointed at its library (MPI4PY_LIBMPI=/path/libmpi.so)",
                   'MPIRUN=${MPIRUN:-$(command -v mpirun)}',
                   '[ -n "$MPIRUN" ] || { echo "error: no mpirun on PATH: load the site\'s MPI (generate with '
-                  '--module <mpi>) or pass --export=ALL,MPIRUN=/path/to/mpirun" >&2; exit 2; }']
+                  f'--module <mpi>) or pass --export=ALL,MPIRUN=/path/to/mpirun" >&2; {FAIL}; }}']
     if s.venv:
-        lines.append('source "$VENV/bin/activate" || exit 2')
+        lines.append(f'source "$VENV/bin/activate" || {FAIL}')
     threads = max(1, s.cpus // max(s.procs_per_task, 1))
     nccl = dict(NCCL_WATCHDOG) if s.gpus_per_node and not s.single_process else {}
     env = {"OMP_NUM_THREADS": str(threads), **nccl, **dict(s.env)}
     lines += [f"export {k}=${{{k}:-{_q(v)}}}" for k, v in env.items()]
     return "\n".join(lines)
+
+
+def _modules() -> List[str]:
+    """Load MODULES (a setting): one line naming the fix where the node has no module command or
+    a module does not load; MODULES= at submit time skips them (a site without environment modules)."""
+    return ['if [ -n "$MODULES" ]; then',
+            '    command -v module >/dev/null 2>&1 || { echo "error: MODULES=\\"$MODULES\\" but this node has no '
+            '\'module\' command: submit with --export=ALL,MODULES= (and the software on PATH), or load the '
+            f'site\'s modules init before sbatch" >&2; {FAIL}; }}',
+            '    for module_name in $MODULES; do',
+            '        module load "$module_name" || { echo "error: module load $module_name failed: submit with '
+            f'--export=ALL,MODULES=\\"<names that module avail lists>\\" (MODULES= for none)" >&2; {FAIL}; }}',
+            "    done",
+            "fi"]
 
 
 def _rendezvous() -> str:
@@ -531,31 +558,11 @@ def _launch(s: JobSpec) -> str:
         # the ranks inherit this environment through the srun that starts mpirun's node daemons
         start = [f'"$MPIRUN" -np $((SLURM_JOB_NUM_NODES * {s.tasks})) --map-by ppr:{s.tasks}:node --bind-to none '
                  f'"$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
-    return "\n".join(["", f"# ---- launch ({launcher}); a failed training starts again from the newest checkpoint,",
-                      "# at most MAX_RESTARTS times; a preempted one is requeued instead (see the end)",
-                      *_train_args(s), "attempt=0", "while :; do", *("    " + line for line in start),
-                      *("    " + line for line in _wait_and_decide()), "done"])
-
-
-def _wait_and_decide() -> List[str]:
-    """The loop body after the launch: wait for it, then leave the loop or count a restart."""
-    return ["launcher_pid=$!",
-            "# a trapped signal interrupts `wait`; keep waiting until the launcher is gone",
-            'wait "$launcher_pid"; status=$?',
-            'while kill -0 "$launcher_pid" 2>/dev/null; do wait "$launcher_pid"; status=$?; done',
-            "# no restart after success, a user error (2) or a preemption (75, the signal, or run.json: a",
-            "# preempted run ends the step and is requeued, never restarted in place)",
-            'case "$status" in 0|2|75) break ;; esac',
-            "{ [ \"$preempted\" = 1 ] || grep -qs '\"status\": \"preempted\"' \"$LOG_DIR/run.json\"; } && break",
-            'if [ "$attempt" -ge "$MAX_RESTARTS" ]; then',
-            '    echo "$(date -Is) giving up: the training failed $((attempt + 1)) time(s) in this allocation, '
-            'the last with status $status (MAX_RESTARTS=$MAX_RESTARTS, job restart ${SLURM_RESTART_COUNT:-0}); '
-            'see the errors above"',
-            "    break",
-            "fi",
-            "attempt=$((attempt + 1))",
-            'echo "$(date -Is) training exited with status $status; restarting it in this allocation from the '
-            'newest checkpoint ($attempt of $MAX_RESTARTS)"']
+    body = [*start_budget.loop_head(), *start, *start_budget.decide()]
+    return "\n".join([*start_budget.functions(torchrun=launcher == "torchrun"),
+                      "", f"# ---- launch ({launcher}); a failed training starts again from the newest checkpoint",
+                      "# within the start budget; a preempted one is requeued instead (see the end)",
+                      *_train_args(s), "while :; do", *("    " + line for line in body), "done"])
 
 
 # The agent (torchrun / torch.distributed.launch) must not act on the requeue signal or SIGTERM:
@@ -568,9 +575,9 @@ _AGENT_WRAP = 'trap "" {sig} TERM; exec "$0" -m launch.agent {module} {node_rank
 def _torchrun(s: JobSpec, srun: str, script: str) -> List[str]:
     wrap = _AGENT_WRAP.format(sig=s.signal, module="torch.distributed.run", node_rank="")
     return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={s.procs} \\',
-            '    --max-restarts="$MAX_RESTARTS" --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d \\',
+            f'    {start_budget.TORCHRUN_RESTARTS} --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d \\',
             '    --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
-            f'    {script} "${{TRAIN_ARGS[@]}}" &']
+            f'    --no-python bash -c {_q(start_budget.WORKER_WRAP)} "$PYTHON" {script} "${{TRAIN_ARGS[@]}}" &']
 
 
 def _dist_launch(s: JobSpec, srun: str, script: str) -> List[str]:
@@ -586,8 +593,8 @@ def _finish(s: JobSpec) -> str:
     if s.requeue:
         lines += ["# requeue only when the trainers stopped to be preempted (exit 75; run.json says so under",
                   "# torchrun/launch, whose agents report any worker failure as 1), not after a finished run",
-                  'if [ "$preempted" = 1 ] && { [ "$status" = 75 ] || grep -qs \'"status": "preempted"\' '
-                  '"$LOG_DIR/run.json"; }; then',
+                  f'if [ "$preempted" = 1 ] && {{ [ "$status" = {EXIT_PREEMPTED} ] || '
+                  'grep -qs \'"status": "preempted"\' "$LOG_DIR/run.json"; }; then',
                   '    echo "$(date -Is) training stopped with status $status; requeueing job $SLURM_JOB_ID"',
                   '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
                   "fi"]
@@ -612,8 +619,11 @@ def build_parser() -> argparse.ArgumentParser:
                              ("--batch-size", int, "BATCH_SIZE default, per process"),
                              ("--workers", int, "WORKERS default: loader processes per training process"),
                              ("--signal-seconds", int, "send the requeue signal this long before the time limit"),
-                             ("--max-restarts", int, "MAX_RESTARTS default: restarts of a failed training step "
-                              "within the allocation (torchrun's --max-restarts, and the batch script's loop)")):
+                             ("--max-restarts", int, "MAX_RESTARTS default: restarts in a row without a newer "
+                              "checkpoint (torchrun's and the batch loop's together; a crash at start starts "
+                              "1 + this many times)"),
+                             ("--max-starts", int, "MAX_STARTS default: starts of the training in one allocation "
+                              "in all, progress or not")):
         p.add_argument(flag, type=typ, default=getattr(d, flag[2:].replace("-", "_")), help=help_)
     for flag in ("--mem", "--partition", "--account", "--qos", "--constraint", "--output", "--error", "--venv",
                  "--conda-env", "--launcher"):

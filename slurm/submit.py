@@ -25,8 +25,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-EXIT_PREEMPTED = 75  # the trainers' "checkpoint saved, start me again"
-EXIT_USAGE = 2
+from imagenet.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
+from imagenet.variants import SINGLE_PROCESS, VARIANTS
+
 SWEEPABLE = {"nodes": int, "gpus_per_node": int, "procs_per_node": int, "batch_size": int}
 
 
@@ -65,7 +66,7 @@ class Submission:
 
     @property
     def procs(self) -> int:
-        if self.variant in ("nd", "dp"):
+        if self.variant in SINGLE_PROCESS:
             return 1
         return self.gpus_per_node or self.procs_per_node or 1
 
@@ -82,13 +83,11 @@ class Submission:
 
 
 def validate(sub: Submission) -> None:
-    from slurm.generate import VARIANTS
-
     if sub.variant not in VARIANTS:
         raise SubmitError(f"unknown variant {sub.variant!r}; choose one of {', '.join(VARIANTS)}")
     if sub.nodes < 1:
         raise SubmitError(f"nodes must be at least 1 (got {sub.nodes})")
-    if sub.variant in ("nd", "dp") and sub.nodes != 1:
+    if sub.variant in SINGLE_PROCESS and sub.nodes != 1:
         raise SubmitError(f"the {sub.variant} variant runs on one node; use nodes=1 or variant ddp")
     if sub.gpus_per_node and sub.procs_per_node and sub.procs_per_node != sub.gpus_per_node:
         raise SubmitError(f"procs_per_node {sub.procs_per_node} does not match gpus_per_node {sub.gpus_per_node}: "

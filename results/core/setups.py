@@ -1,13 +1,11 @@
-"""Training-step configurations shared by the runners and the reports: the entry script of each
-variant, the named ``--setups``, and the point parameters that must match for two points to be compared."""
+"""Training-step configurations shared by the runners and the reports: the named ``--setups``, and
+the point parameters that must match for two points to be compared (the variants' entry scripts
+live in imagenet.variants)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
-SCRIPTS = {"nd": "imagenet/imagenet_nd.py", "dp": "imagenet/imagenet_dp.py",
-           "ddp": "imagenet/imagenet_ddp.py", "amp": "imagenet/imagenet_ddp_apex.py"}
-SINGLE_PROCESS = ("nd", "dp")
 # Parameters that must match for two points to be compared in a scaling efficiency.
 GROUP_KEYS = ("variant", "batch_size", "precision", "amp_dtype", "data", "arch", "image_size", "workers",
               "setup")

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from imagenet.files import atomic_write, write_text
+from imagenet.variants import SCRIPTS, SINGLE_PROCESS
 from results.core import records
 from results.core.records import RESULTS_DIR, portable
-from results.core.setups import SCRIPTS, SETUPS, SINGLE_PROCESS
+from results.core.setups import SETUPS
 from results.runners import slurm_queue
 from results.runners.common import environment, last_line, repo_relative
 

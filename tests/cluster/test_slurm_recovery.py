@@ -1,6 +1,6 @@
 """Recovery without a user on the test cluster: faults injected into tiny real jobs that the
 generated batch files must survive on their own (a killed rank, a node's processes killed, a
-failure repeating past MAX_RESTARTS, a node failure, a stopped rank). The scenarios are
+training crashing at every start (4 starts, then one line), a node failure, a stopped rank). The scenarios are
 slurm/localcluster/scenarios/recovery.py's, the ones ``python -m results.bench faults`` records;
 each test here re-raises its scenario's failed check.
 
@@ -52,7 +52,7 @@ def test_the_batch_loop_restarts_a_failed_step_in_the_same_allocation(scenarios:
 
 def test_a_failure_repeating_past_the_bound_ends_the_job_with_one_line(scenarios: Scenarios,
                                                                        request: pytest.FixtureRequest) -> None:
-    """A trainer that crashes at every start: the loop gives up after MAX_RESTARTS."""
+    """Workers that crash at every start: 4 starts in all (torchrun's and the loop's), then one line."""
     scenarios.outcome(request.node.name)
 
 

@@ -10,7 +10,7 @@ from unittest import mock
 
 import pytest
 
-from slurm import generate
+from slurm import generate, start_budget
 from slurm.generate import EXAMPLES, GenerateError, JobSpec, render, spec_from_args
 from tests.helpers import eval_settings
 
@@ -48,18 +48,58 @@ def test_ddp_4node_is_what_the_users_expect() -> None:
 
 
 def test_recovery_settings_are_in_every_file() -> None:
-    """torchrun restarts its workers, every file restarts a failed step in a bounded loop, srun ends a
-    step whose task failed, and multi-GPU files set the NCCL watchdog; MAX_RESTARTS is a setting."""
+    """Every file restarts a failed step within the start budget (torchrun's restarts bounded by what it
+    leaves), srun ends a step whose task failed, and multi-GPU files set the NCCL watchdog; the two
+    bounds are settings (their behaviour: tests/unit/test_start_budget.py)."""
     for path in COMMITTED:
         text = path.read_text()
-        assert "MAX_RESTARTS=${MAX_RESTARTS:-3}" in text and 'if [ "$attempt" -ge "$MAX_RESTARTS" ]' in text
+        assert "MAX_RESTARTS=${MAX_RESTARTS:-3}" in text and "MAX_STARTS=${MAX_STARTS:-10}" in text
+        assert 'if [ "$left" -le 0 ]; then' in text and "note_start" in text, path.name
         assert ("--kill-on-bad-exit=1" in text) == ("mpirun " not in text), path.name
-        assert ('--max-restarts="$MAX_RESTARTS"' in text) == ("torch.distributed.run" in text), path.name
+        torchrun = "torch.distributed.run" in text
+        assert ("--max-restarts=$((left > 1 ? left - 1 : 0))" in text) == torchrun, path.name
+        assert ("--no-python bash -c" in text) == torchrun, path.name
         nccl = "export TORCH_NCCL_ASYNC_ERROR_HANDLING=${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}" in text
         assert nccl == (path.stem not in ("nd_1gpu", "dp_1node")), path.name
-    text = render(JobSpec(max_restarts=0))
-    assert eval_settings(text, ["MAX_RESTARTS"], {}) == ["0"]
+    text = render(JobSpec(max_restarts=0, max_starts=5))
+    assert eval_settings(text, ["MAX_RESTARTS", "MAX_STARTS"], {}) == ["0", "5"]
     assert eval_settings(text, ["MAX_RESTARTS"], {"MAX_RESTARTS": "5"}) == ["5"]
+
+
+def test_the_checkpoint_the_budget_watches_is_the_trainers() -> None:
+    from imagenet.checkpoint import CHECKPOINT
+
+    assert start_budget.CHECKPOINT == CHECKPOINT
+
+
+def _load_modules(text: str, env: dict, module: str = "") -> subprocess.CompletedProcess:
+    """The settings and module lines of TEXT run by bash with ENV; MODULE: a shell function standing
+    in for the site's ``module`` command (none: the node has no module command)."""
+    block = text[text.index("# ---- settings"):text.index("# ---- software environment")]
+    probe = module + "\n" + block + "\n".join(generate._modules()) + "\necho loaded\n"
+    return subprocess.run(["bash", "-c", probe], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "42", **env})
+
+
+def test_modules_are_a_setting_that_a_site_without_modules_skips() -> None:
+    text = (REPO / "slurm" / "mpi_4node.sh").read_text()
+    assert "MODULES=${MODULES-openmpi}" in text and "module load openmpi" not in text
+    missing = _load_modules(text, {})
+    assert missing.returncode == 2 and missing.stdout == "", missing
+    assert missing.stderr.strip().splitlines() == [
+        "error: MODULES=\"openmpi\" but this node has no 'module' command: submit with --export=ALL,MODULES= "
+        "(and the software on PATH), or load the site's modules init before sbatch"]
+    skipped = _load_modules(text, {"MODULES": ""})
+    assert skipped.returncode == 0 and skipped.stdout == "loaded\n", skipped
+    site = 'module() { echo "module $*"; [ "$2" != nosuch ]; }'
+    replaced = _load_modules(text, {"MODULES": "openmpi/4.1 cuda/12"}, site)
+    assert replaced.stdout == "module load openmpi/4.1\nmodule load cuda/12\nloaded\n", replaced
+    bad = _load_modules(text, {"MODULES": "nosuch"}, site)
+    assert bad.returncode == 2 and bad.stderr.strip() == (
+        'error: module load nosuch failed: submit with --export=ALL,MODULES="<names that module avail lists>" '
+        "(MODULES= for none)"), bad
+    none = _load_modules((REPO / "slurm" / "ddp_1node.sh").read_text(), {})
+    assert none.returncode == 0 and none.stdout == "loaded\n", none
 
 
 def test_render_is_pure() -> None:

@@ -5,7 +5,10 @@
   loop restarts the step; both resume from the newest checkpoint in the same allocation;
 - a node's processes killed: the step ends at once (``srun --kill-on-bad-exit``) and the loop
   starts it again;
-- a failure that repeats past ``MAX_RESTARTS`` ends the job with one line;
+- a training that crashes at every start (the committed torchrun file: torchrun's restarts and the
+  batch loop's share one start budget) starts 1 + ``MAX_RESTARTS`` = 4 times, then ends with one line;
+- a run that wrote a newer checkpoint before it failed keeps its budget: the kills above recover even
+  with ``MAX_RESTARTS=0`` (no restart without progress);
 - a node failure (slurmd and every process of the node killed, the node DOWN): SLURM requeues the
   job, which runs on other nodes, names the failed one and resumes from the newest checkpoint;
 - a rank stopped with SIGSTOP (alive, silent): the collective times out within
@@ -87,6 +90,9 @@ def torchrun_restart(cluster: SlurmCluster, data: Path, folder: Path, pin: Seque
     recover = training_again(log, since, started)
     completed_in_one_allocation(cluster, job_id, log, run_dir)
     check("restarting it in this allocation" not in log(), "torchrun restarted the workers, not the loop")
+    check(re.search(r"torchrun restarts the workers \(its restart 1 of 3 in this launch\): the last start wrote a "
+                    r"newer checkpoint, so MAX_RESTARTS=3 is whole again; start 2 of MAX_STARTS=10", log()) is not None,
+          log()[-3000:])
     return _measured("kill -9 of one rank (torchrun restarts the workers)", "torchrun", 1, log(), since, recover)
 
 
@@ -121,38 +127,57 @@ def batch_loop_restart(fault: str, cluster: SlurmCluster, data: Path, folder: Pa
     launcher, procs, rank = KILLS[fault]
     script_path = requeue_script(folder, data, launcher, nodes=2, procs=procs)
     run_dir = folder / "run"
-    job_id, log = submit_script(cluster, script_path, run_dir, f"EXTRA_ARGS={PERIODIC}", sbatch_args=pin)
+    # MAX_RESTARTS=0: no restart without a newer checkpoint; the fault comes after one, so it recovers
+    job_id, log = submit_script(cluster, script_path, run_dir, f"EXTRA_ARGS={PERIODIC}", "MAX_RESTARTS=0",
+                                sbatch_args=pin)
     expected = 1 if rank is not None else 1 + procs  # torchrun: the agent and its workers
     since, started, killed = _kill_after_checkpoint(cluster, job_id, log, run_dir, 1, rank, expected)
     recover = training_again(log, since, started)
     completed_in_one_allocation(cluster, job_id, log, run_dir)
-    check("restarting it in this allocation from the newest checkpoint (1 of 3)" in log(), log()[-3000:])
+    check("restarting it in this allocation from the newest checkpoint: the last start wrote a newer checkpoint, "
+          "so MAX_RESTARTS=0 is whole again; start 2 of MAX_STARTS=10" in log(), log()[-3000:])
     return _measured(fault, launcher, 2, log(), since, recover, killed=killed)
 
 
 rank_killed = partial(batch_loop_restart, "kill -9 of one rank (the batch loop restarts the step)")
 node_processes_killed = partial(batch_loop_restart, "kill -9 of a node's processes (torchrun agent + workers)")
 
-# Stands in for a trainer that crashes at every start: the loop must give up after MAX_RESTARTS.
-CRASHING_TRAINER = """#!/bin/sh
-echo "crashing trainer started" >&2
+# Stands in for PYTHON: the torchrun agent (python -m launch.agent ...) is the real one; every worker
+# (python -u SCRIPT ...) crashes at once, at every start, after writing which start it is in (its
+# agent's pid and torchrun's restart count: the first worker to crash always gets that far; the others
+# may be killed before they do).
+CRASHING_WORKERS = """#!/bin/sh
+[ "$1" = -m ] && exec python "$@"
+echo "$PPID:$TORCHELASTIC_RESTART_COUNT" >> "$(dirname "$0")/worker_starts"
+echo "crashing trainer started (rank $RANK)" >&2
 exit 1
 """
 
 
 def repeating_failure(cluster: SlurmCluster, data: Path, folder: Path, pin: Sequence[str]) -> None:
-    """1 node, a trainer that crashes at every start: the loop restarts it MAX_RESTARTS times, then
-    gives up with one line and the job FAILED."""
-    script_path = requeue_script(folder, data, "srun", nodes=1, procs=1)
-    trainer = stand_in_trainer(folder, CRASHING_TRAINER)
-    job_id, log = submit_script(cluster, script_path, folder / "run", f"PYTHON={trainer}", "MAX_RESTARTS=2",
-                                sbatch_args=pin)
-    row = cluster.wait_finished(job_id, timeout=180)
-    check(row["State"] == "FAILED", f"{row}\n{log()[-3000:]}")
-    check(log().count("crashing trainer started") == 3, "the first start and MAX_RESTARTS=2 restarts")
-    check(len(re.findall(r"restarting it in this allocation", log())) == 2, log()[-3000:])
-    giving_up = re.findall(r"^.*giving up.*$", log(), re.M)
-    check(len(giving_up) == 1 and "failed 3 time(s)" in giving_up[0] and "MAX_RESTARTS=2" in giving_up[0], log())
+    """The committed slurm/ddp_1node.sh (torchrun, 4 workers) whose workers crash at every start:
+    torchrun's restarts and the loop's share the budget, so it starts 1 + MAX_RESTARTS = 4 times (it
+    was 1 + 3 torchrun restarts inside each of 1 + 3 loop attempts: 16), then gives up with one line."""
+    trainer = stand_in_trainer(folder, CRASHING_WORKERS)
+    run_dir = folder / "run"
+    out = folder / "ddp_1node-%j.out"
+    settings = ["ALL", f"VENV={VENV}", f"LOG_DIR={run_dir}", f"PYTHON={trainer}", f"DATA={data}",
+                "OMP_NUM_THREADS=1"]
+    job_id = cluster.run(["sbatch", "--parsable", "--time=10", f"--output={out}", *pin, "--export",
+                          ",".join(settings), str(REPO / "slurm" / "ddp_1node.sh")], cwd=REPO).stdout.strip()
+    row = cluster.wait_finished(job_id, timeout=360)  # one launch: 4 starts of 4 workers, on a loaded machine
+    log = Path(str(out).replace("%j", job_id)).read_text()
+    check(row["State"] == "FAILED", f"{row}\n{log[-3000:]}")
+    starts = set((folder / "worker_starts").read_text().split())  # (agent, restart): the starts that really ran
+    check(len(starts) == 4, f"{sorted(starts)}\n{log[-4000:]}")
+    torchrun = re.findall(r"torchrun restarts the workers \(its restart (\d) of 3 in this launch\): restart (\d) of "
+                          r"MAX_RESTARTS=3 without a newer checkpoint", log)
+    check(torchrun == [("1", "1"), ("2", "2"), ("3", "3")], log[-4000:])
+    check("restarting it in this allocation" not in log, "the loop must not start it again")
+    giving_up = re.findall(r"^.*giving up.*$", log, re.M)
+    check(len(giving_up) == 1 and "after 4 start(s) in a row without a newer checkpoint (MAX_RESTARTS=3)" in
+          giving_up[0], log[-3000:])
+    check(len({line.split()[0] for line in (run_dir / "starts.log").read_text().splitlines()}) == 4, log[-3000:])
 
 
 def node_failure(cluster: SlurmCluster, data: Path, folder: Path, pin: Sequence[str]) -> Measurement:

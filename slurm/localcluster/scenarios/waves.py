@@ -42,9 +42,8 @@ FAULT_WAVES: Sequence[Wave] = (
 # its victim node and takes it DOWN. Wave 1: the node failure may use node2-node4 (--exclude, not
 # --nodelist: its requeued run must be free to leave the DOWN node); its victim is the second node of its
 # first run, so node3 or node4, which no other job uses, and it requeues onto the two others. The kills
-# and the stop share node1 + node2. Wave 2: the torchrun job (slurm/ddp_1node.sh asks for all 32 CPUs of
-# a node) would hold back any job sharing its node, and wave 1 has no node left for it: it runs with the
-# short crashing trainer.
+# and the stop share node1 + node2. Wave 2: the torchrun jobs (slurm/ddp_1node.sh asks for all 32 CPUs of
+# a node) would hold back any job sharing their node, and wave 1 has no node left for them: one node each.
 RECOVERY_WAVES: Sequence[Wave] = (
     {"node-failure": (recovery.node_failure, ("--exclude=node1",)),
      "rank-killed": (recovery.rank_killed, "node1,node2"),

@@ -1,0 +1,64 @@
+"""Every committed batch file (slurm/*.sh) trains on the test cluster, unedited, through its
+``sbatch --export`` settings alone: the cluster has no ``module`` command (``MODULES=`` skips the
+module loads that slurm/mpi_4node.sh would do), no GPUs (gloo on CPU) and no ImageNet (a tiny JPEG
+folder, one step an epoch).
+
+The allocation is shrunk on sbatch's command line, not in the file (``--nodes=1 --cpus-per-task=1
+--gpus-per-node=1``, which override the ``#SBATCH`` lines, as a user may; the cluster's GPUs are
+stand-ins the CPU trainers never use): the seven then run side by side in about a minute instead of
+one after another (the 4-node files take the whole cluster). The scripts size every launch from
+the allocation, so they run unchanged; trainings across nodes are test_slurm_jobs.py's.
+
+What it proves is that nothing in a file needs a hand edit on such a site: the settings reach the
+trainer, the launchers start, the start budget and the requeue trap are valid bash on real SLURM."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Tuple
+
+import pytest
+
+from slurm.localcluster import SlurmCluster
+from tests.helpers import REPO, read_run
+
+pytestmark = pytest.mark.slurm
+COMMITTED = sorted((REPO / "slurm").glob("*.sh"))
+TINY = "--image-size 32 --steps-per-epoch 1 --val-steps 1 --dist-backend gloo -p 1"
+
+
+def _settings(path: Path, data: Path, tmp: Path) -> str:
+    settings = ["ALL", "MODULES=", f"LOG_DIR={tmp / ('run-' + path.stem)}", f"DATA={data}", "ARCH=resnet18",
+                "EPOCHS=1", "BATCH_SIZE=4", "WORKERS=0", f"EXTRA_ARGS={TINY}", "OMP_NUM_THREADS=1",
+                "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"]  # mpirun refuses root without them
+    if "STAGE_DIR=" in path.read_text():
+        settings.append(f"STAGE_DIR={tmp / 'stage'}")  # the file's default, $TMPDIR, is not set here
+    return ",".join(settings)
+
+
+@pytest.fixture(scope="module")
+def submitted(slurm_cluster: SlurmCluster, data: Path, tmp_path_factory) -> Tuple[Path, Dict[str, str]]:
+    """(the folder of the logs and run folders, name -> job id): every committed file submitted with
+    sbatch and --export only."""
+    tmp = tmp_path_factory.mktemp("committed")
+    jobs = {}
+    for path in COMMITTED:
+        jobs[path.stem] = slurm_cluster.run(
+            ["sbatch", "--parsable", "--time=10", "--nodes=1", "--cpus-per-task=1", "--gpus-per-node=1",
+             f"--output={tmp / '%x-%j.out'}",
+             "--export", _settings(path, data, tmp), str(path)], cwd=REPO).stdout.strip()
+    yield tmp, jobs
+    slurm_cluster.run(["scancel", *jobs.values()], check=False)
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
+def test_committed_file_trains_through_its_export_settings(slurm_cluster: SlurmCluster,
+                                                           submitted: Tuple[Path, Dict[str, str]], path: Path) -> None:
+    tmp, jobs = submitted
+    job_id = jobs[path.stem]
+    row = slurm_cluster.wait_finished(job_id, timeout=420)
+    log_path = tmp / f"{path.stem}-{job_id}.out"
+    log = log_path.read_text() if log_path.exists() else "(no log)"
+    assert row["State"] == "COMPLETED", f"{row}\n{log[-3000:]}"
+    assert "command not found" not in log, log[-3000:]
+    record = read_run(tmp / f"run-{path.stem}")
+    assert record["status"] == "finished" and [e["epoch"] for e in record["epochs"]] == [0], record["status"]
