@@ -12,7 +12,8 @@ given, in which case it is replaced by the next readable image and counted in a 
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Optional, Sequence, Tuple, Union
+import functools
+from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -41,21 +42,33 @@ class ImageFiles(Dataset):
     then depend on the run seed, the epoch and the index only, not on which worker decodes the
     sample or what it decoded before, so a resumed run draws what an uninterrupted one does while
     loader workers (and the shard files they hold open) persist across epochs.
+
+    An item (index, seed or None, size) asks for the sample at another training crop size
+    (progressive resizing): RESIZED(size) makes that transform, once per size and worker.
     """
 
     def __init__(self, source: "sources.FolderIndex | sources.ShardIndex | Sequence[Tuple[str, int]]",
-                 transform: Transform, skip_bad: bool = False):
+                 transform: Transform, skip_bad: bool = False, resized: Optional[Callable[[int], Transform]] = None):
         self.source = source if hasattr(source, "read") else sources.FolderIndex.from_samples(source)
         self.transform = transform
         self.skip_bad = skip_bad
         self.skipped = 0
+        self.resized = resized
+        self.by_size: Dict[int, Transform] = {}
+
+    def _transform(self, size: Optional[int]) -> Transform:
+        if size is None or self.resized is None:
+            return self.transform
+        if size not in self.by_size:
+            self.by_size[size] = self.resized(size)
+        return self.by_size[size]
 
     def __len__(self) -> int:
         return len(self.source)
 
-    def _load(self, index: int) -> Tuple[torch.Tensor, int]:
+    def _load(self, index: int, transform: Transform) -> Tuple[torch.Tensor, int]:
         try:
-            return self.transform(self.source.read(index), self.source.name(index)), self.source.target(index)
+            return transform(self.source.read(index), self.source.name(index)), self.source.target(index)
         except (OSError, ValueError, SyntaxError) as e:  # PIL raises all three for broken files
             name = self.source.name(index)
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -67,17 +80,20 @@ class ImageFiles(Dataset):
                         self.skipped)
             return None  # type: ignore[return-value]
 
-    def __getitem__(self, item: Union[int, Tuple[int, int]]) -> Tuple[torch.Tensor, int]:
+    def __getitem__(self, item: Union[int, tuple]) -> Tuple[torch.Tensor, int]:
         if not isinstance(item, tuple):
-            return self._first_readable(item)
-        index, seed = item
+            return self._first_readable(item, self.transform)
+        index, seed, *size = item
+        transform = self._transform(size[0] if size else None)
+        if seed is None:
+            return self._first_readable(index, transform)
         with torch.random.fork_rng(devices=[]):  # the CPU generator only; restored on exit
             torch.default_generator.manual_seed(seed)
-            return self._first_readable(index)
+            return self._first_readable(index, transform)
 
-    def _first_readable(self, index: int) -> Tuple[torch.Tensor, int]:
+    def _first_readable(self, index: int, transform: Transform) -> Tuple[torch.Tensor, int]:
         for offset in range(len(self)):
-            item = self._load((index + offset) % len(self))
+            item = self._load((index + offset) % len(self), transform)
             if item is not None:
                 return item
         raise DataError("no image in the dataset could be read; check the files and their permissions")
@@ -141,16 +157,30 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device):
 
 def _sample_loaders(cfg, backend: decode.Backend, samples, train_sampler, val_sampler, device: torch.device):
     """DataLoaders over :class:`ImageFiles` decoded by a per-sample backend."""
-    train_set = ImageFiles(samples["train"], backend.transform(True, cfg.image_size), cfg.skip_bad_images)
-    val_set = ImageFiles(samples["val"], backend.transform(False, cfg.image_size), cfg.skip_bad_images)
+    train_set = ImageFiles(samples["train"], backend.transform(True, cfg.image_size), cfg.skip_bad_images,
+                           resized=functools.partial(backend.transform, True))
+    val_set = ImageFiles(samples["val"], backend.transform(False, val_crop_size(cfg), val_resize_size(cfg)),
+                         cfg.skip_bad_images)
     pin = device.type == "cuda"
     return (_loader(train_set, train_sampler, cfg.batch_size, cfg.workers, pin, True, cfg.seed),
             _loader(val_set, val_sampler, cfg.batch_size, cfg.workers, pin, False, cfg.seed))
 
 
-def set_epoch(loader, epoch: int, samples_done: int = 0) -> None:
-    """Prepare the train loader for EPOCH (shuffle order and augmentation seeds, mid-epoch start)."""
+def set_epoch(loader, epoch: int, samples_done: int = 0, resolution: Optional[int] = None) -> None:
+    """Prepare the train loader for EPOCH (shuffle order and augmentation seeds, mid-epoch start, and
+    the training crop size where progressive resizing sets one)."""
     sampler = getattr(loader, "sampler", None)
     if isinstance(sampler, ResumableSampler):
         sampler.set_epoch(epoch)
         sampler.set_start(samples_done)
+        sampler.set_resolution(resolution)
+
+
+def val_crop_size(cfg) -> int:
+    """--val-crop-size, else the training --image-size (pytorch/examples: both 224)."""
+    return getattr(cfg, "val_crop_size", None) or cfg.image_size
+
+
+def val_resize_size(cfg) -> Optional[int]:
+    """--val-resize-size; None: the backend's default, crop * 256 / 224."""
+    return getattr(cfg, "val_resize_size", None)

@@ -2,8 +2,9 @@
 
 ``--data-backend NAME`` picks one. A backend is one of two kinds:
 
-- a per-sample transform, ``transform(train, image_size)`` -> ``Transform`` (encoded bytes -> one
-  CHW image): the loader runs it in DataLoader workers on each sample its sampler chooses
+- a per-sample transform, ``transform(train, image_size, resize_size=None)`` -> ``Transform``
+  (encoded bytes -> one CHW image; validation resizes the short side to RESIZE_SIZE, by default
+  image_size * 256 / 224, and centre-crops IMAGE_SIZE): the loader runs it in DataLoader workers on each sample its sampler chooses
   (``pil``, ``baseline``, ``fast``, ``device``);
 - a batch backend, ``loaders(cfg, samples, train_sampler, val_sampler, rank, device)`` -> (train,
   val): it decodes whole batches itself, over the same samplers (``dali``).
@@ -25,7 +26,7 @@ from .base import Transform
 @dataclass(frozen=True)
 class Backend:
     """A registered backend: exactly one of ``transform`` and ``loaders`` is set."""
-    transform: Optional[Callable[[bool, int], Transform]] = None
+    transform: Optional[Callable[..., Transform]] = None
     loaders: Optional[Callable] = None
 
     @property
@@ -65,10 +66,10 @@ def per_sample_names() -> List[str]:
     return sorted(name for name, backend in BACKENDS.items() if backend.per_sample)
 
 
-def transform(name: str, train: bool, image_size: int) -> Transform:
+def transform(name: str, train: bool, image_size: int, resize_size: Optional[int] = None) -> Transform:
     """The per-sample transform of backend NAME; DataError for a batch backend (dali)."""
     backend = get_backend(name)
     if not backend.per_sample:
         raise DataError(f"--data-backend {name} decodes whole batches, not single samples; "
                         f"choose one of: {', '.join(per_sample_names())}")
-    return backend.transform(train, image_size)
+    return backend.transform(train, image_size, resize_size)

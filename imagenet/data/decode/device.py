@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import List, NamedTuple, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from PIL import Image
@@ -49,7 +49,7 @@ def decoder_name() -> str:
     return "torchcodec" if _torchcodec_decode_jpeg is not None else "torchvision"
 
 
-VAL = -1  # a box row whose height is VAL asks for the validation transform
+VAL = -1  # a box row whose height is VAL asks for the validation transform; its first column is the resize
 
 
 class EncodedImage(NamedTuple):
@@ -116,8 +116,8 @@ def exif_orientation(buf: bytes) -> int:
 
 def _transform(image: torch.Tensor, row: Sequence[int]) -> torch.Tensor:
     top, left, height, width, flip, size, _orientation = row
-    if height == VAL:  # Resize(size * 256 / 224) of the short side, then CenterCrop(size), as the others
-        return TF.center_crop(_resize(image, *resized_hw(*image.shape[-2:], val_resize(size))), [size, size])
+    if height == VAL:  # Resize(top: the short side's size) then CenterCrop(size), as the others
+        return TF.center_crop(_resize(image, *resized_hw(*image.shape[-2:], top)), [size, size])
     crop = image[:, top:top + height, left:left + width]
     return _resize(crop.flip(-1) if flip else crop, size, size)
 
@@ -142,14 +142,15 @@ class EncodedTrain:
 
 
 class EncodedVal:
-    """bytes -> bytes, for Resize + CenterCrop on the device."""
+    """bytes -> bytes, for Resize(resize_size, default size*256/224) + CenterCrop on the device."""
 
-    def __init__(self, image_size: int):
+    def __init__(self, image_size: int, resize_size: Optional[int] = None):
         self.size = image_size
+        self.resize = resize_size or val_resize(image_size)
 
     def __call__(self, buf: bytes, name: str = "") -> EncodedImage:
         buf, _ = _device_jpeg(buf)
-        return _encoded(buf, [0, 0, VAL, VAL, 0, self.size], name)
+        return _encoded(buf, [self.resize, 0, VAL, VAL, 0, self.size], name)
 
 
 def _device_jpeg(buf: bytes) -> Tuple[bytes, JpegFrame]:
@@ -172,8 +173,8 @@ def _encoded(buf: bytes, row: List[int], path: str) -> EncodedImage:
     return EncodedImage(torch.frombuffer(bytearray(buf), dtype=torch.uint8), torch.tensor([*row, orientation]), path)
 
 
-def device_backend(train: bool, image_size: int):
-    return EncodedTrain(image_size) if train else EncodedVal(image_size)
+def device_backend(train: bool, image_size: int, resize_size: Optional[int] = None):
+    return EncodedTrain(image_size) if train else EncodedVal(image_size, resize_size)
 
 
 def collate(batch):

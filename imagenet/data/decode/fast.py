@@ -38,7 +38,7 @@ from __future__ import annotations
 import io
 import logging
 import math
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from PIL import Image
@@ -168,15 +168,15 @@ def resize_uint8(chw: torch.Tensor, height: int, width: int) -> torch.Tensor:
 
 
 class FastVal:
-    """Resize(size*256/224) + CenterCrop(size) on uint8 tensors.
+    """Resize(resize_size, default size*256/224) + CenterCrop(size) on uint8 tensors.
 
     Validation decodes in full, without DCT scaling: it is ~4 % of the images an epoch reads, and
     its accuracy is compared with published numbers, so it stays within rounding of the baseline.
     """
 
-    def __init__(self, image_size: int):
+    def __init__(self, image_size: int, resize_size: Optional[int] = None):
         self.size = image_size
-        self.resize = val_resize(image_size)
+        self.resize = resize_size or val_resize(image_size)
 
     def __call__(self, buf: bytes, name: str = "") -> torch.Tensor:
         hwc = decode_hwc(buf)  # None for what is not a JPEG, too: simplejpeg rejects it
@@ -200,7 +200,7 @@ def _shape_only(height: int, width: int) -> torch.Tensor:
 _told_no_region_decoder = False
 
 
-def fast_backend(train: bool, image_size: int) -> Transform:
+def fast_backend(train: bool, image_size: int, resize_size: Optional[int] = None) -> Transform:
     """Decode only what is needed; uint8 CHW output."""
     global _told_no_region_decoder
     if not region_decoder_available() and not _told_no_region_decoder:
@@ -208,5 +208,5 @@ def fast_backend(train: bool, image_size: int) -> Transform:
         log.warning("the fast backend runs without its region decoder (imagenet/data/decode/_jpeg_region.c is "
                     "not built: `pip install -e .` with a C compiler and libjpeg-turbo's headers, e.g. "
                     "libjpeg-dev); it decodes the rows down to each crop instead, at a lower rate per core")
-    return FastTrain(image_size) if train else FastVal(image_size)
+    return FastTrain(image_size) if train else FastVal(image_size, resize_size)
 
