@@ -25,6 +25,8 @@ from typing import Any, List, Optional
 import torch
 
 from . import checkpoint, distributed, preemption, profiling
+from .accumulation import accumulate
+from .mixing import hard_labels
 from .terminal import overwrite_progress
 from .data.loader import set_epoch
 from .data.normalize import DeviceNormalizer
@@ -56,6 +58,10 @@ class Parts:
     tb: Any
     record: RunRecord
     run_dir: Path
+    ema: Any = None                 # imagenet.ema.WeightAverage, validated beside the model
+    mix: Any = None                 # imagenet.mixing's batch transform (Mixup/CutMix)
+    accum_steps: int = 1            # micro-batches per optimizer step (imagenet.accumulation)
+    resolution: Any = None          # imagenet.data.resolution.ResolutionRamp: the train size per epoch
 
 
 @dataclass
@@ -93,7 +99,7 @@ class Trainer:
         self.cfg, self.info, self.p, self.stop = cfg, info, parts, stop
         self.state = TrainState(epoch=cfg.start_epoch)
         self.throughput = Throughput()
-        self.steps_per_epoch = len(parts.train_loader)
+        self.steps_per_epoch = len(parts.train_loader) // parts.accum_steps  # optimizer steps
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
         self.global_batch = cfg.batch_size * info.world_size
@@ -116,7 +122,8 @@ class Trainer:
                 "history": s.history,
                 "model": self.p.raw_model.state_dict(), "optimizer": self.p.optimizer.state_dict(),
                 "scheduler": self.p.scheduler.state_dict(), "precision": self.p.precision.state_dict(),
-                "rng": checkpoint.rng_state(), "config": self.cfg.to_dict()}
+                "rng": checkpoint.rng_state(), "config": self.cfg.to_dict(),
+                **({"ema": self.p.ema.state_dict()} if self.p.ema is not None else {})}
 
     def load_state_dict(self, ckpt: dict) -> None:
         s = self.state
@@ -127,6 +134,8 @@ class Trainer:
         self.p.optimizer.load_state_dict(ckpt["optimizer"])
         self.p.scheduler.load_state_dict(ckpt["scheduler"])
         self.p.precision.load_state_dict(ckpt["precision"])
+        if self.p.ema is not None and "ema" in ckpt:  # else the average starts from the resumed weights
+            self.p.ema.load_state_dict(ckpt["ema"])
         self.skipped_seen = self.p.precision.skipped_steps
         checkpoint.set_rng_state(ckpt["rng"])
         saved_batch = int(ckpt.get("global_batch", self.global_batch))
@@ -180,25 +189,35 @@ class Trainer:
         self.periodic_saves += 1
 
     # ---------------------------------------------------------------- one training epoch
-    def _step(self, images: torch.Tensor, target: torch.Tensor):
+    def _forward_loss(self, images: torch.Tensor, target: torch.Tensor):
         p = self.p
         images = p.precision.cast_input(p.normalizer(images))
         target = target.to(self.info.device, non_blocking=True)
+        if p.mix is not None:
+            images, target = p.mix(images, target)  # soft labels from here on
         with p.precision.autocast():
             output = p.model(images)
-        loss = p.criterion(output.float(), target)
+        return p.criterion(output.float(), target), output, target
+
+    def _step(self, batches: List[tuple]) -> List[tuple]:
+        """One optimizer step over BATCHES (micro-batches when accumulating); their (loss, output,
+        target) triples."""
+        p = self.p
         p.precision.zero_grad(p.optimizer)
-        p.precision.backward(loss, p.optimizer)
+        results = accumulate(p.model, batches, self._forward_loss, lambda loss: p.precision.backward(loss, p.optimizer))
         p.precision.step(p.optimizer)
         p.scheduler.step()
-        return loss, output, target
+        if p.ema is not None:
+            p.ema.after_step(p.raw_model, p.scheduler.last_epoch - 1)  # the global step just taken
+        return results
 
     def train_epoch(self, epoch: int) -> Optional[dict]:
         """Train one epoch; None when a stop signal interrupted it (after saving a checkpoint)."""
         p, cfg = self.p, self.cfg
         p.model.train()
         first = self.state.step_in_epoch
-        set_epoch(p.train_loader, epoch, first * cfg.batch_size)
+        resolution = p.resolution.at(epoch) if p.resolution is not None else None
+        set_epoch(p.train_loader, epoch, first * cfg.batch_size * p.accum_steps, resolution)
         meter, clock = EpochMeter(self.info.device), StepClock()
         warm = min(WARMUP_STEPS, (self.steps_per_epoch - first) // 4)
         interval = (first, time.perf_counter(), 0.0)
@@ -208,11 +227,12 @@ class Trainer:
         self.step_times.restart()
         self.step_times.mark(counted=False)
         for step in range(first, self.steps_per_epoch):
-            images, target = next(loader)
+            batches = [next(loader) for _ in range(p.accum_steps)]
             clock.data_ready()
-            loss, output, target = self._step(images, target)
+            results = self._step(batches)
             self.profiler.step()
-            meter.update(loss, output, target)
+            for loss, output, target in results:
+                meter.update(loss, output, hard_labels(target))
             done = step + 1
             self.step_times.mark(counted=done - first > warm)
             if done - first == warm and steady_start is None:
@@ -246,7 +266,7 @@ class Trainer:
             return
         t = self.throughput
         t.seconds += time.perf_counter() - start
-        t.images += steps * self.cfg.batch_size
+        t.images += steps * self.cfg.batch_size * self.p.accum_steps
         t.steps += steps
         t.data_s += data_s
         t.warmup_steps += warm
@@ -324,9 +344,11 @@ class Trainer:
 
     # ---------------------------------------------------------------- validation
     @torch.no_grad()
-    def validate(self) -> dict:
+    def validate(self, model: Optional[torch.nn.Module] = None) -> dict:
+        """Validate MODEL (default: the trained model)."""
         p = self.p
-        p.eval_model.eval()
+        model = p.eval_model if model is None else model
+        model.eval()
         meter, start = EpochMeter(self.info.device), time.perf_counter()
         for i, (images, target) in enumerate(p.val_loader):
             if self.cfg.val_steps and i >= self.cfg.val_steps:
@@ -334,7 +356,7 @@ class Trainer:
             images = p.precision.cast_input(p.normalizer(images))
             target = target.to(self.info.device, non_blocking=True)
             with p.precision.autocast():
-                output = p.eval_model(images)
+                output = model(images)
             meter.update(p.criterion(output.float(), target), output, target)
         stats = meter.global_()
         wall = time.perf_counter() - start
@@ -356,6 +378,13 @@ class Trainer:
                   f"loss {row['val_loss']:.4f}  ({row['val_samples']} images)  train "
                   f"{row['train_images_per_s']:.1f} img/s", flush=True)
 
+    def _validate_ema(self) -> dict:
+        row = self.validate(self.p.ema.module)
+        self.state.elapsed_s += row["val_time_s"]
+        if self.info.is_primary:
+            print(f" * EMA of the weights: val top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}", flush=True)
+        return {f"{key}_ema": row[key] for key in ("val_loss", "val_top1", "val_top5", "val_time_s")}
+
     def _reached(self, top1: float) -> bool:
         return self.cfg.desired_acc is not None and top1 >= 100.0 * self.cfg.desired_acc
 
@@ -369,6 +398,8 @@ class Trainer:
                 return EXIT_PREEMPTED
             val_row = self.validate()
             self.state.elapsed_s += val_row["val_time_s"]
+            if self.p.ema is not None:
+                val_row.update(self._validate_ema())
             row = {"epoch": epoch, **train_row, **val_row}
             self.state.history.append(row)
             is_best = row["val_top1"] > self.state.best_top1

@@ -28,7 +28,8 @@ def test_ramp_matches_ffcv_per_step_interpolation():
     s = Schedule("ramp", epochs=5, peak_epoch=2)
     assert lr_factor(0, SPE, s) == pytest.approx(1e-4)
     assert lr_factor(2 * SPE, SPE, s) == pytest.approx(1.0)  # the peak
-    assert lr_factor(SPE + 5, SPE, s) == pytest.approx((1e-4 + 0.5 * (1 - 1e-4)) + 0.5 * (1 - (1e-4 + 0.5 * (1 - 1e-4))))
+    at_one = 1e-4 + 0.5 * (1 - 1e-4)  # epoch 1, half-way up
+    assert lr_factor(SPE + 5, SPE, s) == pytest.approx(at_one + 0.5 * (1 - at_one))
     last = 5 * SPE - 1
     assert lr_factor(last, SPE, s) == pytest.approx((1 / 3) * (1 / SPE))  # from 1/3 at epoch 4 towards 0
 
@@ -39,9 +40,11 @@ def test_warmup_start_and_end(start):
     warm = 3 * SPE
     first = lr_factor(0, SPE, s)
     assert first == pytest.approx(1 / warm if start is None else start)
-    assert lr_factor(warm - 1, SPE, s) == pytest.approx(1.0 if start is None else start + (1 - start) * (warm - 1) / warm)
+    end = 1.0 if start is None else start + (1 - start) * (warm - 1) / warm
+    assert lr_factor(warm - 1, SPE, s) == pytest.approx(end)
     assert lr_factor(warm, SPE, s) == pytest.approx(1.0)
-    assert lr_factor(10 * SPE - 1, SPE, s) == pytest.approx(0.5 * (1 + math.cos(math.pi * (10 * SPE - 1 - warm) / (7 * SPE))))
+    last = 10 * SPE - 1
+    assert lr_factor(last, SPE, s) == pytest.approx(0.5 * (1 + math.cos(math.pi * (last - warm) / (7 * SPE))))
 
 
 def test_step_schedule_as_pytorch_examples():

@@ -4,7 +4,8 @@
 
 - a per-sample transform, ``transform(train, image_size, resize_size=None)`` -> ``Transform``
   (encoded bytes -> one CHW image; validation resizes the short side to RESIZE_SIZE, by default
-  image_size * 256 / 224, and centre-crops IMAGE_SIZE): the loader runs it in DataLoader workers on each sample its sampler chooses
+  image_size * 256 / 224, and centre-crops IMAGE_SIZE): the loader runs it in DataLoader workers
+  on each sample its sampler chooses
   (``pil``, ``baseline``, ``fast``, ``device``);
 - a batch backend, ``loaders(cfg, samples, train_sampler, val_sampler, rank, device)`` -> (train,
   val): it decodes whole batches itself, over the same samplers (``dali``).

@@ -122,8 +122,8 @@ def _graph(source: EpochSource, train: bool, image_size: int, gpu: bool, resize_
     else:
         # the stored frame, EXIF orientation ignored, as every other backend (see decode/device.py)
         images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB, adjust_orientation=False)
-        images = fn.resize(images, resize_shorter=resize_size or val_resize(image_size), interp_type=types.INTERP_LINEAR,
-                           antialias=True)
+        images = fn.resize(images, resize_shorter=resize_size or val_resize(image_size),
+                           interp_type=types.INTERP_LINEAR, antialias=True)
         images = fn.crop(images, crop=[image_size, image_size])
     return images, labels
 

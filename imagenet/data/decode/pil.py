@@ -36,7 +36,8 @@ def baseline_backend(train: bool, image_size: int, resize_size: Optional[int] = 
     if train:
         ops = T1.Compose([T1.RandomResizedCrop(image_size), T1.RandomHorizontalFlip(), T1.ToTensor(), normalize])
     else:
-        ops = T1.Compose([T1.Resize(resize_size or val_resize(image_size)), T1.CenterCrop(image_size), T1.ToTensor(), normalize])
+        ops = T1.Compose([T1.Resize(resize_size or val_resize(image_size)), T1.CenterCrop(image_size), T1.ToTensor(),
+                          normalize])
     return _Composed(ops)
 
 
