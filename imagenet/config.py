@@ -41,8 +41,22 @@ class TrainConfig:
                                nargs="?", metavar="DIR")
     dummy: bool = _opt(False, "--dummy", help="synthetic tensors instead of images (compute-only benchmarks)",
                        action="store_true")
-    image_size: int = _opt(224, "--image-size", help="training crop size (validation resizes to size*256/224 "
-                           "then centre-crops)", type=int)
+    image_size: int = _opt(224, "--image-size", "--train-crop-size", help="training crop size (validation "
+                           "resizes to size*256/224 then centre-crops, unless --val-resize-size/--val-crop-size)",
+                           type=int)
+    val_resize_size: Optional[int] = _opt(None, "--val-resize-size", help="validation: resize the short side to "
+                                          "this (default: val crop size * 256 / 224)", type=int)
+    val_crop_size: Optional[int] = _opt(None, "--val-crop-size", help="validation: centre crop size (default: "
+                                        "--image-size)", type=int)
+    min_res: Optional[int] = _opt(None, "--min-res", help="progressive resizing (FFCV): train at this size up to "
+                                  "--start-ramp, then grow to --max-res by --end-ramp in multiples of 32; not with "
+                                  "--data-backend dali", type=int)
+    max_res: Optional[int] = _opt(None, "--max-res", help="progressive resizing: the final training size", type=int)
+    start_ramp: int = _opt(0, "--start-ramp", help="progressive resizing: the last epoch at --min-res", type=int)
+    end_ramp: int = _opt(0, "--end-ramp", help="progressive resizing: the first epoch at --max-res", type=int)
+    mixup_alpha: float = _opt(0.0, "--mixup-alpha", help="Mixup's Beta parameter (0: off); with --cutmix-alpha "
+                              "each batch gets one of the two", type=float)
+    cutmix_alpha: float = _opt(0.0, "--cutmix-alpha", help="CutMix's Beta parameter (0: off)", type=float)
     workers: int = _opt(4, "-j", "--workers", help="data-loading worker processes per training process (per NODE "
                         "with --dist-url, divided among its processes, rounded up, as in pytorch/examples)",
                         type=int)
@@ -72,6 +86,15 @@ class TrainConfig:
     arch: str = _opt("resnet18", "-a", "--arch", help="torchvision model name", metavar="ARCH")
     pretrained: bool = _opt(False, "--pretrained", help="start from torchvision's pretrained weights",
                             action="store_true")
+    zero_init_residual: bool = _opt(False, "--zero-init-residual", help="zero the last BatchNorm weight of each "
+                                    "residual block, so each block starts as the identity (Goyal et al. 2017)",
+                                    action="store_true")
+    model_ema: bool = _opt(False, "--model-ema", help="keep an exponential moving average of the weights, "
+                           "validated beside the model and checkpointed", action="store_true")
+    model_ema_steps: int = _opt(32, "--model-ema-steps", help="update the average every N optimizer steps",
+                                type=int)
+    model_ema_decay: float = _opt(0.99998, "--model-ema-decay", help="the average's decay, adjusted to the global "
+                                  "batch and epochs as torchvision's reference does", type=float)
     channels_last: Optional[bool] = _opt(None, "--channels-last", help="NHWC memory format (default: on for "
                                          "CUDA, where tensor-core convs want it; off on CPU, where it is slower)",
                                          action=argparse.BooleanOptionalAction)
@@ -93,11 +116,22 @@ class TrainConfig:
                      "(scaled linearly, see --lr-scaling)", type=float)
     lr_scaling: str = _opt("linear", "--lr-scaling", help="linear: lr * global_batch / 256; none: use --lr "
                            "as given", choices=("linear", "none"))
-    lr_schedule: str = _opt("step", "--lr-schedule", help="step (x0.1 at --lr-steps) or cosine",
-                            choices=("step", "cosine"))
+    opt: str = _opt("sgd", "--opt", help="optimizer: sgd (momentum), lars (MLPerf's; norm and bias "
+                    "parameters unadapted), lamb", choices=("sgd", "lars", "lamb"))
+    lars_coefficient: float = _opt(0.001, "--lars-coefficient", help="LARS trust coefficient (eeta)", type=float)
+    accum_steps: int = _opt(1, "--accum-steps", help="micro-batches per optimizer step: the global batch is "
+                            "-b x processes x this; see docs/recipes.md for what differs with BatchNorm", type=int)
+    lr_schedule: str = _opt("step", "--lr-schedule", "--lr-scheduler", help="per step: step (x0.1 at --lr-steps), "
+                            "cosine, poly (MLPerf: --lr-power, --lr-end) or ramp (FFCV: linear up to "
+                            "--lr-peak-epoch, then down to 0)", choices=("step", "cosine", "poly", "ramp"))
+    lr_warmup_decay: Optional[float] = _opt(None, "--lr-warmup-decay", help="the warm-up's start factor of the "
+                                            "peak LR (default: (step+1)/warm-up steps)", type=float)
+    lr_power: float = _opt(2.0, "--lr-power", help="poly schedule's power", type=float)
+    lr_end: float = _opt(0.0, "--lr-end", help="poly schedule's end LR", type=float)
+    lr_peak_epoch: float = _opt(2.0, "--lr-peak-epoch", help="ramp schedule's peak epoch", type=float)
     lr_steps: tuple = _opt((30, 60, 80), "--lr-steps", help="epochs where the step schedule divides lr by 10",
                            type=int, nargs="+")
-    warmup_epochs: Optional[float] = _opt(None, "--warmup-epochs", help="linear warm-up length (default: 5 "
+    warmup_epochs: Optional[float] = _opt(None, "--warmup-epochs", "--lr-warmup-epochs", help="linear warm-up length (default: 5 "
                                           "when the scaled lr exceeds the base lr, else 0)", type=float)
     momentum: float = _opt(0.9, "--momentum", help="SGD momentum", type=float)
     optimizer_impl: str = _opt("auto", "--optimizer-impl", help="SGD kernels: fused (one kernel for all "
@@ -107,6 +141,8 @@ class TrainConfig:
     weight_decay: float = _opt(1e-4, "--wd", "--weight-decay", help="weight decay", type=float)
     no_bn_wd: bool = _opt(False, "--no-bn-wd", help="no weight decay on BatchNorm and bias parameters",
                           action="store_true")
+    norm_weight_decay: Optional[float] = _opt(None, "--norm-weight-decay", help="weight decay of normalisation "
+                                              "layers (default: 0 with --no-bn-wd, else --wd)", type=float)
     label_smoothing: float = _opt(0.0, "--label-smoothing", help="cross-entropy label smoothing", type=float)
     desired_acc: Optional[float] = _opt(None, "--desired-acc", help="stop once validation top-1 reaches this "
                                         "(0.75 or 75 both mean 75%%)", type=float)
@@ -228,6 +264,46 @@ def build_parser(variant: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _check_recipe_components(cfg: TrainConfig) -> None:
+    """The large-batch components' settings (optimizer, schedule, EMA, resolution, accumulation)."""
+    from .data.resolution import ResolutionRamp
+
+    if cfg.accum_steps < 1:
+        raise ConfigError(f"--accum-steps must be at least 1 (got {cfg.accum_steps})")
+    if cfg.accum_steps > 1 and cfg.amp_backend == "apex":
+        raise ConfigError("--accum-steps with --amp-backend apex: Apex would unscale the gradients once per "
+                          "micro-batch; use --amp-backend native")
+    if cfg.lars_coefficient <= 0 or cfg.lr_power <= 0 or cfg.lr_end < 0:
+        raise ConfigError(f"--lars-coefficient {cfg.lars_coefficient:g} and --lr-power {cfg.lr_power:g} must be "
+                          f"positive, --lr-end {cfg.lr_end:g} at least 0")
+    if cfg.lr_warmup_decay is not None and not 0 <= cfg.lr_warmup_decay <= 1:
+        raise ConfigError(f"--lr-warmup-decay is a start factor in [0, 1] (got {cfg.lr_warmup_decay:g})")
+    if cfg.lr_schedule == "ramp" and not 0 < cfg.lr_peak_epoch < cfg.epochs:
+        raise ConfigError(f"--lr-peak-epoch {cfg.lr_peak_epoch:g} must lie between 0 and --epochs {cfg.epochs}")
+    if cfg.norm_weight_decay is not None and cfg.norm_weight_decay < 0:
+        raise ConfigError(f"--norm-weight-decay must be >= 0 (got {cfg.norm_weight_decay:g})")
+    if cfg.model_ema_steps < 1 or not 0 <= cfg.model_ema_decay < 1:
+        raise ConfigError(f"--model-ema-steps {cfg.model_ema_steps} must be >= 1 and --model-ema-decay "
+                          f"{cfg.model_ema_decay:g} in [0, 1)")
+    if cfg.mixup_alpha < 0 or cfg.cutmix_alpha < 0:
+        raise ConfigError(f"--mixup-alpha {cfg.mixup_alpha:g} / --cutmix-alpha {cfg.cutmix_alpha:g} must be >= 0 "
+                          "(0 turns each off)")
+    if cfg.zero_init_residual and cfg.pretrained:
+        raise ConfigError("--zero-init-residual initialises a new model; drop it or --pretrained")
+    for flag, size in (("--val-resize-size", cfg.val_resize_size), ("--val-crop-size", cfg.val_crop_size)):
+        if size is not None and size < 16:
+            raise ConfigError(f"{flag} must be at least 16 (got {size})")
+    if (cfg.min_res is None) != (cfg.max_res is None):
+        raise ConfigError("progressive resizing needs both --min-res and --max-res (or neither)")
+    if cfg.min_res is not None:
+        problem = ResolutionRamp(cfg.min_res, cfg.max_res, cfg.start_ramp, cfg.end_ramp).problem()
+        if problem:
+            raise ConfigError(problem)
+        if cfg.data_backend == "dali":
+            raise ConfigError("--min-res/--max-res: the dali backend fixes its resize size when its pipeline is "
+                              "built; use --data-backend fast, device or pil for progressive resizing")
+
+
 def _check(cfg: TrainConfig) -> None:
     if cfg.batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1 (got {cfg.batch_size})")
@@ -262,6 +338,7 @@ def _check(cfg: TrainConfig) -> None:
                           ">= 0 (0 turns each off)")
     if cfg.straggler_threshold < 0:
         raise ConfigError(f"--straggler-threshold must be >= 0 (got {cfg.straggler_threshold}; 0 turns it off)")
+    _check_recipe_components(cfg)
     if cfg.dist_url and cfg.variant in ("nd", "dp"):
         raise ConfigError(f"--dist-url needs a distributed variant; use imagenet_ddp.py, not the {cfg.variant} one")
     if cfg.dist_url and (cfg.world_size < 1 or not 0 <= cfg.rank < cfg.world_size):

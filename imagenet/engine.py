@@ -102,7 +102,7 @@ class Trainer:
         self.steps_per_epoch = len(parts.train_loader) // parts.accum_steps  # optimizer steps
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
-        self.global_batch = cfg.batch_size * info.world_size
+        self.global_batch = cfg.batch_size * info.world_size * parts.accum_steps
         self.overwrite = overwrite_progress()
         self.skipped_seen = 0  # overflowed fp16 steps already reported
         self.profiler = profiling.start(cfg.profile_steps, WARMUP_STEPS, info.is_primary, parts.run_dir,

@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import checkpoint, distributed, models, optim, precision, preemption, sysinfo, tblog
+from . import checkpoint, distributed, ema, mixing, models, optim, precision, preemption, sysinfo, tblog
 from .data import decode, loader, staging
+from .data.resolution import ResolutionRamp
 from .data.normalize import DeviceNormalizer
 from .errors import one_line
 from .engine import Parts, Trainer
@@ -115,6 +116,21 @@ def _compiled(model: torch.nn.Module, cfg) -> torch.nn.Module:
     return torch.compile(model, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
 
 
+def _weight_average(model: torch.nn.Module, cfg, global_batch: int, warmup_steps: float):
+    """--model-ema's average of MODEL's (possibly resumed) weights, or None."""
+    if not cfg.model_ema:
+        return None
+    decay = ema.adjusted_decay(cfg.model_ema_decay, global_batch, cfg.model_ema_steps, cfg.epochs)
+    return ema.WeightAverage(model, decay, cfg.model_ema_steps, warmup_steps)
+
+
+def _resolution(cfg):
+    """The progressive-resizing ramp, or None (train at --image-size throughout)."""
+    if cfg.min_res is None:
+        return None
+    return ResolutionRamp(cfg.min_res, cfg.max_res, cfg.start_ramp, cfg.end_ramp)
+
+
 def build_and_run(cfg, info: distributed.DistInfo) -> int:
     _seed_everything(cfg)
     spec = precision.resolve(cfg, info.device)
@@ -124,16 +140,20 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     train_loader, val_loader, num_classes = loader.build_loaders(data_cfg, info.rank, info.world_size, info.device)
     run_dir = _run_dir(cfg, info, spec)
     channels_last = cfg.use_channels_last(info.device.type)
-    model = models.prepare(models.build(cfg.arch, num_classes, cfg.pretrained), info.device, channels_last,
-                           _use_sync_bn(cfg, info))
-    global_batch = cfg.batch_size * info.world_size
+    model = models.prepare(models.build(cfg.arch, num_classes, cfg.pretrained, cfg.zero_init_residual), info.device,
+                           channels_last, _use_sync_bn(cfg, info))
+    global_batch = cfg.batch_size * info.world_size * cfg.accum_steps
     lr = optim.peak_lr(cfg, global_batch)
     warmup = optim.warmup_epochs(cfg, lr)
     optimizer = optim.build_optimizer(model, cfg, lr)
+    if cfg.accum_steps > 1 and spec.backend == "apex":
+        raise precision.PrecisionError("--accum-steps needs native mixed precision (Apex unscales per micro-batch); "
+                                       "add --amp-backend native")
     prec = precision.build(spec, info.device)
     model, optimizer = prec.setup(model, optimizer)
-    steps = min(len(train_loader), cfg.steps_per_epoch or len(train_loader))
-    scheduler = optim.build_scheduler(optimizer, cfg, steps, warmup)
+    steps = len(train_loader) // cfg.accum_steps  # optimizer steps per epoch
+    steps = min(steps, cfg.steps_per_epoch or steps)
+    scheduler = optim.build_scheduler(optimizer, cfg, steps, warmup, lr)
 
     resume, ckpt = checkpoint.load_for_resume(cfg.resume, run_dir)
     if ckpt is not None:
@@ -156,7 +176,9 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     parts = Parts(step_model, raw_model, eval_model, optimizer, scheduler, prec,
                   torch.nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing).to(info.device),
                   train_loader, val_loader, DeviceNormalizer(info.device, channels_last), tb, record,
-                  run_dir)
+                  run_dir, ema=_weight_average(raw_model, cfg, global_batch, warmup * steps),
+                  mix=mixing.build(cfg.mixup_alpha, cfg.cutmix_alpha, num_classes), accum_steps=cfg.accum_steps,
+                  resolution=_resolution(cfg))
     trainer = Trainer(cfg, info, parts, preemption.for_run())
     if ckpt is not None and not cfg.evaluate:
         trainer.load_state_dict(ckpt)
