@@ -254,11 +254,9 @@ def dali_loaders(cfg, samples, train_sampler, val_sampler, rank: int, device: to
         require_dali()
     except DaliUnavailable as e:
         raise DataError(str(e)) from None
-    if cfg.skip_bad_images:
-        raise DataError("--skip-bad-images does not work with --data-backend dali (DALI decodes whole batches); "
-                        "use --data-backend fast to find and skip bad files")
+    # --skip-bad-images with dali is refused by the settings' validation, before anything starts.
     make = lambda split, sampler, train, max_batches: DaliLoader(  # noqa: E731
-        FileReader(samples[split]), sampler, cfg.batch_size, train, cfg.image_size, device,
-        cfg.workers, cfg.seed, rank, max_batches)
-    return (make("train", train_sampler, True, cfg.steps_per_epoch),
-            make("val", val_sampler, False, cfg.val_steps))
+        FileReader(samples[split]), sampler, cfg.batch.per_process, train, cfg.data.image_size, device,
+        cfg.batch.workers, cfg.run.seed, rank, max_batches)
+    return (make("train", train_sampler, True, cfg.data.steps_per_epoch),
+            make("val", val_sampler, False, cfg.data.val_steps))
