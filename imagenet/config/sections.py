@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, Optional, Tuple
 
+from .. import recipes
 from .choices import COMPILE_MODES, DIST_BACKENDS, OPT_LEVELS, VARIANTS
 from .batch import Batch
 
@@ -217,8 +218,8 @@ class LoggingSettings:
 @dataclass(frozen=True)
 class RunSettings:
     """What kind of run this is: the variant, the recipe, the seed, training or evaluation only."""
-    recipe: str = _opt("examples", "--recipe", help="a named, cited preset of settings (flags given here win); "
-                       "the list: docs/configuration.md", metavar="NAME")
+    recipe: str = _opt("examples", "--recipe", help=f"a named, cited preset of settings: {', '.join(recipes.names())} "
+                       "(flags given here win; sources and values: docs/configuration.md)", metavar="NAME")
     seed: Optional[int] = _opt(None, "--seed", help="seed everything; with --deterministic, bit-exact "
                                "reruns and resumes", type=int)
     evaluate: bool = _opt(False, "-e", "--evaluate", help="validate only", action="store_true")
