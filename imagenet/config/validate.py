@@ -45,8 +45,9 @@ def _check_data(s: Settings, check_folder: bool) -> None:
         raise ConfigError(f"--skip-bad-images does not work with --data-backend {data.data_backend} (it decodes "
                           "whole batches); drop --skip-bad-images or use --data-backend fast")
     if check_folder and not data.dummy and not Path(data.root).is_dir():
-        raise ConfigError(f"no dataset folder {data.root}: give the ImageNet root holding train/ and val/ "
-                          "(or a shard folder), or --dummy")
+        problem = "is not a folder" if Path(data.root).exists() else "does not exist"
+        raise ConfigError(f"dataset directory {data.root} {problem}; give the ImageNet root holding train/ and "
+                          "val/ (or a shard folder), or --dummy")
 
 
 def _check_optim(s: Settings) -> None:

@@ -68,7 +68,7 @@ def test_bad_values_raise_one_line_config_error(argv, words):
 
 def test_missing_data_folder_is_refused_only_when_asked(tmp_path):
     assert config.parse([str(tmp_path / "absent")]).data.root == str(tmp_path / "absent")
-    with pytest.raises(config.ConfigError, match="no dataset folder .*absent"):
+    with pytest.raises(config.ConfigError, match="dataset directory .*absent does not exist"):
         config.parse([str(tmp_path / "absent")], check_data=True)
     assert config.parse([str(tmp_path)], check_data=True).data.root == str(tmp_path)
     command = config.parse_command(["--print-config", str(tmp_path / "absent")], "ddp", environ={})
