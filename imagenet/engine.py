@@ -97,26 +97,26 @@ class Throughput:
 class Trainer:
     def __init__(self, cfg, info: distributed.DistInfo, parts: Parts, stop: StopSignal):
         self.cfg, self.info, self.p, self.stop = cfg, info, parts, stop
-        self.state = TrainState(epoch=cfg.start_epoch)
+        self.state = TrainState(epoch=cfg.optim.start_epoch)
         self.throughput = Throughput()
         self.steps_per_epoch = len(parts.train_loader) // parts.accum_steps  # optimizer steps
-        if cfg.steps_per_epoch:
-            self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
-        self.global_batch = cfg.batch_size * info.world_size * parts.accum_steps
+        if cfg.data.steps_per_epoch:
+            self.steps_per_epoch = min(self.steps_per_epoch, cfg.data.steps_per_epoch)
+        self.global_batch = cfg.batch.global_batch
         self.overwrite = overwrite_progress()
         self.skipped_seen = 0  # overflowed fp16 steps already reported
-        self.profiler = profiling.start(cfg.profile_steps, WARMUP_STEPS, info.is_primary, parts.run_dir,
+        self.profiler = profiling.start(cfg.logging.profile_steps, WARMUP_STEPS, info.is_primary, parts.run_dir,
                                         info.device, lambda summary: parts.record.update(profile=summary))
-        self.step_times = StepTimes(info.device, cfg.step_times)
-        self.writer = BackgroundWriter(parts.run_dir, cfg.keep_checkpoints)
+        self.step_times = StepTimes(info.device, cfg.logging.step_times)
+        self.writer = BackgroundWriter(parts.run_dir, cfg.checkpoint.keep_checkpoints)
         self.last_checkpoint = time.monotonic()
         self.periodic_saves = 0
-        self.stragglers = StragglerWatch.for_run(cfg.straggler_threshold)
+        self.stragglers = StragglerWatch.for_run(cfg.logging.straggler_threshold)
 
     # ---------------------------------------------------------------- checkpoints
     def state_dict(self, elapsed_s: Optional[float] = None) -> dict:
         s = self.state
-        return {"version": 1, "arch": self.cfg.arch, "epoch": s.epoch, "step_in_epoch": s.step_in_epoch,
+        return {"version": 1, "arch": self.cfg.model.arch, "epoch": s.epoch, "step_in_epoch": s.step_in_epoch,
                 "global_batch": self.global_batch,  # a restart with other node counts keeps the sample position
                 "best_top1": s.best_top1, "elapsed_s": s.elapsed_s if elapsed_s is None else elapsed_s,
                 "history": s.history,
@@ -175,7 +175,7 @@ class Trainer:
         self.last_checkpoint = time.monotonic()
 
     def _steps_due(self, epoch: int, done: int) -> bool:
-        every = self.cfg.checkpoint_every_steps
+        every = self.cfg.checkpoint.checkpoint_every_steps
         return every > 0 and (epoch * self.steps_per_epoch + done) % every == 0
 
     def _save_periodic(self, epoch: int, done: int, clock: StepClock) -> None:
@@ -217,7 +217,7 @@ class Trainer:
         p.model.train()
         first = self.state.step_in_epoch
         resolution = p.resolution.at(epoch) if p.resolution is not None else None
-        set_epoch(p.train_loader, epoch, first * cfg.batch_size * p.accum_steps, resolution)
+        set_epoch(p.train_loader, epoch, first * cfg.batch.per_process * p.accum_steps, resolution)
         meter, clock = EpochMeter(self.info.device), StepClock()
         warm = min(WARMUP_STEPS, (self.steps_per_epoch - first) // 4)
         interval = (first, time.perf_counter(), 0.0)
@@ -239,7 +239,7 @@ class Trainer:
                 synchronize(self.info.device)
                 steady_start, steady_data0 = time.perf_counter(), clock.data_s
             stop = due = False
-            if done % cfg.print_freq == 0 or done == self.steps_per_epoch:
+            if done % cfg.logging.print_freq == 0 or done == self.steps_per_epoch:
                 interval, times = self._report(epoch, done, loss, meter, interval, clock)
                 stop, due = self._boundary(times)
             # the last step is left to fit(): it checks for a stop right after the epoch's checkpoint
@@ -266,7 +266,7 @@ class Trainer:
             return
         t = self.throughput
         t.seconds += time.perf_counter() - start
-        t.images += steps * self.cfg.batch_size * self.p.accum_steps
+        t.images += steps * self.cfg.batch.per_process * self.p.accum_steps
         t.steps += steps
         t.data_s += data_s
         t.warmup_steps += warm
@@ -301,7 +301,7 @@ class Trainer:
         slowest rank named when it lags (imagenet.stragglers)."""
         self.writer.check()  # a background write that failed ends the run here, as a failed save always did
         mine = self.stop.pending(self.p.run_dir if self.info.is_primary else None)
-        minutes = self.cfg.checkpoint_every_minutes
+        minutes = self.cfg.checkpoint.checkpoint_every_minutes
         due = minutes > 0 and time.monotonic() - self.last_checkpoint >= 60 * minutes
         rows = distributed.all_gather_floats([float(mine), float(due), *times], self.info.device)
         line = self.stragglers.observe([row[2:] for row in rows])
@@ -351,7 +351,7 @@ class Trainer:
         model.eval()
         meter, start = EpochMeter(self.info.device), time.perf_counter()
         for i, (images, target) in enumerate(p.val_loader):
-            if self.cfg.val_steps and i >= self.cfg.val_steps:
+            if self.cfg.data.val_steps and i >= self.cfg.data.val_steps:
                 break
             images = p.precision.cast_input(p.normalizer(images))
             target = target.to(self.info.device, non_blocking=True)
@@ -386,13 +386,13 @@ class Trainer:
         return {f"{key}_ema": row[key] for key in ("val_loss", "val_top1", "val_top5", "val_time_s")}
 
     def _reached(self, top1: float) -> bool:
-        return self.cfg.desired_acc is not None and top1 >= 100.0 * self.cfg.desired_acc
+        return self.cfg.optim.desired_acc is not None and top1 >= 100.0 * self.cfg.optim.desired_acc
 
     def fit(self) -> int:
         """Train to --epochs or --desired-acc; returns the process exit code."""
         status = "finished"
         epoch = self.state.epoch
-        while epoch < self.cfg.epochs:
+        while epoch < self.cfg.optim.epochs:
             train_row = self.train_epoch(epoch)
             if train_row is None:
                 return EXIT_PREEMPTED
@@ -413,12 +413,12 @@ class Trainer:
                 status = "reached_desired_acc"
                 if self.info.is_primary:
                     print(f"Reached desired accuracy: val top1 {row['val_top1']:.2f}% >= "
-                          f"{100 * self.cfg.desired_acc:.2f}% after {epoch} epochs, "
+                          f"{100 * self.cfg.optim.desired_acc:.2f}% after {epoch} epochs, "
                           f"{self.state.elapsed_s:.1f} s of training", flush=True)
                 break
             # a safe point: the epoch's checkpoint is saved. After the last epoch there is nothing
             # left to requeue for, so the run finishes (exit 0) even when a signal came.
-            if epoch < self.cfg.epochs and self._stop_requested():
+            if epoch < self.cfg.optim.epochs and self._stop_requested():
                 self._stopped(epoch, 0)
                 return EXIT_PREEMPTED
         self.writer.wait()
@@ -440,10 +440,11 @@ class Trainer:
     def _write_record(self, status: str, **final_extra: Any) -> None:
         s = self.state
         throughput = self.throughput.as_dict(self.info.world_size, self.info.device)
-        if self.cfg.step_times:
+        if self.cfg.logging.step_times:
             throughput["step_times_ms"] = self.step_times.ms
         saves = {**self.writer.stats.as_dict(), "periodic": self.periodic_saves,
-                 "every_steps": self.cfg.checkpoint_every_steps, "every_minutes": self.cfg.checkpoint_every_minutes}
+                 "every_steps": self.cfg.checkpoint.checkpoint_every_steps,
+                 "every_minutes": self.cfg.checkpoint.checkpoint_every_minutes}
         self.p.record.update(
             status=status, epochs=s.history, throughput=throughput, checkpoints=saves,
             ranks=self.stragglers.summary(),

@@ -1,5 +1,7 @@
-"""Turning exceptions into the one-line messages users see."""
+"""Turning exceptions into the one-line messages users see, and the exit status of a user's mistake."""
 from __future__ import annotations
+
+EXIT_USAGE = 2  # a bad command line, bad data, a launch that cannot work: fixed by the user
 
 
 def one_line(exc: BaseException) -> str:

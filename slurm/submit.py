@@ -1,7 +1,7 @@
 """Submit training from Python with submitit: a SLURM job (one task per GPU), or a local run where
 there is no SLURM; sweeps submit one job per point; preemption checkpoints and requeues.
 
-    python -m slurm.submit --nodes 2 --gpus-per-node 4 --time 60 -- -a resnet50 /data/imagenet
+    python -m slurm.submit --nodes 2 --gpus-per-node 4 --time-min 60 -- -a resnet50 /data/imagenet
     python -m slurm.submit --sweep nodes=1,2,4 --wait -- -a resnet50 --epochs 1 /data/imagenet
 
     from slurm.submit import Submission, result, submit

@@ -133,20 +133,22 @@ def _loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: int, p
 
 
 def build_loaders(cfg, rank: int, world_size: int, device: torch.device):
-    """(train_loader, val_loader, num_classes) for the config; loaders shard by rank."""
-    if cfg.dummy:
-        steps = max(1, cfg.dummy_size // (cfg.batch_size * world_size))
+    """(train_loader, val_loader, num_classes) for the settings (their data section, seed and resolved
+    batch); loaders shard by rank over WORLD_SIZE processes."""
+    data, batch, seed = cfg.data, cfg.batch, cfg.run.seed
+    if data.dummy:
+        steps = max(1, data.dummy_size // batch.global_batch) * batch.accum_steps  # micro-batches
         val_steps = max(1, steps // 25)
-        make = lambda n: SyntheticBatches(n, cfg.batch_size, cfg.image_size, cfg.num_classes, device)  # noqa: E731
-        return make(steps), make(val_steps), cfg.num_classes
-    classes, samples = scan_dataset_once(cfg.data, rank)
-    if len(samples["train"]) < cfg.batch_size * world_size:
-        raise DataError(f"{cfg.data}/train has {len(samples['train'])} images, fewer than one global batch "
-                        f"({cfg.batch_size} x {world_size} processes); lower -b")
-    backend = decode.get_backend(cfg.data_backend)
-    seeded = cfg.seed is not None and backend.per_sample  # a batch backend draws from its own seeded generator
+        make = lambda n: SyntheticBatches(n, batch.per_process, data.image_size, data.num_classes, device)  # noqa: E731
+        return make(steps), make(val_steps), data.num_classes
+    classes, samples = scan_dataset_once(data.root, rank)
+    if len(samples["train"]) < batch.global_batch:
+        raise DataError(f"{data.root}/train has {len(samples['train'])} images, fewer than one global batch "
+                        f"({batch.per_process} x {world_size} processes); lower -b")
+    backend = decode.get_backend(data.data_backend)
+    seeded = seed is not None and backend.per_sample  # a batch backend draws from its own seeded generator
     train_sampler = ResumableSampler(range(len(samples["train"])), num_replicas=world_size, rank=rank,
-                                     shuffle=True, seed=cfg.seed or 0, drop_last=False, seeded=seeded)
+                                     shuffle=True, seed=seed or 0, drop_last=False, seeded=seeded)
     val_sampler = ShardSampler(len(samples["val"]), rank, world_size)
     if backend.per_sample:
         train, val = _sample_loaders(cfg, backend, samples, train_sampler, val_sampler, device)
@@ -157,13 +159,14 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device):
 
 def _sample_loaders(cfg, backend: decode.Backend, samples, train_sampler, val_sampler, device: torch.device):
     """DataLoaders over :class:`ImageFiles` decoded by a per-sample backend."""
-    train_set = ImageFiles(samples["train"], backend.transform(True, cfg.image_size), cfg.skip_bad_images,
+    data, batch = cfg.data, cfg.batch
+    train_set = ImageFiles(samples["train"], backend.transform(True, data.image_size), data.skip_bad_images,
                            resized=functools.partial(backend.transform, True))
-    val_set = ImageFiles(samples["val"], backend.transform(False, val_crop_size(cfg), val_resize_size(cfg)),
-                         cfg.skip_bad_images)
+    val_set = ImageFiles(samples["val"], backend.transform(False, val_crop_size(data), data.val_resize_size),
+                         data.skip_bad_images)
     pin = device.type == "cuda"
-    return (_loader(train_set, train_sampler, cfg.batch_size, cfg.workers, pin, True, cfg.seed),
-            _loader(val_set, val_sampler, cfg.batch_size, cfg.workers, pin, False, cfg.seed))
+    return (_loader(train_set, train_sampler, batch.per_process, batch.workers, pin, True, cfg.run.seed),
+            _loader(val_set, val_sampler, batch.per_process, batch.workers, pin, False, cfg.run.seed))
 
 
 def set_epoch(loader, epoch: int, samples_done: int = 0, resolution: Optional[int] = None) -> None:
@@ -176,11 +179,6 @@ def set_epoch(loader, epoch: int, samples_done: int = 0, resolution: Optional[in
         sampler.set_resolution(resolution)
 
 
-def val_crop_size(cfg) -> int:
-    """--val-crop-size, else the training --image-size (pytorch/examples: both 224)."""
-    return getattr(cfg, "val_crop_size", None) or cfg.image_size
-
-
-def val_resize_size(cfg) -> Optional[int]:
-    """--val-resize-size; None: the backend's default, crop * 256 / 224."""
-    return getattr(cfg, "val_resize_size", None)
+def val_crop_size(data) -> int:
+    """--val-crop-size, else the training --image-size (pytorch/examples: both 224); DATA: the data section."""
+    return data.val_crop_size or data.image_size

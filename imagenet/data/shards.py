@@ -17,7 +17,7 @@ Robustness: a shard is written atomically (:mod:`imagenet.files`: a temp file, r
 so a killed conversion leaves only whole shards (a rerun removes its temp files); a rerun with the
 same SRC and options skips them (``.shards-plan.json`` records what was planned) and the index,
 written last and atomically, means "complete".
-``--max-side N`` re-encodes images whose longer side is over N (see README "Data at scale").
+``--max-side N`` re-encodes images whose longer side is over N (see docs/data.md, "Shards: data at scale").
 """
 from __future__ import annotations
 

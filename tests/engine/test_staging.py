@@ -228,7 +228,7 @@ def test_torchrun_one_copier_per_node_and_both_ranks_train_from_the_copy(src: Pa
     assert proc.stdout.count("staged 24 of 24 files") == 1, explain(proc)
     _assert_same(src, destination(str(src), stage_dir))
     record = read_run(tmp_path / "run")
-    assert record["status"] == "finished" and record["config"]["data"] == str(src)
+    assert record["status"] == "finished" and record["config"]["data"]["root"] == str(src)
     assert record["data_root"] == str(destination(str(src), stage_dir)), "training reads the copy"
     assert record["epochs"][-1]["val_samples"] == 6
 

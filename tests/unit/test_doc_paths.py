@@ -1,6 +1,10 @@
-"""The repository files that the documents a reader sees name (README, RESULTS.md, the per-tag
-reports, the package READMEs) exist: a module that moves must take its mentions with it. The reports
-are generated, so a stale path there comes from the report code and `make report` carries the fix."""
+"""The repository files that the documents a reader sees name (README, the docs/ pages, the package
+READMEs, RESULTS.md, the per-tag reports) exist: a module that moves must take its mentions with it.
+Two kinds of mention are checked: a path written from the repository root (`imagenet/data/loader.py`,
+`docs/slurm.md`), and a markdown link relative to its document (`[data](data.md#bad-data)`,
+`(../launch/README.md)`), whose #anchor must also name a heading of the linked page. The reports
+are generated, so a stale path there comes from the report code and `make report` carries the fix.
+Every package has a README, and in the packages listed in MODULE_LINES each module has its line there."""
 from __future__ import annotations
 
 import re
@@ -8,7 +12,7 @@ from pathlib import Path
 from typing import Iterator, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("imagenet", "launch", "slurm", "results", "tests")
+PACKAGES = ("imagenet", "launch", "slurm", "results", "tests", "docs")
 PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*\w\.(?:py|sh|md|jsonl|json|c))" % "|".join(PACKAGES))
 # Paths named on purpose that are not this repository's files.
 ELSEWHERE = {
@@ -17,6 +21,11 @@ ELSEWHERE = {
 }
 SCRATCH = "results/scratch/"  # the harness's ignored work area: records name their run folders there
 SKIP_DIRS = {".venv", ".git", "runs", "data", "node_modules"}
+LINK = re.compile(r"\]\(([^()\s]+)\)")  # the target of [text](target)
+FENCE = "```"
+# Packages whose README has a line per module (a module is named as `name.py` or by its path from the
+# README's folder). results/ draws its layers instead, module by module only in part so far.
+MODULE_LINES = ("imagenet", "launch", "slurm", "tests")
 
 
 def _documents() -> Iterator[Path]:
@@ -31,6 +40,47 @@ def _mentions(text: str) -> Iterator[Tuple[int, str]]:
             yield number, match.group(1)
 
 
+def _links(text: str) -> Iterator[Tuple[int, str]]:
+    """Relative link targets outside fenced code blocks (web addresses and mail are not files)."""
+    in_code = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith(FENCE):
+            in_code = not in_code
+        elif not in_code:
+            for match in LINK.finditer(line):
+                target = match.group(1)
+                if not re.match(r"[a-z]+:", target):
+                    yield number, target
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lstrip("#").strip().lower()).replace(" ", "-")
+
+
+def _anchors(document: Path) -> set:
+    text, in_code, found = document.read_text(errors="replace"), False, set()
+    for line in text.splitlines():
+        if line.lstrip().startswith(FENCE):
+            in_code = not in_code
+        elif not in_code and line.startswith("#"):
+            found.add(_anchor(line))
+    return found
+
+
+def _broken_link(doc: Path, target: str) -> str:
+    """Why a relative link from DOC does not resolve, or "" when it does."""
+    file_part, _, anchor = target.partition("#")
+    linked = (doc.parent / file_part).resolve() if file_part else doc
+    if not linked.exists():
+        return "no such file"
+    if ROOT not in linked.parents and linked != ROOT:
+        return "outside the repository"
+    if anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+        return f"no heading #{anchor} in {linked.relative_to(ROOT)}"
+    return ""
+
+
 def test_the_pattern_finds_paths_in_prose_and_code_spans():
     found = [p for _, p in _mentions("see `imagenet/data/loader.py` and results/runners/jpegs.py, not x/imagenet/a.py")]
     assert found == ["imagenet/data/loader.py", "results/runners/jpegs.py"]
@@ -41,3 +91,43 @@ def test_every_repository_path_a_document_names_exists():
                for doc in _documents() for line, path in _mentions(doc.read_text(errors="replace"))
                if path not in ELSEWHERE and not path.startswith(SCRATCH) and not (ROOT / path).exists()]
     assert not missing, "documents name files that do not exist:\n" + "\n".join(missing)
+
+
+def test_the_link_check_sees_relative_links_and_their_anchors(tmp_path):
+    text = "[a](data.md#bad-data) [b](https://example.org) [c](#here)\n```\n[d](in-code.md)\n```\n[e](../x/y.md)"
+    assert [target for _, target in _links(text)] == ["data.md#bad-data", "#here", "../x/y.md"]
+    assert _anchor("## Shards: data at scale") == "shards-data-at-scale"
+    assert _anchor("From Python (submitit)") == "from-python-submitit"
+
+
+def test_every_relative_link_a_document_makes_resolves():
+    broken = [f"{doc.relative_to(ROOT)}:{line}: {target} ({why})"
+              for doc in _documents() for line, target in _links(doc.read_text(errors="replace"))
+              if (why := _broken_link(doc, target))]
+    assert not broken, "documents link what does not exist:\n" + "\n".join(broken)
+
+
+def _readme_of(module: Path) -> Path:
+    """The README.md of the nearest folder above MODULE that has one."""
+    folder = module.parent
+    while not (folder / "README.md").exists() and folder != ROOT:
+        folder = folder.parent
+    return folder / "README.md"
+
+
+def test_every_package_has_a_readme():
+    missing = [package for package in PACKAGES if package != "docs" and not (ROOT / package / "README.md").exists()]
+    assert not missing, f"packages without a README.md: {missing}"
+
+
+def test_every_module_has_a_line_in_its_package_readme():
+    unnamed = []
+    for package in MODULE_LINES:
+        for module in sorted((ROOT / package).rglob("*.py")):
+            if module.name == "__init__.py" or SKIP_DIRS.intersection(module.relative_to(ROOT).parts):
+                continue
+            readme = _readme_of(module)
+            names = (module.name, module.relative_to(readme.parent).as_posix(), module.relative_to(ROOT).as_posix())
+            if not any(f"`{name}`" in readme.read_text() for name in names):
+                unnamed.append(f"{module.relative_to(ROOT)} (add its line to {readme.relative_to(ROOT)})")
+    assert not unnamed, "modules without a line in their package README:\n" + "\n".join(unnamed)

@@ -256,11 +256,12 @@ def dali_loaders(cfg, samples, train_sampler, val_sampler, rank: int, device: to
         require_dali()
     except DaliUnavailable as e:
         raise DataError(str(e)) from None
-    if cfg.skip_bad_images:
-        raise DataError("--skip-bad-images does not work with --data-backend dali (DALI decodes whole batches); "
-                        "use --data-backend fast to find and skip bad files")
-    make = lambda split, sampler, train, max_batches: DaliLoader(  # noqa: E731
-        FileReader(samples[split]), sampler, cfg.batch_size, train, cfg.image_size, device,
-        cfg.workers, cfg.seed, rank, max_batches)
-    return (make("train", train_sampler, True, cfg.steps_per_epoch),
-            make("val", val_sampler, False, cfg.val_steps))
+    # --skip-bad-images with dali is refused by the settings' validation, before anything starts.
+    data = cfg.data
+    make = lambda split, sampler, train, size, max_batches, resize=None: DaliLoader(  # noqa: E731
+        FileReader(samples[split]), sampler, cfg.batch.per_process, train, size, device,
+        cfg.batch.workers, cfg.run.seed, rank, max_batches, resize)
+    # --steps-per-epoch counts optimizer steps, each of accum_steps micro-batches
+    return (make("train", train_sampler, True, data.image_size, data.steps_per_epoch * cfg.batch.accum_steps),
+            make("val", val_sampler, False, data.val_crop_size or data.image_size, data.val_steps,
+                 data.val_resize_size))

@@ -1,44 +1,36 @@
-"""One frozen training configuration, and the command line built from it.
+"""The settings of a run, in sections: each a small frozen dataclass whose fields carry their flags.
 
 Flag names follow pytorch/examples imagenet/main.py (``-a -j -b --epochs --lr --wd -p --resume
 -e --pretrained --seed --gpu --dummy --dist-url --dist-backend --world-size --rank
 --multiprocessing-distributed``) and the seed tutorial's commands (``--b``, ``--desired-acc``,
-``--opt-level``, ``--local_rank``). Each field of :class:`TrainConfig` carries its flags and help
-text, so the parser and the config cannot drift apart. Runtime facts (rank, device) are never
-stored here: they live in :class:`imagenet.distributed.DistInfo`.
+``--opt-level``, ``--local_rank``). The command line stays flat: every field name is unique across
+the sections, so a flag (or a recipe value) names its setting without naming the section. Adding a
+setting is one field in one section below. Runtime facts (rank, device) are never stored here:
+they live in :class:`imagenet.distributed.DistInfo`; the batch a launch resolves lives in
+:class:`imagenet.config.batch.Batch`.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Iterator, Optional, Tuple
 
-VARIANTS = ("nd", "dp", "ddp", "amp")
-OPT_LEVELS = ("O0", "O1", "O2", "O3")
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-class ConfigError(ValueError):
-    """A flag value that cannot work; the message says what to change."""
+from .. import recipes
+from .choices import COMPILE_MODES, DIST_BACKENDS, LR_SCHEDULES, OPT_LEVELS, OPTIMIZERS, VARIANTS
+from .batch import Batch
 
 
-def _flag(*flags: str, help: str, **argparse_kwargs: Any) -> dict:
-    return {"flags": flags, "help": help, **argparse_kwargs}
-
-
-def _opt(default: Any, *flags: str, help: str, **kw: Any):
-    return field(default=default, metadata=_flag(*flags, help=help, **kw))
+def _opt(default: Any, *flags: str, help: str, **argparse_kwargs: Any):
+    """A setting: its default, its flags (a bare name for the positional) and argparse's options."""
+    return field(default=default, metadata={"flags": flags, "help": help, **argparse_kwargs})
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Everything a run needs to know before it starts; see each field's help."""
-
-    # --- what to train on
-    data: Optional[str] = _opt(None, "data", help="dataset root holding train/ and val/ ImageFolders, or a "
-                               "shard folder written by python -m imagenet.shards",
-                               nargs="?", metavar="DIR")
+class DataSettings:
+    """What to train on and how the images reach the model."""
+    root: Optional[str] = _opt(None, "root", help="dataset root holding train/ and val/ ImageFolders, or a "
+                               "shard folder written by python -m imagenet.shards", nargs="?", metavar="DIR")
     dummy: bool = _opt(False, "--dummy", help="synthetic tensors instead of images (compute-only benchmarks)",
                        action="store_true")
     image_size: int = _opt(224, "--image-size", "--train-crop-size", help="training crop size (validation "
@@ -82,8 +74,12 @@ class TrainConfig:
     num_classes: int = _opt(1000, "--num-classes", help="classes with --dummy (real data: from the folders)",
                             type=int)
 
-    # --- model
-    arch: str = _opt("resnet18", "-a", "--arch", help="torchvision model name", metavar="ARCH")
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Which network, and how it starts."""
+    arch: str = _opt("resnet18", "-a", "--arch", help="torchvision model name (the list: docs/configuration.md)",
+                     metavar="ARCH")
     pretrained: bool = _opt(False, "--pretrained", help="start from torchvision's pretrained weights",
                             action="store_true")
     zero_init_residual: bool = _opt(False, "--zero-init-residual", help="zero the last BatchNorm weight of each "
@@ -95,18 +91,13 @@ class TrainConfig:
                                 type=int)
     model_ema_decay: float = _opt(0.99998, "--model-ema-decay", help="the average's decay, adjusted to the global "
                                   "batch and epochs as torchvision's reference does", type=float)
-    channels_last: Optional[bool] = _opt(None, "--channels-last", help="NHWC memory format (default: on for "
-                                         "CUDA, where tensor-core convs want it; off on CPU, where it is slower)",
-                                         action=argparse.BooleanOptionalAction)
     sync_bn: bool = _opt(False, "--sync-bn", help="synchronise BatchNorm statistics across DDP ranks",
                          action="store_true")
-    compile: bool = _opt(False, "--compile", help="torch.compile the model", action="store_true")
-    compile_mode: str = _opt("default", "--compile-mode", help="torch.compile mode; any but 'default' implies "
-                             "--compile. reduce-overhead adds CUDA graphs (fewer kernel launches per step); "
-                             "max-autotune also benchmarks kernel choices (minutes of compiling)",
-                             choices=COMPILE_MODES)
 
-    # --- optimisation
+
+@dataclass(frozen=True)
+class OptimSettings:
+    """The optimiser, the learning-rate schedule and when training stops."""
     epochs: int = _opt(90, "--epochs", help="total epochs to run", type=int)
     start_epoch: int = _opt(0, "--start-epoch", help="epoch number to start at (useful on restarts)", type=int)
     batch_size: int = _opt(256, "-b", "--b", "--batch-size", help="batch size PER PROCESS (per NODE with "
@@ -117,20 +108,20 @@ class TrainConfig:
     lr_scaling: str = _opt("linear", "--lr-scaling", help="linear: lr * global_batch / 256; none: use --lr "
                            "as given", choices=("linear", "none"))
     opt: str = _opt("sgd", "--opt", help="optimizer: sgd (momentum), lars (MLPerf's; norm and bias "
-                    "parameters unadapted), lamb", choices=("sgd", "lars", "lamb"))
+                    "parameters unadapted), lamb", choices=OPTIMIZERS)
     lars_coefficient: float = _opt(0.001, "--lars-coefficient", help="LARS trust coefficient (eeta)", type=float)
     accum_steps: int = _opt(1, "--accum-steps", help="micro-batches per optimizer step: the global batch is "
                             "-b x processes x this; see docs/recipes.md for what differs with BatchNorm", type=int)
     lr_schedule: str = _opt("step", "--lr-schedule", "--lr-scheduler", help="per step: step (x0.1 at --lr-steps), "
                             "cosine, poly (MLPerf: --lr-power, --lr-end) or ramp (FFCV: linear up to "
-                            "--lr-peak-epoch, then down to 0)", choices=("step", "cosine", "poly", "ramp"))
+                            "--lr-peak-epoch, then down to 0)", choices=LR_SCHEDULES)
     lr_warmup_decay: Optional[float] = _opt(None, "--lr-warmup-decay", help="the warm-up's start factor of the "
                                             "peak LR (default: (step+1)/warm-up steps)", type=float)
     lr_power: float = _opt(2.0, "--lr-power", help="poly schedule's power", type=float)
     lr_end: float = _opt(0.0, "--lr-end", help="poly schedule's end LR", type=float)
     lr_peak_epoch: float = _opt(2.0, "--lr-peak-epoch", help="ramp schedule's peak epoch", type=float)
-    lr_steps: tuple = _opt((30, 60, 80), "--lr-steps", help="epochs where the step schedule divides lr by 10",
-                           type=int, nargs="+")
+    lr_steps: Tuple[int, ...] = _opt((30, 60, 80), "--lr-steps", help="epochs where the step schedule divides "
+                                     "lr by 10", type=int, nargs="+")
     warmup_epochs: Optional[float] = _opt(None, "--warmup-epochs", "--lr-warmup-epochs", help="linear warm-up length (default: 5 "
                                           "when the scaled lr exceeds the base lr, else 0)", type=float)
     momentum: float = _opt(0.9, "--momentum", help="SGD momentum", type=float)
@@ -147,7 +138,10 @@ class TrainConfig:
     desired_acc: Optional[float] = _opt(None, "--desired-acc", help="stop once validation top-1 reaches this "
                                         "(0.75 or 75 both mean 75%%)", type=float)
 
-    # --- precision (imagenet_ddp_apex.py; every variant accepts them)
+
+@dataclass(frozen=True)
+class PrecisionSettings:
+    """Mixed precision (imagenet_ddp_apex.py's flags; every variant accepts them)."""
     opt_level: Optional[str] = _opt(None, "--opt-level", help="O0 fp32, O1 autocast, O2 half model + fp32 "
                                     "master weights, O3 pure half (default O0; O1 for the amp variant)",
                                     choices=OPT_LEVELS)
@@ -159,14 +153,44 @@ class TrainConfig:
     amp_dtype: Optional[str] = _opt(None, "--amp-dtype", help="half type (default float16 on CUDA, "
                                     "bfloat16 on CPU)", choices=("float16", "bfloat16"))
 
-    # --- distributed
+    @property
+    def precision_level(self) -> str:
+        """The opt level in force (the parser fills in the variant's default)."""
+        return self.opt_level or "O0"
+
+
+@dataclass(frozen=True)
+class PerfSettings:
+    """Speed knobs that do not change what is computed (up to rounding)."""
+    channels_last: Optional[bool] = _opt(None, "--channels-last", help="NHWC memory format (default: on for "
+                                         "CUDA, where tensor-core convs want it; off on CPU, where it is slower)",
+                                         action=argparse.BooleanOptionalAction)
+    compile: bool = _opt(False, "--compile", help="torch.compile the model", action="store_true")
+    compile_mode: str = _opt("default", "--compile-mode", help="torch.compile mode; any but 'default' implies "
+                             "--compile. reduce-overhead adds CUDA graphs (fewer kernel launches per step); "
+                             "max-autotune also benchmarks kernel choices (minutes of compiling)",
+                             choices=COMPILE_MODES)
+    deterministic: bool = _opt(False, "--deterministic", help="deterministic kernels (slower)",
+                               action="store_true")
+
+    def use_channels_last(self, device_type: str) -> bool:
+        return self.channels_last if self.channels_last is not None else device_type == "cuda"
+
+    @property
+    def use_compile(self) -> bool:
+        return self.compile or self.compile_mode != "default"
+
+
+@dataclass(frozen=True)
+class DistSettings:
+    """How the processes find each other and all-reduce."""
     world_size: int = _opt(-1, "--world-size", help="with --dist-url: number of NODES (pytorch/examples "
                            "semantics)", type=int)
     rank: int = _opt(-1, "--rank", help="with --dist-url: this node's rank", type=int)
     dist_url: Optional[str] = _opt(None, "--dist-url", help="tcp://MASTER_IP:PORT for node-level launch "
                                    "(one process per local GPU is spawned)")
     dist_backend: Optional[str] = _opt(None, "--dist-backend", help="nccl, gloo or mpi (default: nccl on "
-                                       "GPUs, gloo on CPU)", choices=("nccl", "gloo", "mpi"))
+                                       "GPUs, gloo on CPU)", choices=DIST_BACKENDS)
     multiprocessing_distributed: bool = _opt(False, "--multiprocessing-distributed", help="spawn one "
                                              "process per local GPU (implied by --dist-url)",
                                              action="store_true")
@@ -190,14 +214,10 @@ class TrainConfig:
                                      "make no progress (a rank stopped, hung or unreachable) before the job "
                                      "ends naming the ranks that did not arrive", type=float)
 
-    # --- run, logging, checkpoints
-    print_freq: int = _opt(10, "-p", "--print-freq", help="print and log every N steps", type=int)
-    profile_steps: int = _opt(0, "--profile-steps", help="record N training steps after the warm-up with "
-                              "torch.profiler: device time per kernel into run.json (profile), a Chrome trace "
-                              "into the run folder; profiled steps run slower, so not for benchmarks", type=int)
-    step_times: bool = _opt(False, "--step-times", help="keep each steady-state step's wall time in run.json "
-                            "(CUDA events on GPUs, read at print boundaries: no extra host sync); the scaling "
-                            "model's straggler term needs their distribution", action="store_true")
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """When checkpoints are written, how many are kept, where a run resumes from."""
     checkpoint_every_steps: int = _opt(0, "--checkpoint-every-steps", help="also checkpoint every N training "
                                        "steps, mid-epoch (0: only at epoch ends and stop signals); the write "
                                        "runs in the background, see imagenet.checkpoint_writer", type=int,
@@ -209,151 +229,92 @@ class TrainConfig:
     keep_checkpoints: int = _opt(2, "--keep-checkpoints", help="keep the last K checkpoints as "
                                  "checkpoint-eEPOCH-SAMPLE.pth.tar next to checkpoint.pth.tar (the newest) and "
                                  "model_best.pth.tar (0: only those two)", type=int, metavar="K")
+    resume: str = _opt("", "--resume", help="checkpoint to resume from, or 'auto' for the run folder's "
+                       "latest", metavar="PATH")
+
+
+@dataclass(frozen=True)
+class LoggingSettings:
+    """What a run prints and records, and where."""
+    print_freq: int = _opt(10, "-p", "--print-freq", help="print and log every N steps", type=int)
+    profile_steps: int = _opt(0, "--profile-steps", help="record N training steps after the warm-up with "
+                              "torch.profiler: device time per kernel into run.json (profile), a Chrome trace "
+                              "into the run folder; profiled steps run slower, so not for benchmarks", type=int)
+    step_times: bool = _opt(False, "--step-times", help="keep each steady-state step's wall time in run.json "
+                            "(CUDA events on GPUs, read at print boundaries: no extra host sync); the scaling "
+                            "model's straggler term needs their distribution", action="store_true")
     straggler_threshold: float = _opt(0.2, "--straggler-threshold", help="at print boundaries, log the "
                                       "slowest rank and its host when its step or data-wait time exceeds the "
                                       "median by this fraction of a step (0.2: 20%%); 0: never",
                                       type=float)
-    resume: str = _opt("", "--resume", help="checkpoint to resume from, or 'auto' for the run folder's "
-                       "latest", metavar="PATH")
-    evaluate: bool = _opt(False, "-e", "--evaluate", help="validate only", action="store_true")
-    seed: Optional[int] = _opt(None, "--seed", help="seed everything; with --deterministic, bit-exact "
-                               "reruns and resumes", type=int)
-    deterministic: bool = _opt(False, "--deterministic", help="deterministic kernels (slower)",
-                               action="store_true")
     log_dir: Optional[str] = _opt(None, "--log-dir", help="run folder for TensorBoard, checkpoints and "
                                   "run.json (default runs/<date>_<host>_<arch>_gpux<world>_b<batch>_<prec>)")
 
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What kind of run this is: the variant, the recipe, the seed, training or evaluation only."""
+    recipe: str = _opt("examples", "--recipe", help=f"a named, cited preset of settings: {', '.join(recipes.names())} "
+                       "(flags given here win; sources and values: docs/configuration.md)", metavar="NAME")
+    seed: Optional[int] = _opt(None, "--seed", help="seed everything; with --deterministic, bit-exact "
+                               "reruns and resumes", type=int)
+    evaluate: bool = _opt(False, "-e", "--evaluate", help="validate only", action="store_true")
     variant: str = _opt("ddp", "--variant", help="nd | dp | ddp | amp (set by the entry scripts)",
                         choices=VARIANTS)
-
-    # ---- derived views (never stored back)
-    @property
-    def precision_level(self) -> str:
-        return self.opt_level or ("O1" if self.variant == "amp" else "O0")
-
-    def use_channels_last(self, device_type: str) -> bool:
-        return self.channels_last if self.channels_last is not None else device_type == "cuda"
-
-    @property
-    def use_compile(self) -> bool:
-        return self.compile or self.compile_mode != "default"
 
     @property
     def distributed(self) -> bool:
         return self.variant in ("ddp", "amp")
 
+
+# The sections in the order the settings document lists them: attribute name -> class.
+SECTIONS: Dict[str, type] = {
+    "run": RunSettings, "data": DataSettings, "model": ModelSettings, "optim": OptimSettings,
+    "precision": PrecisionSettings, "perf": PerfSettings, "dist": DistSettings,
+    "checkpoint": CheckpointSettings, "logging": LoggingSettings,
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All settings of a run, by section, and the batch the launch resolved (see imagenet.config.batch)."""
+    run: RunSettings = field(default_factory=RunSettings)
+    data: DataSettings = field(default_factory=DataSettings)
+    model: ModelSettings = field(default_factory=ModelSettings)
+    optim: OptimSettings = field(default_factory=OptimSettings)
+    precision: PrecisionSettings = field(default_factory=PrecisionSettings)
+    perf: PerfSettings = field(default_factory=PerfSettings)
+    dist: DistSettings = field(default_factory=DistSettings)
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
+    batch: Batch = field(default_factory=Batch)
+
+    @property
+    def distributed(self) -> bool:
+        return self.run.distributed
+
     def to_dict(self) -> dict:
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
-                for f in dataclasses.fields(self)}
+        """The settings document (``--print-config``, run.json's ``config``): one object per section."""
+        return {name: _section_dict(getattr(self, name)) for name in (*SECTIONS, "batch")}
+
+    def flat(self) -> dict:
+        """Every setting by its own name, and the batch as batch_*: one level, for TensorBoard's hparams."""
+        out = {key: value for name in SECTIONS for key, value in _section_dict(getattr(self, name)).items()}
+        return {**out, **{f"batch_{key}": value for key, value in _section_dict(self.batch).items()}}
 
 
-def build_parser(variant: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=f"Train a torchvision model on ImageNet ({variant} variant)",
-        allow_abbrev=False,  # '--b' must mean --batch-size, not any flag starting with b
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for f in dataclasses.fields(TrainConfig):
-        meta = dict(f.metadata)
-        flags = meta.pop("flags")
-        if f.name == "variant" and variant != "any":
-            continue  # the entry script fixes it
-        if flags[0].startswith("-"):
-            parser.add_argument(*flags, dest=f.name, default=f.default, **meta)
-        else:
-            parser.add_argument(flags[0], default=f.default, **meta)
-    return parser
+def _section_dict(section: Any) -> dict:
+    return {f.name: (list(v) if isinstance(v := getattr(section, f.name), tuple) else v)
+            for f in dataclasses.fields(section)}
 
 
-def _check_recipe_components(cfg: TrainConfig) -> None:
-    """The large-batch components' settings (optimizer, schedule, EMA, resolution, accumulation)."""
-    from .data.resolution import ResolutionRamp
-
-    if cfg.accum_steps < 1:
-        raise ConfigError(f"--accum-steps must be at least 1 (got {cfg.accum_steps})")
-    if cfg.accum_steps > 1 and cfg.amp_backend == "apex":
-        raise ConfigError("--accum-steps with --amp-backend apex: Apex would unscale the gradients once per "
-                          "micro-batch; use --amp-backend native")
-    if cfg.lars_coefficient <= 0 or cfg.lr_power <= 0 or cfg.lr_end < 0:
-        raise ConfigError(f"--lars-coefficient {cfg.lars_coefficient:g} and --lr-power {cfg.lr_power:g} must be "
-                          f"positive, --lr-end {cfg.lr_end:g} at least 0")
-    if cfg.lr_warmup_decay is not None and not 0 <= cfg.lr_warmup_decay <= 1:
-        raise ConfigError(f"--lr-warmup-decay is a start factor in [0, 1] (got {cfg.lr_warmup_decay:g})")
-    if cfg.lr_schedule == "ramp" and not 0 < cfg.lr_peak_epoch < cfg.epochs:
-        raise ConfigError(f"--lr-peak-epoch {cfg.lr_peak_epoch:g} must lie between 0 and --epochs {cfg.epochs}")
-    if cfg.norm_weight_decay is not None and cfg.norm_weight_decay < 0:
-        raise ConfigError(f"--norm-weight-decay must be >= 0 (got {cfg.norm_weight_decay:g})")
-    if cfg.model_ema_steps < 1 or not 0 <= cfg.model_ema_decay < 1:
-        raise ConfigError(f"--model-ema-steps {cfg.model_ema_steps} must be >= 1 and --model-ema-decay "
-                          f"{cfg.model_ema_decay:g} in [0, 1)")
-    if cfg.mixup_alpha < 0 or cfg.cutmix_alpha < 0:
-        raise ConfigError(f"--mixup-alpha {cfg.mixup_alpha:g} / --cutmix-alpha {cfg.cutmix_alpha:g} must be >= 0 "
-                          "(0 turns each off)")
-    if cfg.zero_init_residual and cfg.pretrained:
-        raise ConfigError("--zero-init-residual initialises a new model; drop it or --pretrained")
-    for flag, size in (("--val-resize-size", cfg.val_resize_size), ("--val-crop-size", cfg.val_crop_size)):
-        if size is not None and size < 16:
-            raise ConfigError(f"{flag} must be at least 16 (got {size})")
-    if (cfg.min_res is None) != (cfg.max_res is None):
-        raise ConfigError("progressive resizing needs both --min-res and --max-res (or neither)")
-    if cfg.min_res is not None:
-        problem = ResolutionRamp(cfg.min_res, cfg.max_res, cfg.start_ramp, cfg.end_ramp).problem()
-        if problem:
-            raise ConfigError(problem)
-        if cfg.data_backend == "dali":
-            raise ConfigError("--min-res/--max-res: the dali backend fixes its resize size when its pipeline is "
-                              "built; use --data-backend fast, device or pil for progressive resizing")
+def setting_fields() -> Iterator[Tuple[str, dataclasses.Field]]:
+    """(section name, field) for every setting, in command-line order."""
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            yield section, f
 
 
-def _check(cfg: TrainConfig) -> None:
-    if cfg.batch_size < 1:
-        raise ConfigError(f"--batch-size must be at least 1 (got {cfg.batch_size})")
-    if cfg.epochs < 1 or cfg.start_epoch < 0 or cfg.start_epoch > cfg.epochs:
-        raise ConfigError(f"--epochs {cfg.epochs} / --start-epoch {cfg.start_epoch}: need "
-                          "0 <= start-epoch <= epochs and epochs >= 1")
-    if cfg.image_size < 16:
-        raise ConfigError(f"--image-size must be at least 16 (got {cfg.image_size})")
-    if cfg.workers < 0:
-        raise ConfigError(f"--workers must be >= 0 (got {cfg.workers})")
-    if not cfg.dummy and not cfg.data:
-        raise ConfigError("no dataset given: pass the ImageNet root DIR (holding train/ and val/) or --dummy")
-    if cfg.collective_timeout <= 0 or cfg.dist_timeout <= 0:
-        raise ConfigError(f"--collective-timeout {cfg.collective_timeout:g} / --dist-timeout {cfg.dist_timeout:g}: "
-                          "give positive seconds (e.g. 300 and 1800)")
-    if cfg.stage_verify and not cfg.stage_dir:
-        raise ConfigError("--stage-verify checks a staged copy: add --stage-dir DIR")
-    if cfg.desired_acc is not None and not 0 < cfg.desired_acc <= 1:
-        raise ConfigError(f"--desired-acc must be a fraction (0.75) or percentage (75), got {cfg.desired_acc}")
-    if cfg.loss_scale != "dynamic":
-        try:
-            float(cfg.loss_scale)
-        except ValueError:
-            raise ConfigError(f"--loss-scale must be 'dynamic' or a number, got {cfg.loss_scale!r}") from None
-    if cfg.keep_batchnorm_fp32 not in (None, "True", "False"):
-        raise ConfigError(f"--keep-batchnorm-fp32 takes True or False, got {cfg.keep_batchnorm_fp32!r}")
-    if cfg.ddp_bucket_cap_mb is not None and cfg.ddp_bucket_cap_mb <= 0:
-        raise ConfigError(f"--ddp-bucket-cap-mb must be positive (got {cfg.ddp_bucket_cap_mb})")
-    if cfg.checkpoint_every_steps < 0 or cfg.checkpoint_every_minutes < 0 or cfg.keep_checkpoints < 0:
-        raise ConfigError(f"--checkpoint-every-steps {cfg.checkpoint_every_steps}, --checkpoint-every-minutes "
-                          f"{cfg.checkpoint_every_minutes} and --keep-checkpoints {cfg.keep_checkpoints} must be "
-                          ">= 0 (0 turns each off)")
-    if cfg.straggler_threshold < 0:
-        raise ConfigError(f"--straggler-threshold must be >= 0 (got {cfg.straggler_threshold}; 0 turns it off)")
-    _check_recipe_components(cfg)
-    if cfg.dist_url and cfg.variant in ("nd", "dp"):
-        raise ConfigError(f"--dist-url needs a distributed variant; use imagenet_ddp.py, not the {cfg.variant} one")
-    if cfg.dist_url and (cfg.world_size < 1 or not 0 <= cfg.rank < cfg.world_size):
-        raise ConfigError(f"--dist-url needs --world-size NODES >= 1 and 0 <= --rank < NODES "
-                          f"(got --world-size {cfg.world_size} --rank {cfg.rank})")
-
-
-def parse(argv: Optional[Sequence[str]] = None, variant: str = "ddp") -> TrainConfig:
-    """Parse a command line into a checked, frozen config. Raises ConfigError on bad values."""
-    args = vars(build_parser(variant).parse_args(argv))
-    if variant != "any":
-        args["variant"] = variant
-    if args["desired_acc"] is not None and args["desired_acc"] > 1:
-        args["desired_acc"] = args["desired_acc"] / 100.0  # 75 means 75 %
-    args["lr_steps"] = tuple(args["lr_steps"])
-    cfg = TrainConfig(**args)
-    _check(cfg)
-    return cfg
+def section_of() -> Dict[str, str]:
+    """Setting name -> the section that holds it (names are unique across sections)."""
+    return {f.name: section for section, f in setting_fields()}
