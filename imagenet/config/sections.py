@@ -122,8 +122,9 @@ class OptimSettings:
     lr_peak_epoch: float = _opt(2.0, "--lr-peak-epoch", help="ramp schedule's peak epoch", type=float)
     lr_steps: Tuple[int, ...] = _opt((30, 60, 80), "--lr-steps", help="epochs where the step schedule divides "
                                      "lr by 10", type=int, nargs="+")
-    warmup_epochs: Optional[float] = _opt(None, "--warmup-epochs", "--lr-warmup-epochs", help="linear warm-up length (default: 5 "
-                                          "when the scaled lr exceeds the base lr, else 0)", type=float)
+    warmup_epochs: Optional[float] = _opt(None, "--warmup-epochs", "--lr-warmup-epochs", help="linear warm-up "
+                                          "length (default: 5 when the scaled lr exceeds the base lr, else 0)",
+                                          type=float)
     momentum: float = _opt(0.9, "--momentum", help="SGD momentum", type=float)
     optimizer_impl: str = _opt("auto", "--optimizer-impl", help="SGD kernels: fused (one kernel for all "
                                "parameters), foreach (batched), default (torch's choice); auto: fused where "

@@ -11,7 +11,7 @@ BAD = [
     (["--data-backend", "falst"], "error: unknown --data-backend 'falst'; did you mean fast?"),
     (["-a", "resnet999"], "error: unknown -a/--arch 'resnet999'; did you mean resnet50"),
     (["--opt-level", "O7"], "error: argument --opt-level: invalid choice: 'O7'"),
-    (["--recipe", "goyall"], "error: unknown --recipe 'goyall'; known recipes: examples, goyal"),
+    (["--recipe", "goyall"], "error: unknown --recipe 'goyall'; known recipes: examples, ffcv-16"),
 ]
 TORCHRUN_64 = {"RANK": "9", "WORLD_SIZE": "64", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "8", "GROUP_RANK": "1",
                "MASTER_ADDR": "node0", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "job"}
@@ -46,7 +46,7 @@ def test_print_config_resolves_the_launchers_world_without_data_or_torch():
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)
     assert document["batch"] == {"processes": 64, "per_process": 208, "global_batch": 13312, "workers": 4,
-                                 "launcher": "torchrun", "node_processes": 1}
+                                 "launcher": "torchrun", "node_processes": 1, "accum_steps": 1}
     assert document["run"]["recipe"] == "goyal" and document["model"]["arch"] == "resnet50"
     assert document["optim"]["no_bn_wd"] is True and document["optim"]["warmup_epochs"] == 3.0  # the flag wins
     assert document["data"]["root"] == "/no/such/path"

@@ -21,7 +21,7 @@ def test_all_components_train_on_jpegs_and_resume_mid_epoch(jpeg_data, tmp_path)
     assert run.returncode == 0, explain(run)
     record = read_run(straight)
     assert record["global_batch"] == 8  # 4 per step x 2 micro-batches
-    assert record["config"]["opt"] == "lars" and record["config"]["lr_schedule"] == "poly"
+    assert record["config"]["optim"]["opt"] == "lars" and record["config"]["optim"]["lr_schedule"] == "poly"
     rows = record["epochs"]
     assert len(rows) == 2 and all("val_top1_ema" in row for row in rows)
     whole = torch.load(straight / "checkpoint.pth.tar", weights_only=True)

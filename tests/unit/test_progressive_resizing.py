@@ -2,9 +2,6 @@
 loader's output size at the epochs where it changes, for every per-sample backend (dali refuses
 the ramp: its resize size is fixed when its pipeline is built); validation at its own resize and
 crop sizes."""
-import dataclasses
-import types
-
 import numpy as np
 import pytest
 
@@ -46,8 +43,8 @@ def _size(batch):
 
 @pytest.mark.parametrize("backend", decode.per_sample_names())
 def test_loader_output_size_follows_the_ramp(jpeg_data, backend):
-    cfg = config.parse([str(jpeg_data), "--data-backend", backend, "-b", "4", "-j", "0", "--image-size", "32"])
-    cfg = types.SimpleNamespace(**dataclasses.asdict(cfg), val_crop_size=48, val_resize_size=56)
+    cfg = config.parse([str(jpeg_data), "--data-backend", backend, "-b", "4", "-j", "0", "--image-size", "32",
+                        "--val-crop-size", "48", "--val-resize-size", "56"], environ={})
     ramp = ResolutionRamp(32, 96, 1, 3)
     train, val, _ = loader.build_loaders(cfg, 0, 1, __import__("torch").device("cpu"))
     sizes = []
@@ -60,7 +57,7 @@ def test_loader_output_size_follows_the_ramp(jpeg_data, backend):
 
 def test_persistent_seeded_workers_get_the_size_from_the_sampler(jpeg_data):
     """Loader workers live across epochs: the size must reach them with each sample."""
-    cfg = config.parse([str(jpeg_data), "-b", "4", "-j", "1", "--seed", "3", "--image-size", "32"])
+    cfg = config.parse([str(jpeg_data), "-b", "4", "-j", "1", "--seed", "3", "--image-size", "32"], environ={})
     train, _, _ = loader.build_loaders(cfg, 0, 1, __import__("torch").device("cpu"))
     ramp = ResolutionRamp(32, 64, 0, 1)
     assert [_size(next(iter(train))) for _ in [loader.set_epoch(train, 0, 0, ramp.at(0))]] == [(32, 32)]
