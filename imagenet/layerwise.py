@@ -44,7 +44,26 @@ def trust_ratio(weight_norm: torch.Tensor, update_norm: torch.Tensor, numerator:
     return torch.where(positive, numerator / denominator, torch.ones_like(numerator))
 
 
-class Lars(torch.optim.Optimizer):
+class _PerTensor(torch.optim.Optimizer):
+    """An optimizer whose update is one tensor at a time (each needs its own norms)."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is not None:
+                    self._update(param, group)
+        return loss
+
+    def _update(self, param: torch.Tensor, group: dict) -> None:
+        raise NotImplementedError
+
+
+class Lars(_PerTensor):
     """LARS exactly as MLPerf's reference applies it (see the module docstring).
 
     Group options: ``lr``, ``momentum``, ``weight_decay``, ``coefficient`` (the reference's eeta),
@@ -59,18 +78,6 @@ class Lars(torch.optim.Optimizer):
         defaults = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay, "coefficient": coefficient,
                     "eps": eps, "nesterov": nesterov, "adapt": True}
         super().__init__(params, defaults)
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            for param in group["params"]:
-                if param.grad is not None:
-                    self._update(param, group)
-        return loss
 
     def _update(self, param: torch.Tensor, group: dict) -> None:
         grad, lr = param.grad, group["lr"]
@@ -93,7 +100,7 @@ class Lars(torch.optim.Optimizer):
             param.sub_(buffer)
 
 
-class Lamb(torch.optim.Optimizer):
+class Lamb(_PerTensor):
     """LAMB: a per-tensor trust ratio on Adam's step (see the module docstring).
 
     Group options: ``lr``, ``betas``, ``eps``, ``weight_decay``, ``adapt`` (False: Adam's step without
@@ -107,18 +114,6 @@ class Lamb(torch.optim.Optimizer):
                              f"{betas}, eps {eps}, weight_decay {weight_decay})")
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
                                   "adapt": True})
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            for param in group["params"]:
-                if param.grad is not None:
-                    self._update(param, group)
-        return loss
 
     def _update(self, param: torch.Tensor, group: dict) -> None:
         beta1, beta2 = group["betas"]
