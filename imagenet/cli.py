@@ -1,121 +1,35 @@
-"""Command-line entry shared by the four scripts: parse, place the process(es), run, exit cleanly.
+"""Command-line entry shared by the four scripts: parse and validate, then place and run the processes.
 
-User mistakes (bad flags, bad data, an unreachable master, a missing Apex) end with one line on
-stderr and exit status 2; a peer lost in mid-collective (killed, node or network down) ends with one
-line naming it and status 1; a preempted run exits 75 after saving its checkpoint; Ctrl-C exits 130.
+Everything before training is torch-free and cheap: a bad command line ends with one line on
+stderr (``error: ...``) and exit status 2 in a fraction of a second, before torch is imported,
+before the rendezvous, the staging copy or the dataset scan; ``--print-config`` prints the
+resolved settings as JSON and exits 0. Only then is :mod:`imagenet.processes` (torch) imported.
 """
 from __future__ import annotations
 
-import dataclasses
-import logging
+import json
 import os
 import sys
 from typing import Optional, Sequence
 
-import torch
-
 from launch import environment
 
-from . import checkpoint, config, distributed, models, precision
-from .data import staging
-from .errors import DataError, one_line
-from .exit_codes import EXIT_INTERRUPTED, EXIT_LOST_PEER, EXIT_PREEMPTED, EXIT_USAGE
-
-log = logging.getLogger(__name__)
-
-USER_ERRORS = (config.ConfigError, DataError, models.ModelError, precision.PrecisionError,
-               distributed.DistError, checkpoint.CheckpointError, environment.LaunchError, staging.StagingError)
-
-
-def _setup_logging(primary: bool) -> None:
-    logging.basicConfig(level=logging.INFO if primary else logging.WARNING, format="%(levelname)s: %(message)s",
-                        force=True)
-
-
-def _run(cfg: config.TrainConfig, info: distributed.DistInfo) -> int:
-    from . import run  # imported late: the spawning parent never needs it
-
-    _setup_logging(info.is_primary)
-    distributed.init(info, cfg.dist_timeout)
-    try:
-        return _elastic_exit(run.build_and_run(cfg, info))
-    except Exception as e:
-        hang = distributed.hang_message(e, info.rank, cfg.collective_timeout)
-        lost = hang if hang is not None else distributed.lost_peer_message(e, info.rank)
-        if lost is None:
-            raise
-        if lost:  # "": another rank prints the line
-            print(f"error: {lost}", file=sys.stderr, flush=True)  # not a traceback per rank
-        return EXIT_LOST_PEER
-    finally:
-        distributed.cleanup()
-
-
-def _elastic_exit(code: int) -> int:
-    """A preempted trainer exits 75, except under an elastic agent that restarts failed workers
-    (torchrun --max-restarts N): that agent would start it again and train on instead of letting the
-    job be requeued. It exits 0 there, which ends the agent's run; run.json says "preempted"."""
-    if code == EXIT_PREEMPTED and int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0:
-        return 0
-    return code
-
-
-def _guarded(fn, *args) -> int:
-    try:
-        return fn(*args)
-    except USER_ERRORS as e:
-        print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
-
-
-def _spawned_worker(index: int, cfg: config.TrainConfig, procs: int) -> None:
-    code = _guarded(lambda: _run(cfg, distributed.for_spawned(cfg, index, procs)))
-    if code:
-        sys.exit(code)
-
-
-def per_process(cfg: config.TrainConfig, procs: int) -> config.TrainConfig:
-    """-b and -j of the node-level launch are per NODE, as in pytorch/examples' main.py and the seed's
-    imagenet_ddp.py: each of the node's PROCS processes gets batch // procs and ceil(workers / procs)."""
-    if cfg.batch_size < procs:
-        raise config.ConfigError(f"-b {cfg.batch_size} is the batch per node on this launch (--dist-url), "
-                                 f"shared by its {procs} processes: use -b {procs} or more")
-    return dataclasses.replace(cfg, batch_size=cfg.batch_size // procs, workers=-(-cfg.workers // procs))
-
-
-def _spawn_node(cfg: config.TrainConfig) -> int:
-    """pytorch/examples' node-level launch: one process per local GPU (1 on a CPU node)."""
-    procs = cfg.procs_per_node or torch.cuda.device_count() or 1
-    node_cfg, cfg = cfg, per_process(cfg, procs)
-    print(f"=> -b {node_cfg.batch_size} and -j {node_cfg.workers} are per node on this launch: each of the "
-          f"{procs} process(es) gets batch {cfg.batch_size} and {cfg.workers} loader worker(s)", flush=True)
-    if procs == 1:
-        return _run(cfg, distributed.for_spawned(cfg, 0, 1))
-    try:
-        torch.multiprocessing.spawn(_spawned_worker, args=(cfg, procs), nprocs=procs, join=True)
-    except torch.multiprocessing.ProcessExitedException as e:
-        return e.exit_code if e.exit_code and e.exit_code > 0 else 1
-    except torch.multiprocessing.ProcessRaisedException as e:
-        print(f"error: a training process failed: {one_line(e)}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _start(variant: str, argv: Optional[Sequence[str]]) -> int:
-    cfg = config.parse(argv, variant)
-    node_level = cfg.distributed and (cfg.dist_url or cfg.multiprocessing_distributed)
-    if node_level and environment.detect().name == "single":
-        if not cfg.dist_url:
-            raise config.ConfigError("--multiprocessing-distributed needs --dist-url tcp://MASTER_IP:PORT "
-                                     "--world-size NODES --rank NODE")
-        return _spawn_node(cfg)
-    return _run(cfg, distributed.from_environment(cfg))
+from . import config
+from .errors import one_line
+from .exit_codes import EXIT_USAGE
 
 
 def main(variant: str = "any", argv: Optional[Sequence[str]] = None) -> int:
     """Run one training job; returns the process exit status."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    return _guarded(_start, variant, argv)
+    try:
+        command = config.parse_command(argv, variant)
+    except (config.ConfigError, environment.LaunchError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    if command.print_config:
+        print(json.dumps(command.settings.to_dict(), indent=2), flush=True)
+        return 0
+    from . import processes  # torch, only for a command line known to be good
+
+    return processes.start(command.settings)

@@ -87,29 +87,27 @@ def from_environment(cfg) -> DistInfo:
     """Layout from the launcher's variables (single process when there is none)."""
     env = environment.detect()
     local_rank, gpu_index = env.local_rank, env.device_index
-    if cfg.local_rank is not None and env.name == "single":
-        local_rank = gpu_index = cfg.local_rank  # an old torch.distributed.launch that passes only --local_rank
-    if not cfg.distributed and env.world_size > 1:
-        raise DistError(f"the {cfg.variant} variant runs as one process, but the launcher started "
-                        f"{env.world_size}; use imagenet/imagenet_ddp.py for multi-process training")
+    if cfg.dist.local_rank is not None and env.name == "single":
+        local_rank = gpu_index = cfg.dist.local_rank  # an old torch.distributed.launch that passes only --local_rank
     env.validate(torch.cuda.device_count())
     # SLURM's --gpus-per-task=1 leaves each task one visible GPU: its index is 0, not the local rank.
-    device = pick_device(gpu_index, cfg.gpu if not cfg.distributed else None)
+    device = pick_device(gpu_index, cfg.dist.gpu if not cfg.distributed else None)
     multi = cfg.distributed and env.world_size > 1
-    backend = pick_backend(cfg.dist_backend, device) if multi else None
+    backend = pick_backend(cfg.dist.dist_backend, device) if multi else None
     # torchrun's workers must join the agent's store through env://; other launchers give an address.
     init = "env://" if env.name == "torchrun" else f"tcp://{env.master_addr}:{env.master_port}"
     return DistInfo(env.rank, local_rank, env.world_size, env.local_world_size, env.node_rank, env.name,
                     device, backend, init if multi else None)
 
 
-def for_spawned(cfg, local_index: int, procs_per_node: int) -> DistInfo:
-    """Layout of process LOCAL_INDEX spawned on node --rank by the --dist-url launch."""
+def for_spawned(dist, local_index: int, procs_per_node: int) -> DistInfo:
+    """Layout of process LOCAL_INDEX spawned on node --rank by the --dist-url launch (DIST: the
+    settings' dist section)."""
     device = pick_device(local_index)
-    return DistInfo(rank=cfg.rank * procs_per_node + local_index, local_rank=local_index,
-                    world_size=cfg.world_size * procs_per_node, local_world_size=procs_per_node,
-                    node_rank=cfg.rank, environment="dist-url", device=device,
-                    backend=pick_backend(cfg.dist_backend, device), init_method=cfg.dist_url)
+    return DistInfo(rank=dist.rank * procs_per_node + local_index, local_rank=local_index,
+                    world_size=dist.world_size * procs_per_node, local_world_size=procs_per_node,
+                    node_rank=dist.rank, environment="dist-url", device=device,
+                    backend=pick_backend(dist.dist_backend, device), init_method=dist.dist_url)
 
 
 def init(info: DistInfo, timeout_s: float) -> None:

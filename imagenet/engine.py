@@ -25,6 +25,8 @@ from typing import Any, List, Optional
 import torch
 
 from . import checkpoint, cputime, distributed, preemption, profiling, time_to_accuracy
+from .accumulation import accumulate
+from .mixing import hard_labels
 from .terminal import ProgressLine
 from .data.loader import set_epoch
 from .data.normalize import DeviceNormalizer
@@ -56,6 +58,10 @@ class Parts:
     tb: Any
     record: RunRecord
     run_dir: Path
+    ema: Any = None                 # imagenet.ema.WeightAverage, validated beside the model
+    mix: Any = None                 # imagenet.mixing's batch transform (Mixup/CutMix)
+    accum_steps: int = 1            # micro-batches per optimizer step (imagenet.accumulation)
+    resolution: Any = None          # imagenet.data.resolution.ResolutionRamp: the train size per epoch
 
 
 @dataclass
@@ -91,33 +97,34 @@ class Throughput:
 class Trainer:
     def __init__(self, cfg, info: distributed.DistInfo, parts: Parts, stop: StopSignal):
         self.cfg, self.info, self.p, self.stop = cfg, info, parts, stop
-        self.state = TrainState(epoch=cfg.start_epoch)
+        self.state = TrainState(epoch=cfg.optim.start_epoch)
         self.throughput = Throughput()
-        self.steps_per_epoch = len(parts.train_loader)
-        if cfg.steps_per_epoch:
-            self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
-        self.global_batch = cfg.batch_size * info.world_size
+        self.steps_per_epoch = len(parts.train_loader) // parts.accum_steps  # optimizer steps
+        if cfg.data.steps_per_epoch:
+            self.steps_per_epoch = min(self.steps_per_epoch, cfg.data.steps_per_epoch)
+        self.global_batch = cfg.batch.global_batch
         self.progress = ProgressLine()  # the step lines: redrawn on a terminal, plain in logs
         self.skipped_seen = 0  # overflowed fp16 steps already reported
-        self.profiler = profiling.start(cfg.profile_steps, WARMUP_STEPS, info.is_primary, parts.run_dir,
+        self.profiler = profiling.start(cfg.logging.profile_steps, WARMUP_STEPS, info.is_primary, parts.run_dir,
                                         info.device, lambda summary: parts.record.update(profile=summary))
-        self.step_times = StepTimes(info.device, cfg.step_times)
-        self.writer = BackgroundWriter(parts.run_dir, cfg.keep_checkpoints)
+        self.step_times = StepTimes(info.device, cfg.logging.step_times)
+        self.writer = BackgroundWriter(parts.run_dir, cfg.checkpoint.keep_checkpoints)
         self.last_checkpoint = time.monotonic()
         self.periodic_saves = 0
-        self.stragglers = StragglerWatch.for_run(cfg.straggler_threshold)
+        self.stragglers = StragglerWatch.for_run(cfg.logging.straggler_threshold)
         self.core_s_before = 0.0  # CPU seconds of the attempts before a resume
 
     # ---------------------------------------------------------------- checkpoints
     def state_dict(self, elapsed_s: Optional[float] = None) -> dict:
         s = self.state
-        return {"version": 1, "arch": self.cfg.arch, "epoch": s.epoch, "step_in_epoch": s.step_in_epoch,
+        return {"version": 1, "arch": self.cfg.model.arch, "epoch": s.epoch, "step_in_epoch": s.step_in_epoch,
                 "global_batch": self.global_batch,  # a restart with other node counts keeps the sample position
                 "best_top1": s.best_top1, "elapsed_s": s.elapsed_s if elapsed_s is None else elapsed_s,
                 "history": s.history,
                 "model": self.p.raw_model.state_dict(), "optimizer": self.p.optimizer.state_dict(),
                 "scheduler": self.p.scheduler.state_dict(), "precision": self.p.precision.state_dict(),
-                "rng": checkpoint.rng_state(), "config": self.cfg.to_dict()}
+                "rng": checkpoint.rng_state(), "config": self.cfg.to_dict(),
+                **({"ema": self.p.ema.state_dict()} if self.p.ema is not None else {})}
 
     def load_state_dict(self, ckpt: dict) -> None:
         s = self.state
@@ -129,6 +136,8 @@ class Trainer:
         self.p.optimizer.load_state_dict(ckpt["optimizer"])
         self.p.scheduler.load_state_dict(ckpt["scheduler"])
         self.p.precision.load_state_dict(ckpt["precision"])
+        if self.p.ema is not None and "ema" in ckpt:  # else the average starts from the resumed weights
+            self.p.ema.load_state_dict(ckpt["ema"])
         self.skipped_seen = self.p.precision.skipped_steps
         checkpoint.set_rng_state(ckpt["rng"])
         saved_batch = int(ckpt.get("global_batch", self.global_batch))
@@ -168,7 +177,7 @@ class Trainer:
         self.last_checkpoint = time.monotonic()
 
     def _steps_due(self, epoch: int, done: int) -> bool:
-        every = self.cfg.checkpoint_every_steps
+        every = self.cfg.checkpoint.checkpoint_every_steps
         return every > 0 and (epoch * self.steps_per_epoch + done) % every == 0
 
     def _save_periodic(self, epoch: int, done: int, clock: StepClock) -> None:
@@ -182,25 +191,35 @@ class Trainer:
         self.periodic_saves += 1
 
     # ---------------------------------------------------------------- one training epoch
-    def _step(self, images: torch.Tensor, target: torch.Tensor):
+    def _forward_loss(self, images: torch.Tensor, target: torch.Tensor):
         p = self.p
         images = p.precision.cast_input(p.normalizer(images))
         target = target.to(self.info.device, non_blocking=True)
+        if p.mix is not None:
+            images, target = p.mix(images, target)  # soft labels from here on
         with p.precision.autocast():
             output = p.model(images)
-        loss = p.criterion(output.float(), target)
+        return p.criterion(output.float(), target), output, target
+
+    def _step(self, batches: List[tuple]) -> List[tuple]:
+        """One optimizer step over BATCHES (micro-batches when accumulating); their (loss, output,
+        target) triples."""
+        p = self.p
         p.precision.zero_grad(p.optimizer)
-        p.precision.backward(loss, p.optimizer)
+        results = accumulate(p.model, batches, self._forward_loss, lambda loss: p.precision.backward(loss, p.optimizer))
         p.precision.step(p.optimizer)
         p.scheduler.step()
-        return loss, output, target
+        if p.ema is not None:
+            p.ema.after_step(p.raw_model, p.scheduler.last_epoch - 1)  # the global step just taken
+        return results
 
     def train_epoch(self, epoch: int) -> Optional[dict]:
         """Train one epoch; None when a stop signal interrupted it (after saving a checkpoint)."""
         p, cfg = self.p, self.cfg
         p.model.train()
         first = self.state.step_in_epoch
-        set_epoch(p.train_loader, epoch, first * cfg.batch_size)
+        resolution = p.resolution.at(epoch) if p.resolution is not None else None
+        set_epoch(p.train_loader, epoch, first * cfg.batch.per_process * p.accum_steps, resolution)
         meter, clock = EpochMeter(self.info.device), StepClock()
         warm = min(WARMUP_STEPS, (self.steps_per_epoch - first) // 4)
         interval = (first, time.perf_counter(), 0.0)
@@ -210,18 +229,19 @@ class Trainer:
         self.step_times.restart()
         self.step_times.mark(counted=False)
         for step in range(first, self.steps_per_epoch):
-            images, target = next(loader)
+            batches = [next(loader) for _ in range(p.accum_steps)]
             clock.data_ready()
-            loss, output, target = self._step(images, target)
+            results = self._step(batches)
             self.profiler.step()
-            meter.update(loss, output, target)
+            for loss, output, target in results:
+                meter.update(loss, output, hard_labels(target))
             done = step + 1
             self.step_times.mark(counted=done - first > warm)
             if done - first == warm and steady_start is None:
                 synchronize(self.info.device)
                 steady_start, steady_data0 = time.perf_counter(), clock.data_s
             stop = due = False
-            if done % cfg.print_freq == 0 or done == self.steps_per_epoch:
+            if done % cfg.logging.print_freq == 0 or done == self.steps_per_epoch:
                 interval, times = self._report(epoch, done, loss, meter, interval, clock)
                 stop, due = self._boundary(times)
             # the last step is left to fit(): it checks for a stop right after the epoch's checkpoint
@@ -249,7 +269,7 @@ class Trainer:
             return
         t = self.throughput
         t.seconds += time.perf_counter() - start
-        t.images += steps * self.cfg.batch_size
+        t.images += steps * self.cfg.batch.per_process * self.p.accum_steps
         t.steps += steps
         t.data_s += data_s
         t.warmup_steps += warm
@@ -283,7 +303,7 @@ class Trainer:
         slowest rank named when it lags (imagenet.stragglers)."""
         self.writer.check()  # a background write that failed ends the run here, as a failed save always did
         mine = self.stop.pending(self.p.run_dir if self.info.is_primary else None)
-        minutes = self.cfg.checkpoint_every_minutes
+        minutes = self.cfg.checkpoint.checkpoint_every_minutes
         due = minutes > 0 and time.monotonic() - self.last_checkpoint >= 60 * minutes
         rows = distributed.all_gather_floats([float(mine), float(due), *times], self.info.device)
         line = self.stragglers.observe([row[2:] for row in rows])
@@ -327,17 +347,19 @@ class Trainer:
 
     # ---------------------------------------------------------------- validation
     @torch.no_grad()
-    def validate(self) -> dict:
+    def validate(self, model: Optional[torch.nn.Module] = None) -> dict:
+        """Validate MODEL (default: the trained model)."""
         p = self.p
-        p.eval_model.eval()
+        model = p.eval_model if model is None else model
+        model.eval()
         meter, start = EpochMeter(self.info.device), time.perf_counter()
         for i, (images, target) in enumerate(p.val_loader):
-            if self.cfg.val_steps and i >= self.cfg.val_steps:
+            if self.cfg.data.val_steps and i >= self.cfg.data.val_steps:
                 break
             images = p.precision.cast_input(p.normalizer(images))
             target = target.to(self.info.device, non_blocking=True)
             with p.precision.autocast():
-                output = p.eval_model(images)
+                output = model(images)
             meter.update(p.criterion(output.float(), target), output, target)
         stats = meter.global_()
         wall = time.perf_counter() - start
@@ -356,20 +378,28 @@ class Trainer:
         self.p.tb.flush()
         if self.info.is_primary and "val_top1" not in row:
             print(f" * Epoch {epoch}: train top1 {row['train_top1']:.2f}  loss {row['train_loss']:.4f}  train "
-                  f"{row['train_images_per_s']:.1f} img/s (validation every {self.cfg.eval_every} epochs)", flush=True)
+                  f"{row['train_images_per_s']:.1f} img/s (validation every {self.cfg.optim.eval_every} epochs)",
+                  flush=True)
         elif self.info.is_primary:
             print(f" * Epoch {epoch}: val top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}  "
                   f"loss {row['val_loss']:.4f}  ({row['val_samples']} images)  train "
                   f"{row['train_images_per_s']:.1f} img/s", flush=True)
 
+    def _validate_ema(self) -> dict:
+        row = self.validate(self.p.ema.module)
+        self.state.elapsed_s += row["val_time_s"]
+        if self.info.is_primary:
+            print(f" * EMA of the weights: val top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}", flush=True)
+        return {f"{key}_ema": row[key] for key in ("val_loss", "val_top1", "val_top5", "val_time_s")}
+
     def _reached(self, top1: float) -> bool:
-        return self.cfg.desired_acc is not None and top1 >= 100.0 * self.cfg.desired_acc
+        return self.cfg.optim.desired_acc is not None and top1 >= 100.0 * self.cfg.optim.desired_acc
 
     def fit(self) -> int:
         """Train to --epochs, --desired-acc or --time-budget-minutes; returns the process exit code."""
         status = "finished"
         epoch = self.state.epoch
-        while epoch < self.cfg.epochs:
+        while epoch < self.cfg.optim.epochs:
             train_row = self.train_epoch(epoch)
             if train_row is None:
                 return EXIT_PREEMPTED
@@ -379,6 +409,8 @@ class Trainer:
             if validated:
                 row.update(self.validate())
                 self.state.elapsed_s += row["val_time_s"]
+                if self.p.ema is not None:
+                    row.update(self._validate_ema())
             row.update(elapsed_s=self.state.elapsed_s, core_s=self._core_s())
             self.state.history.append(row)
             is_best = validated and row["val_top1"] > self.state.best_top1
@@ -393,19 +425,19 @@ class Trainer:
                 status = "reached_desired_acc"
                 if self.info.is_primary:
                     print(f"Reached desired accuracy: val top1 {row['val_top1']:.2f}% >= "
-                          f"{100 * self.cfg.desired_acc:.2f}% after {epoch} epochs, "
+                          f"{100 * self.cfg.optim.desired_acc:.2f}% after {epoch} epochs, "
                           f"{self.state.elapsed_s:.1f} s of training and validation", flush=True)
-                if self.cfg.time_budget_minutes is None:
+                if self.cfg.optim.time_budget_minutes is None:
                     break  # with a time budget, the run goes on to it (time to the target is recorded)
-            if over_budget and epoch < self.cfg.epochs:
+            if over_budget and epoch < self.cfg.optim.epochs:
                 status = "time_budget" if status == "finished" else status
                 if self.info.is_primary:
-                    print(f"Time budget of {self.cfg.time_budget_minutes:g} min used after {epoch} epochs "
+                    print(f"Time budget of {self.cfg.optim.time_budget_minutes:g} min used after {epoch} epochs "
                           f"({self.state.elapsed_s:.1f} s of training and validation)", flush=True)
                 break
             # a safe point: the epoch's checkpoint is saved. After the last epoch there is nothing
             # left to requeue for, so the run finishes (exit 0) even when a signal came.
-            if epoch < self.cfg.epochs and self._stop_requested():
+            if epoch < self.cfg.optim.epochs and self._stop_requested():
                 self._stopped(epoch, 0)
                 return EXIT_PREEMPTED
         self.writer.wait()
@@ -419,12 +451,12 @@ class Trainer:
         return 0
 
     def _validation_due(self, epoch: int) -> bool:
-        return (epoch + 1) % self.cfg.eval_every == 0 or epoch + 1 == self.cfg.epochs
+        return (epoch + 1) % self.cfg.optim.eval_every == 0 or epoch + 1 == self.cfg.optim.epochs
 
     def _over_budget(self) -> bool:
         """True on every rank once any rank's training and validation time reaches --time-budget-minutes
         (each rank's clock differs a little; all must stop at the same epoch)."""
-        budget = self.cfg.time_budget_minutes
+        budget = self.cfg.optim.time_budget_minutes
         if budget is None:
             return False
         return distributed.any_rank(self.state.elapsed_s >= 60.0 * budget, self.info.device)
@@ -444,14 +476,15 @@ class Trainer:
     def _write_record(self, status: str, **final_extra: Any) -> None:
         s = self.state
         throughput = self.throughput.as_dict(self.info.world_size, self.info.device)
-        if self.cfg.step_times:
+        if self.cfg.logging.step_times:
             throughput["step_times_ms"] = self.step_times.ms
         saves = {**self.writer.stats.as_dict(), "periodic": self.periodic_saves,
-                 "every_steps": self.cfg.checkpoint_every_steps, "every_minutes": self.cfg.checkpoint_every_minutes}
+                 "every_steps": self.cfg.checkpoint.checkpoint_every_steps,
+                 "every_minutes": self.cfg.checkpoint.checkpoint_every_minutes}
         self.p.record.update(
             status=status, epochs=s.history, throughput=throughput, checkpoints=saves,
             ranks=self.stragglers.summary(),
-            time_to_accuracy=time_to_accuracy.summary(s.history, self.cfg.desired_acc, self.cfg.eval_every,
+            time_to_accuracy=time_to_accuracy.summary(s.history, self.cfg.optim.desired_acc, self.cfg.optim.eval_every,
                                                       self.info.world_size, self.info.device.type),
             final={"best_top1": s.best_top1, "epochs_run": s.epoch, "elapsed_s": s.elapsed_s,
                    "reached_desired_acc": status == "reached_desired_acc",

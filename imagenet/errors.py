@@ -1,4 +1,4 @@
-"""Turning exceptions into the one-line messages users see."""
+"""Turning exceptions into the one-line messages users see (their exit statuses: imagenet.exit_codes)."""
 from __future__ import annotations
 
 

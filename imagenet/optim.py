@@ -1,16 +1,20 @@
-"""SGD with momentum, linear learning-rate scaling, warm-up and the step or cosine schedule.
+"""The optimizer (SGD, LARS or LAMB), its parameter groups, and the per-step LR schedule.
 
 The learning rate follows Goyal et al. (2017): ``lr = base_lr * global_batch / 256`` with a linear
-warm-up (5 epochs by default when that exceeds the base rate). The schedule is evaluated per
-iteration so warm-up is smooth and a mid-epoch resume lands on the same value.
+warm-up (5 epochs by default when that exceeds the base rate), unless ``--lr-scaling none``. The
+schedule (:mod:`imagenet.schedules`) is evaluated per iteration so warm-up is smooth and a
+mid-epoch resume lands on the same value. LARS and LAMB live in :mod:`imagenet.layerwise`.
 """
 from __future__ import annotations
 
-import math
-from typing import List
+from typing import List, Optional
 
 import torch
 from torch import nn
+
+from . import layerwise, schedules
+
+NORMS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)
 
 
 def peak_lr(cfg, global_batch: int) -> float:
@@ -18,22 +22,31 @@ def peak_lr(cfg, global_batch: int) -> float:
 
 
 def warmup_epochs(cfg, lr: float) -> float:
+    if cfg.lr_schedule == "ramp":
+        return 0.0  # the ramp rises from its own start to its peak epoch
     if cfg.warmup_epochs is not None:
         return cfg.warmup_epochs
     return 5.0 if lr > cfg.lr else 0.0
 
 
-def param_groups(model: nn.Module, weight_decay: float, no_bn_wd: bool) -> List[dict]:
-    if not no_bn_wd:
-        return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": weight_decay}]
-    decay, no_decay = [], []
+def param_groups(model: nn.Module, weight_decay: float, no_bn_wd: bool, norm_weight_decay: Optional[float] = None,
+                 adapt_weights_only: bool = False) -> List[dict]:
+    """Parameter groups: weights; normalisation layers (``--norm-weight-decay``, else 0 with
+    ``--no-bn-wd``, else ``--wd``); biases (0 with ``--no-bn-wd``). ``adapt`` (LARS and LAMB's
+    trust ratio) is False for norms and biases when ADAPT_WEIGHTS_ONLY, as MLPerf's skip list.
+    Kinds with the same settings share a group: plain SGD keeps the one group it always had."""
+    kinds = {"weight": (weight_decay, True),
+             "norm": (0.0 if no_bn_wd and norm_weight_decay is None else
+                      weight_decay if norm_weight_decay is None else norm_weight_decay, not adapt_weights_only),
+             "bias": (0.0 if no_bn_wd else weight_decay, not adapt_weights_only)}
+    groups: dict = {}
     for module in model.modules():
         for name, p in module.named_parameters(recurse=False):
             if not p.requires_grad:
                 continue
-            is_norm = isinstance(module, (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm))
-            (no_decay if is_norm or name == "bias" else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            kind = "norm" if isinstance(module, NORMS) else "bias" if name == "bias" else "weight"
+            groups.setdefault(kinds[kind], []).append(p)
+    return [{"params": params, "weight_decay": decay, "adapt": adapt} for (decay, adapt), params in groups.items()]
 
 
 def fused_supported(params: List[torch.Tensor]) -> bool:
@@ -64,7 +77,14 @@ def impl_kwargs(impl: str, params: List[torch.Tensor]) -> dict:
 
 
 def build_optimizer(model: nn.Module, cfg, lr: float) -> torch.optim.Optimizer:
-    groups = param_groups(model, cfg.weight_decay, cfg.no_bn_wd)
+    """--opt's optimizer (CFG: the optimisation settings) at peak LR."""
+    layerwise_opt = cfg.opt in ("lars", "lamb")
+    groups = param_groups(model, cfg.weight_decay, cfg.no_bn_wd, cfg.norm_weight_decay, layerwise_opt)
+    if cfg.opt == "lars":
+        return layerwise.Lars(groups, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                              coefficient=cfg.lars_coefficient)
+    if cfg.opt == "lamb":
+        return layerwise.Lamb(groups, lr=lr, weight_decay=cfg.weight_decay)
     impl = impl_kwargs(getattr(cfg, "optimizer_impl", "default"), [p for g in groups for p in g["params"]])
     optimizer = torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, **impl)
     if impl:
@@ -73,18 +93,21 @@ def build_optimizer(model: nn.Module, cfg, lr: float) -> torch.optim.Optimizer:
     return optimizer
 
 
-def lr_factor(iteration: int, steps_per_epoch: int, cfg, warmup: float) -> float:
+def schedule(cfg, warmup: float, lr: float) -> schedules.Schedule:
+    """The run's schedule (CFG: the optimisation settings; WARMUP: epochs; LR: the peak, for --lr-end)."""
+    return schedules.Schedule(cfg.lr_schedule, epochs=cfg.epochs, warmup_epochs=warmup,
+                              warmup_start=cfg.lr_warmup_decay, milestones=tuple(cfg.lr_steps),
+                              power=cfg.lr_power, end_factor=cfg.lr_end / lr if lr > 0 else 0.0,
+                              peak_epoch=cfg.lr_peak_epoch)
+
+
+def lr_factor(iteration: int, steps_per_epoch: int, cfg, warmup: float, lr: float = 1.0) -> float:
     """Multiplier of the peak lr at ITERATION (0-based, counted over the whole run)."""
-    epoch = iteration / steps_per_epoch
-    if warmup > 0 and epoch < warmup:
-        return (iteration + 1) / (warmup * steps_per_epoch)
-    if cfg.lr_schedule == "cosine":
-        progress = (epoch - warmup) / max(cfg.epochs - warmup, 1e-8)
-        return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-    return 0.1 ** sum(1 for milestone in cfg.lr_steps if int(epoch) >= milestone)
+    return schedules.lr_factor(iteration, steps_per_epoch, schedule(cfg, warmup, lr))
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg, steps_per_epoch: int, warmup: float):
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg, steps_per_epoch: int, warmup: float, lr: float = 1.0):
     """A per-iteration LambdaLR; its state_dict holds only the iteration count."""
+    plan = schedule(cfg, warmup, lr)
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda it: lr_factor(it, steps_per_epoch, cfg, warmup))
+        optimizer, lambda it: schedules.lr_factor(it, steps_per_epoch, plan))

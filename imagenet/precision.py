@@ -57,7 +57,8 @@ def apex_amp():
 
 
 def resolve(cfg, device: torch.device) -> PrecisionSpec:
-    """Turn the precision flags into a spec; fails on combinations that cannot work."""
+    """Turn the precision section of the settings into a spec; fails on combinations that only the
+    device can rule out (the others were refused by the settings' validation)."""
     level = cfg.precision_level
     dtype = None
     if level != "O0":
@@ -71,8 +72,6 @@ def resolve(cfg, device: torch.device) -> PrecisionSpec:
             raise PrecisionError(APEX_HINT)
         if device.type != "cuda":
             raise PrecisionError("Apex AMP needs a CUDA GPU; on CPU use --amp-backend native")
-        if dtype == torch.bfloat16:
-            raise PrecisionError("Apex AMP scales float16 only; use --amp-dtype float16 or --amp-backend native")
     keep_bn = {"True": True, "False": False}.get(cfg.keep_batchnorm_fp32, level != "O3")
     if dtype == torch.float16:
         scale: Union[str, float] = "dynamic" if cfg.loss_scale == "dynamic" else float(cfg.loss_scale)

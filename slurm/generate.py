@@ -312,7 +312,7 @@ def _check_train_args(s: JobSpec) -> None:
 
     parser.error = reject  # type: ignore[method-assign]  # argparse would print usage and exit
     namespace = parser.parse_args([*s.train_args, "DATA-PLACEHOLDER"])
-    if namespace.data != "DATA-PLACEHOLDER":
+    if namespace.root != "DATA-PLACEHOLDER":
         reject("the dataset goes in --data, not among the training arguments")
 
 

@@ -12,7 +12,8 @@ given, in which case it is replaced by the next readable image and counted in a 
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Optional, Sequence, Tuple, Union
+import functools
+from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -41,21 +42,33 @@ class ImageFiles(Dataset):
     then depend on the run seed, the epoch and the index only, not on which worker decodes the
     sample or what it decoded before, so a resumed run draws what an uninterrupted one does while
     loader workers (and the shard files they hold open) persist across epochs.
+
+    An item (index, seed or None, size) asks for the sample at another training crop size
+    (progressive resizing): RESIZED(size) makes that transform, once per size and worker.
     """
 
     def __init__(self, source: "sources.FolderIndex | sources.ShardIndex | Sequence[Tuple[str, int]]",
-                 transform: Transform, skip_bad: bool = False):
+                 transform: Transform, skip_bad: bool = False, resized: Optional[Callable[[int], Transform]] = None):
         self.source = source if hasattr(source, "read") else sources.FolderIndex.from_samples(source)
         self.transform = transform
         self.skip_bad = skip_bad
         self.skipped = 0
+        self.resized = resized
+        self.by_size: Dict[int, Transform] = {}
+
+    def _transform(self, size: Optional[int]) -> Transform:
+        if size is None or self.resized is None:
+            return self.transform
+        if size not in self.by_size:
+            self.by_size[size] = self.resized(size)
+        return self.by_size[size]
 
     def __len__(self) -> int:
         return len(self.source)
 
-    def _load(self, index: int) -> Tuple[torch.Tensor, int]:
+    def _load(self, index: int, transform: Transform) -> Tuple[torch.Tensor, int]:
         try:
-            return self.transform(self.source.read(index), self.source.name(index)), self.source.target(index)
+            return transform(self.source.read(index), self.source.name(index)), self.source.target(index)
         except (OSError, ValueError, SyntaxError) as e:  # PIL raises all three for broken files
             name = self.source.name(index)
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -67,17 +80,20 @@ class ImageFiles(Dataset):
                         self.skipped)
             return None  # type: ignore[return-value]
 
-    def __getitem__(self, item: Union[int, Tuple[int, int]]) -> Tuple[torch.Tensor, int]:
+    def __getitem__(self, item: Union[int, tuple]) -> Tuple[torch.Tensor, int]:
         if not isinstance(item, tuple):
-            return self._first_readable(item)
-        index, seed = item
+            return self._first_readable(item, self.transform)
+        index, seed, *size = item
+        transform = self._transform(size[0] if size else None)
+        if seed is None:
+            return self._first_readable(index, transform)
         with torch.random.fork_rng(devices=[]):  # the CPU generator only; restored on exit
             torch.default_generator.manual_seed(seed)
-            return self._first_readable(index)
+            return self._first_readable(index, transform)
 
-    def _first_readable(self, index: int) -> Tuple[torch.Tensor, int]:
+    def _first_readable(self, index: int, transform: Transform) -> Tuple[torch.Tensor, int]:
         for offset in range(len(self)):
-            item = self._load((index + offset) % len(self))
+            item = self._load((index + offset) % len(self), transform)
             if item is not None:
                 return item
         raise DataError("no image in the dataset could be read; check the files and their permissions")
@@ -117,20 +133,22 @@ def _loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: int, p
 
 
 def build_loaders(cfg, rank: int, world_size: int, device: torch.device):
-    """(train_loader, val_loader, num_classes) for the config; loaders shard by rank."""
-    if cfg.dummy:
-        steps = max(1, cfg.dummy_size // (cfg.batch_size * world_size))
+    """(train_loader, val_loader, num_classes) for the settings (their data section, seed and resolved
+    batch); loaders shard by rank over WORLD_SIZE processes."""
+    data, batch, seed = cfg.data, cfg.batch, cfg.run.seed
+    if data.dummy:
+        steps = max(1, data.dummy_size // batch.global_batch) * batch.accum_steps  # micro-batches
         val_steps = max(1, steps // 25)
-        make = lambda n: SyntheticBatches(n, cfg.batch_size, cfg.image_size, cfg.num_classes, device)  # noqa: E731
-        return make(steps), make(val_steps), cfg.num_classes
-    classes, samples = scan_dataset_once(cfg.data, rank)
-    if len(samples["train"]) < cfg.batch_size * world_size:
-        raise DataError(f"{cfg.data}/train has {len(samples['train'])} images, fewer than one global batch "
-                        f"({cfg.batch_size} x {world_size} processes); lower -b")
-    backend = decode.get_backend(cfg.data_backend)
-    seeded = cfg.seed is not None and backend.per_sample  # a batch backend draws from its own seeded generator
+        make = lambda n: SyntheticBatches(n, batch.per_process, data.image_size, data.num_classes, device)  # noqa: E731
+        return make(steps), make(val_steps), data.num_classes
+    classes, samples = scan_dataset_once(data.root, rank)
+    if len(samples["train"]) < batch.global_batch:
+        raise DataError(f"{data.root}/train has {len(samples['train'])} images, fewer than one global batch "
+                        f"({batch.per_process} x {world_size} processes); lower -b")
+    backend = decode.get_backend(data.data_backend)
+    seeded = seed is not None and backend.per_sample  # a batch backend draws from its own seeded generator
     train_sampler = ResumableSampler(range(len(samples["train"])), num_replicas=world_size, rank=rank,
-                                     shuffle=True, seed=cfg.seed or 0, drop_last=False, seeded=seeded)
+                                     shuffle=True, seed=seed or 0, drop_last=False, seeded=seeded)
     val_sampler = ShardSampler(len(samples["val"]), rank, world_size)
     if backend.per_sample:
         train, val = _sample_loaders(cfg, backend, samples, train_sampler, val_sampler, device)
@@ -141,16 +159,27 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device):
 
 def _sample_loaders(cfg, backend: decode.Backend, samples, train_sampler, val_sampler, device: torch.device):
     """DataLoaders over :class:`ImageFiles` decoded by a per-sample backend."""
-    train_set = ImageFiles(samples["train"], backend.transform(True, cfg.image_size), cfg.skip_bad_images)
-    val_set = ImageFiles(samples["val"], backend.transform(False, cfg.image_size), cfg.skip_bad_images)
+    data, batch = cfg.data, cfg.batch
+    train_set = ImageFiles(samples["train"], backend.transform(True, data.image_size, None, data.train_crop_scale),
+                           data.skip_bad_images, resized=functools.partial(backend.transform, True, resize_size=None,
+                                                                           crop_scale=data.train_crop_scale))
+    val_set = ImageFiles(samples["val"], backend.transform(False, val_crop_size(data), data.val_resize_size),
+                         data.skip_bad_images)
     pin = device.type == "cuda"
-    return (_loader(train_set, train_sampler, cfg.batch_size, cfg.workers, pin, True, cfg.seed),
-            _loader(val_set, val_sampler, cfg.batch_size, cfg.workers, pin, False, cfg.seed))
+    return (_loader(train_set, train_sampler, batch.per_process, batch.workers, pin, True, cfg.run.seed),
+            _loader(val_set, val_sampler, batch.per_process, batch.workers, pin, False, cfg.run.seed))
 
 
-def set_epoch(loader, epoch: int, samples_done: int = 0) -> None:
-    """Prepare the train loader for EPOCH (shuffle order and augmentation seeds, mid-epoch start)."""
+def set_epoch(loader, epoch: int, samples_done: int = 0, resolution: Optional[int] = None) -> None:
+    """Prepare the train loader for EPOCH (shuffle order and augmentation seeds, mid-epoch start, and
+    the training crop size where progressive resizing sets one)."""
     sampler = getattr(loader, "sampler", None)
     if isinstance(sampler, ResumableSampler):
         sampler.set_epoch(epoch)
         sampler.set_start(samples_done)
+        sampler.set_resolution(resolution)
+
+
+def val_crop_size(data) -> int:
+    """--val-crop-size, else the training --image-size (pytorch/examples: both 224); DATA: the data section."""
+    return data.val_crop_size or data.image_size

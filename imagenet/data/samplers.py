@@ -5,7 +5,7 @@ sample exactly once across ranks.
 """
 from __future__ import annotations
 
-from typing import Iterator, Tuple, Union
+from typing import Iterator, Optional, Tuple, Union
 
 import numpy as np
 from torch.utils.data import DistributedSampler, Sampler
@@ -28,23 +28,32 @@ class ResumableSampler(DistributedSampler):
     (:func:`sample_seeds`: a function of the run seed, the epoch and the index, not of the rank, the
     world size or the loader workers). The padding DistributedSampler adds to even out ranks
     repeats an index, and so its augmentation.
+
+    With a resolution set (progressive resizing, :mod:`.resolution`) it yields (index, seed or None,
+    training crop size) triples: the size travels with each sample to the loader workers, which
+    persist across epochs and so never see an attribute changed in the training process.
     """
 
     def __init__(self, *args, seeded: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.seeded = seeded
         self.start_index = 0
+        self.resolution: Optional[int] = None
 
     def set_start(self, samples_done: int) -> None:
         self.start_index = samples_done  # applies to the next iteration only
 
-    def __iter__(self) -> Iterator[Union[int, Tuple[int, int]]]:
+    def set_resolution(self, size: Optional[int]) -> None:
+        """The training crop size of the coming epochs (None: the transform's own)."""
+        self.resolution = size
+
+    def __iter__(self) -> Iterator[Union[int, Tuple[int, int], Tuple[int, Optional[int], int]]]:
         indices = list(super().__iter__())[self.start_index:]
         self.start_index = 0
-        if not self.seeded:
-            return iter(indices)
-        seeds = sample_seeds(self.seed, self.epoch, len(self.dataset))
-        return zip(indices, seeds[indices].tolist())
+        seeds = sample_seeds(self.seed, self.epoch, len(self.dataset))[indices].tolist() if self.seeded else None
+        if self.resolution is not None:
+            return zip(indices, seeds or [None] * len(indices), [self.resolution] * len(indices))
+        return iter(indices) if seeds is None else zip(indices, seeds)
 
 
 class ShardSampler(Sampler):

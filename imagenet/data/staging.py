@@ -123,18 +123,19 @@ class Outcome:
 # ---------------------------------------------------------------- entry points for the engine
 
 def stage_data(cfg, info) -> str:
-    """The folder training reads: cfg.data, or its node-local copy with --stage-dir (a collective)."""
+    """The folder training reads (CFG: the settings' data section): its root, or the root's node-local
+    copy with --stage-dir (a collective)."""
     if cfg.dummy or not cfg.stage_dir:
-        return cfg.data
+        return cfg.root
     from .. import distributed  # here, not at the top: the command line below runs without torch
 
     dest, error = None, None
     try:  # any failure, on any rank, must reach the collective below: the other ranks wait there
-        dest = destination(cfg.data, expand(cfg.stage_dir))
+        dest = destination(cfg.root, expand(cfg.stage_dir))
         if info.local_rank == 0 or not distributed.initialized():
-            stage(cfg.data, dest, cfg.stage_verify, hold=True)
+            stage(cfg.root, dest, cfg.stage_verify, hold=True)
     except (StagingError, OSError) as e:
-        error = one_line(e) if isinstance(e, StagingError) else f"cannot stage {cfg.data} to {dest}: {e}"
+        error = one_line(e) if isinstance(e, StagingError) else f"cannot stage {cfg.root} to {dest}: {e}"
         if distributed.initialized():
             error = f"{socket.gethostname()}: {error}"
     # Everyone waits here for every node's copier; the errors travel with the wait.
@@ -142,7 +143,7 @@ def stage_data(cfg, info) -> str:
     if errors:
         raise StagingError(error or errors[0])
     if not (dest / MARKER).is_file():
-        raise StagingError(f"no process with local rank 0 staged {cfg.data} on {socket.gethostname()} "
+        raise StagingError(f"no process with local rank 0 staged {cfg.root} on {socket.gethostname()} "
                            f"({dest} is incomplete); check the launcher's local ranks")
     return str(dest)
 
@@ -159,7 +160,7 @@ def release_data(cfg, info, finished: bool) -> None:
     # the wait ('$TMPDIR' may be /dev/shm on one node only): every rank must reach the collective.
     distributed.all_gather_object(None)
     if (info.local_rank == 0 or not distributed.initialized()) and cleanup_wanted(cfg.stage_cleanup, cfg.stage_dir):
-        dest = destination(cfg.data, expand(cfg.stage_dir))
+        dest = destination(cfg.root, expand(cfg.stage_dir))
         try:
             remove_copy(dest)
         except (StagingError, OSError) as e:

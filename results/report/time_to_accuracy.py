@@ -19,6 +19,7 @@ from results.report.common import REFERENCE, fmt, md_table
 HEADING = "Time to accuracy on real photographs (Fashion-MNIST)"
 EXAMPLES = "pytorch/examples imagenet/main.py"
 GOAL_RATIO = 2.0  # the benchmark's goal: time to the target at least 2x shorter than main.py's
+GOAL_TOP1 = 92.0  # ...and, in main.py's wall time, at least this top-1 (the table's ResNet18: 94.9 %)
 
 
 def pair(recs: Sequence[dict]) -> Tuple[Optional[dict], Optional[dict]]:
@@ -85,12 +86,19 @@ def _ratios(examples: dict, ours: dict) -> str:
     if wall is None:
         return (f"This engine did not reach main.py's best ({fmt(e['target_top1'])} %) within its run "
                 f"(best {fmt(o['best_top1'])} %): no ratio.\n")
-    met = "met" if wall >= GOAL_RATIO else "not met"
+    best = o.get("best_top1_in_budget")
     return (f"Time to {fmt(e['target_top1'])} % top-1: main.py {fmt(e['time_to_target_s'])} s, this engine "
-            f"{fmt(o['time_to_target_s'])} s: ratio **{wall:.2f}** in wall time"
-            + (f", {cpu:.2f} in CPU seconds ({fmt(e['core_s_to_target'])} / {fmt(o['core_s_to_target'])})"
-               if cpu is not None else "")
-            + f" (main.py's over this engine's; goal: at least {GOAL_RATIO:g}, {met}).\n")
+            f"{fmt(o['time_to_target_s'])} s: ratio **{wall:.2f}** in wall time ({_verdict(wall, GOAL_RATIO)})"
+            + (f", **{cpu:.2f}** in CPU seconds ({fmt(e['core_s_to_target'])} / {fmt(o['core_s_to_target'])}; "
+               f"{_verdict(cpu, GOAL_RATIO)})" if cpu is not None else "")
+            + f" (main.py's over this engine's; goal: at least {GOAL_RATIO:g}). When the two runs shared the "
+            "cores with different loads (the load column), the CPU-second ratio is the fairer one.\n\n"
+            + f"Best top-1 within main.py's wall time: {fmt(best) if best is not None else '-'} % (goal: at least "
+            f"{GOAL_TOP1:g} %, {_verdict(best, GOAL_TOP1)}).\n")
+
+
+def _verdict(value: Optional[float], goal: float) -> str:
+    return "met" if value is not None and value >= goal else "not met"
 
 
 def _recipes(examples: Optional[dict], ours: Optional[dict]) -> str:

@@ -2,7 +2,6 @@
 import pytest
 
 from imagenet import config
-from imagenet.cli import per_process
 from tests.helpers import (BIN, PYTHON, TINY, event_files, explain, free_port, python, read_run, run, script,
                            tb_scalars)
 
@@ -36,7 +35,7 @@ def test_python_dash_m_picks_the_variant(jpeg_data, tmp_path):
     proc = python("-m", "imagenet", "--variant", "nd", *TINY, "--epochs", "1", "--steps-per-epoch", "2",
                   "--log-dir", tmp_path, jpeg_data)
     assert proc.returncode == 0, explain(proc)
-    assert read_run(tmp_path)["config"]["variant"] == "nd"
+    assert read_run(tmp_path)["config"]["run"]["variant"] == "nd"
 
 
 def test_torchrun_two_processes_rank0_tensorboard_and_ranks_in_sync(jpeg_data, tmp_path):
@@ -73,7 +72,7 @@ def test_seed_torch_distributed_launch_command_verbatim(tmp_path_factory, tmp_pa
     record = read_run(tmp_path)
     assert record["dist"]["world_size"] == 2 and record["global_batch"] == 416
     assert record["precision"]["label"] == "O2-bf16"
-    assert record["config"]["workers"] == 20 and record["config"]["local_rank"] == 0
+    assert record["config"]["data"]["workers"] == 20 and record["config"]["dist"]["local_rank"] == 0
 
 
 def test_seed_dist_url_command(jpeg_data, tmp_path):
@@ -85,7 +84,7 @@ def test_seed_dist_url_command(jpeg_data, tmp_path):
                   "--val-steps", "1", "--log-dir", tmp_path)
     assert proc.returncode == 0, explain(proc)
     record = read_run(tmp_path)
-    assert record["dist"]["environment"] == "dist-url" and record["config"]["desired_acc"] == 0.75
+    assert record["dist"]["environment"] == "dist-url" and record["config"]["optim"]["desired_acc"] == 0.75
 
 
 def test_dist_url_spawns_one_process_per_local_device(jpeg_data, tmp_path):
@@ -98,7 +97,8 @@ def test_dist_url_spawns_one_process_per_local_device(jpeg_data, tmp_path):
             "1 loader worker(s)") in proc.stdout
     record = read_run(tmp_path)
     assert record["dist"]["world_size"] == 2 and record["global_batch"] == 16
-    assert (record["config"]["batch_size"], record["config"]["workers"]) == (8, 1)
+    assert (record["config"]["batch"]["per_process"], record["config"]["batch"]["workers"]) == (8, 1)
+    assert (record["config"]["optim"]["batch_size"], record["config"]["data"]["workers"]) == (16, 1)  # as given
     assert record["final"]["weight_checksums"][0] == record["final"]["weight_checksums"][1]
 
 
@@ -106,13 +106,16 @@ def test_dist_url_spawns_one_process_per_local_device(jpeg_data, tmp_path):
     (256, 20, 8, (32, 3)), (208, 20, 4, (52, 5)), (7, 0, 2, (3, 0)), (8, 1, 1, (8, 1))])
 def test_node_level_batch_and_workers_are_divided_like_pytorch_examples(batch, workers, procs, expected):
     """main.py: batch_size = int(batch_size / ngpus); workers = int((workers + ngpus - 1) / ngpus)."""
-    cfg = per_process(config.parse(["-b", str(batch), "-j", str(workers), "/data"], "ddp"), procs)
-    assert (cfg.batch_size, cfg.workers) == expected
+    cfg = config.parse(["-b", str(batch), "-j", str(workers), "--procs-per-node", str(procs), "--dist-url",
+                        "tcp://127.0.0.1:1", "--world-size", "2", "--rank", "0", "/data"], "ddp", environ={})
+    assert (cfg.batch.per_process, cfg.batch.workers) == expected
+    assert cfg.batch.processes == 2 * procs and cfg.batch.global_batch == 2 * procs * expected[0]
 
 
 def test_node_level_batch_smaller_than_the_processes_is_refused():
     with pytest.raises(config.ConfigError, match=r"-b 2 is the batch per node .* its 4 processes: use -b 4"):
-        per_process(config.parse(["-b", "2", "/data"], "ddp"), 4)
+        config.parse(["-b", "2", "--procs-per-node", "4", "--dist-url", "tcp://127.0.0.1:1", "--world-size", "1",
+                      "--rank", "0", "/data"], "ddp", environ={})
 
 
 def test_device_backend_trains_on_cpu_and_records_its_decoder(jpeg_data, tmp_path):
@@ -130,7 +133,7 @@ def test_seed_alexnet_command(jpeg_data, tmp_path):
                   "--image-size", "64", "-b", "8", "--workers", "0", "--epochs", "1", "--steps-per-epoch", "2",
                   "--log-dir", tmp_path)
     assert proc.returncode == 0, explain(proc)
-    assert read_run(tmp_path)["config"]["arch"] == "alexnet"
+    assert read_run(tmp_path)["config"]["model"]["arch"] == "alexnet"
 
 
 def test_dummy_data_and_evaluate_only(dummy_run, tmp_path):

@@ -74,7 +74,7 @@ def test_loss_scale_recovers_from_injected_overflow_and_resume_restores_it():
     cfg = config.parse(["--dummy", "--opt-level", "O1", "--amp-dtype", "float16", "--amp-backend", "native"],
                        "amp")
     device = torch.device("cuda")
-    spec = precision.resolve(cfg, device)
+    spec = precision.resolve(cfg.precision, device)
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
                           nn.Flatten(), nn.Linear(8, 4)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -106,7 +106,7 @@ def test_compiled_model_trains_on_cuda(jpeg_data, tmp_path, flags):
                   *flags, "--epochs", "1", "--log-dir", tmp_path, jpeg_data, timeout=900)
     assert proc.returncode == 0, explain(proc)
     cfg = read_run(tmp_path)["config"]
-    assert cfg["compile"] is True or cfg["compile_mode"] == "reduce-overhead"
+    assert cfg["perf"]["compile"] is True or cfg["perf"]["compile_mode"] == "reduce-overhead"
 
 
 def test_device_decode_backend_trains_on_cuda_and_matches_the_cpu_decode(jpeg_data, tmp_path):

@@ -23,7 +23,7 @@ CPU = torch.device("cpu")
 SHORT = ["--epochs", "1", "--steps-per-epoch", "2", "--val-steps", "1"]
 
 
-def _cfg(*argv: str, variant: str = "ddp") -> config.TrainConfig:
+def _cfg(*argv: str, variant: str = "ddp") -> config.Settings:
     return config.parse(["--dummy", *argv], variant)
 
 
@@ -55,7 +55,7 @@ def _train_in_process(argv: List[str], variant: str = "nd") -> int:
                                                 ("default", None, None), ("auto", True, None)])
 def test_optimizer_impl(impl, fused, foreach):
     model = _tiny_model()
-    opt = optim.build_optimizer(model, _cfg("--optimizer-impl", impl), lr=0.1)
+    opt = optim.build_optimizer(model, _cfg("--optimizer-impl", impl).optim, lr=0.1)
     assert all(g.get("fused") == fused and g.get("foreach") == foreach for g in opt.param_groups)
     model(torch.randn(2, 3, 8, 8)).sum().backward()
     opt.step()
@@ -68,7 +68,7 @@ def test_optimizer_impl(impl, fused, foreach):
 
 def test_auto_avoids_cpu_fused_on_channels_last_weights():
     model = _tiny_model().to(memory_format=torch.channels_last)
-    opt = optim.build_optimizer(model, _cfg(), lr=0.1)
+    opt = optim.build_optimizer(model, _cfg().optim, lr=0.1)
     assert not opt.param_groups[0]["fused"] and not opt.param_groups[0]["foreach"]
 
 
@@ -77,8 +77,8 @@ def test_fused_where_unsupported(monkeypatch):
 
     monkeypatch.setattr(torch_optimizer, "_get_fused_kernels_supported_devices", lambda: ["cuda"], raising=False)
     with pytest.raises(config.ConfigError, match="--optimizer-impl foreach"):
-        optim.build_optimizer(_tiny_model(), _cfg("--optimizer-impl", "fused"), lr=0.1)
-    opt = optim.build_optimizer(_tiny_model(), _cfg(), lr=0.1)  # auto falls back to torch's choice
+        optim.build_optimizer(_tiny_model(), _cfg("--optimizer-impl", "fused").optim, lr=0.1)
+    opt = optim.build_optimizer(_tiny_model(), _cfg().optim, lr=0.1)  # auto falls back to torch's choice
     assert not opt.param_groups[0]["foreach"] and not opt.param_groups[0]["fused"]
 
 
@@ -98,7 +98,7 @@ def test_data_backend_trains_a_few_steps(tmp_path, jpeg_data, backend):
     """uint8 (fast) and float (baseline) batches both go through DeviceNormalizer."""
     argv = [*TINY, *SHORT, "--data-backend", backend, "--log-dir", str(tmp_path), str(jpeg_data)]
     assert _train_in_process(argv) == 0
-    assert read_run(tmp_path)["config"]["data_backend"] == backend
+    assert read_run(tmp_path)["config"]["data"]["data_backend"] == backend
 
 
 def test_channels_last_reaches_model_and_batches():
@@ -131,9 +131,9 @@ def _grads_after_one_step(ddp: torch.nn.Module) -> List[torch.Tensor]:
 
 def test_ddp_options_reach_ddp():
     with _one_process_group() as info:
-        ddp = run._ddp(_tiny_model(), _cfg("--ddp-bucket-cap-mb", "1", "--ddp-static-graph"), info)
+        ddp = run._ddp(_tiny_model(), _cfg("--ddp-bucket-cap-mb", "1", "--ddp-static-graph").dist, info)
         assert ddp.bucket_bytes_cap == 1024 * 1024 and ddp.static_graph and ddp.gradient_as_bucket_view
-        plain = run._ddp(_tiny_model(), _cfg(), info)
+        plain = run._ddp(_tiny_model(), _cfg().dist, info)
         assert plain.bucket_bytes_cap == 25 * 1024 * 1024 and not plain.static_graph
 
 
@@ -143,9 +143,9 @@ def test_bf16_comm_hook_rounds_the_all_reduced_gradients():
 
     with _one_process_group() as info:
         torch.manual_seed(1)
-        hooked = run._ddp(_tiny_model(), _cfg("--ddp-comm-hook", "bf16"), info)
+        hooked = run._ddp(_tiny_model(), _cfg("--ddp-comm-hook", "bf16").dist, info)
         torch.manual_seed(1)
-        plain = run._ddp(_tiny_model(), _cfg(), info)
+        plain = run._ddp(_tiny_model(), _cfg().dist, info)
         assert all(representable(g) for g in _grads_after_one_step(hooked))
         assert not all(representable(g) for g in _grads_after_one_step(plain))
 
@@ -156,7 +156,7 @@ def test_torchrun_two_processes_with_compression_and_static_graph(tmp_path):
                      "--ddp-static-graph", "--ddp-bucket-cap-mb", "1", "--log-dir", tmp_path])
     assert proc.returncode == 0, explain(proc)
     record = read_run(tmp_path)
-    assert record["dist"]["world_size"] == 2 and record["config"]["ddp_comm_hook"] == "bf16"
+    assert record["dist"]["world_size"] == 2 and record["config"]["dist"]["ddp_comm_hook"] == "bf16"
     sums = record["final"].get("weight_checksums")
     assert sums is None or sums[0] == sums[1], "replicas drifted apart under the bf16 hook"
 

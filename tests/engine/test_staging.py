@@ -230,7 +230,7 @@ def test_torchrun_one_copier_per_node_and_both_ranks_train_from_the_copy(src: Pa
     assert proc.stdout.count("staged 24 of 24 files") == 1, explain(proc)
     _assert_same(src, destination(str(src), stage_dir))
     record = read_run(tmp_path / "run")
-    assert record["status"] == "finished" and record["config"]["data"] == str(src)
+    assert record["status"] == "finished" and record["config"]["data"]["root"] == str(src)
     assert record["data_root"] == str(destination(str(src), stage_dir)), "training reads the copy"
     assert record["epochs"][-1]["val_samples"] == 6
 
@@ -294,7 +294,7 @@ def test_stage_cleanup_is_the_default_in_shared_memory_only() -> None:
     assert staging.cleanup_wanted(None, "/dev/shm/stage") and staging.cleanup_wanted(None, "/dev/shm")
     assert not staging.cleanup_wanted(None, "/tmp/stage") and not staging.cleanup_wanted(None, "/dev/shmx")
     assert not staging.cleanup_wanted(False, "/dev/shm") and staging.cleanup_wanted(True, "/local/scratch")
-    assert config.parse(["--stage-dir", "/dev/shm", "/data"], "nd").stage_cleanup is None
-    assert config.parse(["--stage-dir", "/x", "--no-stage-cleanup", "/data"], "nd").stage_cleanup is False
+    assert config.parse(["--stage-dir", "/dev/shm", "/data"], "nd").data.stage_cleanup is None
+    assert config.parse(["--stage-dir", "/x", "--no-stage-cleanup", "/data"], "nd").data.stage_cleanup is False
     with pytest.raises(config.ConfigError, match="--stage-cleanup / --no-stage-cleanup .*: add --stage-dir DIR"):
         config.parse(["--stage-cleanup", "/data"], "nd")

@@ -11,7 +11,7 @@ from imagenet.errors import one_line
 
 
 def _cfg(*argv):
-    return config.parse(["--dummy", *argv], "ddp")
+    return config.parse(["--dummy", *argv], "ddp").optim
 
 
 def test_linear_scaling_and_default_warmup():

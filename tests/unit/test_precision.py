@@ -15,7 +15,7 @@ def _tiny_model():
 def _spec(level, dtype="bfloat16", **kw):
     cfg = config.parse(["--dummy", "--opt-level", level, "--amp-dtype", dtype, "--amp-backend", "native",
                         *sum(([f"--{k.replace('_', '-')}", str(v)] for k, v in kw.items()), [])], "amp")
-    return precision.resolve(cfg, torch.device("cpu"))
+    return precision.resolve(cfg.precision, torch.device("cpu"))
 
 
 def _train_steps(spec, steps=3):
@@ -125,9 +125,9 @@ def test_apex_backend_without_apex_names_the_fix(monkeypatch):
     monkeypatch.setattr(precision, "apex_amp", lambda: None)
     cfg = config.parse(["--dummy", "--opt-level", "O1", "--amp-backend", "apex"], "amp")
     with pytest.raises(precision.PrecisionError, match="25.05.*--amp-backend native"):
-        precision.resolve(cfg, torch.device("cpu"))
+        precision.resolve(cfg.precision, torch.device("cpu"))
 
 
 def test_auto_backend_is_native_without_apex_or_gpu():
     cfg = config.parse(["--dummy", "--opt-level", "O2"], "amp")
-    assert precision.resolve(cfg, torch.device("cpu")).backend == "native"
+    assert precision.resolve(cfg.precision, torch.device("cpu")).backend == "native"

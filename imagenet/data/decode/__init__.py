@@ -2,8 +2,10 @@
 
 ``--data-backend NAME`` picks one. A backend is one of two kinds:
 
-- a per-sample transform, ``transform(train, image_size)`` -> ``Transform`` (encoded bytes -> one
-  CHW image): the loader runs it in DataLoader workers on each sample its sampler chooses
+- a per-sample transform, ``transform(train, image_size, resize_size=None, crop_scale=CROP_SCALE)`` -> ``Transform``
+  (encoded bytes -> one CHW image; validation resizes the short side to RESIZE_SIZE, by default
+  image_size * 256 / 224, and centre-crops IMAGE_SIZE): the loader runs it in DataLoader workers
+  on each sample its sampler chooses
   (``pil``, ``baseline``, ``fast``, ``device``);
 - a batch backend, ``loaders(cfg, samples, train_sampler, val_sampler, rank, device)`` -> (train,
   val): it decodes whole batches itself, over the same samplers (``dali``).
@@ -15,17 +17,17 @@ Which file holds what: :mod:`.base` (the transform signature, ImageNet's constan
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ...errors import DataError
 from . import dali, device, fast, jpeg, pil
-from .base import Transform
+from .base import CROP_SCALE, Transform
 
 
 @dataclass(frozen=True)
 class Backend:
     """A registered backend: exactly one of ``transform`` and ``loaders`` is set."""
-    transform: Optional[Callable[[bool, int], Transform]] = None
+    transform: Optional[Callable[..., Transform]] = None
     loaders: Optional[Callable] = None
 
     @property
@@ -65,10 +67,11 @@ def per_sample_names() -> List[str]:
     return sorted(name for name, backend in BACKENDS.items() if backend.per_sample)
 
 
-def transform(name: str, train: bool, image_size: int) -> Transform:
+def transform(name: str, train: bool, image_size: int, resize_size: Optional[int] = None,
+              crop_scale: Tuple[float, float] = CROP_SCALE) -> Transform:
     """The per-sample transform of backend NAME; DataError for a batch backend (dali)."""
     backend = get_backend(name)
     if not backend.per_sample:
         raise DataError(f"--data-backend {name} decodes whole batches, not single samples; "
                         f"choose one of: {', '.join(per_sample_names())}")
-    return backend.transform(train, image_size)
+    return backend.transform(train, image_size, resize_size, crop_scale)

@@ -7,7 +7,7 @@ import torch
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-CROP_SCALE = (0.08, 1.0)  # RandomResizedCrop's defaults, spelled out because every backend must agree
+CROP_SCALE = (0.08, 1.0)  # RandomResizedCrop's default area range (--train-crop-scale), every backend's default
 CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
 
 Transform = Callable[[bytes, str], torch.Tensor]  # (encoded image, its name for messages) -> CHW image

@@ -16,7 +16,8 @@ What runs where:
   aspect 3/4-4/3, 10 tries, then a centred fallback) and decodes only that region (nvJPEG's
   region-of-interest decode on a GPU: ``device="mixed"``); then an antialiased linear resize to
   size x size and a horizontal flip with probability 1/2 (torchvision's statistics).
-- **Validation**: full decode, shorter side resized to size*256/224, centre crop.
+- **Validation**: full decode, shorter side resized to the validation resize size (default
+  size*256/224), centre crop.
 - **Output**: uint8 NHWC from DALI, handed to the training loop as an NCHW view with channels-last
   strides (no transpose: the channels-last model takes it as is) on the training device;
   :class:`imagenet.data.normalize.DeviceNormalizer` converts and normalises it like every other batch.
@@ -105,7 +106,8 @@ class EpochSource:
         return images, labels
 
 
-def _graph(source: EpochSource, train: bool, image_size: int, gpu: bool):
+def _graph(source: EpochSource, train: bool, image_size: int, gpu: bool, resize_size: Optional[int] = None,
+           crop_scale: Tuple[float, float] = CROP_SCALE):
     """The DALI operators of one epoch (called inside a pipeline definition)."""
     from nvidia.dali import fn, types
 
@@ -114,21 +116,21 @@ def _graph(source: EpochSource, train: bool, image_size: int, gpu: bool):
     decoder = "mixed" if gpu else "cpu"
     if train:
         images = fn.decoders.image_random_crop(jpegs, device=decoder, output_type=types.RGB,
-                                               random_area=list(CROP_SCALE), random_aspect_ratio=list(CROP_RATIO),
+                                               random_area=list(crop_scale), random_aspect_ratio=list(CROP_RATIO),
                                                num_attempts=10, adjust_orientation=False)
         images = fn.resize(images, size=[image_size, image_size], interp_type=types.INTERP_LINEAR, antialias=True)
         images = fn.flip(images, horizontal=fn.random.coin_flip(probability=0.5))
     else:
         # the stored frame, EXIF orientation ignored, as every other backend (see decode/device.py)
         images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB, adjust_orientation=False)
-        images = fn.resize(images, resize_shorter=val_resize(image_size), interp_type=types.INTERP_LINEAR,
-                           antialias=True)
+        images = fn.resize(images, resize_shorter=resize_size or val_resize(image_size),
+                           interp_type=types.INTERP_LINEAR, antialias=True)
         images = fn.crop(images, crop=[image_size, image_size])
     return images, labels
 
 
 def build_pipeline(source: EpochSource, train: bool, image_size: int, device: torch.device, workers: int,
-                   seed: int):
+                   seed: int, resize_size: Optional[int] = None, crop_scale: Tuple[float, float] = CROP_SCALE):
     """A built DALI pipeline for one epoch of SOURCE (CPU operators when DEVICE is not a GPU)."""
     dali = require_dali()
     gpu = device.type == "cuda"
@@ -137,7 +139,7 @@ def build_pipeline(source: EpochSource, train: bool, image_size: int, device: to
                                   py_num_workers=max(1, workers), py_start_method="spawn",
                                   prefetch_queue_depth=PREFETCH, exec_dynamic=True)
     with pipe:
-        pipe.set_outputs(*_graph(source, train, image_size, gpu))
+        pipe.set_outputs(*_graph(source, train, image_size, gpu, resize_size, crop_scale))
     pipe.build()
     return pipe
 
@@ -193,8 +195,10 @@ class DaliLoader:
 
     def __init__(self, read: Callable[[int], Tuple[bytes, int]], sampler, batch_size: int, train: bool,
                  image_size: int, device: torch.device, workers: int, seed: Optional[int], rank: int,
-                 max_batches: int = 0):
+                 max_batches: int = 0, resize_size: Optional[int] = None,
+                 crop_scale: Tuple[float, float] = CROP_SCALE):
         require_dali()
+        self.resize_size, self.crop_scale = resize_size, crop_scale
         self.read, self.sampler, self.batch_size = read, sampler, batch_size
         self.train, self.image_size, self.device = train, image_size, device
         self.workers, self.seed, self.rank, self.max_batches = workers, seed, rank, max_batches
@@ -212,7 +216,7 @@ class DaliLoader:
         self.close()
         self.source = EpochSource(self.read, self.sampler, self.batch_size, self.train, self.max_batches, epoch, skip)
         self.pipe = build_pipeline(self.source, self.train, self.image_size, self.device, self.workers,
-                                   self._seed(epoch))
+                                   self._seed(epoch), self.resize_size, self.crop_scale)
 
     def _end_epoch(self) -> None:
         """The pipeline has reached the end of the epoch just consumed: take its StopIteration, reset."""
@@ -254,11 +258,13 @@ def dali_loaders(cfg, samples, train_sampler, val_sampler, rank: int, device: to
         require_dali()
     except DaliUnavailable as e:
         raise DataError(str(e)) from None
-    if cfg.skip_bad_images:
-        raise DataError("--skip-bad-images does not work with --data-backend dali (DALI decodes whole batches); "
-                        "use --data-backend fast to find and skip bad files")
-    make = lambda split, sampler, train, max_batches: DaliLoader(  # noqa: E731
-        FileReader(samples[split]), sampler, cfg.batch_size, train, cfg.image_size, device,
-        cfg.workers, cfg.seed, rank, max_batches)
-    return (make("train", train_sampler, True, cfg.steps_per_epoch),
-            make("val", val_sampler, False, cfg.val_steps))
+    # --skip-bad-images with dali is refused by the settings' validation, before anything starts.
+    data = cfg.data
+    make = lambda split, sampler, train, size, max_batches, resize=None: DaliLoader(  # noqa: E731
+        FileReader(samples[split]), sampler, cfg.batch.per_process, train, size, device,
+        cfg.batch.workers, cfg.run.seed, rank, max_batches, resize,
+        data.train_crop_scale if train else CROP_SCALE)
+    # --steps-per-epoch counts optimizer steps, each of accum_steps micro-batches
+    return (make("train", train_sampler, True, data.image_size, data.steps_per_epoch * cfg.batch.accum_steps),
+            make("val", val_sampler, False, data.val_crop_size or data.image_size, data.val_steps,
+                 data.val_resize_size))

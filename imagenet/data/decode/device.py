@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import List, NamedTuple, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from PIL import Image
@@ -28,7 +28,7 @@ from torch.utils.data import default_collate
 from torchvision.transforms.v2 import functional as TF
 
 from ...errors import DataError
-from .base import val_resize
+from .base import CROP_SCALE, val_resize
 from .fast import FastTrain, resized_hw
 from .jpeg import JpegFrame, jpeg_frame
 
@@ -49,7 +49,7 @@ def decoder_name() -> str:
     return "torchcodec" if _torchcodec_decode_jpeg is not None else "torchvision"
 
 
-VAL = -1  # a box row whose height is VAL asks for the validation transform
+VAL = -1  # a box row whose height is VAL asks for the validation transform; its first column is the resize
 
 
 class EncodedImage(NamedTuple):
@@ -116,8 +116,8 @@ def exif_orientation(buf: bytes) -> int:
 
 def _transform(image: torch.Tensor, row: Sequence[int]) -> torch.Tensor:
     top, left, height, width, flip, size, _orientation = row
-    if height == VAL:  # Resize(size * 256 / 224) of the short side, then CenterCrop(size), as the others
-        return TF.center_crop(_resize(image, *resized_hw(*image.shape[-2:], val_resize(size))), [size, size])
+    if height == VAL:  # Resize(top: the short side's size) then CenterCrop(size), as the others
+        return TF.center_crop(_resize(image, *resized_hw(*image.shape[-2:], top)), [size, size])
     crop = image[:, top:top + height, left:left + width]
     return _resize(crop.flip(-1) if flip else crop, size, size)
 
@@ -132,24 +132,25 @@ def _resize(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
 class EncodedTrain:
     """bytes -> bytes + a RandomResizedCrop box and flip drawn from the JPEG header."""
 
-    def __init__(self, image_size: int):
-        self.size = image_size
+    def __init__(self, image_size: int, crop_scale: Tuple[float, float] = CROP_SCALE):
+        self.size, self.crop_scale = image_size, crop_scale
 
     def __call__(self, buf: bytes, name: str = "") -> EncodedImage:
         buf, frame = _device_jpeg(buf)
-        (top, left, h, w), flip = FastTrain.sample(frame.height, frame.width)
+        (top, left, h, w), flip = FastTrain.sample(frame.height, frame.width, self.crop_scale)
         return _encoded(buf, [top, left, h, w, int(flip), self.size], name)
 
 
 class EncodedVal:
-    """bytes -> bytes, for Resize + CenterCrop on the device."""
+    """bytes -> bytes, for Resize(resize_size, default size*256/224) + CenterCrop on the device."""
 
-    def __init__(self, image_size: int):
+    def __init__(self, image_size: int, resize_size: Optional[int] = None):
         self.size = image_size
+        self.resize = resize_size or val_resize(image_size)
 
     def __call__(self, buf: bytes, name: str = "") -> EncodedImage:
         buf, _ = _device_jpeg(buf)
-        return _encoded(buf, [0, 0, VAL, VAL, 0, self.size], name)
+        return _encoded(buf, [self.resize, 0, VAL, VAL, 0, self.size], name)
 
 
 def _device_jpeg(buf: bytes) -> Tuple[bytes, JpegFrame]:
@@ -172,8 +173,9 @@ def _encoded(buf: bytes, row: List[int], path: str) -> EncodedImage:
     return EncodedImage(torch.frombuffer(bytearray(buf), dtype=torch.uint8), torch.tensor([*row, orientation]), path)
 
 
-def device_backend(train: bool, image_size: int):
-    return EncodedTrain(image_size) if train else EncodedVal(image_size)
+def device_backend(train: bool, image_size: int, resize_size: Optional[int] = None,
+                   crop_scale: Tuple[float, float] = CROP_SCALE):
+    return EncodedTrain(image_size, crop_scale) if train else EncodedVal(image_size, resize_size)
 
 
 def collate(batch):

@@ -38,7 +38,7 @@ from __future__ import annotations
 import io
 import logging
 import math
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from PIL import Image
@@ -114,22 +114,23 @@ def crop_box(height: int, width: int, uniforms: Sequence[float], scale: Tuple[fl
 class FastTrain:
     """RandomResizedCrop + horizontal flip, decoding only the rows (and DCT scale) the crop needs."""
 
-    def __init__(self, image_size: int):
-        self.size = image_size
+    def __init__(self, image_size: int, crop_scale: Tuple[float, float] = CROP_SCALE):
+        self.size, self.crop_scale = image_size, crop_scale
 
     @staticmethod
-    def sample(height: int, width: int) -> Tuple[Tuple[int, int, int, int], bool]:
-        """A crop box and a flip, from torch's CPU random stream (seeded per sample in seeded runs:
-        imagenet.data.loader.ImageFiles)."""
+    def sample(height: int, width: int,
+               scale: Tuple[float, float] = CROP_SCALE) -> Tuple[Tuple[int, int, int, int], bool]:
+        """A crop box (its area a fraction in SCALE of the image's) and a flip, from torch's CPU random
+        stream (seeded per sample in seeded runs: imagenet.data.loader.ImageFiles)."""
         u = torch.rand(41).tolist()
-        return crop_box(height, width, u[:40]), u[40] < 0.5
+        return crop_box(height, width, u[:40], scale), u[40] < 0.5
 
     def __call__(self, buf: bytes, name: str = "") -> torch.Tensor:
         frame = jpeg_frame(buf)
         if frame is None:  # not a JPEG (or an odd one): decode fully, augment the same way
             im = _rgb(Image.open(io.BytesIO(buf)))
-            return self.render_decoded(im, *self.sample(im.height, im.width))
-        return self.render(buf, frame, *self.sample(frame.height, frame.width))
+            return self.render_decoded(im, *self.sample(im.height, im.width, self.crop_scale))
+        return self.render(buf, frame, *self.sample(frame.height, frame.width, self.crop_scale))
 
     def render(self, buf: bytes, frame: JpegFrame, box: Tuple[int, int, int, int], flip: bool) -> torch.Tensor:
         """The output for a given box and flip: the box alone (region decoder), else the rows down to
@@ -168,15 +169,15 @@ def resize_uint8(chw: torch.Tensor, height: int, width: int) -> torch.Tensor:
 
 
 class FastVal:
-    """Resize(size*256/224) + CenterCrop(size) on uint8 tensors.
+    """Resize(resize_size, default size*256/224) + CenterCrop(size) on uint8 tensors.
 
     Validation decodes in full, without DCT scaling: it is ~4 % of the images an epoch reads, and
     its accuracy is compared with published numbers, so it stays within rounding of the baseline.
     """
 
-    def __init__(self, image_size: int):
+    def __init__(self, image_size: int, resize_size: Optional[int] = None):
         self.size = image_size
-        self.resize = val_resize(image_size)
+        self.resize = resize_size or val_resize(image_size)
 
     def __call__(self, buf: bytes, name: str = "") -> torch.Tensor:
         hwc = decode_hwc(buf)  # None for what is not a JPEG, too: simplejpeg rejects it
@@ -200,7 +201,8 @@ def _shape_only(height: int, width: int) -> torch.Tensor:
 _told_no_region_decoder = False
 
 
-def fast_backend(train: bool, image_size: int) -> Transform:
+def fast_backend(train: bool, image_size: int, resize_size: Optional[int] = None,
+                 crop_scale: Tuple[float, float] = CROP_SCALE) -> Transform:
     """Decode only what is needed; uint8 CHW output."""
     global _told_no_region_decoder
     if not region_decoder_available() and not _told_no_region_decoder:
@@ -208,5 +210,5 @@ def fast_backend(train: bool, image_size: int) -> Transform:
         log.warning("the fast backend runs without its region decoder (imagenet/data/decode/_jpeg_region.c is "
                     "not built: `pip install -e .` with a C compiler and libjpeg-turbo's headers, e.g. "
                     "libjpeg-dev); it decodes the rows down to each crop instead, at a lower rate per core")
-    return FastTrain(image_size) if train else FastVal(image_size)
+    return FastTrain(image_size, crop_scale) if train else FastVal(image_size, resize_size)
 

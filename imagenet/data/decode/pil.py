@@ -3,14 +3,14 @@ speed-up is measured against) and ``pil`` (PIL decode + torchvision v2 transform
 from __future__ import annotations
 
 import io
-from typing import Callable
+from typing import Callable, Optional, Tuple
 
 import torch
 from PIL import Image
 from torchvision import transforms as T1
 from torchvision.transforms import v2 as T
 
-from .base import IMAGENET_MEAN, IMAGENET_STD, Transform, val_resize
+from .base import CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, Transform, val_resize
 
 
 def pil_rgb(data: bytes) -> Image.Image:
@@ -29,22 +29,27 @@ class _Composed:
         return self.ops(pil_rgb(data))
 
 
-def baseline_backend(train: bool, image_size: int) -> Transform:
-    """pytorch/examples imagenet/main.py's transforms on ImageFolder's loader; float output."""
+def baseline_backend(train: bool, image_size: int, resize_size: Optional[int] = None,
+                     crop_scale: Tuple[float, float] = CROP_SCALE) -> Transform:
+    """pytorch/examples imagenet/main.py's transforms on ImageFolder's loader; float output. Validation
+    resizes the short side to RESIZE_SIZE (default: image_size * 256 / 224), then crops IMAGE_SIZE."""
     normalize = T1.Normalize(IMAGENET_MEAN, IMAGENET_STD)
     if train:
-        ops = T1.Compose([T1.RandomResizedCrop(image_size), T1.RandomHorizontalFlip(), T1.ToTensor(), normalize])
+        ops = T1.Compose([T1.RandomResizedCrop(image_size, scale=crop_scale), T1.RandomHorizontalFlip(), T1.ToTensor(),
+                          normalize])
     else:
-        ops = T1.Compose([T1.Resize(val_resize(image_size)), T1.CenterCrop(image_size), T1.ToTensor(), normalize])
+        ops = T1.Compose([T1.Resize(resize_size or val_resize(image_size)), T1.CenterCrop(image_size), T1.ToTensor(),
+                          normalize])
     return _Composed(ops)
 
 
-def pil_backend(train: bool, image_size: int) -> Transform:
-    """PIL decode + torchvision v2 transforms, producing uint8 CHW tensors."""
+def pil_backend(train: bool, image_size: int, resize_size: Optional[int] = None,
+                crop_scale: Tuple[float, float] = CROP_SCALE) -> Transform:
+    """PIL decode + torchvision v2 transforms, producing uint8 CHW tensors (validation as baseline's)."""
     if train:
-        ops = T.Compose([T.RandomResizedCrop(image_size, antialias=True), T.RandomHorizontalFlip(),
+        ops = T.Compose([T.RandomResizedCrop(image_size, scale=crop_scale, antialias=True), T.RandomHorizontalFlip(),
                          T.PILToTensor()])
     else:
-        ops = T.Compose([T.Resize(val_resize(image_size), antialias=True), T.CenterCrop(image_size),
+        ops = T.Compose([T.Resize(resize_size or val_resize(image_size), antialias=True), T.CenterCrop(image_size),
                          T.PILToTensor()])
     return _Composed(ops)

@@ -1,0 +1,182 @@
+"""The one validation pass: every check of the settings that needs neither torch nor a device.
+
+Every rank runs it before the rendezvous, the staging copy and the dataset scan, so a typo costs
+seconds, not a 144 GB copy. What can only be known on the device (fused kernels, CUDA, Apex being
+importable, the images themselves) is checked where it is used; everything else is here.
+"""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Iterable
+
+from ..data.resolution import ResolutionRamp
+from .choices import BATCH_DATA_BACKENDS, DATA_BACKENDS, MODELS, RESIDUAL_MODELS
+from .errors import ConfigError
+from .sections import Settings
+
+
+def _unknown(flag: str, value: str, known: Iterable[str]) -> ConfigError:
+    """'unknown FLAG VALUE', the closest known names, and the list (or where to read it when long)."""
+    known = sorted(known)
+    close = difflib.get_close_matches(value, known, n=3)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    listing = f"choose one of: {', '.join(known)}" if len(known) <= 12 else "see --help and docs/configuration.md"
+    return ConfigError(f"unknown {flag} {value!r}; {hint}{listing}")
+
+
+def _check_choices(s: Settings) -> None:
+    if s.model.arch not in MODELS:
+        raise _unknown("-a/--arch", s.model.arch, MODELS)
+    if s.data.data_backend not in DATA_BACKENDS:
+        raise _unknown("--data-backend", s.data.data_backend, DATA_BACKENDS)
+
+
+def _check_data(s: Settings, check_folder: bool) -> None:
+    data = s.data
+    if data.image_size < 16:
+        raise ConfigError(f"--image-size must be at least 16 (got {data.image_size})")
+    if data.workers < 0:
+        raise ConfigError(f"--workers must be >= 0 (got {data.workers})")
+    if not data.dummy and not data.root:
+        raise ConfigError("no dataset given: pass the ImageNet root DIR (holding train/ and val/) or --dummy")
+    if data.stage_verify and not data.stage_dir:
+        raise ConfigError("--stage-verify checks a staged copy: add --stage-dir DIR")
+    if data.stage_cleanup is not None and not data.stage_dir:
+        raise ConfigError("--stage-cleanup / --no-stage-cleanup say what becomes of a staged copy: add --stage-dir DIR")
+    if data.skip_bad_images and data.data_backend in BATCH_DATA_BACKENDS:
+        raise ConfigError(f"--skip-bad-images does not work with --data-backend {data.data_backend} (it decodes "
+                          "whole batches); drop --skip-bad-images or use --data-backend fast")
+    if check_folder and not data.dummy and not Path(data.root).is_dir():
+        problem = "is not a folder" if Path(data.root).exists() else "does not exist"
+        raise ConfigError(f"dataset directory {data.root} {problem}; give the ImageNet root holding train/ and "
+                          "val/ (or a shard folder), or --dummy")
+
+
+def _check_optim(s: Settings) -> None:
+    optim = s.optim
+    if optim.batch_size < 1:
+        raise ConfigError(f"--batch-size must be at least 1 (got {optim.batch_size})")
+    if optim.epochs < 1 or optim.start_epoch < 0 or optim.start_epoch > optim.epochs:
+        raise ConfigError(f"--epochs {optim.epochs} / --start-epoch {optim.start_epoch}: need "
+                          "0 <= start-epoch <= epochs and epochs >= 1")
+    if optim.desired_acc is not None and not 0 < optim.desired_acc <= 1:
+        raise ConfigError(f"--desired-acc must be a fraction (0.75) or percentage (75), got {optim.desired_acc}")
+    if optim.eval_every < 1:
+        raise ConfigError(f"--eval-every must be at least 1 epoch (got {optim.eval_every})")
+    if optim.time_budget_minutes is not None and optim.time_budget_minutes <= 0:
+        raise ConfigError(f"--time-budget-minutes must be positive (got {optim.time_budget_minutes})")
+
+
+def _check_schedule(s: Settings) -> None:
+    """The large-batch optimizer and schedule settings (docs/recipes.md)."""
+    optim = s.optim
+    if optim.accum_steps < 1:
+        raise ConfigError(f"--accum-steps must be at least 1 (got {optim.accum_steps})")
+    if optim.accum_steps > 1 and s.precision.amp_backend == "apex":
+        raise ConfigError("--accum-steps with --amp-backend apex: Apex would unscale the gradients once per "
+                          "micro-batch; use --amp-backend native")
+    if optim.lars_coefficient <= 0 or optim.lr_power <= 0 or optim.lr_end < 0:
+        raise ConfigError(f"--lars-coefficient {optim.lars_coefficient:g} and --lr-power {optim.lr_power:g} must "
+                          f"be positive, --lr-end {optim.lr_end:g} at least 0")
+    if optim.lr_warmup_decay is not None and not 0 <= optim.lr_warmup_decay <= 1:
+        raise ConfigError(f"--lr-warmup-decay is a start factor in [0, 1] (got {optim.lr_warmup_decay:g})")
+    if optim.lr_schedule == "ramp" and not 0 < optim.lr_peak_epoch < optim.epochs:
+        raise ConfigError(f"--lr-peak-epoch {optim.lr_peak_epoch:g} must lie between 0 and --epochs {optim.epochs}")
+    if optim.norm_weight_decay is not None and optim.norm_weight_decay < 0:
+        raise ConfigError(f"--norm-weight-decay must be >= 0 (got {optim.norm_weight_decay:g})")
+
+
+def _check_model_extras(s: Settings) -> None:
+    model = s.model
+    if model.model_ema_steps < 1 or not 0 <= model.model_ema_decay < 1:
+        raise ConfigError(f"--model-ema-steps {model.model_ema_steps} must be >= 1 and --model-ema-decay "
+                          f"{model.model_ema_decay:g} in [0, 1)")
+    if model.zero_init_residual and model.pretrained:
+        raise ConfigError("--zero-init-residual initialises a new model; drop it or --pretrained")
+    if model.zero_init_residual and model.arch not in RESIDUAL_MODELS:
+        raise ConfigError(f"--zero-init-residual needs a residual network (resnet*, resnext*, wide_resnet*), "
+                          f"not {model.arch}")
+
+
+def _check_sizes(s: Settings) -> None:
+    """Validation sizes, progressive resizing and Mixup/CutMix."""
+    data = s.data
+    for flag, size in (("--val-resize-size", data.val_resize_size), ("--val-crop-size", data.val_crop_size)):
+        if size is not None and size < 16:
+            raise ConfigError(f"{flag} must be at least 16 (got {size})")
+    low, high = data.train_crop_scale
+    if not 0 < low <= high <= 1:
+        raise ConfigError(f"--train-crop-scale {low:g} {high:g}: give 0 < MIN <= MAX <= 1 (fractions of the image's "
+                          "area, e.g. 0.08 1)")
+    if data.mixup_alpha < 0 or data.cutmix_alpha < 0:
+        raise ConfigError(f"--mixup-alpha {data.mixup_alpha:g} / --cutmix-alpha {data.cutmix_alpha:g} must be "
+                          ">= 0 (0 turns each off)")
+    if (data.min_res is None) != (data.max_res is None):
+        raise ConfigError("progressive resizing needs both --min-res and --max-res (or neither)")
+    if data.min_res is None:
+        return
+    problem = ResolutionRamp(data.min_res, data.max_res, data.start_ramp, data.end_ramp).problem()
+    if problem:
+        raise ConfigError(problem)
+    if data.data_backend in BATCH_DATA_BACKENDS:
+        raise ConfigError(f"--min-res/--max-res: the {data.data_backend} backend fixes its resize size when its "
+                          "pipeline is built; use --data-backend fast, device or pil for progressive resizing")
+
+
+def _check_precision(s: Settings) -> None:
+    precision = s.precision
+    if precision.loss_scale != "dynamic":
+        try:
+            float(precision.loss_scale)
+        except ValueError:
+            raise ConfigError(f"--loss-scale must be 'dynamic' or a number, got {precision.loss_scale!r}") from None
+    if precision.keep_batchnorm_fp32 not in (None, "True", "False"):
+        raise ConfigError(f"--keep-batchnorm-fp32 takes True or False, got {precision.keep_batchnorm_fp32!r}")
+    if precision.amp_backend == "apex" and precision.amp_dtype == "bfloat16":
+        raise ConfigError("Apex AMP scales float16 only; use --amp-dtype float16 or --amp-backend native")
+
+
+def _check_dist(s: Settings) -> None:
+    dist = s.dist
+    if dist.collective_timeout <= 0 or dist.dist_timeout <= 0:
+        raise ConfigError(f"--collective-timeout {dist.collective_timeout:g} / --dist-timeout "
+                          f"{dist.dist_timeout:g}: give positive seconds (e.g. 300 and 1800)")
+    if dist.ddp_bucket_cap_mb is not None and dist.ddp_bucket_cap_mb <= 0:
+        raise ConfigError(f"--ddp-bucket-cap-mb must be positive (got {dist.ddp_bucket_cap_mb})")
+    if dist.procs_per_node is not None and dist.procs_per_node < 1:
+        raise ConfigError(f"--procs-per-node must be at least 1 (got {dist.procs_per_node})")
+    if dist.dist_url and not s.distributed:
+        raise ConfigError(f"--dist-url needs a distributed variant; use imagenet_ddp.py, not the "
+                          f"{s.run.variant} one")
+    if dist.dist_url and (dist.world_size < 1 or not 0 <= dist.rank < dist.world_size):
+        raise ConfigError(f"--dist-url needs --world-size NODES >= 1 and 0 <= --rank < NODES "
+                          f"(got --world-size {dist.world_size} --rank {dist.rank})")
+    if s.batch.launcher == "dist-url" and not dist.dist_url:  # --multiprocessing-distributed, no launcher
+        raise ConfigError("--multiprocessing-distributed needs --dist-url tcp://MASTER_IP:PORT "
+                          "--world-size NODES --rank NODE")
+
+
+def _check_outputs(s: Settings) -> None:
+    ckpt = s.checkpoint
+    if ckpt.checkpoint_every_steps < 0 or ckpt.checkpoint_every_minutes < 0 or ckpt.keep_checkpoints < 0:
+        raise ConfigError(f"--checkpoint-every-steps {ckpt.checkpoint_every_steps}, --checkpoint-every-minutes "
+                          f"{ckpt.checkpoint_every_minutes} and --keep-checkpoints {ckpt.keep_checkpoints} must be "
+                          ">= 0 (0 turns each off)")
+    if s.logging.straggler_threshold < 0:
+        raise ConfigError(f"--straggler-threshold must be >= 0 (got {s.logging.straggler_threshold}; "
+                          "0 turns it off)")
+
+
+def validate(settings: Settings, check_data: bool = True) -> None:
+    """Raise ConfigError (one line naming the fix) for the first setting that cannot work.
+    ``check_data``: also require the dataset folder to exist (skipped by --print-config)."""
+    _check_choices(settings)
+    _check_data(settings, check_data)
+    _check_optim(settings)
+    _check_schedule(settings)
+    _check_model_extras(settings)
+    _check_sizes(settings)
+    _check_precision(settings)
+    _check_dist(settings)
+    _check_outputs(settings)

@@ -1,0 +1,109 @@
+"""Place the training process(es) of checked settings, run them, exit cleanly (imagenet.cli comes first).
+
+User mistakes found on the device (bad data, an unreachable master, a missing Apex) end with one line
+on stderr and exit status 2; a peer lost in mid-collective (killed, node or network down) ends with one
+line naming it and status 1; a preempted run exits 75 after saving its checkpoint; Ctrl-C exits 130.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import torch
+
+from launch import environment
+
+from . import checkpoint, config, distributed, models, precision
+from .data import staging
+from .errors import DataError, one_line
+from .exit_codes import EXIT_INTERRUPTED, EXIT_LOST_PEER, EXIT_PREEMPTED, EXIT_USAGE
+
+log = logging.getLogger(__name__)
+
+USER_ERRORS = (config.ConfigError, DataError, models.ModelError, precision.PrecisionError,
+               distributed.DistError, checkpoint.CheckpointError, environment.LaunchError, staging.StagingError)
+
+
+def _setup_logging(primary: bool) -> None:
+    logging.basicConfig(level=logging.INFO if primary else logging.WARNING, format="%(levelname)s: %(message)s",
+                        force=True)
+
+
+def _run(cfg: config.Settings, info: distributed.DistInfo) -> int:
+    from . import run  # imported late: the spawning parent never needs it
+
+    _setup_logging(info.is_primary)
+    distributed.init(info, cfg.dist.dist_timeout)
+    try:
+        return _elastic_exit(run.build_and_run(cfg, info))
+    except Exception as e:
+        hang = distributed.hang_message(e, info.rank, cfg.dist.collective_timeout)
+        lost = hang if hang is not None else distributed.lost_peer_message(e, info.rank)
+        if lost is None:
+            raise
+        if lost:  # "": another rank prints the line
+            print(f"error: {lost}", file=sys.stderr, flush=True)  # not a traceback per rank
+        return EXIT_LOST_PEER
+    finally:
+        distributed.cleanup()
+
+
+def _elastic_exit(code: int) -> int:
+    """A preempted trainer exits 75, except under an elastic agent that restarts failed workers
+    (torchrun --max-restarts N): that agent would start it again and train on instead of letting the
+    job be requeued. It exits 0 there, which ends the agent's run; run.json says "preempted"."""
+    if code == EXIT_PREEMPTED and int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0:
+        return 0
+    return code
+
+
+def _guarded(fn, *args) -> int:
+    try:
+        return fn(*args)
+    except USER_ERRORS as e:
+        print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+
+
+def _spawned_worker(index: int, cfg: config.Settings, procs: int) -> None:
+    code = _guarded(lambda: _run(cfg, distributed.for_spawned(cfg.dist, index, procs)))
+    if code:
+        sys.exit(code)
+
+
+def _spawn_node(cfg: config.Settings) -> int:
+    """pytorch/examples' node-level launch: one process per local GPU (1 on a CPU node); the
+    settings' Batch already holds the per-process batch and workers."""
+    procs, node = cfg.batch.node_processes, cfg.optim
+    visible = torch.cuda.device_count()
+    if cfg.dist.procs_per_node is None and visible and visible != procs:
+        raise config.ConfigError(f"torch sees {visible} GPU(s) but the driver lists {procs}; "
+                                 f"pass --procs-per-node {visible}")
+    print(f"=> -b {node.batch_size} and -j {cfg.data.workers} are per node on this launch: each of the "
+          f"{procs} process(es) gets batch {cfg.batch.per_process} and {cfg.batch.workers} loader worker(s)",
+          flush=True)
+    if procs == 1:
+        return _run(cfg, distributed.for_spawned(cfg.dist, 0, 1))
+    try:
+        torch.multiprocessing.spawn(_spawned_worker, args=(cfg, procs), nprocs=procs, join=True)
+    except torch.multiprocessing.ProcessExitedException as e:
+        return e.exit_code if e.exit_code and e.exit_code > 0 else 1
+    except torch.multiprocessing.ProcessRaisedException as e:
+        print(f"error: a training process failed: {one_line(e)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def start(cfg: config.Settings) -> int:
+    """Run the training process(es) of validated settings; returns the exit status."""
+    return _guarded(_start, cfg)
+
+
+def _start(cfg: config.Settings) -> int:
+    if cfg.batch.launcher == "dist-url":
+        return _spawn_node(cfg)
+    return _run(cfg, distributed.from_environment(cfg))

@@ -1,0 +1,94 @@
+"""Learning-rate schedules as pure functions of the global iteration: step, cosine, poly, ramp.
+
+Each returns the multiplier of the peak learning rate at a 0-based iteration counted over the whole
+run, so a run resumed in the middle of an epoch lands on exactly the value an uninterrupted run has
+(the engine's LambdaLR only stores that count). torch's chained schedulers (LinearLR +
+PolynomialLR, SequentialLR) keep state that a requeue with another global batch cannot re-derive,
+and ``PolynomialLR`` has no end LR; hence these few formulas, each written after its source:
+
+- ``step``: x ``gamma`` at each of ``milestones`` (whole epochs), pytorch/examples imagenet/main.py.
+- ``cosine``: half a cosine from the peak after warm-up to 0 at the last epoch.
+- ``poly``: MLPerf ResNet-50's ``PolynomialDecayWithWarmup`` (mlcommons/training,
+  ``image_classification/tensorflow2/lars_util.py``): after ``W`` warm-up steps, with
+  ``D = total_steps - W + 1`` and ``t = iteration - W``:
+  ``(1 - end) * (1 - min(t, D) / D) ** power + end`` (``end``: the end LR over the peak LR).
+- ``ramp``: FFCV's ``cyclic`` schedule (libffcv/ffcv-imagenet ``train_imagenet.py``): per epoch,
+  ``interp(epoch, [0, peak_epoch, epochs], [start, 1, 0])`` (``start`` = 1e-4 there), and per step
+  the straight line from this epoch's value to the next one's, as its training loop does.
+
+Warm-up (``step``, ``cosine``, ``poly``): linear over ``warmup_epochs``. With a start factor ``s``
+(torchvision's ``--lr-warmup-decay``; MLPerf's is 0) the multiplier at iteration ``i`` is
+``s + (1 - s) * i / W``; without one, ``(i + 1) / W`` (this project's long-standing rule, which
+reaches the peak on the last warm-up step).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+KINDS = ("step", "cosine", "poly", "ramp")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What a schedule needs besides the iteration; epochs may be fractional."""
+    kind: str
+    epochs: float
+    warmup_epochs: float = 0.0
+    warmup_start: Optional[float] = None
+    milestones: Sequence[int] = (30, 60, 80)
+    gamma: float = 0.1
+    power: float = 2.0
+    end_factor: float = 0.0
+    peak_epoch: float = 2.0
+    ramp_start: float = 1e-4
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown LR schedule {self.kind!r}; choose one of {', '.join(KINDS)}")
+
+
+def lr_factor(iteration: int, steps_per_epoch: int, schedule: Schedule) -> float:
+    """Multiplier of the peak LR at ITERATION (0-based, over the whole run)."""
+    if schedule.kind == "ramp":
+        return _ramp(iteration, steps_per_epoch, schedule)
+    warmup_steps = schedule.warmup_epochs * steps_per_epoch
+    if warmup_steps > 0 and iteration < warmup_steps:
+        return _warmup(iteration, warmup_steps, schedule.warmup_start)
+    epoch = iteration / steps_per_epoch
+    if schedule.kind == "cosine":
+        progress = (epoch - schedule.warmup_epochs) / max(schedule.epochs - schedule.warmup_epochs, 1e-8)
+        return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    if schedule.kind == "poly":
+        return _poly(iteration - warmup_steps, schedule.epochs * steps_per_epoch - warmup_steps + 1, schedule)
+    return schedule.gamma ** sum(1 for milestone in schedule.milestones if int(epoch) >= milestone)
+
+
+def _warmup(iteration: int, warmup_steps: float, start: Optional[float]) -> float:
+    if start is None:
+        return (iteration + 1) / warmup_steps
+    return start + (1 - start) * iteration / warmup_steps
+
+
+def _poly(step: float, decay_steps: float, schedule: Schedule) -> float:
+    remaining = 1 - min(step, decay_steps) / decay_steps
+    return (1 - schedule.end_factor) * remaining ** schedule.power + schedule.end_factor
+
+
+def _ramp_at_epoch(epoch: int, schedule: Schedule) -> float:
+    """FFCV's per-epoch value: linear from RAMP_START at 0 to 1 at the peak, to 0 at the last epoch."""
+    peak, end = schedule.peak_epoch, schedule.epochs
+    if epoch <= 0:
+        return schedule.ramp_start
+    if epoch < peak:
+        return schedule.ramp_start + (1 - schedule.ramp_start) * epoch / peak
+    if epoch < end:
+        return (end - epoch) / (end - peak)
+    return 0.0
+
+
+def _ramp(iteration: int, steps_per_epoch: int, schedule: Schedule) -> float:
+    epoch, step = divmod(iteration, steps_per_epoch)
+    here, there = _ramp_at_epoch(epoch, schedule), _ramp_at_epoch(epoch + 1, schedule)
+    return here + (there - here) * step / steps_per_epoch

@@ -1,0 +1,32 @@
+"""Every recipe trains a few steps on real JPEGs and run.json names it; --print-config under
+torchrun's variables for 64 ranks shows MLPerf's recipe at a global batch of 13,312."""
+import json
+
+import pytest
+
+from imagenet import recipes
+from tests.helpers import TINY, child_env, explain, python, read_run, script
+
+# tiny overrides of what costs time on 2 CPU cores (flags win over the recipe): 3 epochs of one step
+SMALL = [*TINY, "-b", "4", "--epochs", "3", "--steps-per-epoch", "1", "--val-steps", "1", "-p", "1",
+         "--min-res", "32", "--max-res", "32", "--val-crop-size", "32", "--val-resize-size", "36"]
+TORCHRUN_64 = {"RANK": "9", "WORLD_SIZE": "64", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "8", "GROUP_RANK": "1",
+               "MASTER_ADDR": "node0", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "job"}
+
+
+@pytest.mark.parametrize("name", recipes.names())
+def test_recipe_trains_on_jpegs_and_run_json_names_it(jpeg_data, tmp_path, name):
+    run = python(script("imagenet_nd.py"), *SMALL, "--recipe", name, "--log-dir", tmp_path, jpeg_data)
+    assert run.returncode == 0, explain(run)
+    record = read_run(tmp_path)
+    assert record["config"]["run"]["recipe"] == name and record["status"] == "finished"
+    assert len(record["epochs"]) == 3 and all(row["train_loss"] == row["train_loss"] for row in record["epochs"])
+
+
+def test_mlperf_print_config_for_64_torchrun_ranks():
+    proc = python(script("imagenet_ddp.py"), "-a", "resnet50", "-b", "208", "--recipe", "mlperf", "--print-config",
+                  "/no/such/path", env=child_env(**TORCHRUN_64))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["optim"]["opt"] == "lars" and doc["optim"]["lr_schedule"] == "poly"
+    assert doc["optim"]["label_smoothing"] == 0.1 and doc["batch"]["global_batch"] == 13312

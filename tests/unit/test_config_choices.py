@@ -1,0 +1,14 @@
+"""The torch-free choice lists of imagenet.config.choices match the libraries they stand in for."""
+import torchvision
+
+from imagenet.config import choices
+from imagenet.data import decode
+
+
+def test_model_names_match_torchvision_classification_models():
+    assert sorted(choices.MODELS) == sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def test_data_backends_match_the_decode_registry():
+    assert sorted(choices.DATA_BACKENDS) == sorted(decode.BACKENDS)
+    assert sorted(choices.BATCH_DATA_BACKENDS) == sorted(set(decode.BACKENDS) - set(decode.per_sample_names()))
