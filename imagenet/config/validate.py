@@ -27,7 +27,7 @@ def _unknown(flag: str, value: str, known: Iterable[str]) -> ConfigError:
 
 def _check_choices(s: Settings) -> None:
     if s.model.arch not in MODELS:
-        raise _unknown("-a/--arch", s.model.arch, MODELS)
+        raise _unknown("model -a", s.model.arch, MODELS)
     if s.data.data_backend not in DATA_BACKENDS:
         raise _unknown("--data-backend", s.data.data_backend, DATA_BACKENDS)
 

@@ -9,7 +9,7 @@ from tests.helpers import TINY, child_env, python, read_run, script
 
 BAD = [
     (["--data-backend", "falst"], "error: unknown --data-backend 'falst'; did you mean fast?"),
-    (["-a", "resnet999"], "error: unknown -a/--arch 'resnet999'; did you mean resnet50"),
+    (["-a", "resnet999"], "error: unknown model -a 'resnet999'; did you mean resnet50"),
     (["--opt-level", "O7"], "error: argument --opt-level: invalid choice: 'O7'"),
     (["--recipe", "goyall"], "error: unknown --recipe 'goyall'; known recipes: examples, ffcv-16"),
 ]

@@ -52,7 +52,7 @@ def test_default_precision_per_variant():
     (["--dummy", "--checkpoint-every-minutes", "-5"], "--checkpoint-every-minutes -5"),
     (["--dummy", "--straggler-threshold", "-1"], "--straggler-threshold"),
     (["--dummy", "--data-backend", "falst"], "unknown --data-backend 'falst'; did you mean fast?"),
-    (["--dummy", "-a", "resnet999"], "unknown -a/--arch 'resnet999'"),
+    (["--dummy", "-a", "resnet999"], "unknown model -a 'resnet999'"),
     (["--dummy", "--recipe", "nope"], "unknown --recipe 'nope'; known recipes: examples, ffcv-16"),
     (["--dummy", "--opt-level", "O7"], "invalid choice: 'O7'"),
     (["--dummy", "--data-backend", "dali", "--skip-bad-images"], "--skip-bad-images does not work"),
