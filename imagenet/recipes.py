@@ -97,3 +97,11 @@ RECIPES: Dict[str, Recipe] = {recipe.name: recipe for recipe in (
 
 def names() -> list:
     return sorted(RECIPES)
+
+
+def named_in(flags) -> Optional[str]:
+    """The recipe a list of training flags asks for (``--recipe NAME`` or ``--recipe=NAME``; the last
+    wins, as argparse's), or None: for tools that pass training flags through (batch files, reports)."""
+    names = [flags[i + 1] for i, flag in enumerate(flags[:-1]) if flag == "--recipe"]
+    names += [flag.split("=", 1)[1] for flag in flags if flag.startswith("--recipe=")]
+    return names[-1] if names else None

@@ -49,6 +49,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from imagenet.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
 from imagenet.files import write_text
+from imagenet.recipes import RECIPES, named_in
 from imagenet.preemption import STOP_FILE  # the file name the trainers look for (no torch import)
 from imagenet.variants import SCRIPTS, SINGLE_PROCESS, VARIANTS
 from launch.environment import PORT_BASE, PORT_SPAN  # one port formula for Python and the scripts
@@ -674,7 +675,17 @@ def spec_from_args(argv: Sequence[str]) -> JobSpec:
     ns["setup"] = tuple(ns["setup"])
     ns["env"] = tuple(_pairs(ns.pop("env"), "--env"))
     ns["sweep"] = tuple((k, tuple(v.split(","))) for k, v in _pairs(ns.pop("sweep"), "--sweep"))
+    recipe = _recipe_epochs(ns["train_args"])
+    if recipe is not None and "--epochs" not in argv[:len(argv) - len(train)]:
+        ns["epochs"] = recipe  # EPOCHS is passed as --epochs, which would win over the recipe's own
     return JobSpec(**ns, command=tuple(argv))
+
+
+def _recipe_epochs(train_args: Sequence[str]) -> Optional[int]:
+    """The epochs of the --recipe among the training flags (None without one; an unknown name is the
+    trainer's error to report)."""
+    recipe = RECIPES.get(named_in(list(train_args)) or "")
+    return recipe.epochs if recipe is not None else None
 
 
 # The committed examples: name -> generator arguments. test_slurm_generate regenerates each one.

@@ -26,7 +26,7 @@ from results.analysis.spread import Point, aggregate
 from results.core import records
 from results.core.records import by_kind
 from results.report import data_scale, faults, figures, predicted_tta
-from results.report.common import IMAGENET_TRAIN_IMAGES, data_label, fmt, md_table, pct
+from results.report.common import IMAGENET_TRAIN_IMAGES, data_label, fmt, md_table, pct, recipe_label
 from results.report.curves import CURVES, curve_runs
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,8 @@ def series_name(r: dict) -> str:
     prec = m.get("precision_label") or p.get("precision")
     data = data_label(p["data"]) + ("" if p["data"] == "dummy" else f" ({p.get('workers', 0)} loader workers)")
     launcher = f", SLURM {p.get('procs_per_node', 1)} proc/node" if r.get("runner") == "slurm" else ""
-    return f"{name}: {p['arch']} {p['image_size']}px {prec}, batch {p['batch_size']}/GPU, {data}{launcher}"
+    return (f"{name}: {p['arch']} {p['image_size']}px {prec}, batch {p['batch_size']}/GPU, {data}{launcher}"
+            f"{recipe_label(p)}")
 
 
 def train_series(train: Sequence[dict]) -> Dict[Tuple[str, str], List[Point]]:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from imagenet.recipes import named_in
 from results.core import records
 from results.core.setups import GROUP_KEYS
 
@@ -85,10 +86,16 @@ def data_label(d: object) -> str:
     return "synthetic" if d == "dummy" else Path(str(d)).name
 
 
+def recipe_label(point: dict) -> str:
+    """', recipe NAME' for a point trained with --recipe NAME among its extra flags; '' otherwise."""
+    name = named_in(list(point.get("extra_args") or ()))
+    return f", recipe {name}" if name else ""
+
+
 def train_group_label(r: dict, multi_sweep: bool) -> str:
     p = r["point"]
     prec = r["metrics"].get("precision_label") or p.get("precision")
-    label = f"{p['variant']} {p['arch']} {prec} b{p['batch_size']}/proc, {data_label(p['data'])}"
+    label = f"{p['variant']} {p['arch']} {prec} b{p['batch_size']}/proc, {data_label(p['data'])}{recipe_label(p)}"
     if p.get("setup"):
         label = f"{p['setup']}: {label}"
     if r.get("runner") == "slurm":

@@ -175,3 +175,11 @@ def test_check_fails_with_a_hint_when_nothing_listens():
     assert result.stderr.count("\n") == 1
 
 
+
+
+def test_a_recipe_reaches_every_node_command():
+    text = printed("--nnodes", "2", "--nproc-per-node", "4", "--master-addr", "192.168.100.11",
+                   "--", "imagenet/imagenet_ddp.py", "-a", "resnet50", "-b", "208", "--recipe", "mlperf", "/data")
+    node0, _, node1 = commands(text)
+    assert node0.endswith("imagenet/imagenet_ddp.py -a resnet50 -b 208 --recipe mlperf /data")
+    assert node1.endswith("--recipe mlperf /data")

@@ -88,3 +88,12 @@ def test_aggregate_keeps_single_points_without_spread():
     pts = aggregate([{"x": 1, "y": 5.0}, {"x": 2, "y": 7.0}, {"x": 2, "y": 9.0}], lambda r: r["x"], lambda r: r["y"])
     assert [(p.x, p.mean, p.std, p.n) for p in pts] == [(1, 5.0, 0.0, 1), (2, 8.0, pts[1].std, 2)]
     assert re.fullmatch(r"1\.414\d*", f"{pts[1].std}")
+
+
+def test_a_series_trained_with_a_recipe_names_it():
+    plain = _train("c-1", 1, 100.0)
+    assert "recipe" not in cluster.series_name(plain)
+    for flags in (["--recipe", "ffcv-16"], ["--recipe=ffcv-16"]):
+        with_recipe = _train("c-1", 1, 100.0)
+        with_recipe["point"]["extra_args"] = ["--lr", "1.7", *flags]
+        assert cluster.series_name(with_recipe).endswith(", recipe ffcv-16")

@@ -180,3 +180,14 @@ def test_cli_writes_the_script_to_stdout() -> None:
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --nodes=2" in proc.stdout and "#SBATCH --ntasks-per-node=4" in proc.stdout
+
+
+def test_a_recipe_passes_through_like_any_training_flag() -> None:
+    text = render(spec_from_args(["--", "--recipe", "mlperf", "--label-smoothing", "0.1"]))
+    trainer_lines = [line for line in text.splitlines() if "--recipe" in line]
+    assert trainer_lines and all("--recipe mlperf --label-smoothing 0.1" in line for line in trainer_lines)
+
+
+def test_a_recipe_sets_the_scripts_epochs_unless_the_generator_is_told() -> None:
+    assert eval_settings(render(spec_from_args(["--", "--recipe", "mlperf"])), ["EPOCHS"], {}) == ["42"]
+    assert eval_settings(render(spec_from_args(["--epochs", "5", "--", "--recipe", "mlperf"])), ["EPOCHS"], {}) == ["5"]
