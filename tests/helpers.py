@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from results.core import records
 from results.runners.fashion_mnist import FILES, SOURCE_DIR
 from slurm.localcluster.packages import apt_install, can_install
 
@@ -112,3 +113,34 @@ def fashion_mnist_dir() -> Path:
     if not present():
         raise FileNotFoundError(f"no Fashion-MNIST in {SOURCE_DIR} (Debian: apt-get install {FASHION_MNIST_PACKAGE})")
     return SOURCE_DIR
+
+
+# ---------------------------------------------------------------- fixture records for the report tests
+
+REPORT_ENV = {"hostname": "node1", "cpu_model": "Test CPU", "cpu_count": 8, "torch": "2.x", "gpu_name": None,
+              "gpu_count": 0, "nodes": 1, "git_commit": "abc123", "command": "bench"}
+
+
+def train_record(sweep, nodes, rate, env=REPORT_ENV):
+    point = {"variant": "ddp", "procs_per_node": 1, "nodes": nodes, "batch_size": 16, "precision": "O0",
+             "amp_dtype": None, "data": "dummy", "arch": "resnet18", "image_size": 64, "epochs": 1,
+             "steps_per_epoch": 20, "val_steps": 1, "workers": 0, "extra_args": [], "world_size": nodes, "setup": None}
+    m = {"images_per_s": rate, "images_per_s_per_process": rate / nodes, "step_time_ms": 16e3 / (rate / nodes),
+         "world_size": nodes, "nodes": nodes, "parameters": 11_689_512, "precision_label": "fp32"}
+    return records.make_record("train", sweep, point, m, env, runner="slurm")
+
+
+def write_records(path, recs):
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+def md_rows(md, header):
+    lines = md[md.index(header):].splitlines()
+    keys = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = []
+    for line in lines[2:]:
+        if not line.startswith("|"):  # the table ends
+            break
+        rows.append(dict(zip(keys, (c.strip() for c in line.strip("|").split("|")))))
+    return rows

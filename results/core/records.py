@@ -142,7 +142,7 @@ class TimeToAccuracyMetrics(TypedDict):
     core_s: float
     epochs: int
     eval_every: int
-    time_to_target_s: NotRequired[Optional[float]]  # None when the target was not reached within the run
+    # time_to_target_s (and epochs_/core_s_to_target): None when the target was not reached, so not typed here
 
 
 class FaultMetrics(TypedDict):

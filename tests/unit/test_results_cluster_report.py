@@ -1,45 +1,19 @@
 """One cluster's report from fixture records: repeats folded into one clean line with its spread, one
 panel per hardware kind, the summary's numbers, and the scaling model's binding term."""
-import json
 import re
 
 from results.analysis.spread import aggregate
 from results.core import records
 from results.report import cluster
-
-ENV = {"hostname": "node1", "cpu_model": "Test CPU", "cpu_count": 8, "torch": "2.x", "gpu_name": None, "gpu_count": 0,
-       "nodes": 1, "git_commit": "abc123", "command": "bench"}
-
-
-def _train(sweep, nodes, rate, env=ENV):
-    point = {"variant": "ddp", "procs_per_node": 1, "nodes": nodes, "batch_size": 16, "precision": "O0",
-             "amp_dtype": None, "data": "dummy", "arch": "resnet18", "image_size": 64, "epochs": 1,
-             "steps_per_epoch": 20, "val_steps": 1, "workers": 0, "extra_args": [], "world_size": nodes, "setup": None}
-    m = {"images_per_s": rate, "images_per_s_per_process": rate / nodes, "step_time_ms": 16e3 / (rate / nodes),
-         "world_size": nodes, "nodes": nodes, "parameters": 11_689_512, "precision_label": "fp32"}
-    return records.make_record("train", sweep, point, m, env, runner="slurm")
-
+from tests.helpers import REPORT_ENV as ENV
+from tests.helpers import md_rows as _rows
+from tests.helpers import train_record as _train
+from tests.helpers import write_records as _write
 
 def _ar(nbytes, t_us):
     m = {"bytes": nbytes, "time_us": t_us, "algbw_gbps": nbytes / t_us / 1e3, "busbw_gbps": nbytes / t_us / 1e3,
          "world_size": 2}
     return records.make_record("allreduce", "c-ar-1", {"backend": "gloo", "world_size": 2, "bytes": nbytes}, m, ENV)
-
-
-def _write(path, recs):
-    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    return path
-
-
-def _rows(md, header):
-    lines = md[md.index(header):].splitlines()
-    keys = [c.strip() for c in lines[0].strip("|").split("|")]
-    rows = []
-    for line in lines[2:]:
-        if not line.startswith("|"):  # the table ends
-            break
-        rows.append(dict(zip(keys, (c.strip() for c in line.strip("|").split("|")))))
-    return rows
 
 
 def test_repeated_node_counts_fold_into_one_line_with_their_spread(tmp_path):

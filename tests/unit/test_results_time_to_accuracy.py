@@ -14,7 +14,10 @@ from results.analysis import time_to_accuracy as tta
 from results.core import records
 from results.report import cluster, predicted_tta
 from results.report import tta_check as check
-from tests.unit.test_results_cluster_report import ENV, _rows, _train, _write
+from tests.helpers import REPORT_ENV as ENV
+from tests.helpers import md_rows as _rows
+from tests.helpers import train_record as _train
+from tests.helpers import write_records as _write
 
 MLPERF = [tta.EpochsRow(3200, 35), tta.EpochsRow(40448, 70), tta.EpochsRow(1600, 35)]
 
