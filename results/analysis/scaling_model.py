@@ -144,7 +144,7 @@ def calibrate(inputs: ModelInputs, gpus: int, measured_step_s: float, hidden_fra
     """The single-GPU step time that makes the model reproduce a step time measured on n GPUs.
 
     For published tables with no 1-GPU row: t(n) grows monotonically with t_c, so bisection on
-    t_c in (0, measured] finds it. Returns ``m`` with that step time.
+    t_c in (0, measured] finds it. Returns ``inputs`` with that step time.
     """
     lo, hi = 0.0, measured_step_s
     for _ in range(100):
@@ -321,7 +321,7 @@ def breakdown(model: WholeStep, gpus: int) -> Dict[str, object]:
 
 
 def calibrate_whole(model: WholeStep, gpus: int, measured_images_per_s: float) -> WholeStep:
-    """``w`` with the t_c that makes the whole-step model reproduce one measured point of n GPUs.
+    """``model`` with the t_c that makes the whole-step model reproduce one measured point of n GPUs.
 
     Raises ValueError when n exceeds ``CALIBRATION_MAX_GPUS`` (a larger point must be predicted, not
     fitted) or when a ceiling binds there (then t_c cannot be read from that point).

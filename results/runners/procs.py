@@ -12,7 +12,7 @@ from launch.environment import free_port
 
 
 def gather(queue, procs: Sequence, expected: int, timeout_s: float) -> List[Any]:
-    """``expected`` messages from ``q``; RuntimeError when a process exits early or time runs out."""
+    """``expected`` messages from ``queue``; RuntimeError when a process exits early or time runs out."""
     got: List[Any] = []
     deadline = time.monotonic() + timeout_s
     while len(got) < expected:

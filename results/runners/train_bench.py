@@ -66,7 +66,7 @@ class TrainPoint:
 
 
 def from_setup(point: TrainPoint, name: str) -> TrainPoint:
-    """``p`` with the variant, precision and flags of setup ``name`` (its own extra flags kept last)."""
+    """``point`` with the variant, precision and flags of setup ``name`` (its own extra flags kept last)."""
     s = SETUPS[name]
     return replace(point, setup=name, variant=s.variant, precision=s.precision, amp_dtype=s.amp_dtype,
                    extra_args=s.flags + tuple(point.extra_args))
