@@ -111,8 +111,8 @@ def _serialized(state: dict) -> memoryview:
     return buf.getbuffer()
 
 
-def _reason(e: OSError) -> str:
-    return e.strerror or str(e) or type(e).__name__
+def _reason(error: OSError) -> str:
+    return error.strerror or str(error) or type(error).__name__
 
 
 def load(path, map_location="cpu") -> dict:

@@ -258,10 +258,10 @@ def cleanup() -> None:
         dist.destroy_process_group()
 
 
-def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     if initialized():
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return t
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
 
 
 def any_rank(flag: bool, device: torch.device) -> bool:

@@ -102,8 +102,8 @@ def _export_trace(prof, path: Path) -> None:
     raw.unlink()
 
 
-def _gzip(src, f) -> None:
-    with gzip.GzipFile(filename="", fileobj=f, mode="wb") as dst:  # no temp name in the header
+def _gzip(src, out) -> None:
+    with gzip.GzipFile(filename="", fileobj=out, mode="wb") as dst:  # no temp name in the header
         shutil.copyfileobj(src, dst)
 
 

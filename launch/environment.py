@@ -235,8 +235,8 @@ class ClusterEnvironment:
         if not 0 < self.master_port < 65536:
             raise LaunchError(f"{self.name}: master port {self.master_port} is not in 1-65535; set MASTER_PORT")
 
-    def _procs_hint(self, n: int) -> str:
-        return self.PROCS_PER_NODE.format(n=n)
+    def _procs_hint(self, procs: int) -> str:
+        return self.PROCS_PER_NODE.format(n=procs)
 
     def _check_gpus(self, gpus: int) -> None:
         visible = self.env.get("CUDA_VISIBLE_DEVICES")

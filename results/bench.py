@@ -42,12 +42,12 @@ log = logging.getLogger(__name__)
 QUICK_DEMO = SCRATCH_DIR / "demo"
 
 
-def run_quick(a: argparse.Namespace) -> int:
+def run_quick(args: argparse.Namespace) -> int:
     """Everything ``make bench`` measures on a 2-core CPU machine, then the report."""
     t0 = time.monotonic()
-    if a.fresh:
-        _forget(a.tag, a.records)
-    common = ["--tag", a.tag, "--records", str(a.records)]
+    if args.fresh:
+        _forget(args.tag, args.records)
+    common = ["--tag", args.tag, "--records", str(args.records)]
     setups = ["--setups", *CPU_SETUPS, "--procs", "1", "--batch", "16", "--image-size", "64",
               # the JPEG set holds 8 batches: 6 epochs of 8 give 36 measured steps (2 warm-up steps an epoch)
               "--epochs", "6", "--steps-per-epoch", "8", "--val-steps", "1"]
@@ -215,22 +215,22 @@ def build_parser() -> argparse.ArgumentParser:
 DEFAULT_TAGS = {"quick": "quick", "scaling": "scaling", "faults": "faults", "time-to-accuracy": tta.DEFAULT_TAG}
 
 
-def resolve_tag(a: argparse.Namespace) -> None:
+def resolve_tag(args: argparse.Namespace) -> None:
     """The command's default tag and records file where none were given."""
-    a.tag = a.tag or DEFAULT_TAGS.get(a.cmd, "local")
-    a.records = a.records or records.RECORDS_DIR / f"{a.tag}.jsonl"
+    args.tag = args.tag or DEFAULT_TAGS.get(args.cmd, "local")
+    args.records = args.records or records.RECORDS_DIR / f"{args.tag}.jsonl"
 
 
-def _values(a: argparse.Namespace, name: str) -> List[int]:
-    v = getattr(a, name, None)
+def _values(args: argparse.Namespace, name: str) -> List[int]:
+    v = getattr(args, name, None)
     return [] if v is None else v if isinstance(v, list) else [v]
 
 
-def _validate(a: argparse.Namespace) -> None:
+def _validate(args: argparse.Namespace) -> None:
     """Counts that cannot work, as one line naming the flag."""
     for name, low in (("procs", 1), ("nodes", 1), ("batch", 1), ("readers", 1), ("images", 1),
                       ("workers", 0), ("reader_workers", 0), ("threads", 1), ("world_sizes", 2), ("rounds", 1)):
-        bad = [v for v in _values(a, name) if v < low]
+        bad = [v for v in _values(args, name) if v < low]
         if bad:
             raise BenchError(f"--{name.replace('_', '-')} {bad[0]} is not allowed; use values >= {low}"
                              + (" (the bus bandwidth of one process is 0)" if name == "world_sizes" else ""))

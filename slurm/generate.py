@@ -199,96 +199,97 @@ def _directive_value(label: str, value: str) -> None:
         raise GenerateError(f"{label} {value!r} must be non-empty and contain no quotes or backslashes")
 
 
-def _check_layout(s: JobSpec) -> None:
-    if s.nodes < 1:
-        raise GenerateError(f"--nodes must be at least 1 (got {s.nodes})")
-    if s.gpus_per_node < 0:
-        raise GenerateError(f"--gpus-per-node must be 0 (CPU) or more (got {s.gpus_per_node})")
-    if s.variant not in VARIANTS:
-        raise GenerateError(f"unknown variant {s.variant!r}; choose one of {', '.join(VARIANTS)}")
-    if s.resolved_launcher not in LAUNCHERS:
-        raise GenerateError(f"unknown launcher {s.resolved_launcher!r}; choose one of {', '.join(LAUNCHERS)}")
-    if s.single_process:
-        _check_single(s)
+def _check_layout(spec: JobSpec) -> None:
+    if spec.nodes < 1:
+        raise GenerateError(f"--nodes must be at least 1 (got {spec.nodes})")
+    if spec.gpus_per_node < 0:
+        raise GenerateError(f"--gpus-per-node must be 0 (CPU) or more (got {spec.gpus_per_node})")
+    if spec.variant not in VARIANTS:
+        raise GenerateError(f"unknown variant {spec.variant!r}; choose one of {', '.join(VARIANTS)}")
+    if spec.resolved_launcher not in LAUNCHERS:
+        raise GenerateError(f"unknown launcher {spec.resolved_launcher!r}; choose one of {', '.join(LAUNCHERS)}")
+    if spec.single_process:
+        _check_single(spec)
         return
-    if s.procs_per_node is not None and s.gpus_per_node and s.procs_per_node != s.gpus_per_node:
-        raise GenerateError(f"--procs-per-node {s.procs_per_node} does not match --gpus-per-node "
-                            f"{s.gpus_per_node}: DDP runs one process per GPU")
-    if s.resolved_launcher in ("torchrun", "launch") and s.tasks != 1:
-        raise GenerateError(f"the {s.resolved_launcher} launcher runs one task per node that starts "
-                            f"{s.procs} processes; drop --tasks-per-node {s.tasks} (or use --launcher srun)")
-    if s.resolved_launcher in ("srun", "mpi") and s.tasks != s.procs:
-        what = f"--gpus-per-node {s.gpus_per_node}" if s.gpus_per_node else f"--procs-per-node {s.procs}"
-        raise GenerateError(f"--tasks-per-node {s.tasks} does not match {what}: the {s.resolved_launcher} "
-                            f"launcher starts one task per GPU, so use --tasks-per-node {s.procs}")
-    if s.mpi_starter not in MPI_STARTERS:
-        raise GenerateError(f"unknown --mpi-starter {s.mpi_starter!r}; choose mpirun or srun")
+    if spec.procs_per_node is not None and spec.gpus_per_node and spec.procs_per_node != spec.gpus_per_node:
+        raise GenerateError(f"--procs-per-node {spec.procs_per_node} does not match --gpus-per-node "
+                            f"{spec.gpus_per_node}: DDP runs one process per GPU")
+    if spec.resolved_launcher in ("torchrun", "launch") and spec.tasks != 1:
+        raise GenerateError(f"the {spec.resolved_launcher} launcher runs one task per node that starts "
+                            f"{spec.procs} processes; drop --tasks-per-node {spec.tasks} (or use --launcher srun)")
+    if spec.resolved_launcher in ("srun", "mpi") and spec.tasks != spec.procs:
+        what = f"--gpus-per-node {spec.gpus_per_node}" if spec.gpus_per_node else f"--procs-per-node {spec.procs}"
+        raise GenerateError(f"--tasks-per-node {spec.tasks} does not match {what}: the {spec.resolved_launcher} "
+                            f"launcher starts one task per GPU, so use --tasks-per-node {spec.procs}")
+    if spec.mpi_starter not in MPI_STARTERS:
+        raise GenerateError(f"unknown --mpi-starter {spec.mpi_starter!r}; choose mpirun or srun")
 
 
-def _check_single(s: JobSpec) -> None:
-    if s.resolved_launcher != "srun":
-        raise GenerateError(f"the {s.variant} variant is one process; use --launcher srun, not {s.resolved_launcher}")
-    if s.nodes != 1:
-        raise GenerateError(f"the {s.variant} variant runs on one node; use --nodes 1 (or --variant ddp)")
-    if s.tasks != 1:
-        raise GenerateError(f"the {s.variant} variant is one process; drop --tasks-per-node {s.tasks}")
-    if s.variant == "nd" and s.gpus_per_node > 1:
+def _check_single(spec: JobSpec) -> None:
+    if spec.resolved_launcher != "srun":
+        raise GenerateError(f"the {spec.variant} variant is one process; use --launcher srun, "
+                            f"not {spec.resolved_launcher}")
+    if spec.nodes != 1:
+        raise GenerateError(f"the {spec.variant} variant runs on one node; use --nodes 1 (or --variant ddp)")
+    if spec.tasks != 1:
+        raise GenerateError(f"the {spec.variant} variant is one process; drop --tasks-per-node {spec.tasks}")
+    if spec.variant == "nd" and spec.gpus_per_node > 1:
         raise GenerateError(f"the nd variant uses one GPU; use --gpus-per-node 1 (or --variant dp for "
-                            f"{s.gpus_per_node})")
+                            f"{spec.gpus_per_node})")
 
 
-def _check_values(s: JobSpec) -> None:
-    for label, value in (("--name", s.name), ("--partition", s.partition), ("--account", s.account),
-                         ("--qos", s.qos), ("--constraint", s.constraint), ("--output", s.output),
-                         ("--error", s.error), ("--mem", s.mem), ("--time", s.time)):
+def _check_values(spec: JobSpec) -> None:
+    for label, value in (("--name", spec.name), ("--partition", spec.partition), ("--account", spec.account),
+                         ("--qos", spec.qos), ("--constraint", spec.constraint), ("--output", spec.output),
+                         ("--error", spec.error), ("--mem", spec.mem), ("--time", spec.time)):
         if value is not None:
             _directive_value(label, value)
-    if s.mem is not None and not _MEM.fullmatch(s.mem):
-        raise GenerateError(f"--mem {s.mem!r} must be a number with an optional K/M/G/T suffix (e.g. 64G)")
-    for label, value in (("--module", m) for m in s.modules):
+    if spec.mem is not None and not _MEM.fullmatch(spec.mem):
+        raise GenerateError(f"--mem {spec.mem!r} must be a number with an optional K/M/G/T suffix (e.g. 64G)")
+    for label, value in (("--module", m) for m in spec.modules):
         _no_control(label, value)
         if not value.strip() or any(c.isspace() for c in value):
             raise GenerateError(f"--module {value!r} must be one module name (repeat --module for more)")
-    for line in s.setup:
+    for line in spec.setup:
         _no_control("--setup", line)
         if not line.strip():
             raise GenerateError("--setup lines must not be empty")
-    for label, value in (("--venv", s.venv), ("--conda-env", s.conda_env), ("--python", s.python),
-                         ("--data", s.data), ("--arch", s.arch), ("--stage-dir", s.stage_dir)):
+    for label, value in (("--venv", spec.venv), ("--conda-env", spec.conda_env), ("--python", spec.python),
+                         ("--data", spec.data), ("--arch", spec.arch), ("--stage-dir", spec.stage_dir)):
         if value is not None:
             _no_control(label, value)
             if not value:
                 raise GenerateError(f"{label} must not be empty")
-    for name, value in s.env:
+    for name, value in spec.env:
         if not _ENV_NAME.fullmatch(name) or name in SETTINGS:
             raise GenerateError(f"--env {name!r}: need NAME=VALUE with a shell variable name other than "
                                 f"{', '.join(SETTINGS)}")
         _no_control(f"--env {name}", value)
-    for arg in s.train_args:
+    for arg in spec.train_args:
         _no_control("training argument", arg)
-    for number, label in ((s.epochs, "--epochs"), (s.batch_size, "--batch-size"), (s.cpus, "--cpus-per-task")):
+    for number, label in ((spec.epochs, "--epochs"), (spec.batch_size, "--batch-size"), (spec.cpus, "--cpus-per-task")):
         if number < 1:
             raise GenerateError(f"{label} must be at least 1 (got {number})")
-    if s.workers < 0:
-        raise GenerateError(f"--workers must be 0 or more (got {s.workers})")
-    if s.max_restarts < 0:
+    if spec.workers < 0:
+        raise GenerateError(f"--workers must be 0 or more (got {spec.workers})")
+    if spec.max_restarts < 0:
         raise GenerateError(f"--max-restarts must be 0 (restart only after a newer checkpoint) or more "
-                            f"(got {s.max_restarts})")
-    if s.max_starts < 1:
-        raise GenerateError(f"--max-starts must be at least 1 (got {s.max_starts})")
+                            f"(got {spec.max_restarts})")
+    if spec.max_starts < 1:
+        raise GenerateError(f"--max-starts must be at least 1 (got {spec.max_starts})")
 
 
-def _check_requeue(s: JobSpec) -> None:
-    limit = parse_time(s.time)
-    if s.signal not in SIGNALS:
-        raise GenerateError(f"--signal {s.signal!r}: choose USR1 or USR2 (the trainers also stop on TERM)")
-    if s.requeue and not 0 < s.signal_seconds < min(limit, 65536):
-        raise GenerateError(f"--signal-seconds {s.signal_seconds} must be between 1 and the time limit "
+def _check_requeue(spec: JobSpec) -> None:
+    limit = parse_time(spec.time)
+    if spec.signal not in SIGNALS:
+        raise GenerateError(f"--signal {spec.signal!r}: choose USR1 or USR2 (the trainers also stop on TERM)")
+    if spec.requeue and not 0 < spec.signal_seconds < min(limit, 65536):
+        raise GenerateError(f"--signal-seconds {spec.signal_seconds} must be between 1 and the time limit "
                             f"({limit}s) so the trainers can checkpoint before it")
 
 
-def _check_sweep(s: JobSpec) -> None:
-    for key, values in s.sweep:
+def _check_sweep(spec: JobSpec) -> None:
+    for key, values in spec.sweep:
         if key not in SWEEPABLE:
             raise GenerateError(f"--sweep {key}: sweep one of {', '.join(SWEEPABLE)} "
                                 "(submit one job per point to vary nodes: python -m slurm.submit --sweep)")
@@ -298,8 +299,8 @@ def _check_sweep(s: JobSpec) -> None:
             _no_control(f"--sweep {key}", v)
 
 
-def _check_train_args(s: JobSpec) -> None:
-    for arg in s.train_args:
+def _check_train_args(spec: JobSpec) -> None:
+    for arg in spec.train_args:
         flag = arg.split("=", 1)[0]
         if flag in MANAGED_FLAGS:
             raise GenerateError(f"training flag {flag} is a generator setting: use {MANAGED_FLAGS[flag]} "
@@ -309,10 +310,10 @@ def _check_train_args(s: JobSpec) -> None:
     parser = config.build_parser("any")
 
     def reject(message: str) -> None:
-        raise GenerateError(f"training arguments {shlex.join(s.train_args)!r}: {message}")
+        raise GenerateError(f"training arguments {shlex.join(spec.train_args)!r}: {message}")
 
     parser.error = reject  # type: ignore[method-assign]  # argparse would print usage and exit
-    namespace = parser.parse_args([*s.train_args, "DATA-PLACEHOLDER"])
+    namespace = parser.parse_args([*spec.train_args, "DATA-PLACEHOLDER"])
     if namespace.root != "DATA-PLACEHOLDER":
         reject("the dataset goes in --data, not among the training arguments")
 
@@ -353,76 +354,77 @@ def _q(value: object) -> str:
     return shlex.quote(str(value))
 
 
-def _header(s: JobSpec) -> str:
+def _header(spec: JobSpec) -> str:
     lines = ["#!/bin/bash",
-             f"# {s.name}: {s.nodes} node(s) x {s.procs} process(es), {s.variant} variant, "
-             f"{s.resolved_launcher} launcher. Generated by slurm/generate.py: edit its options, not this file.",
+             f"# {spec.name}: {spec.nodes} node(s) x {spec.procs} process(es), {spec.variant} variant, "
+             f"{spec.resolved_launcher} launcher. Generated by slurm/generate.py: edit its options, not this file.",
              "#   sbatch THIS_FILE    (from the hpc-imagenet checkout; settings below can be overridden with",
              "#   sbatch --export=ALL,DATA=/path/to/imagenet,EPOCHS=90 THIS_FILE)"]
-    if s.command:
-        lines.append(f"# Regenerate: python -m slurm.generate {shlex.join(s.command)}")
+    if spec.command:
+        lines.append(f"# Regenerate: python -m slurm.generate {shlex.join(spec.command)}")
     return "\n".join(lines)
 
 
-def _directives(s: JobSpec) -> str:
-    array = bool(s.sweep)
-    opts: List[Tuple[str, object]] = [("job-name", s.name), ("nodes", s.nodes), ("ntasks-per-node", s.tasks),
-                                      ("cpus-per-task", s.cpus)]
-    if s.gpus_per_node:
-        opts.append(("gpus-per-node", 1 if s.variant == "nd" else s.gpus_per_node))
-    opts += [(k, v) for k, v in (("mem", s.mem), ("time", s.time), ("partition", s.partition),
-                                 ("account", s.account), ("qos", s.qos), ("constraint", s.constraint))
+def _directives(spec: JobSpec) -> str:
+    array = bool(spec.sweep)
+    opts: List[Tuple[str, object]] = [("job-name", spec.name), ("nodes", spec.nodes), ("ntasks-per-node", spec.tasks),
+                                      ("cpus-per-task", spec.cpus)]
+    if spec.gpus_per_node:
+        opts.append(("gpus-per-node", 1 if spec.variant == "nd" else spec.gpus_per_node))
+    opts += [(k, v) for k, v in (("mem", spec.mem), ("time", spec.time), ("partition", spec.partition),
+                                 ("account", spec.account), ("qos", spec.qos), ("constraint", spec.constraint))
              if v is not None]
-    opts.append(("output", s.output or ("%x-%A_%a.out" if array else "%x-%j.out")))
-    if s.error:
-        opts.append(("error", s.error))
+    opts.append(("output", spec.output or ("%x-%A_%a.out" if array else "%x-%j.out")))
+    if spec.error:
+        opts.append(("error", spec.error))
     if array:
-        opts.append(("array", f"0-{len(s.sweep_points) - 1}"))
-    if s.requeue:
+        opts.append(("array", f"0-{len(spec.sweep_points) - 1}"))
+    if spec.requeue:
         # B: the signal goes to this script only; its trap decides who gets what (see below)
-        opts += [("signal", f"B:{s.signal}@{s.signal_seconds}"), ("requeue", None), ("open-mode", "append")]
+        opts += [("signal", f"B:{spec.signal}@{spec.signal_seconds}"), ("requeue", None), ("open-mode", "append")]
     return "\n".join(f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={_q(v)}" for k, v in opts)
 
 
-def _settings(s: JobSpec) -> str:
-    log_dir = ("runs/$SLURM_JOB_NAME-${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID" if s.sweep
+def _settings(spec: JobSpec) -> str:
+    log_dir = ("runs/$SLURM_JOB_NAME-${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID" if spec.sweep
                else "runs/$SLURM_JOB_NAME-$SLURM_JOB_ID")  # stable across requeues: --resume auto finds it
-    defaults = {"DATA": s.data, "ARCH": s.arch, "EPOCHS": s.epochs, "BATCH_SIZE": s.batch_size,
-                "WORKERS": s.workers}
+    defaults = {"DATA": spec.data, "ARCH": spec.arch, "EPOCHS": spec.epochs, "BATCH_SIZE": spec.batch_size,
+                "WORKERS": spec.workers}
     lines = ["", "# ---- settings (sbatch --export=ALL,NAME=value,... overrides any of them)",
              "REPO=${REPO:-$SLURM_SUBMIT_DIR}  # the hpc-imagenet checkout",
-             f"PYTHON=${{PYTHON:-{_q(s.python)}}}"]
-    if s.venv:
-        lines.append(f"VENV=${{VENV:-{_q(s.venv)}}}")
-    swept = dict(s.sweep)
+             f"PYTHON=${{PYTHON:-{_q(spec.python)}}}"]
+    if spec.venv:
+        lines.append(f"VENV=${{VENV:-{_q(spec.venv)}}}")
+    swept = dict(spec.sweep)
     for key, value in defaults.items():
         if key in swept:
-            values = [p[key] for p in s.sweep_points]
+            values = [p[key] for p in spec.sweep_points]
             lines.append(f"SWEEP_{key}=({' '.join(_q(v) for v in values)})")
             lines.append(f"{key}=${{{key}:-${{SWEEP_{key}[$SLURM_ARRAY_TASK_ID]}}}}")
         else:
             lines.append(f"{key}=${{{key}:-{_q(value)}}}")
     lines += [f"LOG_DIR=${{LOG_DIR:-{log_dir}}}",
               "EXTRA_ARGS=${EXTRA_ARGS:-}  # more training flags, split on spaces",
-              f"MAX_RESTARTS=${{MAX_RESTARTS:-{s.max_restarts}}}  # restarts in a row without a newer checkpoint",
-              f"MAX_STARTS=${{MAX_STARTS:-{s.max_starts}}}  # starts of the training in this allocation in all",
+              f"MAX_RESTARTS=${{MAX_RESTARTS:-{spec.max_restarts}}}  # restarts in a row without a newer checkpoint",
+              f"MAX_STARTS=${{MAX_STARTS:-{spec.max_starts}}}  # starts of the training in this allocation in all",
               # ${MODULES-...}, not :-: MODULES= (set, empty) at submit time loads none
-              f"MODULES=${{MODULES-{_q(' '.join(s.modules)) if s.modules else ''}}}  # environment modules to load; "
+              f"MODULES=${{MODULES-{_q(' '.join(spec.modules)) if spec.modules else ''}}}"
+              "  # environment modules to load; "
               "MODULES= for none"]
-    if s.stage_dir:  # kept unexpanded here: each training process expands it on its own node
-        lines.append(f"STAGE_DIR=${{STAGE_DIR:-{_q(s.stage_dir)}}}  # node-local copy of DATA, made once per node")
+    if spec.stage_dir:  # kept unexpanded here: each training process expands it on its own node
+        lines.append(f"STAGE_DIR=${{STAGE_DIR:-{_q(spec.stage_dir)}}}  # node-local copy of DATA, made once per node")
     return "\n".join(lines)
 
 
-def _setup(s: JobSpec) -> str:
+def _setup(spec: JobSpec) -> str:
     lines = ["", "# ---- software environment", f'cd "$REPO" || {FAIL}',
-             f'[ -f {_q(SCRIPTS[s.variant])} ] || {{ echo "error: $REPO is not the hpc-imagenet checkout; '
+             f'[ -f {_q(SCRIPTS[spec.variant])} ] || {{ echo "error: $REPO is not the hpc-imagenet checkout; '
              f'submit from it or pass --export=ALL,REPO=/path/to/hpc-imagenet" >&2; {FAIL}; }}']
     lines += _modules()
-    lines += [f"{line} || {FAIL}" for line in s.setup]  # the user's own lines, as typed
-    if s.conda_env:
-        lines += [f'eval "$(conda shell.bash hook)" || {FAIL}', f"conda activate {_q(s.conda_env)} || {FAIL}"]
-    if _uses_mpirun(s):
+    lines += [f"{line} || {FAIL}" for line in spec.setup]  # the user's own lines, as typed
+    if spec.conda_env:
+        lines += [f'eval "$(conda shell.bash hook)" || {FAIL}', f"conda activate {_q(spec.conda_env)} || {FAIL}"]
+    if _uses_mpirun(spec):
         # the site's mpirun (loaded above), looked up before the venv: a venv holding an MPI wheel
         # must not put its own mpirun in front of the site's InfiniBand/UCX-aware one
         lines += ["# MPI: the site's mpirun, and an mpi4py built against it (module load <mpi>; pip install",
@@ -430,11 +432,11 @@ def _setup(s: JobSpec) -> str:
                   'MPIRUN=${MPIRUN:-$(command -v mpirun)}',
                   '[ -n "$MPIRUN" ] || { echo "error: no mpirun on PATH: load the site\'s MPI (generate with '
                   f'--module <mpi>) or pass --export=ALL,MPIRUN=/path/to/mpirun" >&2; {FAIL}; }}']
-    if s.venv:
+    if spec.venv:
         lines.append(f'source "$VENV/bin/activate" || {FAIL}')
-    threads = max(1, s.cpus // max(s.procs_per_task, 1))
-    nccl = dict(NCCL_WATCHDOG) if s.gpus_per_node and not s.single_process else {}
-    env = {"OMP_NUM_THREADS": str(threads), **nccl, **dict(s.env)}
+    threads = max(1, spec.cpus // max(spec.procs_per_task, 1))
+    nccl = dict(NCCL_WATCHDOG) if spec.gpus_per_node and not spec.single_process else {}
+    env = {"OMP_NUM_THREADS": str(threads), **nccl, **dict(spec.env)}
     lines += [f"export {k}=${{{k}:-{_q(v)}}}" for k, v in env.items()]
     return "\n".join(lines)
 
@@ -462,7 +464,7 @@ def _rendezvous() -> str:
         "export MASTER_ADDR MASTER_PORT"])
 
 
-def _log_start(s: JobSpec) -> str:
+def _log_start(spec: JobSpec) -> str:
     return "\n".join([
         "", "# ---- what we got",
         'echo "job $SLURM_JOB_ID ($SLURM_JOB_NAME) start $(date -Is) restart ${SLURM_RESTART_COUNT:-0}: '
@@ -476,18 +478,18 @@ def _log_start(s: JobSpec) -> str:
         'echo "master $MASTER_ADDR:$MASTER_PORT; run folder $LOG_DIR; data $DATA; python $(command -v "$PYTHON")"',
         "env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|TORCH_NCCL_|OMP_"
         "|MASTER_)' | sort",
-        *_log_mpi(s)])
+        *_log_mpi(spec)])
 
 
-def _uses_mpirun(s: JobSpec) -> bool:
-    return s.resolved_launcher == "mpi" and s.mpi_starter == "mpirun"
+def _uses_mpirun(spec: JobSpec) -> bool:
+    return spec.resolved_launcher == "mpi" and spec.mpi_starter == "mpirun"
 
 
-def _log_mpi(s: JobSpec) -> List[str]:
+def _log_mpi(spec: JobSpec) -> List[str]:
     """Which MPI runs: the launcher, and the library mpi4py loads (they must be the same MPI)."""
-    if s.resolved_launcher != "mpi":
+    if spec.resolved_launcher != "mpi":
         return []
-    if _uses_mpirun(s):
+    if _uses_mpirun(spec):
         lines = ['echo "mpirun: ${MPIRUN:-none found} ($("${MPIRUN:-false}" --version 2>&1 | head -n 1))"']
     else:
         lines = ['echo "srun --mpi=pmix: $(srun --mpi=list 2>&1 | tr -s \'\\n\' \' \')"']
@@ -499,14 +501,15 @@ def _log_mpi(s: JobSpec) -> List[str]:
     return lines
 
 
-def _preemption(s: JobSpec) -> str:
-    if not s.requeue:
+def _preemption(spec: JobSpec) -> str:
+    if not spec.requeue:
         return ""
-    via_launcher = s.resolved_launcher == "mpi" and s.mpi_starter == "mpirun"
-    forward = (f'kill -s {s.signal} "$launcher_pid"' if via_launcher  # mpirun relays USR1/USR2 to its ranks
-               else f'scancel --signal={s.signal} "$SLURM_JOB_ID"')  # every process of every job step, once
+    via_launcher = spec.resolved_launcher == "mpi" and spec.mpi_starter == "mpirun"
+    forward = (f'kill -s {spec.signal} "$launcher_pid"' if via_launcher  # mpirun relays USR1/USR2 to its ranks
+               else f'scancel --signal={spec.signal} "$SLURM_JOB_ID"')  # every process of every job step, once
     return "\n".join([
-        "", f"# ---- preemption: SLURM sends {s.signal} to this script {s.signal_seconds}s before the time limit.",
+        "", f"# ---- preemption: SLURM sends {spec.signal} to this script {spec.signal_seconds}s before the time "
+            "limit.",
         "# The training processes then stop at the next safe step, save a checkpoint and exit 75; this",
         "# script requeues the job, which resumes from the run folder (--resume auto). Trainers that",
         f"# are still starting (or not started) find {STOP_FILE} in the run folder at their first safe step.",
@@ -515,11 +518,11 @@ def _preemption(s: JobSpec) -> str:
         f'rm -f "$LOG_DIR/{STOP_FILE}"  # a stale one would stop this run at once',
         "on_preempt() {",
         "    preempted=1",
-        f'    echo "$(date -Is) {s.signal}: asking the training processes to checkpoint"',
+        f'    echo "$(date -Is) {spec.signal}: asking the training processes to checkpoint"',
         f'    mkdir -p "$LOG_DIR" && : > "$LOG_DIR/{STOP_FILE}"',
         f"    [ -n \"$launcher_pid\" ] && {forward}",
         "}",
-        f"trap on_preempt {s.signal}"])
+        f"trap on_preempt {spec.signal}"])
 
 
 # A crash loses at most this much training; each checkpoint stalls the step only for a copy to host
@@ -527,43 +530,43 @@ def _preemption(s: JobSpec) -> str:
 CHECKPOINT_EVERY_MINUTES = 10
 
 
-def _train_args(s: JobSpec) -> List[str]:
+def _train_args(spec: JobSpec) -> List[str]:
     lines = ['TRAIN_ARGS=(-a "$ARCH" --epochs "$EPOCHS" -b "$BATCH_SIZE" --workers "$WORKERS" '
              f'--log-dir "$LOG_DIR" --resume auto --checkpoint-every-minutes {CHECKPOINT_EVERY_MINUTES})']
-    if s.stage_dir:
+    if spec.stage_dir:
         lines.append('TRAIN_ARGS+=(--stage-dir "$STAGE_DIR")')
-    if s.train_args:
-        lines.append(f"TRAIN_ARGS+=({' '.join(_q(a) for a in s.train_args)})")
+    if spec.train_args:
+        lines.append(f"TRAIN_ARGS+=({' '.join(_q(a) for a in spec.train_args)})")
     lines += ["# shellcheck disable=SC2206  # EXTRA_ARGS is split into words on purpose",
               'TRAIN_ARGS+=($EXTRA_ARGS "$DATA")']
     return lines
 
 
-def _launch(s: JobSpec) -> str:
-    script = _q(SCRIPTS[s.variant])
-    launcher = s.resolved_launcher
+def _launch(spec: JobSpec) -> str:
+    script = _q(SCRIPTS[spec.variant])
+    launcher = spec.resolved_launcher
     # the allocation's node count, not the directive's: a requeued job may run on fewer nodes (and
     # --ntasks, else srun takes SLURM_NTASKS from the environment sbatch stored at submission)
     # (--kill-on-bad-exit: one failed task ends the step, so a hung rank cannot hold it)
-    srun = (f'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * {s.tasks})) '
-            f'--ntasks-per-node={s.tasks} --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1')
+    srun = (f'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * {spec.tasks})) '
+            f'--ntasks-per-node={spec.tasks} --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1')
     if launcher == "srun":
         start = [f'{srun} "$PYTHON" {script} "${{TRAIN_ARGS[@]}}" &']
     elif launcher == "torchrun":
-        start = _torchrun(s, srun, script)
+        start = _torchrun(spec, srun, script)
     elif launcher == "launch":
-        start = _dist_launch(s, srun, script)
-    elif s.mpi_starter == "srun":
+        start = _dist_launch(spec, srun, script)
+    elif spec.mpi_starter == "srun":
         start = [f'{srun} --mpi=pmix "$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
     else:
         # the ranks inherit this environment through the srun that starts mpirun's node daemons
-        start = [f'"$MPIRUN" -np $((SLURM_JOB_NUM_NODES * {s.tasks})) --map-by ppr:{s.tasks}:node --bind-to none '
+        start = [f'"$MPIRUN" -np $((SLURM_JOB_NUM_NODES * {spec.tasks})) --map-by ppr:{spec.tasks}:node --bind-to none '
                  f'"$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
     body = [*start_budget.loop_head(), *start, *start_budget.decide()]
     return "\n".join([*start_budget.functions(torchrun=launcher == "torchrun"),
                       "", f"# ---- launch ({launcher}); a failed training starts again from the newest checkpoint",
                       "# within the start budget; a preempted one is requeued instead (see the end)",
-                      *_train_args(s), "while :; do", *("    " + line for line in body), "done"])
+                      *_train_args(spec), "while :; do", *("    " + line for line in body), "done"])
 
 
 # The agent (torchrun / torch.distributed.launch) must not act on the requeue signal or SIGTERM:
@@ -573,25 +576,25 @@ def _launch(s: JobSpec) -> str:
 _AGENT_WRAP = 'trap "" {sig} TERM; exec "$0" -m launch.agent {module} {node_rank}"$@"'
 
 
-def _torchrun(s: JobSpec, srun: str, script: str) -> List[str]:
-    wrap = _AGENT_WRAP.format(sig=s.signal, module="torch.distributed.run", node_rank="")
-    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={s.procs} \\',
+def _torchrun(spec: JobSpec, srun: str, script: str) -> List[str]:
+    wrap = _AGENT_WRAP.format(sig=spec.signal, module="torch.distributed.run", node_rank="")
+    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={spec.procs} \\',
             f'    {start_budget.TORCHRUN_RESTARTS} --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d \\',
             '    --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
             f'    --no-python bash -c {_q(start_budget.WORKER_WRAP)} "$PYTHON" {script} "${{TRAIN_ARGS[@]}}" &']
 
 
-def _dist_launch(s: JobSpec, srun: str, script: str) -> List[str]:
-    wrap = _AGENT_WRAP.format(sig=s.signal, module="torch.distributed.launch",
+def _dist_launch(spec: JobSpec, srun: str, script: str) -> List[str]:
+    wrap = _AGENT_WRAP.format(sig=spec.signal, module="torch.distributed.launch",
                               node_rank='--node_rank="$SLURM_NODEID" ')
-    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={s.procs} \\',
+    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={spec.procs} \\',
             '    --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" \\',
             f'    {script} "${{TRAIN_ARGS[@]}}" &']
 
 
-def _finish(s: JobSpec) -> str:
+def _finish(spec: JobSpec) -> str:
     lines = [""]
-    if s.requeue:
+    if spec.requeue:
         lines += ["# requeue only when the trainers stopped to be preempted (exit 75; run.json says so under",
                   "# torchrun/launch, whose agents report any worker failure as 1), not after a finished run",
                   f'if [ "$preempted" = 1 ] && {{ [ "$status" = {EXIT_PREEMPTED} ] || '

@@ -68,8 +68,8 @@ class _FullHelp(argparse.Action):
         parser.exit()
 
 
-def _default(f: dataclasses.Field) -> Any:
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+def _default(setting: dataclasses.Field) -> Any:
+    return setting.default_factory() if setting.default is dataclasses.MISSING else setting.default
 
 
 def _normalised(values: Dict[str, Any]) -> Dict[str, Any]:

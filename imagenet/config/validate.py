@@ -25,15 +25,15 @@ def _unknown(flag: str, value: str, known: Iterable[str]) -> ConfigError:
     return ConfigError(f"unknown {flag} {value!r}; {hint}{listing}")
 
 
-def _check_choices(s: Settings) -> None:
-    if s.model.arch not in MODELS:
-        raise _unknown("model -a", s.model.arch, MODELS)
-    if s.data.data_backend not in DATA_BACKENDS:
-        raise _unknown("--data-backend", s.data.data_backend, DATA_BACKENDS)
+def _check_choices(settings: Settings) -> None:
+    if settings.model.arch not in MODELS:
+        raise _unknown("model -a", settings.model.arch, MODELS)
+    if settings.data.data_backend not in DATA_BACKENDS:
+        raise _unknown("--data-backend", settings.data.data_backend, DATA_BACKENDS)
 
 
-def _check_data(s: Settings, check_folder: bool) -> None:
-    data = s.data
+def _check_data(settings: Settings, check_folder: bool) -> None:
+    data = settings.data
     if data.image_size < 16:
         raise ConfigError(f"--image-size must be at least 16 (got {data.image_size})")
     if data.workers < 0:
@@ -53,8 +53,8 @@ def _check_data(s: Settings, check_folder: bool) -> None:
                           "val/ (or a shard folder), or --dummy")
 
 
-def _check_optim(s: Settings) -> None:
-    optim = s.optim
+def _check_optim(settings: Settings) -> None:
+    optim = settings.optim
     if optim.batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1 (got {optim.batch_size})")
     if optim.epochs < 1 or optim.start_epoch < 0 or optim.start_epoch > optim.epochs:
@@ -68,12 +68,12 @@ def _check_optim(s: Settings) -> None:
         raise ConfigError(f"--time-budget-minutes must be positive (got {optim.time_budget_minutes})")
 
 
-def _check_schedule(s: Settings) -> None:
+def _check_schedule(settings: Settings) -> None:
     """The large-batch optimizer and schedule settings (docs/recipes.md)."""
-    optim = s.optim
+    optim = settings.optim
     if optim.accum_steps < 1:
         raise ConfigError(f"--accum-steps must be at least 1 (got {optim.accum_steps})")
-    if optim.accum_steps > 1 and s.precision.amp_backend == "apex":
+    if optim.accum_steps > 1 and settings.precision.amp_backend == "apex":
         raise ConfigError("--accum-steps with --amp-backend apex: Apex would unscale the gradients once per "
                           "micro-batch; use --amp-backend native")
     if optim.lars_coefficient <= 0 or optim.lr_power <= 0 or optim.lr_end < 0:
@@ -87,8 +87,8 @@ def _check_schedule(s: Settings) -> None:
         raise ConfigError(f"--norm-weight-decay must be >= 0 (got {optim.norm_weight_decay:g})")
 
 
-def _check_model_extras(s: Settings) -> None:
-    model = s.model
+def _check_model_extras(settings: Settings) -> None:
+    model = settings.model
     if model.model_ema_steps < 1 or not 0 <= model.model_ema_decay < 1:
         raise ConfigError(f"--model-ema-steps {model.model_ema_steps} must be >= 1 and --model-ema-decay "
                           f"{model.model_ema_decay:g} in [0, 1)")
@@ -99,9 +99,9 @@ def _check_model_extras(s: Settings) -> None:
                           f"not {model.arch}")
 
 
-def _check_sizes(s: Settings) -> None:
+def _check_sizes(settings: Settings) -> None:
     """Validation sizes, progressive resizing and Mixup/CutMix."""
-    data = s.data
+    data = settings.data
     for flag, size in (("--val-resize-size", data.val_resize_size), ("--val-crop-size", data.val_crop_size)):
         if size is not None and size < 16:
             raise ConfigError(f"{flag} must be at least 16 (got {size})")
@@ -124,8 +124,8 @@ def _check_sizes(s: Settings) -> None:
                           "pipeline is built; use --data-backend fast, device or pil for progressive resizing")
 
 
-def _check_precision(s: Settings) -> None:
-    precision = s.precision
+def _check_precision(settings: Settings) -> None:
+    precision = settings.precision
     if precision.loss_scale != "dynamic":
         try:
             float(precision.loss_scale)
@@ -137,8 +137,8 @@ def _check_precision(s: Settings) -> None:
         raise ConfigError("Apex AMP scales float16 only; use --amp-dtype float16 or --amp-backend native")
 
 
-def _check_dist(s: Settings) -> None:
-    dist = s.dist
+def _check_dist(settings: Settings) -> None:
+    dist = settings.dist
     if dist.collective_timeout <= 0 or dist.dist_timeout <= 0:
         raise ConfigError(f"--collective-timeout {dist.collective_timeout:g} / --dist-timeout "
                           f"{dist.dist_timeout:g}: give positive seconds (e.g. 300 and 1800)")
@@ -146,25 +146,25 @@ def _check_dist(s: Settings) -> None:
         raise ConfigError(f"--ddp-bucket-cap-mb must be positive (got {dist.ddp_bucket_cap_mb})")
     if dist.procs_per_node is not None and dist.procs_per_node < 1:
         raise ConfigError(f"--procs-per-node must be at least 1 (got {dist.procs_per_node})")
-    if dist.dist_url and not s.distributed:
+    if dist.dist_url and not settings.distributed:
         raise ConfigError(f"--dist-url needs a distributed variant; use imagenet_ddp.py, not the "
-                          f"{s.run.variant} one")
+                          f"{settings.run.variant} one")
     if dist.dist_url and (dist.world_size < 1 or not 0 <= dist.rank < dist.world_size):
         raise ConfigError(f"--dist-url needs --world-size NODES >= 1 and 0 <= --rank < NODES "
                           f"(got --world-size {dist.world_size} --rank {dist.rank})")
-    if s.batch.launcher == "dist-url" and not dist.dist_url:  # --multiprocessing-distributed, no launcher
+    if settings.batch.launcher == "dist-url" and not dist.dist_url:  # --multiprocessing-distributed, no launcher
         raise ConfigError("--multiprocessing-distributed needs --dist-url tcp://MASTER_IP:PORT "
                           "--world-size NODES --rank NODE")
 
 
-def _check_outputs(s: Settings) -> None:
-    ckpt = s.checkpoint
+def _check_outputs(settings: Settings) -> None:
+    ckpt = settings.checkpoint
     if ckpt.checkpoint_every_steps < 0 or ckpt.checkpoint_every_minutes < 0 or ckpt.keep_checkpoints < 0:
         raise ConfigError(f"--checkpoint-every-steps {ckpt.checkpoint_every_steps}, --checkpoint-every-minutes "
                           f"{ckpt.checkpoint_every_minutes} and --keep-checkpoints {ckpt.keep_checkpoints} must be "
                           ">= 0 (0 turns each off)")
-    if s.logging.straggler_threshold < 0:
-        raise ConfigError(f"--straggler-threshold must be >= 0 (got {s.logging.straggler_threshold}; "
+    if settings.logging.straggler_threshold < 0:
+        raise ConfigError(f"--straggler-threshold must be >= 0 (got {settings.logging.straggler_threshold}; "
                           "0 turns it off)")
 
 

@@ -159,8 +159,8 @@ def write_shard(job: Job) -> dict:
     return {"name": job.name, "skipped": skipped, **shard_entries(path)}
 
 
-def _write_tar(f, job: Job, skipped: List[str]) -> None:
-    with tarfile.open(fileobj=f, mode="w", format=tarfile.USTAR_FORMAT) as tar, SourceReader() as read:
+def _write_tar(out, job: Job, skipped: List[str]) -> None:
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar, SourceReader() as read:
         for src, target, key in job.samples:
             try:
                 payload, ext = encoded(src, job.options, read)
@@ -366,11 +366,11 @@ def add_conversion_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--verify", action="store_true", help="afterwards, re-read and decode every sample of the shards")
 
 
-def conversion_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> Options:
+def conversion_options(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Options:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if a.max_side is not None and a.max_side < 1 or not 1 <= a.quality <= 100 or a.workers < 1:
+    if args.max_side is not None and args.max_side < 1 or not 1 <= args.quality <= 100 or args.workers < 1:
         ap.error("--max-side must be >= 1, --quality in 1..100 and --workers >= 1")
-    return Options(a.max_side, a.quality, a.skip_bad_images)
+    return Options(args.max_side, args.quality, args.skip_bad_images)
 
 
 def run_conversion(convert_fn: Callable[[], dict], dst: str, verify_workers: Optional[int]) -> int:

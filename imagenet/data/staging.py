@@ -458,12 +458,12 @@ def _check_space(src: Path, dest: Path, wanted: Listing, todo: Sequence[str], ha
                            "a --stage-dir with more room (a local NVMe rather than /dev/shm)")
 
 
-def _human(n: float) -> str:
+def _human(size: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
-        n /= 1024
-    return f"{n:.1f} TiB"
+        if size < 1024:
+            return f"{size:.1f} {unit}" if unit != "B" else f"{size:.0f} B"
+        size /= 1024
+    return f"{size:.1f} TiB"
 
 
 # ---------------------------------------------------------------- copying

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from results.analysis import scaling_model as sm
+from results.analysis import scaling_model
 from results.analysis.allreduce_fit import fit_alpha_beta
 from results.analysis.parameters import parameter_count
 from results.analysis.spread import aggregate
@@ -32,7 +32,7 @@ from results.analysis.whole_step import model_overlap
 class Prediction:
     """The calibrated model, its rows (one per GPU count) and what it leaves out."""
 
-    whole: sm.WholeStep
+    whole: scaling_model.WholeStep
     calibration: dict  # the record t_c was calibrated on
     rows: List[Dict[str, object]]  # gpus, measured (mean or None), predicted, error, terms, binding
     missing: List[str]  # terms without a measurement under this tag
@@ -51,14 +51,14 @@ def _link(ar: Sequence[dict]) -> Tuple[Optional[dict], List[dict]]:
     return None, []
 
 
-def _storage(series: Sequence[dict], storage: Sequence[dict]) -> Optional[Tuple[sm.Storage, dict, dict]]:
+def _storage(series: Sequence[dict], storage: Sequence[dict]) -> Optional[Tuple[scaling_model.Storage, dict, dict]]:
     """Storage ceilings for a series that reads ImageFolder files: best MB/s and files/s measured."""
     if not storage or all(r["point"].get("data") == "dummy" for r in series):
         return None
     folder = [r for r in storage if r["point"].get("format") == "imagefolder"] or list(storage)
     by_mb = max(folder, key=lambda r: r["metrics"]["mb_per_s"])
     by_files = max(folder, key=lambda r: r["metrics"]["files_per_s"])
-    st = sm.Storage(bytes_per_image=by_mb["metrics"]["bytes_per_file"],
+    st = scaling_model.Storage(bytes_per_image=by_mb["metrics"]["bytes_per_file"],
                     read_bytes_per_s=by_mb["metrics"]["mb_per_s"] * 1e6,
                     opens_per_s=by_files["metrics"]["files_per_s"])
     return st, by_mb, by_files
@@ -68,8 +68,8 @@ def predict_cluster(series: Sequence[dict], ar: Sequence[dict] = (), overlap: Se
                     storage: Sequence[dict] = ()) -> Tuple[Optional[Prediction], str]:
     """(prediction, "") for one series of ok train records, or (None, the reason it cannot be made)."""
     pts = aggregate(series, lambda r: r["metrics"]["world_size"], lambda r: r["metrics"]["images_per_s"])
-    if not pts or pts[0].x > sm.CALIBRATION_MAX_GPUS:
-        return None, f"no point of at most {sm.CALIBRATION_MAX_GPUS} GPUs to calibrate the compute time on"
+    if not pts or pts[0].x > scaling_model.CALIBRATION_MAX_GPUS:
+        return None, f"no point of at most {scaling_model.CALIBRATION_MAX_GPUS} GPUs to calibrate the compute time on"
     cal = pts[0].records[-1]
     p = cal["point"]
     params = cal["metrics"].get("parameters") or parameter_count(p["arch"])
@@ -79,7 +79,7 @@ def predict_cluster(series: Sequence[dict], ar: Sequence[dict] = (), overlap: Se
     fit, ar_recs = _link(ar)
     if fit:
         n_ar = ar_recs[0]["metrics"]["world_size"]
-        busbw, alpha = fit["busbw_bytes_per_s"], sm.hop_latency(fit["alpha_s"], n_ar)
+        busbw, alpha = fit["busbw_bytes_per_s"], scaling_model.hop_latency(fit["alpha_s"], n_ar)
         sources["all-reduce link"] = f"{ar_recs[0]['_source']}..{ar_recs[-1]['_source'].split(':')[-1]}"
         if p.get("nodes", 1) > 1 or any(r["point"].get("nodes", 1) > 1 for r in series):
             missing.append("the inter-node link (the all-reduce was measured on one host; its fit is used)")
@@ -89,7 +89,7 @@ def predict_cluster(series: Sequence[dict], ar: Sequence[dict] = (), overlap: Se
     h, h_rec = model_overlap(overlap)
     if h_rec:
         sources["hidden fraction"] = h_rec["_source"]
-    inputs = sm.ModelInputs(step_time_s=1.0, batch_per_gpu=p["batch_size"],
+    inputs = scaling_model.ModelInputs(step_time_s=1.0, batch_per_gpu=p["batch_size"],
                             grad_bytes=params * (2 if p.get("precision") in ("O2", "O3") else 4),
                             busbw_intra=busbw, alpha_intra_s=alpha,
                             gpus_per_node=p.get("procs_per_node") or 1 << 30)
@@ -99,9 +99,9 @@ def predict_cluster(series: Sequence[dict], ar: Sequence[dict] = (), overlap: Se
     got = _storage(series, storage)
     if got:
         sources["storage"] = f"{got[1]['_source']} (MB/s), {got[2]['_source']} (files/s)"
-    whole = sm.WholeStep(inputs, hidden_fraction=h, step_samples=samples, storage=got[0] if got else None)
+    whole = scaling_model.WholeStep(inputs, hidden_fraction=h, step_samples=samples, storage=got[0] if got else None)
     try:
-        whole = sm.calibrate_whole(whole, int(pts[0].x), pts[0].mean)
+        whole = scaling_model.calibrate_whole(whole, int(pts[0].x), pts[0].mean)
     except ValueError as e:
         return None, str(e)
     sources["compute"] = cal["_source"]
@@ -109,10 +109,10 @@ def predict_cluster(series: Sequence[dict], ar: Sequence[dict] = (), overlap: Se
     gpus = sorted(set(measured) | {2 * max(measured)})
     rows = []
     for n in gpus:
-        b = sm.breakdown(whole, n)
+        b = scaling_model.breakdown(whole, n)
         pt = measured.get(n)
         rows.append({"gpus": n, "measured": pt.mean if pt else None, "predicted": b["images_per_s"],
-                     "error": sm.relative_error(b["images_per_s"], pt.mean) if pt else None,
+                     "error": scaling_model.relative_error(b["images_per_s"], pt.mean) if pt else None,
                      "efficiency": b["efficiency"], "exposed_comm_ms": 1e3 * b["exposed_comm_s"],
                      "straggler_ms": 1e3 * b["straggler_s"], "binding": b["binding"]})
     return Prediction(whole, cal, rows, missing, sources), ""

@@ -25,9 +25,9 @@ IO_KEYS = ("cache", "workers", "image_size", "batch_size")
 STEP_KEYS = ("data", "arch", "image_size", "batch_size", "world_size", "nodes")
 
 
-def times(v: Optional[float]) -> str:
+def times(ratio: Optional[float]) -> str:
     """A ratio as the report prints it: 2.03x."""
-    return "-" if v is None else f"{v:.2f}x"
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def _groups(recs: Sequence[dict], keys: Tuple[str, ...]) -> Dict[tuple, List[dict]]:
@@ -52,9 +52,9 @@ def pipeline_rows(io: Sequence[dict]) -> List[dict]:
     return rows
 
 
-def profiled(r: dict) -> bool:
+def profiled(record: dict) -> bool:
     """A --profile-steps run: its steps were slowed by the profiler, so it is no speed measurement."""
-    return "--profile-steps" in (r["point"].get("extra_args") or [])
+    return "--profile-steps" in (record["point"].get("extra_args") or [])
 
 
 def step_rows(train: Sequence[dict]) -> List[dict]:
@@ -71,8 +71,8 @@ def step_rows(train: Sequence[dict]) -> List[dict]:
     return rows
 
 
-def on_gpu(r: dict) -> bool:
-    return r["metrics"].get("device") == "cuda"
+def on_gpu(record: dict) -> bool:
+    return record["metrics"].get("device") == "cuda"
 
 
 def jpeg_vs_synthetic_rows(train: Sequence[dict]) -> List[dict]:
@@ -82,9 +82,9 @@ def jpeg_vs_synthetic_rows(train: Sequence[dict]) -> List[dict]:
     source digest where recorded, else the git commit; a device copy's git state can predate its files,
     so of several matching synthetic records the fastest is the reference (the fraction is a lower bound).
     """
-    def key(r: dict) -> tuple:
-        p, e = r["point"], r.get("environment") or {}
-        return (p["setup"], p["arch"], p["image_size"], p["batch_size"], r["metrics"]["world_size"],
+    def key(record: dict) -> tuple:
+        p, e = record["point"], record.get("environment") or {}
+        return (p["setup"], p["arch"], p["image_size"], p["batch_size"], record["metrics"]["world_size"],
                 e.get("gpu_name"), e.get("source_digest") or e.get("git_commit"))
     usable = [r for r in train if r["point"].get("setup") and r["status"] == "ok" and not profiled(r)]
     synthetic: Dict[tuple, dict] = {}

@@ -89,42 +89,44 @@ def hop_latency(allreduce_time_s: float, world_size: int) -> float:
     return allreduce_time_s / (2 * (world_size - 1))
 
 
-def comm_time(m: ModelInputs, n: int) -> float:
+def comm_time(inputs: ModelInputs, gpus: int) -> float:
     """Seconds per step spent all-reducing gradients on n GPUs."""
-    if n <= 1:
+    if gpus <= 1:
         return 0.0
-    inter = n > m.gpus_per_node and m.busbw_inter is not None
-    bw = m.busbw_inter if inter else m.busbw_intra
-    alpha = (m.alpha_inter_s if m.alpha_inter_s is not None else m.alpha_intra_s) if inter else m.alpha_intra_s
-    calls = math.ceil(m.grad_bytes / m.bucket_bytes)
-    return calls * 2 * (n - 1) * alpha + 2 * (n - 1) / n * m.grad_bytes / bw
+    inter = gpus > inputs.gpus_per_node and inputs.busbw_inter is not None
+    bw = inputs.busbw_inter if inter else inputs.busbw_intra
+    alpha = ((inputs.alpha_inter_s if inputs.alpha_inter_s is not None else inputs.alpha_intra_s) if inter
+             else inputs.alpha_intra_s)
+    calls = math.ceil(inputs.grad_bytes / inputs.bucket_bytes)
+    return calls * 2 * (gpus - 1) * alpha + 2 * (gpus - 1) / gpus * inputs.grad_bytes / bw
 
 
-def hidden_time(m: ModelInputs, n: int, hidden_fraction: float) -> float:
+def hidden_time(inputs: ModelInputs, gpus: int, hidden_fraction: float) -> float:
     """Seconds of the all-reduce that backward hides: h t_comm(n), at most the backward time f t_c."""
     if not 0.0 <= hidden_fraction <= 1.0:
         raise ValueError(f"hidden fraction {hidden_fraction!r} is not in [0, 1]")
-    return min(hidden_fraction * comm_time(m, n), m.backward_fraction * m.step_time_s)
+    return min(hidden_fraction * comm_time(inputs, gpus), inputs.backward_fraction * inputs.step_time_s)
 
 
-def step_time(m: ModelInputs, n: int, hidden_fraction: float) -> float:
+def step_time(inputs: ModelInputs, gpus: int, hidden_fraction: float) -> float:
     """Seconds per step: compute plus the exposed part of the all-reduce (see the module docstring)."""
-    return m.step_time_s + max(0.0, comm_time(m, n) - hidden_time(m, n, hidden_fraction))
+    return inputs.step_time_s + max(0.0, comm_time(inputs, gpus) - hidden_time(inputs, gpus, hidden_fraction))
 
 
-def predict(m: ModelInputs, n: int, hidden_fraction: float) -> Dict[str, float]:
-    t = step_time(m, n, hidden_fraction)
-    return {"gpus": n, "step_time_s": t, "comm_time_s": comm_time(m, n), "exposed_comm_s": t - m.step_time_s,
-            "images_per_s": n * m.batch_per_gpu / t, "efficiency": m.step_time_s / t}
+def predict(inputs: ModelInputs, gpus: int, hidden_fraction: float) -> Dict[str, float]:
+    t = step_time(inputs, gpus, hidden_fraction)
+    return {"gpus": gpus, "step_time_s": t, "comm_time_s": comm_time(inputs, gpus),
+            "exposed_comm_s": t - inputs.step_time_s,
+            "images_per_s": gpus * inputs.batch_per_gpu / t, "efficiency": inputs.step_time_s / t}
 
 
-def table(m: ModelInputs, gpus: Sequence[int], hidden_fraction: float = NO_OVERLAP) -> List[Dict[str, float]]:
+def table(inputs: ModelInputs, gpus: Sequence[int], hidden_fraction: float = NO_OVERLAP) -> List[Dict[str, float]]:
     """One row per GPU count: no overlap, the given hidden fraction, and full overlap."""
     rows = []
     for n in gpus:
-        row = {"gpus": n, "comm_time_s": comm_time(m, n)}
+        row = {"gpus": n, "comm_time_s": comm_time(inputs, n)}
         for name, h in (("no_overlap", NO_OVERLAP), ("measured", hidden_fraction), ("overlap", FULL_OVERLAP)):
-            p = predict(m, n, h)
+            p = predict(inputs, n, h)
             row[f"images_per_s_{name}"], row[f"efficiency_{name}"] = p["images_per_s"], p["efficiency"]
         rows.append(row)
     return rows
@@ -138,20 +140,20 @@ def powers_of_two(lo: int = 1, hi: int = 1024) -> List[int]:
     return out
 
 
-def calibrate(m: ModelInputs, n: int, measured_step_s: float, hidden_fraction: float) -> ModelInputs:
+def calibrate(inputs: ModelInputs, gpus: int, measured_step_s: float, hidden_fraction: float) -> ModelInputs:
     """The single-GPU step time that makes the model reproduce a step time measured on n GPUs.
 
     For published tables with no 1-GPU row: t(n) grows monotonically with t_c, so bisection on
-    t_c in (0, measured] finds it. Returns ``m`` with that step time.
+    t_c in (0, measured] finds it. Returns ``inputs`` with that step time.
     """
     lo, hi = 0.0, measured_step_s
     for _ in range(100):
         mid = (lo + hi) / 2
-        if step_time(replace(m, step_time_s=mid), n, hidden_fraction) < measured_step_s:
+        if step_time(replace(inputs, step_time_s=mid), gpus, hidden_fraction) < measured_step_s:
             lo = mid
         else:
             hi = mid
-    return replace(m, step_time_s=(lo + hi) / 2)
+    return replace(inputs, step_time_s=(lo + hi) / 2)
 
 
 def relative_error(predicted: float, measured: float) -> float:
@@ -180,9 +182,9 @@ class Pipeline:
     images_per_core_s: float
     workers_per_gpu: Optional[float] = None
 
-    def capacity(self, n: int, gpus_per_node: int) -> float:
+    def capacity(self, gpus: int, gpus_per_node: int) -> float:
         """images/s the loaders of n GPUs deliver, ``gpus_per_node`` to a node."""
-        full, rest = divmod(n, gpus_per_node) if n > gpus_per_node else (0, n)
+        full, rest = divmod(gpus, gpus_per_node) if gpus > gpus_per_node else (0, gpus)
         return sum(self._node(g) for g in [gpus_per_node] * full + ([rest] if rest else []))
 
     def _node(self, gpus: int) -> float:
@@ -220,12 +222,12 @@ class Epoch:
     timed_every: int = 1
     drop_last: bool = False
 
-    def steps(self, n: int, batch: int) -> int:
-        per_rank = math.ceil(self.images / n)  # DistributedSampler pads every rank to the same count
+    def steps(self, gpus: int, batch: int) -> int:
+        per_rank = math.ceil(self.images / gpus)  # DistributedSampler pads every rank to the same count
         return per_rank // batch if self.drop_last else math.ceil(per_rank / batch)
 
-    def timed_steps(self, n: int, batch: int) -> int:
-        s = self.steps(n, batch)
+    def timed_steps(self, gpus: int, batch: int) -> int:
+        s = self.steps(gpus, batch)
         return max(self.timed_every, s - s % self.timed_every)
 
 
@@ -242,7 +244,7 @@ class WholeStep:
     epoch: Epoch = Epoch()
 
 
-def expected_max(samples: Sequence[float], n: int) -> float:
+def expected_max(samples: Sequence[float], gpus: int) -> float:
     """E[max of n independent draws] from the empirical distribution of ``samples``.
 
     With x_(1) <= ... <= x_(m) sorted, P(max = x_(i)) = (i/m)^n - ((i-1)/m)^n: exact for the
@@ -252,50 +254,51 @@ def expected_max(samples: Sequence[float], n: int) -> float:
     m = len(xs)
     if not m:
         raise ValueError("no per-step times to take a maximum of")
-    return sum(x * ((i / m) ** n - ((i - 1) / m) ** n) for i, x in enumerate(xs, start=1))
+    return sum(x * ((i / m) ** gpus - ((i - 1) / m) ** gpus) for i, x in enumerate(xs, start=1))
 
 
-def straggler_factor(samples: Sequence[float], n: int) -> float:
+def straggler_factor(samples: Sequence[float], gpus: int) -> float:
     """E[max of n step times] / E[step time]: how much longer a step that waits for n ranks takes."""
-    if not samples or n <= 1:
+    if not samples or gpus <= 1:
         return 1.0
-    return expected_max(samples, n) / (sum(samples) / len(samples))
+    return expected_max(samples, gpus) / (sum(samples) / len(samples))
 
 
-def _storage_epoch_s(w: WholeStep, images: int) -> Dict[str, float]:
+def _storage_epoch_s(model: WholeStep, images: int) -> Dict[str, float]:
     """Seconds the storage needs to serve one epoch's images (only the rates known and switched on)."""
-    st, out = w.storage, {}
-    if st and st.read_bytes_per_s and "storage bandwidth" not in w.off:
+    st, out = model.storage, {}
+    if st and st.read_bytes_per_s and "storage bandwidth" not in model.off:
         out["storage bandwidth"] = images * st.bytes_per_image / st.read_bytes_per_s
-    if st and st.opens_per_s and "storage opens" not in w.off:
+    if st and st.opens_per_s and "storage opens" not in model.off:
         out["storage opens"] = images * st.opens_per_image / st.opens_per_s
     return out
 
 
-def _images_per_s(w: WholeStep, n: int) -> Tuple[float, dict]:
+def _images_per_s(model: WholeStep, gpus: int) -> Tuple[float, dict]:
     """The timed images/s at n GPUs and the terms behind it (see ``breakdown``)."""
-    m, ep = w.inputs, w.epoch
-    exposed = 0.0 if "all-reduce" in w.off else step_time(m, n, w.hidden_fraction) - m.step_time_s
-    factor = 1.0 if "stragglers" in w.off else straggler_factor(w.step_samples, n)
+    m, ep = model.inputs, model.epoch
+    exposed = 0.0 if "all-reduce" in model.off else step_time(m, gpus, model.hidden_fraction) - m.step_time_s
+    factor = 1.0 if "stragglers" in model.off else straggler_factor(model.step_samples, gpus)
     wait = m.step_time_s * (factor - 1.0)
     t_sync = m.step_time_s + exposed + wait
-    pipe = w.pipeline.capacity(n, m.gpus_per_node) if w.pipeline and "input pipeline" not in w.off else None
-    t_step = max(t_sync, n * m.batch_per_gpu / pipe) if pipe else t_sync  # a steady-state ceiling
-    restart = 0.0 if "loader restart" in w.off else ep.restart_s
-    steps, timed = ep.steps(n, m.batch_per_gpu), ep.timed_steps(n, m.batch_per_gpu)
-    storage = _storage_epoch_s(w, steps * n * m.batch_per_gpu)  # padded samples are read too
+    pipe = (model.pipeline.capacity(gpus, m.gpus_per_node) if model.pipeline and "input pipeline" not in model.off
+            else None)
+    t_step = max(t_sync, gpus * m.batch_per_gpu / pipe) if pipe else t_sync  # a steady-state ceiling
+    restart = 0.0 if "loader restart" in model.off else ep.restart_s
+    steps, timed = ep.steps(gpus, m.batch_per_gpu), ep.timed_steps(gpus, m.batch_per_gpu)
+    storage = _storage_epoch_s(model, steps * gpus * m.batch_per_gpu)  # padded samples are read too
     read_s = max(storage.values(), default=0.0)  # the epoch (restart included) is at least its reading time
     t_read = max(t_step, (read_s - restart) / steps)  # per step, once that bound stretches the epoch
     epoch_s = restart + steps * t_read
-    x = n * m.batch_per_gpu * timed / (restart + timed * t_read)
+    x = gpus * m.batch_per_gpu * timed / (restart + timed * t_read)
     return x, {"exposed_comm_s": exposed, "straggler_s": wait, "sync_step_s": t_sync,
-               "demand_images_per_s": n * m.batch_per_gpu / t_sync, "pipeline_images_per_s": pipe,
+               "demand_images_per_s": gpus * m.batch_per_gpu / t_sync, "pipeline_images_per_s": pipe,
                "data_wait_s": t_step - t_sync, "restart_s": restart, "restart_per_step_s": restart / timed,
                "storage_wait_s": t_read - t_step, "steps": steps, "timed_steps": timed, "epoch_s": epoch_s,
                "storage_epoch_s": storage}
 
 
-def breakdown(w: WholeStep, n: int) -> Dict[str, object]:
+def breakdown(model: WholeStep, gpus: int) -> Dict[str, object]:
     """The prediction at n GPUs, each term's share, and the binding term.
 
     Per step: t_sync = t_c + exposed all-reduce + straggler wait; the input pipeline stretches it to
@@ -304,43 +307,45 @@ def breakdown(w: WholeStep, n: int) -> Dict[str, object]:
     (and open) its images; a longer read stretches every step (storage wait). The timed images/s is
     n b timed / (R + timed x step).
     """
-    x, parts = _images_per_s(w, n)
+    x, parts = _images_per_s(model, gpus)
     gains = {}
     for term in TERMS[1:]:
-        if term not in w.off:
-            gains[term] = _images_per_s(replace(w, off=w.off + (term,)), n)[0] - x
+        if term not in model.off:
+            gains[term] = _images_per_s(replace(model, off=model.off + (term,)), gpus)[0] - x
     best = max(gains, key=gains.get) if gains else None
     binding = best if best is not None and gains[best] > 1e-9 * x else "compute"
-    m = w.inputs
-    t = n * m.batch_per_gpu / x
-    return {"gpus": n, "images_per_s": x, "step_time_s": t, "efficiency": m.step_time_s / t,
+    m = model.inputs
+    t = gpus * m.batch_per_gpu / x
+    return {"gpus": gpus, "images_per_s": x, "step_time_s": t, "efficiency": m.step_time_s / t,
             "compute_s": m.step_time_s, "binding": binding, "gain_images_per_s": gains, **parts}
 
 
-def calibrate_whole(w: WholeStep, n: int, measured_images_per_s: float) -> WholeStep:
-    """``w`` with the t_c that makes the whole-step model reproduce one measured point of n GPUs.
+def calibrate_whole(model: WholeStep, gpus: int, measured_images_per_s: float) -> WholeStep:
+    """``model`` with the t_c that makes the whole-step model reproduce one measured point of n GPUs.
 
     Raises ValueError when n exceeds ``CALIBRATION_MAX_GPUS`` (a larger point must be predicted, not
     fitted) or when a ceiling binds there (then t_c cannot be read from that point).
     """
-    if n > CALIBRATION_MAX_GPUS:
-        raise ValueError(f"calibration point has {n} GPUs; calibrate on at most {CALIBRATION_MAX_GPUS}")
-    lo, hi = 0.0, n * w.inputs.batch_per_gpu / measured_images_per_s
+    if gpus > CALIBRATION_MAX_GPUS:
+        raise ValueError(f"calibration point has {gpus} GPUs; calibrate on at most {CALIBRATION_MAX_GPUS}")
+    lo, hi = 0.0, gpus * model.inputs.batch_per_gpu / measured_images_per_s
     for _ in range(100):
         mid = (lo + hi) / 2
-        if _images_per_s(replace(w, inputs=replace(w.inputs, step_time_s=mid)), n)[0] > measured_images_per_s:
+        trial = replace(model, inputs=replace(model.inputs, step_time_s=mid))
+        if _images_per_s(trial, gpus)[0] > measured_images_per_s:
             lo = mid
         else:
             hi = mid
-    out = replace(w, inputs=replace(w.inputs, step_time_s=(lo + hi) / 2))
-    got = _images_per_s(out, n)[0]
+    out = replace(model, inputs=replace(model.inputs, step_time_s=(lo + hi) / 2))
+    got = _images_per_s(out, gpus)[0]
     if abs(got - measured_images_per_s) > 1e-6 * measured_images_per_s:
-        raise ValueError(f"{breakdown(out, n)['binding']} caps {n} GPUs at {got:.0f} images/s, below the measured "
+        raise ValueError(f"{breakdown(out, gpus)['binding']} caps {gpus} GPUs at {got:.0f} images/s, below the "
+                         f"measured "
                          f"{measured_images_per_s:.0f}: t_c cannot be calibrated there")
     return out
 
 
-def with_batch(w: WholeStep, batch: int) -> WholeStep:
+def with_batch(model: WholeStep, batch: int) -> WholeStep:
     """The same cluster at another batch per GPU: compute time per image held (large-batch GPU regime)."""
-    m = w.inputs
-    return replace(w, inputs=replace(m, batch_per_gpu=batch, step_time_s=m.step_time_s * batch / m.batch_per_gpu))
+    m = model.inputs
+    return replace(model, inputs=replace(m, batch_per_gpu=batch, step_time_s=m.step_time_s * batch / m.batch_per_gpu))

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from results.analysis import scaling_model as sm
+from results.analysis import scaling_model
 from results.analysis.comparisons import profiled
 
 IMAGENET_VAL_IMAGES = 50_000  # one ImageNet-1k validation pass
@@ -85,19 +85,19 @@ def mean_pixel_factor(epochs: int, min_res: int, max_res: int, start_ramp: int, 
                for e in range(epochs)) / epochs
 
 
-def at_pixels(model: sm.WholeStep, factor: float) -> sm.WholeStep:
+def at_pixels(model: scaling_model.WholeStep, factor: float) -> scaling_model.WholeStep:
     """The same cluster training at another resolution: compute per step times ``factor``."""
     return replace(model, inputs=replace(model.inputs, step_time_s=model.inputs.step_time_s * factor))
 
 
-def eval_images_per_s(model: sm.WholeStep, gpus: int, factor: float = 1.0) -> float:
+def eval_images_per_s(model: scaling_model.WholeStep, gpus: int, factor: float = 1.0) -> float:
     """Validation images/s on ``gpus`` GPUs: the forward share (1 - f) of the compute, no all-reduce."""
     m = model.inputs
     return gpus * m.batch_per_gpu / ((1.0 - m.backward_fraction) * m.step_time_s * factor)
 
 
 def time_to_accuracy(images_per_s: float, epochs: float, evals: int = 0, eval_per_s: Optional[float] = None,
-                     train_images: int = sm.IMAGENET_TRAIN_IMAGES,
+                     train_images: int = scaling_model.IMAGENET_TRAIN_IMAGES,
                      val_images: int = IMAGENET_VAL_IMAGES) -> Dict[str, float]:
     """Seconds of training, of evaluation, and both, for ``epochs`` epochs at ``images_per_s``."""
     if evals and not eval_per_s:
@@ -107,13 +107,13 @@ def time_to_accuracy(images_per_s: float, epochs: float, evals: int = 0, eval_pe
     return {"train_s": train_s, "eval_s": eval_s, "total_s": train_s + eval_s}
 
 
-def predict_series(model: sm.WholeStep, gpus: Sequence[int], rows: Sequence[EpochsRow],
+def predict_series(model: scaling_model.WholeStep, gpus: Sequence[int], rows: Sequence[EpochsRow],
                    eval_every: int) -> List[Dict[str, object]]:
     """Predicted time to the recipe's target at each GPU count, the global batch n b deciding the epochs."""
     out = []
     for n in gpus:
         batch = n * model.inputs.batch_per_gpu
-        x = sm.breakdown(model, n)["images_per_s"]
+        x = scaling_model.breakdown(model, n)["images_per_s"]
         epochs = epochs_at(rows, batch)
         row: Dict[str, object] = {"gpus": n, "global_batch": batch, "images_per_s": x, "epochs": epochs}
         if epochs is not None:
@@ -129,12 +129,12 @@ def predict_series(model: sm.WholeStep, gpus: Sequence[int], rows: Sequence[Epoc
 class Throughput:
     """Where a published point's images/s comes from: a calibrated model, or the measurement it lacks."""
 
-    model: Optional[sm.WholeStep]
+    model: Optional[scaling_model.WholeStep]
     source: str  # which case or record the model is
     missing: str = ""  # the measurement that would give a model, or decide a miss
 
 
-def h100_model(train: Sequence[dict], system: dict, grad_bytes: float) -> Tuple[Optional[sm.WholeStep], str]:
+def h100_model(train: Sequence[dict], system: dict, grad_bytes: float) -> Tuple[Optional[scaling_model.WholeStep], str]:
     """A one-H100 ResNet-50 224 px train record (the best images/s), on the cited DGX H100 link; None without one."""
     ok = [r for r in train if r["status"] == "ok" and "H100" in str(r["environment"].get("gpu_name"))
           and r["metrics"].get("world_size") == 1 and r["point"].get("arch") == "resnet50"
@@ -143,11 +143,12 @@ def h100_model(train: Sequence[dict], system: dict, grad_bytes: float) -> Tuple[
         return None, ""
     best = max(ok, key=lambda r: r["metrics"]["images_per_s"])
     b = best["point"]["batch_size"]
-    inputs = sm.ModelInputs(step_time_s=b / best["metrics"]["images_per_s"], batch_per_gpu=b, grad_bytes=grad_bytes,
+    inputs = scaling_model.ModelInputs(step_time_s=b / best["metrics"]["images_per_s"], batch_per_gpu=b,
+                                       grad_bytes=grad_bytes,
                             busbw_intra=system["busbw_intra"], alpha_intra_s=system["alpha_intra_s"],
                             gpus_per_node=system["gpus_per_node"])
     data = best["point"].get("data")
-    return sm.WholeStep(inputs), f"{best['_source']} (this project's engine, {data} data, batch {b})"
+    return scaling_model.WholeStep(inputs), f"{best['_source']} (this project's engine, {data} data, batch {b})"
 
 
 def ffcv_factors(recipe: dict, epochs: int) -> Tuple[float, float]:
@@ -159,7 +160,8 @@ def ffcv_factors(recipe: dict, epochs: int) -> Tuple[float, float]:
 
 
 def point_row(point: dict, source: Throughput, train_factor: float = 1.0, eval_factor: float = 1.0,
-              published_rate: Optional[float] = None, tolerance: float = sm.CHECK_TOLERANCE) -> Dict[str, object]:
+              published_rate: Optional[float] = None,
+              tolerance: float = scaling_model.CHECK_TOLERANCE) -> Dict[str, object]:
     """One published time-to-train point beside its prediction, every term kept; ``published_rate``: the
     source's own images/s for that point, whose time (same epochs and evaluations) shows what the
     published time holds beyond the training steps."""
@@ -172,12 +174,12 @@ def point_row(point: dict, source: Throughput, train_factor: float = 1.0, eval_f
     if source.model is None:
         return row
     n, b = point["gpus"], point["global_batch"] // point["gpus"]
-    model = sm.with_batch(source.model, b)
-    p = sm.breakdown(at_pixels(model, train_factor), n)
+    model = scaling_model.with_batch(source.model, b)
+    p = scaling_model.breakdown(at_pixels(model, train_factor), n)
     eval_rate = eval_images_per_s(model, n, eval_factor)
     t = time_to_accuracy(p["images_per_s"], point["epochs"], row["evals"], eval_rate)
     half_rounding = point.get("rounded_to_s", 0) / 2
-    error = sm.relative_error(t["total_s"], published)
+    error = scaling_model.relative_error(t["total_s"], published)
     row.update(images_per_s=p["images_per_s"], binding=p["binding"], eval_images_per_s=eval_rate, error=error,
                within=abs(error) <= tolerance or abs(t["total_s"] - published) <= half_rounding, **t)
     if published_rate:
@@ -186,7 +188,8 @@ def point_row(point: dict, source: Throughput, train_factor: float = 1.0, eval_f
     return row
 
 
-def check_rows(ref: dict, cases: Dict[str, sm.WholeStep], h100: Tuple[Optional[sm.WholeStep], str],
+def check_rows(ref: dict, cases: Dict[str, scaling_model.WholeStep],
+               h100: Tuple[Optional[scaling_model.WholeStep], str],
                dle_rates: Optional[Dict[str, Dict[str, float]]] = None) -> List[Dict[str, object]]:
     """Every published time-to-train point of ``epochs_to_accuracy.json`` with its prediction.
 

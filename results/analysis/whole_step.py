@@ -18,7 +18,7 @@ import itertools
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from results.analysis import scaling_model as sm
+from results.analysis import scaling_model
 from results.analysis.parameters import parameter_count
 from results.core.records import newest_sweep
 
@@ -28,10 +28,10 @@ class Case:
     """One published table: the model (t_c calibrated) and its points (GPUs, batch/GPU, images/s)."""
 
     name: str
-    model: sm.WholeStep
+    model: scaling_model.WholeStep
     points: Tuple[Tuple[int, int, float], ...]
     calibration_gpus: int
-    variants: Tuple[sm.WholeStep, ...] = ()  # calibrated at the corners of the cited ranges: the error band
+    variants: Tuple[scaling_model.WholeStep, ...] = ()  # calibrated at the corners of the cited ranges: the error band
     values: Optional[dict] = None  # the ranged inputs' central values
     unmeasured: Tuple[str, str] = ("", "")  # (what measurement would decide a miss, the input it sets)
 
@@ -40,7 +40,7 @@ class Case:
 class Measured:
     """Inputs taken from records, each with the record it came from (None: not measured yet)."""
 
-    hidden_fraction: float = sm.NO_OVERLAP
+    hidden_fraction: float = scaling_model.NO_OVERLAP
     overlap_source: Optional[str] = None
     rates: Tuple[Tuple[str, float, str], ...] = ()  # (backend, images per core-second, record)
     step_samples: Tuple[Tuple[str, Tuple[float, ...], str], ...] = ()  # (device type, per-step ms, record)
@@ -114,20 +114,21 @@ def model_overlap(overlap: Sequence[dict]) -> Tuple[float, Optional[dict]]:
     """
     usable = [r for r in overlap if r["metrics"]["allreduce_alone_ms"] > 0]
     if not usable:
-        return sm.NO_OVERLAP, None
+        return scaling_model.NO_OVERLAP, None
     sweep = sorted(newest_sweep(usable), key=lambda r: r["time"])
-    default = [r for r in sweep if r["point"].get("bucket_cap_mb", 0) * (1 << 20) == sm.DDP_BUCKET_BYTES]
+    default = [r for r in sweep if r["point"].get("bucket_cap_mb", 0) * (1 << 20) == scaling_model.DDP_BUCKET_BYTES]
     rec = (default or sweep)[-1]
-    return sm.hidden_fraction(rec["metrics"]["exposed_comm_ms"], rec["metrics"]["allreduce_alone_ms"]), rec
+    return scaling_model.hidden_fraction(rec["metrics"]["exposed_comm_ms"], rec["metrics"]["allreduce_alone_ms"]), rec
 
 
-def measured(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source: Optional[str]) -> Measured:
-    return Measured(h, h_source, pipeline_rates(pipeline), step_samples(train))
+def measured(train: Sequence[dict], pipeline: Sequence[dict], hidden_fraction: float,
+             h_source: Optional[str]) -> Measured:
+    return Measured(hidden_fraction, h_source, pipeline_rates(pipeline), step_samples(train))
 
 
 # ---------------------------------------------------------------- the published cases
 
-def _case(name: str, build: Callable[[dict], sm.WholeStep], points: Sequence[Tuple[int, int, float]],
+def _case(name: str, build: Callable[[dict], scaling_model.WholeStep], points: Sequence[Tuple[int, int, float]],
           ranges: Dict[str, Tuple[float, float]], unmeasured: Tuple[str, str]) -> Case:
     """Calibrate on the largest point of at most CALIBRATION_MAX_GPUS GPUs on one node, at its batch.
 
@@ -136,27 +137,28 @@ def _case(name: str, build: Callable[[dict], sm.WholeStep], points: Sequence[Tup
     on the same point, so a range moves t_c too and never the calibration point itself).
     """
     gpus_per_node = build({k: lo for k, (lo, hi) in ranges.items()}).inputs.gpus_per_node
-    fits = [p for p in points if p[0] <= min(sm.CALIBRATION_MAX_GPUS, gpus_per_node)]
+    fits = [p for p in points if p[0] <= min(scaling_model.CALIBRATION_MAX_GPUS, gpus_per_node)]
     if not fits:
-        raise ValueError(f"{name}: no published point of at most {sm.CALIBRATION_MAX_GPUS} GPUs to calibrate on")
+        raise ValueError(f"{name}: no published point of at most {scaling_model.CALIBRATION_MAX_GPUS} GPUs "
+                         "to calibrate on")
     n0, b0, x0 = max(fits)
 
-    def fit(values: dict) -> sm.WholeStep:
-        return sm.calibrate_whole(sm.with_batch(build(values), b0), n0, x0)
+    def fit(values: dict) -> scaling_model.WholeStep:
+        return scaling_model.calibrate_whole(scaling_model.with_batch(build(values), b0), n0, x0)
     mid = {k: (lo + hi) / 2 for k, (lo, hi) in ranges.items()}
     corners = [dict(zip(ranges, c)) for c in itertools.product(*(sorted(set(r)) for r in ranges.values()))]
     return Case(name, fit(mid), tuple(points), n0, tuple(fit(c) for c in corners if c != mid), mid, unmeasured)
 
 
-def restart_range(L: dict) -> Tuple[float, float]:
-    r = L["loader_restart_s"]
+def restart_range(facts: dict) -> Tuple[float, float]:
+    r = facts["loader_restart_s"]
     return (r["low"], r["high"]) if isinstance(r, dict) else (r, r)
 
 
-def _storage_range(L: dict, run: str) -> Tuple[float, float]:
+def _storage_range(facts: dict, run: str) -> Tuple[float, float]:
     """The read rates the run's storage is known to have delivered (its own 64-GPU run's peak, and May's)."""
-    r = L.get("storage_read_Bps_runs", {}).get(run)
-    return (r["low"], r["high"]) if r else (L["storage_read_Bps"], L["storage_read_Bps"])
+    r = facts.get("storage_read_Bps_runs", {}).get(run)
+    return (r["low"], r["high"]) if r else (facts["storage_read_Bps"], facts["storage_read_Bps"])
 
 
 def hal_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
@@ -170,18 +172,19 @@ def hal_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
             continue
         b = run["batch_per_gpu"]
         batches = b if isinstance(b, list) else [b] * len(run["gpus"])
-        inputs = sm.ModelInputs(step_time_s=1.0, batch_per_gpu=batches[0], grad_bytes=grad,
+        inputs = scaling_model.ModelInputs(step_time_s=1.0, batch_per_gpu=batches[0], grad_bytes=grad,
                                 busbw_intra=L["busbw_intra"], alpha_intra_s=L["alpha_intra_s"],
                                 gpus_per_node=L["gpus_per_node"], busbw_inter=L["busbw_inter"],
                                 alpha_inter_s=L["alpha_inter_s"])
-        storage = sm.Storage(L["bytes_per_image"], L["storage_read_Bps"], L["storage_opens_per_s"])
+        storage = scaling_model.Storage(L["bytes_per_image"], L["storage_read_Bps"], L["storage_opens_per_s"])
 
-        def build(v: dict, inputs=inputs, storage=storage) -> sm.WholeStep:
-            r = v.get("images_per_core_s", rate)
-            pipe = sm.Pipeline(L["cores_per_node"], r, L["loader_workers_per_gpu"]) if r else None
-            epoch = sm.Epoch(restart_s=v["loader_restart_s"], timed_every=L["timed_every"], drop_last=L["drop_last"])
-            st = replace(storage, read_bytes_per_s=v["storage_read_Bps"])
-            return sm.WholeStep(inputs, L["hidden_fraction"], samples, pipe, st, epoch=epoch)
+        def build(values: dict, inputs=inputs, storage=storage) -> scaling_model.WholeStep:
+            r = values.get("images_per_core_s", rate)
+            pipe = scaling_model.Pipeline(L["cores_per_node"], r, L["loader_workers_per_gpu"]) if r else None
+            epoch = scaling_model.Epoch(restart_s=values["loader_restart_s"], timed_every=L["timed_every"],
+                             drop_last=L["drop_last"])
+            st = replace(storage, read_bytes_per_s=values["storage_read_Bps"])
+            return scaling_model.WholeStep(inputs, L["hidden_fraction"], samples, pipe, st, epoch=epoch)
         pts = list(zip(run["gpus"], batches, run["train_img_per_s"]))
         ranges = {"loader_restart_s": restart_range(L), "storage_read_Bps": _storage_range(L, run["label"])}
         cases.append(_case(f"HAL 2020 {run['label']}", build, pts, ranges, (L["unmeasured"], L["unmeasured_input"])))
@@ -196,14 +199,15 @@ def dle_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
     cases = []
     for config, c in L["check_configs"].items():
         sysm = L["systems"][c["system"]]
-        inputs = sm.ModelInputs(step_time_s=1.0, batch_per_gpu=c["batch_per_gpu"],
+        inputs = scaling_model.ModelInputs(step_time_s=1.0, batch_per_gpu=c["batch_per_gpu"],
                                 grad_bytes=params * c["grad_bytes_per_param"], busbw_intra=sysm["busbw_intra"],
                                 alpha_intra_s=sysm["alpha_intra_s"], gpus_per_node=sysm["gpus_per_node"])
 
-        def build(v: dict, inputs=inputs, sysm=sysm) -> sm.WholeStep:
-            r = v.get("images_per_core_s", rate)
-            pipe = sm.Pipeline(sysm["cores_per_node"], r, sysm["loader_workers_per_gpu"]) if r else None
-            return sm.WholeStep(inputs, got.hidden_fraction, samples, pipe, None)  # workers persist: no restart
+        def build(values: dict, inputs=inputs, sysm=sysm) -> scaling_model.WholeStep:
+            r = values.get("images_per_core_s", rate)
+            pipe = scaling_model.Pipeline(sysm["cores_per_node"], r, sysm["loader_workers_per_gpu"]) if r else None
+            # workers persist: no restart
+            return scaling_model.WholeStep(inputs, got.hidden_fraction, samples, pipe, None)
         published = pub["nvidia_dle_2021"]["train_img_per_s"][config]
         pts = sorted((int(n), c["batch_per_gpu"], x) for n, x in published.items())
         cases.append(_case(f"NVIDIA DLE {config}", build, pts, {}, (L["unmeasured"], L["unmeasured_input"])))
@@ -212,8 +216,8 @@ def dle_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
 
 # ---------------------------------------------------------------- the check
 
-def _predict(model: sm.WholeStep, n: int, b: int) -> float:
-    return sm.breakdown(sm.with_batch(model, b), n)["images_per_s"]
+def _predict(model: scaling_model.WholeStep, gpus: int, batch: int) -> float:
+    return scaling_model.breakdown(scaling_model.with_batch(model, batch), gpus)["images_per_s"]
 
 
 SETTERS = {  # the unmeasured inputs a miss can be solved for, set on a calibrated model
@@ -222,17 +226,17 @@ SETTERS = {  # the unmeasured inputs a miss can be solved for, set on a calibrat
 }
 
 
-def needed_value(case: Case, n: int, b: int, x: float) -> Optional[float]:
+def needed_value(case: Case, gpus: int, batch: int, published: float) -> Optional[float]:
     """The value of the case's unmeasured input at which the model reproduces the published point at n GPUs,
     t_c and every other input as calibrated: the input at that point's load, not at the calibration's.
     None when the model has no such input or no value reaches the point."""
     key = case.unmeasured[1]
-    w = sm.with_batch(case.model, b)
+    w = scaling_model.with_batch(case.model, batch)
     if key not in SETTERS or (key == "images_per_core_s" and w.pipeline is None):
         return None
 
-    def err(v: float) -> float:
-        return sm.breakdown(SETTERS[key](w, v), n)["images_per_s"] - x
+    def err(value: float) -> float:
+        return scaling_model.breakdown(SETTERS[key](w, value), gpus)["images_per_s"] - published
     lo, hi = 1e-3, 1e5
     e_lo = err(lo)
     if e_lo * err(hi) > 0:
@@ -246,9 +250,9 @@ def needed_value(case: Case, n: int, b: int, x: float) -> Optional[float]:
     return (lo * hi) ** 0.5
 
 
-def _cited(case: Case, b: int) -> Optional[float]:
+def _cited(case: Case, batch: int) -> Optional[float]:
     """The model's value of the case's unmeasured input."""
-    key, w = case.unmeasured[1], sm.with_batch(case.model, b)
+    key, w = case.unmeasured[1], scaling_model.with_batch(case.model, batch)
     if key == "loader_restart_s":
         return w.epoch.restart_s
     return w.pipeline.images_per_core_s if key == "images_per_core_s" and w.pipeline else None
@@ -259,27 +263,27 @@ def check_rows(cases: Sequence[Case]) -> List[dict]:
     rows = []
     for case in cases:
         for n, b, x in case.points:
-            p = sm.breakdown(sm.with_batch(case.model, b), n)
+            p = scaling_model.breakdown(scaling_model.with_batch(case.model, b), n)
             band = [_predict(v, n, b) for v in case.variants] + [p["images_per_s"]]
-            errors = [sm.relative_error(y, x) for y in band]
+            errors = [scaling_model.relative_error(y, x) for y in band]
             measured_step = n * b / x
             rows.append({"case": case.name, "gpus": n, "batch": b, "measured": x, "predicted": p["images_per_s"],
-                         "error": sm.relative_error(p["images_per_s"], x), "error_low": min(errors),
+                         "error": scaling_model.relative_error(p["images_per_s"], x), "error_low": min(errors),
                          "error_high": max(errors), "calibration": n == case.calibration_gpus,
                          "residual_s": measured_step - p["step_time_s"],
                          "residual_epoch_s": (measured_step - p["step_time_s"]) * p["timed_steps"],
                          "unmeasured": case.unmeasured[0], "unmeasured_input": case.unmeasured[1],
                          "cited_value": _cited(case, b), **p})
-            if abs(rows[-1]["error"]) > sm.CHECK_TOLERANCE:
+            if abs(rows[-1]["error"]) > scaling_model.CHECK_TOLERANCE:
                 rows[-1]["needed_value"] = needed_value(case, n, b, x)
     return rows
 
 
-def failures(rows: Sequence[dict], tolerance: float = sm.CHECK_TOLERANCE) -> List[dict]:
+def failures(rows: Sequence[dict], tolerance: float = scaling_model.CHECK_TOLERANCE) -> List[dict]:
     return [r for r in rows if abs(r["error"]) > tolerance]
 
 
-def exit_code(rows: Sequence[dict], tolerance: float = sm.CHECK_TOLERANCE) -> int:
+def exit_code(rows: Sequence[dict], tolerance: float = scaling_model.CHECK_TOLERANCE) -> int:
     """1 when any published point is missed by more than ``tolerance``, else 0."""
     return 1 if failures(rows, tolerance) else 0
 

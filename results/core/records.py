@@ -274,8 +274,8 @@ def validate(rec: Any) -> Optional[str]:
     return None
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def read_lines(path: Path) -> Tuple[List[Record], List[Problem]]:

@@ -183,11 +183,11 @@ def _overlap_source(overlap: Sequence[dict]) -> Tuple[float, Optional[str]]:
     return h, rec["_source"] if rec else None
 
 
-def _rel(p: Path) -> str:
+def _rel(path: Path) -> str:
     try:
-        return str(Path(p).resolve().relative_to(REPO))
+        return str(Path(path).resolve().relative_to(REPO))
     except ValueError:
-        return str(p)
+        return str(path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from imagenet.files import write_text
-from results.analysis import comparisons as cmp
+from results.analysis import comparisons
 from results.analysis.cluster_model import predict_cluster
 from results.analysis.efficiency import efficiencies
 from results.analysis.spread import Point, aggregate
@@ -36,21 +36,21 @@ EPOCHS = 90  # the seed's (and HAL's published) time-to-train: 90 ImageNet epoch
 
 # ---------------------------------------------------------------- series
 
-def hardware(r: dict) -> str:
+def hardware(record: dict) -> str:
     """What one process ran on: the GPU model, or the CPU model for CPU-only points."""
-    e = r["environment"]
+    e = record["environment"]
     if e.get("gpu_count") and e.get("gpu_name"):
         return str(e["gpu_name"])
     return f"CPU: {e.get('cpu_model') or 'unknown'}"
 
 
-def series_name(r: dict) -> str:
+def series_name(record: dict) -> str:
     """A configuration, as a reader names it: setup or variant, model, precision, batch, data, launcher."""
-    p, m = r["point"], r["metrics"]
+    p, m = record["point"], record["metrics"]
     name = p.get("setup") or p["variant"]
     prec = m.get("precision_label") or p.get("precision")
     data = data_label(p["data"]) + ("" if p["data"] == "dummy" else f" ({p.get('workers', 0)} loader workers)")
-    launcher = f", SLURM {p.get('procs_per_node', 1)} proc/node" if r.get("runner") == "slurm" else ""
+    launcher = f", SLURM {p.get('procs_per_node', 1)} proc/node" if record.get("runner") == "slurm" else ""
     return (f"{name}: {p['arch']} {p['image_size']}px {prec}, batch {p['batch_size']}/GPU, {data}{launcher}"
             f"{recipe_label(p)}")
 
@@ -59,7 +59,7 @@ def train_series(train: Sequence[dict]) -> Dict[Tuple[str, str], List[Point]]:
     """(hardware, name) -> images/s per world size, repeats folded; profiled runs are no speeds."""
     groups: Dict[Tuple[str, str], List[dict]] = {}
     for r in train:
-        if not cmp.profiled(r):
+        if not comparisons.profiled(r):
             groups.setdefault((hardware(r), series_name(r)), []).append(r)
     return {k: aggregate(v, lambda r: r["metrics"]["world_size"], lambda r: r["metrics"]["images_per_s"])
             for k, v in sorted(groups.items())}
@@ -284,8 +284,8 @@ def pipeline_section(steady: Sequence[dict], fig_dir: Path) -> str:
                                                       "xlabel": "DataLoader workers", "ylabel": "x the baseline",
                                                       "series": s, "ymin0": True}],
                           "Decode + augment, backends in lockstep rounds (median; bars: range over rounds)")
-    rows = [[name, r["point"]["workers"], r["metrics"]["rounds"], cmp.times(r["metrics"]["ratio_per_core"]),
-             f"{cmp.times(r['metrics']['ratio_min'])}-{cmp.times(r['metrics']['ratio_max'])}",
+    rows = [[name, r["point"]["workers"], r["metrics"]["rounds"], comparisons.times(r["metrics"]["ratio_per_core"]),
+             f"{comparisons.times(r['metrics']['ratio_min'])}-{comparisons.times(r['metrics']['ratio_max'])}",
              r["metrics"]["images_per_cpu_s"], r["_source"]]
             for name, rs in sorted(groups.items()) for r in sorted(rs, key=lambda r: r["point"]["workers"])]
     return ("## Data pipeline per core\n\n![pipeline](pipeline.png)\n\n"
@@ -374,22 +374,24 @@ def headline(recs: Sequence[dict], series, binding: Optional[str]) -> Dict[str, 
     return out
 
 
-def summary(tag: str, h: Dict[str, object]) -> str:
-    text = (f"**{tag}**: {h['records']} records ({h['ok']} ok) of {', '.join(h['kinds']) or 'no'} points on up to "
-            f"{h['nodes']} node(s) of {h['hardware']}" + (f" ({h['cores']} CPU cores per node)" if h["cores"] else "")
-            + ".")
-    if h["best"]:
-        value, where, ids = h["best"]
+def summary(tag: str, headline: Dict[str, object]) -> str:
+    kinds = ", ".join(headline["kinds"]) or "no"
+    cores = f" ({headline['cores']} CPU cores per node)" if headline["cores"] else ""
+    text = (f"**{tag}**: {headline['records']} records ({headline['ok']} ok) of {kinds} points on up to "
+            f"{headline['nodes']} node(s) of {headline['hardware']}{cores}.")
+    if headline["best"]:
+        value, where, ids = headline["best"]
         text += f" Best training throughput: **{value}** ({where}; {ids})."
-    if h["efficiency"]:
-        value, where, name = h["efficiency"]
+    if headline["efficiency"]:
+        value, where, name = headline["efficiency"]
         text += f" Scaling efficiency at the largest scale: **{value}** of linear at {where} ({name})."
-    if h["binding"]:
-        text += f" Binding term there, by the scaling model: **{h['binding']}**."
-    if 0 < len(h["notes"]) <= 3:
-        text += " Setting, as recorded: " + " / ".join(h["notes"]) + "."
-    elif h["notes"]:
-        text += f" The records carry {len(h['notes'])} different notes on their setting (see the environment below)."
+    if headline["binding"]:
+        text += f" Binding term there, by the scaling model: **{headline['binding']}**."
+    if 0 < len(headline["notes"]) <= 3:
+        text += " Setting, as recorded: " + " / ".join(headline["notes"]) + "."
+    elif headline["notes"]:
+        text += (f" The records carry {len(headline['notes'])} different notes on their setting "
+                 "(see the environment below).")
     return text + "\n"
 
 

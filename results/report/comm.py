@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from results.analysis import scaling_model as sm
+from results.analysis import scaling_model
 from results.analysis.allreduce_fit import fit_alpha_beta
 from results.report import figures
 from results.report.common import Environments, md_table
@@ -32,7 +32,7 @@ def allreduce_section(ar: Sequence[dict], env: Environments, fig_dir: Path) -> s
                   r["_source"]] for r in rs]
         fit = fit_alpha_beta([r["metrics"] for r in rs])
         if fit:
-            fits.append([label, fit["alpha_s"] * 1e6, sm.hop_latency(fit["alpha_s"], n) * 1e6,
+            fits.append([label, fit["alpha_s"] * 1e6, scaling_model.hop_latency(fit["alpha_s"], n) * 1e6,
                          fit["busbw_bytes_per_s"] / 1e9])
     figures.allreduce(fig_dir / "allreduce.png", series, "All-reduce bandwidth (nccl-tests definitions)")
     return ("## All-reduce bandwidth\n\n![allreduce](figures/allreduce.png)\n\nalgbw = bytes / time; busbw = "

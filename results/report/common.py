@@ -21,23 +21,23 @@ class ReportError(RuntimeError):
     """Bad input; one line naming the problem and the fix."""
 
 
-def fmt(v: object) -> str:
+def fmt(value: object) -> str:
     """One number format for every table, so tests can compare cells with records."""
-    if v is None:
+    if value is None:
         return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.4g}"
-    return str(v).replace("|", "\\|")
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return str(value).replace("|", "\\|")
 
 
-def pct(v: Optional[float]) -> str:
-    if v is None:
+def pct(value: Optional[float]) -> str:
+    if value is None:
         return "-"
-    return f"{100 * v + 0.0:.1f}%".replace("-0.0%", "0.0%")  # no negative zero from rounding
+    return f"{100 * value + 0.0:.1f}%".replace("-0.0%", "0.0%")  # no negative zero from rounding
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -82,8 +82,8 @@ def load_reference(ref_dir: Path = REFERENCE) -> Tuple[dict, dict]:
     return pub, links
 
 
-def data_label(d: object) -> str:
-    return "synthetic" if d == "dummy" else Path(str(d)).name
+def data_label(data: object) -> str:
+    return "synthetic" if data == "dummy" else Path(str(data)).name
 
 
 def recipe_label(point: dict) -> str:
@@ -92,20 +92,20 @@ def recipe_label(point: dict) -> str:
     return f", recipe {name}" if name else ""
 
 
-def train_group_label(r: dict, multi_sweep: bool) -> str:
-    p = r["point"]
-    prec = r["metrics"].get("precision_label") or p.get("precision")
+def train_group_label(record: dict, multi_sweep: bool) -> str:
+    p = record["point"]
+    prec = record["metrics"].get("precision_label") or p.get("precision")
     label = f"{p['variant']} {p['arch']} {prec} b{p['batch_size']}/proc, {data_label(p['data'])}{recipe_label(p)}"
     if p.get("setup"):
         label = f"{p['setup']}: {label}"
-    if r.get("runner") == "slurm":
+    if record.get("runner") == "slurm":
         label += f", SLURM {p.get('procs_per_node', 1)} proc/node"
-    return f"{label} [{r['sweep']}]" if multi_sweep else label
+    return f"{label} [{record['sweep']}]" if multi_sweep else label
 
 
-def plain_local(r: dict) -> bool:
+def plain_local(record: dict) -> bool:
     """A local sweep point that is not a --setups comparison (learning curves, the scaling model)."""
-    return not r["point"].get("setup") and r.get("runner", "local") == "local"
+    return not record["point"].get("setup") and record.get("runner", "local") == "local"
 
 
 def train_groups(train: Sequence[dict]) -> Dict[str, List[dict]]:
@@ -117,5 +117,5 @@ def train_groups(train: Sequence[dict]) -> Dict[str, List[dict]]:
     return {k: sorted(v, key=lambda r: r["metrics"]["world_size"]) for k, v in sorted(groups.items())}
 
 
-def _mib(v: Optional[float]) -> Optional[float]:
-    return None if v is None else v / (1 << 20)
+def _mib(value: Optional[float]) -> Optional[float]:
+    return None if value is None else value / (1 << 20)

@@ -22,8 +22,8 @@ def newest(recs: Sequence[dict], kind: str) -> List[dict]:
     return [r for r in ok if r["sweep"] == sweep]
 
 
-def _mb(v) -> object:
-    return None if v is None else v / 2**20
+def _mb(value) -> object:
+    return None if value is None else value / 2**20
 
 
 def pipeline_table(rows: Sequence[dict], table: Callable) -> str:

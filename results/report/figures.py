@@ -167,8 +167,8 @@ def allreduce(path: Path, series: Sequence[Series], title: str) -> Path:
     return _save(fig, path)
 
 
-def palette(i: int) -> str:
-    return plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10]
+def palette(index: int) -> str:
+    return plt.rcParams["axes.prop_cycle"].by_key()["color"][index % 10]
 
 
 IDEAL_LABEL = "ideal linear scaling (dotted)"

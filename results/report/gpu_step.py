@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
-from results.analysis import comparisons as cmp
+from results.analysis import comparisons
 from results.report.common import fmt, md_table, pct
 
 TARGET_IMAGES_PER_S, TARGET_SPEEDUP, TARGET_JPEG_FRACTION = 6000.0, 3.3, 0.95
@@ -29,29 +29,29 @@ def _yes(ok: bool) -> str:
 
 
 def _amp_synthetic(train: Sequence[dict]) -> List[dict]:
-    rows = [x for x in cmp.step_rows(train) if cmp.on_gpu(x["record"])
+    rows = [x for x in comparisons.step_rows(train) if comparisons.on_gpu(x["record"])
             and x["record"]["point"]["precision"] != "O0" and x["record"]["point"]["data"] == "dummy"]
     return sorted(rows, key=lambda x: x["record"]["time"])
 
 
-def _synthetic_reference(train: Sequence[dict], r: dict) -> Optional[dict]:
+def _synthetic_reference(train: Sequence[dict], record: dict) -> Optional[dict]:
     """The fastest engine-fp16 synthetic record of the same GPU, model, batch and code as R."""
-    same = [s for s in train if s["status"] == "ok" and cmp.on_gpu(s) and not cmp.profiled(s)
+    same = [s for s in train if s["status"] == "ok" and comparisons.on_gpu(s) and not comparisons.profiled(s)
             and s["point"].get("setup") == SYNTHETIC_REFERENCE and s["point"]["data"] == "dummy"
-            and all(s["point"][k] == r["point"][k] for k in ("arch", "batch_size", "image_size"))
-            and s["environment"].get("gpu_name") == r["environment"].get("gpu_name")
-            and s["environment"].get("source_digest") == r["environment"].get("source_digest")]
+            and all(s["point"][k] == record["point"][k] for k in ("arch", "batch_size", "image_size"))
+            and s["environment"].get("gpu_name") == record["environment"].get("gpu_name")
+            and s["environment"].get("source_digest") == record["environment"].get("source_digest")]
     return max(same, key=lambda s: s["metrics"]["images_per_s"], default=None)
 
 
 def targets_section(train: Sequence[dict]) -> str:
-    gpu = [r for r in train if cmp.on_gpu(r) and not cmp.profiled(r)]
+    gpu = [r for r in train if comparisons.on_gpu(r) and not comparisons.profiled(r)]
     if not gpu:
         return ""
     amp = _amp_synthetic(train)
     rows = [[x["record"]["point"]["setup"], x["record"]["point"]["batch_size"],
              fmt(x["record"]["metrics"]["images_per_s"]),
-             cmp.times(x["throughput_ratio"]), _gib(x["record"]["metrics"].get("peak_memory_bytes")),
+             comparisons.times(x["throughput_ratio"]), _gib(x["record"]["metrics"].get("peak_memory_bytes")),
              _yes(x["record"]["metrics"]["images_per_s"] >= TARGET_IMAGES_PER_S),
              _yes(bool(x["throughput_ratio"]) and x["throughput_ratio"] >= TARGET_SPEEDUP), x["record"]["_source"]]
             for x in amp]
@@ -76,7 +76,7 @@ def jpeg_rows(train: Sequence[dict]) -> List[dict]:
     it failed or has no reference); a loader never measured gives one row with record None."""
     rows = []
     for setup, workers, label in JPEG_TARGETS:
-        runs = [r for r in train if cmp.on_gpu(r) and r["point"].get("setup") == setup
+        runs = [r for r in train if comparisons.on_gpu(r) and r["point"].get("setup") == setup
                 and r["point"]["data"] != "dummy" and r["point"]["workers"] == workers]
         if not runs:
             rows.append({"setup": setup, "workers": workers, "label": label, "record": None, "ref": None,
@@ -112,7 +112,7 @@ def _families(profile: dict) -> Dict[str, float]:
 
 def profile_section(train: Sequence[dict]) -> str:
     """Device time per kernel family of each profiled run, and its top kernels."""
-    profiled = [r for r in train if r["status"] == "ok" and r.get("profile") and cmp.on_gpu(r)]
+    profiled = [r for r in train if r["status"] == "ok" and r.get("profile") and comparisons.on_gpu(r)]
     if not profiled:
         return ""
     runs = [(r, r["profile"]) for r in sorted(profiled, key=lambda r: r["time"])]
@@ -145,8 +145,8 @@ def _kernel_bound(runs: Sequence[tuple], train: Sequence[dict]) -> str:
     fams = _families(p)
     top = sorted(fams.items(), key=lambda kv: -kv[1])[:2]
     shares = ", ".join(f"{name} {ms:.1f} ms ({pct(ms / p['device_ms_per_step'])})" for name, ms in top)
-    speeds = [s["metrics"]["images_per_s"] for s in train if s["status"] == "ok" and cmp.on_gpu(s)
-              and not cmp.profiled(s) and s["point"]["batch_size"] == batch
+    speeds = [s["metrics"]["images_per_s"] for s in train if s["status"] == "ok" and comparisons.on_gpu(s)
+              and not comparisons.profiled(s) and s["point"]["batch_size"] == batch
               and s["point"].get("setup") in ("engine-fp16-compile", "engine-fp16-cudagraphs")]
     measured = f"; the fastest compiled run at batch {batch} measured {fmt(max(speeds))}" if speeds else ""
     verdict = ("is kernel-bound" if speeds and max(speeds) >= 0.97 * bound

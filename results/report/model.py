@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from results.analysis import scaling_model as sm
+from results.analysis import scaling_model
 from results.analysis.allreduce_fit import fit_alpha_beta
 from results.analysis.parameters import parameter_count
 from results.analysis.whole_step import model_overlap
@@ -14,13 +14,14 @@ from results.report.comm import allreduce_groups
 from results.report.common import Environments, fmt, md_table, pct, plain_local
 
 
-def overlap_text(h: float, rec: Optional[dict], env: Environments) -> str:
+def overlap_text(hidden_fraction: float, rec: Optional[dict], env: Environments) -> str:
     """One paragraph: which overlap record (if any) fed the model's measured-overlap column."""
     if rec is None:
         return ("Measured overlap: no overlap records, so the model uses h = 0 (all communication exposed, the "
                 "conservative assumption); `python -m results.bench overlap` measures it.")
     p, m = rec["point"], rec["metrics"]
-    return (f"Measured overlap: h = {pct(h)}, the hidden fraction of overlap record {rec['_source']} ({p['arch']} "
+    return (f"Measured overlap: h = {pct(hidden_fraction)}, the hidden fraction of overlap record "
+            f"{rec['_source']} ({p['arch']} "
             f"{p['image_size']}px, batch {p['batch_size']}, {p['world_size']} {p.get('backend', '?')} processes, "
             f"{p['bucket_cap_mb']:g} MB buckets, env {env.id(rec)}): {fmt(m['exposed_comm_ms'])} ms of the "
             f"{fmt(m['allreduce_alone_ms'])} ms gradient all-reduce stayed exposed per step (exposed / alone = "
@@ -30,7 +31,7 @@ def overlap_text(h: float, rec: Optional[dict], env: Environments) -> str:
             "compute, which the model does not represent.")
 
 
-def our_model(train: Sequence[dict], ar: Sequence[dict]) -> Tuple[Optional[sm.ModelInputs], List[dict], str]:
+def our_model(train: Sequence[dict], ar: Sequence[dict]) -> Tuple[Optional[scaling_model.ModelInputs], List[dict], str]:
     """Model inputs from our records: 1-process compute step, the model's gradients, measured link."""
     train = [r for r in train if plain_local(r)]
     synthetic = [r for r in train if r["point"].get("data") == "dummy"] or list(train)
@@ -45,9 +46,10 @@ def our_model(train: Sequence[dict], ar: Sequence[dict]) -> Tuple[Optional[sm.Mo
     if not fit or not params:
         return None, [], "allreduce fit or parameter count unavailable"
     per_param = 2 if base["point"].get("precision") in ("O2", "O3") else 4
-    m = sm.ModelInputs(step_time_s=base["metrics"]["step_time_ms"] / 1e3, batch_per_gpu=base["point"]["batch_size"],
+    m = scaling_model.ModelInputs(step_time_s=base["metrics"]["step_time_ms"] / 1e3,
+                                  batch_per_gpu=base["point"]["batch_size"],
                        grad_bytes=params * per_param, busbw_intra=fit["busbw_bytes_per_s"],
-                       alpha_intra_s=sm.hop_latency(fit["alpha_s"], n_ar))
+                       alpha_intra_s=scaling_model.hop_latency(fit["alpha_s"], n_ar))
     same = [r for r in synthetic if r["sweep"] == base["sweep"] and r["metrics"]["world_size"] > 1
             and all(r["point"].get(k) == base["point"].get(k) for k in GROUP_KEYS)]
     desc = (f"{base['point']['arch']} ({params} parameters x {per_param} bytes), 1-process step from record "
@@ -55,23 +57,23 @@ def our_model(train: Sequence[dict], ar: Sequence[dict]) -> Tuple[Optional[sm.Mo
     return m, same, desc
 
 
-def hal_model(pub: dict, links: dict, hidden_fraction: float) -> Tuple[sm.ModelInputs, dict]:
+def hal_model(pub: dict, links: dict, hidden_fraction: float) -> Tuple[scaling_model.ModelInputs, dict]:
     L = links["hal_2020"]
     run = next(r for r in pub["hal_2020"]["runs"] if r["label"] == L["run"])
     params = parameter_count(L["arch"])
-    m = sm.ModelInputs(step_time_s=1.0, batch_per_gpu=run["batch_per_gpu"],
+    m = scaling_model.ModelInputs(step_time_s=1.0, batch_per_gpu=run["batch_per_gpu"],
                        grad_bytes=params * L["grad_bytes_per_param"],
                        busbw_intra=L["busbw_intra"], alpha_intra_s=L["alpha_intra_s"], gpus_per_node=L["gpus_per_node"],
                        busbw_inter=L["busbw_inter"], alpha_inter_s=L["alpha_inter_s"])
     n0, x0 = run["gpus"][0], run["train_img_per_s"][0]
-    return sm.calibrate(m, n0, n0 * run["batch_per_gpu"] / x0, hidden_fraction), run
+    return scaling_model.calibrate(m, n0, n0 * run["batch_per_gpu"] / x0, hidden_fraction), run
 
 
-def dle_model(pub: dict, links: dict) -> Tuple[sm.ModelInputs, dict]:
+def dle_model(pub: dict, links: dict) -> Tuple[scaling_model.ModelInputs, dict]:
     L = links["nvidia_dle_2021"]
     pts = pub["nvidia_dle_2021"]["train_img_per_s"][L["config"]]
     params = parameter_count(L["arch"])
-    m = sm.ModelInputs(step_time_s=L["batch_per_gpu"] / pts["1"], batch_per_gpu=L["batch_per_gpu"],
+    m = scaling_model.ModelInputs(step_time_s=L["batch_per_gpu"] / pts["1"], batch_per_gpu=L["batch_per_gpu"],
                        grad_bytes=params * L["grad_bytes_per_param"], busbw_intra=L["busbw_intra"],
                        alpha_intra_s=L["alpha_intra_s"], gpus_per_node=L["gpus_per_node"])
     return m, pts
@@ -82,9 +84,9 @@ MODES = (("no overlap", "--"), ("measured overlap", "-."), ("full overlap", "-")
 
 def model_section(train: Sequence[dict], ar: Sequence[dict], overlap: Sequence[dict], pub: dict, links: dict,
                   env: Environments, fig_dir: Path) -> str:
-    gpus = sm.powers_of_two(1, 1024)
+    gpus = scaling_model.powers_of_two(1, 1024)
     h, h_rec = model_overlap(overlap)
-    hidden = (sm.NO_OVERLAP, h, sm.FULL_OVERLAP)  # one per MODES entry
+    hidden = (scaling_model.NO_OVERLAP, h, scaling_model.FULL_OVERLAP)  # one per MODES entry
     ours, ours_measured, ours_desc = our_model(train, ar)
     fits = [hal_model(pub, links, x) for x in hidden]  # t_c calibrated under each assumption
     hal, run = [inputs for inputs, _ in fits], fits[0][1]
@@ -96,7 +98,7 @@ def model_section(train: Sequence[dict], ar: Sequence[dict], overlap: Sequence[d
     for i, (label, ms) in enumerate(scenarios):
         c = figures.palette(i)
         for m, x, (tag, style) in zip(ms, hidden, MODES):
-            pts = [sm.predict(m, n, x) for n in gpus]
+            pts = [scaling_model.predict(m, n, x) for n in gpus]
             thr.append({"label": f"{label}, {tag}", "x": gpus, "y": [p["images_per_s"] for p in pts], "style": style,
                         "color": c})
             eff.append({"label": f"{label}, {tag}", "x": gpus, "y": [p["efficiency"] for p in pts], "style": style,
@@ -127,13 +129,13 @@ def _model_text(scenarios, hidden, gpus, ours_desc, ours, ours_measured, pub, li
     pred = []
     for label, ms in scenarios:
         for n in gpus:
-            ps = [sm.predict(m, n, x) for m, x in zip(ms, hidden)]
+            ps = [scaling_model.predict(m, n, x) for m, x in zip(ms, hidden)]
             pred.append([label, n, ps[0]["comm_time_s"] * 1e3, ps[1]["exposed_comm_s"] * 1e3,
                          *(c for p in ps for c in (p["images_per_s"], pct(p["efficiency"])))])
 
-    def check_row(name, ms, n, x):
-        ys = [sm.predict(m, n, h)["images_per_s"] for m, h in zip(ms, hidden)]
-        return [name, n, x, *(c for y in ys for c in (y, pct(sm.relative_error(y, x))))]
+    def check_row(name, ms, gpus, published):
+        ys = [scaling_model.predict(m, gpus, h)["images_per_s"] for m, h in zip(ms, hidden)]
+        return [name, gpus, published, *(c for y in ys for c in (y, pct(scaling_model.relative_error(y, published))))]
 
     hal = next(ms for label, ms in scenarios if label.startswith("HAL"))
     check = [check_row(f"HAL 2020 ({run['label']})", hal, n, x) for n, x in zip(run["gpus"], run["train_img_per_s"])]
@@ -143,15 +145,17 @@ def _model_text(scenarios, hidden, gpus, ours_desc, ours, ours_measured, pub, li
     check += [check_row(f"this machine ({r['_source']})", [ours] * len(MODES), r["metrics"]["world_size"],
                         r["metrics"]["images_per_s"]) for r in ours_measured]
     hal_rows = [c for c in check if c[0].startswith("HAL")]
-    worst = [max(abs(sm.relative_error(c[3 + 2 * i], c[2])) for c in hal_rows) for i in range(len(MODES))]
+    worst = [max(abs(scaling_model.relative_error(c[3 + 2 * i], c[2])) for c in hal_rows) for i in range(len(MODES))]
     sources = "\n".join(f"- {k}: {v}" for sec in ("hal_2020", "nvidia_dle_2021") for k, v in links[sec].items()
                         if k.endswith("_source"))
     return ("## Scaling model\n\n![scaling model](figures/scaling_model.png)\n\n"
             "t(n) = t_c + max(0, t_comm(n) - hidden(n)), hidden(n) = min(h t_comm(n), f t_c): h is the hidden "
             "fraction of the all-reduce, capped by the backward time (f = "
-            f"{sm.BACKWARD_FRACTION:.3g}, the backward share). h = 0 is no overlap (t_c + t_comm(n)), h = 1 full "
+            f"{scaling_model.BACKWARD_FRACTION:.3g}, the backward share). h = 0 is no overlap (t_c + t_comm(n)), "
+            "h = 1 full "
             "overlap ((1-f) t_c + max(f t_c, t_comm(n))), and the measured overlap uses h from an overlap record; "
-            f"t_comm(n) = k 2(n-1) alpha + 2(n-1)/n G / B with k = ceil(G / {sm.DDP_BUCKET_BYTES / (1 << 20):g} MiB) "
+            "t_comm(n) = k 2(n-1) alpha + 2(n-1)/n G / B with k = ceil(G / "
+            f"{scaling_model.DDP_BUCKET_BYTES / (1 << 20):g} MiB) "
             "DDP buckets; B and alpha are intra-node while n fits one node, inter-node beyond (see "
             "`results/analysis/scaling_model.py`).\n\n" + h_text + "\n\n"
             f"This machine: {ours_desc}; beyond 2 processes it assumes a cluster of such nodes joined by the "

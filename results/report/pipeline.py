@@ -4,15 +4,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
-from results.analysis import comparisons as cmp
+from results.analysis import comparisons
 from results.report import figures
 from results.report.common import Environments, md_table
 
 
-def _io_category(r: dict, multi_sweep: bool) -> str:
-    p = r["point"]
+def _io_category(record: dict, multi_sweep: bool) -> str:
+    p = record["point"]
     cat = f"{p['workers']} workers, {p['cache']}"
-    return f"{cat}\n[{r['sweep']}]" if multi_sweep else cat
+    return f"{cat}\n[{record['sweep']}]" if multi_sweep else cat
 
 
 def steady_pipeline_table(steady: Sequence[dict], env: Environments) -> str:
@@ -22,8 +22,8 @@ def steady_pipeline_table(steady: Sequence[dict], env: Environments) -> str:
     rows = [[r["point"]["backend"], r["point"]["split"], r["point"]["workers"], r["point"]["image_size"],
              r["point"]["images"], r["metrics"]["rounds"], r["metrics"]["cpu_ms_per_image"],
              r["metrics"]["images_per_cpu_s"], r["metrics"]["images_per_s"],
-             cmp.times(r["metrics"].get("ratio_per_core")),
-             (f"{cmp.times(r['metrics']['ratio_min'])}-{cmp.times(r['metrics']['ratio_max'])}"
+             comparisons.times(r["metrics"].get("ratio_per_core")),
+             (f"{comparisons.times(r['metrics']['ratio_min'])}-{comparisons.times(r['metrics']['ratio_max'])}"
               if r["metrics"].get("ratio_min") else "-"), r.get("host_load_1m"), env.id(r), r["_source"]]
             for r in sorted(steady, key=lambda r: (r["sweep"], r["point"]["split"], r["point"]["workers"],
                                                    r["point"]["backend"]))]
@@ -33,7 +33,7 @@ def steady_pipeline_table(steady: Sequence[dict], env: Environments) -> str:
 
 
 def pipeline_section(io: Sequence[dict], steady: Sequence[dict], env: Environments, fig_dir: Path) -> str:
-    rows = cmp.pipeline_rows(io)
+    rows = comparisons.pipeline_rows(io)
     multi = len({x["record"]["sweep"] for x in rows}) > 1
     cats = list(dict.fromkeys(_io_category(x["record"], multi) for x in rows))
     backends = sorted({x["record"]["point"]["backend"] for x in rows})
@@ -42,7 +42,7 @@ def pipeline_section(io: Sequence[dict], steady: Sequence[dict], env: Environmen
         cell = {(_io_category(x["record"], multi), x["record"]["point"]["backend"]): x for x in rows}
         bars = [{"label": b, "values": [cell[(c, b)]["record"]["metrics"][metric] if (c, b) in cell else None
                                         for c in cats],
-                 "texts": [cmp.times(cell[(c, b)][ratio]) if ratio and (c, b) in cell and cell[(c, b)][ratio]
+                 "texts": [comparisons.times(cell[(c, b)][ratio]) if ratio and (c, b) in cell and cell[(c, b)][ratio]
                            else "" for c in cats]} for b in backends]
         return {"title": title, "ylabel": ylabel, "categories": cats, "bars": bars,
                 "empty": "no io records with CPU accounting (rerun `python -m results.bench io`)"}
@@ -57,14 +57,15 @@ def pipeline_section(io: Sequence[dict], steady: Sequence[dict], env: Environmen
               x["record"]["metrics"].get("bytes_per_image"),
               x["record"]["metrics"]["images_per_s"], x["record"]["metrics"]["cpu_ms_per_image"],
               x["record"]["metrics"]["images_per_cpu_s"], x["record"]["metrics"]["cores_busy"],
-              cmp.times(x["per_core_ratio"]), cmp.times(x["wall_ratio"]), x["record"].get("host_load_1m"),
+              comparisons.times(x["per_core_ratio"]), comparisons.times(x["wall_ratio"]),
+              x["record"].get("host_load_1m"),
               env.id(x["record"]), x["record"]["_source"]] for x in rows]
     return ("## Data pipeline vs the baseline\n\n![pipeline per core](figures/pipeline_per_core.png)\n\n"
             "Each backend reads the same generated ImageNet-like JPEGs (`results/runners/jpegs.py`: 500x375, ~110 KB) "
             "in the same order with the same train augmentation (random-resized crop to the image size + "
             "flip). CPU = user + system seconds of the reader and its DataLoader workers (`getrusage`, "
             "workers counted once reaped); images/s per core = images / CPU seconds. Ratios are to the "
-            f"`{cmp.PIPELINE_BASELINE}` backend (pytorch/examples: PIL + ToTensor + Normalize, float) of "
+            f"`{comparisons.PIPELINE_BASELINE}` backend (pytorch/examples: PIL + ToTensor + Normalize, float) of "
             "the same sweep, cache state and worker count. With workers > 0 the per-core figure includes "
             "starting the workers and moving batches through their pipes. What limits the next gain: the "
             "`fast` backend already decodes only the crop (libjpeg-turbo's region decoding; a reduced DCT "

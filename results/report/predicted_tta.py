@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, TypedDict
 
-from results.analysis import time_to_accuracy as tta
+from results.analysis import time_to_accuracy
 from results.analysis.cluster_model import Prediction
 from results.report import figures
 from results.report.common import IMAGENET_TRAIN_IMAGES, REFERENCE, fmt, md_table
@@ -34,27 +34,28 @@ class TimeToAccuracy(TypedDict):
     source: str  # the record
 
 
-def from_record(r: dict) -> TimeToAccuracy:
-    p, m = r["point"], r["metrics"]
+def from_record(record: dict) -> TimeToAccuracy:
+    p, m = record["point"], record["metrics"]
     return TimeToAccuracy(
         series=" ".join(str(v) for v in (p.get("program") or p.get("setup") or p.get("variant"), p.get("arch")) if v),
         gpus=int(m.get("world_size") or p.get("gpus") or p.get("processes") or 1),
         target_top1=m["target_top1"], time_to_target_s=m.get("time_to_target_s"),
         epochs_to_target=m.get("epochs_to_target"), images_seen=m.get("images_seen"), best_top1=m["best_top1"],
-        wall_s=m["wall_s"], source=r["_source"])
+        wall_s=m["wall_s"], source=record["_source"])
 
 
 def reference(ref_dir: Path = REFERENCE) -> dict:
     return json.loads((ref_dir / "epochs_to_accuracy.json").read_text())
 
 
-def _hours(v: Optional[float]) -> Optional[float]:
-    return None if v is None else v / 3600
+def _hours(value: Optional[float]) -> Optional[float]:
+    return None if value is None else value / 3600
 
 
 def predicted_rows(pred: Prediction, ref: dict) -> List[Dict[str, object]]:
     recipe = ref["recipes"]["mlperf"]
-    return tta.predict_series(pred.whole, [row["gpus"] for row in pred.rows], tta.recipe_rows(recipe),
+    return time_to_accuracy.predict_series(pred.whole, [row["gpus"] for row in pred.rows],
+                                           time_to_accuracy.recipe_rows(recipe),
                               recipe["eval_every"])
 
 
@@ -67,21 +68,24 @@ def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[di
     unit = "processes" if hw.startswith("CPU") else "GPUs (processes)"
     if drawn:
         figures.report_panels(fig_dir / FIGURE, [{
-            "title": hw, "xlabel": unit, "ylabel": f"predicted time to {tta.MLPERF_TARGET_TOP1} % top-1 (hours)",
+            "title": hw, "xlabel": unit,
+            "ylabel": f"predicted time to {time_to_accuracy.MLPERF_TARGET_TOP1} % top-1 (hours)",
             "xlog": True, "ymin0": True, "series": [
                 {"label": "scaling model x MLPerf epochs", "x": [r["gpus"] for r in drawn],
                  "y": [r["total_s"] / 3600 for r in drawn], "style": "o--", "color": figures.palette(1),
                  "labels": [f"{r['epochs']:.0f} ep" for r in drawn]}]}],
-            f"Predicted time to {tta.MLPERF_TARGET_TOP1} % top-1 (labels: epochs at that global batch)")
+            f"Predicted time to {time_to_accuracy.MLPERF_TARGET_TOP1} % top-1 (labels: epochs at that global batch)")
     table = [[r["gpus"], r["global_batch"], r["images_per_s"], "-" if r["epochs"] is None else f"{r['epochs']:.1f}",
               r.get("evals"), _hours(r.get("train_s")), _hours(r.get("eval_s")), _hours(r.get("total_s"))]
              for r in rows]
     published = ", ".join(f"{row['global_batch']:,}: {row['epochs']}" for row in recipe["rows"])
-    return (f"## Predicted time to {tta.MLPERF_TARGET_TOP1} % top-1\n\n"
+    return (f"## Predicted time to {time_to_accuracy.MLPERF_TARGET_TOP1} % top-1\n\n"
             + (f"![predicted time to accuracy]({FIGURE})\n\n" if drawn else "")
             + "The scaling model's images/s above, times the epochs MLPerf's ResNet-50 logs needed to reach "
-            f"{tta.MLPERF_TARGET_TOP1} % at each global batch (GPUs x {pred.whole.inputs.batch_per_gpu}) of "
-            f"{IMAGENET_TRAIN_IMAGES:,} images, plus a validation pass of {tta.IMAGENET_VAL_IMAGES:,} images "
+            f"{time_to_accuracy.MLPERF_TARGET_TOP1} % at each global batch "
+            f"(GPUs x {pred.whole.inputs.batch_per_gpu}) of "
+            f"{IMAGENET_TRAIN_IMAGES:,} images, plus a validation pass of "
+            f"{time_to_accuracy.IMAGENET_VAL_IMAGES:,} images "
             f"every {recipe['eval_every']} epochs (forward pass only). Published (global batch: epochs): {published}; "
             "interpolated in log(batch) between them, the smallest's epochs below it, no prediction above the "
             "largest (`results/reference/epochs_to_accuracy.json`). It assumes MLPerf's recipe (LARS, label "
@@ -89,7 +93,7 @@ def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[di
             "accuracy (`python -m results.scaling_model --check-time-to-accuracy` sets the arithmetic beside "
             "published times).\n\n"
             + md_table(["GPUs", "global batch", "predicted images/s", "epochs", "evaluations", "training (h)",
-                        "evaluation (h)", f"time to {tta.MLPERF_TARGET_TOP1} % (h)"], table))
+                        "evaluation (h)", f"time to {time_to_accuracy.MLPERF_TARGET_TOP1} % (h)"], table))
 
 
 def _series(items: Sequence[TimeToAccuracy]) -> Dict[Tuple[str, float], List[TimeToAccuracy]]:

@@ -4,23 +4,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Sequence
 
-from results.analysis import comparisons as cmp
+from results.analysis import comparisons
 from results.core.setups import SETUPS
 from results.report import figures
 from results.report.common import Environments, data_label, md_table, pct
 
 
 def step_section(train: Sequence[dict], env: Environments, fig_dir: Path, gpu: bool = False) -> str:
-    rows = [x for x in cmp.step_rows(train) if cmp.on_gpu(x["record"]) == gpu]
+    rows = [x for x in comparisons.step_rows(train) if comparisons.on_gpu(x["record"]) == gpu]
     if gpu and not rows:
         return ("## GPU training step vs the baseline\n\n_(no GPU records yet: run `results/gpu_session.sh` on a "
                 "GPU machine, then `results/gpu_collect.sh` and `make report`)_\n")
     multi = len({x["record"]["sweep"] for x in rows}) > 1
 
-    def cat(r: dict) -> str:
-        p = r["point"]
+    def cat(record: dict) -> str:
+        p = record["point"]
         c = f"{data_label(p['data'])}, {p['arch']} {p['image_size']}px\nb{p['batch_size']}, {p['world_size']} proc"
-        return f"{c}\n[{r['sweep']}]" if multi else c
+        return f"{c}\n[{record['sweep']}]" if multi else c
     cats = list(dict.fromkeys(cat(x["record"]) for x in rows))
     setups = list(dict.fromkeys(x["record"]["point"]["setup"] for x in rows))
     cell = {(cat(x["record"]), x["record"]["point"]["setup"]): x for x in rows}
@@ -28,7 +28,7 @@ def step_section(train: Sequence[dict], env: Environments, fig_dir: Path, gpu: b
     def bars(metric: str, ratio: str) -> List[dict]:
         return [{"label": s, "values": [cell[(c, s)]["record"]["metrics"][metric] if (c, s) in cell else None
                                         for c in cats],
-                 "texts": [cmp.times(cell[(c, s)][ratio]) if (c, s) in cell and cell[(c, s)][ratio] else ""
+                 "texts": [comparisons.times(cell[(c, s)][ratio]) if (c, s) in cell and cell[(c, s)][ratio] else ""
                            for c in cats]} for s in setups]
     empty = "no --setups train records (rerun `make bench`)"
     figure = "step_time_gpu.png" if gpu else "step_time.png"
@@ -47,7 +47,7 @@ def step_section(train: Sequence[dict], env: Environments, fig_dir: Path, gpu: b
               x["record"]["metrics"]["world_size"],
               x["record"]["metrics"]["step_time_ms"], x["record"]["metrics"].get("data_time_ms"),
               x["record"]["metrics"].get("compute_time_ms"), x["record"]["metrics"]["images_per_s"],
-              cmp.times(x["step_speedup"]), cmp.times(x["throughput_ratio"]),
+              comparisons.times(x["step_speedup"]), comparisons.times(x["throughput_ratio"]),
               x["record"]["metrics"].get("measured_steps"),
               x["record"].get("host_load_1m"), env.id(x["record"]), x["record"]["_source"]] for x in rows]
     where = ("On the GPU the loader runs in worker processes (the workers column of the command) and the "
@@ -74,14 +74,14 @@ TARGET_SPEEDUP, TARGET_IMAGES_PER_S, TARGET_JPEG_FRACTION = 3.0, 5000.0, 0.90
 def gpu_targets(train: Sequence[dict]) -> str:
     def met(ok: bool) -> str:
         return "yes" if ok else "no"
-    steps = [x for x in cmp.step_rows(train) if cmp.on_gpu(x["record"]) and x["throughput_ratio"]
+    steps = [x for x in comparisons.step_rows(train) if comparisons.on_gpu(x["record"]) and x["throughput_ratio"]
              and x["record"]["point"]["precision"] != "O0" and x["record"]["point"]["data"] == "dummy"]
     rows = [[x["record"]["point"]["setup"], x["record"]["point"]["arch"], x["record"]["environment"].get("gpu_name"),
-             x["record"]["metrics"]["images_per_s"], cmp.times(x["throughput_ratio"]),
+             x["record"]["metrics"]["images_per_s"], comparisons.times(x["throughput_ratio"]),
              met(x["throughput_ratio"] >= TARGET_SPEEDUP),
              met(x["record"]["metrics"]["images_per_s"] >= TARGET_IMAGES_PER_S),
              x["record"]["_source"]] for x in steps]
-    jpeg = [x for x in cmp.jpeg_vs_synthetic_rows(train) if cmp.on_gpu(x["record"])]
+    jpeg = [x for x in comparisons.jpeg_vs_synthetic_rows(train) if comparisons.on_gpu(x["record"])]
     jrows = [[x["record"]["point"]["setup"], data_label(x["record"]["point"]["data"]),
               x["record"]["point"]["workers"], x["record"]["metrics"]["images_per_s"],
               x["synthetic"]["metrics"]["images_per_s"], pct(x["fraction"]), met(x["fraction"] >= TARGET_JPEG_FRACTION),

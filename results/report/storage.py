@@ -25,8 +25,8 @@ def storage_section(recs: Sequence[dict], env: Environments, fig_dir: Path) -> s
     groups = _series(recs)
     multi = len({k[0] for k in groups}) > 1
 
-    def label(k: Tuple[str, str, int, str]) -> str:
-        return f"{k[1]}, {k[2]} reader(s)/node, cache {k[3]}" + (f" [{k[0]}]" if multi else "")
+    def label(key: Tuple[str, str, int, str]) -> str:
+        return f"{key[1]}, {key[2]} reader(s)/node, cache {key[3]}" + (f" [{key[0]}]" if multi else "")
 
     def by_format(readers: int) -> Dict[str, List[dict]]:  # one series per format: sweeps of one format fold
         out: Dict[str, List[dict]] = {}

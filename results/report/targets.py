@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from results.analysis import comparisons as cmp
+from results.analysis import comparisons
 from results.report import data_scale, gpu_step, steps
 from results.report.common import fmt, md_table, pct
 
@@ -19,7 +19,8 @@ def _row(target: str, goal: str, value: Optional[str], met: Optional[bool], reco
 
 
 def _gpu_rows(train: Sequence[dict]) -> List[List[str]]:
-    amp = [x for x in cmp.step_rows(train) if cmp.on_gpu(x["record"]) and x["record"]["point"]["precision"] != "O0"
+    amp = [x for x in comparisons.step_rows(train)
+           if comparisons.on_gpu(x["record"]) and x["record"]["point"]["precision"] != "O0"
            and x["record"]["point"]["data"] == "dummy" and x["record"]["point"]["arch"] == "resnet50"]
     if not amp:
         return []
@@ -38,13 +39,14 @@ def _gpu_rows(train: Sequence[dict]) -> List[List[str]]:
     if best_ratio:
         r = best_ratio["throughput_ratio"]
         rows.append(_row("... against the plain fp32 loop of the same sweep", f">= {gpu_step.TARGET_SPEEDUP:g}x",
-                         f"{cmp.times(r)} ({best_ratio['record']['point']['setup']})", r >= gpu_step.TARGET_SPEEDUP,
+                         f"{comparisons.times(r)} ({best_ratio['record']['point']['setup']})",
+                         r >= gpu_step.TARGET_SPEEDUP,
                          best_ratio["record"]["_source"]))
     if rated:
         x = max(both or rated, key=lambda x: x["record"]["metrics"]["images_per_s"])
         rows.append(_row("... first goal: both at once", f">= {steps.TARGET_IMAGES_PER_S:g} images/s and "
                          f">= {steps.TARGET_SPEEDUP:g}x", f"{fmt(x['record']['metrics']['images_per_s'])} images/s at "
-                         f"{cmp.times(x['throughput_ratio'])}", bool(both), x["record"]["_source"]))
+                         f"{comparisons.times(x['throughput_ratio'])}", bool(both), x["record"]["_source"]))
     return rows
 
 
@@ -74,7 +76,7 @@ def _pipeline_rows(recs: Sequence[dict]) -> List[List[str]]:
         ratio = worst["metrics"]["ratio_per_core"]
         what = "original-byte shards" if variant == "fast+shards" else "shards re-encoded to 320 px"
         rows.append(_row(f"Data pipeline images/s per CPU core, {what} vs the pytorch/examples loader",
-                         f">= {goal:g}x", f"{cmp.times(ratio)} (lowest of workers "
+                         f">= {goal:g}x", f"{comparisons.times(ratio)} (lowest of workers "
                          + "/".join(str(r['point']['workers']) for r in mine) + ")", ratio >= goal, worst["_source"]))
     return rows
 

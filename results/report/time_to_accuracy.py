@@ -70,13 +70,13 @@ def section(recs: Sequence[dict], fig_dir: Path, ref_dir: Path = REFERENCE) -> s
     return "\n".join(out)
 
 
-def _row(r: dict) -> list:
-    m = r["metrics"]
+def _row(record: dict) -> list:
+    m = record["metrics"]
     in_budget = m.get("best_top1_in_budget", m["best_top1"])
     load = f"{fmt(m.get('load_1m_mean'))} / {fmt(m.get('load_1m_max'))} on {m.get('cores')} cores"
-    return [r["point"]["program"], fmt(m["target_top1"]), fmt(m.get("time_to_target_s")),
+    return [record["point"]["program"], fmt(m["target_top1"]), fmt(m.get("time_to_target_s")),
             fmt(m.get("epochs_to_target")), fmt(m.get("core_s_to_target")), fmt(in_budget), fmt(m["best_top1"]),
-            m["epochs"], fmt(m["wall_s"]), fmt(m["core_s"]), load, r["_source"]]
+            m["epochs"], fmt(m["wall_s"]), fmt(m["core_s"]), load, record["_source"]]
 
 
 def _ratios(examples: dict, ours: dict) -> str:

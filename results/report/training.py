@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Sequence
 
-from results.analysis import comparisons as cmp
+from results.analysis import comparisons
 from results.analysis.efficiency import efficiencies
 from results.report import figures
 from results.report.cluster import scaling_panels, train_series
@@ -138,7 +138,7 @@ def time_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: P
 
 
 def multinode_section(train: Sequence[dict], env: Environments) -> str:
-    recs = cmp.multinode_records(train)
+    recs = comparisons.multinode_records(train)
     rows = [[r["sweep"], r["metrics"].get("nodes"), r["metrics"]["world_size"], r["environment"].get("hostname"),
              r["metrics"].get("backend"), r["metrics"]["images_per_s"], r["metrics"]["images_per_s_per_process"],
              r["metrics"]["step_time_ms"], r["metrics"].get("data_time_ms"), r["metrics"].get("compute_time_ms"),

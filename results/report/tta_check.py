@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from results.analysis import scaling_model as sm
-from results.analysis import time_to_accuracy as tta
-from results.analysis import whole_step as ws
+from results.analysis import scaling_model
+from results.analysis import time_to_accuracy
+from results.analysis import whole_step
 from results.analysis.parameters import parameter_count
 from results.core import records
 from results.core.records import by_kind
@@ -27,8 +27,8 @@ HEADERS = ["published", "hardware", "GPUs", "global batch", "epochs", "evals", "
            "at published images/s s"]
 
 
-def _s(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:.0f}"
+def _s(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.0f}"
 
 
 def table_rows(rows: Sequence[Dict[str, object]]) -> List[List[str]]:
@@ -40,9 +40,9 @@ def table_rows(rows: Sequence[Dict[str, object]]) -> List[List[str]]:
             for r in rows]
 
 
-def summary(rows: Sequence[Dict[str, object]], tolerance: float = sm.CHECK_TOLERANCE) -> str:
+def summary(rows: Sequence[Dict[str, object]], tolerance: float = scaling_model.CHECK_TOLERANCE) -> str:
     predicted = [r for r in rows if "error" in r]
-    bad = tta.failures(rows)
+    bad = time_to_accuracy.failures(rows)
     lines = [f"{len(predicted) - len(bad)} of {len(predicted)} predicted points are within {100 * tolerance:.0f}% "
              f"(or the published rounding); {len(rows) - len(predicted)} of {len(rows)} points have no throughput "
              "input for their hardware."]
@@ -61,17 +61,17 @@ def run_check(record_paths: Sequence[Path], ref_dir: Path) -> int:
     pub = json.loads((ref_dir / "published_resnet50.json").read_text())
     links = json.loads((ref_dir / "links.json").read_text())
     ref = json.loads((ref_dir / "epochs_to_accuracy.json").read_text())
-    h, h_rec = ws.model_overlap(by_kind(recs, "overlap"))
-    got = ws.measured(by_kind(recs, "train"), by_kind(recs, "pipeline"), h, h_rec["_source"] if h_rec else None)
-    cases = {c.name: c.model for c in ws.cases(pub, links, got)}
+    h, h_rec = whole_step.model_overlap(by_kind(recs, "overlap"))
+    got = whole_step.measured(by_kind(recs, "train"), by_kind(recs, "pipeline"), h, h_rec["_source"] if h_rec else None)
+    cases = {c.name: c.model for c in whole_step.cases(pub, links, got)}
     system = ref["systems"]["DGX_H100"]
-    h100 = tta.h100_model(by_kind(recs, "train"), system,
+    h100 = time_to_accuracy.h100_model(by_kind(recs, "train"), system,
                           parameter_count("resnet50") * system["grad_bytes_per_param"])
-    rows = tta.check_rows(ref, cases, h100, pub["nvidia_dle_2021"]["train_img_per_s"])
+    rows = time_to_accuracy.check_rows(ref, cases, h100, pub["nvidia_dle_2021"]["train_img_per_s"])
     print(f"Throughput inputs: {ref['throughput_inputs']}. H100 record: {h100[1] or 'none'}.\n")
     body = table_rows(rows)
     widths = [max(len(c) for c in col) for col in zip(HEADERS, *body)]
     for line in [HEADERS, *body]:
         print("  ".join(c.ljust(w) for c, w in zip(line, widths)))
     print("\n" + summary(rows))
-    return tta.exit_code(rows)
+    return time_to_accuracy.exit_code(rows)

@@ -9,17 +9,17 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from imagenet.config import WARMUP_STEPS
-from results.analysis import scaling_model as sm, whole_step as ws
+from results.analysis import scaling_model, whole_step
 from results.report import figures
 from results.report.common import md_table
 
 
-def _ms(v: float) -> str:
-    return f"{1e3 * v:.1f}"
+def _ms(value: float) -> str:
+    return f"{1e3 * value:.1f}"
 
 
-def _storage_s(r: dict, term: str) -> Optional[str]:
-    v = r["storage_epoch_s"].get(term)
+def _storage_s(row: dict, term: str) -> Optional[str]:
+    v = row["storage_epoch_s"].get(term)
     return None if v is None else f"{v:.1f}"
 
 
@@ -43,20 +43,20 @@ HEADERS = ["published", "GPUs", "batch/GPU", "measured images/s", "predicted ima
 INPUT_UNITS = {"loader_restart_s": ("s per epoch", ".1f"), "images_per_core_s": ("images/s per loader core", ".0f")}
 
 
-def _needs(r: dict) -> str:
-    unit, fmt = INPUT_UNITS.get(r["unmeasured_input"], ("", ".3g"))
-    have = r["cited_value"]
-    if r.get("needed_value") is None:
+def _needs(row: dict) -> str:
+    unit, fmt = INPUT_UNITS.get(row["unmeasured_input"], ("", ".3g"))
+    have = row["cited_value"]
+    if row.get("needed_value") is None:
         return ("no pipeline record gives the model a loader rate (`python -m results.bench pipeline`)"
-                if have is None and r["unmeasured_input"] == "images_per_core_s"
-                else f"no value of {r['unmeasured_input']} reaches it")
-    return (f"it needs {format(r['needed_value'], fmt)} {unit}"
+                if have is None and row["unmeasured_input"] == "images_per_core_s"
+                else f"no value of {row['unmeasured_input']} reaches it")
+    return (f"it needs {format(row['needed_value'], fmt)} {unit}"
             + (f" where the model has {format(have, fmt)}" if have is not None else ""))
 
 
-def summary(rows: Sequence[dict], tolerance: float = sm.CHECK_TOLERANCE) -> str:
+def summary(rows: Sequence[dict], tolerance: float = scaling_model.CHECK_TOLERANCE) -> str:
     """How many points are within the tolerance, and for each miss the measurement it lacks, bracketed."""
-    bad = ws.failures(rows, tolerance)
+    bad = whole_step.failures(rows, tolerance)
     head = (f"{len(rows) - len(bad)} of {len(rows)} published points are within {100 * tolerance:.0f}% "
             f"(the {sum(r['calibration'] for r in rows)} calibration points included).")
     if not bad:
@@ -72,7 +72,7 @@ def summary(rows: Sequence[dict], tolerance: float = sm.CHECK_TOLERANCE) -> str:
 
 def dle_bracket(rows: Sequence[dict]) -> str:
     """The other side of DLE's bracket: its own 1-GPU point, where the loaders of one GPU's workers kept up."""
-    missed = {r["case"] for r in ws.failures(rows) if r["case"].startswith("NVIDIA DLE")}
+    missed = {r["case"] for r in whole_step.failures(rows) if r["case"].startswith("NVIDIA DLE")}
     parts = [f"{r['case']} {r['measured'] / (r['pipeline_images_per_s'] / r['cited_value']):.0f}" for r in rows
              if r["case"] in missed and r["gpus"] == 1 and r["pipeline_images_per_s"] and r["cited_value"]]
     return ("" if not parts else " At 1 GPU the same loaders fed at least (published images/s over the workers of "
@@ -81,11 +81,11 @@ def dle_bracket(rows: Sequence[dict]) -> str:
             "named above: a measurement of that rate on the DGX's CPUs decides them.")
 
 
-def inputs_text(got: ws.Measured, links: dict) -> str:
+def inputs_text(got: whole_step.Measured, links: dict) -> str:
     rates = (", ".join(f"{b} {r:.0f} images/s per core ({src})" for b, r, src in got.rates)
              or "none (no pipeline records)")
     steps = ", ".join(f"{d}: {len(s)} steps ({src}), straggler factor E[max of 64]/mean = "
-                      f"{sm.straggler_factor(s, 64):.3f}" for d, s, src in got.step_samples) or "none"
+                      f"{scaling_model.straggler_factor(s, 64):.3f}" for d, s, src in got.step_samples) or "none"
     cuda = got.samples("cuda")[1]
     return (f"Loader images/s per core (pipeline records): {rates}. Per-step times (`--step-times` records): "
             f"{steps}." + ("" if cuda else " The GPU clusters' straggler term needs a GPU record (a one-process "
@@ -96,7 +96,7 @@ def inputs_text(got: ws.Measured, links: dict) -> str:
 
 def storage_text(storage: Sequence[dict], links: dict) -> str:
     per_image = links["hal_2020"]["bytes_per_image"]
-    got = ws.storage_ceiling(storage, per_image)
+    got = whole_step.storage_ceiling(storage, per_image)
     if got is None:
         return ("Your cluster's storage: no storage records yet (`python -m results.bench scaling --io` measures "
                 "MB/s and files/s from the nodes).")
@@ -139,18 +139,18 @@ def _hal_time_to_train(pub: dict) -> Optional[Tuple[int, float]]:
     return n, t
 
 
-def section(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source: Optional[str], pub: dict,
+def section(train: Sequence[dict], pipeline: Sequence[dict], hidden_fraction: float, h_source: Optional[str], pub: dict,
             links: dict, fig_dir: Path, storage: Sequence[dict] = ()) -> str:
     """Markdown for RESULTS.md (after the compute + all-reduce model) and figures/scaling_model_terms.png."""
-    got = ws.measured(train, pipeline, h, h_source)
-    cs = ws.cases(pub, links, got)
-    rows = ws.check_rows(cs)
+    got = whole_step.measured(train, pipeline, hidden_fraction, h_source)
+    cs = whole_step.cases(pub, links, got)
+    rows = whole_step.check_rows(cs)
     _figure(cs, rows, fig_dir / "scaling_model_terms.png")
     sources = "\n".join(f"- {sec} {k}: {v}" for sec in ("hal_2020", "nvidia_dle_2021") for k, v in links[sec].items()
                         if k.endswith("_source") and any(w in k for w in ("loader", "storage", "bytes", "runs",
                                                                            "check_configs", "systems", "epoch",
                                                                            "hidden", "cores")))
-    restart = sum(ws.restart_range(links["hal_2020"])) / 2
+    restart = sum(whole_step.restart_range(links["hal_2020"])) / 2
     return ("## Scaling model: the whole step\n\n![whole-step model](figures/scaling_model_terms.png)\n\n"
             "The compute + all-reduce model above, plus stragglers (a synchronous step waits for the slowest of "
             "n ranks: t_c (E[max of n step times] / mean - 1), from measured per-step times), the input pipeline "
@@ -158,25 +158,28 @@ def section(train: Sequence[dict], pipeline: Sequence[dict], h: float, h_source:
             "every epoch (spread over the epoch's timed steps) and shared storage as an epoch-level bound (an epoch "
             "lasts at least its bytes / the read rate, and its files / the opens rate). The binding term is the one "
             "whose removal would raise the prediction most. t_c is calibrated on the largest published point of at "
-            f"most {sm.CALIBRATION_MAX_GPUS} GPUs on one node (marked); the rest are predictions. The error band "
+            f"most {scaling_model.CALIBRATION_MAX_GPUS} GPUs on one node (marked); the rest are predictions. "
+            "The error band "
             "is the prediction at the ends of the cited ranges (HAL's restart and, for February, the storage's "
             "read rate). "
             "`python -m results.scaling_model --check` prints the same table and exits 1 when an error is over "
-            f"{100 * sm.CHECK_TOLERANCE:.0f}%.\n\n" + inputs_text(got, links) + " " + storage_text(storage, links)
+            f"{100 * scaling_model.CHECK_TOLERANCE:.0f}%.\n\n" + inputs_text(got, links) + " "
+            + storage_text(storage, links)
             + "\n\n" + own_runs_text(train, restart, _hal_time_to_train(pub)) + "\n\nCited inputs "
             "(`results/reference/links.json`):\n\n" + sources + "\n\n"
             + md_table(HEADERS, table_rows(rows)) + "\n" + summary(rows) + dle_bracket(rows) + "\n")
 
 
-def _figure(cs: Sequence[ws.Case], rows: Sequence[dict], path: Path) -> None:
+def _figure(cs: Sequence[whole_step.Case], rows: Sequence[dict], path: Path) -> None:
     """Per-GPU images/s, model lines against published points; and each point's error with the tolerance band."""
-    gpus = sm.powers_of_two(1, 128)
+    gpus = scaling_model.powers_of_two(1, 128)
     per_gpu, errors = [], []
     for i, case in enumerate(cs):
         c = figures.palette(i)
-        w = sm.with_batch(case.model, case.points[-1][1])  # the table's last batch (may: 224 at 4 GPUs, then 256)
+        # the table's last batch (may: 224 at 4 GPUs, then 256)
+        w = scaling_model.with_batch(case.model, case.points[-1][1])
         per_gpu.append({"label": "_nolegend_", "x": gpus, "style": "-", "color": c,
-                        "y": [sm.breakdown(w, n)["images_per_s"] / n for n in gpus]})
+                        "y": [scaling_model.breakdown(w, n)["images_per_s"] / n for n in gpus]})
         per_gpu.append({"label": "_nolegend_", "x": [n for n, _, _ in case.points], "style": "o",
                         "color": c, "y": [x / n for n, _, x in case.points]})
         mine = [r for r in rows if r["case"] == case.name]
@@ -187,8 +190,9 @@ def _figure(cs: Sequence[ws.Case], rows: Sequence[dict], path: Path) -> None:
     per_gpu += [{"label": "model (colours as on the right)", "x": [], "y": [], "style": "-", "color": "black"},
                 {"label": "published", "x": [], "y": [], "style": "o", "color": "black"}]
     band = [1, 128]
-    errors += [{"label": f"+-{100 * sm.CHECK_TOLERANCE:.0f}% (--check)", "x": band, "y": [y, y], "style": ":",
-                "color": "black"} for y in (100 * sm.CHECK_TOLERANCE, -100 * sm.CHECK_TOLERANCE)]
+    errors += [{"label": f"+-{100 * scaling_model.CHECK_TOLERANCE:.0f}% (--check)", "x": band, "y": [y, y],
+                "style": ":",
+                "color": "black"} for y in (100 * scaling_model.CHECK_TOLERANCE, -100 * scaling_model.CHECK_TOLERANCE)]
     errors[-1]["label"] = "_nolegend_"
     figures.grid(path, [
         {"title": "images/s per GPU: model (lines) and published (points)", "xlabel": "GPUs",

@@ -22,8 +22,8 @@ def environment(nodes: Optional[int] = None) -> dict:
     return sysinfo.collect(nodes=nodes)
 
 
-def progress(i: int, n: int, what: str) -> None:
-    log.info("[%d/%d] %s", i, n, what)
+def progress(done: int, total: int, what: str) -> None:
+    log.info("[%d/%d] %s", done, total, what)
 
 
 def jpeg_root(data: Optional[str], classes: int, per_class: int) -> Path:

@@ -83,8 +83,8 @@ def pipeline_variants(sets: Dict[str, Path], images: int) -> Dict[str, pipeline_
 class _First:
     """The first N samples of a source (the bench reads a fixed number of images)."""
 
-    def __init__(self, source, n: int):
-        self.source, self.n = source, min(n, len(source))
+    def __init__(self, source, images: int):
+        self.source, self.n = source, min(images, len(source))
 
     def __len__(self) -> int:
         return self.n
@@ -153,10 +153,10 @@ def _opens(trace: str, path: Path) -> dict:
 
 # ---------------------------------------------------------------- memory of a 1.28M-sample index
 
-def synthetic_samples(n: int = IMAGENET_TRAIN, classes: int = 1000) -> List[tuple]:
+def synthetic_samples(images: int = IMAGENET_TRAIN, classes: int = 1000) -> List[tuple]:
     """ImageNet-like (path, class) pairs: /datasets/imagenet/train/n01440764/n01440764_10026.JPEG."""
     return [(f"/datasets/imagenet/train/n{1440764 + i % classes:08d}/n{1440764 + i % classes:08d}_{i:d}.JPEG",
-             i % classes) for i in range(n)]
+             i % classes) for i in range(images)]
 
 
 class _TouchAll(IterableDataset):
@@ -179,18 +179,18 @@ class _TouchAll(IterableDataset):
             yield total
 
 
-def _build(kind: str, n: int):
+def _build(kind: str, images: int):
     # the arrays the shard index holds, for 1.28M samples in ~550 shards of ~256 MB (more shards than
     # the default 1 GB gives, so an upper bound)
     if kind == "shards":
-        size = np.full(n, 110_000, dtype=np.int64)
+        size = np.full(images, 110_000, dtype=np.int64)
         per = 2400
-        shard = (np.arange(n) // per).astype(np.int32)
-        offset = (np.arange(n) % per) * 110_592 + 512
+        shard = (np.arange(images) // per).astype(np.int32)
+        offset = (np.arange(images) % per) * 110_592 + 512
         names = [f"train-{i:06d}.tar" for i in range(int(shard[-1]) + 1)]
         return sources.ShardIndex("/datasets/imagenet-shards", names, shard, offset, size,
-                                  (np.arange(n) % 1000).astype(np.int32))
-    samples = synthetic_samples(n)
+                                  (np.arange(images) % 1000).astype(np.int32))
+    samples = synthetic_samples(images)
     return samples if kind == "list" else sources.FolderIndex.from_samples(samples)
 
 
@@ -206,10 +206,10 @@ def _mem(pid: str = "self") -> Dict[str, int]:
             "private_bytes": fields["Private_Clean"] + fields["Private_Dirty"]}
 
 
-def index_memory(kind: str, n: int, workers: int) -> dict:
+def index_memory(kind: str, images: int, workers: int) -> dict:
     """Build the index, let WORKERS DataLoader workers read every entry, then measure every process."""
     base = _mem()["rss_bytes"]
-    index = _build(kind, n)
+    index = _build(kind, images)
     rank = _mem()
     loader = DataLoader(_TouchAll(index), batch_size=None, num_workers=workers, persistent_workers=True,
                         multiprocessing_context="fork")
@@ -217,17 +217,17 @@ def index_memory(kind: str, n: int, workers: int) -> dict:
     pids = [p.pid for p in multiprocessing.active_children()]
     per_worker = [_mem(str(pid)) for pid in pids]
     del loader
-    return {"kind": kind, "samples": n, "touched": touched, "rank_rss_bytes": rank["rss_bytes"],
+    return {"kind": kind, "samples": images, "touched": touched, "rank_rss_bytes": rank["rss_bytes"],
             "rank_index_bytes": rank["rss_bytes"] - base, "workers": len(per_worker),
             "worker_private_bytes": max(w["private_bytes"] for w in per_worker),
             "worker_pss_bytes": max(w["pss_bytes"] for w in per_worker),
             "worker_rss_bytes": max(w["rss_bytes"] for w in per_worker)}
 
 
-def measure_index_memory(kind: str, n: int, workers: int) -> dict:
+def measure_index_memory(kind: str, images: int, workers: int) -> dict:
     """index_memory in a fresh child process, so one kind's garbage cannot inflate the next."""
     cmd = [sys.executable, "-c", "import json; from results.runners.data_scale_bench import index_memory; "
-           f"print(json.dumps(index_memory({kind!r}, {n}, {workers})))"]
+           f"print(json.dumps(index_memory({kind!r}, {images}, {workers})))"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -253,41 +253,42 @@ def add_parser(sub, common) -> None:
                    choices=["pipeline", "opens", "memory"])
 
 
-def run(a) -> List[dict]:
-    root = common.jpeg_root(a.data, 4, -(-a.images // 4))
+def run(args) -> List[dict]:
+    root = common.jpeg_root(args.data, 4, -(-args.images // 4))
     env, out = common.environment(), []
 
     def record(kind: str, point: dict, metrics: dict) -> None:
         out.append(records.make_record(kind, sweep, point, metrics, env))
-        records.append(a.records, out[-1])
+        records.append(args.records, out[-1])
 
-    sweep = records.new_sweep_id("shards", a.tag)
-    if "pipeline" in a.parts:
-        sets = shard_sets(root, a.max_side, a.shard_size)
-        common.progress(1, 3, f"shards pipeline: {', '.join(sets)}, {a.images} images, {a.rounds} rounds")
-        results = pipeline_bench.bench_variants(pipeline_variants(sets, a.images), a.workers, a.image_size,
-                                                a.batch, a.rounds)
+    sweep = records.new_sweep_id("shards", args.tag)
+    if "pipeline" in args.parts:
+        sets = shard_sets(root, args.max_side, args.shard_size)
+        common.progress(1, 3, f"shards pipeline: {', '.join(sets)}, {args.images} images, {args.rounds} rounds")
+        results = pipeline_bench.bench_variants(pipeline_variants(sets, args.images), args.workers, args.image_size,
+                                                args.batch, args.rounds)
         for row in pipeline_bench.summarize(results):
             span = row["ratio_range"] or [None, None]
             record("shards_pipeline", {"variant": row["backend"], "split": row["split"], "workers": row["workers"],
-                                       "image_size": a.image_size, "images": a.images, "data": str(root)},
+                                       "image_size": args.image_size, "images": args.images, "data": str(root)},
                    {"images_per_cpu_s": row["images_per_s_per_core"], "images_per_s": row["images_per_s_wall"],
                     "cpu_ms_per_image": row["cpu_ms_per_image"], "rounds": row["rounds"],
                     "ratio_per_core": row["ratio_per_core_vs_baseline"], "ratio_min": span[0], "ratio_max": span[1]})
-    if "opens" in a.parts:
-        sets = shard_sets(root, [], a.shard_size)
-        common.progress(2, 3, f"shards opens: a seeded run of {a.io_epochs} epochs, {a.io_workers} workers, "
+    if "opens" in args.parts:
+        sets = shard_sets(root, [], args.shard_size)
+        common.progress(2, 3, f"shards opens: a seeded run of {args.io_epochs} epochs, {args.io_workers} workers, "
                         "per source under strace")
         for label, path in sets.items():
-            m = count_opens(path, a.io_workers, a.io_epochs)
-            record("data_opens", {"source": label, "data": str(path), "workers": a.io_workers, "epochs": a.io_epochs,
+            m = count_opens(path, args.io_workers, args.io_epochs)
+            record("data_opens", {"source": label, "data": str(path), "workers": args.io_workers,
+                                  "epochs": args.io_epochs,
                                   "seeded": True, "batch": IO_BATCH, "strace": "opens" in m},
                    {k: m[k] for k in ("images", "epochs", "rchar", "syscr", "dataset_opens", "shards", "opens",
                                       "opening_processes", "max_opens_per_file") if k in m})
-    if "memory" in a.parts:
+    if "memory" in args.parts:
         for kind in ("list", "folder", "shards"):
-            common.progress(3, 3, f"index memory: {kind}, {a.index_samples} samples, {a.loader_workers} workers")
-            m = measure_index_memory(kind, a.index_samples, a.loader_workers)
-            record("index_memory", {"index": kind, "samples": a.index_samples, "workers": a.loader_workers},
+            common.progress(3, 3, f"index memory: {kind}, {args.index_samples} samples, {args.loader_workers} workers")
+            m = measure_index_memory(kind, args.index_samples, args.loader_workers)
+            record("index_memory", {"index": kind, "samples": args.index_samples, "workers": args.loader_workers},
                    {k: v for k, v in m.items() if k not in ("kind", "samples", "workers")} | {"workers": m["workers"]})
     return out

@@ -60,9 +60,9 @@ class IOPoint:
 
 def _torchvision_imagefolder(root: Path, image_size: int) -> Dataset:
     """The classic pipeline: ImageFolder + RandomResizedCrop + flip + ToTensor + Normalize."""
-    from torchvision import datasets, transforms as T
-    tf = T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(),
-                    T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    from torchvision import datasets, transforms
+    tf = transforms.Compose([transforms.RandomResizedCrop(image_size), transforms.RandomHorizontalFlip(),
+                             transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
     return datasets.ImageFolder(str(root / "train"), transform=tf)
 
 
@@ -244,14 +244,14 @@ def points(backends: Sequence[str], workers: Sequence[int], readers: Sequence[in
     return pts
 
 
-def point_dict(p: IOPoint) -> Dict[str, object]:
-    return asdict(p)
+def point_dict(point: IOPoint) -> Dict[str, object]:
+    return asdict(point)
 
 
-def shuffled_order(n: int, seed: int = 0) -> List[int]:
+def shuffled_order(count: int, seed: int = 0) -> List[int]:
     """Random access order, as a shuffling sampler reads an epoch."""
     g = torch.Generator().manual_seed(seed)
-    return torch.randperm(n, generator=g).tolist()
+    return torch.randperm(count, generator=g).tolist()
 
 
 def builder_for(name: str, backends: Optional[Dict[str, DatasetBuilder]] = None) -> DatasetBuilder:

@@ -32,12 +32,12 @@ def _pixels(rng: np.random.Generator) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def _write_class(d: Path, per_class: int, seed: Sequence[int]) -> int:
+def _write_class(folder: Path, per_class: int, seed: Sequence[int]) -> int:
     rng = np.random.default_rng(list(seed))
-    d.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     total = 0
     for i in range(per_class):
-        path = d / f"img_{i:05d}.JPEG"
+        path = folder / f"img_{i:05d}.JPEG"
         pixels = _pixels(rng)  # drawn even for existing files so contents do not depend on them
         if not path.exists():
             Image.fromarray(pixels).save(path, "JPEG", quality=QUALITY)

@@ -30,7 +30,7 @@ def _slowest(value: float) -> float:
     return float(t.item())
 
 
-def _timed_steps(ddp, opt, x, y, steps: int) -> Dict[str, float]:
+def _timed_steps(ddp, opt, images, targets, steps: int) -> Dict[str, float]:
     """Median seconds of a synced and an unsynced step, interleaved so drift hits both alike."""
     loss_fn = torch.nn.CrossEntropyLoss()
     times = {True: [], False: []}
@@ -39,7 +39,7 @@ def _timed_steps(ddp, opt, x, y, steps: int) -> Dict[str, float]:
         dist.barrier()  # start both kinds of step from the same place on every rank
         t0 = time.perf_counter()
         with contextlib.nullcontext() if sync else ddp.no_sync():
-            loss_fn(ddp(x), y).backward()
+            loss_fn(ddp(images), targets).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         times[sync].append(time.perf_counter() - t0)

@@ -82,19 +82,20 @@ def add_parser(sub, common) -> None:
                    "(default results/scratch)")
 
 
-def run(a, scratch: Path, environment: dict) -> List[dict]:
+def run(args, scratch: Path, environment: dict) -> List[dict]:
     """The sweep of ``python -m results.bench prepare``: one record per --format x --workers."""
-    scratch = a.work_dir or scratch
-    download = ensure_download(scratch, a.classes, a.per_class, a.val_per_class)
-    sweep, out = records.new_sweep_id("prepare", a.tag), []
-    points = [(fmt, w) for fmt in a.format for w in a.workers]
+    scratch = args.work_dir or scratch
+    download = ensure_download(scratch, args.classes, args.per_class, args.val_per_class)
+    sweep, out = records.new_sweep_id("prepare", args.tag), []
+    points = [(fmt, w) for fmt in args.format for w in args.workers]
     for i, (fmt, workers) in enumerate(points, 1):
         log.info("[%d/%d] prepare --format %s --workers %d", i, len(points), fmt, workers)
-        point = {"format": fmt, "workers": workers, "classes": a.classes, "per_class": a.per_class,
-                 "val_per_class": a.val_per_class, "shard_mb": a.shard_size, "data": "results/runners/jpegs.py 500x375"}
-        metrics = measure(download, scratch / "prepare-out", fmt, workers, a.shard_size)
+        point = {"format": fmt, "workers": workers, "classes": args.classes, "per_class": args.per_class,
+                 "val_per_class": args.val_per_class, "shard_mb": args.shard_size,
+                 "data": "results/runners/jpegs.py 500x375"}
+        metrics = measure(download, scratch / "prepare-out", fmt, workers, args.shard_size)
         out.append(records.make_record("prepare", sweep, point, metrics, environment))
-        records.append(a.records, out[-1])
+        records.append(args.records, out[-1])
         log.info("  %.0f images/s, %.1f MB/s (plain read %.0f MB/s), %.1f CPU s", metrics["images_per_s"],
                  metrics["mb_per_s"], metrics["read_mb_per_s"], metrics["cpu_s"])
     return out

@@ -11,13 +11,13 @@ from typing import Any, Callable, List, Sequence
 from launch.environment import free_port
 
 
-def gather(q, procs: Sequence, expected: int, timeout_s: float) -> List[Any]:
-    """``expected`` messages from ``q``; RuntimeError when a process exits early or time runs out."""
+def gather(queue, procs: Sequence, expected: int, timeout_s: float) -> List[Any]:
+    """``expected`` messages from ``queue``; RuntimeError when a process exits early or time runs out."""
     got: List[Any] = []
     deadline = time.monotonic() + timeout_s
     while len(got) < expected:
         try:
-            got.append(q.get(timeout=0.5))
+            got.append(queue.get(timeout=0.5))
             continue
         except _queue.Empty:
             pass

@@ -117,25 +117,25 @@ def add_parser(sub, common) -> None:
     r.add_argument("--rounds", type=int, default=5)
 
 
-def run(a) -> List[dict]:
+def run(args) -> List[dict]:
     decoders = {name: make() for name, make in ((REFERENCE, c_decoder), ("nvimgcodec-cpu", nvimgcodec_decoder))}
     missing = [name for name, d in decoders.items() if d is None]
     if missing:
         raise BenchError(f"cannot compare: {', '.join(missing)} not available (build the C decoder with "
                            "`pip install -e .`; nvImageCodec comes with DALI: pip install '.[dali-cu13]')")
-    root = jpeg_root(a.data, 4, -(-a.images // 4))
-    files = sorted(p for p in (root / "train").rglob("*") if p.is_file())[:a.images]
+    root = jpeg_root(args.data, 4, -(-args.images // 4))
+    files = sorted(p for p in (root / "train").rglob("*") if p.is_file())[:args.images]
     bufs = [p.read_bytes() for p in files]
     boxes = training_boxes([jpeg_size(b) for b in bufs], seed=0)
-    rows = summarize(measure(decoders, bufs, boxes, a.rounds))
-    env, sweep, out = environment(), records.new_sweep_id("region", a.tag), []
+    rows = summarize(measure(decoders, bufs, boxes, args.rounds))
+    env, sweep, out = environment(), records.new_sweep_id("region", args.tag), []
     for row in rows:
         point = {"decoder": row["decoder"], "images": len(bufs), "boxes": "RandomResizedCrop(0.08-1, 3/4-4/3)",
-                 "data": str(a.data) if a.data else "generated 500x375 JPEGs (results/runners/jpegs.py)"}
+                 "data": str(args.data) if args.data else "generated 500x375 JPEGs (results/runners/jpegs.py)"}
         metrics = {k: row[k] for k in ("images_per_cpu_s", "cpu_ms_per_image", "rounds", "ratio_per_core",
                                        "ratio_min", "ratio_max")}
         out.append(records.make_record("region_decode", sweep, point, metrics, env))
-        records.append(a.records, out[-1])
+        records.append(args.records, out[-1])
         log.info("    %-16s %.0f images/s per core, %.3f CPU ms/image, %.2fx the C decoder (%.2f-%.2f)",
                  row["decoder"], row["images_per_cpu_s"], row["cpu_ms_per_image"], row["ratio_per_core"],
                  row["ratio_min"], row["ratio_max"])

@@ -53,26 +53,26 @@ class Point:
 
 # ---------------------------------------------------------------- the sweep
 
-def run(a: argparse.Namespace) -> int:
-    scratch_root, runs_root = _work_dirs(a.records)
-    kind = "storage" if a.io else "train"
-    if a.fresh:
-        sweep, done = records.new_sweep_id(kind, a.tag), {}
+def run(args: argparse.Namespace) -> int:
+    scratch_root, runs_root = _work_dirs(args.records)
+    kind = "storage" if args.io else "train"
+    if args.fresh:
+        sweep, done = records.new_sweep_id(kind, args.tag), {}
     else:
-        sweep, done = resume(a.records, kind, same_sweep_key(a), a.tag)
-    builder = storage_points if a.io else train_points
-    points = builder(a, sweep, done, scratch_root, runs_root)
-    if a.dry_run:
+        sweep, done = resume(args.records, kind, same_sweep_key(args), args.tag)
+    builder = storage_points if args.io else train_points
+    points = builder(args, sweep, done, scratch_root, runs_root)
+    if args.dry_run:
         for p in points:
             print(f"# ---- {p.label}: {p.scratch / 'job.sh'}\n{p.script}")
         return 0
     if not points:
-        log.info("every point of sweep %s is already recorded in %s", sweep, a.records)
+        log.info("every point of sweep %s is already recorded in %s", sweep, args.records)
         return 0
     log.info("sweep %s: %d point(s) to run%s, records -> %s", sweep, len(points),
-             f" ({len(done)} already recorded)" if done else "", a.records)
+             f" ({len(done)} already recorded)" if done else "", args.records)
     try:
-        failed = submit_and_collect(points, a)
+        failed = submit_and_collect(points, args)
     except KeyboardInterrupt:
         log.warning("interrupted: every job of the sweep still queued or running was cancelled; rerun the "
                     "same command to resume")
@@ -89,11 +89,11 @@ def _work_dirs(records_file: Path) -> Tuple[Path, Path]:
     return Path(records_file).resolve().parent / "scratch", Path(records_file).resolve().parent / "runs"
 
 
-def same_sweep_key(a: argparse.Namespace) -> dict:
+def same_sweep_key(args: argparse.Namespace) -> dict:
     """What must match for an earlier record to belong to this sweep (everything but the node count)."""
     keys = ["io", "gpus_per_node", "cpus_per_task", "arch", "batch", "image_size", "steps_per_epoch", "data",
             "workers", "variant", "precision", "readers", "seconds", "format_label", "cache"]
-    return portable({k: getattr(a, k) for k in keys if hasattr(a, k)})  # recorded: no machine paths
+    return portable({k: getattr(args, k) for k in keys if hasattr(args, k)})  # recorded: no machine paths
 
 
 def resume(path: Path, kind: str, key: dict, tag: str) -> Tuple[str, Dict[int, List[int]]]:
@@ -111,38 +111,39 @@ def resume(path: Path, kind: str, key: dict, tag: str) -> Tuple[str, Dict[int, L
     return sweep, done
 
 
-def runner(a: argparse.Namespace) -> train_bench.SlurmRunner:
-    return train_bench.SlurmRunner(a.gpus_per_node, a.time, cpus_per_task=a.cpus_per_task, partition=a.partition,
-                                   account=a.account, qos=a.qos, constraint=a.constraint, setup=tuple(a.setup),
-                                   python=a.python)
+def runner(args: argparse.Namespace) -> train_bench.SlurmRunner:
+    return train_bench.SlurmRunner(args.gpus_per_node, args.time, cpus_per_task=args.cpus_per_task,
+                                   partition=args.partition, account=args.account, qos=args.qos,
+                                   constraint=args.constraint, setup=tuple(args.setup),
+                                   python=args.python)
 
 
-def train_points(a: argparse.Namespace, sweep: str, done: Dict[int, List[int]], scratch_root: Path,
+def train_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[int]], scratch_root: Path,
                  runs_root: Path) -> List[Point]:
-    r = runner(a)
-    procs = a.gpus_per_node or a.procs_per_node
-    workers = a.workers if a.workers is not None else (8 if a.gpus_per_node else 0)
-    params = parameter_count(a.arch)
+    r = runner(args)
+    procs = args.gpus_per_node or args.procs_per_node
+    workers = args.workers if args.workers is not None else (8 if args.gpus_per_node else 0)
+    params = parameter_count(args.arch)
     out = []
-    for n in sorted(set(a.nodes)):
+    for n in sorted(set(args.nodes)):
         if n in done:
             log.info("nodes %d: already recorded in sweep %s, skipped", n, sweep)
             continue
-        p = train_bench.TrainPoint(variant=a.variant, procs_per_node=procs, nodes=n, batch_size=a.batch,
-                                   precision=a.precision, data=a.data, arch=a.arch, image_size=a.image_size,
-                                   epochs=1, steps_per_epoch=a.steps_per_epoch, val_steps=1, workers=workers,
-                                   extra_args=tuple(a.extra))
+        p = train_bench.TrainPoint(variant=args.variant, procs_per_node=procs, nodes=n, batch_size=args.batch,
+                                   precision=args.precision, data=args.data, arch=args.arch, image_size=args.image_size,
+                                   epochs=1, steps_per_epoch=args.steps_per_epoch, val_steps=1, workers=workers,
+                                   extra_args=tuple(args.extra))
         scratch, keep = scratch_root / sweep / p.name, runs_root / sweep / p.name
         extra = {"runner": "slurm", "bench_command": portable(" ".join(sys.argv)),
-                 "scaling_key": same_sweep_key(a), **({"note": a.note} if a.note else {})}
+                 "scaling_key": same_sweep_key(args), **({"note": args.note} if args.note else {})}
 
-        def finish(pt: Point, p=p, scratch=scratch, keep=keep, extra=extra) -> dict:
+        def finish(pt: Point, point=p, scratch=scratch, keep=keep, extra=extra) -> dict:
             if pt.error:
-                return train_bench.failed_train_record(p, sweep, pt.error, extra)
+                return train_bench.failed_train_record(point, sweep, pt.error, extra)
             out_ = train_bench.Outcome(0, slurm_queue.job_output(scratch),
                                        f"sbatch {' '.join(r.sbatch_argv(scratch))} {scratch / 'job.sh'}",
                                        time.monotonic() - pt.t0)
-            return train_bench.train_record(p, out_, sweep, params, extra, scratch, keep)
+            return train_bench.train_record(point, out_, sweep, params, extra, scratch, keep)
         why = train_bench.check(p)
         if why:
             raise BenchError(why)
@@ -151,17 +152,17 @@ def train_points(a: argparse.Namespace, sweep: str, done: Dict[int, List[int]], 
     return out
 
 
-def storage_points(a: argparse.Namespace, sweep: str, done: Dict[int, List[int]], scratch_root: Path,
+def storage_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[int]], scratch_root: Path,
                    runs_root: Path) -> List[Point]:
     """``--io``: one job per (nodes, readers per node) reading --data (results.runners.storage_bench)."""
-    data = Path(a.data)
-    if a.data == "dummy" or not data.is_dir():
-        raise BenchError(f"--io reads --data from the shared filesystem; {a.data} is not a folder")
-    fmt = a.format_label or storage_bench.data_format(data)
-    r = runner(a)
+    data = Path(args.data)
+    if args.data == "dummy" or not data.is_dir():
+        raise BenchError(f"--io reads --data from the shared filesystem; {args.data} is not a folder")
+    fmt = args.format_label or storage_bench.data_format(data)
+    r = runner(args)
     out = []
-    for n in sorted(set(a.nodes)):
-        for k in sorted(set(a.readers)):
+    for n in sorted(set(args.nodes)):
+        for k in sorted(set(args.readers)):
             if k in done.get(n, []):
                 continue
             name = f"read_n{n}x{k}_{fmt}"
@@ -169,31 +170,31 @@ def storage_points(a: argparse.Namespace, sweep: str, done: Dict[int, List[int]]
             # readers need no GPU: a CPU job (--constraint/--partition pick the nodes)
             spec = generate.JobSpec(name=f"bench-{name}"[:60], nodes=n, gpus_per_node=0, tasks_per_node=k,
                                     procs_per_node=k,
-                                    cpus_per_task=a.cpus_per_task or 1, launcher="srun", data=str(data),
-                                    requeue=False, time=a.time, output=str(scratch / "slurm-%j.out"), **r.options)
+                                    cpus_per_task=args.cpus_per_task or 1, launcher="srun", data=str(data),
+                                    requeue=False, time=args.time, output=str(scratch / "slurm-%j.out"), **r.options)
             point = {"nodes": n, "readers_per_node": k, "format": fmt, "data": portable(str(data)),
-                     "seconds": a.seconds, "cache": a.cache}
+                     "seconds": args.seconds, "cache": args.cache}
 
-            def finish(pt, scratch=scratch, point=point, n=n, k=k) -> dict:
+            def finish(pt, scratch=scratch, point=point, nodes=n, readers=k) -> dict:
                 # the submitting host's software; the nodes' names are in the metrics' readers
-                env = portable({**environment(n), "slurm_job_id": pt.job})
-                extra = {"runner": "slurm", "scaling_key": same_sweep_key(a),
+                env = portable({**environment(nodes), "slurm_job_id": pt.job})
+                extra = {"runner": "slurm", "scaling_key": same_sweep_key(args),
                          "bench_command": portable(" ".join(sys.argv)), "wall_s": time.monotonic() - pt.t0,
-                         **({"note": a.note} if a.note else {})}
+                         **({"note": args.note} if args.note else {})}
                 if pt.error:
                     return records.make_record("storage", sweep, point, {}, env, "failed", pt.error, **extra)
                 try:
-                    m = storage_bench.metrics(scratch, n, k)
+                    m = storage_bench.metrics(scratch, nodes, readers)
                 except (OSError, ValueError) as e:
                     tail = slurm_queue.job_output(scratch).splitlines()[-1:] or ["(no job output)"]
                     return records.make_record("storage", sweep, point, {}, env, "failed", f"{e}; {tail[0]}", **extra)
                 return records.make_record("storage", sweep, point, m, env, **extra)
-            script = generate.render_step(spec, storage_bench.job_body(a, k))
+            script = generate.render_step(spec, storage_bench.job_body(args, k))
             out.append(Point(f"{n} node(s) x {k} reader(s)", scratch, script, r.sbatch_argv(scratch), finish))
     return out
 
 
-def submit_and_collect(points: List[Point], a: argparse.Namespace) -> int:
+def submit_and_collect(points: List[Point], args: argparse.Namespace) -> int:
     """Submit every point, print each state change, record each point as its job ends; the number
     of failed points. Interrupted (KeyboardInterrupt) or out of time (slurm_queue.Timeout), every
     job still queued or running is cancelled first; nothing is recorded for those, so a rerun
@@ -201,19 +202,19 @@ def submit_and_collect(points: List[Point], a: argparse.Namespace) -> int:
     by_job: Dict[str, Point] = {}
     failed = 0
 
-    def record(p: Point) -> None:
+    def record(point: Point) -> None:
         nonlocal failed
-        rec = p.finish(p)
-        records.append(a.records, rec)
+        rec = point.finish(point)
+        records.append(args.records, rec)
         failed += rec["status"] != "ok"
-        log.info("%s: %s", p.label, _summary(rec))
+        log.info("%s: %s", point.label, _summary(rec))
     try:
         previous = None
         for p in points:
             p.scratch.mkdir(parents=True, exist_ok=True)
             path = p.scratch / "job.sh"
             write_text(path, p.script)
-            after = [f"--dependency=afterany:{previous}"] if previous and not a.concurrent else []
+            after = [f"--dependency=afterany:{previous}"] if previous and not args.concurrent else []
             try:
                 p.job = slurm_queue.submit(path, [*after, *p.sbatch_args], cwd=train_bench.REPO,
                                            env=train_bench._child_env())
@@ -234,7 +235,7 @@ def submit_and_collect(points: List[Point], a: argparse.Namespace) -> int:
             record(p)
         else:
             log.info("%s: job %s %s", p.label, job, state)
-    slurm_queue.watch(list(by_job), on_change, a.timeout)
+    slurm_queue.watch(list(by_job), on_change, args.timeout)
     return failed
 
 

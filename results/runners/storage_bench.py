@@ -114,10 +114,10 @@ def metrics(out: Path, nodes: int, readers_per_node: int) -> Dict[str, float]:
             "complete": all(r["files"] == r["share"] for r in got)}
 
 
-def job_body(a: argparse.Namespace, readers: int) -> List[str]:
+def job_body(args: argparse.Namespace, readers: int) -> List[str]:
     return ['"$PYTHON" -m results.runners.storage_bench list "$DATA" "$LOG_DIR" || exit 2',
             f'srun --ntasks-per-node={readers} --cpus-per-task=1 "$PYTHON" -m results.runners.storage_bench read '
-            f'"$LOG_DIR" --seconds {a.seconds:g} --cache {a.cache}']
+            f'"$LOG_DIR" --seconds {args.seconds:g} --cache {args.cache}']
 
 
 def main(argv=None) -> int:

@@ -65,34 +65,35 @@ class TrainPoint:
                 f"{self.precision}{'-' + self.amp_dtype if self.amp_dtype else ''}_{data}")
 
 
-def from_setup(p: TrainPoint, name: str) -> TrainPoint:
-    """``p`` with the variant, precision and flags of setup ``name`` (its own extra flags kept last)."""
+def from_setup(point: TrainPoint, name: str) -> TrainPoint:
+    """``point`` with the variant, precision and flags of setup ``name`` (its own extra flags kept last)."""
     s = SETUPS[name]
-    return replace(p, setup=name, variant=s.variant, precision=s.precision, amp_dtype=s.amp_dtype,
-                   extra_args=s.flags + tuple(p.extra_args))
+    return replace(point, setup=name, variant=s.variant, precision=s.precision, amp_dtype=s.amp_dtype,
+                   extra_args=s.flags + tuple(point.extra_args))
 
 
-def engine_args(p: TrainPoint, log_dir: Path, for_slurm: bool = False, cpu: Optional[bool] = None) -> List[str]:
+def engine_args(point: TrainPoint, log_dir: Path, for_slurm: bool = False, cpu: Optional[bool] = None) -> List[str]:
     """The entry script's flags for a point (pytorch/examples names).
 
     ``for_slurm`` leaves out what slurm.generate sets itself (arch, epochs, batch, workers, data,
     log dir). ``cpu``: the processes run without GPUs (gloo); default: this machine has no CUDA
     (a SLURM job's nodes are not this machine: its runner says).
     """
-    managed = ["-a", p.arch, "--epochs", str(p.epochs), "-b", str(p.batch_size), "--workers", str(p.workers)]
+    managed = ["-a", point.arch, "--epochs", str(point.epochs), "-b", str(point.batch_size),
+               "--workers", str(point.workers)]
     args = [] if for_slurm else managed
     args += [] if for_slurm else ["--log-dir", str(log_dir)]  # slurm: LOG_DIR, set at submit time
-    args += ["--image-size", str(p.image_size), "--steps-per-epoch", str(p.steps_per_epoch),
-             "--val-steps", str(p.val_steps), "--opt-level", p.precision]
-    if p.amp_dtype:
-        args += ["--amp-dtype", p.amp_dtype]
-    if p.variant not in SINGLE_PROCESS and (not _has_cuda() if cpu is None else cpu):
+    args += ["--image-size", str(point.image_size), "--steps-per-epoch", str(point.steps_per_epoch),
+             "--val-steps", str(point.val_steps), "--opt-level", point.precision]
+    if point.amp_dtype:
+        args += ["--amp-dtype", point.amp_dtype]
+    if point.variant not in SINGLE_PROCESS and (not _has_cuda() if cpu is None else cpu):
         args += ["--dist-backend", "gloo"]
-    if p.data == "dummy":
+    if point.data == "dummy":
         args.append("--dummy")
     elif not for_slurm:
-        args.append(str(p.data))
-    return args + list(p.extra_args)
+        args.append(str(point.data))
+    return args + list(point.extra_args)
 
 
 def _has_cuda() -> bool:
@@ -100,20 +101,21 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def check(p: TrainPoint) -> Optional[str]:
+def check(point: TrainPoint) -> Optional[str]:
     """Why a point cannot run as given, or None."""
-    if p.variant not in SCRIPTS:
-        return f"unknown variant {p.variant!r}; use one of {', '.join(SCRIPTS)}"
-    if p.variant in SINGLE_PROCESS and p.world_size != 1:
-        return f"variant {p.variant} runs one process; use --procs 1 --nodes 1 (DataParallel uses all local GPUs)"
-    if p.data != "dummy" and not Path(p.data).is_dir():
-        return f"dataset directory {p.data} does not exist; pass a folder with train/ and val/ or 'dummy'"
+    if point.variant not in SCRIPTS:
+        return f"unknown variant {point.variant!r}; use one of {', '.join(SCRIPTS)}"
+    if point.variant in SINGLE_PROCESS and point.world_size != 1:
+        return f"variant {point.variant} runs one process; use --procs 1 --nodes 1 (DataParallel uses all local GPUs)"
+    if point.data != "dummy" and not Path(point.data).is_dir():
+        return f"dataset directory {point.data} does not exist; pass a folder with train/ and val/ or 'dummy'"
     return None
 
 
-def torchrun_command(p: TrainPoint, log_dir: Path) -> List[str]:
+def torchrun_command(point: TrainPoint, log_dir: Path) -> List[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={p.procs_per_node}", str(REPO / SCRIPTS[p.variant]), *engine_args(p, log_dir)]
+            f"--nproc_per_node={point.procs_per_node}", str(REPO / SCRIPTS[point.variant]),
+            *engine_args(point, log_dir)]
 
 
 # ---------------------------------------------------------------- runners
@@ -134,10 +136,10 @@ class LocalRunner:
     def __init__(self, timeout_s: float = 1800):
         self.timeout_s = timeout_s
 
-    def run(self, p: TrainPoint, log_dir: Path) -> Outcome:
-        if p.nodes != 1:
-            raise RuntimeError(f"{p.nodes} nodes cannot run locally; use --submit slurm on a cluster")
-        cmd = torchrun_command(p, log_dir)
+    def run(self, point: TrainPoint, log_dir: Path) -> Outcome:
+        if point.nodes != 1:
+            raise RuntimeError(f"{point.nodes} nodes cannot run locally; use --submit slurm on a cluster")
+        cmd = torchrun_command(point, log_dir)
         return _run_logged(cmd, log_dir / "bench.log", self.timeout_s, env=_child_env())
 
 
@@ -160,28 +162,29 @@ class SlurmRunner:
         self.options = {k: v for k, v in sbatch_options.items() if v not in (None, (), [])}
         self.options.setdefault("python", "python" if self.options.get("setup") else sys.executable)
 
-    def script(self, p: TrainPoint, log_dir: Path) -> str:
+    def script(self, point: TrainPoint, log_dir: Path) -> str:
         from slurm import generate
-        spec = generate.JobSpec(name=f"bench-{p.name}"[:60], nodes=p.nodes, gpus_per_node=self.gpus_per_node,
-                                procs_per_node=p.procs_per_node, cpus_per_task=self.cpus_per_task,
-                                variant=p.variant, data=str(p.data), arch=p.arch, epochs=p.epochs,
-                                batch_size=p.batch_size, workers=p.workers,
-                                train_args=tuple(engine_args(p, log_dir, for_slurm=True, cpu=not self.gpus_per_node)),
+        spec = generate.JobSpec(name=f"bench-{point.name}"[:60], nodes=point.nodes, gpus_per_node=self.gpus_per_node,
+                                procs_per_node=point.procs_per_node, cpus_per_task=self.cpus_per_task,
+                                variant=point.variant, data=str(point.data), arch=point.arch, epochs=point.epochs,
+                                batch_size=point.batch_size, workers=point.workers,
+                                train_args=tuple(engine_args(point, log_dir, for_slurm=True,
+                                                             cpu=not self.gpus_per_node)),
                                 requeue=False,
                                 time=self.time_limit, output=str(log_dir / "slurm-%j.out"), **self.options)
         return generate.render(spec)
 
-    def write(self, p: TrainPoint, log_dir: Path) -> Path:
+    def write(self, point: TrainPoint, log_dir: Path) -> Path:
         log_dir.mkdir(parents=True, exist_ok=True)
         path = log_dir / "job.sh"
-        write_text(path, self.script(p, log_dir))
+        write_text(path, self.script(point, log_dir))
         return path
 
     def sbatch_argv(self, log_dir: Path) -> List[str]:
         return [f"--export=ALL,LOG_DIR={log_dir}", *self.sbatch_args]
 
-    def run(self, p: TrainPoint, log_dir: Path) -> Outcome:
-        path = self.write(p, log_dir)
+    def run(self, point: TrainPoint, log_dir: Path) -> Outcome:
+        path = self.write(point, log_dir)
         t0, rc = time.monotonic(), 0
         try:
             slurm_queue.wait_one(path, self.sbatch_argv(log_dir), REPO, _child_env(), self.timeout_s)
@@ -276,10 +279,10 @@ def _write_scalars(src: Path, out) -> None:
     writer.flush()
 
 
-def point_dict(p: TrainPoint) -> Dict[str, object]:
-    d = asdict(p)
-    d["extra_args"] = list(p.extra_args)
-    d["world_size"] = p.world_size
+def point_dict(point: TrainPoint) -> Dict[str, object]:
+    d = asdict(point)
+    d["extra_args"] = list(point.extra_args)
+    d["world_size"] = point.world_size
     return d
 
 
@@ -292,12 +295,12 @@ def read_run_json(log_dir: Path) -> dict:
 
 # ---------------------------------------------------------------- records
 
-def failed_train_record(p: TrainPoint, sweep: str, error: str, extra: dict) -> dict:
-    return records.make_record("train", sweep, point_dict(p), {}, environment(p.nodes), "failed",
+def failed_train_record(point: TrainPoint, sweep: str, error: str, extra: dict) -> dict:
+    return records.make_record("train", sweep, point_dict(point), {}, environment(point.nodes), "failed",
                                error, **extra)
 
 
-def train_record(p: TrainPoint, out: Outcome, sweep: str, params: Optional[int],
+def train_record(point: TrainPoint, out: Outcome, sweep: str, params: Optional[int],
                  extra: dict, scratch: Path, keep: Path, keep_checkpoints: bool = False) -> dict:
     """The record of a point that ran (well or not), from the run.json it left in ``scratch``;
     what the report reads is kept in ``keep``."""
@@ -307,7 +310,7 @@ def train_record(p: TrainPoint, out: Outcome, sweep: str, params: Optional[int],
         metrics = metrics_from_run(run)
     except (OSError, ValueError, KeyError) as e:
         error = f"exit code {out.returncode}; {type(e).__name__}: {e}; log tail: {last_line(out.log_tail)}"
-        return failed_train_record(p, sweep, error, extra)
+        return failed_train_record(point, sweep, error, extra)
     metrics["parameters"] = params
     if run.get("profile"):  # --profile-steps: where the step's device time went, kernel by kernel
         extra["profile"] = portable(run["profile"])
@@ -319,6 +322,6 @@ def train_record(p: TrainPoint, out: Outcome, sweep: str, params: Optional[int],
     if out.returncode != 0 or run.get("status") != "finished":
         status, error = "failed", f"exit code {out.returncode}, engine status {run.get('status')}: " \
                                   f"{last_line(out.log_tail)}"
-    return records.make_record("train", sweep, point_dict(p), metrics,
+    return records.make_record("train", sweep, point_dict(point), metrics,
                                portable(run.get("environment") or environment()), status, error,
                                **extra)

@@ -84,19 +84,19 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                    help="where each run's log (and the engine's run folder) goes, one folder per sweep")
 
 
-def run(a: argparse.Namespace) -> List[dict]:
-    data = fashion_mnist.convert(a.fashion_mnist, a.cache, a.train_per_class, a.val_per_class)
+def run(args: argparse.Namespace) -> List[dict]:
+    data = fashion_mnist.convert(args.fashion_mnist, args.cache, args.train_per_class, args.val_per_class)
     log.info("data: %s (%s)", data, ", ".join(fashion_mnist.classes_of(data)))
     out: List[dict] = []
-    if a.phase in ("examples", "both"):
-        out.append(run_examples(a, data))
-    if a.phase in ("ours", "both"):
-        out.append(run_ours(a, data))
+    if args.phase in ("examples", "both"):
+        out.append(run_examples(args, data))
+    if args.phase in ("ours", "both"):
+        out.append(run_ours(args, data))
     return out
 
 
-def _point(program: str, data: Path, a: argparse.Namespace, **fields) -> dict:
-    return {"program": program, "arch": "resnet18", "data": data.name, "image_size": a.image_size,
+def _point(program: str, data: Path, args: argparse.Namespace, **fields) -> dict:
+    return {"program": program, "arch": "resnet18", "data": data.name, "image_size": args.image_size,
             "train_images": fashion_mnist.counts_of(data)["train"], **fields}
 
 
@@ -108,35 +108,37 @@ def _record(sweep: str, point: dict, metrics: dict, followed: Followed, error: O
 
 # ---------------------------------------------------------------- phase: examples
 
-def run_examples(a: argparse.Namespace, data: Path) -> dict:
-    if a.examples is None:
+def run_examples(args: argparse.Namespace, data: Path) -> dict:
+    if args.examples is None:
         raise BenchError("the examples phase needs --examples DIR, a pytorch/examples checkout "
                          "(git clone https://github.com/pytorch/examples DIR)")
-    sweep = records.new_sweep_id("examples", a.tag)
-    log_file = a.work / sweep / "main.log"
-    log.info("examples: main.py for %d epochs at %d px; every line in %s", a.examples_epochs, a.image_size, log_file)
-    lines, followed = examples_main.run(a.examples, data, a.image_size, a.examples_epochs, log_file,
-                                        timeout_s=a.timeout_minutes * 60)
-    point = _point(EXAMPLES_PROGRAM, data, a, examples_commit=_commit(a.examples), epochs_planned=a.examples_epochs,
+    sweep = records.new_sweep_id("examples", args.tag)
+    log_file = args.work / sweep / "main.log"
+    log.info("examples: main.py for %d epochs at %d px; every line in %s", args.examples_epochs, args.image_size,
+             log_file)
+    lines, followed = examples_main.run(args.examples, data, args.image_size, args.examples_epochs, log_file,
+                                        timeout_s=args.timeout_minutes * 60)
+    point = _point(EXAMPLES_PROGRAM, data, args, examples_commit=_commit(args.examples),
+                   epochs_planned=args.examples_epochs,
                    eval_every=1, recipe=dict(examples_main.DEFAULTS),
-                   changed_in_copy=[f"{old} -> {new}" for old, new in examples_main.size_replacements(a.image_size)])
+                   changed_in_copy=[f"{old} -> {new}" for old, new in examples_main.size_replacements(args.image_size)])
     error = _failure(followed, lines.curve, "main.py")
     best = max((p["top1"] for p in lines.curve), default=0.0)
     metrics = tta_metrics(lines.curve, best, followed, point["train_images"], lines.eval_s, 1)
     rec = _record(sweep, point, metrics, followed, error, curve=lines.curve, notes=[EXAMPLES_NOTE], log=str(log_file))
-    records.append(a.records, rec)
+    records.append(args.records, rec)
     _say(rec)
     return rec
 
 
 # ---------------------------------------------------------------- phase: ours
 
-def run_ours(a: argparse.Namespace, data: Path) -> dict:
-    examples = examples_record(a.records, data.name, a.image_size)
+def run_ours(args: argparse.Namespace, data: Path) -> dict:
+    examples = examples_record(args.records, data.name, args.image_size)
     target, budget_s = examples["metrics"]["best_top1"], examples["metrics"]["wall_s"]
-    sweep = records.new_sweep_id("ours", a.tag)
-    run_dir = a.work / sweep / "run"
-    cmd = [sys.executable, "-u", str(ENGINE), str(data), "--image-size", str(a.image_size), *RECIPE_FLAGS,
+    sweep = records.new_sweep_id("ours", args.tag)
+    run_dir = args.work / sweep / "run"
+    cmd = [sys.executable, "-u", str(ENGINE), str(data), "--image-size", str(args.image_size), *RECIPE_FLAGS,
            "--desired-acc", f"{target:.3f}", "--time-budget-minutes", f"{budget_s / 60:.3f}", "--log-dir", str(run_dir)]
     log.info("ours: target %.2f %% top-1 (main.py's best), budget %.0f s (main.py's wall time); recipe %s",
              target, budget_s, " ".join(RECIPE_FLAGS))
@@ -149,12 +151,12 @@ def run_ours(a: argparse.Namespace, data: Path) -> dict:
                           engine_tta.get("eval_s", 0.0), _flag_value("--eval-every", 1))
     metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=max((p["top1"] for p in in_budget), default=None),
                    images_seen=sum(e.get("train_samples", 0) for e in run_json.get("epochs", [])) or None)
-    point = _point(OURS_PROGRAM, data, a, recipe_flags=list(RECIPE_FLAGS), recipe=_settings(run_json),
+    point = _point(OURS_PROGRAM, data, args, recipe_flags=list(RECIPE_FLAGS), recipe=_settings(run_json),
                    target_from=examples["sweep"])
     rec = _record(sweep, point, metrics, followed, _failure(followed, lines.curve, "the engine"), curve=lines.curve,
                   engine_time_to_accuracy=engine_tta, engine_status=run_json.get("status"),
                   log=str(run_dir.parent / "engine.log"))
-    records.append(a.records, rec)
+    records.append(args.records, rec)
     _say(rec)
     return rec
 

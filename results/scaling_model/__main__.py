@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from results.analysis import whole_step as ws
+from results.analysis import whole_step
 from results.core import records
 from results.core.records import by_kind
 from results.report import tta_check
@@ -23,15 +23,15 @@ def run_check(record_paths: Sequence[Path], ref_dir: Path) -> int:
     recs, _ = records.load(record_paths) if record_paths else ([], [])
     pub = json.loads((ref_dir / "published_resnet50.json").read_text())
     links = json.loads((ref_dir / "links.json").read_text())
-    h, h_rec = ws.model_overlap(by_kind(recs, "overlap"))
-    got = ws.measured(by_kind(recs, "train"), by_kind(recs, "pipeline"), h, h_rec["_source"] if h_rec else None)
-    rows = ws.check_rows(ws.cases(pub, links, got))
+    h, h_rec = whole_step.model_overlap(by_kind(recs, "overlap"))
+    got = whole_step.measured(by_kind(recs, "train"), by_kind(recs, "pipeline"), h, h_rec["_source"] if h_rec else None)
+    rows = whole_step.check_rows(whole_step.cases(pub, links, got))
     print(text.inputs_text(got, links) + "\n")
     widths = [max(len(str(c)) for c in col) for col in zip(text.HEADERS, *text.table_rows(rows))]
     for line in [text.HEADERS, *text.table_rows(rows)]:
         print("  ".join(str("-" if c is None else c).ljust(w) for c, w in zip(line, widths)))
     print("\n" + text.summary(rows) + text.dle_bracket(rows))
-    return ws.exit_code(rows)
+    return whole_step.exit_code(rows)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -7,8 +7,8 @@ from typing import Callable, Optional, Tuple
 
 import torch
 from PIL import Image
-from torchvision import transforms as T1
-from torchvision.transforms import v2 as T
+from torchvision import transforms
+from torchvision.transforms import v2
 
 from .base import CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, Transform, val_resize
 
@@ -33,13 +33,13 @@ def baseline_backend(train: bool, image_size: int, resize_size: Optional[int] = 
                      crop_scale: Tuple[float, float] = CROP_SCALE) -> Transform:
     """pytorch/examples imagenet/main.py's transforms on ImageFolder's loader; float output. Validation
     resizes the short side to RESIZE_SIZE (default: image_size * 256 / 224), then crops IMAGE_SIZE."""
-    normalize = T1.Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    normalize = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)
     if train:
-        ops = T1.Compose([T1.RandomResizedCrop(image_size, scale=crop_scale), T1.RandomHorizontalFlip(), T1.ToTensor(),
-                          normalize])
+        ops = transforms.Compose([transforms.RandomResizedCrop(image_size, scale=crop_scale),
+                                  transforms.RandomHorizontalFlip(), transforms.ToTensor(), normalize])
     else:
-        ops = T1.Compose([T1.Resize(resize_size or val_resize(image_size)), T1.CenterCrop(image_size), T1.ToTensor(),
-                          normalize])
+        ops = transforms.Compose([transforms.Resize(resize_size or val_resize(image_size)),
+                                  transforms.CenterCrop(image_size), transforms.ToTensor(), normalize])
     return _Composed(ops)
 
 
@@ -47,9 +47,9 @@ def pil_backend(train: bool, image_size: int, resize_size: Optional[int] = None,
                 crop_scale: Tuple[float, float] = CROP_SCALE) -> Transform:
     """PIL decode + torchvision v2 transforms, producing uint8 CHW tensors (validation as baseline's)."""
     if train:
-        ops = T.Compose([T.RandomResizedCrop(image_size, scale=crop_scale, antialias=True), T.RandomHorizontalFlip(),
-                         T.PILToTensor()])
+        ops = v2.Compose([v2.RandomResizedCrop(image_size, scale=crop_scale, antialias=True), v2.RandomHorizontalFlip(),
+                         v2.PILToTensor()])
     else:
-        ops = T.Compose([T.Resize(resize_size or val_resize(image_size), antialias=True), T.CenterCrop(image_size),
-                         T.PILToTensor()])
+        ops = v2.Compose([v2.Resize(resize_size or val_resize(image_size), antialias=True), v2.CenterCrop(image_size),
+                         v2.PILToTensor()])
     return _Composed(ops)
