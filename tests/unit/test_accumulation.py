@@ -55,6 +55,9 @@ def _rank(rank, world, init_file, out):
         weights = _train(model, 2, rank, world)
         if rank == 0:
             out.put(([w.numpy() for w in weights], len(calls)))
+        # both ranks past every collective before the group goes: a rank tearing gloo down while its
+        # peer still finishes the last asynchronous all-reduce aborted ('terminate called') under load
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
