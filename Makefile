@@ -66,7 +66,7 @@ demo: setup $(DEMO_DATA)/train
 test: setup-dev test-system-deps
 	$(PY) -m pytest -n 2 --dist loadgroup
 
-# the unit tier only (tests/unit: no training launched, under 2 minutes on 2 cores): the loop while editing
+# the unit tier only (tests/unit: no training launched, about 70 s on 2 cores): the loop while editing
 test-fast: setup-dev
 	$(PY) -m pytest tests/unit
 
