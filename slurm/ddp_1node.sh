@@ -147,9 +147,11 @@ while :; do
     echo "$(date -Is) training exited with status $status; restarting it in this allocation from the newest checkpoint: $(budget_note)"
 done
 
-# requeue only when the trainers stopped to be preempted (exit 75; run.json says so under
-# torchrun/launch, whose agents report any worker failure as 1), not after a finished run
-if [ "$preempted" = 1 ] && { [ "$status" = 75 ] || grep -qs '"status": "preempted"' "$LOG_DIR/run.json"; }; then
+# after the signal, requeue unless the training finished (0: run.json not "preempted", as
+# torchrun/launch agents end 0 after a stop too) or was refused (2: it would be again). A
+# stop is exit 75; a process the signal reached before its handler was in place (a
+# worker still starting) dies of it: its run has not finished either, and resumes after the requeue
+if [ "$preempted" = 1 ] && { grep -qs '"status": "preempted"' "$LOG_DIR/run.json" || { [ "$status" != 0 ] && [ "$status" != 2 ]; }; }; then
     echo "$(date -Is) training stopped with status $status; requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID" && exit 0
 fi

@@ -8,8 +8,8 @@ What a generated script does, in order: ``#SBATCH`` directives; settings with de
 environment (the modules are the MODULES setting: ``MODULES=`` at submit time loads none, for a site
 without environment modules); MASTER_ADDR = first host of the allocation, MASTER_PORT derived from the job id; a
 trap that passes the requeue signal on to the training processes (and leaves a stop file in the
-run folder for those still starting); a log of the allocation; the launcher; a requeue only when
-the trainers stopped for it (exit 75), else exit with the training's exit status.
+run folder for those still starting); a log of the allocation; the launcher; after the signal, a requeue unless
+the training finished or was refused (exit 2), else exit with the training's exit status.
 
 Recovery inside the allocation: a training step that fails (a rank killed, a node's processes
 gone, a peer that stopped answering) is started again and resumes from the newest checkpoint,
@@ -595,10 +595,12 @@ def _dist_launch(spec: JobSpec, srun: str, script: str) -> List[str]:
 def _finish(spec: JobSpec) -> str:
     lines = [""]
     if spec.requeue:
-        lines += ["# requeue only when the trainers stopped to be preempted (exit 75; run.json says so under",
-                  "# torchrun/launch, whose agents report any worker failure as 1), not after a finished run",
-                  f'if [ "$preempted" = 1 ] && {{ [ "$status" = {EXIT_PREEMPTED} ] || '
-                  'grep -qs \'"status": "preempted"\' "$LOG_DIR/run.json"; }; then',
+        lines += ["# after the signal, requeue unless the training finished (0: run.json not \"preempted\", as",
+                  "# torchrun/launch agents end 0 after a stop too) or was refused (2: it would be again). A",
+                  f"# stop is exit {EXIT_PREEMPTED}; a process the signal reached before its handler was in place (a",
+                  "# worker still starting) dies of it: its run has not finished either, and resumes after the requeue",
+                  f'if [ "$preempted" = 1 ] && {{ grep -qs \'"status": "preempted"\' "$LOG_DIR/run.json" || '
+                  f'{{ [ "$status" != 0 ] && [ "$status" != {EXIT_USAGE} ]; }}; }}; then',
                   '    echo "$(date -Is) training stopped with status $status; requeueing job $SLURM_JOB_ID"',
                   '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
                   "fi"]

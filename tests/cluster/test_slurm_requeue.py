@@ -117,6 +117,28 @@ def _finishes_after_the_signal(slurm_cluster: SlurmCluster, data: Path, tmp_path
     assert run_states(slurm_cluster, job_id) == ["COMPLETED"]
 
 
+# Stands in for a trainer that the time-limit signal reaches before its handler is in place (a
+# worker still starting): it has the batch script signalled, then dies of the USR2 the batch script
+# passes on. After the requeue it finishes.
+DYING_TRAINER = """#!/bin/sh
+[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && exit 0
+scancel --batch --signal=USR2 "$SLURM_JOB_ID"
+exec sleep 120
+"""
+
+
+def _killed_by_the_signal_while_starting(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path,
+                                         pin: Sequence[str]) -> None:
+    script = requeue_script(tmp_path, data, "srun", nodes=1, procs=1)
+    trainer = stand_in_trainer(tmp_path, DYING_TRAINER)
+    job_id, log = submit_script(slurm_cluster, script, tmp_path / "run", f"PYTHON={trainer}")
+    wait_for("the batch script to decide", lambda: re.search(r"training exited|requeueing", log()), 100)
+    assert "requeueing job" in log(), log()[-3000:]
+    release_requeued(slurm_cluster, job_id)
+    assert slurm_cluster.wait_finished(job_id, runs=2)["State"] == "COMPLETED"
+    assert run_states(slurm_cluster, job_id) == ["REQUEUED", "COMPLETED"]
+
+
 LAUNCHERS = ("srun", "mpi", "launch")
 SIGNAL_TEST = "test_time_limit_signal_checkpoints_requeues_and_resumes"
 WAVES: Sequence[Wave] = ({
@@ -125,6 +147,7 @@ WAVES: Sequence[Wave] = ({
     "test_submitit_preemption_requeues_and_resumes": (_submitit_preemption, None),
     "test_time_limit_signal_during_start_up_is_not_lost": (_signal_during_start_up, None),
     "test_a_run_that_finishes_after_the_signal_is_not_requeued": (_finishes_after_the_signal, None),
+    "test_a_trainer_killed_by_the_signal_while_starting_is_requeued": (_killed_by_the_signal_while_starting, None),
 },)
 
 
@@ -162,4 +185,11 @@ def test_time_limit_signal_during_start_up_is_not_lost(scenarios: Scenarios, req
 def test_a_run_that_finishes_after_the_signal_is_not_requeued(scenarios: Scenarios,
                                                               request: pytest.FixtureRequest) -> None:
     """Trainers that exit 0 after the signal: the job completes once, no requeue."""
+    scenarios.outcome(request.node.name)
+
+
+def test_a_trainer_killed_by_the_signal_while_starting_is_requeued(scenarios: Scenarios,
+                                                                   request: pytest.FixtureRequest) -> None:
+    """A trainer the signal reached before its handler was in place dies of it: the run has not
+    finished, so the job is requeued (it once ended FAILED and the time was lost)."""
     scenarios.outcome(request.node.name)

@@ -80,10 +80,7 @@ def release_requeued(cluster: SlurmCluster, job_id: str, *update: str) -> None:
             return None
         return datetime.fromisoformat(rows[0]["End"]).timestamp()  # local time, as sacct prints it
 
-    # 180 s: one of three fresh-clone suites saw the requeue (nodes done COMPLETING) take over 90 s for the
-    # signal-during-start-up job under load; the cause (a slow kill of the torchrun workers' bash wrapper?)
-    # is still to find
-    end = wait_for(f"job {job_id} to be requeued", first_run_end, 180, interval=0.5)
+    end = wait_for(f"job {job_id} to be requeued", first_run_end, 90, interval=0.5)
     wait_for(f"the second after job {job_id}'s credential was revoked",
              lambda: time.time() >= end + 2, 5, interval=0.05)
     if update:  # e.g. NumNodes=2: what the requeued run gets
