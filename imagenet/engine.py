@@ -374,6 +374,9 @@ class Trainer:
         if "val_top1" in row:
             scalars.update({"Loss/val": row["val_loss"], "Top1/val": row["val_top1"], "Top5/val": row["val_top5"],
                             "Throughput/val": row["val_images_per_s"], "Time/val": row["val_time_s"]})
+        if "val_top1_ema" in row:
+            scalars.update({"Loss/val_ema": row["val_loss_ema"], "Top1/val_ema": row["val_top1_ema"],
+                            "Top5/val_ema": row["val_top5_ema"]})
         self.p.tb.scalars(scalars, epoch)
         self.p.tb.flush()
         if self.info.is_primary and "val_top1" not in row:
@@ -413,18 +416,20 @@ class Trainer:
                     row.update(self._validate_ema())
             row.update(elapsed_s=self.state.elapsed_s, core_s=self._core_s())
             self.state.history.append(row)
-            is_best = validated and row["val_top1"] > self.state.best_top1
+            top1 = time_to_accuracy.counted_top1(row)  # the EMA's where it is better
+            is_best = validated and top1 > self.state.best_top1
             if validated:
-                self.state.best_top1 = max(self.state.best_top1, row["val_top1"])
+                self.state.best_top1 = max(self.state.best_top1, top1)
             self.state.epoch, self.state.step_in_epoch = epoch + 1, 0
             self._log_epoch(epoch, row)
             self.save(is_best)
             self._write_record("running")
             epoch += 1
-            if validated and self._reached(row["val_top1"]) and status != "reached_desired_acc":
+            if validated and self._reached(top1) and status != "reached_desired_acc":
                 status = "reached_desired_acc"
                 if self.info.is_primary:
-                    print(f"Reached desired accuracy: val top1 {row['val_top1']:.2f}% >= "
+                    whose = " (EMA)" if top1 > row["val_top1"] else ""
+                    print(f"Reached desired accuracy: val top1 {top1:.2f}%{whose} >= "
                           f"{100 * self.cfg.optim.desired_acc:.2f}% after {epoch} epochs, "
                           f"{self.state.elapsed_s:.1f} s of training and validation", flush=True)
                 if self.cfg.optim.time_budget_minutes is None:

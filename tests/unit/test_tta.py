@@ -177,6 +177,34 @@ def test_engine_block_counts_to_the_first_evaluation_at_the_target():
     assert time_to_accuracy.summary(history, None, 1, 1, "cpu") is None
 
 
+def test_the_better_of_the_model_and_its_ema_counts():
+    history = [{"epoch": 0, "train_samples": 100, "elapsed_s": 12.0, "core_s": 20.0, "val_top1": 70.0,
+                "val_time_s": 1.0, "val_top1_ema": 72.0, "val_time_s_ema": 1.5},
+               {"epoch": 1, "train_samples": 100, "elapsed_s": 24.0, "core_s": 40.0, "val_top1": 81.0,
+                "val_time_s": 1.0, "val_top1_ema": 79.0, "val_time_s_ema": 1.5}]
+    block = time_to_accuracy.summary(history, 0.71, 1, 1, "cpu")
+    assert block["reached"] and block["epochs"] == 1 and block["reached_by"] == "ema" and block["eval_s"] == 2.5
+    assert [p["top1"] for p in block["curve"]] == [72.0, 81.0]
+    assert block["curve"][1]["top1_model"] == 81.0 and block["curve"][1]["top1_ema"] == 79.0
+    assert time_to_accuracy.summary(history, 0.80, 1, 1, "cpu")["reached_by"] == "model"
+
+
+def test_the_harness_reads_the_ema_line_before_its_epoch_line():
+    lines, moment = tta.EngineLines(), _Moment()
+    lines(moment, " * EMA of the weights: val top1 88.10  top5 99.80")
+    lines(moment, " * Epoch 2: val top1 87.50  top5 99.70  loss 0.5  (10000 images)  train 500.0 img/s")
+    lines(moment, " * Epoch 3: val top1 89.00  top5 99.90  loss 0.4  (10000 images)  train 500.0 img/s")
+    assert [(p["epoch"], p["top1"], p.get("top1_ema")) for p in lines.curve] == [(3, 88.1, 88.1), (4, 89.0, None)]
+    assert lines.curve[0]["top1_model"] == 87.5
+
+
+class _Moment:
+    wall_s = 100.0
+
+    def cpu_s(self) -> float:
+        return 190.0
+
+
 def test_eval_every_and_budget_are_checked():
     with pytest.raises(config.ConfigError, match="--eval-every must be at least 1"):
         config.parse(["--dummy", "--eval-every", "0"])
