@@ -25,13 +25,18 @@ def logged_steps(run_dir: Path) -> List[int]:
 
 
 def assert_resumed_exactly(run_dir: Path, log: str) -> None:
-    record = json.loads((run_dir / "run.json").read_text())
-    assert record["status"] == "finished", record["status"]
-    assert [e["epoch"] for e in record["epochs"]] == list(range(EPOCHS))
     saved = re.search(r"checkpoint saved at epoch (\d+) step (\d+)", log)
     resumed = re.search(r"resumed from \S+: epoch (\d+), step (\d+)", log)
     assert saved and resumed, f"no preemption/resume in the log:\n{log[-3000:]}"
     assert saved.groups() == resumed.groups()
+    assert_every_step_once(run_dir)
+
+
+def assert_every_step_once(run_dir: Path) -> None:
+    """The run finished all its epochs, and every step was trained exactly once over all its runs."""
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "finished", record["status"]
+    assert [e["epoch"] for e in record["epochs"]] == list(range(EPOCHS))
     steps = logged_steps(run_dir)
     repeated = [s for s, n in Counter(steps).items() if n > 1]
     assert not repeated, f"steps trained twice: {repeated}"

@@ -18,7 +18,7 @@ import pytest
 from slurm import submit as sm
 from slurm.localcluster.scenarios.jobs import (EPOCHS, TRAIN, release_requeued, requeue_script, run_states,
                                                stand_in_trainer, submit_script, wait_for_progress)
-from tests.cluster.requeue import assert_resumed_exactly
+from tests.cluster.requeue import assert_every_step_once, assert_resumed_exactly
 from tests.cluster.scenarios import Scenarios, Wave
 from slurm.localcluster import SlurmCluster, wait_for
 
@@ -84,11 +84,19 @@ def _batch_started(log: Callable[[], str]) -> None:
 
 def _signal_during_start_up(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     """USR2 before torchrun has started its workers (which once inherited it ignored): they stop at
-    their first safe step, the job requeues and resumes exactly."""
+    their first safe step, the job requeues and resumes exactly. Where the signal comes while the
+    step's agent is still in its bash, before the trap (a few milliseconds; it happens under load),
+    the agent dies of it and the job requeues before any training: every step is then trained once,
+    by the next run (test_a_trainer_killed_by_the_signal_while_starting_is_requeued makes that case
+    on purpose)."""
     script = requeue_script(tmp_path, data, "torchrun", nodes=1, procs=2)
     signal_batch = lambda job: slurm_cluster.run(["scancel", "--batch", "--signal=USR2", job])  # noqa: E731
     log = _run_generated(slurm_cluster, script, tmp_path / "run", signal_batch, when=_batch_started)
-    assert_resumed_exactly(tmp_path / "run", log)
+    if "checkpoint saved at epoch" in log:
+        assert_resumed_exactly(tmp_path / "run", log)
+    else:
+        assert "task 0: User defined signal 2" in log and "status 140; requeueing job" in log, log[-3000:]
+        assert_every_step_once(tmp_path / "run")
 
 
 # Stands in for trainers that finish normally although the batch script got its time-limit signal:
