@@ -159,7 +159,6 @@ METRICS: Dict[str, type] = {
     "data_opens": DataOpensMetrics, "index_memory": IndexMemoryMetrics, "fault": FaultMetrics,
     "region_decode": RegionDecodeMetrics, "prepare": PrepareMetrics, "time_to_accuracy": TimeToAccuracyMetrics,
 }
-KINDS = tuple(METRICS)
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
 UNITS = {

@@ -68,29 +68,6 @@ def _log_y_ticks(ax) -> None:
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
 
 
-def scaling_panels(path: Path, panels: Sequence[Dict[str, object]], suptitle: str) -> Path:
-    """Side-by-side log2-log panels: {"title", "xlabel", "ylabel", "series", "empty"}."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.8), squeeze=False)
-    for ax, panel in zip(axes[0], panels):
-        if not panel["series"]:
-            _empty(ax, panel.get("empty", "no data"))
-            ax.set_title(panel["title"], fontsize=10)
-            continue
-        _draw(ax, panel["series"])
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        _log_y_ticks(ax)
-        _int_ticks(ax)
-        _int_ticks(ax, "y")
-        ax.set_xlabel(panel["xlabel"])
-        ax.set_ylabel(panel["ylabel"])
-        ax.set_title(panel["title"], fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc=panel.get("legend_loc", "best"))
-    fig.suptitle(suptitle, fontsize=11)
-    return _save(fig, path)
-
-
 def curves(path: Path, series: Sequence[Series], ylabel: str, title: str) -> Path:
     """Learning curve: metric against epoch, one line per run."""
     fig, ax = plt.subplots(figsize=(6.4, 4.4))

@@ -172,7 +172,7 @@ def section(train: Sequence[dict], pipeline: Sequence[dict], hidden_fraction: fl
 
 def _figure(cs: Sequence[whole_step.Case], rows: Sequence[dict], path: Path) -> None:
     """Per-GPU images/s, model lines against published points; and each point's error with the tolerance band."""
-    gpus = scaling_model.powers_of_two(1, 128)
+    gpus = [2 ** i for i in range(8)]  # 1 to 128
     per_gpu, errors = [], []
     for i, case in enumerate(cs):
         c = figures.palette(i)

@@ -28,7 +28,7 @@ import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
@@ -253,9 +253,3 @@ def shuffled_order(count: int, seed: int = 0) -> List[int]:
     g = torch.Generator().manual_seed(seed)
     return torch.randperm(count, generator=g).tolist()
 
-
-def builder_for(name: str, backends: Optional[Dict[str, DatasetBuilder]] = None) -> DatasetBuilder:
-    backends = backends or available_backends()
-    if name not in backends:
-        raise ValueError(f"unknown io backend {name!r}; choose from {', '.join(backends)}")
-    return backends[name]

@@ -81,13 +81,6 @@ def test_hidden_fraction_from_an_overlap_measurement():
         sm.hidden_fraction(1.0, 0.0)
 
 
-def test_table_has_all_three_overlap_assumptions():
-    (row,) = sm.table(M, [4], hidden_fraction=0.25)
-    assert row["images_per_s_no_overlap"] == pytest.approx(4 * 32 / 0.25)
-    assert row["images_per_s_measured"] == pytest.approx(4 * 32 / 0.2125)
-    assert row["images_per_s_overlap"] == pytest.approx(4 * 32 / (0.1 / 3 + 0.15))
-
-
 def test_latency_term_counts_buckets_and_hops():
     m = sm.ModelInputs(step_time_s=1, batch_per_gpu=1, grad_bytes=50e6, busbw_intra=1e12, alpha_intra_s=1e-5,
                        bucket_bytes=20e6)
