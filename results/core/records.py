@@ -246,6 +246,24 @@ def append(path: Path, record: Record) -> None:
     log.debug("recorded %s %s point %s -> %s", record["kind"], record["status"], record["point"], path)
 
 
+class Sweep:
+    """One sweep of a runner: its id, environment and records file. ``add`` builds a record with them and
+    appends it; ``done`` holds the records in the order they were written."""
+
+    def __init__(self, kind: str, tag: str, path: Path, environment: Dict[str, Any]) -> None:
+        self.kind, self.path, self.environment = kind, path, environment
+        self.id = new_sweep_id(kind, tag)
+        self.done: List[Record] = []
+
+    def add(self, point: Dict[str, Any], metrics: Dict[str, Any], status: str = "ok", error: Optional[str] = None,
+            kind: Optional[str] = None, **extra: Any) -> Record:
+        """Record one point (of KIND where the sweep writes more than its own kind)."""
+        record = make_record(kind or self.kind, self.id, point, metrics, self.environment, status, error, **extra)
+        append(self.path, record)
+        self.done.append(record)
+        return record
+
+
 def validate(rec: Any) -> Optional[str]:
     """None when ``rec`` is a usable record, else the reason it is not: the one check of a record's
     fields against :class:`Record` and, for an ok record, of its metrics against its kind's TypedDict."""

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from results.core import records
 from results.core.records import RESULTS_DIR, SCRATCH_DIR
 from results.runners import jpegs
 
@@ -20,6 +21,11 @@ class BenchError(RuntimeError):
 def environment(nodes: Optional[int] = None) -> dict:
     from imagenet import sysinfo
     return sysinfo.collect(nodes=nodes)
+
+
+def new_sweep(kind: str, args) -> records.Sweep:
+    """The sweep a bench command records into: its --tag and --records, this machine's environment."""
+    return records.Sweep(kind, args.tag, args.records, environment())
 
 
 def progress(done: int, total: int, what: str) -> None:
