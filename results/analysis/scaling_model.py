@@ -55,6 +55,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Dict, Optional, Sequence, Tuple
 
+from results.core.setups import IMAGENET_TRAIN_IMAGES
+
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb default
 BACKWARD_FRACTION = 2.0 / 3.0  # backward ~ twice the forward's FLOPs
 NO_OVERLAP = 0.0  # hidden fraction h: nothing hidden (the default without an overlap record)
@@ -145,7 +147,6 @@ def relative_error(predicted: float, measured: float) -> float:
 
 CALIBRATION_MAX_GPUS = 4  # t_c comes from a point of at most this many GPUs; larger ones are predicted
 CHECK_TOLERANCE = 0.10  # --check fails when a prediction misses a published point by more than this
-IMAGENET_TRAIN_IMAGES = 1_281_167  # one ImageNet-1k training epoch
 TERMS = ("compute", "all-reduce", "stragglers", "input pipeline", "loader restart", "storage bandwidth",
          "storage opens")
 

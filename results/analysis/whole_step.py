@@ -93,8 +93,7 @@ def storage_ceiling(storage: Sequence[dict], bytes_per_image: float) -> Optional
     ok = [r for r in storage if r["metrics"].get("mb_per_s")]
     if not ok:
         return None
-    sweep = max(ok, key=lambda r: r["time"])["sweep"]
-    pts = [r for r in ok if r["sweep"] == sweep]
+    pts = newest_sweep(ok)
     best_mb = max(pts, key=lambda r: r["metrics"]["mb_per_s"])
     best_files = max(pts, key=lambda r: r["metrics"]["files_per_s"])
     mbps, files = best_mb["metrics"]["mb_per_s"], best_files["metrics"]["files_per_s"]

@@ -93,7 +93,7 @@ def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE
             allreduce_section(ar, env, fig_dir), overlap_section(overlap, env),
             model_section(train, ar, overlap, pub, links, env, fig_dir),
             whole_step.section(train, steady, overlap, pub, links, fig_dir, storage),
-            data_scale.section(recs, md_table), prepare.section(recs, md_table), faults.section(recs),
+            data_scale.section(recs), prepare.section(recs), faults.section(recs),
             *([tta] if (tta := time_to_accuracy.section(recs, fig_dir, ref_dir)) else [])]
     body = [targets.section(recs, train), clusters_section(per_file, out_dir), questions_section(body), *body]
     tail = [problems_section(recs, problems, env), "## Environments\n\n" + env.table(), commands_section(recs)]
