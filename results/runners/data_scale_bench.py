@@ -41,12 +41,12 @@ from imagenet import config
 from imagenet.data import scan, shards, sources
 from imagenet.data.loader import build_loaders, set_epoch
 from imagenet.errors import DataError
+from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.runners import common, pipeline_bench
-from results.runners.io_bench import proc_io
+from results.runners.common import proc_io
 
 log = logging.getLogger(__name__)
 
-IMAGENET_TRAIN = 1_281_167
 IO_BATCH = 8  # the opens run's batch: a few images make whole batches (a last partial one is dropped)
 
 
@@ -148,7 +148,7 @@ def _opens(trace: str, path: Path) -> dict:
 
 # ---------------------------------------------------------------- memory of a 1.28M-sample index
 
-def synthetic_samples(images: int = IMAGENET_TRAIN, classes: int = 1000) -> List[tuple]:
+def synthetic_samples(images: int = IMAGENET_TRAIN_IMAGES, classes: int = 1000) -> List[tuple]:
     """ImageNet-like (path, class) pairs: /datasets/imagenet/train/n01440764/n01440764_10026.JPEG."""
     return [(f"/datasets/imagenet/train/n{1440764 + i % classes:08d}/n{1440764 + i % classes:08d}_{i:d}.JPEG",
              i % classes) for i in range(images)]
@@ -243,7 +243,7 @@ def add_parser(sub, common) -> None:
     s.add_argument("--loader-workers", type=int, default=4, help="DataLoader workers of the memory points")
     s.add_argument("--io-workers", type=int, default=2, help="loader workers of the opens run")
     s.add_argument("--io-epochs", type=int, default=3, help="epochs of the opens run (a seeded run)")
-    s.add_argument("--index-samples", type=int, default=IMAGENET_TRAIN)
+    s.add_argument("--index-samples", type=int, default=IMAGENET_TRAIN_IMAGES)
     s.add_argument("--parts", nargs="+", default=["pipeline", "opens", "memory"],
                    choices=["pipeline", "opens", "memory"])
 

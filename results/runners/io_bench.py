@@ -25,7 +25,7 @@ import logging
 import multiprocessing as mp
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
@@ -33,6 +33,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from imagenet import cputime
+from results.runners.common import proc_io
 from results.runners.procs import gather, reap
 
 log = logging.getLogger(__name__)
@@ -94,15 +95,6 @@ def dataset_files(ds: Dataset) -> List[str]:
 
 
 # ---------------------------------------------------------------- page cache and counters
-
-def proc_io(pid: str = "self") -> Dict[str, int]:
-    """A process's I/O counters (plus its reaped children's); empty where /proc lacks them."""
-    try:
-        with open(f"/proc/{pid}/io") as f:
-            return {k: int(v) for k, v in (line.split(":") for line in f if ":" in line)}
-    except OSError:
-        return {}
-
 
 def evict(paths: Sequence[str]) -> str:
     """Drop the files' pages from the page cache; returns the method used."""
@@ -236,10 +228,6 @@ def points(backends: Sequence[str], workers: Sequence[int], readers: Sequence[in
             pts += [IOPoint(b, reader_workers, r, c, batch_size, image_size, images, threads)
                     for r in readers if r > 1]
     return pts
-
-
-def point_dict(point: IOPoint) -> Dict[str, object]:
-    return asdict(point)
 
 
 def shuffled_order(count: int, seed: int = 0) -> List[int]:

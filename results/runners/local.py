@@ -7,6 +7,7 @@ import argparse
 import logging
 import shutil
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import List, Optional
 
@@ -104,7 +105,7 @@ def run_io(args: argparse.Namespace) -> List[dict]:
 
 
 def _io_point(io_point: io_bench.IOPoint, builder, root: Path, order, files, sweep: records.Sweep) -> None:
-    point = {**io_bench.point_dict(io_point), "data": str(root), "dataset_images": len(files)}
+    point = {**asdict(io_point), "data": str(root), "dataset_images": len(files)}
     try:
         m = io_bench.measure(builder, root, io_point, order, files)
     except Exception as e:
