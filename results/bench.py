@@ -32,7 +32,7 @@ from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.setups import CPU_SETUPS, SETUPS
 from results.runners import (data_scale_bench, faults_bench, local, prepare_bench, region_bench, scaling, slurm_queue,
                              tta)
-from results.runners.common import BenchError, environment, progress
+from results.runners.common import BenchError, progress
 from slurm.generate import GenerateError
 
 log = logging.getLogger(__name__)
@@ -255,7 +255,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         out = {"train": local.run_train, "io": local.run_io, "allreduce": local.run_allreduce,
                "overlap": local.run_overlap, "pipeline": local.run_pipeline, "shards": data_scale_bench.run,
                "region": region_bench.run, "time-to-accuracy": tta.run,
-               "prepare": lambda a: prepare_bench.run(a, SCRATCH_DIR, environment())}[a.cmd](a)
+               "prepare": lambda a: prepare_bench.run(a, SCRATCH_DIR)}[a.cmd](a)
     except (BenchError, slurm_queue.SlurmError, GenerateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -53,7 +53,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
+
+from results.core.setups import IMAGENET_TRAIN_IMAGES
 
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb default
 BACKWARD_FRACTION = 2.0 / 3.0  # backward ~ twice the forward's FLOPs
@@ -120,26 +122,6 @@ def predict(inputs: ModelInputs, gpus: int, hidden_fraction: float) -> Dict[str,
             "images_per_s": gpus * inputs.batch_per_gpu / t, "efficiency": inputs.step_time_s / t}
 
 
-def table(inputs: ModelInputs, gpus: Sequence[int], hidden_fraction: float = NO_OVERLAP) -> List[Dict[str, float]]:
-    """One row per GPU count: no overlap, the given hidden fraction, and full overlap."""
-    rows = []
-    for n in gpus:
-        row = {"gpus": n, "comm_time_s": comm_time(inputs, n)}
-        for name, h in (("no_overlap", NO_OVERLAP), ("measured", hidden_fraction), ("overlap", FULL_OVERLAP)):
-            p = predict(inputs, n, h)
-            row[f"images_per_s_{name}"], row[f"efficiency_{name}"] = p["images_per_s"], p["efficiency"]
-        rows.append(row)
-    return rows
-
-
-def powers_of_two(lo: int = 1, hi: int = 1024) -> List[int]:
-    out, n = [], lo
-    while n <= hi:
-        out.append(n)
-        n *= 2
-    return out
-
-
 def calibrate(inputs: ModelInputs, gpus: int, measured_step_s: float, hidden_fraction: float) -> ModelInputs:
     """The single-GPU step time that makes the model reproduce a step time measured on n GPUs.
 
@@ -165,7 +147,6 @@ def relative_error(predicted: float, measured: float) -> float:
 
 CALIBRATION_MAX_GPUS = 4  # t_c comes from a point of at most this many GPUs; larger ones are predicted
 CHECK_TOLERANCE = 0.10  # --check fails when a prediction misses a published point by more than this
-IMAGENET_TRAIN_IMAGES = 1_281_167  # one ImageNet-1k training epoch
 TERMS = ("compute", "all-reduce", "stragglers", "input pipeline", "loader restart", "storage bandwidth",
          "storage opens")
 

@@ -93,8 +93,7 @@ def storage_ceiling(storage: Sequence[dict], bytes_per_image: float) -> Optional
     ok = [r for r in storage if r["metrics"].get("mb_per_s")]
     if not ok:
         return None
-    sweep = max(ok, key=lambda r: r["time"])["sweep"]
-    pts = [r for r in ok if r["sweep"] == sweep]
+    pts = newest_sweep(ok)
     best_mb = max(pts, key=lambda r: r["metrics"]["mb_per_s"])
     best_files = max(pts, key=lambda r: r["metrics"]["files_per_s"])
     mbps, files = best_mb["metrics"]["mb_per_s"], best_files["metrics"]["files_per_s"]
@@ -121,9 +120,11 @@ def model_overlap(overlap: Sequence[dict]) -> Tuple[float, Optional[dict]]:
     return scaling_model.hidden_fraction(rec["metrics"]["exposed_comm_ms"], rec["metrics"]["allreduce_alone_ms"]), rec
 
 
-def measured(train: Sequence[dict], pipeline: Sequence[dict], hidden_fraction: float,
-             h_source: Optional[str]) -> Measured:
-    return Measured(hidden_fraction, h_source, pipeline_rates(pipeline), step_samples(train))
+def measured(train: Sequence[dict], pipeline: Sequence[dict], overlap: Sequence[dict]) -> Measured:
+    """What the records give the model: the hidden fraction (:func:`model_overlap`), the loaders' rates
+    and the per-step times."""
+    h, rec = model_overlap(overlap)
+    return Measured(h, rec["_source"] if rec else None, pipeline_rates(pipeline), step_samples(train))
 
 
 # ---------------------------------------------------------------- the published cases
@@ -280,12 +281,8 @@ def check_rows(cases: Sequence[Case]) -> List[dict]:
 
 
 def failures(rows: Sequence[dict], tolerance: float = scaling_model.CHECK_TOLERANCE) -> List[dict]:
+    """The published points missed by more than ``tolerance`` (``--check`` exits 1 when there are any)."""
     return [r for r in rows if abs(r["error"]) > tolerance]
-
-
-def exit_code(rows: Sequence[dict], tolerance: float = scaling_model.CHECK_TOLERANCE) -> int:
-    """1 when any published point is missed by more than ``tolerance``, else 0."""
-    return 1 if failures(rows, tolerance) else 0
 
 
 def cases(pub: dict, links: dict, got: Measured) -> List[Case]:

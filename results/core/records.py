@@ -159,7 +159,6 @@ METRICS: Dict[str, type] = {
     "data_opens": DataOpensMetrics, "index_memory": IndexMemoryMetrics, "fault": FaultMetrics,
     "region_decode": RegionDecodeMetrics, "prepare": PrepareMetrics, "time_to_accuracy": TimeToAccuracyMetrics,
 }
-KINDS = tuple(METRICS)
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
 UNITS = {
@@ -245,6 +244,24 @@ def append(path: Path, record: Record) -> None:
     the machine that recorded it."""
     append_line(path, json.dumps(portable(record), sort_keys=True))
     log.debug("recorded %s %s point %s -> %s", record["kind"], record["status"], record["point"], path)
+
+
+class Sweep:
+    """One sweep of a runner: its id, environment and records file. ``add`` builds a record with them and
+    appends it; ``done`` holds the records in the order they were written."""
+
+    def __init__(self, kind: str, tag: str, path: Path, environment: Dict[str, Any]) -> None:
+        self.kind, self.path, self.environment = kind, path, environment
+        self.id = new_sweep_id(kind, tag)
+        self.done: List[Record] = []
+
+    def add(self, point: Dict[str, Any], metrics: Dict[str, Any], status: str = "ok", error: Optional[str] = None,
+            kind: Optional[str] = None, **extra: Any) -> Record:
+        """Record one point (of KIND where the sweep writes more than its own kind)."""
+        record = make_record(kind or self.kind, self.id, point, metrics, self.environment, status, error, **extra)
+        append(self.path, record)
+        self.done.append(record)
+        return record
 
 
 def validate(rec: Any) -> Optional[str]:

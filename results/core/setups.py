@@ -1,10 +1,13 @@
-"""Training-step configurations shared by the runners and the reports: the named ``--setups``, and
-the point parameters that must match for two points to be compared (the variants' entry scripts
-live in imagenet.variants)."""
+"""Training-step configurations shared by the runners and the reports: the named ``--setups``, the
+point parameters that must match for two points to be compared (the variants' entry scripts live in
+imagenet.variants), and the size of ImageNet that projections to its scale use."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
+
+IMAGENET_TRAIN_IMAGES = 1_281_167  # ILSVRC-2012's training images: one epoch at ImageNet scale
+IMAGENET_VAL_IMAGES = 50_000  # its validation images: one evaluation pass
 
 # Parameters that must match for two points to be compared in a scaling efficiency.
 GROUP_KEYS = ("variant", "batch_size", "precision", "amp_dtype", "data", "arch", "image_size", "workers",

@@ -30,10 +30,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     measured = pipeline_bench.bench(samples, args.backends, args.workers, args.image_size, args.batch_size, args.rounds)
     rows = pipeline_bench.summarize(measured)
     for r in rows:
-        ratio = r["ratio_per_core_vs_baseline"]
-        print(f"{r['split']:5s} workers={r['workers']}  {r['backend']:8s} {r['images_per_s_per_core']:7.0f} img/s "
-              f"per core  {r['cpu_ms_per_image']:.2f} ms CPU/img  {r['images_per_s_wall']:7.0f} img/s wall"
-              + (f"  x{ratio:.2f} ({r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})" if ratio else ""))
+        ratio = r["ratio_per_core"]
+        print(f"{r['split']:5s} workers={r['workers']}  {r['backend']:8s} {r['images_per_cpu_s']:7.0f} img/s "
+              f"per core  {r['cpu_ms_per_image']:.2f} ms CPU/img  {r['images_per_s']:7.0f} img/s wall"
+              + (f"  x{ratio:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})" if ratio else ""))
     if args.json:
         write_text(args.json, json.dumps({"images": len(samples), "image_size": args.image_size,
                                           "batch_size": args.batch_size, "rows": rows}, indent=1))

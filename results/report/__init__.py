@@ -29,7 +29,6 @@ from typing import List, Optional, Sequence, Tuple
 
 from imagenet.files import write_text
 from results.analysis.efficiency import add_efficiency
-from results.analysis.whole_step import model_overlap
 from results.core import records
 from results.core.records import by_kind
 from results.report.comm import allreduce_section, overlap_section
@@ -93,8 +92,8 @@ def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE
             *([storage_section(storage, env, fig_dir)] if storage else []),
             allreduce_section(ar, env, fig_dir), overlap_section(overlap, env),
             model_section(train, ar, overlap, pub, links, env, fig_dir),
-            whole_step.section(train, steady, *_overlap_source(overlap), pub, links, fig_dir, storage),
-            data_scale.section(recs, md_table), prepare.section(recs, md_table), faults.section(recs),
+            whole_step.section(train, steady, overlap, pub, links, fig_dir, storage),
+            data_scale.section(recs), prepare.section(recs), faults.section(recs),
             *([tta] if (tta := time_to_accuracy.section(recs, fig_dir, ref_dir)) else [])]
     body = [targets.section(recs, train), clusters_section(per_file, out_dir), questions_section(body), *body]
     tail = [problems_section(recs, problems, env), "## Environments\n\n" + env.table(), commands_section(recs)]
@@ -175,12 +174,6 @@ def fold_long_tables(text: str) -> str:
             table = []
         out.append(line)
     return "\n".join(out[:-1])
-
-
-def _overlap_source(overlap: Sequence[dict]) -> Tuple[float, Optional[str]]:
-    """The measured hidden fraction of the all-reduce and the record it comes from (None: no record)."""
-    h, rec = model_overlap(overlap)
-    return h, rec["_source"] if rec else None
 
 
 def _rel(path: Path) -> str:

@@ -26,7 +26,8 @@ from results.analysis.spread import Point, aggregate
 from results.core import records
 from results.core.records import by_kind
 from results.report import data_scale, faults, figures, predicted_tta
-from results.report.common import IMAGENET_TRAIN_IMAGES, data_label, fmt, md_table, pct, recipe_label
+from results.core.setups import IMAGENET_TRAIN_IMAGES
+from results.report.common import data_label, fmt, md_table, pct, recipe_label
 from results.report.curves import CURVES, curve_runs
 
 log = logging.getLogger(__name__)
@@ -81,25 +82,22 @@ def efficiency(pts: Sequence[Point]) -> List[float]:
 
 def scaling_panels(scaling: Dict[Tuple[str, str], List[Point]]) -> Tuple[List[dict], List[dict]]:
     """(throughput panels, time-to-train panels): one panel per hardware kind, one line per series with
-    its spread, its ideal line and efficiency labels (time: the ideal t0 x0 / x)."""
+    its spread, its ideal line and efficiency labels (figures.with_ideal)."""
     thr, hours = [], []
     for hw in sorted({hw for hw, _ in scaling}):
         s_thr, s_hours = [], []
         for i, ((h, name), pts) in enumerate(k for k in scaling.items() if k[0][0] == hw):
             c, xs = figures.palette(i), [p.x for p in pts]
-            eff = efficiency(pts)
-            s_thr += [{"label": name, "x": xs, "y": [p.mean for p in pts], "err": [p.std for p in pts], "color": c,
-                       "labels": [""] + [f"{100 * e:.0f}%" for e in eff[1:]], "label_above": i % 2 == 1},
-                      figures.ideal_line(xs[0], pts[0].mean, xs, i == 0, c)]
+            s_thr.append({"label": name, "x": xs, "y": [p.mean for p in pts], "err": [p.std for p in pts],
+                          "color": c, "label_above": i % 2 == 1})
             h90 = [EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600 for p in pts]
-            ideal = figures.ideal_line(xs[0], h90[0], xs, i == 0, c)
-            s_hours += [{"label": name, "x": xs, "y": h90, "err": [h * p.std / p.mean for h, p in zip(h90, pts)],
-                         "color": c}, dict(ideal, y=[h90[0] * xs[0] / x for x in xs])]  # ideal time: t0 x0 / x
+            s_hours.append({"label": name, "x": xs, "y": h90, "err": [h * p.std / p.mean for h, p in zip(h90, pts)],
+                            "color": c, "label_above": i % 2 == 1})
         unit = "processes" if hw.startswith("CPU") else "GPUs (processes)"
         thr.append({"title": hw, "xlabel": unit, "ylabel": "training throughput (images/s)",
-                    "series": s_thr, "xlog": True, "ymin0": True})
+                    "series": figures.with_ideal(s_thr), "xlog": True, "ymin0": True})
         hours.append({"title": hw, "xlabel": unit, "ylabel": f"time to train {EPOCHS} epochs (hours)",
-                      "series": s_hours, "xlog": True, "ymin0": True})
+                      "series": figures.with_ideal(s_hours, time=True), "xlog": True, "ymin0": True})
     return thr, hours
 
 
@@ -443,7 +441,7 @@ def build_tag(tag: str, records_file: Path, out_dir: Path,
     series = train_series(train)
     model, binding = model_section(series, by_kind(recs, "allreduce"), by_kind(recs, "overlap"),
                                    by_kind(recs, "storage"), out_dir)
-    shards = data_scale.section(recs, md_table) if any(r["kind"] in ("shards_pipeline", "data_opens", "index_memory")
+    shards = data_scale.section(recs) if any(r["kind"] in ("shards_pipeline", "data_opens", "index_memory")
                                                        for r in recs) else ""
     body = [throughput_section(series, out_dir), curves_section(train, out_dir),
             storage_section(by_kind(recs, "storage"), out_dir), loader_section(by_kind(recs, "io"), out_dir),

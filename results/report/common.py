@@ -14,7 +14,6 @@ from results.core.setups import GROUP_KEYS
 RESULTS = records.RESULTS_DIR
 REPO = RESULTS.parent
 REFERENCE = records.REFERENCE_DIR
-IMAGENET_TRAIN_IMAGES = 1_281_167  # ILSVRC-2012 training set size: converts images/s to epoch time
 
 
 class ReportError(RuntimeError):
@@ -117,5 +116,6 @@ def train_groups(train: Sequence[dict]) -> Dict[str, List[dict]]:
     return {k: sorted(v, key=lambda r: r["metrics"]["world_size"]) for k, v in sorted(groups.items())}
 
 
-def _mib(value: Optional[float]) -> Optional[float]:
+def mib(value: Optional[float]) -> Optional[float]:
+    """Bytes in MiB (None stays None)."""
     return None if value is None else value / (1 << 20)

@@ -1,7 +1,6 @@
-"""Report section: learning curves from the runs' TensorBoard events (run.json when there are none)."""
+"""Report section: learning curves from the runs' TensorBoard events (the engine's rank 0 writes them)."""
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
@@ -28,17 +27,8 @@ def read_scalars(run_dir: Path, tags: Sequence[str]) -> Dict[str, List[Tuple[int
 
 
 def read_curves(run_dir: Path) -> Dict[str, List[Tuple[int, float]]]:
-    """Epoch scalars from a run's TensorBoard events; run.json epochs when there are none."""
-    out = read_scalars(run_dir, [tag for tag, _ in CURVES.values()])
-    if out:
-        return out
-    run_json = run_dir / "run.json"
-    if run_json.exists():
-        epochs = json.loads(run_json.read_text()).get("epochs", [])
-        keys = {"Top1/train": "train_top1", "Top1/val": "val_top1", "Top5/train": "train_top5", "Top5/val": "val_top5"}
-        for tag, key in keys.items():
-            out[tag] = [(e["epoch"], e[key]) for e in epochs if e.get(key) is not None]
-    return out
+    """The epoch scalars (top-1 and top-5, train and validation) of a run's TensorBoard events."""
+    return read_scalars(run_dir, [tag for tag, _ in CURVES.values()])
 
 
 def curve_runs(train: Sequence[dict], problems: List[records.Problem]) -> List[Tuple[str, dict, dict]]:
@@ -50,7 +40,7 @@ def curve_runs(train: Sequence[dict], problems: List[records.Problem]) -> List[T
         d = REPO / r["run_dir"]
         c = read_curves(d) if d.is_dir() else {}
         if not c:
-            problems.append(records.Problem(r["_source"], 0, f"learning curves: no events or run.json in {d}"))
+            problems.append(records.Problem(r["_source"], 0, f"learning curves: no TensorBoard events in {d}"))
             continue
         label = f"{r['metrics']['world_size']} process(es), {data_label(r['point']['data'])}"
         out.append((label, r, c))

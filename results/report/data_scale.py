@@ -4,29 +4,18 @@ Everything shown is a recorded number or arithmetic on recorded numbers.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Sequence
+from typing import Sequence
 
 from imagenet.data import DEFAULT_SHARD_MB
+from results.core.records import by_kind, newest_sweep
+from results.core.setups import IMAGENET_TRAIN_IMAGES
+from results.report.common import md_table, mib
 
-IMAGENET_TRAIN = 1_281_167
 TARGETS = {"fast+shards": 2.0, "fast+shards-max320": 3.0}  # per-core goals vs the baseline (train split)
 SHARD_MB = DEFAULT_SHARD_MB  # the converter's default --shard-size
 
 
-def newest(recs: Sequence[dict], kind: str) -> List[dict]:
-    """The ok records of KIND's newest sweep (by record time)."""
-    ok = [r for r in recs if r["kind"] == kind and r["status"] == "ok"]
-    if not ok:
-        return []
-    sweep = max(ok, key=lambda r: r["time"])["sweep"]
-    return [r for r in ok if r["sweep"] == sweep]
-
-
-def _mb(value) -> object:
-    return None if value is None else value / 2**20
-
-
-def pipeline_table(rows: Sequence[dict], table: Callable) -> str:
+def pipeline_table(rows: Sequence[dict]) -> str:
     out = []
     for r in sorted(rows, key=lambda r: (r["point"]["split"], r["point"]["workers"], r["point"]["variant"])):
         m, p = r["metrics"], r["point"]
@@ -37,7 +26,7 @@ def pipeline_table(rows: Sequence[dict], table: Callable) -> str:
                     f"{m['ratio_min']:.2f}-{m['ratio_max']:.2f}" if m.get("ratio_min") else "-",
                     "-" if target is None else f"{target:.0f}x: {'met' if ratio and ratio >= target else 'not met'}",
                     r.get("host_load_1m"), r["_source"]])
-    return table(["variant (backend+source)", "split", "workers", "images", "rounds", "CPU ms/image",
+    return md_table(["variant (backend+source)", "split", "workers", "images", "rounds", "CPU ms/image",
                   "images/s per core", "ratio vs baseline on the folder (median of rounds)", "ratio range",
                   "target", "host load (1 min)", "record"], out)
 
@@ -63,7 +52,7 @@ def per_image_budget(rows: Sequence[dict]) -> str:
             "re-encoded shards go further by storing fewer pixels.\n")
 
 
-def opens_table(rows: Sequence[dict], table: Callable) -> str:
+def opens_table(rows: Sequence[dict]) -> str:
     out = []
     for r in sorted(rows, key=lambda r: r["point"]["source"]):
         m, p = r["metrics"], r["point"]
@@ -71,7 +60,7 @@ def opens_table(rows: Sequence[dict], table: Callable) -> str:
         out.append([p["source"], p["workers"], epochs, m["images"], m.get("opens"), m.get("opening_processes"),
                     m.get("max_opens_per_file"), m.get("dataset_opens"), m.get("shards"),
                     m["rchar"] / 1e6 / epochs, m["syscr"], r["_source"]])
-    text = table(["source", "loader workers", "epochs", "images read (all epochs)",
+    text = md_table(["source", "loader workers", "epochs", "images read (all epochs)",
                   "files opened under the data folder (strace, all processes)", "processes that opened one",
                   "most opens of one file by one process", "files opened (dataset counter, workers 0)",
                   "shard files", "MB read per epoch (rchar)", "read syscalls", "record"], out)
@@ -79,7 +68,7 @@ def opens_table(rows: Sequence[dict], table: Callable) -> str:
     folder, shards = by.get("folder"), by.get("shards")
     if folder and shards and shards.get("opens") and folder.get("opens"):
         text += f"\nHere: {folder['opens'] / shards['opens']:.0f}x fewer opens over the run for shards " \
-                f"({folder['opens']} vs {shards['opens']}).\n" + at_scale(folder, shards, table)
+                f"({folder['opens']} vs {shards['opens']}).\n" + at_scale(folder, shards)
     return text
 
 
@@ -91,16 +80,16 @@ SCALE_NODES = (1, 2, 4, 8)  # 8 nodes = the seed's 64-GPU runs
 TARGET_FEWER = 1000         # goal: 1,000x fewer opens per epoch and node
 
 
-def at_scale(folder: dict, shards: dict, table: Callable) -> str:
+def at_scale(folder: dict, shards: dict) -> str:
     """Opens per epoch and node at ImageNet scale, from the measured image size and opens per process."""
     mean = folder["rchar"] / folder["images"]
-    n_shards = -(-IMAGENET_TRAIN * mean // (SHARD_MB * 2**20))
+    n_shards = -(-IMAGENET_TRAIN_IMAGES * mean // (SHARD_MB * 2**20))
     procs = SCALE_RANKS_PER_NODE * SCALE_WORKERS
     per_node_run = procs * n_shards + SCALE_RANKS_PER_NODE  # + each rank's one open of the index
     shard_epoch = per_node_run / SCALE_EPOCHS
     rows = []
     for nodes in SCALE_NODES:
-        folder_epoch = IMAGENET_TRAIN / nodes
+        folder_epoch = IMAGENET_TRAIN_IMAGES / nodes
         fewer = folder_epoch / shard_epoch
         needed_mb = mean * TARGET_FEWER * nodes * procs / SCALE_EPOCHS / 2**20  # total bytes / shards allowed
         rows.append([nodes, nodes * SCALE_RANKS_PER_NODE, folder_epoch, shard_epoch, f"{fewer:.0f}x",
@@ -108,7 +97,8 @@ def at_scale(folder: dict, shards: dict, table: Callable) -> str:
     return (
         f"\nMeasured: a seeded run keeps its loader workers, and each process opened each shard at most "
         f"{shards.get('max_opens_per_file')} time(s) over {shards.get('epochs', 1)} epochs (the column above); "
-        f"the folder opens one file per image read. At ImageNet scale, assumed: {IMAGENET_TRAIN} train images of "
+        f"the folder opens one file per image read. At ImageNet scale, assumed: {IMAGENET_TRAIN_IMAGES} train "
+        f"images of "
         f"{mean / 1e3:.0f} KB (the mean measured here) in {SHARD_MB} MB shards = {n_shards:.0f} shards; "
         f"{SCALE_RANKS_PER_NODE} ranks x {SCALE_WORKERS} loader workers per node, each worker opening every "
         f"shard once per run (the most: random order spreads a worker's samples over all shards), plus one "
@@ -116,23 +106,23 @@ def at_scale(folder: dict, shards: dict, table: Callable) -> str:
         f"over {SCALE_EPOCHS} epochs. The ImageFolder opens each image once per epoch, split over the nodes. "
         f"Train split only (validation adds its own shards once per run, and 50,000 opens per epoch for the "
         f"folder). Bytes read are the same (the images; shard readers skip the tar headers).\n\n"
-        + table(["nodes", "GPUs (ranks)", "ImageFolder: opens per node per epoch",
+        + md_table(["nodes", "GPUs (ranks)", "ImageFolder: opens per node per epoch",
                  "shards: opens per node per epoch (run average)", "fewer opens",
                  f"{TARGET_FEWER:,}x target", f"smallest shard size for {TARGET_FEWER:,}x (MB)"], rows))
 
 
-def memory_table(rows: Sequence[dict], table: Callable) -> str:
-    out = [[r["point"]["index"], r["point"]["samples"], _mb(r["metrics"].get("rank_index_bytes")),
-            _mb(r["metrics"]["rank_rss_bytes"]), r["metrics"]["workers"], _mb(r["metrics"]["worker_private_bytes"]),
-            _mb(r["metrics"]["worker_pss_bytes"]), _mb(r["metrics"].get("worker_rss_bytes")), r["_source"]]
+def memory_table(rows: Sequence[dict]) -> str:
+    out = [[r["point"]["index"], r["point"]["samples"], mib(r["metrics"].get("rank_index_bytes")),
+            mib(r["metrics"]["rank_rss_bytes"]), r["metrics"]["workers"], mib(r["metrics"]["worker_private_bytes"]),
+            mib(r["metrics"]["worker_pss_bytes"]), mib(r["metrics"].get("worker_rss_bytes")), r["_source"]]
            for r in sorted(rows, key=lambda r: ["list", "folder", "shards"].index(r["point"]["index"]))]
-    return table(["index", "samples", "rank: MiB for the index", "rank RSS MiB", "loader workers",
+    return md_table(["index", "samples", "rank: MiB for the index", "rank RSS MiB", "loader workers",
                   "per worker: private MiB (copy-on-write)", "per worker: PSS MiB", "per worker: RSS MiB",
                   "record"], out)
 
 
-def section(recs: Sequence[dict], table: Callable) -> str:
-    pipe, opens, mem = (newest(recs, k) for k in ("shards_pipeline", "data_opens", "index_memory"))
+def section(recs: Sequence[dict]) -> str:
+    pipe, opens, mem = (newest_sweep(by_kind(recs, k)) for k in ("shards_pipeline", "data_opens", "index_memory"))
     if not (pipe or opens or mem):
         return "## Data at scale: shards\n\n_(no records yet: run `python -m results.bench shards`)_\n"
     return (
@@ -143,14 +133,14 @@ def section(recs: Sequence[dict], table: Callable) -> str:
         " on the ImageFolder (CPU seconds of one thread, workers 0; the ratio is the median of per-round ratios)."
         " Reading from shards saves the open() per image, not decode work: decoding dominates, so shards of the "
         "original bytes run at the ImageFolder's rate, and only smaller stored images (re-encoded) cut the decode"
-        " cost.\n\n" + pipeline_table(pipe, table) + per_image_budget(pipe) +
+        " cost.\n\n" + pipeline_table(pipe) + per_image_budget(pipe) +
         "\n### Files opened and bytes read per epoch\n\nA seeded run's train loader over several epochs (fast "
         "backend, persistent loader workers, as training builds it) in a child process under strace -f (openat "
         "calls of every process naming a file under the data folder) and /proc/PID/io of the process and its "
         "workers.\n\n"
-        + opens_table(opens, table) +
+        + opens_table(opens) +
         "\n### Memory of a 1.28M-sample index\n\nA synthetic index with ImageNet-like paths (no files needed: the "
         "index is what costs memory); every DataLoader worker (fork) reads every entry, as each worker has after a "
         "few random-order epochs; smaps_rollup of the rank and each worker after that. `list` is the former "
         "list of (path, class) tuples; `folder` and `shards` are the numpy indexes. Private memory per worker is "
-        "what copy-on-write duplicates: multiply by ranks x workers per node.\n\n" + memory_table(mem, table))
+        "what copy-on-write duplicates: multiply by ranks x workers per node.\n\n" + memory_table(mem))

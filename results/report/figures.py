@@ -15,6 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator
 
+from results.analysis.efficiency import efficiencies
+
 log = logging.getLogger(__name__)
 
 Series = Dict[str, object]  # {"label", "x", "y", optional "style", "labels" (per-point text)}
@@ -66,29 +68,6 @@ def _log_y_ticks(ax) -> None:
     low, high = ax.get_ylim()
     subs = (1.0, 2.0, 3.0, 5.0, 7.0) if high / max(low, 1e-12) < 10 else (1.0, 2.0, 5.0)
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
-
-
-def scaling_panels(path: Path, panels: Sequence[Dict[str, object]], suptitle: str) -> Path:
-    """Side-by-side log2-log panels: {"title", "xlabel", "ylabel", "series", "empty"}."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.8), squeeze=False)
-    for ax, panel in zip(axes[0], panels):
-        if not panel["series"]:
-            _empty(ax, panel.get("empty", "no data"))
-            ax.set_title(panel["title"], fontsize=10)
-            continue
-        _draw(ax, panel["series"])
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        _log_y_ticks(ax)
-        _int_ticks(ax)
-        _int_ticks(ax, "y")
-        ax.set_xlabel(panel["xlabel"])
-        ax.set_ylabel(panel["ylabel"])
-        ax.set_title(panel["title"], fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc=panel.get("legend_loc", "best"))
-    fig.suptitle(suptitle, fontsize=11)
-    return _save(fig, path)
 
 
 def curves(path: Path, series: Sequence[Series], ylabel: str, title: str) -> Path:
@@ -174,10 +153,18 @@ def palette(index: int) -> str:
 IDEAL_LABEL = "ideal linear scaling (dotted)"
 
 
-def ideal_line(x0: float, y0: float, xs: List[float], first: bool, color: Optional[str]) -> Series:
-    """Linear scaling from the first point: y = y0 * x / x0; only the first one enters the legend."""
-    return {"label": IDEAL_LABEL if first else "_nolegend_", "x": xs, "y": [y0 * x / x0 for x in xs], "style": ":",
-            "color": color, "alpha": 0.8}
+def with_ideal(series: Sequence[Series], time: bool = False) -> List[Series]:
+    """Each series labelled with its scaling efficiency against its first point, then its ideal line from
+    that point (dotted; only the first enters the legend): y0 x / x0 for a rate, y0 x0 / x for a TIME."""
+    out: List[Series] = []
+    for i, s in enumerate(series):
+        xs, ys = list(s["x"]), list(s["y"])
+        eff = efficiencies(xs, [1 / y for y in ys] if time else ys)
+        ideal = [ys[0] * xs[0] / x for x in xs] if time else [ys[0] * x / xs[0] for x in xs]
+        out += [dict(s, labels=[f"{100 * e:.0f}%" for e in eff]), {
+            "label": IDEAL_LABEL if i == 0 else "_nolegend_", "x": xs, "y": ideal, "style": ":",
+            "color": s.get("color"), "alpha": 0.8}]
+    return out
 
 
 def bars(path: Path, panels: Sequence[Dict[str, object]], suptitle: str) -> Path:

@@ -24,10 +24,6 @@ def _gib(value: Optional[float]) -> str:
     return "-" if not value else f"{value / 2 ** 30:.1f}"
 
 
-def _yes(ok: bool) -> str:
-    return "yes" if ok else "no"
-
-
 def _amp_synthetic(train: Sequence[dict]) -> List[dict]:
     rows = [x for x in comparisons.step_rows(train) if comparisons.on_gpu(x["record"])
             and x["record"]["point"]["precision"] != "O0" and x["record"]["point"]["data"] == "dummy"]
@@ -52,8 +48,8 @@ def targets_section(train: Sequence[dict]) -> str:
     rows = [[x["record"]["point"]["setup"], x["record"]["point"]["batch_size"],
              fmt(x["record"]["metrics"]["images_per_s"]),
              comparisons.times(x["throughput_ratio"]), _gib(x["record"]["metrics"].get("peak_memory_bytes")),
-             _yes(x["record"]["metrics"]["images_per_s"] >= TARGET_IMAGES_PER_S),
-             _yes(bool(x["throughput_ratio"]) and x["throughput_ratio"] >= TARGET_SPEEDUP), x["record"]["_source"]]
+             x["record"]["metrics"]["images_per_s"] >= TARGET_IMAGES_PER_S,
+             bool(x["throughput_ratio"]) and x["throughput_ratio"] >= TARGET_SPEEDUP, x["record"]["_source"]]
             for x in amp]
     best = max(amp, key=lambda x: x["record"]["metrics"]["images_per_s"], default=None)
     out = ("## One GPU: throughput targets\n\n"
@@ -99,7 +95,7 @@ def _jpeg_table(train: Sequence[dict]) -> str:
         rows.append([x["label"], x["setup"], x["workers"], fmt(r["metrics"].get("images_per_s")) if r["status"] == "ok"
                      else f"failed: {(r.get('error') or '')[:80]}",
                      fmt(ref["metrics"]["images_per_s"]) if ref else "-", pct(fraction) if fraction else "-",
-                     _yes(bool(fraction) and fraction >= TARGET_JPEG_FRACTION), r["_source"]])
+                     bool(fraction) and fraction >= TARGET_JPEG_FRACTION, r["_source"]])
     return ("\nReal JPEG files (generated ImageNet-like, 500x375, ~106 KB) against the fastest `engine-fp16` run on "
             f"synthetic data of the same GPU, batch and code (target: at least {pct(TARGET_JPEG_FRACTION)}):\n\n"
             + md_table(["loader", "setup", "workers", "JPEG images/s", "synthetic images/s", "fraction",

@@ -15,7 +15,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, TypedDict
 from results.analysis import time_to_accuracy
 from results.analysis.cluster_model import Prediction
 from results.report import figures
-from results.report.common import IMAGENET_TRAIN_IMAGES, REFERENCE, fmt, md_table
+from results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
+from results.report.common import REFERENCE, fmt, md_table
 
 FIGURE = "time_to_accuracy.png"
 
@@ -85,7 +86,7 @@ def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[di
             f"{time_to_accuracy.MLPERF_TARGET_TOP1} % at each global batch "
             f"(GPUs x {pred.whole.inputs.batch_per_gpu}) of "
             f"{IMAGENET_TRAIN_IMAGES:,} images, plus a validation pass of "
-            f"{time_to_accuracy.IMAGENET_VAL_IMAGES:,} images "
+            f"{IMAGENET_VAL_IMAGES:,} images "
             f"every {recipe['eval_every']} epochs (forward pass only). Published (global batch: epochs): {published}; "
             "interpolated in log(batch) between them, the smallest's epochs below it, no prediction above the "
             "largest (`results/reference/epochs_to_accuracy.json`). It assumes MLPerf's recipe (LARS, label "

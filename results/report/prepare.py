@@ -2,18 +2,19 @@
 ``python -m results.bench prepare`` records (arithmetic on recorded numbers only)."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
-from results.report.data_scale import newest
+from results.core.records import by_kind, newest_sweep
+from results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
+from results.report.common import md_table
 
-IMAGENET_IMAGES = 1_281_167 + 50_000  # train + validation images in the ILSVRC 2012 archives
+IMAGENET_IMAGES = IMAGENET_TRAIN_IMAGES + IMAGENET_VAL_IMAGES  # the images in the ILSVRC 2012 archives
 
 
-def section(recs: Sequence[dict], table: Callable) -> str:
+def section(recs: Sequence[dict]) -> str:
     # the newest sweep of each format (a sweep may measure one format only)
-    by_format = {fmt: [r for r in recs if r["kind"] == "prepare" and r["point"]["format"] == fmt]
-                 for fmt in ("shards", "folder")}
-    rows = [r for group in by_format.values() for r in newest(group, "prepare")]
+    rows = [r for fmt in ("shards", "folder")
+            for r in newest_sweep([r for r in by_kind(recs, "prepare") if r["point"]["format"] == fmt])]
     if not rows:
         return "## Preparing ImageNet\n\n_(no records yet: run `python -m results.bench prepare`)_\n"
     out = []
@@ -29,5 +30,5 @@ def section(recs: Sequence[dict], table: Callable) -> str:
             "class folder synced, the index last), the newest sweep of each format. "
             "The plain read rate is a sequential read of the same archives just before (page cache warm for both). "
             "The ImageNet column is the archives' 1,331,167 images at the measured rate.\n\n"
-            + table(["format", "workers", "images", "archive MB", "s", "images/s", "MB/s", "CPU ms/image",
-                     "plain read MB/s", "ImageNet at this rate (min)", "host load (1 min)", "record"], out))
+            + md_table(["format", "workers", "images", "archive MB", "s", "images/s", "MB/s", "CPU ms/image",
+                        "plain read MB/s", "ImageNet at this rate (min)", "host load (1 min)", "record"], out))

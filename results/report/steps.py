@@ -72,19 +72,17 @@ TARGET_SPEEDUP, TARGET_IMAGES_PER_S, TARGET_JPEG_FRACTION = 3.0, 5000.0, 0.90
 
 
 def gpu_targets(train: Sequence[dict]) -> str:
-    def met(ok: bool) -> str:
-        return "yes" if ok else "no"
     steps = [x for x in comparisons.step_rows(train) if comparisons.on_gpu(x["record"]) and x["throughput_ratio"]
              and x["record"]["point"]["precision"] != "O0" and x["record"]["point"]["data"] == "dummy"]
     rows = [[x["record"]["point"]["setup"], x["record"]["point"]["arch"], x["record"]["environment"].get("gpu_name"),
              x["record"]["metrics"]["images_per_s"], comparisons.times(x["throughput_ratio"]),
-             met(x["throughput_ratio"] >= TARGET_SPEEDUP),
-             met(x["record"]["metrics"]["images_per_s"] >= TARGET_IMAGES_PER_S),
+             x["throughput_ratio"] >= TARGET_SPEEDUP,
+             x["record"]["metrics"]["images_per_s"] >= TARGET_IMAGES_PER_S,
              x["record"]["_source"]] for x in steps]
     jpeg = [x for x in comparisons.jpeg_vs_synthetic_rows(train) if comparisons.on_gpu(x["record"])]
     jrows = [[x["record"]["point"]["setup"], data_label(x["record"]["point"]["data"]),
               x["record"]["point"]["workers"], x["record"]["metrics"]["images_per_s"],
-              x["synthetic"]["metrics"]["images_per_s"], pct(x["fraction"]), met(x["fraction"] >= TARGET_JPEG_FRACTION),
+              x["synthetic"]["metrics"]["images_per_s"], pct(x["fraction"]), x["fraction"] >= TARGET_JPEG_FRACTION,
               f"{x['record']['_source']} vs {x['synthetic']['_source']}"] for x in jpeg]
     return (f"\n### First GPU targets\n\nMixed precision on synthetic data, images/s against the `baseline` "
             f"of the same sweep "

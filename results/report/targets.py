@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from results.analysis import comparisons
+from results.core.records import by_kind, newest_sweep
 from results.report import data_scale, gpu_step, steps
 from results.report.common import fmt, md_table, pct
 
@@ -66,7 +67,7 @@ def _jpeg_rows(train: Sequence[dict]) -> List[List[str]]:
 
 
 def _pipeline_rows(recs: Sequence[dict]) -> List[List[str]]:
-    newest = data_scale.newest(recs, "shards_pipeline")
+    newest = newest_sweep(by_kind(recs, "shards_pipeline"))
     rows = []
     for variant, goal in data_scale.TARGETS.items():
         mine = [r for r in newest if r["point"]["variant"] == variant and r["point"]["split"] == "train"]
@@ -82,7 +83,7 @@ def _pipeline_rows(recs: Sequence[dict]) -> List[List[str]]:
 
 
 def _opens_rows(recs: Sequence[dict]) -> List[List[str]]:
-    by = {r["point"]["source"]: r for r in data_scale.newest(recs, "data_opens")}
+    by = {r["point"]["source"]: r for r in newest_sweep(by_kind(recs, "data_opens"))}
     folder, shards = by.get("folder"), by.get("shards")
     if not (folder and shards and shards["metrics"].get("opens") and folder["metrics"].get("opens")):
         return []

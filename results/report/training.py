@@ -8,7 +8,8 @@ from results.analysis import comparisons
 from results.analysis.efficiency import efficiencies
 from results.report import figures
 from results.report.cluster import scaling_panels, train_series
-from results.report.common import (IMAGENET_TRAIN_IMAGES, Environments, _mib, md_table, pct, train_groups)
+from results.core.setups import IMAGENET_TRAIN_IMAGES
+from results.report.common import Environments, md_table, mib, pct, train_groups
 
 
 def _scaling(train: Sequence[dict]) -> dict:
@@ -42,21 +43,12 @@ def published_throughput(pub: dict) -> List[figures.Series]:
     return out
 
 
-def with_ideal(series: Sequence[figures.Series]) -> List[figures.Series]:
-    """Each series plus its ideal linear line and efficiency labels relative to its first point."""
-    out = []
-    for i, s in enumerate(series):
-        s = dict(s, labels=[f"{100 * e:.0f}%" for e in efficiencies(s["x"], s["y"])])
-        out += [s, figures.ideal_line(s["x"][0], s["y"][0], list(s["x"]), i == 0, s.get("color"))]
-    return out
-
-
 def throughput_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) -> str:
     groups = train_groups(train)
     # single-point series (the --setups comparisons) have no scaling to show: their own sections draw them
     thr, _ = scaling_panels(_scaling(train))
     figures.report_panels(fig_dir / "training_throughput.png", [*thr, *_published_panels(
-        published_throughput(pub), with_ideal, "training throughput (images/s)")],
+        published_throughput(pub), figures.with_ideal, "training throughput (images/s)")],
         "Training throughput: one panel per hardware kind (mean and std of repeats); dotted: ideal; "
         "labels: scaling efficiency", ncols=2)
     rows = []
@@ -65,7 +57,7 @@ def throughput_section(train: Sequence[dict], pub: dict, env: Environments, fig_
             m = r["metrics"]
             rows.append([label, m["world_size"], m.get("nodes"), m["images_per_s"], m["images_per_s_per_process"],
                          m["step_time_ms"], m.get("data_time_ms"), m.get("compute_time_ms"),
-                         _mib(m.get("peak_memory_bytes")), m.get("epoch_time_s"), pct(m.get("scaling_efficiency")),
+                         mib(m.get("peak_memory_bytes")), m.get("epoch_time_s"), pct(m.get("scaling_efficiency")),
                          m.get("baseline_world_size"), m.get("measured_steps"), m.get("warmup_steps"),
                          r.get("host_load_1m"), env.id(r), r["_source"]])
     table = md_table(["series", "processes", "nodes", "images/s", "images/s per process", "ms/step", "data ms/step",
@@ -105,18 +97,9 @@ def time_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: P
     xs = sorted(int(k) for k in ml)
     published.append({"label": "MLPerf v3.0 H100 (to 75.9% top-1)", "x": xs, "y": [ml[str(x)] / 60 for x in xs],
                       "color": figures.palette(3), "style": "s-"})
-
-    def ideal_time(series):
-        out = []
-        for s in series:
-            x0, y0 = s["x"][0], s["y"][0]
-            eff = [f"{100 * (y0 * x0) / (y * x):.0f}%" for x, y in zip(s["x"], s["y"])]
-            out += [dict(s, labels=eff), {"label": figures.IDEAL_LABEL if not out else "_nolegend_", "x": s["x"],
-                                          "y": [y0 * x0 / x for x in s["x"]], "style": ":", "color": s["color"]}]
-        return out
     _, hours = scaling_panels(_scaling(train))
     figures.report_panels(fig_dir / "training_time.png", [*hours, *_published_panels(
-        published, ideal_time, "time to train (hours)")],
+        published, lambda series: figures.with_ideal(series, time=True), "time to train (hours)")],
         f"Time to train {epochs} ImageNet epochs: one panel per hardware kind; dotted: ideal; labels (published): "
         "efficiency", ncols=2)
     rows = []

@@ -6,21 +6,15 @@ throughput model it runs on, images/s, epochs, evaluations, training and evaluat
 published time and the error. None of these times was used to fit anything: the throughput models
 are the ``--check`` cases, calibrated on one-GPU images/s. A point whose hardware has no throughput
 input says which measurement would give it one. Exit 1 when a predicted point misses by more than the
-tolerance (and the published rounding). The arithmetic is ``results.analysis.time_to_accuracy``;
-``results/scaling_model/__main__.py`` runs :func:`run_check` for the flag.
+tolerance (and the published rounding). The arithmetic is ``results.analysis.time_to_accuracy``; this
+module holds the table's cells and the summary in words, ``results/scaling_model/__main__.py`` the command.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from results.analysis import scaling_model
 from results.analysis import time_to_accuracy
-from results.analysis import whole_step
-from results.analysis.parameters import parameter_count
-from results.core import records
-from results.core.records import by_kind
 
 HEADERS = ["published", "hardware", "GPUs", "global batch", "epochs", "evals", "throughput from", "train px factor",
            "predicted images/s", "binding", "train s", "eval s", "predicted s", "published s", "error", "within",
@@ -53,25 +47,3 @@ def summary(rows: Sequence[Dict[str, object]], tolerance: float = scaling_model.
         if "error" not in r:
             lines.append(f"- {r['name']}: not predicted. Missing: {r['missing']}.")
     return "\n".join(lines)
-
-
-def run_check(record_paths: Sequence[Path], ref_dir: Path) -> int:
-    """Print every published time-to-train point with its prediction; return the exit code."""
-    recs, _ = records.load(record_paths) if record_paths else ([], [])
-    pub = json.loads((ref_dir / "published_resnet50.json").read_text())
-    links = json.loads((ref_dir / "links.json").read_text())
-    ref = json.loads((ref_dir / "epochs_to_accuracy.json").read_text())
-    h, h_rec = whole_step.model_overlap(by_kind(recs, "overlap"))
-    got = whole_step.measured(by_kind(recs, "train"), by_kind(recs, "pipeline"), h, h_rec["_source"] if h_rec else None)
-    cases = {c.name: c.model for c in whole_step.cases(pub, links, got)}
-    system = ref["systems"]["DGX_H100"]
-    h100 = time_to_accuracy.h100_model(by_kind(recs, "train"), system,
-                          parameter_count("resnet50") * system["grad_bytes_per_param"])
-    rows = time_to_accuracy.check_rows(ref, cases, h100, pub["nvidia_dle_2021"]["train_img_per_s"])
-    print(f"Throughput inputs: {ref['throughput_inputs']}. H100 record: {h100[1] or 'none'}.\n")
-    body = table_rows(rows)
-    widths = [max(len(c) for c in col) for col in zip(HEADERS, *body)]
-    for line in [HEADERS, *body]:
-        print("  ".join(c.ljust(w) for c, w in zip(line, widths)))
-    print("\n" + summary(rows))
-    return time_to_accuracy.exit_code(rows)

@@ -139,10 +139,10 @@ def _hal_time_to_train(pub: dict) -> Optional[Tuple[int, float]]:
     return n, t
 
 
-def section(train: Sequence[dict], pipeline: Sequence[dict], hidden_fraction: float, h_source: Optional[str], pub: dict,
-            links: dict, fig_dir: Path, storage: Sequence[dict] = ()) -> str:
+def section(train: Sequence[dict], pipeline: Sequence[dict], overlap: Sequence[dict], pub: dict, links: dict,
+            fig_dir: Path, storage: Sequence[dict] = ()) -> str:
     """Markdown for RESULTS.md (after the compute + all-reduce model) and figures/scaling_model_terms.png."""
-    got = whole_step.measured(train, pipeline, hidden_fraction, h_source)
+    got = whole_step.measured(train, pipeline, overlap)
     cs = whole_step.cases(pub, links, got)
     rows = whole_step.check_rows(cs)
     _figure(cs, rows, fig_dir / "scaling_model_terms.png")
@@ -172,7 +172,7 @@ def section(train: Sequence[dict], pipeline: Sequence[dict], hidden_fraction: fl
 
 def _figure(cs: Sequence[whole_step.Case], rows: Sequence[dict], path: Path) -> None:
     """Per-GPU images/s, model lines against published points; and each point's error with the tolerance band."""
-    gpus = scaling_model.powers_of_two(1, 128)
+    gpus = [2 ** i for i in range(8)]  # 1 to 128
     per_gpu, errors = [], []
     for i, case in enumerate(cs):
         c = figures.palette(i)

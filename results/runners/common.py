@@ -1,12 +1,14 @@
-"""What every runner shares: the error for bad input, the environment of a record, progress lines,
-the JPEG set a point reads, and the cause line of a failed run's log."""
+"""What every runner shares: the error for bad input, the environment of a record and its sweep,
+progress lines, the JPEG set a point reads, a process's I/O counters, and the cause line of a failed
+run's log."""
 from __future__ import annotations
 
 import logging
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
+from results.core import records
 from results.core.records import RESULTS_DIR, SCRATCH_DIR
 from results.runners import jpegs
 
@@ -20,6 +22,11 @@ class BenchError(RuntimeError):
 def environment(nodes: Optional[int] = None) -> dict:
     from imagenet import sysinfo
     return sysinfo.collect(nodes=nodes)
+
+
+def new_sweep(kind: str, args) -> records.Sweep:
+    """The sweep a bench command records into: its --tag and --records, this machine's environment."""
+    return records.Sweep(kind, args.tag, args.records, environment())
 
 
 def progress(done: int, total: int, what: str) -> None:
@@ -42,6 +49,15 @@ def repo_relative(path: Path) -> str:
         return str(path.resolve().relative_to(RESULTS_DIR.parent))
     except ValueError:
         return str(path)
+
+
+def proc_io(pid: str = "self") -> Dict[str, int]:
+    """A process's I/O counters (plus its reaped children's); empty where /proc lacks them."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            return {k: int(v) for k, v in (line.split(":") for line in f if ":" in line)}
+    except OSError:
+        return {}
 
 
 def last_line(text: str) -> str:

@@ -41,12 +41,12 @@ from imagenet import config
 from imagenet.data import scan, shards, sources
 from imagenet.data.loader import build_loaders, set_epoch
 from imagenet.errors import DataError
-from results.core import records
+from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.runners import common, pipeline_bench
+from results.runners.common import proc_io
 
 log = logging.getLogger(__name__)
 
-IMAGENET_TRAIN = 1_281_167
 IO_BATCH = 8  # the opens run's batch: a few images make whole batches (a last partial one is dropped)
 
 
@@ -104,20 +104,15 @@ def run_io(path: str, workers: int, epochs: int) -> dict:
     cfg = config.parse([path, "--seed", "0", "--workers", str(workers), "-b", str(IO_BATCH), "--image-size", "64",
                         "--data-backend", "fast"], variant="nd")
     train, _, _ = build_loaders(cfg, 0, 1, torch.device("cpu"))
-    before, images = _proc_io(), 0
+    before, images = proc_io(), 0
     for epoch in range(epochs):
         set_epoch(train, epoch)
         images += sum(len(t) for _, t in train)
-    totals = [_proc_io(str(p.pid)) for p in multiprocessing.active_children()] + [_proc_io()]
+    totals = [proc_io(str(p.pid)) for p in multiprocessing.active_children()] + [proc_io()]
     rchar, syscr = (sum(t[k] for t in totals) - before[k] for k in ("rchar", "syscr"))
     return {"images": images, "epochs": epochs, "rchar": rchar, "syscr": syscr, "workers": workers,
             "dataset_opens": train.dataset.source.opens if workers == 0 else None,
             "shards": len(getattr(train.dataset.source, "shard_names", []))}
-
-
-def _proc_io(pid: str = "self") -> Dict[str, int]:
-    with open(f"/proc/{pid}/io") as f:
-        return {k: int(v) for k, v in (line.split(": ") for line in f)}
 
 
 def count_opens(path: Path, workers: int, epochs: int) -> dict:
@@ -153,7 +148,7 @@ def _opens(trace: str, path: Path) -> dict:
 
 # ---------------------------------------------------------------- memory of a 1.28M-sample index
 
-def synthetic_samples(images: int = IMAGENET_TRAIN, classes: int = 1000) -> List[tuple]:
+def synthetic_samples(images: int = IMAGENET_TRAIN_IMAGES, classes: int = 1000) -> List[tuple]:
     """ImageNet-like (path, class) pairs: /datasets/imagenet/train/n01440764/n01440764_10026.JPEG."""
     return [(f"/datasets/imagenet/train/n{1440764 + i % classes:08d}/n{1440764 + i % classes:08d}_{i:d}.JPEG",
              i % classes) for i in range(images)]
@@ -248,47 +243,37 @@ def add_parser(sub, common) -> None:
     s.add_argument("--loader-workers", type=int, default=4, help="DataLoader workers of the memory points")
     s.add_argument("--io-workers", type=int, default=2, help="loader workers of the opens run")
     s.add_argument("--io-epochs", type=int, default=3, help="epochs of the opens run (a seeded run)")
-    s.add_argument("--index-samples", type=int, default=IMAGENET_TRAIN)
+    s.add_argument("--index-samples", type=int, default=IMAGENET_TRAIN_IMAGES)
     s.add_argument("--parts", nargs="+", default=["pipeline", "opens", "memory"],
                    choices=["pipeline", "opens", "memory"])
 
 
 def run(args) -> List[dict]:
     root = common.jpeg_root(args.data, 4, -(-args.images // 4))
-    env, out = common.environment(), []
-
-    def record(kind: str, point: dict, metrics: dict) -> None:
-        out.append(records.make_record(kind, sweep, point, metrics, env))
-        records.append(args.records, out[-1])
-
-    sweep = records.new_sweep_id("shards", args.tag)
+    sweep = common.new_sweep("shards", args)
     if "pipeline" in args.parts:
         sets = shard_sets(root, args.max_side, args.shard_size)
         common.progress(1, 3, f"shards pipeline: {', '.join(sets)}, {args.images} images, {args.rounds} rounds")
         results = pipeline_bench.bench_variants(pipeline_variants(sets, args.images), args.workers, args.image_size,
                                                 args.batch, args.rounds)
         for row in pipeline_bench.summarize(results):
-            span = row["ratio_range"] or [None, None]
-            record("shards_pipeline", {"variant": row["backend"], "split": row["split"], "workers": row["workers"],
-                                       "image_size": args.image_size, "images": args.images, "data": str(root)},
-                   {"images_per_cpu_s": row["images_per_s_per_core"], "images_per_s": row["images_per_s_wall"],
-                    "cpu_ms_per_image": row["cpu_ms_per_image"], "rounds": row["rounds"],
-                    "ratio_per_core": row["ratio_per_core_vs_baseline"], "ratio_min": span[0], "ratio_max": span[1]})
+            sweep.add({"variant": row["backend"], "split": row["split"], "workers": row["workers"],
+                       "image_size": args.image_size, "images": args.images, "data": str(root)},
+                      pipeline_bench.metrics(row), kind="shards_pipeline")
     if "opens" in args.parts:
         sets = shard_sets(root, [], args.shard_size)
         common.progress(2, 3, f"shards opens: a seeded run of {args.io_epochs} epochs, {args.io_workers} workers, "
                         "per source under strace")
         for label, path in sets.items():
             m = count_opens(path, args.io_workers, args.io_epochs)
-            record("data_opens", {"source": label, "data": str(path), "workers": args.io_workers,
-                                  "epochs": args.io_epochs,
-                                  "seeded": True, "batch": IO_BATCH, "strace": "opens" in m},
-                   {k: m[k] for k in ("images", "epochs", "rchar", "syscr", "dataset_opens", "shards", "opens",
-                                      "opening_processes", "max_opens_per_file") if k in m})
+            sweep.add({"source": label, "data": str(path), "workers": args.io_workers, "epochs": args.io_epochs,
+                       "seeded": True, "batch": IO_BATCH, "strace": "opens" in m},
+                      {k: m[k] for k in ("images", "epochs", "rchar", "syscr", "dataset_opens", "shards", "opens",
+                                         "opening_processes", "max_opens_per_file") if k in m}, kind="data_opens")
     if "memory" in args.parts:
         for kind in ("list", "folder", "shards"):
             common.progress(3, 3, f"index memory: {kind}, {args.index_samples} samples, {args.loader_workers} workers")
             m = measure_index_memory(kind, args.index_samples, args.loader_workers)
-            record("index_memory", {"index": kind, "samples": args.index_samples, "workers": args.loader_workers},
-                   {k: v for k, v in m.items() if k not in ("kind", "samples", "workers")} | {"workers": m["workers"]})
-    return out
+            sweep.add({"index": kind, "samples": args.index_samples, "workers": args.loader_workers},
+                      {k: v for k, v in m.items() if k not in ("kind", "samples")}, kind="index_memory")
+    return sweep.done

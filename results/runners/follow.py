@@ -2,12 +2,16 @@
 timestamped on arrival (wall seconds since the start) and handed to a parser, so the curve of a
 program that prints no times of its own (pytorch/examples' main.py) is measured the same way as the
 engine's. The run's CPU seconds (its whole process tree, once it has ended) and the machine's load
-average while it ran come with the result.
+average while it ran come with the result: other work may share the cores, so wall time alone can
+mislead; CPU seconds hardly change with contention, and the load average says how crowded the
+machine was.
 """
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +19,47 @@ from typing import Callable, List, Optional, Sequence
 
 from imagenet import cputime
 from results.runners.common import BenchError
-from results.runners.sampling import LoadSampler, children_cpu_s
+
+
+SAMPLE_EVERY_S = 15.0
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's children that have ended and been waited for
+    (their own waited-for children, such as data-loading workers, included)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class LoadSampler:
+    """``with LoadSampler() as s:`` samples the 1-minute load average every SAMPLE_EVERY_S seconds."""
+
+    def __init__(self, every_s: float = SAMPLE_EVERY_S) -> None:
+        self.every_s = every_s
+        self.samples: List[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="load-sampler", daemon=True)
+
+    def __enter__(self) -> "LoadSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(os.getloadavg()[0])  # the load at the end, even for a short run
+
+    def _sample(self) -> None:
+        while True:
+            self.samples.append(os.getloadavg()[0])
+            if self._stop.wait(self.every_s):
+                return
+
+    def summary(self) -> dict:
+        """Mean and max of the samples, with the core count they compare with."""
+        return {"load_1m_mean": round(sum(self.samples) / len(self.samples), 2),
+                "load_1m_max": round(max(self.samples), 2), "cores": os.cpu_count(),
+                "samples": len(self.samples)}
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ delta taken before the loader starts and after its workers exit covers the worke
 ``read_bytes`` is what reached the storage layer (0 when everything came from the page cache),
 ``rchar`` what passed through read() calls, ``syscr`` how many read calls were made.
 
-CPU cost: user + system seconds of the reader and its reaped loader workers (``getrusage`` of
-SELF and CHILDREN, the same reaping rule), so ``images_per_cpu_s`` is images/s per fully busy
+CPU cost: user + system seconds of the reader and its loader workers (``imagenet.cputime``: the
+process tree), so ``images_per_cpu_s`` is images/s per fully busy
 core whatever the worker count: the number that says how many cores a backend needs to feed a GPU.
 
 Cold cache: pages of the dataset's files are evicted with ``posix_fadvise(POSIX_FADV_DONTNEED)``
@@ -24,15 +24,16 @@ import functools
 import logging
 import multiprocessing as mp
 import os
-import resource
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from imagenet import cputime
+from results.runners.common import proc_io
 from results.runners.procs import gather, reap
 
 log = logging.getLogger(__name__)
@@ -95,15 +96,6 @@ def dataset_files(ds: Dataset) -> List[str]:
 
 # ---------------------------------------------------------------- page cache and counters
 
-def proc_io() -> Dict[str, int]:
-    """This process's I/O counters (plus its reaped children's); empty where /proc lacks them."""
-    try:
-        with open("/proc/self/io") as f:
-            return {k: int(v) for k, v in (line.split(":") for line in f if ":" in line)}
-    except OSError:
-        return {}
-
-
 def evict(paths: Sequence[str]) -> str:
     """Drop the files' pages from the page cache; returns the method used."""
     os.sync()  # dirty pages cannot be dropped
@@ -114,12 +106,6 @@ def evict(paths: Sequence[str]) -> str:
         finally:
             os.close(fd)
     return "posix_fadvise(DONTNEED)"
-
-
-def cpu_seconds() -> float:
-    """User + system CPU seconds of this process and its reaped children (loader workers)."""
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def warm(paths: Sequence[str]) -> None:
@@ -150,7 +136,7 @@ def read_shard(ds: Dataset, indices: List[int], workers: int, batch_size: int,
 def _read(ds: Dataset, indices: List[int], workers: int, batch_size: int) -> Dict[str, float]:
     files = dataset_files(ds)
     nbytes = sum(os.path.getsize(files[i]) for i in indices)
-    before, cpu0 = proc_io(), cpu_seconds()
+    before, cpu0 = proc_io(), cputime.process_tree_cpu_s()
     t0 = time.monotonic()
     loader = DataLoader(Subset(ds, indices), batch_size=batch_size, num_workers=workers, shuffle=False)
     images, first = 0, None
@@ -160,7 +146,7 @@ def _read(ds: Dataset, indices: List[int], workers: int, batch_size: int) -> Dic
             first = time.monotonic()
     t1 = time.monotonic()
     del loader  # joins and reaps the workers, so their counters reach this process
-    after, cpu1 = proc_io(), cpu_seconds()
+    after, cpu1 = proc_io(), cputime.process_tree_cpu_s()
     io = {k: after[k] - before.get(k, 0) for k in ("rchar", "read_bytes", "syscr") if k in after}
     return {"images": images, "bytes": nbytes, "start": t0, "end": t1, "cpu_s": cpu1 - cpu0,
             "first_batch_s": (first or t1) - t0, **io}
@@ -244,18 +230,8 @@ def points(backends: Sequence[str], workers: Sequence[int], readers: Sequence[in
     return pts
 
 
-def point_dict(point: IOPoint) -> Dict[str, object]:
-    return asdict(point)
-
-
 def shuffled_order(count: int, seed: int = 0) -> List[int]:
     """Random access order, as a shuffling sampler reads an epoch."""
     g = torch.Generator().manual_seed(seed)
     return torch.randperm(count, generator=g).tolist()
 
-
-def builder_for(name: str, backends: Optional[Dict[str, DatasetBuilder]] = None) -> DatasetBuilder:
-    backends = backends or available_backends()
-    if name not in backends:
-        raise ValueError(f"unknown io backend {name!r}; choose from {', '.join(backends)}")
-    return backends[name]

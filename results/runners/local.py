@@ -7,6 +7,7 @@ import argparse
 import logging
 import shutil
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import List, Optional
 
@@ -93,27 +94,27 @@ def run_io(args: argparse.Namespace) -> List[dict]:
         raise common.BenchError(f"unknown io backend(s) {unknown}; available: {', '.join(backends)}")
     pts = io_bench.points(names, args.workers, args.readers, args.cache, args.batch, args.image_size, args.images,
                           args.reader_workers, args.threads)
-    sweep, env, out = records.new_sweep_id("io", args.tag), common.environment(), []
+    sweep = common.new_sweep("io", args)
     probe = backends["torchvision"](root, args.image_size)  # always there; same files, same order
     files = io_bench.dataset_files(probe)
     order = io_bench.shuffled_order(len(files))
     for i, p in enumerate(pts, 1):
         common.progress(i, len(pts), f"io {p}")
-        out.append(_io_point(p, backends[p.backend], root, order, files, sweep, env))
-        records.append(args.records, out[-1])
-    return out
+        _io_point(p, backends[p.backend], root, order, files, sweep)
+    return sweep.done
 
 
-def _io_point(io_point: io_bench.IOPoint, builder, root: Path, order, files, sweep: str, env: dict) -> dict:
-    point = {**io_bench.point_dict(io_point), "data": str(root), "dataset_images": len(files)}
+def _io_point(io_point: io_bench.IOPoint, builder, root: Path, order, files, sweep: records.Sweep) -> None:
+    point = {**asdict(io_point), "data": str(root), "dataset_images": len(files)}
     try:
         m = io_bench.measure(builder, root, io_point, order, files)
     except Exception as e:
         log.warning("    FAILED: %s", e)
-        return records.make_record("io", sweep, point, {}, env, "failed", f"{type(e).__name__}: {e}")
+        sweep.add(point, {}, "failed", f"{type(e).__name__}: {e}")
+        return
     log.info("    %.1f images/s, %.1f MB/s, storage reads %.1f MB/s", m["images_per_s"], m["mb_per_s"],
              m.get("storage_mb_per_s", float("nan")))
-    return records.make_record("io", sweep, point, m, env)
+    sweep.add(point, m)
 
 
 # ---------------------------------------------------------------- allreduce
@@ -121,7 +122,7 @@ def _io_point(io_point: io_bench.IOPoint, builder, root: Path, order, files, swe
 def run_allreduce(args: argparse.Namespace) -> List[dict]:
     backend = args.backend or allreduce_bench.default_backend()
     msg_sizes = allreduce_bench.sizes(args.min_bytes, args.max_bytes, args.factor)
-    sweep, env, out = records.new_sweep_id("allreduce", args.tag), common.environment(), []
+    sweep = common.new_sweep("allreduce", args)
     for i, n in enumerate(args.world_sizes, 1):
         common.progress(i, len(args.world_sizes), f"allreduce {backend}, {n} processes, {len(msg_sizes)} sizes")
         try:
@@ -131,16 +132,14 @@ def run_allreduce(args: argparse.Namespace) -> List[dict]:
         for row in rows:
             point = {"backend": backend, "world_size": n, "bytes": row["bytes"], "transport": "local"}
             if "error" in row:
-                rec = records.make_record("allreduce", sweep, point, {}, env, "failed", row["error"])
+                sweep.add(point, {}, "failed", row["error"])
             else:
-                rec = records.make_record("allreduce", sweep, point, row, env)
-            records.append(args.records, rec)
-            out.append(rec)
-    return out
+                sweep.add(point, row)
+    return sweep.done
 
 
 def run_overlap(args: argparse.Namespace) -> List[dict]:
-    sweep, env, out = records.new_sweep_id("overlap", args.tag), common.environment(), []
+    sweep = common.new_sweep("overlap", args)
     points = [(n, mb) for n in args.world_sizes for mb in args.bucket_cap_mb]
     for i, (n, mb) in enumerate(points, 1):
         common.progress(i, len(points), f"overlap {args.arch}, {n} processes, buckets {mb:g} MB")
@@ -148,12 +147,11 @@ def run_overlap(args: argparse.Namespace) -> List[dict]:
                  "image_size": args.image_size, "bucket_cap_mb": mb}
         try:
             m = overlap_bench.run_local(n, args.arch, args.batch, args.image_size, args.steps, mb)
-            rec = records.make_record("overlap", sweep, point, m, env)
         except Exception as e:  # a failed point is recorded with why, and the sweep goes on
-            rec = records.make_record("overlap", sweep, point, {}, env, "failed", common.last_line(str(e)))
-        records.append(args.records, rec)
-        out.append(rec)
-    return out
+            sweep.add(point, {}, "failed", common.last_line(str(e)))
+            continue
+        sweep.add(point, m)
+    return sweep.done
 
 
 def run_pipeline(args: argparse.Namespace) -> List[dict]:
@@ -162,19 +160,15 @@ def run_pipeline(args: argparse.Namespace) -> List[dict]:
     workers; the ratio is the median over rounds of per-round ratios to the baseline backend."""
     root = common.jpeg_root(args.data, 4, -(-args.images // 4))
     samples = pipelines.bench_samples(str(root), args.images)
-    sweep, env, out = records.new_sweep_id("pipeline", args.tag), common.environment(), []
+    sweep = common.new_sweep("pipeline", args)
     common.progress(1, 1, f"pipeline {', '.join(args.backends)}: {len(samples)} images, workers {args.workers}, "
                     f"{args.rounds} round(s)")
     results = pipelines.bench(samples, args.backends, args.workers, args.image_size, args.batch, args.rounds)
     for row in pipelines.summarize(results):
         point = {"backend": row["backend"], "split": row["split"], "workers": row["workers"],
                  "image_size": args.image_size, "batch_size": args.batch, "images": len(samples), "data": str(root)}
-        ratio, span = row["ratio_per_core_vs_baseline"], row["ratio_range"] or [None, None]
-        m = {"images_per_cpu_s": row["images_per_s_per_core"], "images_per_s": row["images_per_s_wall"],
-             "cpu_ms_per_image": row["cpu_ms_per_image"], "rounds": row["rounds"], "ratio_per_core": ratio,
-             "ratio_min": span[0], "ratio_max": span[1]}
-        out.append(records.make_record("pipeline", sweep, point, m, env))
-        records.append(args.records, out[-1])
+        ratio = row["ratio_per_core"]
+        sweep.add(point, pipelines.metrics(row))
         log.info("    %-8s %-5s workers=%d  %.0f images/s per core%s", row["backend"], row["split"],
-                 row["workers"], row["images_per_s_per_core"], f", {ratio:.2f}x baseline" if ratio else "")
-    return out
+                 row["workers"], row["images_per_cpu_s"], f", {ratio:.2f}x baseline" if ratio else "")
+    return sweep.done

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import multiprocessing
 import os
-import resource
 import statistics
 import time
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch.utils.data import DataLoader
 
+from imagenet import cputime
 from imagenet.data import decode
 from imagenet.data.loader import ImageFiles
 from imagenet.data.scan import scan_dataset
@@ -54,18 +53,6 @@ class Measurement:
         return self.images / self.wall_s
 
 
-def _cpu_seconds(pids: Sequence[int] = ()) -> float:
-    """CPU time of this process (all its threads) plus that of the live processes PIDS."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    return own.ru_utime + own.ru_stime + sum(_proc_cpu_seconds(pid) for pid in pids)
-
-
-def _proc_cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()  # the command name may contain spaces
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-
-
 def measure(label: str, variant: Variant, train: bool, image_size: int, workers: int,
             batch_size: int, seed: int = 0) -> Measurement:
     """Steady-state pass over every sample through a DataLoader.
@@ -82,13 +69,11 @@ def measure(label: str, variant: Variant, train: bool, image_size: int, workers:
     try:
         loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False,
                             persistent_workers=workers > 0, generator=torch.Generator().manual_seed(seed))
-        pids: List[int] = []
         if workers:
             sum(len(target) for _, target in loader)
-            pids = [p.pid for p in multiprocessing.active_children() if p.pid is not None]
-        cpu0, wall0 = _cpu_seconds(pids), time.perf_counter()
+        cpu0, wall0 = cputime.process_tree_cpu_s(), time.perf_counter()  # the workers are live children
         images = sum(len(target) for _, target in loader)
-        wall, cpu = time.perf_counter() - wall0, _cpu_seconds(pids) - cpu0
+        wall, cpu = time.perf_counter() - wall0, cputime.process_tree_cpu_s() - cpu0
         del loader  # shuts persistent workers down
     finally:
         torch.set_num_threads(threads)
@@ -147,8 +132,9 @@ def bench_variants(variants: Dict[str, Variant], workers: Sequence[int], image_s
 
 
 def summarize(results: List[Measurement], reference: str = "baseline") -> List[dict]:
-    """Medians over rounds of each (split, workers, backend). The ratio to the reference is the
-    median of per-round ratios: both ran back to back, so a busy phase of the machine cancels."""
+    """Medians over rounds of each (split, workers, backend), named as a record's metrics. The ratio
+    to the reference is the median of per-round ratios: both ran back to back, so a busy phase of the
+    machine cancels."""
     groups: Dict[Tuple[str, int, str], List[Measurement]] = {}
     for m in results:
         groups.setdefault((m.split, m.workers, m.backend), []).append(m)
@@ -157,12 +143,17 @@ def summarize(results: List[Measurement], reference: str = "baseline") -> List[d
         ref = {m.round: m.per_core for m in groups.get((split, workers, reference), [])}
         ratios = [m.per_core / ref[m.round] for m in ms if m.round in ref]
         rows.append({"split": split, "workers": workers, "backend": backend, "rounds": len(ms),
-                     "images_per_s_per_core": statistics.median(m.per_core for m in ms),
-                     "images_per_s_wall": statistics.median(m.wall_rate for m in ms),
+                     "images_per_cpu_s": statistics.median(m.per_core for m in ms),
+                     "images_per_s": statistics.median(m.wall_rate for m in ms),
                      "cpu_ms_per_image": 1000 * statistics.median(m.cpu_s / m.images for m in ms),
-                     "ratio_per_core_vs_" + reference: statistics.median(ratios) if ratios else None,
-                     "ratio_range": [min(ratios), max(ratios)] if ratios else None})
+                     "ratio_per_core": statistics.median(ratios) if ratios else None,
+                     "ratio_min": min(ratios, default=None), "ratio_max": max(ratios, default=None)})
     return rows
+
+
+def metrics(row: dict) -> dict:
+    """A summary row's metrics (the row without its point: split, workers, backend)."""
+    return {k: v for k, v in row.items() if k not in ("split", "workers", "backend")}
 
 
 def bench_samples(root: Optional[str], images: int) -> List[Tuple[str, int]]:

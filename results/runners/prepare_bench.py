@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import List
 
+from imagenet import cputime
 from imagenet.data import archives, prepare
-from results.core import records
 from results.runners import archive_set, jpegs
+from results.runners.common import new_sweep
 
 log = logging.getLogger(__name__)
 READ_CHUNK = 16 << 20
@@ -54,10 +55,9 @@ def read_rate(download: Path) -> float:
 def measure(download: Path, dst: Path, fmt: str, workers: int, shard_mb: float) -> dict:
     shutil.rmtree(dst, ignore_errors=True)
     read_mb_per_s = read_rate(download)
-    cpu0, t0 = os.times(), time.monotonic()
+    cpu0, t0 = cputime.process_tree_cpu_s(), time.monotonic()
     counts = prepare.prepare(str(download), str(dst), fmt, shard_mb, workers)
-    elapsed, cpu1 = time.monotonic() - t0, os.times()
-    cpu = sum(cpu1[:4]) - sum(cpu0[:4])  # user + system, this process and its workers
+    elapsed, cpu = time.monotonic() - t0, cputime.process_tree_cpu_s() - cpu0  # this process and its workers
     images = counts["train_samples"] + counts["val_samples"]
     nbytes = archive_set.download_bytes(download)
     written = sum(p.stat().st_size for p in dst.rglob("*") if p.is_file())
@@ -82,11 +82,11 @@ def add_parser(sub, common) -> None:
                    "(default results/scratch)")
 
 
-def run(args, scratch: Path, environment: dict) -> List[dict]:
+def run(args, scratch: Path) -> List[dict]:
     """The sweep of ``python -m results.bench prepare``: one record per --format x --workers."""
     scratch = args.work_dir or scratch
     download = ensure_download(scratch, args.classes, args.per_class, args.val_per_class)
-    sweep, out = records.new_sweep_id("prepare", args.tag), []
+    sweep = new_sweep("prepare", args)
     points = [(fmt, w) for fmt in args.format for w in args.workers]
     for i, (fmt, workers) in enumerate(points, 1):
         log.info("[%d/%d] prepare --format %s --workers %d", i, len(points), fmt, workers)
@@ -94,8 +94,7 @@ def run(args, scratch: Path, environment: dict) -> List[dict]:
                  "val_per_class": args.val_per_class, "shard_mb": args.shard_size,
                  "data": "results/runners/jpegs.py 500x375"}
         metrics = measure(download, scratch / "prepare-out", fmt, workers, args.shard_size)
-        out.append(records.make_record("prepare", sweep, point, metrics, environment))
-        records.append(args.records, out[-1])
+        sweep.add(point, metrics)
         log.info("  %.0f images/s, %.1f MB/s (plain read %.0f MB/s), %.1f CPU s", metrics["images_per_s"],
                  metrics["mb_per_s"], metrics["read_mb_per_s"], metrics["cpu_s"])
-    return out
+    return sweep.done

@@ -22,8 +22,7 @@ import torch
 from PIL import Image
 from torchvision.transforms import RandomResizedCrop
 
-from results.core import records
-from results.runners.common import BenchError, environment, jpeg_root
+from results.runners.common import BenchError, jpeg_root, new_sweep
 
 log = logging.getLogger(__name__)
 
@@ -128,15 +127,14 @@ def run(args) -> List[dict]:
     bufs = [p.read_bytes() for p in files]
     boxes = training_boxes([jpeg_size(b) for b in bufs], seed=0)
     rows = summarize(measure(decoders, bufs, boxes, args.rounds))
-    env, sweep, out = environment(), records.new_sweep_id("region", args.tag), []
+    sweep = new_sweep("region", args)
     for row in rows:
         point = {"decoder": row["decoder"], "images": len(bufs), "boxes": "RandomResizedCrop(0.08-1, 3/4-4/3)",
                  "data": str(args.data) if args.data else "generated 500x375 JPEGs (results/runners/jpegs.py)"}
         metrics = {k: row[k] for k in ("images_per_cpu_s", "cpu_ms_per_image", "rounds", "ratio_per_core",
                                        "ratio_min", "ratio_max")}
-        out.append(records.make_record("region_decode", sweep, point, metrics, env))
-        records.append(args.records, out[-1])
+        sweep.add(point, metrics, kind="region_decode")
         log.info("    %-16s %.0f images/s per core, %.3f CPU ms/image, %.2fx the C decoder (%.2f-%.2f)",
                  row["decoder"], row["images_per_cpu_s"], row["cpu_ms_per_image"], row["ratio_per_core"],
                  row["ratio_min"], row["ratio_max"])
-    return out
+    return sweep.done

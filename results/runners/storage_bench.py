@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from imagenet.files import write_text
+from results.runners.common import proc_io
 
 CHUNK = 1 << 20
 FILE_LIST = "files.txt"
@@ -52,7 +53,7 @@ def read_share(out: Path, seconds: float, evict: bool = True) -> dict:
     files = (out / FILE_LIST).read_text().splitlines()[rank::tasks]
     buf = bytearray(CHUNK)
     n_bytes = n_files = 0
-    io0 = _block_read_bytes()
+    io0 = proc_io().get("read_bytes", 0)
     start = time.time()
     for path in files:
         with open(path, "rb", buffering=0) as f:
@@ -68,20 +69,10 @@ def read_share(out: Path, seconds: float, evict: bool = True) -> dict:
             break
     result = {"rank": rank, "tasks": tasks, "node": socket.gethostname(),
               "node_id": int(os.environ.get("SLURM_NODEID", 0)), "files": n_files, "bytes": n_bytes,
-              "start": start, "end": time.time(), "share": len(files), "storage_bytes": _block_read_bytes() - io0}
+              "start": start, "end": time.time(), "share": len(files),
+              "storage_bytes": proc_io().get("read_bytes", 0) - io0}
     write_text(out / f"reader-{rank}.json", json.dumps(result))
     return result
-
-
-def _block_read_bytes() -> int:
-    try:
-        for line in Path("/proc/self/io").read_text().splitlines():
-            if line.startswith("read_bytes:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
 
 
 # ---------------------------------------------------------------- the sweep side

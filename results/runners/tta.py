@@ -28,7 +28,7 @@ from typing import List, Optional
 from results.core import records
 from results.core.records import RESULTS_DIR, SCRATCH_DIR
 from results.runners import examples_main, fashion_mnist
-from results.runners.common import BenchError, environment, last_line
+from results.runners.common import BenchError, last_line, new_sweep
 from results.runners.follow import Followed, Moment, follow
 
 log = logging.getLogger(__name__)
@@ -107,10 +107,11 @@ def _point(program: str, data: Path, args: argparse.Namespace, **fields) -> dict
             "train_images": fashion_mnist.counts_of(data)["train"], **fields}
 
 
-def _record(sweep: str, point: dict, metrics: dict, followed: Followed, error: Optional[str], **extra) -> dict:
-    if error:
-        return records.make_record(KIND, sweep, point, {}, environment(), status="failed", error=error, **extra)
-    return records.make_record(KIND, sweep, point, metrics, environment(), **extra)
+def _record(sweep: records.Sweep, point: dict, metrics: dict, error: Optional[str], **extra) -> dict:
+    """The phase's record, appended; failed (no metrics) with ERROR."""
+    rec = sweep.add(point, {} if error else metrics, "failed" if error else "ok", error, kind=KIND, **extra)
+    _say(rec)
+    return rec
 
 
 # ---------------------------------------------------------------- phase: examples
@@ -119,8 +120,8 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
     if args.examples is None:
         raise BenchError("the examples phase needs --examples DIR, a pytorch/examples checkout "
                          "(git clone https://github.com/pytorch/examples DIR)")
-    sweep = records.new_sweep_id("examples", args.tag)
-    log_file = args.work / sweep / "main.log"
+    sweep = new_sweep("examples", args)
+    log_file = args.work / sweep.id / "main.log"
     log.info("examples: main.py for %d epochs at %d px; every line in %s", args.examples_epochs, args.image_size,
              log_file)
     lines, followed = examples_main.run(args.examples, data, args.image_size, args.examples_epochs, log_file,
@@ -132,10 +133,7 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
     error = _failure(followed, lines.curve, "main.py")
     best = max((p["top1"] for p in lines.curve), default=0.0)
     metrics = tta_metrics(lines.curve, best, followed, point["train_images"], lines.eval_s, 1)
-    rec = _record(sweep, point, metrics, followed, error, curve=lines.curve, notes=[EXAMPLES_NOTE], log=str(log_file))
-    records.append(args.records, rec)
-    _say(rec)
-    return rec
+    return _record(sweep, point, metrics, error, curve=lines.curve, notes=[EXAMPLES_NOTE], log=str(log_file))
 
 
 # ---------------------------------------------------------------- phase: ours
@@ -143,8 +141,8 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
 def run_ours(args: argparse.Namespace, data: Path) -> dict:
     examples = examples_record(args.records, data.name, args.image_size)
     target, budget_s = examples["metrics"]["best_top1"], examples["metrics"]["wall_s"]
-    sweep = records.new_sweep_id("ours", args.tag)
-    run_dir = args.work / sweep / "run"
+    sweep = new_sweep("ours", args)
+    run_dir = args.work / sweep.id / "run"
     cmd = [sys.executable, "-u", str(ENGINE), str(data), "--image-size", str(args.image_size), *RECIPE_FLAGS,
            "--desired-acc", f"{target:.3f}", "--time-budget-minutes", f"{budget_s / 60:.3f}", "--log-dir", str(run_dir)]
     log.info("ours: target %.2f %% top-1 (main.py's best), budget %.0f s (main.py's wall time); recipe %s",
@@ -160,12 +158,9 @@ def run_ours(args: argparse.Namespace, data: Path) -> dict:
                    images_seen=sum(e.get("train_samples", 0) for e in run_json.get("epochs", [])) or None)
     point = _point(OURS_PROGRAM, data, args, recipe_flags=list(RECIPE_FLAGS), recipe=_settings(run_json),
                    target_from=examples["sweep"])
-    rec = _record(sweep, point, metrics, followed, _failure(followed, lines.curve, "the engine"), curve=lines.curve,
-                  engine_time_to_accuracy=engine_tta, engine_status=run_json.get("status"),
-                  log=str(run_dir.parent / "engine.log"))
-    records.append(args.records, rec)
-    _say(rec)
-    return rec
+    return _record(sweep, point, metrics, _failure(followed, lines.curve, "the engine"), curve=lines.curve,
+                   engine_time_to_accuracy=engine_tta, engine_status=run_json.get("status"),
+                   log=str(run_dir.parent / "engine.log"))
 
 
 class EngineLines:

@@ -265,8 +265,8 @@ def test_bench_measures_both_backends(files):
     samples = [(p, 0) for p in files[:2]]
     rows = pipeline_bench.summarize(pipeline_bench.bench(samples, ["baseline", "fast"], [0], 32, 2, rounds=1))
     assert {r["backend"] for r in rows} == {"baseline", "fast"}
-    assert all(r["images_per_s_per_core"] > 0 for r in rows)
-    assert {r["ratio_per_core_vs_baseline"] for r in rows if r["backend"] == "baseline"} == {1.0}
+    assert all(r["images_per_cpu_s"] > 0 for r in rows)
+    assert {r["ratio_per_core"] for r in rows if r["backend"] == "baseline"} == {1.0}
 
 
 @pytest.mark.parametrize("subsampling", [0, 2], ids=["4:4:4", "4:2:0"])

@@ -94,7 +94,7 @@ def test_multinode_efficiency_and_figures(built):
 def test_reader_cpu_seconds_cover_loader_workers(tmp_path):
     from results.runners import jpegs
     jpegs.ensure_dataset(tmp_path, classes=1, train_per_class=8, val_per_class=1)
-    builder = io_bench.builder_for("baseline")
+    builder = io_bench.available_backends()["baseline"]
     ds = builder(tmp_path, 64)
     # with 2 workers the decoding happens in children: their CPU must still be counted
     out = io_bench.read_shard(ds, list(range(8)), workers=2, batch_size=4)

@@ -81,13 +81,6 @@ def test_hidden_fraction_from_an_overlap_measurement():
         sm.hidden_fraction(1.0, 0.0)
 
 
-def test_table_has_all_three_overlap_assumptions():
-    (row,) = sm.table(M, [4], hidden_fraction=0.25)
-    assert row["images_per_s_no_overlap"] == pytest.approx(4 * 32 / 0.25)
-    assert row["images_per_s_measured"] == pytest.approx(4 * 32 / 0.2125)
-    assert row["images_per_s_overlap"] == pytest.approx(4 * 32 / (0.1 / 3 + 0.15))
-
-
 def test_latency_term_counts_buckets_and_hops():
     m = sm.ModelInputs(step_time_s=1, batch_per_gpu=1, grad_bytes=50e6, busbw_intra=1e12, alpha_intra_s=1e-5,
                        bucket_bytes=20e6)
@@ -384,7 +377,7 @@ def test_inputs_come_from_the_newest_matching_records():
              _rec("train", "2026-02-01", {}, {"world_size": 2, "device": "cuda:0", "step_times_ms": [5, 9]}, "g:2"),
              _rec("train", "2026-02-01", {}, {"world_size": 1, "device": "cpu", "step_times_ms": [3, 4]}, "c:1"),
              _rec("train", "2026-03-01", {}, {"world_size": 1, "device": "cuda:0"}, "g:3")]
-    got = ws.measured(train, pipe, 0.25, "o:1")
+    got = ws.measured(train, pipe, [])
     assert got.samples("cuda") == ((1, 2), "g:1")  # one process only: a DDP rank's times include waits
     assert got.samples("cpu") == ((3, 4), "c:1") and got.rate("fast") == (None, None)
     assert got.rate(["dali", "baseline"]) == (300.0, "new:2")  # the first preference with a record
@@ -392,7 +385,7 @@ def test_inputs_come_from_the_newest_matching_records():
 
 def test_report_section_has_one_row_per_published_point(tmp_path):
     pub, links = _reference()
-    text = ws_report.section([], [], sm.NO_OVERLAP, None, pub, links, tmp_path)
+    text = ws_report.section([], [], [], pub, links, tmp_path)
     rows = [line for line in text.splitlines() if line.startswith(("| HAL 2020 ", "| NVIDIA DLE "))]
     n = sum(len(r["gpus"]) for r in pub["hal_2020"]["runs"]) + sum(
         len(v) for v in pub["nvidia_dle_2021"]["train_img_per_s"].values())

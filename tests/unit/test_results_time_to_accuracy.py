@@ -13,7 +13,7 @@ from results.analysis import scaling_model as sm
 from results.analysis import time_to_accuracy as tta
 from results.core import records
 from results.report import cluster, predicted_tta
-from results.report import tta_check as check
+from results.scaling_model import __main__ as command
 from tests.helpers import REPORT_ENV as ENV
 from tests.helpers import md_rows as _rows
 from tests.helpers import train_record as _train
@@ -94,7 +94,7 @@ def test_a_point_inside_the_published_rounding_counts_as_within():
 
 
 def test_the_check_prints_every_published_point_with_its_terms_and_error(capsys):
-    code = check.run_check([records.RECORDS_DIR], records.REFERENCE_DIR)
+    code = command.run_time_check([records.RECORDS_DIR], records.REFERENCE_DIR)
     out = capsys.readouterr().out
     ref = predicted_tta.reference()
     lines = {line.split("  ")[0]: line for line in out.splitlines()}
@@ -117,7 +117,7 @@ def test_the_check_prints_every_published_point_with_its_terms_and_error(capsys)
 
 
 def test_without_an_h100_record_the_check_names_the_measurement_it_needs(capsys):
-    check.run_check([], records.REFERENCE_DIR)
+    command.run_time_check([], records.REFERENCE_DIR)
     out = capsys.readouterr().out
     assert "MLPerf v4.0 NVIDIA eos, 1 node: not predicted. Missing: one H100's ResNet-50 images/s" in out
 
