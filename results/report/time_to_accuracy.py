@@ -110,8 +110,14 @@ def _recipes(examples: Optional[dict], ours: Optional[dict]) -> str:
                      f"copy: {'; '.join(p['changed_in_copy'])}. " + " ".join(examples.get("notes", [])))
     if ours:
         lines.append(f"- this engine: `{' '.join(ours['point']['recipe_flags'])}`, resolved as "
-                     + json.dumps(ours["point"]["recipe"], sort_keys=True))
+                     + json.dumps(ours["point"]["recipe"], sort_keys=True)
+                     + (". It keeps an EMA of the weights: each evaluation counts the better top-1 of the model and "
+                        "its average (both are in the record's curve)." if _with_ema(ours) else ""))
     return "Recipes:\n\n" + "\n".join(lines) + "\n"
+
+
+def _with_ema(record: dict) -> bool:
+    return any("top1_ema" in point for point in record["curve"])
 
 
 def published_table(ref_dir: Path = REFERENCE) -> str:

@@ -78,7 +78,11 @@ def test_bad_image_is_fatal_and_named_unless_skipped(damage, small_data, tmp_pat
 
 
 def test_pretrained_without_network_fails_fast(small_data, tmp_path):
-    env = child_env(TORCH_HOME=str(tmp_path / "torch_home"))  # an empty weights cache
+    # an empty weights cache; the download goes through a proxy port nothing listens on, so it is
+    # refused at once, as on a compute node without network (the machine's own network may drop
+    # packets instead, which the engine's 30 s timeout ends)
+    refused = "http://127.0.0.1:9"
+    env = child_env(TORCH_HOME=str(tmp_path / "torch_home"), https_proxy=refused, HTTPS_PROXY=refused, no_proxy="")
     start = time.monotonic()
     proc = python(script("imagenet_nd.py"), *TINY, "--pretrained", "--epochs", "1", "--log-dir", tmp_path / "r",
                   small_data, env=env, timeout=120)
