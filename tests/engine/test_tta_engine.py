@@ -60,3 +60,5 @@ def test_ours_phase_records_time_to_the_target(fashion_cache, tmp_path):
     assert m["images_seen"] == 384 and m["eval_every"] == 1  # 3 full batches of 128 from 400 images
     assert rec["engine_time_to_accuracy"]["reached"] and rec["engine_status"] == "reached_desired_acc"
     assert rec["point"]["recipe"]["scaled_lr"] == 0.15 and rec["point"]["recipe_flags"] == tta.RECIPE_FLAGS
+    # the settings as the engine resolved them, read from its run.json (the recipe flags say 14 epochs, EMA)
+    assert rec["point"]["recipe"]["batch_size"] == 128 and rec["point"]["recipe"]["model_ema"] is True
