@@ -223,7 +223,8 @@ def _failure(followed: Followed, curve: List[dict], program: str) -> Optional[st
 def _settings(run_json: dict) -> dict:
     """The recipe as the engine resolved it (its lr after scaling, warm-up, batch...)."""
     sections = run_json.get("config", {})  # section -> its settings (imagenet/config/sections.py)
-    config = {name: value for section in sections.values() if isinstance(section, dict) for name, value in section.items()}
+    config = {name: value for section in sections.values() if isinstance(section, dict)
+              for name, value in section.items()}
     keys = ("batch_size", "opt", "lr", "lr_scaling", "lr_schedule", "lr_peak_epoch", "warmup_epochs", "epochs",
             "momentum", "weight_decay", "no_bn_wd", "label_smoothing", "train_crop_scale", "zero_init_residual",
             "model_ema", "model_ema_steps", "model_ema_decay", "eval_every", "workers", "data_backend", "seed")
