@@ -190,7 +190,7 @@ def test_an_interrupted_folder_import_resumes_and_never_looks_complete(download,
 
 def test_verify_archives_compares_the_published_md5(download, tmp_path, monkeypatch):
     """The real command under CPU load (where the old worker pool hung on this error about 1 run in 3);
-    tests/engine/test_job_runners.py repeats the runner 20 times."""
+    tests/engine/test_job_runners.py repeats the runner 50 times."""
     with cpu_burners():
         proc = _prepare(download, tmp_path / "s", "--verify-archives", timeout=300)
     assert proc.returncode == 1 and not (tmp_path / "s" / sources.INDEX_NAME).exists()
