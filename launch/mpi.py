@@ -25,6 +25,7 @@ import runpy
 import socket
 import struct
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -39,6 +40,11 @@ EXIT_USAGE = 2
 LAUNCHER_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "PALS_SIZE",
                       "SLURM_STEP_NUM_TASKS")
 LAUNCHER_MARKERS = LAUNCHER_SIZE_VARS + ("PMIX_RANK", "PMI_RANK", "PMI_FD", "PALS_RANKID")
+# MPI_Abort takes the job down at once, while the launcher forwards each rank's output on its own
+# (MPICH's hydra proxies, Open MPI's daemons): lines a failing rank wrote just before it could be
+# lost (seen with MPICH under load: not even the traceback reached the log). The pause lets them
+# through; it costs a second of a job that is failing anyway.
+ABORT_GRACE_S = 1.0
 _SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
 
 
@@ -328,6 +334,7 @@ def abort(comm: Any, rank: int, size: int, code: int) -> None:
     print(f"launch.mpi: rank {rank} failed (exit status {code}); aborting all {size} ranks",
           file=sys.stderr, flush=True)
     sys.stdout.flush()
+    time.sleep(ABORT_GRACE_S)
     comm.Abort(code)
 
 
