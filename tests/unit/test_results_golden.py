@@ -27,9 +27,16 @@ def _diff(got: Path, want: Path) -> str:
 
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory):
-    out = tmp_path_factory.mktemp("report")
-    assert report.main(["--out", str(out)]) == 0
-    return out
+    """The report regenerated once, by `python -m results.report` with torch and torchvision
+    unimportable (test_report_regenerates_identically_without_torch): every golden test reads it."""
+    folder = tmp_path_factory.mktemp("report")
+    wrapper = folder / "without_torch.py"
+    wrapper.write_text(WITHOUT_TORCH)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, str(wrapper), "--out", str(folder / "out")], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return folder / "out"
 
 
 def test_results_md_regenerates_identically(regenerated):
@@ -83,15 +90,9 @@ runpy.run_module("results.report", run_name="__main__", alter_sys=True)
 """
 
 
-def test_report_regenerates_identically_without_torch(tmp_path):
+def test_report_regenerates_identically_without_torch(regenerated):
     """The report reads records, never the engine: with torch and torchvision unimportable, the command
     still writes RESULTS.md and every tag's report byte for byte as committed."""
-    wrapper = tmp_path / "without_torch.py"
-    wrapper.write_text(WITHOUT_TORCH)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, str(wrapper), "--out", str(tmp_path / "out")], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert (tmp_path / "out" / "RESULTS.md").read_bytes() == (RESULTS / "RESULTS.md").read_bytes()
+    assert (regenerated / "RESULTS.md").read_bytes() == (RESULTS / "RESULTS.md").read_bytes()
     for committed in RESULTS.glob("reports/*/README.md"):
-        assert (tmp_path / "out" / committed.relative_to(RESULTS)).read_bytes() == committed.read_bytes()
+        assert (regenerated / committed.relative_to(RESULTS)).read_bytes() == committed.read_bytes()
