@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from imagenet import time_to_accuracy
+from imagenet.config import section_of
 from results.core import records
 from results.core.records import RESULTS_DIR, SCRATCH_DIR
 from results.runners import examples_main, fashion_mnist
@@ -179,8 +181,10 @@ class EngineLines:
         elif row:
             point = {"epoch": int(row.group(1)) + 1, "wall_s": round(now, 2), "core_s": round(moment.cpu_s(), 2),
                      "top1": float(row.group(2)), "top5": float(row.group(3))}
-            if self._ema:  # the engine's rule (imagenet.time_to_accuracy): the better of model and average counts
-                point.update(top1_model=point["top1"], **self._ema, top1=max(point["top1"], self._ema["top1_ema"]))
+            if self._ema:  # the engine's own rule: the better of the model and its average counts
+                counted = time_to_accuracy.counted_top1({"val_top1": point["top1"],
+                                                         "val_top1_ema": self._ema["top1_ema"]})
+                point.update(top1_model=point["top1"], **self._ema, top1=counted)
                 self._ema = None
             self.curve.append(point)
             log.info("ours: epoch %d top-1 %.2f %% at %.0f s%s", point["epoch"], point["top1"], now,
@@ -222,13 +226,11 @@ def _failure(followed: Followed, curve: List[dict], program: str) -> Optional[st
 
 def _settings(run_json: dict) -> dict:
     """The recipe as the engine resolved it (its lr after scaling, warm-up, batch...)."""
-    sections = run_json.get("config", {})  # section -> its settings (imagenet/config/sections.py)
-    config = {name: value for section in sections.values() if isinstance(section, dict)
-              for name, value in section.items()}
+    sections, home = run_json.get("config", {}), section_of()  # run.json keeps the settings by section
     keys = ("batch_size", "opt", "lr", "lr_scaling", "lr_schedule", "lr_peak_epoch", "warmup_epochs", "epochs",
             "momentum", "weight_decay", "no_bn_wd", "label_smoothing", "train_crop_scale", "zero_init_residual",
             "model_ema", "model_ema_steps", "model_ema_decay", "eval_every", "workers", "data_backend", "seed")
-    return {**{k: config.get(k) for k in keys}, "scaled_lr": run_json.get("lr"),
+    return {**{k: sections.get(home[k], {}).get(k) for k in keys}, "scaled_lr": run_json.get("lr"),
             "global_batch": run_json.get("global_batch")}
 
 
