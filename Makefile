@@ -61,10 +61,10 @@ demo: setup $(DEMO_DATA)/train
 	  -a resnet18 --image-size 64 -b 32 --epochs 15 --desired-acc 0.9 --workers 1 \
 	  --seed 0 --log-dir runs/demo $(DEMO_DATA)
 
-# two pytest-xdist workers: one runs the cluster tier (one xdist group, one SLURM cluster) while the
-# other runs the CPU-bound tiers in the time the cluster tests wait on SLURM
+# three pytest-xdist workers: two run the cluster tier (two xdist groups, a SLURM cluster each) while
+# the third runs the CPU-bound tiers in the time the cluster tests wait on SLURM
 test: setup-dev test-system-deps
-	$(PY) -m pytest -n 2 --dist loadgroup
+	$(PY) -m pytest -n 3 --dist loadgroup
 
 # the unit tier only (tests/unit: no training launched, about 70 s on 2 cores): the loop while editing
 test-fast: setup-dev

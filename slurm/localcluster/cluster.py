@@ -14,6 +14,7 @@ the supporting daemons :mod:`slurm.localcluster.daemons`.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -24,9 +25,10 @@ import signal
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Collection, Dict, Iterator, List, Mapping, Optional, Sequence, Set
 
 from slurm.localcluster import daemons, network
 from slurm.localcluster.commands import SLURM_SBIN, ClusterError, ClusterUnavailable, sh, which, wait_for
@@ -87,8 +89,9 @@ class SlurmCluster:
             raise ClusterUnavailable(reason)
         ensure_packages(self.accounting)
         reap_stale()
-        self.layout = self._make_layout()
-        self._record_state()
+        with _state_lock():  # clusters started at once (one per pytest worker) pick different subnets
+            self.layout = self._make_layout(reserved=_live_subnets())
+            self._record_state()
         try:
             self._start_all()
         except ClusterError as exc:
@@ -258,11 +261,11 @@ class SlurmCluster:
 
     # ---- start-up steps
 
-    def _make_layout(self) -> Layout:
+    def _make_layout(self, reserved: Collection[str]) -> Layout:
         cid = secrets.token_hex(2)
         base = Path(tempfile.mkdtemp(prefix=f"hpc-slurm-{cid}-"))
         base.chmod(0o755)  # munged wants every directory above its socket world-searchable
-        return Layout(cid=cid, nodes=self.nodes, subnet=network.free_subnet(), base=base)
+        return Layout(cid=cid, nodes=self.nodes, subnet=network.free_subnet(reserved), base=base)
 
     def _record_state(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -322,6 +325,26 @@ class SlurmCluster:
                      self.kill_wait + 20)
         except ClusterError as exc:
             log.warning("%s; killing what is left", exc)
+
+
+@contextmanager
+def _state_lock() -> Iterator[None]:
+    """The state folder to this process alone while it chooses a new cluster's names."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(STATE_DIR / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _live_subnets() -> Set[str]:
+    """The subnets of the clusters recorded in the state folder (their networks may not exist yet)."""
+    subnets = set()
+    for path in STATE_DIR.glob("*.json"):
+        try:
+            subnets.add(json.loads(path.read_text())["subnet"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return subnets
 
 
 def reap_stale() -> None:

@@ -16,7 +16,7 @@ import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Sequence
+from typing import Collection, Dict, List, Mapping, Sequence
 
 from slurm.localcluster.commands import ClusterError, ClusterUnavailable, sh, wait_for
 
@@ -59,12 +59,13 @@ def node_index(name: str) -> int:
     return int(name.removeprefix("node"))
 
 
-def free_subnet() -> str:
-    """A 10.213.x subnet no address or route of the host uses."""
+def free_subnet(reserved: Collection[str] = ()) -> str:
+    """A 10.213.x subnet no address or route of the host uses, and not in RESERVED (chosen by a
+    cluster that has not made its network yet)."""
     used = sh(["ip", "-o", "-4", "addr"]).stdout + sh(["ip", "-4", "route"]).stdout
     for third in [secrets.randbelow(200) + 20 for _ in range(50)]:
         subnet = f"10.213.{third}"
-        if f"{subnet}." not in used:
+        if f"{subnet}." not in used and subnet not in reserved:
             return subnet
     raise ClusterUnavailable("no free 10.213.x.0/24 subnet")
 

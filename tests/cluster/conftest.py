@@ -1,6 +1,7 @@
-"""Fixtures of the cluster tier: one real local SLURM cluster (slurm/localcluster/) for the whole
-session (started by the first test that asks for it, stopped when pytest ends), and the dataset
-the requeue and fault jobs train on."""
+"""Fixtures of the cluster tier: a real local SLURM cluster (slurm/localcluster/) for each pytest
+process that runs cluster tests (make test: two, one per xdist group of tests/conftest.py), started
+by the first test that asks for it and stopped when pytest ends; and the dataset the requeue and
+fault jobs train on."""
 from __future__ import annotations
 
 import os
