@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import DUMMY_STEP_TIMES, explain, python, script
+from tests.helpers import DUMMY_STEP_TIMES, explain, script
+from tests.warm_start import warm_python
 
 
 @pytest.fixture(scope="session")
 def dummy_run(tmp_path_factory) -> Path:
     """imagenet_nd.py with DUMMY_STEP_TIMES on the CPU (no --profile-steps); its run folder."""
     run_dir = tmp_path_factory.mktemp("dummy_run")
-    proc = python(script("imagenet_nd.py"), *DUMMY_STEP_TIMES, "--log-dir", run_dir)
+    proc = warm_python(script("imagenet_nd.py"), *DUMMY_STEP_TIMES, "--log-dir", run_dir)
     assert proc.returncode == 0, explain(proc)
     return run_dir
 

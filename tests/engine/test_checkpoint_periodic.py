@@ -7,7 +7,8 @@ import time
 import torch
 
 from imagenet import checkpoint
-from tests.helpers import BIN, PYTHON, REPO, TINY, child_env, explain, python, read_run, run, script
+from tests.helpers import BIN, PYTHON, REPO, TINY, child_env, explain, read_run, run, script
+from tests.warm_start import warm_python
 
 SEEDED = [*TINY, "--seed", "7", "--deterministic", "-p", "3"]
 
@@ -31,7 +32,7 @@ def _kill_in_mid_write(proc, run_dir, deadline_s=300):
 def test_kill_in_mid_write_keeps_the_previous_checkpoint_and_the_resume_is_exact(jpeg_data, tmp_path):
     straight, crashed = tmp_path / "straight", tmp_path / "crashed"
     every = ["--checkpoint-every-steps", "2", "--epochs", "2"]
-    a = python(script("imagenet_nd.py"), *SEEDED, *every, "--log-dir", straight, jpeg_data)
+    a = warm_python(script("imagenet_nd.py"), *SEEDED, *every, "--log-dir", straight, jpeg_data)
     assert a.returncode == 0, explain(a)
     assert read_run(straight)["checkpoints"]["periodic"] == 4  # steps 2 and 4 of both 6-step epochs
 
@@ -46,7 +47,7 @@ def test_kill_in_mid_write_keeps_the_previous_checkpoint_and_the_resume_is_exact
     saved = checkpoint.load(crashed / checkpoint.CHECKPOINT)  # the previous one, whole
     position = (saved["epoch"], saved["step_in_epoch"])
 
-    again = python(script("imagenet_nd.py"), *SEEDED, *every, "--resume", "auto", "--log-dir", crashed, jpeg_data)
+    again = warm_python(script("imagenet_nd.py"), *SEEDED, *every, "--resume", "auto", "--log-dir", crashed, jpeg_data)
     assert again.returncode == 0, explain(again)
     assert f"resumed from {crashed / checkpoint.CHECKPOINT}: epoch {position[0]}, step {position[1]}" in again.stdout
     assert not list(crashed.glob(".*.tmp")), "the killed write's temp file was left behind"

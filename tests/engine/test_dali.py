@@ -17,7 +17,8 @@ from imagenet.data import samplers, scan
 from imagenet.data.loader import build_loaders, set_epoch
 from tests.engine.dali_colours import (CPU, TRAIN, VAL, check_solid_colour_batches, colour_dataset, dali_loader,
                                        decode_id, ids_in_scan_order, needs_dali)
-from tests.helpers import explain, python, read_run, script
+from tests.helpers import explain, read_run, script
+from tests.warm_start import warm_python
 
 
 @needs_dali
@@ -78,7 +79,7 @@ def test_missing_dali_is_one_line_naming_the_package(tmp_path, monkeypatch):
 @needs_dali
 def test_entry_script_trains_with_dali_on_cpu(tmp_path):
     root = colour_dataset(tmp_path / "data")
-    proc = python(script("imagenet_nd.py"), "-a", "resnet18", "--image-size", "16", "-b", "4", "--workers", "1",
+    proc = warm_python(script("imagenet_nd.py"), "-a", "resnet18", "--image-size", "16", "-b", "4", "--workers", "1",
                   "--data-backend", "dali", "--epochs", "1", "--steps-per-epoch", "3", "--seed", "0",
                   "--log-dir", tmp_path / "run", root, timeout=600)
     assert proc.returncode == 0, explain(proc)

@@ -1,6 +1,7 @@
 """With a process group, only rank 0 lists the dataset; the others get its lists, or its error."""
 import re
 import shutil
+import signal
 import subprocess
 
 import pytest
@@ -75,10 +76,15 @@ def test_bad_data_with_dist_url_each_process_exits_2(small_data, tmp_path):
     port = free_port()
     procs = [subprocess.Popen([PYTHON, script("imagenet_ddp.py"), *TINY, "--dist-url", f"tcp://127.0.0.1:{port}",
                                "--world-size", "2", "--rank", str(rank), "--log-dir", str(tmp_path / "run"),
-                               str(small_data)], cwd=REPO, env=child_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+                               str(small_data)], cwd=REPO, env=child_env(PYTHONFAULTHANDLER="1"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     try:
         outs = [p.communicate(timeout=90) for p in procs]
+    except subprocess.TimeoutExpired:  # a hang: SIGABRT makes faulthandler print where each rank is stuck
+        for p in procs:
+            p.send_signal(signal.SIGABRT)
+        stuck = [f"--- rank {rank}\n{p.communicate(timeout=30)[1][-4000:]}" for rank, p in enumerate(procs)]
+        pytest.fail("a rank did not exit within 90 s of the bad data:\n" + "\n".join(stuck))
     finally:
         for p in procs:
             p.kill()

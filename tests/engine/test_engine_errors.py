@@ -8,7 +8,8 @@ from contextlib import contextmanager
 import pytest
 
 from imagenet.data import demo
-from tests.helpers import PYTHON, REPO, TINY, child_env, explain, free_port, python, script
+from tests.helpers import PYTHON, REPO, TINY, child_env, explain, free_port, script
+from tests.warm_start import warm_python
 
 
 def _fails_with_one_line(proc, *words):
@@ -22,7 +23,7 @@ def _fails_with_one_line(proc, *words):
 
 
 def _train(data, tmp_path, *extra):
-    return python(script("imagenet_nd.py"), *TINY, "--epochs", "1", "--log-dir", tmp_path / "run", *extra, data)
+    return warm_python(script("imagenet_nd.py"), *TINY, "--epochs", "1", "--log-dir", tmp_path / "run", *extra, data)
 
 
 @pytest.fixture
@@ -84,7 +85,7 @@ def test_pretrained_without_network_fails_fast(small_data, tmp_path):
     refused = "http://127.0.0.1:9"
     env = child_env(TORCH_HOME=str(tmp_path / "torch_home"), https_proxy=refused, HTTPS_PROXY=refused, no_proxy="")
     start = time.monotonic()
-    proc = python(script("imagenet_nd.py"), *TINY, "--pretrained", "--epochs", "1", "--log-dir", tmp_path / "r",
+    proc = warm_python(script("imagenet_nd.py"), *TINY, "--pretrained", "--epochs", "1", "--log-dir", tmp_path / "r",
                   small_data, env=env, timeout=120)
     _fails_with_one_line(proc, "could not download pretrained weights", "drop --pretrained")
     assert time.monotonic() - start < 90
@@ -95,20 +96,20 @@ def test_unknown_model(small_data, tmp_path):
 
 
 def test_apex_requested_but_missing(small_data, tmp_path):
-    proc = python(script("imagenet_ddp_apex.py"), *TINY, "--amp-backend", "apex", "--epochs", "1",
+    proc = warm_python(script("imagenet_ddp_apex.py"), *TINY, "--amp-backend", "apex", "--epochs", "1",
                   "--log-dir", tmp_path / "r", small_data)
     _fails_with_one_line(proc, "Apex", "25.05", "--amp-backend native")
 
 
 def test_nccl_on_a_cpu_machine(small_data, tmp_path):
-    proc = python(script("imagenet_ddp.py"), *TINY[:-2], "--dist-backend", "nccl", "--dist-url",
+    proc = warm_python(script("imagenet_ddp.py"), *TINY[:-2], "--dist-backend", "nccl", "--dist-url",
                   f"tcp://127.0.0.1:{free_port()}", "--world-size", "1", "--rank", "0", "--log-dir", tmp_path / "r",
                   small_data)
     _fails_with_one_line(proc, "nccl needs CUDA", "gloo")
 
 
 def test_rendezvous_timeout_is_reported(small_data, tmp_path):
-    proc = python(script("imagenet_ddp.py"), *TINY, "--dist-url", f"tcp://127.0.0.1:{free_port()}",
+    proc = warm_python(script("imagenet_ddp.py"), *TINY, "--dist-url", f"tcp://127.0.0.1:{free_port()}",
                   "--world-size", "2", "--rank", "0", "--dist-timeout", "5", "--log-dir", tmp_path / "r", small_data,
                   timeout=120)
     _fails_with_one_line(proc, "could not join the process group", "within 5s")

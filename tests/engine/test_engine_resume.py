@@ -5,7 +5,8 @@ import time
 
 import torch
 
-from tests.helpers import PYTHON, REPO, TINY, child_env, explain, python, read_run, script
+from tests.helpers import PYTHON, REPO, TINY, child_env, explain, read_run, script
+from tests.warm_start import warm_python
 
 SEEDED = [*TINY, "--seed", "7", "--deterministic", "-p", "1"]
 
@@ -16,11 +17,11 @@ def _weights(run_dir):
 
 def test_resumed_run_matches_uninterrupted_run_exactly(jpeg_data, tmp_path):
     straight, split = tmp_path / "straight", tmp_path / "split"
-    a = python(script("imagenet_nd.py"), *SEEDED, "--epochs", "2", "--log-dir", straight, jpeg_data)
+    a = warm_python(script("imagenet_nd.py"), *SEEDED, "--epochs", "2", "--log-dir", straight, jpeg_data)
     assert a.returncode == 0, explain(a)
-    b1 = python(script("imagenet_nd.py"), *SEEDED, "--epochs", "1", "--log-dir", split, jpeg_data)
+    b1 = warm_python(script("imagenet_nd.py"), *SEEDED, "--epochs", "1", "--log-dir", split, jpeg_data)
     assert b1.returncode == 0, explain(b1)
-    b2 = python(script("imagenet_nd.py"), *SEEDED, "--epochs", "2", "--resume", "auto", "--log-dir", split,
+    b2 = warm_python(script("imagenet_nd.py"), *SEEDED, "--epochs", "2", "--resume", "auto", "--log-dir", split,
                 jpeg_data)
     assert b2.returncode == 0, explain(b2)
     assert "resumed from" in b2.stdout
@@ -62,7 +63,7 @@ def test_stop_signal_checkpoints_mid_epoch_and_resume_trains_nothing_twice(jpeg_
     assert ckpt["epoch"] == 0 and 2 <= stopped_at < 6
     assert read_run(tmp_path)["status"] == "preempted"
 
-    again = python(script("imagenet_nd.py"), *SEEDED, "--epochs", "2", "--resume", "auto", "--log-dir", tmp_path,
+    again = warm_python(script("imagenet_nd.py"), *SEEDED, "--epochs", "2", "--resume", "auto", "--log-dir", tmp_path,
                    jpeg_data)
     assert again.returncode == 0, explain(again)
     assert f"Epoch: [0][{stopped_at + 1}/6]" in again.stdout  # continues after the last saved step
@@ -73,7 +74,7 @@ def test_stop_signal_checkpoints_mid_epoch_and_resume_trains_nothing_twice(jpeg_
 
 
 def test_desired_accuracy_stops_training_early(learnable_data, tmp_path):
-    proc = python(script("imagenet_ddp.py"), *TINY, "--epochs", "12", "--lr", "0.8", "--desired-acc", "70",
+    proc = warm_python(script("imagenet_ddp.py"), *TINY, "--epochs", "12", "--lr", "0.8", "--desired-acc", "70",
                   "--seed", "0", "--log-dir", tmp_path, learnable_data, timeout=600)
     assert proc.returncode == 0, explain(proc)
     record = read_run(tmp_path)

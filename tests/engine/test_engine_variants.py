@@ -2,8 +2,8 @@
 import pytest
 
 from imagenet import config
-from tests.helpers import (BIN, PYTHON, TINY, event_files, explain, free_port, python, read_run, run, script,
-                           tb_scalars)
+from tests.helpers import BIN, PYTHON, TINY, event_files, explain, free_port, read_run, run, script, tb_scalars
+from tests.warm_start import warm_python
 
 EPOCH_TAGS = {"Loss/train", "Loss/val", "Top1/train", "Top1/val", "Top5/train", "Top5/val", "Lr",
               "Throughput/train", "Throughput/val", "Time/train", "Time/val"}
@@ -16,7 +16,7 @@ EPOCH_TAGS = {"Loss/train", "Loss/val", "Top1/train", "Top1/val", "Top5/train", 
     ("imagenet_ddp_apex.py", ["--opt-level", "O1", "--steps-per-epoch", "2"]),  # bf16 on a CPU is slow: 2 steps
 ])
 def test_each_script_trains_two_epochs(name, extra, jpeg_data, tmp_path):
-    proc = python(script(name), *TINY, "--epochs", "2", "-p", "2", "--log-dir", tmp_path, *extra, jpeg_data)
+    proc = warm_python(script(name), *TINY, "--epochs", "2", "-p", "2", "--log-dir", tmp_path, *extra, jpeg_data)
     assert proc.returncode == 0, explain(proc)
     record = read_run(tmp_path)
     assert record["status"] == "finished" and record["final"]["epochs_run"] == 2
@@ -32,7 +32,7 @@ def test_each_script_trains_two_epochs(name, extra, jpeg_data, tmp_path):
 
 
 def test_python_dash_m_picks_the_variant(jpeg_data, tmp_path):
-    proc = python("-m", "imagenet", "--variant", "nd", *TINY, "--epochs", "1", "--steps-per-epoch", "2",
+    proc = warm_python("-m", "imagenet", "--variant", "nd", *TINY, "--epochs", "1", "--steps-per-epoch", "2",
                   "--log-dir", tmp_path, jpeg_data)
     assert proc.returncode == 0, explain(proc)
     assert read_run(tmp_path)["config"]["run"]["variant"] == "nd"
@@ -78,7 +78,7 @@ def test_seed_torch_distributed_launch_command_verbatim(tmp_path_factory, tmp_pa
 def test_seed_dist_url_command(jpeg_data, tmp_path):
     """python imagenet_ddp.py -a resnet50 --dist-url tcp://127.0.0.1:PORT --dist-backend gloo --world-size 1
     --rank 0 --desired-acc 0.75 DATA (+ flags that make it small)."""
-    proc = python(script("imagenet_ddp.py"), "-a", "resnet50", "--dist-url", f"tcp://127.0.0.1:{free_port()}",
+    proc = warm_python(script("imagenet_ddp.py"), "-a", "resnet50", "--dist-url", f"tcp://127.0.0.1:{free_port()}",
                   "--dist-backend", "gloo", "--world-size", "1", "--rank", "0", "--desired-acc", "0.75", jpeg_data,
                   "--image-size", "32", "-b", "8", "--workers", "0", "--epochs", "1", "--steps-per-epoch", "2",
                   "--val-steps", "1", "--log-dir", tmp_path)
@@ -89,7 +89,7 @@ def test_seed_dist_url_command(jpeg_data, tmp_path):
 
 def test_dist_url_spawns_one_process_per_local_device(jpeg_data, tmp_path):
     """-b and -j are per node here (pytorch/examples): -b 16 -j 1 on 2 processes -> 8 each, 1 worker each."""
-    proc = python(script("imagenet_ddp.py"), *TINY, "--dist-url", f"tcp://127.0.0.1:{free_port()}",
+    proc = warm_python(script("imagenet_ddp.py"), *TINY, "--dist-url", f"tcp://127.0.0.1:{free_port()}",
                   "--world-size", "1", "--rank", "0", "--multiprocessing-distributed", "--procs-per-node", "2",
                   "-b", "16", "-j", "1", "--epochs", "1", "--log-dir", tmp_path, jpeg_data)
     assert proc.returncode == 0, explain(proc)
@@ -121,7 +121,7 @@ def test_node_level_batch_smaller_than_the_processes_is_refused():
 def test_device_backend_trains_on_cpu_and_records_its_decoder(jpeg_data, tmp_path):
     from imagenet.data.decode import device
 
-    proc = python(script("imagenet_nd.py"), *TINY, "--data-backend", "device", "--epochs", "1",
+    proc = warm_python(script("imagenet_nd.py"), *TINY, "--data-backend", "device", "--epochs", "1",
                   "--steps-per-epoch", "2", "--val-steps", "1", "--log-dir", tmp_path, jpeg_data)
     assert proc.returncode == 0, explain(proc)
     decoder = read_run(tmp_path)["data_decoder"]
@@ -129,7 +129,7 @@ def test_device_backend_trains_on_cpu_and_records_its_decoder(jpeg_data, tmp_pat
 
 
 def test_seed_alexnet_command(jpeg_data, tmp_path):
-    proc = python(script("imagenet_nd.py"), "-a", "alexnet", "--lr", "0.01", jpeg_data,
+    proc = warm_python(script("imagenet_nd.py"), "-a", "alexnet", "--lr", "0.01", jpeg_data,
                   "--image-size", "64", "-b", "8", "--workers", "0", "--epochs", "1", "--steps-per-epoch", "2",
                   "--log-dir", tmp_path)
     assert proc.returncode == 0, explain(proc)
@@ -139,7 +139,7 @@ def test_seed_alexnet_command(jpeg_data, tmp_path):
 def test_dummy_data_and_evaluate_only(dummy_run, tmp_path):
     """Trained on dummy data (the engine tier's shared dummy_run), then evaluated from its checkpoint."""
     assert read_run(dummy_run)["throughput"]["measured_steps"] >= 1
-    ev = python(script("imagenet_nd.py"), *TINY, "--dummy", "--dummy-size", "32", "--num-classes", "10", "-e",
+    ev = warm_python(script("imagenet_nd.py"), *TINY, "--dummy", "--dummy-size", "32", "--num-classes", "10", "-e",
                 "--resume", dummy_run / "checkpoint.pth.tar", "--log-dir", tmp_path / "eval")
     assert ev.returncode == 0, explain(ev)
     assert "Evaluation: top1" in ev.stdout and read_run(tmp_path / "eval")["status"] == "evaluated"

@@ -12,7 +12,8 @@ from unittest import mock
 import torch
 
 from imagenet.terminal import overwrite_progress
-from tests.helpers import PYTHON, REPO, TINY, child_env, explain, python, read_run, script
+from tests.helpers import PYTHON, REPO, TINY, child_env, explain, read_run, script
+from tests.warm_start import warm_python
 
 SEEDED = [*TINY, "--seed", "7", "--deterministic"]
 STOP = {signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM}
@@ -32,7 +33,7 @@ def _read_until(proc, text: str) -> str:
 
 
 def _resume_finishes(run_dir, data, epochs: int) -> None:
-    again = python(script("imagenet_nd.py"), *SEEDED, "-p", "100", "--epochs", str(epochs), "--resume", "auto",
+    again = warm_python(script("imagenet_nd.py"), *SEEDED, "-p", "100", "--epochs", str(epochs), "--resume", "auto",
                    "--log-dir", run_dir, data)
     assert again.returncode == 0, explain(again)
     assert [row["epoch"] for row in read_run(run_dir)["epochs"]] == list(range(epochs))

@@ -26,7 +26,8 @@ from imagenet.errors import DataError
 from results.runners import archive_set
 from tests.engine import dali_colours
 from tests.engine.load import cpu_burners
-from tests.helpers import PYTHON, child_env, explain, python, read_run, run, script
+from tests.helpers import PYTHON, child_env, explain, read_run, run, script
+from tests.warm_start import warm_python
 
 WNIDS = ["n03000003", "n01000001", "n02000002"]  # class_000 -> n03..., so sorted WNIDs reorder them
 PNG_NAME, CMYK_NAME = "n01000001_2933.JPEG", "n02000002_77.JPEG"
@@ -277,7 +278,7 @@ def _backends():
 def test_every_backend_trains_on_the_prepared_shards_with_the_odd_files(prepared, backend, tmp_path):
     """One epoch reads every training image, the PNG and the CMYK JPEG included; a sample that does not
     decode would stop the run (no --skip-bad-images)."""
-    proc = python(script("imagenet_nd.py"), "-a", "resnet18", "--image-size", "64", "-b", "8", "--workers", "1",
+    proc = warm_python(script("imagenet_nd.py"), "-a", "resnet18", "--image-size", "64", "-b", "8", "--workers", "1",
                   "--data-backend", backend, "--epochs", "1", "--seed", "0", "--log-dir", tmp_path / "run",
                   prepared, timeout=600)
     assert proc.returncode == 0, explain(proc)

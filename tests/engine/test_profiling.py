@@ -11,11 +11,12 @@ import json
 
 
 from imagenet import profiling
-from tests.helpers import explain, python, read_run, script
+from tests.helpers import explain, read_run, script
+from tests.warm_start import warm_python
 
 
 def test_profile_steps_writes_summary_and_trace(tmp_path):
-    proc = python(script("imagenet_nd.py"), "-a", "resnet18", "--image-size", "32", "-b", "8", "--workers", "0",
+    proc = warm_python(script("imagenet_nd.py"), "-a", "resnet18", "--image-size", "32", "-b", "8", "--workers", "0",
                 "--dummy", "--dummy-size", "160", "--epochs", "1", "--val-steps", "1", "--profile-steps", "3",
                 "--log-dir", str(tmp_path))
     assert proc.returncode == 0, explain(proc)

@@ -4,7 +4,8 @@ the same run stopped mid-epoch and resumed ends with the same weights and the sa
 import torch
 
 from imagenet.preemption import STOP_FILE
-from tests.helpers import TINY, explain, python, read_run, script
+from tests.helpers import TINY, explain, read_run, script
+from tests.warm_start import warm_python
 
 COMPONENTS = ["--opt", "lars", "--lr-scheduler", "poly", "--lr-warmup-epochs", "1", "--lr-warmup-decay", "0",
               "--lr-end", "1e-4", "--accum-steps", "2", "--model-ema", "--model-ema-steps", "1",
@@ -17,7 +18,7 @@ ARGS = [*TINY, "-b", "4", "--seed", "3", "--deterministic", "-p", "1", "--steps-
 
 def test_all_components_train_on_jpegs_and_resume_mid_epoch(jpeg_data, tmp_path):
     straight, split = tmp_path / "straight", tmp_path / "split"
-    run = python(script("imagenet_nd.py"), *ARGS, "--log-dir", straight, jpeg_data)
+    run = warm_python(script("imagenet_nd.py"), *ARGS, "--log-dir", straight, jpeg_data)
     assert run.returncode == 0, explain(run)
     record = read_run(straight)
     assert record["global_batch"] == 8  # 4 per step x 2 micro-batches
@@ -31,9 +32,9 @@ def test_all_components_train_on_jpegs_and_resume_mid_epoch(jpeg_data, tmp_path)
 
     split.mkdir()
     (split / STOP_FILE).touch()  # stop at the first print boundary: epoch 0, step 1
-    first = python(script("imagenet_nd.py"), *ARGS, "--log-dir", split, jpeg_data)
+    first = warm_python(script("imagenet_nd.py"), *ARGS, "--log-dir", split, jpeg_data)
     assert first.returncode == 75, explain(first)
-    second = python(script("imagenet_nd.py"), *ARGS, "--resume", "auto", "--log-dir", split, jpeg_data)
+    second = warm_python(script("imagenet_nd.py"), *ARGS, "--resume", "auto", "--log-dir", split, jpeg_data)
     assert second.returncode == 0, explain(second)
     assert "step 1" in second.stdout  # resumed mid-epoch
     resumed = torch.load(split / "checkpoint.pth.tar", weights_only=True)

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from imagenet import recipes
-from tests.helpers import TINY, child_env, explain, python, read_run, script
+from tests.helpers import TINY, child_env, explain, read_run, script
+from tests.warm_start import warm_python
 
 # tiny overrides of what costs time on 2 CPU cores (flags win over the recipe): 3 epochs of one step
 SMALL = [*TINY, "-b", "4", "--epochs", "3", "--steps-per-epoch", "1", "--val-steps", "1", "-p", "1",
@@ -16,7 +17,7 @@ TORCHRUN_64 = {"RANK": "9", "WORLD_SIZE": "64", "LOCAL_RANK": "1", "LOCAL_WORLD_
 
 @pytest.mark.parametrize("name", recipes.names())
 def test_recipe_trains_on_jpegs_and_run_json_names_it(jpeg_data, tmp_path, name):
-    run = python(script("imagenet_nd.py"), *SMALL, "--recipe", name, "--log-dir", tmp_path, jpeg_data)
+    run = warm_python(script("imagenet_nd.py"), *SMALL, "--recipe", name, "--log-dir", tmp_path, jpeg_data)
     assert run.returncode == 0, explain(run)
     record = read_run(tmp_path)
     assert record["config"]["run"]["recipe"] == name and record["status"] == "finished"
@@ -24,7 +25,7 @@ def test_recipe_trains_on_jpegs_and_run_json_names_it(jpeg_data, tmp_path, name)
 
 
 def test_mlperf_print_config_for_64_torchrun_ranks():
-    proc = python(script("imagenet_ddp.py"), "-a", "resnet50", "-b", "208", "--recipe", "mlperf", "--print-config",
+    proc = warm_python(script("imagenet_ddp.py"), "-a", "resnet50", "-b", "208", "--recipe", "mlperf", "--print-config",
                   "/no/such/path", env=child_env(**TORCHRUN_64))
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

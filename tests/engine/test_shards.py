@@ -22,7 +22,8 @@ from imagenet.data import loader, samplers, scan, shards, sources
 from imagenet.data.decode import fast
 from results.runners import jpegs
 from tests.engine import dali_colours
-from tests.helpers import BIN, PYTHON, TINY, explain, python, read_run, run, script
+from tests.helpers import BIN, PYTHON, TINY, explain, read_run, run, script
+from tests.warm_start import warm_python
 
 SEEDED = [*TINY, "--seed", "7", "--deterministic", "-p", "1"]
 
@@ -157,7 +158,7 @@ def test_an_unreadable_image_is_named_or_skipped(photos, tmp_path):
 
 
 def _train(dataset, run_dir, *extra):
-    return python(script("imagenet_nd.py"), *SEEDED, *extra, "--log-dir", run_dir, dataset)
+    return warm_python(script("imagenet_nd.py"), *SEEDED, *extra, "--log-dir", run_dir, dataset)
 
 
 def _same_weights(a, b):

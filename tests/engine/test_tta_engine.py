@@ -9,7 +9,8 @@ import pytest
 from results import bench
 from results.core import records
 from results.runners import fashion_mnist, tta
-from tests.helpers import explain, python, read_run, script, tb_scalars
+from tests.helpers import explain, read_run, script, tb_scalars
+from tests.warm_start import warm_python
 
 CHANCE = 10.0  # % top-1 with 10 balanced classes
 
@@ -17,7 +18,7 @@ CHANCE = 10.0  # % top-1 with 10 balanced classes
 def test_engine_learns_real_photographs(fashion_cache, tmp_path):
     data = fashion_mnist.convert(fashion_mnist.SOURCE_DIR, fashion_cache, train_per_class=200, val_per_class=30)
     # batch 32: two epochs of 2,000 images are 125 steps (the recipe's batch 128 would give 31)
-    proc = python(script("imagenet_ddp.py"), data, "--image-size", "32", *tta.RECIPE_FLAGS, "-b", "32", "--epochs",
+    proc = warm_python(script("imagenet_ddp.py"), data, "--image-size", "32", *tta.RECIPE_FLAGS, "-b", "32", "--epochs",
                   "2", "--eval-every", "2", "-j", "1", "--desired-acc", "99", "--log-dir", tmp_path / "run",
                   timeout=600)
     assert proc.returncode == 0, explain(proc)
