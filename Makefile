@@ -66,9 +66,10 @@ demo: setup $(DEMO_DATA)/train
 test: setup-dev test-system-deps
 	$(PY) -m pytest -n 3 --dist loadgroup
 
-# the unit tier only (tests/unit: no training launched, about 70 s on 2 cores): the loop while editing
+# the unit tier only (tests/unit: no training launched; two xdist workers, one per core here): the
+# loop while editing
 test-fast: setup-dev
-	$(PY) -m pytest tests/unit
+	$(PY) -m pytest -n 2 tests/unit
 
 # ruff's checks (rules and line length in pyproject.toml); CI runs it before the tests
 lint: setup-dev

@@ -215,12 +215,12 @@ class SyncTrap:
 
 
 def _steps_between_prints(tmp_path, monkeypatch, *flags: str, variant: str = "nd") -> List[str]:
-    """Train 12 steps printing only at the end; return the host syncs made inside the steps."""
+    """Train 6 steps printing only at the end; return the host syncs made inside the steps."""
     trap = SyncTrap(monkeypatch)
     trap.around(monkeypatch, engine.Trainer, "_step", hot=True)
     trap.around(monkeypatch, metrics.EpochMeter, "update", hot=True)
     # 16 px: a sync does not depend on the size, and fp16 arithmetic on a CPU is slow (4x less of it)
-    argv = ["--dummy", "--dummy-size", "96", "--num-classes", "10", *TINY, "--image-size", "16", "--epochs", "1",
+    argv = ["--dummy", "--dummy-size", "48", "--num-classes", "10", *TINY, "--image-size", "16", "--epochs", "1",
             "--val-steps", "1", "-p", "100", "--log-dir", str(tmp_path), *flags]
     assert _train_in_process(argv, variant) == 0
     return trap.calls
