@@ -28,7 +28,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Dict, Iterator, List, Mapping, Optional, Sequence, Set
+from typing import Collection, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurm.localcluster import daemons, network
 from slurm.localcluster.commands import SLURM_SBIN, ClusterError, ClusterUnavailable, sh, which, wait_for
@@ -336,26 +336,25 @@ def _state_lock() -> Iterator[None]:
         yield
 
 
-def _live_subnets() -> Set[str]:
-    """The subnets of the clusters recorded in the state folder (their networks may not exist yet)."""
-    subnets = set()
+def _recorded_states() -> Iterator[Tuple[Path, dict]]:
+    """Each cluster recorded in the state folder: its state file and what it says (unreadable ones skipped)."""
     for path in STATE_DIR.glob("*.json"):
         try:
-            subnets.add(json.loads(path.read_text())["subnet"])
-        except (OSError, ValueError, KeyError):
+            yield path, json.loads(path.read_text())
+        except (OSError, ValueError):
             continue
-    return subnets
+
+
+def _live_subnets() -> Set[str]:
+    """The subnets of the clusters recorded in the state folder (their networks may not exist yet)."""
+    return {state["subnet"] for _, state in _recorded_states()}
 
 
 def reap_stale() -> None:
     """Remove clusters whose owning process died without tearing down (a killed test run)."""
     if not STATE_DIR.is_dir():
         return
-    for path in STATE_DIR.glob("*.json"):
-        try:
-            state = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+    for path, state in _recorded_states():
         if daemons.pid_alive(state["owner"]):
             continue
         log.warning("removing stale local cluster %s left by pid %s", state["cid"], state["owner"])
