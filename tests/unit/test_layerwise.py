@@ -129,3 +129,19 @@ def test_lars_first_trust_ratio_in_closed_form():
     got = _run(Lars, [w], [[g]], [1.0], weight_decay=DECAY, coefficient=COEFF)[0]
     trust = COEFF * 5.0 / (2.0 + DECAY * 5.0 + KERAS_EPSILON)
     assert math.isclose(float(got[1]), 4.0 - trust * (2.0 + DECAY * 4.0), rel_tol=1e-12)
+
+
+def test_lars_list_kernels_keep_each_dtype_and_skip_parameters_without_gradients():
+    """One group, updated by torch's list kernels: an fp16 weight stays fp16 and lands where the
+    float64 reference does (to fp16 precision); a parameter whose gradient is None is untouched."""
+    weights, grads = _two_steps()
+    half = torch.nn.Parameter(weights[0].clone().half())
+    idle = torch.nn.Parameter(torch.ones(3))
+    opt = Lars([half, idle], lr=10.0, momentum=MOMENTUM, weight_decay=DECAY, coefficient=COEFF)
+    for step_grads in grads:
+        half.grad = step_grads[0].clone().half()
+        opt.step()
+    want = _reference_lars([weights[0].half().double()], [[g[0].half().double()] for g in grads], (10.0, 10.0),
+                           adapt=True)[0]
+    assert half.dtype == torch.float16 and idle.grad is None and torch.equal(idle.detach(), torch.ones(3))
+    torch.testing.assert_close(half.detach().double(), want, rtol=2e-3, atol=1e-3)
