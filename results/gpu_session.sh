@@ -4,7 +4,7 @@
 #   results/gpu_session.sh [stage ...]
 #     env        nvidia-smi, torch/CUDA/cuDNN/NCCL versions
 #     synthetic  ResNet-50 step: baseline (pytorch/examples fp32 NCHW) vs engine fp32/bf16/fp16, synthetic data
-#     tests      pytest -m gpu (TESTS_K selects; Apex from .apex when no built Apex is installed)
+#     tests      pytest -m gpu (TESTS_K selects, TESTS_N xdist workers sharing the GPU; Apex from .apex when no built Apex is installed)
 #     jpeg       the same step fed from generated ImageNet-like JPEGs: baseline, fast (CPU), device (nvJPEG)
 #                and dali decoding (JPEG_SETUPS overrides the list)
 #     fewcores   fast vs device vs dali decoding with 4 loader workers, as on nodes with few cores per GPU
@@ -13,6 +13,7 @@
 #     apexbuild  pip-installs Apex from .apex with its CUDA extensions (amp_C, fused optimizers) in the
 #                background (setsid, cores BUILD_CPUS), log in $OUT/apex-build.log; apexwait waits for it
 #     apex       Apex amp O1 and O2 through the harness
+#     recipes    the large-batch recipes' step costs: engine-fp16 vs LARS, LAMB, EMA of the weights, synthetic data
 #     compile    baseline vs engine-fp16: eager, torch.compile, and compile with CUDA graphs (~6 min)
 #     profile    engine-fp16 and engine-bf16 (PROFILE_SETUPS) with --profile-steps: top kernels into the records
 #     best       SETUPS at each of BATCHES (defaults: baseline engine-fp16-cudagraphs; 384 512)
@@ -81,7 +82,7 @@ stage_synthetic() { bench_train synthetic dummy "$STEPS" --setups baseline engin
 stage_tests() {
     detect_apex
     PYTHONPATH="$APEX_PATH" $PY -m pytest -q -rP -p no:cacheprovider -m gpu --timeout 300 --durations 5 \
-        ${TESTS_K:+-k "$TESTS_K"} tests/engine/test_gpu.py tests/engine/test_perf_flags.py tests/engine/test_step_times.py 2>&1 | tee "$OUT/pytest-gpu.log"
+        ${TESTS_K:+-k "$TESTS_K"} ${TESTS_N:+-n "$TESTS_N"} tests/engine/test_gpu.py tests/engine/test_perf_flags.py tests/engine/test_step_times.py 2>&1 | tee "$OUT/pytest-gpu.log"
 }
 
 stage_jpeg() {
@@ -185,6 +186,8 @@ stage_parity() {  # native vs Apex amp at O1 and O2, same seed and steps (determ
 'seed', r['config'].get('seed'), 'losses', [round(e['train_loss'], 4) for e in r['epochs']])" "$f"
     done | tee "$OUT/parity.txt"
 }
+
+stage_recipes() { bench_train recipes dummy "$STEPS" --setups engine-fp16 engine-fp16-lars engine-fp16-lamb engine-fp16-ema; }
 
 stage_batch() { bench_train batch dummy "$STEPS" --batch 256 384 512 --setups engine-fp16; }  # largest that fits
 

@@ -50,6 +50,13 @@ SETUPS: Dict[str, Setup] = {
     "engine-fp16-dali": Setup("amp", "O1", "float16", ("--data-backend", "dali"),
                               "engine-fp16 with NVIDIA DALI decoding and augmenting on the GPU (nvJPEG "
                               "region-of-interest decode)"),
+    # The large-batch recipes' per-step costs beside engine-fp16: LARS's norms of every layer, the EMA update.
+    "engine-fp16-lars": Setup("amp", "O1", "float16", ("--opt", "lars"), "engine-fp16 with MLPerf's LARS (two "
+                                                                          "norms and a trust ratio per layer)"),
+    "engine-fp16-lamb": Setup("amp", "O1", "float16", ("--opt", "lamb"), "engine-fp16 with LAMB (Adam's step, a "
+                                                                          "trust ratio per layer)"),
+    "engine-fp16-ema": Setup("amp", "O1", "float16", ("--model-ema",), "engine-fp16 with an EMA of the weights "
+                                                                       "(torch.optim.swa_utils, every few steps)"),
     "engine-bf16-compile": Setup("amp", "O1", "bfloat16", ("--compile",), "engine-bf16 with --compile"),
     "engine-fp16-cudagraphs": Setup("amp", "O1", "float16", ("--compile-mode", "reduce-overhead"),
                                     "engine-fp16 with torch.compile mode reduce-overhead (CUDA graphs)"),

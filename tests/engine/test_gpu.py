@@ -183,3 +183,32 @@ def test_profile_steps_records_cuda_kernels(tmp_path):
     prof = read_run(tmp_path)["profile"]
     assert prof["device"] == "cuda" and prof["device_ms_per_step"] > 0 and prof["kernels_per_step"] > 50
     assert "convolution" in prof["families"]
+
+
+# The recipes' tiny overrides (as in test_recipes_train.py): 3 epochs of two steps, fixed 32 px
+RECIPE_TINY = [*GPU_TINY, "--epochs", "3", "--steps-per-epoch", "2", "--val-steps", "1", "-p", "1",
+               "--min-res", "32", "--max-res", "32", "--val-crop-size", "32", "--val-resize-size", "36"]
+
+
+@pytest.mark.parametrize("name", ["goyal", "mlperf", "ffcv-16"])
+def test_recipe_trains_on_cuda_in_fp16(name, jpeg_data, tmp_path):
+    """LARS under the fp16 loss scaler, EMA kept on the device, the FFCV ramp: finite losses on CUDA."""
+    proc = python(script("imagenet_ddp_apex.py"), *RECIPE_TINY, "--recipe", name, "--opt-level", "O1",
+                  "--amp-dtype", "float16", "--amp-backend", "native", "--model-ema", "--log-dir", tmp_path,
+                  jpeg_data)
+    assert proc.returncode == 0, explain(proc)
+    record = read_run(tmp_path)
+    assert record["dist"]["device"] == "cuda" and record["config"]["run"]["recipe"] == name
+    assert len(record["epochs"]) == 3 and all(row["train_loss"] == row["train_loss"] for row in record["epochs"])
+
+
+@pytest.mark.parametrize("opt", ["lars", "lamb"])
+def test_accumulation_and_mixing_with_layerwise_optimizers_on_cuda(opt, jpeg_data, tmp_path):
+    """Two micro-batches per step under the fp16 scaler (one unscale per optimizer step), with CutMix."""
+    proc = python(script("imagenet_ddp_apex.py"), *RECIPE_TINY, "--opt", opt, "--accum-steps", "2",
+                  "--cutmix-alpha", "1.0", "--opt-level", "O1", "--amp-dtype", "float16", "--amp-backend", "native",
+                  "--log-dir", tmp_path, jpeg_data)
+    assert proc.returncode == 0, explain(proc)
+    record = read_run(tmp_path)
+    assert record["config"]["optim"]["opt"] == opt and record["config"]["optim"]["accum_steps"] == 2
+    assert all(row["train_loss"] == row["train_loss"] for row in record["epochs"])
