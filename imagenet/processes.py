@@ -3,6 +3,14 @@
 User mistakes found on the device (bad data, an unreachable master, a missing Apex) end with one line
 on stderr and exit status 2; a peer lost in mid-collective (killed, node or network down) ends with one
 line naming it and status 1; a preempted run exits 75 after saving its checkpoint; Ctrl-C exits 130.
+
+A process that made a process group and fails with status 1 or 2 leaves with ``os._exit`` once its
+line is out, skipping the interpreter's finalisation: two processes started with ``--dist-url`` on
+bad data printed their line, destroyed their group and then both hung for good in the final garbage
+collection (faulthandler: "Garbage-collecting", no Python frame), seen twice in full test runs on a
+loaded machine. Finalisation freezes every other thread, and a C++ destructor run by that last
+collection can wait on one of them. Everything that matters (run.json, checkpoints, TensorBoard) is
+written and closed by the run itself before its status comes back here.
 """
 from __future__ import annotations
 
@@ -30,11 +38,17 @@ def _setup_logging(primary: bool) -> None:
                         force=True)
 
 
+# set once this process has made a process group: its failures leave without finalisation
+_group_made = False
+
+
 def _run(cfg: config.Settings, info: distributed.DistInfo) -> int:
     from . import run  # imported late: the spawning parent never needs it
 
+    global _group_made
     _setup_logging(info.is_primary)
     distributed.init(info, cfg.dist.dist_timeout)
+    _group_made = distributed.initialized()
     try:
         return _elastic_exit(run.build_and_run(cfg, info))
     except Exception as e:
@@ -69,8 +83,19 @@ def _guarded(fn, *args) -> int:
         return EXIT_INTERRUPTED
 
 
+def _leave(code: int) -> int:
+    """CODE, or no return at all: a failed process that made a process group exits at once (see the
+    module docstring), its output flushed."""
+    if _group_made and code in (EXIT_USAGE, EXIT_LOST_PEER):
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
 def _spawned_worker(index: int, cfg: config.Settings, procs: int) -> None:
-    code = _guarded(lambda: _run(cfg, distributed.for_spawned(cfg.dist, index, procs)))
+    code = _leave(_guarded(lambda: _run(cfg, distributed.for_spawned(cfg.dist, index, procs))))
     if code:
         sys.exit(code)
 
@@ -100,7 +125,7 @@ def _spawn_node(cfg: config.Settings) -> int:
 
 def start(cfg: config.Settings) -> int:
     """Run the training process(es) of validated settings; returns the exit status."""
-    return _guarded(_start, cfg)
+    return _leave(_guarded(_start, cfg))
 
 
 def _start(cfg: config.Settings) -> int:
