@@ -15,11 +15,12 @@ import pytest
 
 from results.core import records
 from slurm.localcluster import SlurmCluster, wait_for
+from slurm.localcluster.scenarios.jobs import ARCH
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
-SMALL = ["--gpus-per-node", "0", "--cpus-per-task", "1", "-a", "resnet18", "--image-size", "32", "--batch", "8",
+SMALL = ["--gpus-per-node", "0", "--cpus-per-task", "1", "-a", ARCH, "--image-size", "32", "--batch", "8",
          "--time", "00:05:00", "--no-report"]
 
 

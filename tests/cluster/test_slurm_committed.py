@@ -19,6 +19,7 @@ from typing import Dict, Tuple
 import pytest
 
 from slurm.localcluster import SlurmCluster
+from slurm.localcluster.scenarios.jobs import ARCH
 from tests.helpers import REPO, read_run
 
 pytestmark = pytest.mark.slurm
@@ -27,7 +28,7 @@ TINY = "--image-size 32 --steps-per-epoch 1 --val-steps 1 --dist-backend gloo -p
 
 
 def _settings(path: Path, data: Path, tmp: Path) -> str:
-    settings = ["ALL", "MODULES=", f"LOG_DIR={tmp / ('run-' + path.stem)}", f"DATA={data}", "ARCH=resnet18",
+    settings = ["ALL", "MODULES=", f"LOG_DIR={tmp / ('run-' + path.stem)}", f"DATA={data}", f"ARCH={ARCH}",
                 "EPOCHS=1", "BATCH_SIZE=4", "WORKERS=0", f"EXTRA_ARGS={TINY}", "OMP_NUM_THREADS=1",
                 "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"]  # mpirun refuses root without them
     if "STAGE_DIR=" in path.read_text():

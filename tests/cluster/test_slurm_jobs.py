@@ -17,6 +17,7 @@ import pytest
 
 from slurm.generate import render, spec_from_args
 from slurm.localcluster import SlurmCluster
+from slurm.localcluster.scenarios.jobs import ARCH
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
@@ -25,10 +26,10 @@ JOB_TIMEOUT = 300
 
 
 def tiny_job(name: str, nodes: int, procs: int, launcher: str, data: Path, out: Path, *extra: str) -> List[str]:
-    """Generator arguments for a tiny CPU training job (resnet18, 32x32, batch 8, 2 epochs)."""
+    """Generator arguments for a tiny CPU training job (the scenarios' small ARCH, 32x32, batch 8, 2 epochs)."""
     return ["--name", name, "--nodes", str(nodes), "--gpus-per-node", "0", "--procs-per-node", str(procs),
             "--cpus-per-task", "1", "--launcher", launcher, "--time", "10", "--signal-seconds", "60",
-            "--venv", str(VENV), "--data", str(data), "--arch", "resnet18", "--epochs", "2", "--batch-size", "8",
+            "--venv", str(VENV), "--data", str(data), "--arch", ARCH, "--epochs", "2", "--batch-size", "8",
             "--workers", "0", "--output", str(out / "%x-%j.out"), *extra,
             "--", "--image-size", "32", "--steps-per-epoch", "3", "--val-steps", "2", "--dist-backend", "gloo",
             "--seed", "0", "-p", "1"]

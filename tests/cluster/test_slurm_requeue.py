@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence
 import pytest
 
 from slurm import submit as sm
-from slurm.localcluster.scenarios.jobs import (EPOCHS, TRAIN, release_requeued, requeue_script, run_states,
+from slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, TRAIN, release_requeued, requeue_script, run_states,
                                                stand_in_trainer, submit_script, wait_for_progress)
 from tests.cluster.requeue import assert_every_step_once, assert_resumed_exactly
 from tests.cluster.scenarios import Scenarios, Wave
@@ -59,7 +59,7 @@ def _scontrol_requeue(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, p
 
 def _submitit_preemption(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path, pin: Sequence[str]) -> None:
     """submitit reaches the cluster through this process's environment (the scenarios fixture sets it)."""
-    sub = sm.Submission(train_args=("-a", "resnet18", "-b", "8", "--epochs", str(EPOCHS), "--workers", "0", *TRAIN,
+    sub = sm.Submission(train_args=("-a", ARCH, "-b", "8", "--epochs", str(EPOCHS), "--workers", "0", *TRAIN,
                                     str(data)), nodes=2, procs_per_node=1, cpus_per_task=1, time_min=10,
                         folder=str(tmp_path / "submitit" / "%j"), log_dir=str(tmp_path / "run"), cluster="slurm")
     job = sm.submit(sub)

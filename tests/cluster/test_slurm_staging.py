@@ -19,7 +19,7 @@ import pytest
 from imagenet.data import demo, shards
 from imagenet.data.staging import MARKER, destination
 from slurm.generate import EXAMPLES, GenerateError, render, spec_from_args
-from slurm.localcluster.scenarios.jobs import EPOCHS, release_requeued, run_states, wait_for_progress
+from slurm.localcluster.scenarios.jobs import ARCH, EPOCHS, release_requeued, run_states, wait_for_progress
 from tests.cluster.requeue import assert_resumed_exactly
 from tests.helpers import eval_settings
 from slurm.localcluster import SlurmCluster
@@ -60,7 +60,7 @@ def test_two_nodes_stage_once_requeue_and_resume_from_their_copies(slurm_cluster
     shards.convert(str(folder), str(data), shard_mb=0.1)
     stage, run_dir = tmp_path / "local", tmp_path / "run"
     export = ",".join([f"ALL,DATA={data}", f"STAGE_DIR={stage}/$SLURMD_NODENAME", f"LOG_DIR={run_dir}",
-                       f"VENV={REPO / '.venv'}", "ARCH=resnet18", f"EPOCHS={EPOCHS}", "BATCH_SIZE=8", "WORKERS=0",
+                       f"VENV={REPO / '.venv'}", f"ARCH={ARCH}", f"EPOCHS={EPOCHS}", "BATCH_SIZE=8", "WORKERS=0",
                        "OMP_NUM_THREADS=1",
                        "EXTRA_ARGS=--image-size 32 --val-steps 1 --dist-backend gloo --seed 0 -p 1"])
     job = slurm_cluster.run(["sbatch", "--parsable", f"--output={tmp_path}/%x-%j.out", f"--export={export}",

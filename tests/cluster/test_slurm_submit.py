@@ -11,10 +11,11 @@ import pytest
 
 from slurm import submit as sm
 from slurm.localcluster import SlurmCluster
+from slurm.localcluster.scenarios.jobs import ARCH
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
-TINY = ("-a", "resnet18", "--image-size", "32", "-b", "8", "--epochs", "2", "--steps-per-epoch", "3",
+TINY = ("-a", ARCH, "--image-size", "32", "-b", "8", "--epochs", "2", "--steps-per-epoch", "3",
         "--val-steps", "2", "--workers", "0", "--dist-backend", "gloo", "--seed", "0")
 
 

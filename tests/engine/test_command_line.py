@@ -54,8 +54,8 @@ def test_print_config_resolves_the_launchers_world_without_data_or_torch():
 
 
 def test_run_json_stores_the_printed_settings(tmp_path):
-    argv = [*TINY, "--dummy", "--dummy-size", "16", "--num-classes", "4", "--epochs", "1", "--val-steps", "1",
-            "--recipe", "goyal", "--log-dir", tmp_path]
+    argv = [*TINY, "-a", "resnet18", "--dummy", "--dummy-size", "16", "--num-classes", "4", "--epochs", "1",
+            "--val-steps", "1", "--recipe", "goyal", "--log-dir", tmp_path]  # goyal zero-inits residual blocks
     printed = python(script("imagenet_nd.py"), *argv, "--print-config")
     assert printed.returncode == 0, printed.stderr
     trained = python(script("imagenet_nd.py"), *argv)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from launch import manual
-from tests.helpers import BIN, REPO
+from tests.helpers import BIN, REPO, TINY_ARCH
 
 # Variables of any launcher: the tests' children must not inherit a job they are not part of.
 LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "PRTE_", "MPI_LOCAL", "TORCHELASTIC_", "GROUP_",
@@ -41,8 +41,8 @@ def commands(text: str) -> List[str]:
 
 
 def train_args(run_dir: Path, data: Path) -> List[str]:
-    """The smallest real training: resnet18 on 32x32 images, 3 steps, 2 validation batches."""
-    return ["-a", "resnet18", "--image-size", "32", "-b", "8", "--epochs", "1", "--steps-per-epoch", "3",
+    """The smallest real training: the tests' small model on 32x32 images, 3 steps, 2 validation batches."""
+    return ["-a", TINY_ARCH, "--image-size", "32", "-b", "8", "--epochs", "1", "--steps-per-epoch", "3",
             "--val-steps", "2", "--workers", "0", "--dist-backend", "gloo", "--seed", "0",
             "--dist-timeout", "120", "--log-dir", str(run_dir), str(data)]
 

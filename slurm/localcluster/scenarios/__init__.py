@@ -1,5 +1,5 @@
 """Fault and recovery scenarios on the local cluster: tiny real training jobs (generated batch
-files, resnet18 at 32 px, gloo) into which each scenario injects one fault, checks what follows and
+files, a 1.4 M-parameter ShuffleNet at 32 px, gloo) into which each scenario injects one fault, checks what follows and
 measures it. ``python -m results.bench faults`` records them; the cluster tests assert on them.
 
 - jobs.py: the tiny job, submitting it, releasing a requeued run, each run's state

@@ -1,6 +1,6 @@
 """Chaos on the local cluster: a node's network gone in mid-step, a slurmd killed, fewer nodes after
 a requeue, and (on this host, no cluster needed) a full disk while a checkpoint is written. Each
-scenario injects its fault into a tiny real job (resnet18, 32 px, gloo over the nodes' veths) and
+scenario injects its fault into a tiny real job (a small ShuffleNet, 32 px, gloo over the nodes' veths) and
 checks what follows: the job recovers on its own (the generated batch files restart a failed
 step; :mod:`slurm.localcluster.scenarios.recovery` has killed ranks, node failures and stopped
 ranks), or it ends with one line and the last good checkpoint intact and a user's restart (the
@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 from slurm.localcluster.cluster import SlurmCluster
 from slurm.localcluster.commands import ClusterUnavailable, wait_for
-from slurm.localcluster.scenarios.jobs import (EPOCHS, REPO, TRAIN, release_requeued, requeue_script, run_states,
+from slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, REPO, TRAIN, release_requeued, requeue_script, run_states,
                                                submit_script, wait_for_progress)
 from slurm.localcluster.scenarios.measure import (INTERVAL, PERIODIC, PROGRESS, Measurement, check,
                                                   checkpoint_at, completed_in_one_allocation, read_run, seconds_lost,
@@ -148,7 +148,7 @@ def disk_full(cluster: Optional[SlurmCluster], data: Path, folder: Path, pin: Se
     """The run folder is a tmpfs with room for the files of epoch 0 plus half a checkpoint: the
     epoch-1 save cannot complete. One line, exit 2, and the epoch-0 checkpoint still loads. Runs on
     this host: CLUSTER and PIN are unused."""
-    train = [*TRAIN, "-a", "resnet18", "-b", "8", "--workers", "0", "--steps-per-epoch", "3"]
+    train = [*TRAIN, "-a", ARCH, "-b", "8", "--workers", "0", "--steps-per-epoch", "3"]
     first = folder / "first"
     done = _train_here(*train, "--epochs", "1", "--log-dir", first, data)
     check(done.returncode == 0, _explain(done))

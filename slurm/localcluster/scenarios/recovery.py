@@ -1,5 +1,5 @@
-"""Recovery without a user on the local cluster: faults injected into tiny real jobs (resnet18,
-32 px, gloo) that the generated batch files must survive on their own.
+"""Recovery without a user on the local cluster: faults injected into tiny real jobs (a small
+ShuffleNet, 32 px, gloo) that the generated batch files must survive on their own.
 
 - a rank killed with SIGKILL: torchrun restarts its workers (``--max-restarts``), the srun files'
   loop restarts the step; both resume from the newest checkpoint in the same allocation;
@@ -31,7 +31,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from slurm.localcluster.cluster import SlurmCluster
 from slurm.localcluster.commands import wait_for
-from slurm.localcluster.scenarios.jobs import (EPOCHS, REPO, TRAIN, VENV, requeue_script, stand_in_trainer,
+from slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, REPO, TRAIN, VENV, requeue_script, stand_in_trainer,
                                                submit_script)
 from slurm.localcluster.scenarios.measure import (INTERVAL, PERIODIC, RESUMED, Measurement, check, checkpoint_at,
                                                   completed_in_one_allocation, job_pids, read_run, seconds_lost,
@@ -75,7 +75,7 @@ def torchrun_restart(cluster: SlurmCluster, data: Path, folder: Path, pin: Seque
     resume; the job completes, never requeued."""
     run_dir = folder / "run"
     extra = " ".join([*TRAIN, PERIODIC])
-    settings = ["ALL", f"VENV={VENV}", f"LOG_DIR={run_dir}", "OMP_NUM_THREADS=1", f"DATA={data}", "ARCH=resnet18",
+    settings = ["ALL", f"VENV={VENV}", f"LOG_DIR={run_dir}", "OMP_NUM_THREADS=1", f"DATA={data}", f"ARCH={ARCH}",
                 f"EPOCHS={EPOCHS}", "BATCH_SIZE=8", "WORKERS=0", f"EXTRA_ARGS={extra}"]
     out = folder / "ddp_1node-%j.out"
     job_id = cluster.run(["sbatch", "--parsable", "--time=15", f"--output={out}", *pin, "--export",
