@@ -14,6 +14,8 @@ import pytest
 from results import bench, report
 from results.core import records
 
+# one xdist worker runs the module, so the report (~10 CPU seconds) is regenerated once, not per worker
+pytestmark = pytest.mark.xdist_group("golden")
 RESULTS = records.RESULTS_DIR
 REPO = RESULTS.parent
 GOLDEN_TAG = "testcluster"
