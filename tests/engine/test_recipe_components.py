@@ -12,8 +12,9 @@ COMPONENTS = ["--opt", "lars", "--lr-scheduler", "poly", "--lr-warmup-epochs", "
               "--mixup-alpha", "0.2", "--cutmix-alpha", "1.0", "--min-res", "32", "--max-res", "64",
               "--start-ramp", "0", "--end-ramp", "1", "--val-resize-size", "40", "--val-crop-size", "36",
               "--zero-init-residual", "--no-bn-wd", "--label-smoothing", "0.1"]
-ARGS = [*TINY, "-a", "resnet18", "-b", "4", "--seed", "3", "--deterministic", "-p", "1", "--steps-per-epoch", "2", "--val-steps", "1",
-        *COMPONENTS, "--epochs", "2"]  # a ResNet: --zero-init-residual is among the components
+# a ResNet: --zero-init-residual is among the components
+ARGS = [*TINY, "-a", "resnet18", "-b", "4", "--seed", "3", "--deterministic", "-p", "1", "--steps-per-epoch", "2",
+        "--val-steps", "1", *COMPONENTS, "--epochs", "2"]
 
 
 def test_all_components_train_on_jpegs_and_resume_mid_epoch(jpeg_data, tmp_path):
