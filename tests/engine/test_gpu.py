@@ -185,8 +185,9 @@ def test_profile_steps_records_cuda_kernels(tmp_path):
     assert "convolution" in prof["families"]
 
 
-# The recipes' tiny overrides (as in test_recipes_train.py): 3 epochs of two steps, fixed 32 px
-RECIPE_TINY = [*GPU_TINY, "--epochs", "3", "--steps-per-epoch", "2", "--val-steps", "1", "-p", "1",
+# The recipes' tiny overrides (as in test_recipes_train.py): 3 epochs of two steps, fixed 32 px, a ResNet
+# (goyal and ffcv zero-initialise each residual block's last BatchNorm)
+RECIPE_TINY = [*GPU_TINY, "-a", "resnet18", "--epochs", "3", "--steps-per-epoch", "2", "--val-steps", "1", "-p", "1",
                "--min-res", "32", "--max-res", "32", "--val-crop-size", "32", "--val-resize-size", "36"]
 
 
