@@ -9,14 +9,16 @@ line is out, skipping the interpreter's finalisation: two processes started with
 bad data printed their line, destroyed their group and then both hung for good in the final garbage
 collection (faulthandler: "Garbage-collecting", no Python frame), seen twice in full test runs on a
 loaded machine. Finalisation freezes every other thread, and a C++ destructor run by that last
-collection can wait on one of them. Everything that matters (run.json, checkpoints, TensorBoard) is
-written and closed by the run itself before its status comes back here.
+collection can wait on one of them. Only that last collection is skipped: run.json and TensorBoard are
+closed by the run itself, and a checkpoint write in flight finishes first (``_leave``).
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
+import threading
 
 import torch
 
@@ -84,10 +86,15 @@ def _guarded(fn, *args) -> int:
 
 
 def _leave(code: int) -> int:
-    """CODE, or no return at all: a failed process that made a process group exits at once (see the
-    module docstring), its output flushed."""
+    """CODE, or no return at all: a failed process that made a process group exits without the
+    interpreter's finalisation (see the module docstring). What an ordinary exit does before it still
+    happens, in its order: the non-daemon threads finish (a checkpoint write in flight), then the
+    atexit handlers run (loader workers stopped, logs flushed)."""
     if _group_made and code in (EXIT_USAGE, EXIT_LOST_PEER):
-        logging.shutdown()
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
+        atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
