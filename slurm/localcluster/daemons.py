@@ -83,11 +83,16 @@ def start_munge(base: Path, start: Spawn) -> None:
 
 def start_accounting(lay: Layout, ports: Mapping[str, int], start: Spawn) -> None:
     """A private MariaDB on 127.0.0.1 and slurmdbd in front of it (the cluster is added by the caller)."""
-    base, db = lay.base, lay.base / "db"
-    sh(["mariadb-install-db", "--no-defaults", f"--datadir={db}", "--user=root",
+    base, db, tmp = lay.base, lay.base / "db", lay.base / "db-tmp"
+    # its own temporary folder, not /tmp: a bootstrap once failed when a temporary table file of its
+    # own vanished from /tmp ("Error on delete of '/tmp/#sql-temptable-...'") while a second cluster
+    # and the tests ran beside it
+    tmp.mkdir(exist_ok=True)
+    sh(["mariadb-install-db", "--no-defaults", f"--datadir={db}", f"--tmpdir={tmp}", "--user=root",
         "--auth-root-authentication-method=normal", "--skip-test-db"], timeout=180)
     # grant tables off: slurmdbd may connect as root without a password, and only over 127.0.0.1
-    start("mariadbd", ["mariadbd", "--no-defaults", f"--datadir={db}", "--user=root", "--skip-grant-tables",
+    start("mariadbd", ["mariadbd", "--no-defaults", f"--datadir={db}", f"--tmpdir={tmp}", "--user=root",
+                       "--skip-grant-tables",
                        "--bind-address=127.0.0.1", f"--port={ports['mysql']}", f"--socket={base}/run/mysqld.sock",
                        f"--pid-file={base}/run/mysqld.pid", f"--log-error={base}/log/mariadb.log",
                        "--innodb-buffer-pool-size=16M", "--skip-log-bin", "--skip-name-resolve"])
