@@ -73,12 +73,15 @@ def _sample_ranges(log: str) -> dict:
 
 
 def fewer_nodes(cluster: SlurmCluster, data: Path, folder: Path, pin: Sequence[str]) -> Measurement:
-    """4 nodes, preempted in epoch 1 at step 2 of 6 (global batch 32); the requeued run gets 2 nodes
-    (global batch 16) and must start at step 4 of 12: sample 64, nothing skipped, nothing twice."""
-    script_path = requeue_script(folder, data, "srun", nodes=4, procs=1)
+    """4 nodes of batch 2 (global batch 8, 24 steps an epoch), preempted once epoch 0 is under way; the
+    requeued run gets 2 nodes (global batch 4, 48 steps) and must start at twice the saved step: the
+    same sample, nothing skipped, nothing twice. The epochs are long in steps because the signal
+    lands a few tenths of a second after it is sent (the log's polling, scancel's round trip): with 6
+    steps an epoch it could land at the epoch's end, where there is no position to carry."""
+    script_path = requeue_script(folder, data, "srun", nodes=4, procs=1, batch=2)
     run_dir = folder / "run"
     job_id, log = submit_script(cluster, script_path, run_dir, sbatch_args=pin)
-    wait_for_progress(log, 1, 2)
+    wait_for_progress(log, 0, 2)
     cluster.run(["scancel", "--batch", "--signal=USR2", job_id])
     # what an operator types for a pending job: min-max nodes (2 alone leaves the maximum at 4), tasks
     release_requeued(cluster, job_id, "NumNodes=2-2", "NumTasks=2")
@@ -87,10 +90,11 @@ def fewer_nodes(cluster: SlurmCluster, data: Path, folder: Path, pin: Sequence[s
     check(run_states(cluster, job_id) == ["REQUEUED", "COMPLETED"], run_states(cluster, job_id))
     record = read_run(run_dir)
     check(record["dist"]["world_size"] == 2 and [e["epoch"] for e in record["epochs"]] == list(range(EPOCHS)), record)
-    saved = re.search(r"checkpoint saved at epoch 1 step (\d+)", log())
-    moved = re.search(r"global batch 32 -> 16: resuming at sample (\d+) of epoch 1 \(step (\d+)/12\)", log())
+    saved = re.search(r"checkpoint saved at epoch (\d+) step ([1-9]\d*)", log())
+    moved = re.search(r"global batch 8 -> 4: resuming at sample (\d+) of epoch (\d+) \(step (\d+)/48\)", log())
     check(saved and moved, log()[-3000:])
-    check(int(moved.group(1)) == 32 * int(saved.group(1)) and int(moved.group(2)) == 2 * int(saved.group(1)),
+    epoch, step = int(saved.group(1)), int(saved.group(2))
+    check((int(moved.group(1)), int(moved.group(2)), int(moved.group(3))) == (8 * step, epoch, 2 * step),
           moved.group(0))
     for epoch, ranges in _sample_ranges(log()).items():
         tiles = [start for start, _ in ranges] == [0, *[end for _, end in ranges[:-1]]]

@@ -31,12 +31,13 @@ def scenario_data(folder: Path) -> Path:
     return demo.generate(folder, classes=4, train_per_class=48, val_per_class=2, size=(40, 32))
 
 
-def requeue_script(folder: Path, data: Path, launcher: str, nodes: int, procs: int) -> Path:
-    """FOLDER/LAUNCHER.sh: the generated batch file of a 3-epoch ARCH run at 32 px on DATA."""
+def requeue_script(folder: Path, data: Path, launcher: str, nodes: int, procs: int, batch: int = 8) -> Path:
+    """FOLDER/LAUNCHER.sh: the generated batch file of a 3-epoch ARCH run at 32 px on DATA, BATCH
+    images per process."""
     argv = ["--name", f"requeue_{launcher}", "--nodes", str(nodes), "--gpus-per-node", "0",
             "--procs-per-node", str(procs), "--cpus-per-task", "1", "--launcher", launcher, "--time", "10",
             "--signal-seconds", "60", "--venv", str(VENV), "--data", str(data), "--arch", ARCH,
-            "--epochs", str(EPOCHS), "--batch-size", "8", "--workers", "0", "--output", str(folder / "%x-%j.out"),
+            "--epochs", str(EPOCHS), "--batch-size", str(batch), "--workers", "0", "--output", str(folder / "%x-%j.out"),
             "--", *TRAIN]
     path = folder / f"{launcher}.sh"
     path.write_text(render(spec_from_args(argv)))
