@@ -28,6 +28,7 @@ EXTRA_ARGS=${EXTRA_ARGS:-}  # more training flags, split on spaces
 MAX_RESTARTS=${MAX_RESTARTS:-3}  # restarts in a row without a newer checkpoint
 MAX_STARTS=${MAX_STARTS:-10}  # starts of the training in this allocation in all
 MODULES=${MODULES-}  # environment modules to load; MODULES= for none
+PROCS_PER_NODE=${PROCS_PER_NODE:-${SLURM_GPUS_ON_NODE:-4}}  # training processes per node: one per GPU of the allocation
 
 # ---- software environment
 cd "$REPO" || exit 2
@@ -124,7 +125,7 @@ while :; do
     LAUNCH=$((LAUNCH + 1))
     start_budget
     note_start "$ALLOCATION:$LAUNCH:0" loop
-    srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 bash -c 'trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.launch --node_rank="$SLURM_NODEID" "$@"' "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node=4 \
+    srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 bash -c 'trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.launch --node_rank="$SLURM_NODEID" "$@"' "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node="$PROCS_PER_NODE" \
         --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" \
         imagenet/imagenet_ddp_apex.py "${TRAIN_ARGS[@]}" &
     launcher_pid=$!

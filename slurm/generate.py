@@ -354,6 +354,11 @@ def _q(value: object) -> str:
     return shlex.quote(str(value))
 
 
+def _shell_value(count: str) -> str:
+    """A count from :func:`_per_node` as a command-line value: a variable is expanded, quoted."""
+    return count if count.isdigit() else f'"${count}"'
+
+
 def _header(spec: JobSpec) -> str:
     lines = ["#!/bin/bash",
              f"# {spec.name}: {spec.nodes} node(s) x {spec.procs} process(es), {spec.variant} variant, "
@@ -413,7 +418,32 @@ def _settings(spec: JobSpec) -> str:
               "MODULES= for none"]
     if spec.stage_dir:  # kept unexpanded here: each training process expands it on its own node
         lines.append(f"STAGE_DIR=${{STAGE_DIR:-{_q(spec.stage_dir)}}}  # node-local copy of DATA, made once per node")
+    lines += _procs_per_node(spec)
     return "\n".join(lines)
+
+
+def _procs_per_node(spec: JobSpec) -> List[str]:
+    """PROCS_PER_NODE, sized from the allocation: one process per allocated GPU, so ``sbatch
+    --gpus-per-node=2`` on a file written for 4 starts 2 (4 processes on 2 GPUs would share them);
+    on CPU nodes the srun and MPI launchers start one per task (``--ntasks-per-node``). A
+    one-process variant has none."""
+    if spec.single_process:
+        return []
+    if spec.gpus_per_node:
+        allocated, how = "SLURM_GPUS_ON_NODE", "one per GPU of the allocation"
+    elif spec.resolved_launcher in ("srun", "mpi"):
+        allocated, how = "SLURM_NTASKS_PER_NODE", "one per task of the allocation"
+    else:
+        return [f"PROCS_PER_NODE=${{PROCS_PER_NODE:-{spec.procs}}}  # training processes per node"]
+    return [f"PROCS_PER_NODE=${{PROCS_PER_NODE:-${{{allocated}:-{spec.procs}}}}}  # training processes per node: {how}"]
+
+
+def _per_node(spec: JobSpec, tasks: bool) -> str:
+    """How many tasks (TASKS) or processes a node gets, in shell arithmetic: the allocation's
+    PROCS_PER_NODE where the script sets it, else the file's fixed count."""
+    if spec.single_process or (tasks and spec.resolved_launcher in ("torchrun", "launch")):
+        return str(spec.tasks if tasks else spec.procs)
+    return "PROCS_PER_NODE"
 
 
 def _setup(spec: JobSpec) -> str:
@@ -548,8 +578,9 @@ def _launch(spec: JobSpec) -> str:
     # the allocation's node count, not the directive's: a requeued job may run on fewer nodes (and
     # --ntasks, else srun takes SLURM_NTASKS from the environment sbatch stored at submission)
     # (--kill-on-bad-exit: one failed task ends the step, so a hung rank cannot hold it)
-    srun = (f'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * {spec.tasks})) '
-            f'--ntasks-per-node={spec.tasks} --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1')
+    tasks = _per_node(spec, tasks=True)
+    srun = (f'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * {tasks})) '
+            f'--ntasks-per-node={_shell_value(tasks)} --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1')
     if launcher == "srun":
         start = [f'{srun} "$PYTHON" {script} "${{TRAIN_ARGS[@]}}" &']
     elif launcher == "torchrun":
@@ -560,7 +591,7 @@ def _launch(spec: JobSpec) -> str:
         start = [f'{srun} --mpi=pmix "$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
     else:
         # the ranks inherit this environment through the srun that starts mpirun's node daemons
-        start = [f'"$MPIRUN" -np $((SLURM_JOB_NUM_NODES * {spec.tasks})) --map-by ppr:{spec.tasks}:node --bind-to none '
+        start = [f'"$MPIRUN" -np $((SLURM_JOB_NUM_NODES * {tasks})) --map-by ppr:{_shell_value(tasks)}:node --bind-to none '
                  f'"$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
     body = [*start_budget.loop_head(), *start, *start_budget.decide()]
     return "\n".join([*start_budget.functions(torchrun=launcher == "torchrun"),
@@ -578,7 +609,7 @@ _AGENT_WRAP = 'trap "" {sig} TERM; exec "$0" -m launch.agent {module} {node_rank
 
 def _torchrun(spec: JobSpec, srun: str, script: str) -> List[str]:
     wrap = _AGENT_WRAP.format(sig=spec.signal, module="torch.distributed.run", node_rank="")
-    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={spec.procs} \\',
+    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={_shell_value(_per_node(spec, tasks=False))} \\',
             f'    {start_budget.TORCHRUN_RESTARTS} --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d \\',
             '    --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
             f'    --no-python bash -c {_q(start_budget.WORKER_WRAP)} "$PYTHON" {script} "${{TRAIN_ARGS[@]}}" &']
@@ -587,7 +618,7 @@ def _torchrun(spec: JobSpec, srun: str, script: str) -> List[str]:
 def _dist_launch(spec: JobSpec, srun: str, script: str) -> List[str]:
     wrap = _AGENT_WRAP.format(sig=spec.signal, module="torch.distributed.launch",
                               node_rank='--node_rank="$SLURM_NODEID" ')
-    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={spec.procs} \\',
+    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={_shell_value(_per_node(spec, tasks=False))} \\',
             '    --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" \\',
             f'    {script} "${{TRAIN_ARGS[@]}}" &']
 

@@ -28,6 +28,7 @@ EXTRA_ARGS=${EXTRA_ARGS:-}  # more training flags, split on spaces
 MAX_RESTARTS=${MAX_RESTARTS:-3}  # restarts in a row without a newer checkpoint
 MAX_STARTS=${MAX_STARTS:-10}  # starts of the training in this allocation in all
 MODULES=${MODULES-openmpi}  # environment modules to load; MODULES= for none
+PROCS_PER_NODE=${PROCS_PER_NODE:-${SLURM_GPUS_ON_NODE:-4}}  # training processes per node: one per GPU of the allocation
 
 # ---- software environment
 cd "$REPO" || exit 2
@@ -133,7 +134,7 @@ while :; do
     LAUNCH=$((LAUNCH + 1))
     start_budget
     note_start "$ALLOCATION:$LAUNCH:0" loop
-    "$MPIRUN" -np $((SLURM_JOB_NUM_NODES * 4)) --map-by ppr:4:node --bind-to none "$PYTHON" -m launch.mpi imagenet/imagenet_ddp.py "${TRAIN_ARGS[@]}" &
+    "$MPIRUN" -np $((SLURM_JOB_NUM_NODES * PROCS_PER_NODE)) --map-by ppr:"$PROCS_PER_NODE":node --bind-to none "$PYTHON" -m launch.mpi imagenet/imagenet_ddp.py "${TRAIN_ARGS[@]}" &
     launcher_pid=$!
     # a trapped signal interrupts `wait`; keep waiting until the launcher is gone
     wait "$launcher_pid"; status=$?

@@ -7,7 +7,8 @@ The allocation is shrunk on sbatch's command line, not in the file (``--nodes=1 
 --gpus-per-node=1``, which override the ``#SBATCH`` lines, as a user may; the cluster's GPUs are
 stand-ins the CPU trainers never use): the seven then run side by side in about a minute instead of
 one after another (the 4-node files take the whole cluster). The scripts size every launch from
-the allocation, so they run unchanged; trainings across nodes are test_slurm_jobs.py's.
+the allocation (one process per allocated GPU), so they run unchanged; trainings across nodes are
+test_slurm_jobs.py's.
 
 What it proves is that nothing in a file needs a hand edit on such a site: the settings reach the
 trainer, the launchers start, the start budget and the requeue trap are valid bash on real SLURM."""
@@ -63,3 +64,4 @@ def test_committed_file_trains_through_its_export_settings(slurm_cluster: SlurmC
     assert "command not found" not in log, log[-3000:]
     record = read_run(tmp / f"run-{path.stem}")
     assert record["status"] == "finished" and [e["epoch"] for e in record["epochs"]] == [0], record["status"]
+    assert record["dist"]["world_size"] == 1, "one process per allocated GPU (--gpus-per-node=1), not the file's 4"

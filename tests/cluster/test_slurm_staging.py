@@ -54,8 +54,9 @@ def _markers(stage: Path, data: Path) -> Dict[str, int]:
 @pytest.mark.slurm
 def test_two_nodes_stage_once_requeue_and_resume_from_their_copies(slurm_cluster: SlurmCluster,
                                                                    tmp_path: Path) -> None:
-    # 384 images: 6 steps per epoch for 2 nodes x 4 processes of batch 8, packed in 8 shards
-    folder = demo.generate(tmp_path / "folder", classes=4, train_per_class=96, val_per_class=2, size=(40, 32))
+    # 192 images: 6 steps per epoch for 2 nodes x 2 processes of batch 8, packed in a few shards (2 GPUs a
+    # node at submission, not the file's 4: enough to show one copier among a node's processes)
+    folder = demo.generate(tmp_path / "folder", classes=4, train_per_class=48, val_per_class=2, size=(40, 32))
     data = tmp_path / "imagenet"
     shards.convert(str(folder), str(data), shard_mb=0.1)
     stage, run_dir = tmp_path / "local", tmp_path / "run"
@@ -63,8 +64,8 @@ def test_two_nodes_stage_once_requeue_and_resume_from_their_copies(slurm_cluster
                        f"VENV={REPO / '.venv'}", f"ARCH={ARCH}", f"EPOCHS={EPOCHS}", "BATCH_SIZE=8", "WORKERS=0",
                        "OMP_NUM_THREADS=1",
                        "EXTRA_ARGS=--image-size 32 --val-steps 1 --dist-backend gloo --seed 0 -p 1"])
-    job = slurm_cluster.run(["sbatch", "--parsable", f"--output={tmp_path}/%x-%j.out", f"--export={export}",
-                             str(SCRIPT)], cwd=REPO).stdout.strip()
+    job = slurm_cluster.run(["sbatch", "--parsable", "--gpus-per-node=2", f"--output={tmp_path}/%x-%j.out",
+                             f"--export={export}", str(SCRIPT)], cwd=REPO).stdout.strip()
     log_path = tmp_path / f"ddp_2node_staged-{job}.out"
     log = lambda: log_path.read_text() if log_path.exists() else ""  # noqa: E731
 

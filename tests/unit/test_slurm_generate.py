@@ -43,8 +43,30 @@ def test_committed_file_is_valid_bash(path: Path) -> None:
 def test_ddp_4node_is_what_the_users_expect() -> None:
     text = (REPO / "slurm" / "ddp_4node.sh").read_text()
     for line in ("#SBATCH --nodes=4", "#SBATCH --gpus-per-node=4", "#SBATCH --ntasks-per-node=1",
-                 "#SBATCH --requeue", "--nproc_per_node=4", "--rdzv_backend=c10d", "imagenet/imagenet_ddp_apex.py"):
+                 "#SBATCH --requeue", '--nproc_per_node="$PROCS_PER_NODE"', "--rdzv_backend=c10d",
+                 "imagenet/imagenet_ddp_apex.py"):
         assert line in text
+
+
+@pytest.mark.parametrize("argv, env, procs", [
+    (["--gpus-per-node", "4"], {}, "4"),  # outside SLURM's allocation: the file's count
+    (["--gpus-per-node", "4"], {"SLURM_GPUS_ON_NODE": "2"}, "2"),  # sbatch --gpus-per-node=2
+    (["--gpus-per-node", "4"], {"SLURM_GPUS_ON_NODE": "2", "PROCS_PER_NODE": "1"}, "1"),  # --export wins
+    (["--gpus-per-node", "4", "--launcher", "mpi"], {"SLURM_GPUS_ON_NODE": "8"}, "8"),
+    (["--gpus-per-node", "0", "--procs-per-node", "3", "--launcher", "srun"], {"SLURM_NTASKS_PER_NODE": "2"}, "2"),
+    (["--gpus-per-node", "0", "--procs-per-node", "3"], {"SLURM_NTASKS_PER_NODE": "1"}, "3"),  # torchrun on CPUs
+])
+def test_processes_per_node_follow_the_allocation(argv, env, procs) -> None:
+    """A file written for 4 GPUs a node, submitted with fewer, starts one process per allocated GPU
+    (4 processes on 2 GPUs would share them); on CPU nodes the per-task launchers follow the tasks."""
+    text = render(spec_from_args(argv))
+    assert eval_settings(text, ["PROCS_PER_NODE"], env) == [procs]
+    assert '"$PROCS_PER_NODE"' in text
+
+
+def test_one_process_variants_have_no_per_node_count() -> None:
+    text = render(spec_from_args(["--variant", "dp"]))
+    assert "PROCS_PER_NODE" not in text and "--ntasks-per-node=1 " in text
 
 
 def test_recovery_settings_are_in_every_file() -> None:
