@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from .. import distributed
 from ..errors import DataError, one_line
 from . import sources
 
@@ -81,6 +80,10 @@ def scan_dataset_once(root: str, rank: int) -> Tuple[List[str], Index]:
     stops with the same DataError line rather than waiting on a broadcast that never comes. With
     nccl the pickled lists travel through the current CUDA device, set by distributed.pick_device.
     """
+    # imported here: only this function needs torch; the shard writer and prepare command lines import
+    # this module for scan_dataset and start 1.4 CPU seconds sooner without it
+    from .. import distributed
+
     if not distributed.initialized():
         return scan_dataset(root)
     outcome, failure = None, None
