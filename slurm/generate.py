@@ -591,7 +591,8 @@ def _launch(spec: JobSpec) -> str:
         start = [f'{srun} --mpi=pmix "$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
     else:
         # the ranks inherit this environment through the srun that starts mpirun's node daemons
-        start = [f'"$MPIRUN" -np $((SLURM_JOB_NUM_NODES * {tasks})) --map-by ppr:{_shell_value(tasks)}:node --bind-to none '
+        start = [f'"$MPIRUN" -np $((SLURM_JOB_NUM_NODES * {tasks})) --map-by ppr:{_shell_value(tasks)}:node '
+                 '--bind-to none '
                  f'"$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
     body = [*start_budget.loop_head(), *start, *start_budget.decide()]
     return "\n".join([*start_budget.functions(torchrun=launcher == "torchrun"),
@@ -609,7 +610,8 @@ _AGENT_WRAP = 'trap "" {sig} TERM; exec "$0" -m launch.agent {module} {node_rank
 
 def _torchrun(spec: JobSpec, srun: str, script: str) -> List[str]:
     wrap = _AGENT_WRAP.format(sig=spec.signal, module="torch.distributed.run", node_rank="")
-    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={_shell_value(_per_node(spec, tasks=False))} \\',
+    procs = _shell_value(_per_node(spec, tasks=False))
+    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={procs} \\',
             f'    {start_budget.TORCHRUN_RESTARTS} --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d \\',
             '    --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
             f'    --no-python bash -c {_q(start_budget.WORKER_WRAP)} "$PYTHON" {script} "${{TRAIN_ARGS[@]}}" &']
@@ -618,7 +620,8 @@ def _torchrun(spec: JobSpec, srun: str, script: str) -> List[str]:
 def _dist_launch(spec: JobSpec, srun: str, script: str) -> List[str]:
     wrap = _AGENT_WRAP.format(sig=spec.signal, module="torch.distributed.launch",
                               node_rank='--node_rank="$SLURM_NODEID" ')
-    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={_shell_value(_per_node(spec, tasks=False))} \\',
+    procs = _shell_value(_per_node(spec, tasks=False))
+    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={procs} \\',
             '    --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" \\',
             f'    {script} "${{TRAIN_ARGS[@]}}" &']
 

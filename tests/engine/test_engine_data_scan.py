@@ -1,6 +1,5 @@
 """With a process group, only rank 0 lists the dataset; the others get its lists, or its error."""
 import re
-import shutil
 import signal
 import subprocess
 
@@ -47,17 +46,14 @@ def small_data(tmp_path):
     return demo.generate(tmp_path / "data", classes=2, train_per_class=8, val_per_class=2, size=(32, 32))
 
 
-def _break(data, how):
-    if how == "missing val":
-        shutil.rmtree(data / "val")
-        return "val is missing"
+def _mismatch_classes(data):
+    """val's class folders no longer match train's (each bad-data error's own line is test_engine_errors')."""
     (data / "val" / "class_001").rename(data / "val" / "zebra")
     return "different class folders"
 
 
-@pytest.mark.parametrize("how", ["missing val", "class mismatch"])
-def test_bad_data_under_torchrun_every_rank_fails_with_rank0s_line(how, small_data, tmp_path):
-    words = _break(small_data, how)
+def test_bad_data_under_torchrun_every_rank_fails_with_rank0s_line(small_data, tmp_path):
+    words = _mismatch_classes(small_data)
     # --tee 3 prefixes each worker's lines with [default<rank>]: so the two ranks can be told apart.
     proc = run([BIN / "torchrun", "--standalone", "--nproc_per_node=2", "--tee", "3", script("imagenet_ddp.py"),
                 *TINY, "--epochs", "1", "--log-dir", tmp_path / "run", small_data], timeout=90)
@@ -72,7 +68,7 @@ def test_bad_data_under_torchrun_every_rank_fails_with_rank0s_line(how, small_da
 
 def test_bad_data_with_dist_url_each_process_exits_2(small_data, tmp_path):
     """Two independent processes (no launcher to tear the job down): neither may hang or crash."""
-    _break(small_data, "class mismatch")
+    _mismatch_classes(small_data)
     port = free_port()
     procs = [subprocess.Popen([PYTHON, script("imagenet_ddp.py"), *TINY, "--dist-url", f"tcp://127.0.0.1:{port}",
                                "--world-size", "2", "--rank", str(rank), "--log-dir", str(tmp_path / "run"),

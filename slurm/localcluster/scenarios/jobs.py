@@ -37,7 +37,8 @@ def requeue_script(folder: Path, data: Path, launcher: str, nodes: int, procs: i
     argv = ["--name", f"requeue_{launcher}", "--nodes", str(nodes), "--gpus-per-node", "0",
             "--procs-per-node", str(procs), "--cpus-per-task", "1", "--launcher", launcher, "--time", "10",
             "--signal-seconds", "60", "--venv", str(VENV), "--data", str(data), "--arch", ARCH,
-            "--epochs", str(EPOCHS), "--batch-size", str(batch), "--workers", "0", "--output", str(folder / "%x-%j.out"),
+            "--epochs", str(EPOCHS), "--batch-size", str(batch), "--workers", "0",
+            "--output", str(folder / "%x-%j.out"),
             "--", *TRAIN]
     path = folder / f"{launcher}.sh"
     path.write_text(render(spec_from_args(argv)))
