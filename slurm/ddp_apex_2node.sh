@@ -60,7 +60,7 @@ preempted=0
 launcher_pid=
 rm -f "$LOG_DIR/stop.requested"  # a stale one would stop this run at once
 on_preempt() {
-    preempted=1
+    preempted=1 wait_interrupted=1
     echo "$(date -Is) USR2: asking the training processes to checkpoint"
     mkdir -p "$LOG_DIR" && : > "$LOG_DIR/stop.requested"
     [ -n "$launcher_pid" ] && scancel --signal=USR2 "$SLURM_JOB_ID"
@@ -129,9 +129,13 @@ while :; do
         --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" \
         imagenet/imagenet_ddp_apex.py "${TRAIN_ARGS[@]}" &
     launcher_pid=$!
-    # a trapped signal interrupts `wait`; keep waiting until the launcher is gone
+    # a trapped signal interrupts `wait` (status 128 + the signal), also when the launcher ends
+    # during the trap (then bash has already reaped it): wait again, bash keeps its status
+    wait_interrupted=0
     wait "$launcher_pid"; status=$?
-    while kill -0 "$launcher_pid" 2>/dev/null; do wait "$launcher_pid"; status=$?; done
+    while [ "$wait_interrupted" = 1 ] && [ "$status" -gt 128 ]; do
+        wait_interrupted=0; wait "$launcher_pid"; status=$?
+    done
     # no restart after success, a user error or a preemption (the signal, or run.json: a
     # preempted run ends the step and is requeued, never restarted in place)
     case "$status" in 0|2|75) break ;; esac

@@ -547,7 +547,7 @@ def _preemption(spec: JobSpec) -> str:
         "launcher_pid=",
         f'rm -f "$LOG_DIR/{STOP_FILE}"  # a stale one would stop this run at once',
         "on_preempt() {",
-        "    preempted=1",
+        "    preempted=1 wait_interrupted=1",
         f'    echo "$(date -Is) {spec.signal}: asking the training processes to checkpoint"',
         f'    mkdir -p "$LOG_DIR" && : > "$LOG_DIR/{STOP_FILE}"',
         f"    [ -n \"$launcher_pid\" ] && {forward}",

@@ -111,9 +111,13 @@ def decide() -> List[str]:
     """The loop body after the launch: wait for it, then leave the loop or restart within the budget."""
     no_restart = "|".join(str(code) for code in NO_RESTART)
     return ["launcher_pid=$!",
-            "# a trapped signal interrupts `wait`; keep waiting until the launcher is gone",
+            "# a trapped signal interrupts `wait` (status 128 + the signal), also when the launcher ends",
+            "# during the trap (then bash has already reaped it): wait again, bash keeps its status",
+            "wait_interrupted=0",
             'wait "$launcher_pid"; status=$?',
-            'while kill -0 "$launcher_pid" 2>/dev/null; do wait "$launcher_pid"; status=$?; done',
+            'while [ "$wait_interrupted" = 1 ] && [ "$status" -gt 128 ]; do',
+            '    wait_interrupted=0; wait "$launcher_pid"; status=$?',
+            "done",
             "# no restart after success, a user error or a preemption (the signal, or run.json: a",
             "# preempted run ends the step and is requeued, never restarted in place)",
             f'case "$status" in {no_restart}) break ;; esac',

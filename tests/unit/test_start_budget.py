@@ -33,16 +33,18 @@ exit "$STAND_IN_STATUS"
 """
 
 
-def run_job(tmp: Path, progress: int, status: int = 1, **settings: str) -> Tuple[str, int]:
+def run_job(tmp: Path, progress: int, status: int = 1, trainer: str = TRAINER, requeue: bool = False,
+            scancel: str = "#!/bin/sh\n", **settings: str) -> Tuple[str, int]:
     """Run a generated srun batch file to its end; (its log, its exit status)."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
-    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL), ("trainer", TRAINER)):
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL), ("trainer", trainer), ("scancel", scancel)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     script = tmp / "job.sh"
     script.write_text(render(spec_from_args(["--name", "budget", "--gpus-per-node", "0", "--procs-per-node", "1",
-                                             "--cpus-per-task", "1", "--launcher", "srun", "--no-requeue"])))
+                                             "--cpus-per-task", "1", "--launcher", "srun",
+                                             *([] if requeue else ["--no-requeue"])])))
     run_dir = tmp / "run"
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "7", "SLURM_JOB_NAME": "budget",
            "SLURM_SUBMIT_DIR": str(REPO), "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_NUM_NODES": "1",
@@ -91,6 +93,28 @@ def test_max_starts_bounds_a_run_that_always_progresses(tmp_path: Path) -> None:
 def test_a_user_error_or_a_preemption_is_never_restarted(tmp_path: Path, status: int) -> None:
     log, code = run_job(tmp_path, progress=0, status=status)
     assert code == status and starts(log) == 1 and "restarting" not in log, log
+
+
+# The trainer signals the batch script (as SLURM does before the time limit) and finishes as soon as
+# the script's trap has begun; the trap's scancel returns only once the trainer is gone (reaped by
+# bash meanwhile), as a slow scancel does on a busy cluster.
+FINISHING_TRAINER = """#!/bin/bash
+echo $$ > "$STAND_IN_PID"
+kill -USR2 $PPID
+until [ -e "$LOG_DIR/stop.requested" ]; do sleep 0.01; done
+exit 0
+"""
+SLOW_SCANCEL = """#!/bin/bash
+while kill -0 "$(cat "$STAND_IN_PID")" 2>/dev/null; do sleep 0.01; done
+"""
+
+
+def test_a_run_that_ends_during_the_signals_trap_keeps_its_own_status(tmp_path: Path) -> None:
+    """The trap interrupts `wait` (status 140); the trainer's own 0 must still decide: no requeue."""
+    log, code = run_job(tmp_path, progress=0, trainer=FINISHING_TRAINER, requeue=True, scancel=SLOW_SCANCEL,
+                        STAND_IN_PID=str(tmp_path / "trainer.pid"))
+    assert "USR2: asking the training processes to checkpoint" in log, log
+    assert code == 0 and "training exited with status 0" in log and "requeueing" not in log, log
 
 
 def test_every_torchrun_worker_notes_its_start_and_the_first_says_which_bound(tmp_path: Path) -> None:
