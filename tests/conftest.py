@@ -41,6 +41,15 @@ def pytest_report_header(config):
     return f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}"
 
 
+def pytest_configure(config):
+    """One intra-op thread for what a test trains in this process, as its child processes get
+    (tests.helpers.child_env): the xdist workers already share the cores, and spare torch threads
+    only spin (about 7 % of the unit tier's CPU)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Mark each test with its tier: the first folder of its path under tests/.
