@@ -146,15 +146,17 @@ def test_dummy_data_and_evaluate_only(dummy_run, tmp_path):
 
 
 def test_optimisation_flags_under_torchrun(jpeg_data, tmp_path):
-    """--sync-bn (CPU: a warning, per-rank statistics), label smoothing, no BN decay, cosine + warm-up, O3."""
+    """--sync-bn (CPU: a warning, per-rank statistics), label smoothing, no BN decay, cosine + warm-up, O3,
+    and DDP's bf16 compression hook with a static graph and small buckets: the replicas stay equal."""
     proc = run([BIN / "torchrun", "--standalone", "--nproc_per_node=2", script("imagenet_ddp_apex.py"), *TINY,
                 "--epochs", "2", "--sync-bn", "--label-smoothing", "0.1", "--no-bn-wd", "--lr-schedule", "cosine",
                 "--warmup-epochs", "1", "--opt-level", "O3", "--keep-batchnorm-fp32", "True", "-p", "1",
+                "--ddp-comm-hook", "bf16", "--ddp-static-graph", "--ddp-bucket-cap-mb", "1",
                 "--log-dir", tmp_path, jpeg_data])
     assert proc.returncode == 0, explain(proc)
     assert "--sync-bn needs CUDA" in proc.stderr
     record = read_run(tmp_path)
-    assert record["precision"]["label"] == "O3-bf16"
+    assert record["precision"]["label"] == "O3-bf16" and record["config"]["dist"]["ddp_comm_hook"] == "bf16"
     lrs = [lr for _, lr in tb_scalars(tmp_path)["Step/lr"]]
     peak = record["lr"]
     # 3 steps an epoch, 1 warm-up epoch: after step 1 the lr is 2/3 of the peak; then warm-up, decay
