@@ -18,8 +18,8 @@ CHANCE = 10.0  # % top-1 with 10 balanced classes
 def test_engine_learns_real_photographs(fashion_cache, tmp_path):
     data = fashion_mnist.convert(fashion_mnist.SOURCE_DIR, fashion_cache, train_per_class=200, val_per_class=30)
     # batch 32: two epochs of 2,000 images are 125 steps (the recipe's batch 128 would give 31)
-    proc = warm_python(script("imagenet_ddp.py"), data, "--image-size", "32", *tta.RECIPE_FLAGS, "-b", "32", "--epochs",
-                  "2", "--eval-every", "2", "-j", "1", "--desired-acc", "99", "--log-dir", tmp_path / "run",
+    proc = warm_python(script("imagenet_ddp.py"), data, "--image-size", "32", *tta.recipe_flags(32), "-b", "32",
+                  "--epochs", "2", "--eval-every", "2", "-j", "1", "--desired-acc", "99", "--log-dir", tmp_path / "run",
                   timeout=600)
     assert proc.returncode == 0, explain(proc)
     run = read_run(tmp_path / "run")
@@ -60,6 +60,6 @@ def test_ours_phase_records_time_to_the_target(fashion_cache, tmp_path):
     assert m["time_to_target_s"] == rec["curve"][0]["wall_s"] and m["core_s_to_target"] > 0
     assert m["images_seen"] == 384 and m["eval_every"] == 1  # 3 full batches of 128 from 400 images
     assert rec["engine_time_to_accuracy"]["reached"] and rec["engine_status"] == "reached_desired_acc"
-    assert rec["point"]["recipe"]["scaled_lr"] == 0.15 and rec["point"]["recipe_flags"] == tta.RECIPE_FLAGS
+    assert rec["point"]["recipe"]["scaled_lr"] == 0.15 and rec["point"]["recipe_flags"] == tta.recipe_flags(32)
     # the settings as the engine resolved them, read from its run.json (the recipe flags say 14 epochs, EMA)
     assert rec["point"]["recipe"]["batch_size"] == 128 and rec["point"]["recipe"]["model_ema"] is True
