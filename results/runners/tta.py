@@ -60,14 +60,6 @@ RECIPE_FLAGS = [
     "--eval-every", "1", "-j", "2", "--seed", "0",
 ]
 
-
-def recipe_flags(image_size: int) -> List[str]:
-    """RECIPE_FLAGS, validating on the whole photo at the training size: the default centre crop (32
-    of 36 px) cuts the garments' edges (a 3-epoch model: 87.19 -> 87.90 % top-1); a larger test size
-    (FixRes) fell to 35 % at 36 px, where ResNet's last feature map is 2x2, not the 1x1 it trained on."""
-    return [*RECIPE_FLAGS, "--val-resize-size", str(image_size), "--val-crop-size", str(image_size)]
-
-
 REPO = RESULTS_DIR.parent
 ENGINE = REPO / "imagenet" / "imagenet_ddp.py"
 BOUND = 2.0  # the ours run is stopped past this multiple of main.py's wall time (it stops itself at 1x)...
@@ -78,6 +70,13 @@ ENGINE_EMA = re.compile(r"^ \* EMA of the weights: val top1 ([\d.]+)\s+top5 ([\d
 PROGRESS_EVERY_S = 60.0
 EXAMPLES_NOTE = ("main.py's step decay (LR x0.1 every 30 epochs) does not fire within 10 epochs: its LR "
                  "stays 0.1 throughout")
+
+
+def recipe_flags(image_size: int) -> List[str]:
+    """RECIPE_FLAGS, validating on the whole photo at the training size: the default centre crop (32
+    of 36 px) cuts the garments' edges (a 3-epoch model: 87.19 -> 87.90 % top-1); a larger test size
+    (FixRes) fell to 35 % at 36 px, where ResNet's last feature map is 2x2, not the 1x1 it trained on."""
+    return [*RECIPE_FLAGS, "--val-resize-size", str(image_size), "--val-crop-size", str(image_size)]
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:

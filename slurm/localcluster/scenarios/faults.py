@@ -86,21 +86,23 @@ def fewer_nodes(cluster: SlurmCluster, data: Path, folder: Path, pin: Sequence[s
     # what an operator types for a pending job: min-max nodes (2 alone leaves the maximum at 4), tasks
     release_requeued(cluster, job_id, "NumNodes=2-2", "NumTasks=2")
     row = cluster.wait_finished(job_id, timeout=300, runs=2)
-    check(row["State"] == "COMPLETED", f"{row}\n{log()[-3000:]}")
+    text = log()  # the job is over: its log is read once
+    check(row["State"] == "COMPLETED", f"{row}\n{text[-3000:]}")
     check(run_states(cluster, job_id) == ["REQUEUED", "COMPLETED"], run_states(cluster, job_id))
     record = read_run(run_dir)
     check(record["dist"]["world_size"] == 2 and [e["epoch"] for e in record["epochs"]] == list(range(EPOCHS)), record)
-    saved = re.search(r"checkpoint saved at epoch (\d+) step ([1-9]\d*)", log())
-    moved = re.search(r"global batch 8 -> 4: resuming at sample (\d+) of epoch (\d+) \(step (\d+)/48\)", log())
-    check(saved and moved, log()[-3000:])
-    epoch, step = int(saved.group(1)), int(saved.group(2))
-    check((int(moved.group(1)), int(moved.group(2)), int(moved.group(3))) == (8 * step, epoch, 2 * step),
-          moved.group(0))
-    for epoch, ranges in _sample_ranges(log()).items():
+    saved = re.search(r"checkpoint saved at epoch (\d+) step ([1-9]\d*)", text)
+    moved = re.search(r"global batch 8 -> 4: resuming at sample (\d+) of epoch (\d+) \(step (\d+)/48\)", text)
+    check(saved and moved, text[-3000:])
+    saved_epoch, saved_step = int(saved.group(1)), int(saved.group(2))
+    resumed = (int(moved.group(1)), int(moved.group(2)), int(moved.group(3)))  # sample, epoch, step
+    check(resumed == (8 * saved_step, saved_epoch, 2 * saved_step), moved.group(0))
+    sample_ranges = _sample_ranges(text)
+    for epoch, ranges in sample_ranges.items():
         tiles = [start for start, _ in ranges] == [0, *[end for _, end in ranges[:-1]]]
         check(tiles and ranges[-1][1] == SAMPLES_PER_EPOCH,
               f"epoch {epoch}: samples skipped or trained twice: {ranges}")
-    twice = sum(later[0] < earlier[1] for ranges in _sample_ranges(log()).values()
+    twice = sum(later[0] < earlier[1] for ranges in sample_ranges.values()
                 for earlier, later in zip(ranges, ranges[1:]))
     return Measurement("fewer nodes after a requeue (4 -> 2)", "srun", 4, True, twice)
 
