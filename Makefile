@@ -43,15 +43,14 @@ $(DEV_STAMP): $(STAMP) requirements-dev.txt
 	$(PIP) -r requirements-dev.txt -c constraints.txt
 	touch $@
 
-# Debian/Ubuntu as root: the system packages the tests use (Open MPI for the MPI launcher tests,
-# Fashion-MNIST's real photographs for the time-to-accuracy tests); elsewhere the tests install what
-# they need themselves or skip.
-SYSTEM_PACKAGES := openmpi-bin libopenmpi-dev dataset-fashion-mnist
+# Debian/Ubuntu as root: every system package the tests use, installed before pytest starts so that no
+# test installs anything (SLURM, munge, MariaDB for the local clusters; Open MPI for the MPI launcher
+# tests; Fashion-MNIST's photographs for the time-to-accuracy tests; a compiler and libjpeg's headers
+# for the C decoder). The lists: slurm/localcluster/packages.py. Elsewhere it says what is missing.
 test-system-deps:
-	@if { ! command -v mpirun >/dev/null || [ ! -d /usr/share/datasets/fashion-mnist ]; } && \
-	  [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get install -y -q --no-install-recommends $(SYSTEM_PACKAGES) || \
-	  { apt-get update -q && apt-get install -y -q --no-install-recommends $(SYSTEM_PACKAGES); }; fi
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  $(PYTHON) -m slurm.localcluster.system_packages install; \
+	else $(PYTHON) -m slurm.localcluster.system_packages missing; fi
 
 $(DEMO_DATA)/train:
 	$(PY) -m imagenet.demo_data $(DEMO_DATA) --classes 10 --train-per-class 64 --val-per-class 20
@@ -61,9 +60,10 @@ demo: setup $(DEMO_DATA)/train
 	  -a resnet18 --image-size 64 -b 32 --epochs 15 --desired-acc 0.9 --workers 1 \
 	  --seed 0 --log-dir runs/demo $(DEMO_DATA)
 
+# the system packages first: the C decoder in setup builds only where libjpeg's headers are there.
 # three pytest-xdist workers: two run the cluster tier (two xdist groups, a SLURM cluster each) while
 # the third runs the CPU-bound tiers in the time the cluster tests wait on SLURM
-test: setup-dev test-system-deps
+test: test-system-deps setup-dev
 	$(PY) -m pytest -n 3 --dist loadgroup
 
 # the unit tier only (tests/unit: no training launched; two xdist workers, one per core here): the

@@ -14,7 +14,7 @@ import numpy as np
 
 from results.core import records
 from results.runners.fashion_mnist import FILES, SOURCE_DIR
-from slurm.localcluster.packages import apt_install, can_install
+from slurm.localcluster.packages import FASHION_MNIST_PACKAGE, can_install, install
 from slurm.localcluster.scenarios.jobs import ARCH as TINY_ARCH
 
 from launch.environment import free_port  # noqa: F401  (tests import it from here)
@@ -101,17 +101,14 @@ def eval_settings(text: str, names: list, env: dict) -> list:
     return proc.stdout.split("\0")[:-1]
 
 
-FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
-
-
 def fashion_mnist_dir() -> Path:
-    """The folder of Debian's Fashion-MNIST files (installing the package where missing, as root);
-    FileNotFoundError naming the package elsewhere."""
+    """The folder of Debian's Fashion-MNIST files (`make test-system-deps` installs the package; a
+    pytest started without it installs it here, as root); FileNotFoundError naming the package elsewhere."""
     def present() -> bool:
         return all((SOURCE_DIR / name).is_file() for pair in FILES.values() for name in pair)
 
     if not present() and can_install():
-        apt_install([FASHION_MNIST_PACKAGE])
+        install([FASHION_MNIST_PACKAGE], lambda: [] if present() else [FASHION_MNIST_PACKAGE])
     if not present():
         raise FileNotFoundError(f"no Fashion-MNIST in {SOURCE_DIR} (Debian: apt-get install {FASHION_MNIST_PACKAGE})")
     return SOURCE_DIR
