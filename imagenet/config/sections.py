@@ -99,7 +99,10 @@ class ModelSettings:
                                     "residual block, so each block starts as the identity (Goyal et al. 2017)",
                                     action="store_true")
     model_ema: bool = _opt(False, "--model-ema", help="keep an exponential moving average of the weights, "
-                           "validated beside the model and checkpointed", action="store_true")
+                           "checkpointed with the model", action="store_true")
+    eval_weights: Optional[str] = _opt(None, "--eval-weights", choices=("model", "ema"), help="the weights the "
+                                       "run is validated and scored on, the same at every evaluation (one "
+                                       "evaluation each): model or ema (default: ema with --model-ema, else model)")
     model_ema_steps: int = _opt(32, "--model-ema-steps", help="update the average every N optimizer steps",
                                 type=int)
     model_ema_decay: float = _opt(0.99998, "--model-ema-decay", help="the average's decay, adjusted to the global "

@@ -92,6 +92,8 @@ def _check_model_extras(settings: Settings) -> None:
     if model.model_ema_steps < 1 or not 0 <= model.model_ema_decay < 1:
         raise ConfigError(f"--model-ema-steps {model.model_ema_steps} must be >= 1 and --model-ema-decay "
                           f"{model.model_ema_decay:g} in [0, 1)")
+    if model.eval_weights == "ema" and not model.model_ema:
+        raise ConfigError("--eval-weights ema scores the average of the weights: add --model-ema or drop it")
     if model.zero_init_residual and model.pretrained:
         raise ConfigError("--zero-init-residual initialises a new model; drop it or --pretrained")
     if model.zero_init_residual and model.arch not in RESIDUAL_MODELS:

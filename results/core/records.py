@@ -158,6 +158,7 @@ METRICS: Dict[str, type] = {
     "pipeline": PipelineMetrics, "storage": StorageMetrics, "shards_pipeline": PipelineMetrics,
     "data_opens": DataOpensMetrics, "index_memory": IndexMemoryMetrics, "fault": FaultMetrics,
     "region_decode": RegionDecodeMetrics, "prepare": PrepareMetrics, "time_to_accuracy": TimeToAccuracyMetrics,
+    "tta_tuning": TimeToAccuracyMetrics,  # a recipe trial on the tuning split: never a benchmark run
 }
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
