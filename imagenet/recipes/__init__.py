@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
@@ -47,7 +47,7 @@ class Recipe:
     published_batch: Optional[int] = None  # the global batch of the run that top-1 comes from
     validated_batches: Tuple[int, ...] = ()  # global batches the sources trained this recipe at
     note: str = ""  # what differs from the sources, and why
-    unknown: Tuple[str, ...] = field(default=())  # top-level keys the format does not have
+    unknown: Tuple[str, ...] = ()  # top-level keys the format does not have
 
     @property
     def epochs(self) -> Optional[int]:

@@ -2,9 +2,13 @@
 README_tensorflow2.md and MLPerf's published runs; libffcv/ffcv-imagenet rn50_configs and
 train_imagenet.py; Goyal et al. 2017; pytorch/examples imagenet/main.py), at the published global
 batches and between them; the checks of the settings the recipes use."""
+import json
+import os
+from unittest import mock
+
 import pytest
 
-from imagenet import optim, recipes, schedules
+from imagenet import cli, optim, recipes, schedules
 from imagenet.config import choices, parse_command
 
 # libffcv/ffcv-imagenet rn50_configs/rn50_{epochs}_epochs.yaml (start_ramp, end_ramp) and README's top-1
@@ -95,6 +99,25 @@ def test_goyal_at_8192_warms_up_from_0_1_to_3_2_over_5_epochs():
 def test_goyal_at_256_has_no_warm_up():
     settings = _command(["-b", "256", "--recipe", "goyal"])
     assert {_lr(settings, it, 100) for it in range(0, 3000, 7)} == {0.1}
+
+
+def _entry_script_prints(capsys, *argv):
+    """imagenet_ddp.py ARGV --print-config DATA, as one process outside any launcher."""
+    with mock.patch.dict(os.environ, {"PATH": os.environ.get("PATH", "")}, clear=True):
+        assert cli.main("ddp", [*argv, "--print-config", "DATA"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_entry_script_prints_each_fixed_value(capsys):
+    """What a user checks before submitting: main.py's steps, Goyal's warm-up start, MLPerf's 2,048 LR."""
+    assert _entry_script_prints(capsys, "--recipe", "examples")["optim"]["lr_steps"] == [30, 60]
+    goyal = _entry_script_prints(capsys, "--recipe", "goyal", "-b", "8192")
+    assert goyal["batch"]["global_batch"] == 8192
+    # the warm-up starts at --lr (0.1) and rises to 0.1 x 8192 / 256 = 3.2 over 5 epochs
+    assert (goyal["optim"]["lr"], goyal["optim"]["lr_warmup_from_base"], goyal["optim"]["warmup_epochs"]) == (
+        0.1, True, 5.0)
+    mlperf = _entry_script_prints(capsys, "--recipe", "mlperf", "-b", "2048")
+    assert (mlperf["batch"]["global_batch"], mlperf["optim"]["lr"]) == (2048, 8.5)
 
 
 @pytest.mark.parametrize("epochs,start,end,top1", FFCV_RUNS)
