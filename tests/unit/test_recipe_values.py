@@ -139,9 +139,19 @@ def test_ffcv_recipes_as_their_configs(epochs, start, end, top1):
 
 @pytest.mark.parametrize("opt", ["lars", "lamb"])
 def test_layerwise_optimizers_record_that_norms_and_biases_get_no_decay(opt):
-    """MLPerf's LARS skip list: BN and bias get neither the trust ratio nor weight decay."""
-    assert _printed(["--opt", opt])["optim"]["no_bn_wd"] is True
+    """MLPerf's LARS skip list (lars_optimizer.py): BN and bias get neither the trust ratio nor weight decay,
+    and the settings (run.json) say so; the weights keep --wd and the ratio."""
+    import torch
+
     assert _printed(["--opt", "sgd"])["optim"]["no_bn_wd"] is False
+    settings = _command(["--opt", opt, "--wd", "2e-4"])
+    assert settings.optim.no_bn_wd is True
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, bias=False), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
+                                torch.nn.Linear(4, 2))
+    groups = optim.build_optimizer(model, settings.optim, 1.0).param_groups
+    by_count = sorted((len(g["params"]), g["weight_decay"], g["adapt"]) for g in groups)
+    # conv and linear weights: decayed and adapted; BN's weight and bias and the linear bias: neither
+    assert by_count == [(2, 2e-4, True), (3, 0.0, False)]
 
 
 def test_goyal_zero_initialises_the_residual_blocks():
