@@ -464,7 +464,7 @@ class Trainer:
         return 0
 
     def _validation_due(self, epoch: int) -> bool:
-        return (epoch + 1) % self.cfg.optim.eval_every == 0 or epoch + 1 == self.cfg.optim.epochs
+        return self.cfg.optim.validation_due(epoch + 1)
 
     def _over_budget(self) -> bool:
         """True on every rank once any rank's training and validation time reaches --time-budget-minutes
