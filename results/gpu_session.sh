@@ -23,6 +23,11 @@
 #     batch      engine-fp16 at batch 256, 384 and 512
 #     steptimes  engine-fp16 fed from the JPEGs with --step-times: the per-step spread behind the scaling
 #                model's straggler term (python -m results.scaling_model --check)
+#     tta        the time-to-accuracy protocol on one GPU (docs/time-to-accuracy.md): TTA_PAIRS (3) pairs of
+#                main.py then this engine, seeds 1..N, TTA_WORKERS loader workers for both (default WORKERS);
+#                carried: the four Fashion-MNIST files in .fmnist/ and a pytorch/examples checkout in .examples/
+#                (both git-ignored; no registry on the machine); records in $OUT/tta-$TAG.jsonl, each run's
+#                as it ends; a pair takes ~3 min on an H200, so give 3 pairs STAGE_LIMIT=600
 #   default: env synthetic tests jpeg
 #
 # Records go to $OUT/<tag>.jsonl and the kept run folders to $OUT/runs-<stage>.tgz, so a lease that
@@ -193,6 +198,16 @@ stage_batch() { bench_train batch dummy "$STEPS" --batch 256 384 512 --setups en
 
 stage_steptimes() {  # one GPU, loader-fed like the published clusters; each step's time from CUDA events
     bench_train steptimes "$JPEG_ROOT" "$JPEG_STEPS" --setups engine-fp16 --extra=--step-times
+}
+
+stage_tta() {  # one pair per seed; main.py unseeded: on a GPU its --seed turns on cuDNN's deterministic mode
+    local seed first=${TTA_FIRST_SEED:-1}
+    for seed in $(seq "$first" $(( first + ${TTA_PAIRS:-3} - 1 ))); do
+        $PY -m results.bench time-to-accuracy --phase both --seed "$seed" --unseeded-examples \
+            --workers "${TTA_WORKERS:-$WORKERS}" --examples "${TTA_EXAMPLES:-.examples}" \
+            --fashion-mnist "${TTA_SOURCE:-.fmnist}" --cache "$LEASE_DIR/tta-data" --work "$OUT/tta-work" \
+            --tag "tta-$TAG" --records "$OUT/tta-$TAG.jsonl" ${TTA_FLAGS:-} || return
+    done
 }
 
 stage_logging() { bench_train logging dummy "$STEPS" --setups engine-log-epoch engine-log-step; }

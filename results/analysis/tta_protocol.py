@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 KIND = "time_to_accuracy"
 TUNING_KIND = "tta_tuning"
@@ -26,6 +26,20 @@ def protocol_runs(recs: Sequence[dict], program: str) -> List[dict]:
     return sorted((r for r in recs if r["kind"] == KIND and r["status"] == "ok"
                    and r["point"].get("protocol") == PROTOCOL and r["point"]["program"] == program),
                   key=lambda r: r["time"])
+
+
+def machine(run: dict) -> str:
+    """The machine a run's times belong to: its GPU's name, else its CPU core count."""
+    env = run.get("environment", {})
+    return env.get("gpu_name") or f"{env.get('cpu_count', '?')} CPU cores"
+
+
+def by_machine(runs: Sequence[dict]) -> Dict[str, List[dict]]:
+    """RUNS grouped by :func:`machine`, in the order first seen."""
+    groups: Dict[str, List[dict]] = {}
+    for run in runs:
+        groups.setdefault(machine(run), []).append(run)
+    return groups
 
 
 def counted(runs: Sequence[dict]) -> List[dict]:

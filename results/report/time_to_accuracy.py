@@ -10,6 +10,7 @@ the protocol, marked as such.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -37,22 +38,32 @@ PROTOCOL_TEXT = (
 
 
 def section(recs: Sequence[dict], fig_dir: Path, ref_dir: Path = REFERENCE) -> str:
-    runs = {program: protocol.protocol_runs(recs, program) for program in NAMES}
+    machines = protocol.by_machine([r for program in NAMES for r in protocol.protocol_runs(recs, program)])
     tuning = [r for r in recs if r["kind"] == protocol.TUNING_KIND and r["status"] == "ok"]
     earlier = protocol.earlier_runs(recs)
-    if not (any(runs.values()) or tuning or earlier):
+    if not (machines or tuning or earlier):
         return ""
-    fixed = protocol.goal(protocol.counted(runs[EXAMPLES_PROGRAM]))
     out = [f"## {HEADING}\n", PROTOCOL_TEXT]
-    if any(runs.values()):
-        out += [_figure(runs, fixed, fig_dir), _runs_table(runs, fixed), _summary(runs, fixed)]
-    else:
+    for machine, runs in machines.items():
+        out.append(_machine(machine, runs, fig_dir, len(machines) > 1))
+    if not machines:
         out.append("No run under the protocol yet.\n")
     out += [_tuning(tuning), _earlier(earlier), published_table(ref_dir)]
     return "\n".join(part for part in out if part)
 
 
-def _figure(runs: dict, fixed: Optional[Goal], fig_dir: Path) -> str:
+def _machine(machine: str, recs: Sequence[dict], fig_dir: Path, titled: bool) -> str:
+    """One machine's runs: a machine's times compare only with the same machine's."""
+    runs = {program: [r for r in recs if r["point"]["program"] == program] for program in NAMES}
+    fixed = protocol.goal(protocol.counted(runs[EXAMPLES_PROGRAM]))
+    slug = re.sub(r"[^a-z0-9]+", "-", machine.lower()).strip("-")
+    name = "time_to_accuracy.png" if machine.endswith("CPU cores") else f"time_to_accuracy-{slug}.png"
+    parts = [f"### On {machine}\n" if titled else f"On {machine}.\n", _figure(runs, fixed, fig_dir / name),
+             _runs_table(runs, fixed), _summary(runs, fixed)]
+    return "\n".join(part for part in parts if part)
+
+
+def _figure(runs: dict, fixed: Optional[Goal], path: Path) -> str:
     series = [{"label": f"{NAMES[program]} seed {r['point']['seed']}", "x": [p["wall_s"] / 60 for p in r["curve"]],
                "y": [p["top1"] for p in r["curve"]], "color": figures.palette(i), "alpha": 0.8}
               for i, program in enumerate(NAMES) for r in protocol.counted(runs[program])]
@@ -60,9 +71,8 @@ def _figure(runs: dict, fixed: Optional[Goal], fig_dir: Path) -> str:
         return "No counted run yet (every run so far shared the machine): no figure.\n"
     size = next(r["point"]["image_size"] for program in NAMES for r in runs[program])
     title = f"ResNet-18 on Fashion-MNIST at {size} px: counted runs"
-    fig = figures.time_to_accuracy(fig_dir / "time_to_accuracy.png", series, fixed and fixed.target,
-                                   fixed and fixed.budget_s / 60, title)
-    return f"![time to accuracy]({fig.relative_to(fig_dir.parent).as_posix()})\n"
+    fig = figures.time_to_accuracy(path, series, fixed and fixed.target, fixed and fixed.budget_s / 60, title)
+    return f"![time to accuracy]({fig.relative_to(path.parent.parent).as_posix()})\n"
 
 
 def _runs_table(runs: dict, fixed: Optional[Goal]) -> str:

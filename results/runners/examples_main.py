@@ -95,13 +95,16 @@ class MainLines:
 
 
 def run(examples_dir: Path, data: Path, image_size: int, epochs: int, log_file: Path,
-        timeout_s: Optional[float] = None, seed: Optional[int] = None) -> Tuple[MainLines, Followed]:
-    """Train with main.py's defaults on DATA for EPOCHS (with its --seed where SEED is given), in a
-    temporary folder (its checkpoints land in the working directory); every line goes to LOG_FILE."""
+        timeout_s: Optional[float] = None, seed: Optional[int] = None,
+        workers: Optional[int] = None) -> Tuple[MainLines, Followed]:
+    """Train with main.py's defaults on DATA for EPOCHS (with its --seed where SEED is given, its -j
+    where WORKERS is), in a temporary folder (its checkpoints land in the working directory); every
+    line goes to LOG_FILE."""
     with tempfile.TemporaryDirectory(prefix="examples-main-") as work:
         script = patched_copy(examples_dir, image_size, Path(work))
         cmd = [sys.executable, "-u", str(script), str(Path(data).resolve()), "--epochs", str(epochs),
-               *(["--seed", str(seed)] if seed is not None else [])]
+               *(["--seed", str(seed)] if seed is not None else []),
+               *(["-j", str(workers)] if workers is not None else [])]
         log.info("examples: %s", " ".join(cmd[1:]))
         lines = MainLines()
         return lines, follow(cmd, Path(work), log_file, lines, timeout_s)

@@ -105,6 +105,10 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                    "run of a program takes another")
     p.add_argument("--trial", default="", metavar="FLAGS", help="tune: engine flags tried on top of the recipe "
                    "(e.g. \"--wd 5e-4 --epochs 4\")")
+    p.add_argument("--workers", type=int, metavar="N", help="loader workers of both programs (default: each "
+                   "its own, main.py 4, the recipe 2); on a GPU machine, as many as it allows, the same for both")
+    p.add_argument("--unseeded-examples", action="store_true", help="run main.py without --seed: on a GPU its "
+                   "--seed also turns on cuDNN's deterministic mode, which slows it (recorded as seed null)")
     p.add_argument("--quiet-share", type=float, default=QUIET_SHARE, help="a run counts when other processes "
                    "used at most this share of the machine's CPU time meanwhile (default 0.10)")
     p.add_argument("--examples", type=Path, metavar="DIR", help="a pytorch/examples checkout (git clone "
@@ -140,7 +144,8 @@ def run(args: argparse.Namespace) -> List[dict]:
 def _point(program: str, data: Path, args: argparse.Namespace, **fields) -> dict:
     return {"program": program, "arch": "resnet18", "data": data.name, "image_size": args.image_size,
             "train_images": fashion_mnist.counts_of(data)["train"], "split": fashion_mnist.val_split_of(data),
-            "seed": args.seed, "protocol": PROTOCOL, "scoring": scoring(args.image_size), **fields}
+            "seed": args.seed, "protocol": PROTOCOL, "scoring": scoring(args.image_size), "workers": args.workers,
+            **fields}
 
 
 def _record(sweep: records.Sweep, point: dict, metrics: dict, error: Optional[str], kind: str = KIND,
@@ -169,13 +174,14 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
     _require_split(data, "test", "examples")
     sweep = new_sweep("examples", args)
     log_file = args.work / sweep.id / "main.log"
-    log.info("examples: main.py for %d epochs at %d px, seed %d; every line in %s", args.examples_epochs,
-             args.image_size, args.seed, log_file)
+    seed = None if args.unseeded_examples else args.seed
+    log.info("examples: main.py for %d epochs at %d px, %s; every line in %s", args.examples_epochs,
+             args.image_size, "unseeded" if seed is None else f"seed {seed}", log_file)
     lines, followed = examples_main.run(args.examples, data, args.image_size, args.examples_epochs, log_file,
-                                        timeout_s=args.timeout_minutes * 60, seed=args.seed)
+                                        timeout_s=args.timeout_minutes * 60, seed=seed, workers=args.workers)
+    recipe = {**examples_main.DEFAULTS, **({"workers": args.workers} if args.workers is not None else {})}
     point = _point(EXAMPLES_PROGRAM, data, args, examples_commit=_commit(args.examples),
-                   epochs_planned=args.examples_epochs,
-                   eval_every=1, recipe=dict(examples_main.DEFAULTS),
+                   epochs_planned=args.examples_epochs, seed=seed, eval_every=1, recipe=recipe,
                    changed_in_copy=[f"{old} -> {new}" for old, new in examples_main.size_replacements(args.image_size)])
     error = _failure(followed, lines.curve, "main.py")
     best = max((p["top1"] for p in lines.curve), default=0.0)
@@ -237,7 +243,7 @@ def run_tuning(args: argparse.Namespace, data: Path) -> dict:
 
 def _engine(data: Path, args: argparse.Namespace, flags: List[str]) -> List[str]:
     return [sys.executable, "-u", str(ENGINE), str(data), "--image-size", str(args.image_size), *flags,
-            "--seed", str(args.seed)]
+            "--seed", str(args.seed), *(["-j", str(args.workers)] if args.workers is not None else [])]
 
 
 class EngineLines:

@@ -22,6 +22,7 @@ train = "transforms.RandomResizedCrop(224)"
 val = "transforms.Resize(256)", "transforms.CenterCrop(224)"
 print("copy at", os.path.abspath(__file__))
 print("sizes", train, *val)
+print("argv", *sys.argv[1:])
 epochs = int(sys.argv[sys.argv.index("--epochs") + 1])
 for epoch, acc in enumerate([41.5, 63.25, 60.0][:epochs]):
     print(f"Epoch: [{epoch}][ 1/40]\\tTime  0.100 ( 0.100)")
@@ -112,11 +113,11 @@ def test_unknown_main_py_is_refused(examples_checkout, tmp_path):
         examples_main.patched_copy(tmp_path / "nowhere", 32, tmp_path)
 
 
-def _run_examples(idx_dir, checkout, tmp_path, epochs="3"):
+def _run_examples(idx_dir, checkout, tmp_path, epochs="3", *more):
     rc = bench.main(["time-to-accuracy", "--phase", "examples", "--examples", str(checkout),
                      "--fashion-mnist", str(idx_dir), "--cache", str(tmp_path / "cache"),
                      "--work", str(tmp_path / "work"), "--records", str(tmp_path / "r.jsonl"),
-                     "--examples-epochs", epochs])
+                     "--examples-epochs", epochs, *more])
     lines = (tmp_path / "r.jsonl").read_text().splitlines()
     return rc, json.loads(lines[-1])
 
@@ -141,6 +142,16 @@ def test_examples_phase_records_main_py_curve(idx_dir, examples_checkout, tmp_pa
     assert "sizes transforms.RandomResizedCrop(32) transforms.Resize(36) transforms.CenterCrop(32)" in log_text
     copy = log_text.split("copy at ", 1)[1].split()[0]
     assert not (tmp_path / copy).exists() and "/tmp/" not in json.dumps(rec)  # deleted; no machine paths
+
+
+def test_examples_phase_takes_the_seed_and_the_loader_workers(idx_dir, examples_checkout, tmp_path):
+    _, seeded = _run_examples(idx_dir, examples_checkout, tmp_path, "1", "--seed", "4")
+    assert seeded["point"]["seed"] == 4 and seeded["point"]["recipe"]["workers"] == 4  # main.py's default
+    _, unseeded = _run_examples(idx_dir, examples_checkout, tmp_path, "1", "--unseeded-examples", "--workers", "6")
+    assert unseeded["point"]["seed"] is None and unseeded["point"]["recipe"]["workers"] == 6
+    logs = [log.read_text() for log in (tmp_path / "work").glob("*/main.log")]
+    argv = {tuple(text.split(" argv ", 1)[1].split("\n", 1)[0].split()[1:]) for text in logs}
+    assert argv == {("--epochs", "1", "--seed", "4"), ("--epochs", "1", "-j", "6")}
 
 
 def test_examples_phase_failure_is_recorded(idx_dir, examples_checkout, tmp_path, monkeypatch):
