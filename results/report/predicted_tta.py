@@ -3,6 +3,8 @@
 The prediction takes the tag's calibrated scaling model (``results.analysis.cluster_model``) at each GPU
 count and the epochs MLPerf's ResNet-50 logs needed at that global batch
 (``results/reference/epochs_to_accuracy.json``); ``results.analysis.time_to_accuracy`` does the arithmetic.
+It predicts only where the cited recipe reaches its target: the recipe's architecture at its image
+size, and a global batch within the published runs' range; elsewhere the section says why not.
 The measured section reads records of kind ``time_to_accuracy`` through :func:`from_record` into a small
 :class:`TimeToAccuracy`, so the section depends only on the fields it shows.
 """
@@ -60,11 +62,33 @@ def predicted_rows(pred: Prediction, ref: dict) -> List[Dict[str, object]]:
                               recipe["eval_every"])
 
 
+def not_predictable(pred: Prediction, recipe: dict) -> Optional[str]:
+    """Why the recipe's epochs cannot stand for the measured configuration, or None when they can."""
+    point = pred.calibration.get("point", {})
+    arch, size = point.get("arch"), point.get("image_size")
+    if (arch, size) != (recipe["arch"], recipe["image_size"]):
+        return (f"the measured configuration trains {arch} at {size} px, and the cited recipe ({recipe['name']}) "
+                f"reaches its target with {recipe['arch']} at {recipe['image_size']} px only: its epochs say "
+                "nothing about another model or image size")
+    return None
+
+
+def published_range(recipe: dict) -> Tuple[int, int]:
+    batches = [row.global_batch for row in time_to_accuracy.recipe_rows(recipe)]
+    return min(batches), max(batches)
+
+
 def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[dict] = None) -> str:
-    """Predicted time to 75.9 % top-1 at each GPU count of the tag's scaling model (its figure and table)."""
+    """Predicted time to 75.9 % top-1 at each GPU count of the tag's scaling model (its figure and table),
+    or why there is none."""
     ref = ref or reference()
     recipe = ref["recipes"]["mlperf"]
-    rows = predicted_rows(pred, ref)
+    heading = f"## Predicted time to {time_to_accuracy.MLPERF_TARGET_TOP1} % top-1\n\n"
+    why = not_predictable(pred, recipe)
+    if why:
+        return heading + f"No prediction: {why}.\n"
+    low, high = published_range(recipe)
+    rows = [row if low <= row["global_batch"] <= high else {**row, "epochs": None} for row in predicted_rows(pred, ref)]
     drawn = [r for r in rows if r["epochs"] is not None]
     unit = "processes" if hw.startswith("CPU") else "GPUs (processes)"
     if drawn:
@@ -80,17 +104,17 @@ def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[di
               r.get("evals"), _hours(r.get("train_s")), _hours(r.get("eval_s")), _hours(r.get("total_s"))]
              for r in rows]
     published = ", ".join(f"{row['global_batch']:,}: {row['epochs']}" for row in recipe["rows"])
-    return (f"## Predicted time to {time_to_accuracy.MLPERF_TARGET_TOP1} % top-1\n\n"
-            + (f"![predicted time to accuracy]({FIGURE})\n\n" if drawn else "")
+    return (heading + (f"![predicted time to accuracy]({FIGURE})\n\n" if drawn else "")
             + "The scaling model's images/s above, times the epochs MLPerf's ResNet-50 logs needed to reach "
             f"{time_to_accuracy.MLPERF_TARGET_TOP1} % at each global batch "
             f"(GPUs x {pred.whole.inputs.batch_per_gpu}) of "
             f"{IMAGENET_TRAIN_IMAGES:,} images, plus a validation pass of "
             f"{IMAGENET_VAL_IMAGES:,} images "
             f"every {recipe['eval_every']} epochs (forward pass only). Published (global batch: epochs): {published}; "
-            "interpolated in log(batch) between them, the smallest's epochs below it, no prediction above the "
-            "largest (`results/reference/epochs_to_accuracy.json`). It assumes MLPerf's recipe (LARS, label "
-            "smoothing) and the measured configuration's model and image size: a prediction, not a measured "
+            f"interpolated in log(batch) between them, no prediction outside {low:,}-{high:,}, where no published "
+            "run reached the target (`results/reference/epochs_to_accuracy.json`). It assumes MLPerf's recipe "
+            "(LARS, label smoothing) with the model and image size the recipe was published with, as measured "
+            "here: a prediction, not a measured "
             "accuracy (`python -m results.scaling_model --check-time-to-accuracy` sets the arithmetic beside "
             "published times).\n\n"
             + md_table(["GPUs", "global batch", "predicted images/s", "epochs", "evaluations", "training (h)",

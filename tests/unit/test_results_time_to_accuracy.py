@@ -144,19 +144,37 @@ def _tta_record(gpus, seconds, source):
                         "images_seen": 600_000, "wall_s": 2000.0, "core_s": 4000.0, "epochs": 10, "eval_every": 1}}
 
 
-def test_cluster_report_shows_predicted_time_and_no_measured_section_without_records(tmp_path):
-    recs = [_train("c-train-1", n, r) for n, r in ((1, 100.0), (2, 200.0), (4, 400.0))]
+def _resnet50(sweep, nodes, rate):
+    """A ResNet-50 point at 224 px and 256 images a GPU: the model and size MLPerf's runs were published at."""
+    rec = _train(sweep, nodes, rate)
+    rec["point"].update(arch="resnet50", image_size=224, batch_size=256)
+    rec["metrics"]["step_time_ms"] = 256e3 / (rate / nodes)
+    return rec
+
+
+def test_cluster_report_predicts_only_where_the_cited_recipe_reached_the_target(tmp_path):
+    recs = [_resnet50("c-train-1", n, r) for n, r in ((1, 100.0), (2, 200.0), (4, 400.0))]
     readme, _ = cluster.build_tag("c", _write(tmp_path / "c.jsonl", recs), tmp_path / "c")
     text = readme.read_text()
     assert "top-1 vs GPUs" not in text  # no time_to_accuracy records: the measured section is absent
     rows = _rows(text, "| GPUs | global batch | predicted images/s | epochs")
-    assert [r["GPUs"] for r in rows] == ["1", "2", "4", "8"] and {r["epochs"] for r in rows} == {"35.0"}
-    # t_c = 16 / 100 s with free communication: 35 epochs at 100 n images/s, 9 passes at 300 n
-    for r in rows:
-        n = int(r["GPUs"])
-        want_h = (35 * 1_281_167 / (100 * n) + 9 * 50_000 / (300 * n)) / 3600
-        assert float(r["time to 75.9 % (h)"]) == pytest.approx(want_h, rel=1e-3)
+    # global batch 256 n: only 8 GPUs (2,048) lies within the published runs' 1,600-57,344
+    assert [(r["GPUs"], r["epochs"]) for r in rows] == [("1", "-"), ("2", "-"), ("4", "-"), ("8", "35.0")]
+    assert "no prediction outside 1,600-57,344, where no published run reached the target" in text
+    # t_c = 256 / 100 s with free communication: 35 epochs at 100 n images/s, 9 passes at 300 n
+    want_h = (35 * 1_281_167 / (100 * 8) + 9 * 50_000 / (300 * 8)) / 3600
+    assert float(rows[-1]["time to 75.9 % (h)"]) == pytest.approx(want_h, rel=1e-3)
     assert (tmp_path / "c" / predicted_tta.FIGURE).exists()
+
+
+def test_cluster_report_says_why_it_predicts_nothing_for_another_model(tmp_path):
+    recs = [_train("c-train-1", n, r) for n, r in ((1, 100.0), (2, 200.0), (4, 400.0))]  # ResNet-18 at 64 px
+    readme, _ = cluster.build_tag("c", _write(tmp_path / "c.jsonl", recs), tmp_path / "c")
+    text = readme.read_text()
+    assert ("No prediction: the measured configuration trains resnet18 at 64 px, and the cited recipe (MLPerf "
+            "Training ResNet-50 (LARS), target 75.9 % top-1) reaches its target with resnet50 at 224 px only") in text
+    assert "| GPUs | global batch | predicted images/s | epochs" not in text
+    assert not (tmp_path / "c" / predicted_tta.FIGURE).exists()
 
 
 def test_cluster_report_shows_measured_time_to_target_vs_gpus(tmp_path):
