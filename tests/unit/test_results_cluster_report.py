@@ -33,8 +33,9 @@ def test_repeated_node_counts_fold_into_one_line_with_their_spread(tmp_path):
     text = readme.read_text()
     assert "**320 images/s**" in text and "**76.2%**" in text
     assert "compute (all-reduce not measured)" in text  # no allreduce records under this tag
+    # no time-to-accuracy figure: ResNet-18 at 64 px is not what the cited recipe reached its target with
     assert {p.name for p in (tmp_path / "c").glob("*.png")} == {"training_throughput.png", "training_time.png",
-                                                                "scaling_model.png", "time_to_accuracy.png"}
+                                                                "scaling_model.png"}
 
 
 def test_each_hardware_kind_gets_its_own_panel(tmp_path):
