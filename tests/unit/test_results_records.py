@@ -3,7 +3,7 @@ committed records are checked line by line."""
 import json
 import re
 
-from results.core import records
+from results.core import kinds, records
 
 # an absolute path outside the kernel's own folders (/dev/shm, /proc/self/io name the same thing anywhere)
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?!(?:dev|proc|sys)/)[\w.+-]+/[\w.+-]")
@@ -51,9 +51,9 @@ def test_cited_parameter_counts_are_torchvisions():
 def test_validate_checks_each_kind_against_its_typed_metrics():
     env = {"hostname": "node1"}
     for kind, typed in records.METRICS.items():
-        metrics = {name: 1 for name in typed.__required_keys__}
+        metrics = {name: 1 for name in kinds.required(typed)}
         assert records.validate(records.make_record(kind, "s", {}, metrics, env)) is None, kind
-        first = sorted(typed.__required_keys__)[0]
+        first = sorted(kinds.required(typed))[0]
         reason = records.validate(records.make_record(kind, "s", {}, dict(metrics, **{first: "1"}), env))
         assert reason == f"ok {kind} record lacks numeric metric(s) {first}"
     fault = {"survived": 1, "steps_trained_twice": 0, "checkpoints_lost": 0}
