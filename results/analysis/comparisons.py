@@ -84,9 +84,9 @@ def jpeg_vs_synthetic_rows(train: Sequence[Record]) -> List[dict]:
     so of several matching synthetic records the fastest is the reference (the fraction is a lower bound).
     """
     def key(record: Record) -> tuple:
-        p, e = record.point, record.environment or {}
-        return (p.setup, p.arch, p.image_size, p.batch_size, record.metrics.world_size,
-                e.get("gpu_name"), e.get("source_digest") or e.get("git_commit"))
+        p = record.point
+        return (p.setup, p.arch, p.image_size, p.batch_size, record.world_size, record.environment.gpu_name,
+                record.environment.code)
     usable = [r for r in train if r.point.setup and r.status == "ok" and not profiled(r)]
     synthetic: Dict[tuple, dict] = {}
     for r in (r for r in usable if r.point.data == "dummy"):

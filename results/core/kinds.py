@@ -367,6 +367,34 @@ KINDS: Dict[str, Tuple[type, type]] = {
 # ---------------------------------------------------------------- the record
 
 @dataclass(frozen=True)
+class Environment:
+    """What a point ran on and with (imagenet.sysinfo.collect(), rank 0's for a SLURM job)."""
+
+    hostname: Text = None
+    cpu_model: Text = None
+    cpu_count: Optional[int] = None
+    torch_threads: Optional[int] = None
+    gpu_name: Text = None
+    gpu_count: Optional[int] = None
+    nodes: Optional[int] = None
+    torch: Text = None
+    torchvision: Text = None
+    cuda: Text = None
+    cudnn: Any_ = None
+    nccl: Any_ = None
+    python: Text = None
+    git_commit: Text = None
+    source_digest: Text = None  # a hash of the engine's sources (a copied checkout's commit can predate them)
+    slurm_job_id: Text = None
+    command: Text = None
+
+    @property
+    def code(self) -> Text:
+        """The code that ran: the source digest where recorded, else the git commit."""
+        return self.source_digest or self.git_commit
+
+
+@dataclass(frozen=True)
 class Record:
     """One record as read: the fields every kind shares, its kind's point and metrics, and context
     a runner added (``runner``, ``note``, ``command``, ...)."""
@@ -377,7 +405,7 @@ class Record:
     time: str
     point: Any  # the kind's point class
     metrics: Any  # the kind's metrics class
-    environment: Mapping[str, Any]
+    environment: Environment
     error: Text = None
     source: str = ""  # file:line, set by the loader
     host_load_1m: Optional[float] = None
@@ -449,6 +477,7 @@ def from_dict(rec: Mapping[str, Any]) -> Record:
     """The typed record of a validated record dict (see :func:`results.core.records.validate`)."""
     point_cls, metrics_cls = KINDS[rec["kind"]]
     shared = {k: v for k, v in rec.items() if k in _SHARED}
+    shared["environment"] = _build(Environment, rec.get("environment") or {})
     return Record(point=_build(point_cls, rec["point"]), metrics=_build(metrics_cls, rec["metrics"]),
                   source=rec.get("_source", ""), raw=rec, **shared)
 

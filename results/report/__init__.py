@@ -62,7 +62,7 @@ def problems_section(recs: Sequence[Record], problems: Sequence[records.Problem]
 
 
 def commands_section(recs: Sequence[Record]) -> str:
-    rows = [[r.source, r.command or r.environment.get("command")] for r in recs]
+    rows = [[r.source, r.command or r.environment.command] for r in recs]
     return ("## Commands\n\n<details><summary>command line of each record</summary>\n\n"
             + md_table(["record", "command"], [[a, f"`{b}`"] for a, b in rows]) + "\n</details>\n")
 

@@ -39,7 +39,7 @@ def _pairs(train: Sequence[Record]) -> Dict[Tuple[str, str], Dict[str, dict]]:
         backend = _flag(r, "--amp-backend")
         if (r.status == "ok" and comparisons.on_gpu(r) and backend in BACKENDS and _flag(r, "--seed") is not None
                 and "--deterministic" in (r.point.extra_args or [])):
-            key = (r.environment.get("gpu_name") or "?", r.point.precision)
+            key = (r.environment.gpu_name or "?", r.point.precision)
             out.setdefault(key, {})[backend] = r
     return out
 

@@ -41,9 +41,9 @@ EPOCHS = 90  # the seed's (and HAL's published) time-to-train: 90 ImageNet epoch
 def hardware(record: Record) -> str:
     """What one process ran on: the GPU model, or the CPU model for CPU-only points."""
     e = record.environment
-    if e.get("gpu_count") and e.get("gpu_name"):
-        return str(e["gpu_name"])
-    return f"CPU: {e.get('cpu_model') or 'unknown'}"
+    if e.gpu_count and e.gpu_name:
+        return str(e.gpu_name)
+    return f"CPU: {e.cpu_model or 'unknown'}"
 
 
 def series_name(record: Record) -> str:
@@ -357,8 +357,7 @@ def headline(recs: Sequence[Record], series, binding: Optional[str]) -> Dict[str
         "records": len(recs), "ok": len(ok), "kinds": sorted({r.kind for r in ok}),
         "hardware": " / ".join(sorted({hardware(r) for r in ok})) or "unknown hardware",
         "nodes": max((r.nodes for r in ok), default=1),
-        "cores": "/".join(sorted({str(r.environment["cpu_count"]) for r in ok
-                                  if r.environment.get("cpu_count")})),
+        "cores": "/".join(sorted({str(r.environment.cpu_count) for r in ok if r.environment.cpu_count})),
         "best": None, "efficiency": None, "binding": binding,
         "notes": sorted({r.note for r in ok if r.note})}
     best = max(((k, p) for k, pts in series.items() for p in pts), key=lambda kp: kp[1].mean, default=None)
@@ -424,11 +423,11 @@ ENV_KEYS = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "torch", "torchvi
 
 def environments(recs: Sequence[Record]) -> str:
     """The distinct software and hardware (hosts, jobs and commits vary per record and are not repeated)."""
-    envs: Dict[tuple, List[dict]] = {}
+    envs: Dict[tuple, List[Record]] = {}
     for r in recs:
-        envs.setdefault(tuple(str(r.environment.get(k)) for k in ENV_KEYS), []).append(r)
-    rows = [[*(fmt(rs[0].environment.get(k)) for k in ENV_KEYS), len(rs),
-             ", ".join(sorted({str(r.environment.get("git_commit"))[:12] for r in rs}))] for rs in envs.values()]
+        envs.setdefault(tuple(str(getattr(r.environment, k)) for k in ENV_KEYS), []).append(r)
+    rows = [[*(fmt(getattr(rs[0].environment, k)) for k in ENV_KEYS), len(rs),
+             ", ".join(sorted({str(r.environment.git_commit)[:12] for r in rs}))] for rs in envs.values()]
     notes = sorted({r.note for r in recs if r.note})
     return ("## Environment\n\n" + md_table([*ENV_KEYS, "records", "commits"], rows)
             + ("\nNotes recorded with the points:\n\n" + "".join(f"- {n}\n" for n in notes) if notes else ""))

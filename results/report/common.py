@@ -60,7 +60,7 @@ class Environments:
         self.envs: Dict[str, dict] = {}
 
     def id(self, rec: Record) -> str:
-        env = {k: rec.environment.get(k) for k in ENV_COLUMNS}
+        env = {k: getattr(rec.environment, k) for k in ENV_COLUMNS}
         key = hashlib.sha1(json.dumps(env, sort_keys=True, default=str).encode()).hexdigest()
         if key not in self.ids:
             self.ids[key] = f"E{len(self.ids) + 1}"

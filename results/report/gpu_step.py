@@ -37,8 +37,8 @@ def _synthetic_reference(train: Sequence[Record], record: Record) -> Optional[di
     same = [s for s in train if s.status == "ok" and comparisons.on_gpu(s) and not comparisons.profiled(s)
             and s.point.setup == SYNTHETIC_REFERENCE and s.point.data == "dummy"
             and s.point_values(SAME) == record.point_values(SAME)
-            and s.environment.get("gpu_name") == record.environment.get("gpu_name")
-            and s.environment.get("source_digest") == record.environment.get("source_digest")]
+            and s.environment.gpu_name == record.environment.gpu_name
+            and s.environment.source_digest == record.environment.source_digest]
     return max(same, key=lambda s: s.metrics.images_per_s, default=None)
 
 

@@ -75,7 +75,7 @@ TARGET_SPEEDUP, TARGET_IMAGES_PER_S, TARGET_JPEG_FRACTION = 3.0, 5000.0, 0.90
 def gpu_targets(train: Sequence[Record]) -> str:
     steps = [x for x in comparisons.step_rows(train) if comparisons.on_gpu(x["record"]) and x["throughput_ratio"]
              and x["record"].point.precision != "O0" and x["record"].point.data == "dummy"]
-    rows = [[x["record"].point.setup, x["record"].point.arch, x["record"].environment.get("gpu_name"),
+    rows = [[x["record"].point.setup, x["record"].point.arch, x["record"].environment.gpu_name,
              x["record"].metrics.images_per_s, comparisons.times(x["throughput_ratio"]),
              x["throughput_ratio"] >= TARGET_SPEEDUP,
              x["record"].metrics.images_per_s >= TARGET_IMAGES_PER_S,

@@ -57,7 +57,7 @@ def storage_section(recs: Sequence[Record], env: Environments, fig_dir: Path) ->
              r.metrics.mb_per_s_per_node, r.metrics.min_node_mb_per_s, r.metrics.files_per_s,
              r.metrics.files_per_s_per_node, r.metrics.bytes_per_file, r.metrics.files,
              r.metrics.elapsed_s, r.metrics.complete, r.metrics.storage_mb_per_s,
-             r.environment.get("slurm_job_id"),
+             r.environment.slurm_job_id,
              r.note, env.id(r), r.source] for k, rs in groups.items() for r in rs]
     return ("## Shared storage seen from the nodes\n\n![storage](figures/storage.png)\n\n"
             "One batch job per point (`python -m results.bench scaling --io`): every reader task reads its share "

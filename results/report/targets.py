@@ -21,7 +21,7 @@ def _row(target: str, goal: str, value: Optional[str], met: Optional[bool], reco
 
 
 def _gpu_name(row: dict) -> str:
-    return row["record"].environment.get("gpu_name") or "GPU"
+    return row["record"].environment.gpu_name or "GPU"
 
 
 def _gpu_rows(train: Sequence[Record]) -> List[List[str]]:

@@ -123,10 +123,10 @@ def time_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir:
 
 def multinode_section(train: Sequence[Record], env: Environments) -> str:
     recs = comparisons.multinode_records(train)
-    rows = [[r.sweep, r.metrics.nodes, r.metrics.world_size, r.environment.get("hostname"),
+    rows = [[r.sweep, r.metrics.nodes, r.metrics.world_size, r.environment.hostname,
              r.metrics.backend, r.metrics.images_per_s, r.metrics.images_per_s_per_process,
              r.metrics.step_time_ms, r.metrics.data_time_ms, r.metrics.compute_time_ms,
-             pct(r.metrics.scaling_efficiency), r.environment.get("slurm_job_id"),
+             pct(r.metrics.scaling_efficiency), r.environment.slurm_job_id,
              r.host_load_1m, env.id(r), r.source] for r in recs]
     notes = "".join(f"\n{n}.\n" for n in sorted({r.note for r in recs if r.note}))
     return ("## Multi-node scaling (SLURM)\n\nOne batch job per point (`python -m results.bench scaling`, "

@@ -207,7 +207,7 @@ def submit_and_collect(points: List[Point], args: argparse.Namespace) -> int:
         nonlocal failed
         rec = point.finish(point)
         records.append(args.records, rec)
-        failed += rec["status"] != "ok"
+        failed += not typed(rec).ok
         log.info("%s: %s", point.label, _summary(rec))
     try:
         previous = None
@@ -241,7 +241,7 @@ def submit_and_collect(points: List[Point], args: argparse.Namespace) -> int:
 
 
 def _summary(rec: dict) -> str:
-    job = rec["environment"].get("slurm_job_id")
+    job = typed(rec).environment.slurm_job_id
     return (f"job {job} done, " if job else "") + _numbers(rec)
 
 
