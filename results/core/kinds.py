@@ -2,8 +2,8 @@
 
 A record is read from JSON once (:func:`from_dict`, called by the loaders of
 :mod:`results.core.records`) and from then on read by attribute: ``r.metrics.images_per_s``,
-``r.point.batch_size``, and the derived facts defined here once (``r.global_batch``,
-``r.images_per_gpu``, ``r.profiled``). A field a record lacks reads as None. The metrics classes
+``r.point.batch_size``, ``r.environment.gpu_name``, and the derived facts defined here once
+(``r.world_size``, ``r.nodes``, ``r.profiled``, ``r.on_gpu``). A field a record lacks reads as None. The metrics classes
 are also the schema :func:`results.core.records.validate` checks: a field typed :data:`Req` must
 be a number in every ok record of its kind, one typed :data:`Num` must be a number where present.
 
@@ -424,18 +424,6 @@ class Record:
     @property
     def world_size(self) -> Optional[int]:
         return self.metrics.world_size if hasattr(self.metrics, "world_size") else self.point.world_size
-
-    @property
-    def global_batch(self) -> Optional[int]:
-        """Images per optimizer step, all processes together."""
-        if self.point.batch_size is None or self.world_size is None:
-            return None
-        return self.point.batch_size * self.world_size
-
-    @property
-    def images_per_gpu(self) -> float:
-        """Images/s per process (one GPU each)."""
-        return self.metrics.images_per_s / self.world_size
 
     @property
     def nodes(self) -> int:
