@@ -440,7 +440,7 @@ def build_tag(tag: str, records_file: Path, out_dir: Path,
     """Write ``out_dir/README.md`` and its figures from one records file (LOADED: its records and unusable
     lines, where the caller has read it already); returns the README's path and the headline (hardware,
     best throughput, efficiency at the largest scale, binding term)."""
-    recs, problems = loaded if loaded is not None else records.load_by_file([records_file])[0][1:]
+    recs, problems = loaded if loaded is not None else records.load_typed([records_file])
     train = by_kind(recs, "train")
     series = train_series(train)
     model, binding = model_section(series, by_kind(recs, "allreduce"), by_kind(recs, "overlap"),
