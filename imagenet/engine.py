@@ -113,6 +113,10 @@ class Trainer:
         self.periodic_saves = 0
         self.stragglers = StragglerWatch.for_run(cfg.logging.straggler_threshold)
         self.core_s_before = 0.0  # CPU seconds of the attempts before a resume
+        # the run's first step is announced, so a log shows when training began (the time-to-accuracy
+        # benchmark reads the start-up time from it, as it reads main.py's line after its first step)
+        self.first_step_pending = True
+        self.eval_weights = cfg.model.eval_weights or ("ema" if parts.ema is not None else "model")
 
     # ---------------------------------------------------------------- checkpoints
     def state_dict(self, elapsed_s: Optional[float] = None) -> dict:
@@ -241,6 +245,8 @@ class Trainer:
                 synchronize(self.info.device)
                 steady_start, steady_data0 = time.perf_counter(), clock.data_s
             stop = due = False
+            if self.first_step_pending:
+                self._first_step_done()
             if done % cfg.logging.print_freq == 0 or done == self.steps_per_epoch:
                 interval, times = self._report(epoch, done, loss, meter, interval, clock)
                 stop, due = self._boundary(times)
@@ -297,6 +303,13 @@ class Trainer:
                     f"lr {lr:.4g}  {rate:8.1f} img/s" + (f"  scale {scale:g}" if scale else ""))
             self.progress.show(line, final=done >= self.steps_per_epoch)
         return (done, time.perf_counter(), clock.data_s), times
+
+    def _first_step_done(self) -> None:
+        """Say, once a run, that its first training step has finished (on the device too)."""
+        self.first_step_pending = False
+        if self.info.is_primary:
+            synchronize(self.info.device)
+            print(time_to_accuracy.FIRST_STEP_LINE, flush=True)
 
     def _boundary(self, times: tuple) -> tuple:
         """The print boundary's one collective: (stop, checkpoint due) agreed by every rank, and the
@@ -374,9 +387,6 @@ class Trainer:
         if "val_top1" in row:
             scalars.update({"Loss/val": row["val_loss"], "Top1/val": row["val_top1"], "Top5/val": row["val_top5"],
                             "Throughput/val": row["val_images_per_s"], "Time/val": row["val_time_s"]})
-        if "val_top1_ema" in row:
-            scalars.update({"Loss/val_ema": row["val_loss_ema"], "Top1/val_ema": row["val_top1_ema"],
-                            "Top5/val_ema": row["val_top5_ema"]})
         self.p.tb.scalars(scalars, epoch)
         self.p.tb.flush()
         if self.info.is_primary and "val_top1" not in row:
@@ -386,14 +396,15 @@ class Trainer:
         elif self.info.is_primary:
             print(f" * Epoch {epoch}: val top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}  "
                   f"loss {row['val_loss']:.4f}  ({row['val_samples']} images)  train "
-                  f"{row['train_images_per_s']:.1f} img/s", flush=True)
+                  f"{row['train_images_per_s']:.1f} img/s" + ("  (ema)" if row["val_weights"] == "ema" else ""),
+                  flush=True)
 
-    def _validate_ema(self) -> dict:
-        row = self.validate(self.p.ema.module)
+    def _validate_declared(self) -> dict:
+        """One evaluation, of the weights the run is scored on (--eval-weights): the same at every
+        evaluation, so a curve never switches between the model and its average."""
+        row = self.validate(self.p.ema.module if self.eval_weights == "ema" else None)
         self.state.elapsed_s += row["val_time_s"]
-        if self.info.is_primary:
-            print(f" * EMA of the weights: val top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}", flush=True)
-        return {f"{key}_ema": row[key] for key in ("val_loss", "val_top1", "val_top5", "val_time_s")}
+        return {**row, "val_weights": self.eval_weights}
 
     def _reached(self, top1: float) -> bool:
         return self.cfg.optim.desired_acc is not None and top1 >= 100.0 * self.cfg.optim.desired_acc
@@ -410,13 +421,10 @@ class Trainer:
             row = {"epoch": epoch, **train_row}
             validated = self._validation_due(epoch) or over_budget
             if validated:
-                row.update(self.validate())
-                self.state.elapsed_s += row["val_time_s"]
-                if self.p.ema is not None:
-                    row.update(self._validate_ema())
+                row.update(self._validate_declared())
             row.update(elapsed_s=self.state.elapsed_s, core_s=self._core_s())
             self.state.history.append(row)
-            top1 = time_to_accuracy.counted_top1(row)  # the EMA's where it is better
+            top1 = row.get("val_top1")
             is_best = validated and top1 > self.state.best_top1
             if validated:
                 self.state.best_top1 = max(self.state.best_top1, top1)
@@ -428,7 +436,7 @@ class Trainer:
             if validated and self._reached(top1) and status != "reached_desired_acc":
                 status = "reached_desired_acc"
                 if self.info.is_primary:
-                    whose = " (EMA)" if top1 > row["val_top1"] else ""
+                    whose = " (EMA)" if row["val_weights"] == "ema" else ""
                     print(f"Reached desired accuracy: val top1 {top1:.2f}%{whose} >= "
                           f"{100 * self.cfg.optim.desired_acc:.2f}% after {epoch} epochs, "
                           f"{self.state.elapsed_s:.1f} s of training and validation", flush=True)
@@ -456,7 +464,7 @@ class Trainer:
         return 0
 
     def _validation_due(self, epoch: int) -> bool:
-        return (epoch + 1) % self.cfg.optim.eval_every == 0 or epoch + 1 == self.cfg.optim.epochs
+        return self.cfg.optim.validation_due(epoch + 1)
 
     def _over_budget(self) -> bool:
         """True on every rank once any rank's training and validation time reaches --time-budget-minutes

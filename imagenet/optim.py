@@ -1,7 +1,8 @@
 """The optimizer (SGD, LARS or LAMB), its parameter groups, and the per-step LR schedule.
 
 The learning rate follows Goyal et al. (2017): ``lr = base_lr * global_batch / 256`` with a linear
-warm-up (5 epochs by default when that exceeds the base rate), unless ``--lr-scaling none``. The
+warm-up (5 epochs by default when that exceeds the base rate; from the base rate with
+``--lr-warmup-from-base``, as theirs), unless ``--lr-scaling none``. The
 schedule (:mod:`imagenet.schedules`) is evaluated per iteration so warm-up is smooth and a
 mid-epoch resume lands on the same value. LARS and LAMB live in :mod:`imagenet.layerwise`.
 """
@@ -93,10 +94,18 @@ def build_optimizer(model: nn.Module, cfg, lr: float) -> torch.optim.Optimizer:
     return optimizer
 
 
+def warmup_start(cfg, lr: float) -> Optional[float]:
+    """The warm-up's start as a factor of the peak LR: Goyal et al.'s from --lr (the rate for 256 images)
+    with --lr-warmup-from-base, else --lr-warmup-decay (None: from (step + 1) / warm-up steps)."""
+    if cfg.lr_warmup_from_base and lr > 0:
+        return min(cfg.lr / lr, 1.0)
+    return cfg.lr_warmup_decay
+
+
 def schedule(cfg, warmup: float, lr: float) -> schedules.Schedule:
     """The run's schedule (CFG: the optimisation settings; WARMUP: epochs; LR: the peak, for --lr-end)."""
     return schedules.Schedule(cfg.lr_schedule, epochs=cfg.epochs, warmup_epochs=warmup,
-                              warmup_start=cfg.lr_warmup_decay, milestones=tuple(cfg.lr_steps),
+                              warmup_start=warmup_start(cfg, lr), milestones=tuple(cfg.lr_steps),
                               power=cfg.lr_power, end_factor=cfg.lr_end / lr if lr > 0 else 0.0,
                               peak_epoch=cfg.lr_peak_epoch)
 

@@ -4,16 +4,20 @@ MLPerf's measure: the time from the start of training until an evaluation first 
 target, with the evaluations counted in. Each epoch row of the engine carries ``elapsed_s``
 (training and validation so far, summed over resumed attempts; set-up such as building the model
 and scanning the data set is not in it), ``core_s`` (CPU seconds of every rank's process tree) and
-``train_samples``; rows of epochs that validated also carry ``val_top1`` and ``val_time_s``, and
-with ``--model-ema`` the same for the average (``val_top1_ema``, ``val_time_s_ema``).
+``train_samples``; rows of epochs that validated also carry ``val_top1``, ``val_time_s`` and
+``val_weights``.
 
-With an EMA of the weights, an evaluation counts the better of the two top-1s: the averaged
-weights are a model the run keeps (every checkpoint holds them), and torchvision reports its EMA
-recipes by the average's accuracy in the same way. The block says which one reached the target.
+A run is scored on one declared set of weights (``--eval-weights``: the model, or with
+``--model-ema`` the average of the weights), the same at every evaluation: taking the better of the
+two at each evaluation would be a second chance at every point. A curve whose weights change is
+refused (:func:`declared_weights`).
 """
 from __future__ import annotations
 
 from typing import List, Optional, Sequence
+
+# printed once a run, after its first training step: where a log shows that start-up is over
+FIRST_STEP_LINE = "=> first training step done"
 
 
 def summary(history: Sequence[dict], desired_acc: Optional[float], eval_every: int, world_size: int,
@@ -22,7 +26,7 @@ def summary(history: Sequence[dict], desired_acc: Optional[float], eval_every: i
     if desired_acc is None:
         return None
     target = 100.0 * desired_acc
-    hit = next((i for i, row in enumerate(history) if (counted_top1(row) or -1.0) >= target), None)
+    hit = next((i for i, row in enumerate(history) if row.get("val_top1", -1.0) >= target), None)
     upto = list(history[: hit + 1]) if hit is not None else list(history)
     last = upto[-1] if upto else {}
     wall = last.get("elapsed_s")
@@ -32,29 +36,26 @@ def summary(history: Sequence[dict], desired_acc: Optional[float], eval_every: i
             "images_seen": sum(row.get("train_samples", 0) for row in upto) if hit is not None else None,
             "core_s": last.get("core_s") if hit is not None else None,
             "device_hours": _device_hours(wall, world_size, device_type) if hit is not None else None,
-            "reached_by": _source(history[hit]) if hit is not None else None,
-            "eval_s": sum(row.get("val_time_s", 0.0) + row.get("val_time_s_ema", 0.0) for row in upto),
+            "weights": declared_weights(history),
+            "eval_s": sum(row.get("val_time_s", 0.0) for row in upto),
             "evaluations": sum("val_top1" in row for row in upto), "eval_every": eval_every,
             "curve": curve(history)}
 
 
-def counted_top1(row: dict) -> Optional[float]:
-    """The top-1 an epoch row's evaluation counts (see the module docstring); None without one."""
-    if "val_top1" not in row:
-        return None
-    return max(row["val_top1"], row.get("val_top1_ema", row["val_top1"]))
-
-
-def _source(row: dict) -> str:
-    return "ema" if row.get("val_top1_ema", -1.0) > row["val_top1"] else "model"
+def declared_weights(history: Sequence[dict]) -> Optional[str]:
+    """The weights every evaluation of HISTORY scored (model or ema); ValueError if they differ."""
+    weights = {row.get("val_weights", "model") for row in history if "val_top1" in row}
+    if len(weights) > 1:
+        raise ValueError(f"the evaluations scored different weights ({', '.join(sorted(weights))}): a run is scored "
+                         "on one declared set (--eval-weights)")
+    return weights.pop() if weights else None
 
 
 def curve(history: Sequence[dict]) -> List[dict]:
-    """Top-1 after each validation against the time so far (training and validation): the counted
-    top-1, and the EMA's beside it where there is one."""
-    return [{"epoch": row["epoch"] + 1, "elapsed_s": row.get("elapsed_s"), "top1": counted_top1(row),
-             **({"top1_model": row["val_top1"], "top1_ema": row["val_top1_ema"]} if "val_top1_ema" in row else {})}
-            for row in history if "val_top1" in row]
+    """Top-1 after each validation against the time so far (training and validation)."""
+    declared_weights(history)
+    return [{"epoch": row["epoch"] + 1, "elapsed_s": row.get("elapsed_s"), "top1": row["val_top1"],
+             "weights": row.get("val_weights", "model")} for row in history if "val_top1" in row]
 
 
 def _device_hours(wall_s: Optional[float], world_size: int, device_type: str) -> Optional[float]:

@@ -3,9 +3,10 @@
 ``parse_command(argv, variant)`` turns a command line into a :class:`Command` holding the
 :class:`Settings` (one frozen dataclass per section: run, data, model, optim, precision, perf,
 dist, checkpoint, logging) plus the :class:`Batch` the launch resolves, after applying the
-``--recipe`` (:mod:`imagenet.recipes`) under the explicit flags and validating everything that can
-be known without torch. Nothing in this package imports torch, so a bad command line fails in a
-fraction of a second, before the rendezvous, the staging copy or the dataset scan.
+``--recipe`` and ``--config FILE`` (both read by :mod:`imagenet.recipes`) under the explicit flags
+and validating everything that can be known without torch. Nothing in this package imports torch,
+so a bad command line fails in a fraction of a second, before the rendezvous, the staging copy or
+the dataset scan.
 docs/configuration.md is the user's page.
 """
 from .batch import Batch, local_gpus

@@ -44,6 +44,8 @@ MODELS = (
 
 # imagenet.optim's optimizers and imagenet.schedules.KINDS (a unit test checks they agree).
 OPTIMIZERS = ("sgd", "lars", "lamb")
+# The layerwise ones leave norm and bias parameters out of weight decay (MLPerf's LARS skip list).
+LAYERWISE_OPTIMIZERS = ("lars", "lamb")
 LR_SCHEDULES = ("step", "cosine", "poly", "ramp")
 # The models whose residual blocks --zero-init-residual zeroes (torchvision's zero_init_residual).
 RESIDUAL_MODELS = tuple(m for m in MODELS if m.startswith(("resnet", "resnext", "wide_resnet")))

@@ -1,4 +1,4 @@
-"""One flat command line -> :class:`Settings`: flags over the recipe over the defaults.
+"""One flat command line -> :class:`Settings`: flags over ``--config FILE`` over the recipe over the defaults.
 
 The parser is built from the sections' fields, so flags and settings cannot drift apart. A flag
 counts as given when it appears on the command line (the explicit parser's defaults are
@@ -10,13 +10,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, Mapping, NoReturn, Optional, Sequence
 
 from .. import recipes
 from . import batch as batches
+from .choices import LAYERWISE_OPTIMIZERS
 from .errors import ConfigError
 from .sections import SECTIONS, Settings, setting_fields
-from .validate import validate
+from .validate import check_recipe, validate
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -86,7 +88,32 @@ def _normalised(values: Dict[str, Any]) -> Dict[str, Any]:
 def _recipe(name: str) -> recipes.Recipe:
     if name not in recipes.RECIPES:
         raise ConfigError(f"unknown --recipe {name!r}; known recipes: {', '.join(recipes.names())}")
-    return recipes.RECIPES[name]
+    recipe = recipes.RECIPES[name]
+    check_recipe(recipe)
+    return recipe
+
+
+def _config_file(path: Optional[str]) -> Optional[recipes.Recipe]:
+    """The --config FILE, read and checked (None without one)."""
+    if path is None:
+        return None
+    try:
+        recipe = recipes.read(Path(path), name=path)
+    except recipes.RecipeError as e:
+        raise ConfigError(f"--config: {e}") from None
+    check_recipe(recipe, f"--config {path}")
+    return recipe
+
+
+def _file_values(recipe: Optional[recipes.Recipe], global_batch: int) -> Dict[str, Any]:
+    """A file's values at GLOBAL_BATCH as the flags would give them: TOML's 10 for a float setting is 10.0."""
+    if recipe is None:
+        return {}
+    floats = {f.name for _, f in setting_fields() if f.metadata.get("type") is float}
+    values = recipe.values_at(global_batch)
+    for name in floats & set(values):
+        values[name] = [float(v) for v in values[name]] if isinstance(values[name], list) else float(values[name])
+    return _normalised(values)
 
 
 def _resolve_batch(values: Mapping[str, Any], environ: Optional[Mapping[str, str]]) -> batches.Batch:
@@ -115,15 +142,15 @@ def parse_command(argv: Optional[Sequence[str]] = None, variant: str = "ddp", *,
     if variant != "any":
         given["variant"] = variant
     recipe = _recipe(given.get("recipe", defaults["recipe"]))
+    config_file = _config_file(given.get("config"))
     flags = {**defaults, **_normalised(given)}
-    batch = _resolve_batch(flags, environ)  # a recipe sets no batch or launch setting
-    from_recipe = _normalised(recipe.values(batch.global_batch))
-    unknown = sorted(set(from_recipe) - set(defaults))
-    if unknown:
-        raise ConfigError(f"recipe {recipe.name} sets {', '.join(unknown)}, which no section has")
-    values = {**defaults, **from_recipe, **_normalised(given)}
+    batch = _resolve_batch(flags, environ)  # the files set no batch or launch setting (check_recipe)
+    values = {**defaults, **_file_values(recipe, batch.global_batch), **_file_values(config_file, batch.global_batch),
+              **_normalised(given)}
     if values["opt_level"] is None:  # the variant's default level, written down for run.json
         values["opt_level"] = "O1" if values["variant"] == "amp" else "O0"
+    if values["opt"] in LAYERWISE_OPTIMIZERS:  # they skip norms and biases as MLPerf's LARS: run.json says so
+        values["no_bn_wd"] = True
     settings = _assemble(values, batch)
     validate(settings, check_data=check_data and not print_config)
     return Command(settings, print_config)

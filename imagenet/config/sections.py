@@ -99,7 +99,10 @@ class ModelSettings:
                                     "residual block, so each block starts as the identity (Goyal et al. 2017)",
                                     action="store_true")
     model_ema: bool = _opt(False, "--model-ema", help="keep an exponential moving average of the weights, "
-                           "validated beside the model and checkpointed", action="store_true")
+                           "checkpointed with the model", action="store_true")
+    eval_weights: Optional[str] = _opt(None, "--eval-weights", choices=("model", "ema"), help="the weights the "
+                                       "run is validated and scored on, the same at every evaluation (one "
+                                       "evaluation each): model or ema (default: ema with --model-ema, else model)")
     model_ema_steps: int = _opt(32, "--model-ema-steps", help="update the average every N optimizer steps",
                                 type=int)
     model_ema_decay: float = _opt(0.99998, "--model-ema-decay", help="the average's decay, adjusted to the global "
@@ -130,11 +133,15 @@ class OptimSettings:
                             "--lr-peak-epoch, then down to 0)", choices=LR_SCHEDULES)
     lr_warmup_decay: Optional[float] = _opt(None, "--lr-warmup-decay", help="the warm-up's start factor of the "
                                             "peak LR (default: (step+1)/warm-up steps)", type=float)
+    lr_warmup_from_base: bool = _opt(False, "--lr-warmup-from-base", help="start the warm-up at --lr (the LR "
+                                     "for a global batch of 256) and rise linearly to the scaled LR: Goyal et al.'s "
+                                     "gradual warm-up (default: from 0, or --lr-warmup-decay x the peak)",
+                                     action="store_true")
     lr_power: float = _opt(2.0, "--lr-power", help="poly schedule's power", type=float)
     lr_end: float = _opt(0.0, "--lr-end", help="poly schedule's end LR", type=float)
     lr_peak_epoch: float = _opt(2.0, "--lr-peak-epoch", help="ramp schedule's peak epoch", type=float)
-    lr_steps: Tuple[int, ...] = _opt((30, 60, 80), "--lr-steps", help="epochs where the step schedule divides "
-                                     "lr by 10", type=int, nargs="+")
+    lr_steps: Tuple[int, ...] = _opt((30, 60), "--lr-steps", help="epochs where the step schedule divides lr by 10 "
+                                     "(main.py's StepLR every 30 epochs: 30 and 60 of 90)", type=int, nargs="+")
     warmup_epochs: Optional[float] = _opt(None, "--warmup-epochs", "--lr-warmup-epochs", help="linear warm-up "
                                           "length (default: 5 when the scaled lr exceeds the base lr, else 0)",
                                           type=float)
@@ -144,20 +151,28 @@ class OptimSettings:
                                "the device supports it, else torch's choice",
                                choices=("auto", "fused", "foreach", "default"))
     weight_decay: float = _opt(1e-4, "--wd", "--weight-decay", help="weight decay", type=float)
-    no_bn_wd: bool = _opt(False, "--no-bn-wd", help="no weight decay on BatchNorm and bias parameters",
-                          action="store_true")
+    no_bn_wd: bool = _opt(False, "--no-bn-wd", help="no weight decay on BatchNorm and bias parameters (always "
+                          "so with --opt lars or lamb, which skip them as MLPerf's LARS)", action="store_true")
     norm_weight_decay: Optional[float] = _opt(None, "--norm-weight-decay", help="weight decay of normalisation "
-                                              "layers (default: 0 with --no-bn-wd, else --wd)", type=float)
+                                              "layers (default: 0 with --no-bn-wd, else --wd; SGD only)", type=float)
     label_smoothing: float = _opt(0.0, "--label-smoothing", help="cross-entropy label smoothing", type=float)
     desired_acc: Optional[float] = _opt(None, "--desired-acc", help="stop once validation top-1 reaches this "
                                         "(0.75 or 75 both mean 75%%)", type=float)
     eval_every: int = _opt(1, "--eval-every", help="validate every N epochs and after the last one (MLPerf "
                            "evaluates every 4); --desired-acc is checked at each validation", type=int, metavar="N")
+    eval_offset: int = _opt(0, "--eval-offset", help="validate first after K epochs, then every --eval-every N "
+                            "(MLPerf's reference: N 4, K 2); 0: first after N", type=int, metavar="K")
     time_budget_minutes: Optional[float] = _opt(None, "--time-budget-minutes", help="stop at the first epoch "
                                                 "end after this many minutes of training and validation "
                                                 "(validating there), e.g. to compare runs in equal time; "
                                                 "with --desired-acc the run goes on past the target to the budget",
                                                 type=float, metavar="M")
+
+    def validation_due(self, epochs_done: int) -> bool:
+        """Whether the run validates once EPOCHS_DONE epochs are trained: every --eval-every epochs from
+        the first (--eval-offset, else --eval-every), and after the last."""
+        first = self.eval_offset or self.eval_every
+        return epochs_done == self.epochs or (epochs_done >= first and (epochs_done - first) % self.eval_every == 0)
 
 
 @dataclass(frozen=True)
@@ -276,7 +291,10 @@ class LoggingSettings:
 class RunSettings:
     """What kind of run this is: the variant, the recipe, the seed, training or evaluation only."""
     recipe: str = _opt("examples", "--recipe", help=f"a named, cited preset of settings: {', '.join(recipes.names())} "
-                       "(flags given here win; sources and values: docs/configuration.md)", metavar="NAME")
+                       "(flags given here win; sources and values: docs/recipes.md)", metavar="NAME")
+    config: Optional[str] = _opt(None, "--config", help="a TOML file of settings in the recipes' format ([values] "
+                                 "setting = value; imagenet/recipes/README.md), applied over --recipe and under the "
+                                 "flags given here", metavar="FILE")
     seed: Optional[int] = _opt(None, "--seed", help="seed everything; with --deterministic, bit-exact "
                                "reruns and resumes", type=int)
     evaluate: bool = _opt(False, "-e", "--evaluate", help="validate only", action="store_true")

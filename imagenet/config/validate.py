@@ -6,14 +6,24 @@ importable, the images themselves) is checked where it is used; everything else 
 """
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import difflib
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Optional, Tuple
 
 from ..data.resolution import ResolutionRamp
-from .choices import BATCH_DATA_BACKENDS, DATA_BACKENDS, MODELS, RESIDUAL_MODELS
+from ..recipes import ROW_KEYS, Recipe
+from .choices import BATCH_DATA_BACKENDS, DATA_BACKENDS, LAYERWISE_OPTIMIZERS, MODELS, RESIDUAL_MODELS
 from .errors import ConfigError
-from .sections import Settings
+from .sections import Settings, setting_fields
+
+# Settings a recipe or --config file may not set: they size the global batch that the file's values
+# depend on, or pick the files themselves; the command line decides them.
+COMMAND_LINE_ONLY = ("batch_size", "accum_steps", "workers", "world_size", "rank", "dist_url",
+                     "multiprocessing_distributed", "procs_per_node", "variant", "recipe", "config")
+# A flag's type -> what a file's value must be, in words, and the Python types TOML gives for it.
+FILE_KINDS = {int: ("an integer", (int,)), float: ("a number", (int, float)), None: ("a string", (str,))}
 
 
 def _unknown(flag: str, value: str, known: Iterable[str]) -> ConfigError:
@@ -64,6 +74,9 @@ def _check_optim(settings: Settings) -> None:
         raise ConfigError(f"--desired-acc must be a fraction (0.75) or percentage (75), got {optim.desired_acc}")
     if optim.eval_every < 1:
         raise ConfigError(f"--eval-every must be at least 1 epoch (got {optim.eval_every})")
+    if not 0 <= optim.eval_offset <= optim.eval_every:
+        raise ConfigError(f"--eval-offset {optim.eval_offset}: the first validation's epoch, from 1 to --eval-every "
+                          f"{optim.eval_every} (0: after {optim.eval_every})")
     if optim.time_budget_minutes is not None and optim.time_budget_minutes <= 0:
         raise ConfigError(f"--time-budget-minutes must be positive (got {optim.time_budget_minutes})")
 
@@ -85,6 +98,20 @@ def _check_schedule(settings: Settings) -> None:
         raise ConfigError(f"--lr-peak-epoch {optim.lr_peak_epoch:g} must lie between 0 and --epochs {optim.epochs}")
     if optim.norm_weight_decay is not None and optim.norm_weight_decay < 0:
         raise ConfigError(f"--norm-weight-decay must be >= 0 (got {optim.norm_weight_decay:g})")
+    if optim.lr_warmup_from_base and (optim.lr_warmup_decay is not None or optim.lr_scaling != "linear"):
+        raise ConfigError("--lr-warmup-from-base starts the warm-up at --lr below the linearly scaled peak: drop "
+                          "--lr-warmup-decay, and use --lr-scaling linear")
+    _check_layerwise_decay(settings)
+
+
+def _check_layerwise_decay(settings: Settings) -> None:
+    """LARS and LAMB leave norm and bias parameters out of weight decay and of the trust ratio, as
+    MLPerf's LARS skip list does (imagenet/layerwise.py; the parser records --no-bn-wd for them): a
+    decay asked for norm layers would be ignored."""
+    optim = settings.optim
+    if optim.opt in LAYERWISE_OPTIMIZERS and optim.norm_weight_decay:
+        raise ConfigError(f"--opt {optim.opt} applies no weight decay to normalisation layers (MLPerf's LARS skips "
+                          f"them): drop --norm-weight-decay {optim.norm_weight_decay:g}, or use --opt sgd")
 
 
 def _check_model_extras(settings: Settings) -> None:
@@ -92,6 +119,8 @@ def _check_model_extras(settings: Settings) -> None:
     if model.model_ema_steps < 1 or not 0 <= model.model_ema_decay < 1:
         raise ConfigError(f"--model-ema-steps {model.model_ema_steps} must be >= 1 and --model-ema-decay "
                           f"{model.model_ema_decay:g} in [0, 1)")
+    if model.eval_weights == "ema" and not model.model_ema:
+        raise ConfigError("--eval-weights ema scores the average of the weights: add --model-ema or drop it")
     if model.zero_init_residual and model.pretrained:
         raise ConfigError("--zero-init-residual initialises a new model; drop it or --pretrained")
     if model.zero_init_residual and model.arch not in RESIDUAL_MODELS:
@@ -180,3 +209,60 @@ def validate(settings: Settings, check_data: bool = True) -> None:
     _check_precision(settings)
     _check_dist(settings)
     _check_outputs(settings)
+
+
+def _closest_setting(key: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key.replace("-", "_").lstrip("_"), list(known), n=1, cutoff=0.6)
+    return f"did you mean {close[0]}? " if close else ""
+
+
+def _expected(setting: dataclasses.Field) -> Tuple[str, tuple, bool]:
+    """What a file may give SETTING: its words for the error, the Python types, and whether a list."""
+    meta = setting.metadata
+    if meta.get("action") in ("store_true", argparse.BooleanOptionalAction):
+        return "true or false", (bool,), False
+    words, types = FILE_KINDS.get(meta.get("type"), FILE_KINDS[None])
+    many = "nargs" in meta
+    return (f"a list of {words.split(' ', 1)[1]}s" if many else words), types, many
+
+
+def _fits(value: Any, types: tuple, many: bool) -> bool:
+    if many != isinstance(value, list):
+        return False
+    # TOML's true is a Python int too: only a yes/no setting takes it
+    return all(isinstance(item, types) and (bool in types or not isinstance(item, bool))
+               for item in (value if many else [value]))
+
+
+def _check_value(origin: str, key: str, value: Any, fields: dict) -> None:
+    if key not in fields:
+        hint = _closest_setting(key, fields)
+        raise ConfigError(f"{origin} sets {key!r}, which is no setting; {hint}the settings are the flags' "
+                          "long names with _ for - (see --help)")
+    if key in COMMAND_LINE_ONLY:
+        raise ConfigError(f"{origin} sets {key}, which sizes the global batch or picks the files: give it on the "
+                          "command line instead")
+    words, types, many = _expected(fields[key])
+    if not _fits(value, types, many):
+        raise ConfigError(f"{origin}: {key} must be {words} (got {value!r})")
+    choices = fields[key].metadata.get("choices")
+    if choices and value not in choices:
+        raise ConfigError(f"{origin}: {key} {value!r} is not one of {', '.join(choices)}")
+
+
+def check_recipe(recipe: Recipe, origin: Optional[str] = None) -> None:
+    """Raise ConfigError (one line) for a recipe or --config file whose keys are not the format's, name
+    no setting, set what the command line decides, or hold a value its setting cannot take."""
+    origin = origin or f"recipe {recipe.name} ({recipe.path})"
+    if recipe.unknown:
+        close = difflib.get_close_matches(recipe.unknown[0], ("values", "by_global_batch", "source"), n=1)
+        hint = f"did you mean [{close[0]}]? " if close else ""
+        raise ConfigError(f"{origin} has {recipe.unknown[0]!r}, which is not part of the format; {hint}settings go "
+                          "under [values] (imagenet/recipes/README.md)")
+    fields = {f.name: f for _, f in setting_fields()}
+    for row in recipe.by_global_batch:
+        for key, value in row.items():
+            if key not in ROW_KEYS:
+                _check_value(f"{origin}, row global_batch = {row['global_batch']},", key, value, fields)
+    for key, value in recipe.values.items():
+        _check_value(origin, key, value, fields)

@@ -361,6 +361,7 @@ KINDS: Dict[str, Tuple[type, type]] = {
     "index_memory": (IndexMemoryPoint, IndexMemoryMetrics), "fault": (FaultPoint, FaultMetrics),
     "region_decode": (RegionDecodePoint, RegionDecodeMetrics), "prepare": (PreparePoint, PrepareMetrics),
     "time_to_accuracy": (TimeToAccuracyPoint, TimeToAccuracyMetrics),
+    "tta_tuning": (TimeToAccuracyPoint, TimeToAccuracyMetrics),  # a recipe trial on the tuning split, not a benchmark
 }
 
 

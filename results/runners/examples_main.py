@@ -33,11 +33,15 @@ TEST_LINE = re.compile(r"^Test: \[\s*1/(\d+)\]")
 PROGRESS_EVERY_S = 60.0
 
 
+def val_resize(image_size: int) -> int:
+    """main.py's validation resize for IMAGE_SIZE: its 256/224 ratio (36 for 32 px), the engine's default too."""
+    return int(image_size * 256 / 224)
+
+
 def size_replacements(image_size: int) -> List[tuple]:
     """(ImageNet text, benchmark text) for the three sizes; validation keeps main.py's 256/224 ratio."""
-    val_resize = int(image_size * 256 / 224)
     return [("transforms.RandomResizedCrop(224)", f"transforms.RandomResizedCrop({image_size})"),
-            ("transforms.Resize(256)", f"transforms.Resize({val_resize})"),
+            ("transforms.Resize(256)", f"transforms.Resize({val_resize(image_size)})"),
             ("transforms.CenterCrop(224)", f"transforms.CenterCrop({image_size})")]
 
 
@@ -60,10 +64,12 @@ def patched_copy(examples_dir: Path, image_size: int, dest_dir: Path) -> Path:
 
 
 class MainLines:
-    """The curve and evaluation time read from main.py's lines as they arrive."""
+    """The curve and evaluation time read from main.py's lines as they arrive, and when its first
+    training step ended (its first ``Epoch: [0][ 1/n]`` line, printed after step 1)."""
 
     def __init__(self) -> None:
         self.curve: List[dict] = []  # {"epoch", "wall_s", "core_s", "top1", "top5"} after each evaluation
+        self.start_s: Optional[float] = None
         self.eval_s = 0.0  # estimated from the printed test steps, see _eval_s
         self._test_started: Optional[float] = None
         self._test_batches = 1
@@ -81,18 +87,21 @@ class MainLines:
             self.curve.append(point)
             self.eval_s += _eval_s(self._test_started, now, self._test_batches)
             log.info("examples: epoch %d top-1 %.2f %% at %.0f s", point["epoch"], point["top1"], now)
+        elif TRAIN_LINE.match(line) and self.start_s is None:
+            self.start_s = round(now, 2)
         elif TRAIN_LINE.match(line) and now - self._last_progress >= PROGRESS_EVERY_S:
             self._last_progress = now
             log.info("examples: %s (%.0f s)", " ".join(line.split()[:3]), now)
 
 
 def run(examples_dir: Path, data: Path, image_size: int, epochs: int, log_file: Path,
-        timeout_s: Optional[float] = None) -> Tuple[MainLines, Followed]:
-    """Train with main.py's defaults on DATA for EPOCHS, in a temporary folder (its checkpoints land
-    in the working directory); every line goes to LOG_FILE."""
+        timeout_s: Optional[float] = None, seed: Optional[int] = None) -> Tuple[MainLines, Followed]:
+    """Train with main.py's defaults on DATA for EPOCHS (with its --seed where SEED is given), in a
+    temporary folder (its checkpoints land in the working directory); every line goes to LOG_FILE."""
     with tempfile.TemporaryDirectory(prefix="examples-main-") as work:
         script = patched_copy(examples_dir, image_size, Path(work))
-        cmd = [sys.executable, "-u", str(script), str(Path(data).resolve()), "--epochs", str(epochs)]
+        cmd = [sys.executable, "-u", str(script), str(Path(data).resolve()), "--epochs", str(epochs),
+               *(["--seed", str(seed)] if seed is not None else [])]
         log.info("examples: %s", " ".join(cmd[1:]))
         lines = MainLines()
         return lines, follow(cmd, Path(work), log_file, lines, timeout_s)

@@ -5,6 +5,11 @@ engine's. The run's CPU seconds (its whole process tree, once it has ended) and 
 average while it ran come with the result: other work may share the cores, so wall time alone can
 mislead; CPU seconds hardly change with contention, and the load average says how crowded the
 machine was.
+
+How much else ran is measured, not guessed from the load average (a program's own loader workers
+load 2 cores past 4): ``other_cpu_share`` is the machine's busy CPU time over the run (``/proc/stat``,
+all cores) less the run's own process tree and this harness's process, as a share of the machine's
+CPU time (wall seconds x cores). A benchmark counts a run only when it is at most ``QUIET_SHARE``.
 """
 from __future__ import annotations
 
@@ -22,6 +27,9 @@ from results.runners.common import BenchError
 
 
 SAMPLE_EVERY_S = 15.0
+QUIET_SHARE = 0.10  # a run counts when other processes used at most this share of the machine's CPU time
+# /proc/stat's first line: user nice system idle iowait irq softirq steal (guest time is within user)
+BUSY_FIELDS, IDLE_FIELDS = (0, 1, 2, 5, 6, 7), (3, 4)
 
 
 def children_cpu_s() -> float:
@@ -29,6 +37,35 @@ def children_cpu_s() -> float:
     (their own waited-for children, such as data-loading workers, included)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def machine_cpu_s() -> tuple:
+    """(busy, total) CPU seconds of the whole machine since boot, all cores, from /proc/stat."""
+    ticks = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    busy, idle = sum(ticks[i] for i in BUSY_FIELDS), sum(ticks[i] for i in IDLE_FIELDS)
+    hertz = os.sysconf("SC_CLK_TCK")
+    return busy / hertz, (busy + idle) / hertz
+
+
+def own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class OtherWork:
+    """``with OtherWork() as w:`` then ``w.share(run_cpu_s)``: the share of the machine's CPU time
+    that processes other than the run (RUN_CPU_S, its process tree) and this one used meanwhile."""
+
+    def __enter__(self) -> "OtherWork":
+        (self._busy, self._total), self._own = machine_cpu_s(), own_cpu_s()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        (busy, total), own = machine_cpu_s(), own_cpu_s()
+        self.busy_s, self.total_s, self.own_s = busy - self._busy, total - self._total, own - self._own
+
+    def share(self, run_cpu_s: float) -> float:
+        return max(0.0, self.busy_s - run_cpu_s - self.own_s) / self.total_s if self.total_s > 0 else 0.0
 
 
 class LoadSampler:
@@ -94,7 +131,7 @@ def follow(cmd: Sequence[str], cwd: Path, log_file: Path, on_line: Callable[[Mom
     start = time.monotonic()
     log_file.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with open(log_file, "w", encoding="utf-8") as out, LoadSampler() as sampler:
+    with open(log_file, "w", encoding="utf-8") as out, LoadSampler() as sampler, OtherWork() as other:
         proc = subprocess.Popen(list(cmd), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=env)
         try:
@@ -113,5 +150,5 @@ def follow(cmd: Sequence[str], cwd: Path, log_file: Path, on_line: Callable[[Mom
             result.returncode = proc.wait()
     result.wall_s = time.monotonic() - start
     result.core_s = children_cpu_s() - cpu0
-    result.load = sampler.summary()
+    result.load = {**sampler.summary(), "other_cpu_share": round(other.share(result.core_s), 4)}
     return result

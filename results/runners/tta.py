@@ -1,18 +1,25 @@
 """``python -m results.bench time-to-accuracy``: time to a target top-1 on real photographs,
-pytorch/examples' ``main.py`` against this project's engine with its own recipe.
+pytorch/examples' ``main.py`` against this project's engine with its own recipe, under one protocol
+(docs/time-to-accuracy.md; modelled on MLPerf's rules):
 
-1. Fashion-MNIST (the Debian package's four files) becomes an ImageFolder of RGB JPEGs once
-   (:mod:`results.runners.fashion_mnist`).
-2. Phase ``examples``: ``main.py`` with its defaults for 10 epochs, evaluating after each
-   (:mod:`results.runners.examples_main`); the target is the best top-1 it reached.
-3. Phase ``ours``: ResNet-18 with :func:`recipe_flags` on the same images and cores, recording when
-   it reaches the target and stopping at the first epoch end past the wall time ``main.py`` used
-   (``--time-budget-minutes``); the target and budget come from the newest examples record of the
-   records file, so the phases can run at different times.
+- **Two splits, never mixed** (:mod:`results.runners.fashion_mnist`): every recipe decision is made on
+  the ``tuning`` split (a held-out tenth of the training photographs; phase ``tune``, records of kind
+  ``tta_tuning``); the test photographs are read only by the counted runs (phases ``examples`` and
+  ``ours``). The recipe's records say what it was tuned on (``tuned_on``).
+- **One scoring**: both programs are scored main.py's way (resize to size x 256/224, centre crop).
+- **One declared model**: the engine's recipe names the weights it is scored on (``DECLARED``), the
+  same at every evaluation; the engine evaluates only those.
+- **Repeated, quiet runs**: each run has a seed; it counts only when other processes used at most
+  ``--quiet-share`` (10 %) of the machine's CPU time meanwhile (``other_cpu_share``); a run that does
+  not count is recorded all the same and shown as such.
+- **Target and budget fixed before the engine runs**: main.py's median best top-1 and median wall
+  time over its counted runs so far (each engine run records the pair it ran against; the report
+  measures every run against the final medians from its curve).
 
-Each phase appends one ``time_to_accuracy`` record: the curve (top-1 after each evaluation against
-wall time since the start, evaluation included), time to the target, wall and CPU seconds, epochs,
-the recipe, and the machine's load average while it ran.
+Each run appends one record: the curve (top-1 after each evaluation against wall time since the
+start, evaluation included, with the CPU seconds of the process tree), the time from the start to
+the first training step (``start_s``), time and CPU seconds to the target, the recipe, the seed and
+the machine's load while it ran.
 """
 from __future__ import annotations
 
@@ -20,71 +27,86 @@ import argparse
 import json
 import logging
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
-from imagenet import time_to_accuracy
 from imagenet.config import section_of
+from imagenet.time_to_accuracy import FIRST_STEP_LINE
 from results.core import records
 from results.core.records import RESULTS_DIR, SCRATCH_DIR
+from results.analysis import tta_protocol
+from results.analysis.tta_protocol import EXAMPLES_PROGRAM, KIND, OURS_PROGRAM, PROTOCOL, TUNING_KIND
 from results.runners import examples_main, fashion_mnist
 from results.runners.common import BenchError, last_line, new_sweep
-from results.runners.follow import Followed, Moment, follow
+from results.runners.follow import QUIET_SHARE, Followed, Moment, follow
 
 log = logging.getLogger(__name__)
 
-KIND = "time_to_accuracy"
 DEFAULT_TAG = "tta"
-EXAMPLES_PROGRAM = "pytorch/examples imagenet/main.py"
-OURS_PROGRAM = "hpc-imagenet"
 # 32 px, not the photos' 28: a multiple of ResNet's total stride (32), so every stage halves the
 # feature map evenly down to 1x1 (28 px rounds at three stages), and the size the first manual
 # trials of both programs used, so their timings carry over. It costs (32/28)^2 = 1.3x the compute.
 IMAGE_SIZE = 32
 EXAMPLES_EPOCHS = 10
-# This project's recipe for the ours phase, in one place to tune. The run also gets --image-size,
-# --desired-acc (main.py's best) and --time-budget-minutes (main.py's wall time).
+# This project's recipe for the ours phase, in one place to tune, and only on the tuning split (phase
+# tune, records of kind tta_tuning). The run also gets --image-size, --seed, --desired-acc (main.py's
+# median best) and --time-budget-minutes (main.py's median wall time).
 RECIPE_FLAGS = [
     "-b", "128", "--lr", "0.3",  # 0.15 at batch 128 after linear scaling (main.py: 0.1 at 256)
     "--lr-scheduler", "ramp", "--lr-peak-epoch", "1", "--warmup-epochs", "0",  # FFCV's ramp: up to epoch 1...
-    # ...then linearly to 0 at epoch 14: about 115 s an epoch here (~520 images/s) plus two evaluations
-    # of ~6 s fill main.py's 10 epochs of wall time (1,903 s recorded) with ~100 s to spare
+    # ...then linearly to 0 at epoch 14: about 115 s an epoch here (~520 images/s) plus an evaluation
+    # of ~6 s fill main.py's 10 epochs of wall time
     "--epochs", "14",
     "--train-crop-scale", "0.4", "1",  # 0.08 cuts 28-px photos to a few pixels: the main.py gap's first cause
     "--label-smoothing", "0.1", "--no-bn-wd", "--zero-init-residual", "--wd", "5e-5",  # FFCV's ResNet-18 values
     # torchvision's EMA of the weights, its horizon about an epoch (adjusted decay 1 - 2e-4 * 128 * 8 / 14:
-    # ~68 updates of 8 steps); an evaluation counts the better of the model and its average
-    "--model-ema", "--model-ema-steps", "8", "--model-ema-decay", "0.9998",
-    "--eval-every", "1", "-j", "2", "--seed", "0",
+    # ~68 updates of 8 steps); the run is scored on the average alone (DECLARED), evaluated once a point
+    "--model-ema", "--model-ema-steps", "8", "--model-ema-decay", "0.9998", "--eval-weights", "ema",
+    "--eval-every", "1", "-j", "2",
 ]
+DECLARED = "ema"  # the weights the runs are scored on: --eval-weights above
+# What RECIPE_FLAGS were chosen on: the tuning split, and the tuning records that chose them (their sweeps)
+TUNED_ON = {"split": "tuning", "held_out": fashion_mnist.held_out_note(), "records": []}
 
 REPO = RESULTS_DIR.parent
 ENGINE = REPO / "imagenet" / "imagenet_ddp.py"
 BOUND = 2.0  # the ours run is stopped past this multiple of main.py's wall time (it stops itself at 1x)...
 START_ALLOWANCE_S = 120.0  # ...plus its start (imports, the data scan), which its budget does not count
-ENGINE_EPOCH = re.compile(r"^ \* Epoch (\d+): val top1 ([\d.]+)\s+top5 ([\d.]+)")
-# printed before its epoch's line
-ENGINE_EMA = re.compile(r"^ \* EMA of the weights: val top1 ([\d.]+)\s+top5 ([\d.]+)")
+# one line per evaluation; "(ema)" after it when the run is scored on the EMA of the weights
+ENGINE_EPOCH = re.compile(r"^ \* Epoch (\d+): val top1 ([\d.]+)\s+top5 ([\d.]+).*?(?:\((ema)\))?\s*$")
+ENGINE_PROGRESS = re.compile(r"^Epoch: \[")
 PROGRESS_EVERY_S = 60.0
 EXAMPLES_NOTE = ("main.py's step decay (LR x0.1 every 30 epochs) does not fire within 10 epochs: its LR "
                  "stays 0.1 throughout")
 
 
 def recipe_flags(image_size: int) -> List[str]:
-    """RECIPE_FLAGS, validating on the whole photo at the training size: the default centre crop (32
-    of 36 px) cuts the garments' edges (a 3-epoch model: 87.19 -> 87.90 % top-1); a larger test size
-    (FixRes) fell to 35 % at 36 px, where ResNet's last feature map is 2x2, not the 1x1 it trained on."""
-    return [*RECIPE_FLAGS, "--val-resize-size", str(image_size), "--val-crop-size", str(image_size)]
+    """RECIPE_FLAGS; validation stays the engine's default, main.py's: resize to IMAGE_SIZE x 256/224,
+    centre crop IMAGE_SIZE (one scoring for both programs)."""
+    return list(RECIPE_FLAGS)
+
+
+def scoring(image_size: int) -> str:
+    return f"resize {examples_main.val_resize(image_size)}, centre crop {image_size} (main.py's)"
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("time-to-accuracy", parents=[common],
                        help="time to a target top-1 on Fashion-MNIST: pytorch/examples main.py vs this engine")
-    p.add_argument("--phase", choices=("examples", "ours", "both"), default="both",
-                   help="examples: main.py's 10 epochs (sets the target and the time budget); ours: this "
-                        "engine against the newest examples record; both: one after the other")
+    p.add_argument("--phase", choices=("examples", "ours", "both", "tune"), default="both",
+                   help="examples: main.py's 10 epochs on the test split (its counted runs set the target "
+                        "and the budget); ours: this engine against them; both: one after the other, same "
+                        "seed; tune: this engine on the tuning split (held-out training photographs), "
+                        "with --trial's flags on top of the recipe")
+    p.add_argument("--seed", type=int, default=0, help="the run's seed (both programs' --seed); each counted "
+                   "run of a program takes another")
+    p.add_argument("--trial", default="", metavar="FLAGS", help="tune: engine flags tried on top of the recipe "
+                   "(e.g. \"--wd 5e-4 --epochs 4\")")
+    p.add_argument("--quiet-share", type=float, default=QUIET_SHARE, help="a run counts when other processes "
+                   "used at most this share of the machine's CPU time meanwhile (default 0.10)")
     p.add_argument("--examples", type=Path, metavar="DIR", help="a pytorch/examples checkout (git clone "
                    "https://github.com/pytorch/examples); needed by the examples phase")
     p.add_argument("--fashion-mnist", type=Path, default=fashion_mnist.SOURCE_DIR, metavar="DIR",
@@ -102,8 +124,11 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> List[dict]:
-    data = fashion_mnist.convert(args.fashion_mnist, args.cache, args.train_per_class, args.val_per_class)
-    log.info("data: %s (%s)", data, ", ".join(fashion_mnist.classes_of(data)))
+    split = "tuning" if args.phase == "tune" else "test"
+    data = fashion_mnist.convert(args.fashion_mnist, args.cache, args.train_per_class, args.val_per_class, split)
+    log.info("data: %s (%s split; %s)", data, split, ", ".join(fashion_mnist.classes_of(data)))
+    if args.phase == "tune":
+        return [run_tuning(args, data)]
     out: List[dict] = []
     if args.phase in ("examples", "both"):
         out.append(run_examples(args, data))
@@ -114,14 +139,25 @@ def run(args: argparse.Namespace) -> List[dict]:
 
 def _point(program: str, data: Path, args: argparse.Namespace, **fields) -> dict:
     return {"program": program, "arch": "resnet18", "data": data.name, "image_size": args.image_size,
-            "train_images": fashion_mnist.counts_of(data)["train"], **fields}
+            "train_images": fashion_mnist.counts_of(data)["train"], "split": fashion_mnist.val_split_of(data),
+            "seed": args.seed, "protocol": PROTOCOL, "scoring": scoring(args.image_size), **fields}
 
 
-def _record(sweep: records.Sweep, point: dict, metrics: dict, error: Optional[str], **extra) -> dict:
+def _record(sweep: records.Sweep, point: dict, metrics: dict, error: Optional[str], kind: str = KIND,
+            **extra) -> dict:
     """The phase's record, appended; failed (no metrics) with ERROR."""
-    rec = sweep.add(point, {} if error else metrics, "failed" if error else "ok", error, kind=KIND, **extra)
+    rec = sweep.add(point, {} if error else metrics, "failed" if error else "ok", error, kind=kind, **extra)
     _say(rec)
     return rec
+
+
+def _require_split(data: Path, split: str, phase: str) -> None:
+    """BenchError unless DATA's val/ holds SPLIT: tuning never scores on the test photographs, and a
+    counted run never on the held-out ones."""
+    found = fashion_mnist.val_split_of(data)
+    if found != split:
+        raise BenchError(f"the {phase} phase scores on the {split} split, but {data} holds the {found} split; "
+                         f"let the benchmark convert the data (--cache DIR) instead of pointing it at another folder")
 
 
 # ---------------------------------------------------------------- phase: examples
@@ -130,92 +166,126 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
     if args.examples is None:
         raise BenchError("the examples phase needs --examples DIR, a pytorch/examples checkout "
                          "(git clone https://github.com/pytorch/examples DIR)")
+    _require_split(data, "test", "examples")
     sweep = new_sweep("examples", args)
     log_file = args.work / sweep.id / "main.log"
-    log.info("examples: main.py for %d epochs at %d px; every line in %s", args.examples_epochs, args.image_size,
-             log_file)
+    log.info("examples: main.py for %d epochs at %d px, seed %d; every line in %s", args.examples_epochs,
+             args.image_size, args.seed, log_file)
     lines, followed = examples_main.run(args.examples, data, args.image_size, args.examples_epochs, log_file,
-                                        timeout_s=args.timeout_minutes * 60)
+                                        timeout_s=args.timeout_minutes * 60, seed=args.seed)
     point = _point(EXAMPLES_PROGRAM, data, args, examples_commit=_commit(args.examples),
                    epochs_planned=args.examples_epochs,
                    eval_every=1, recipe=dict(examples_main.DEFAULTS),
                    changed_in_copy=[f"{old} -> {new}" for old, new in examples_main.size_replacements(args.image_size)])
     error = _failure(followed, lines.curve, "main.py")
     best = max((p["top1"] for p in lines.curve), default=0.0)
-    metrics = tta_metrics(lines.curve, best, followed, point["train_images"], lines.eval_s, 1)
+    metrics = tta_metrics(lines.curve, best, followed, point["train_images"], lines.eval_s, 1, lines.start_s,
+                          args.quiet_share)
     return _record(sweep, point, metrics, error, curve=lines.curve, notes=[EXAMPLES_NOTE], log=str(log_file))
 
 
 # ---------------------------------------------------------------- phase: ours
 
 def run_ours(args: argparse.Namespace, data: Path) -> dict:
-    examples = examples_record(args.records, data.name, args.image_size)
-    target, budget_s = examples["metrics"]["best_top1"], examples["metrics"]["wall_s"]
+    _require_split(data, "test", "ours")
+    target, budget_s, runs = protocol_target(args.records, data.name, args.image_size)
     sweep = new_sweep("ours", args)
     run_dir = args.work / sweep.id / "run"
     flags = recipe_flags(args.image_size)
-    cmd = [sys.executable, "-u", str(ENGINE), str(data), "--image-size", str(args.image_size), *flags,
-           "--desired-acc", f"{target:.3f}", "--time-budget-minutes", f"{budget_s / 60:.3f}", "--log-dir", str(run_dir)]
-    log.info("ours: target %.2f %% top-1 (main.py's best), budget %.0f s (main.py's wall time); recipe %s",
-             target, budget_s, " ".join(flags))
+    cmd = [*_engine(data, args, flags), "--desired-acc", f"{target:.3f}",
+           "--time-budget-minutes", f"{budget_s / 60:.3f}", "--log-dir", str(run_dir)]
+    log.info("ours: seed %d, target %.2f %% top-1 and budget %.0f s (main.py's medians over %d counted runs); "
+             "recipe %s", args.seed, target, budget_s, len(runs), " ".join(flags))
     lines = EngineLines()
     followed = follow(cmd, REPO, run_dir.parent / "engine.log", lines, timeout_s=BOUND * budget_s + START_ALLOWANCE_S)
     run_json = _read_json(run_dir / "run.json")
     engine_tta = run_json.get("time_to_accuracy") or {}
-    in_budget = [p for p in lines.curve if p["wall_s"] <= budget_s]
     metrics = tta_metrics(lines.curve, target, followed, fashion_mnist.counts_of(data)["train"],
-                          engine_tta.get("eval_s", 0.0), _flag_value("--eval-every", 1))
-    metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=max((p["top1"] for p in in_budget), default=None),
+                          engine_tta.get("eval_s", 0.0), _flag_value("--eval-every", 1), lines.start_s,
+                          args.quiet_share)
+    metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=best_within(lines.curve, budget_s),
                    images_seen=sum(e.get("train_samples", 0) for e in run_json.get("epochs", [])) or None)
-    point = _point(OURS_PROGRAM, data, args, recipe_flags=flags, recipe=_settings(run_json),
-                   target_from=examples["sweep"])
+    point = _point(OURS_PROGRAM, data, args, recipe_flags=flags, recipe=_settings(run_json), declared=DECLARED,
+                   tuned_on=TUNED_ON, target_from=[r["sweep"] for r in runs])
     return _record(sweep, point, metrics, _failure(followed, lines.curve, "the engine"), curve=lines.curve,
                    engine_time_to_accuracy=engine_tta, engine_status=run_json.get("status"),
                    log=str(run_dir.parent / "engine.log"))
 
 
+# ---------------------------------------------------------------- phase: tune
+
+def run_tuning(args: argparse.Namespace, data: Path) -> dict:
+    """The recipe with --trial's flags on top, on the tuning split: a tta_tuning record (not a
+    benchmark run: no target, no budget, never read as one)."""
+    _require_split(data, "tuning", "tune")
+    sweep = new_sweep("tune", args)
+    run_dir = args.work / sweep.id / "run"
+    trial = shlex.split(args.trial)
+    flags = [*recipe_flags(args.image_size), *trial]
+    log.info("tune: seed %d, trial %s on the tuning split", args.seed, args.trial or "(the recipe as it is)")
+    lines = EngineLines()
+    followed = follow([*_engine(data, args, flags), "--log-dir", str(run_dir)], REPO, run_dir.parent / "engine.log",
+                      lines, timeout_s=args.timeout_minutes * 60)
+    run_json = _read_json(run_dir / "run.json")
+    metrics = tta_metrics(lines.curve, 0.0, followed, fashion_mnist.counts_of(data)["train"], 0.0,
+                          _flag_value("--eval-every", 1), lines.start_s, args.quiet_share)
+    metrics["final_top1"] = lines.curve[-1]["top1"] if lines.curve else None
+    point = _point(OURS_PROGRAM, data, args, trial=trial, recipe_flags=flags, recipe=_settings(run_json))
+    return _record(sweep, point, metrics, _failure(followed, lines.curve, "the engine"), kind=TUNING_KIND,
+                   curve=lines.curve, log=str(run_dir.parent / "engine.log"))
+
+
+def _engine(data: Path, args: argparse.Namespace, flags: List[str]) -> List[str]:
+    return [sys.executable, "-u", str(ENGINE), str(data), "--image-size", str(args.image_size), *flags,
+            "--seed", str(args.seed)]
+
+
 class EngineLines:
-    """The curve read from the engine's per-epoch lines as they arrive."""
+    """The curve read from the engine's per-epoch lines as they arrive, and when its first training
+    step ended (its first progress line)."""
 
     def __init__(self) -> None:
         self.curve: List[dict] = []
+        self.start_s: Optional[float] = None
         self._last_progress = 0.0
-        self._ema: Optional[dict] = None  # the EMA's line, waiting for its epoch's
 
     def __call__(self, moment: Moment, line: str) -> None:
         now = moment.wall_s
-        row, ema = ENGINE_EPOCH.match(line), ENGINE_EMA.match(line)
-        if ema:
-            self._ema = {"top1_ema": float(ema.group(1)), "top5_ema": float(ema.group(2))}
-        elif row:
+        row = ENGINE_EPOCH.match(line)
+        if row:
             point = {"epoch": int(row.group(1)) + 1, "wall_s": round(now, 2), "core_s": round(moment.cpu_s(), 2),
-                     "top1": float(row.group(2)), "top5": float(row.group(3))}
-            if self._ema:  # the engine's own rule: the better of the model and its average counts
-                counted = time_to_accuracy.counted_top1({"val_top1": point["top1"],
-                                                         "val_top1_ema": self._ema["top1_ema"]})
-                point.update(top1_model=point["top1"], **self._ema, top1=counted)
-                self._ema = None
+                     "top1": float(row.group(2)), "top5": float(row.group(3)), "weights": row.group(4) or "model"}
             self.curve.append(point)
-            log.info("ours: epoch %d top-1 %.2f %% at %.0f s%s", point["epoch"], point["top1"], now,
-                     f" (model {point['top1_model']:.2f}, EMA {point['top1_ema']:.2f})" if "top1_ema" in point else "")
-        elif line.startswith("Epoch") and now - self._last_progress >= PROGRESS_EVERY_S:
-            self._last_progress = now
-            log.info("ours: %s (%.0f s)", line.strip()[:60], now)
+            log.info("ours: epoch %d top-1 %.2f %% (%s) at %.0f s", point["epoch"], point["top1"], point["weights"],
+                     now)
+        elif line.startswith(FIRST_STEP_LINE) and self.start_s is None:
+            self.start_s = round(now, 2)
+        elif ENGINE_PROGRESS.match(line):
+            if now - self._last_progress >= PROGRESS_EVERY_S:
+                self._last_progress = now
+                log.info("ours: %s (%.0f s)", line.strip()[:60], now)
 
 
-def examples_record(path: Path, data: str, image_size: int) -> dict:
-    """The newest ok examples record for DATA at IMAGE_SIZE in PATH: the target and the time budget."""
-    recs = [r for r in records.load([path])[0] if r["kind"] == KIND and r["status"] == "ok"
-            and r["point"]["program"] == EXAMPLES_PROGRAM and r["point"]["data"] == data
-            and r["point"]["image_size"] == image_size] if Path(path).exists() else []
-    if not recs:
-        raise BenchError(f"no examples record for {data} at {image_size} px in {path}: run --phase examples first "
-                         "(it sets the target and the time budget)")
-    return sorted(recs, key=lambda r: r["time"])[-1]  # the last written on a tie (times are to the second)
+def protocol_target(path: Path, data: str, image_size: int) -> Tuple[float, float, List[dict]]:
+    """(target, budget_s, runs): main.py's median best top-1 and median wall time over its counted
+    runs on DATA at IMAGE_SIZE in PATH so far, and those runs."""
+    recs = records.load([path])[0] if Path(path).exists() else []
+    runs = [r for r in tta_protocol.counted(tta_protocol.protocol_runs(recs, EXAMPLES_PROGRAM))
+            if r["point"]["data"] == data and r["point"]["image_size"] == image_size]
+    fixed = tta_protocol.goal(runs)
+    if fixed is None:
+        raise BenchError(f"no counted examples run for {data} at {image_size} px in {path}: run --phase examples "
+                         "first, on a quiet machine (its counted runs set the target and the time budget)")
+    return fixed.target, fixed.budget_s, runs
+
+
+def best_within(curve: List[dict], budget_s: float) -> Optional[float]:
+    """The best top-1 a curve reached by BUDGET_S wall seconds."""
+    return max((p["top1"] for p in curve if p["wall_s"] <= budget_s), default=None)
 
 
 def tta_metrics(curve: List[dict], target: float, followed: Followed, train_images: int, eval_s: float,
-                eval_every: int) -> dict:
+                eval_every: int, start_s: Optional[float] = None, quiet_share: float = QUIET_SHARE) -> dict:
     """The numbers of a time_to_accuracy record from its curve (top-1 in %, wall_s since the start)."""
     reached = next((p for p in curve if p["top1"] >= target), None)
     epochs = curve[-1]["epoch"] if curve else 0
@@ -224,7 +294,8 @@ def tta_metrics(curve: List[dict], target: float, followed: Followed, train_imag
             "core_s_to_target": reached.get("core_s") if reached else None,
             "best_top1": max((p["top1"] for p in curve), default=0.0), "wall_s": round(followed.wall_s, 2),
             "core_s": round(followed.core_s, 2), "epochs": epochs, "images_seen": epochs * train_images,
-            "eval_s": round(eval_s, 2), "eval_every": eval_every, **followed.load}
+            "eval_s": round(eval_s, 2), "eval_every": eval_every, "start_s": start_s, **followed.load,
+            "counted": followed.load.get("other_cpu_share", 1.0) <= quiet_share}
 
 
 def _failure(followed: Followed, curve: List[dict], program: str) -> Optional[str]:

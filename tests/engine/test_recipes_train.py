@@ -1,4 +1,4 @@
-"""Every recipe trains a few steps on real JPEGs and run.json names it; --print-config under
+"""Every recipe trains a few steps on real JPEGs, validating on its cadence, and run.json names it; --print-config under
 torchrun's variables for 64 ranks shows MLPerf's recipe at a global batch of 13,312."""
 import json
 
@@ -23,6 +23,9 @@ def test_recipe_trains_on_jpegs_and_run_json_names_it(jpeg_data, tmp_path, name)
     record = read_run(tmp_path)
     assert record["config"]["run"]["recipe"] == name and record["status"] == "finished"
     assert len(record["epochs"]) == 3 and all(row["train_loss"] == row["train_loss"] for row in record["epochs"])
+    # MLPerf's cadence (--eval-every 4 --eval-offset 2): first after epoch 2, then the last; the others every epoch
+    validated = [i for i, row in enumerate(record["epochs"], 1) if "val_top1" in row]
+    assert validated == ([2, 3] if name == "mlperf" else [1, 2, 3])
 
 
 def test_mlperf_print_config_for_64_torchrun_ranks():

@@ -121,5 +121,5 @@ def test_local_gpus_follow_the_driver_and_cuda_visible_devices(tmp_path, monkeyp
 def test_settings_document_lists_every_section_and_the_batch():
     document = config.parse(["--dummy"], "ddp", environ={}).to_dict()
     assert list(document) == [*config.SECTIONS, "batch"]
-    assert document["optim"]["lr_steps"] == [30, 60, 80] and document["run"]["recipe"] == "examples"
+    assert document["optim"]["lr_steps"] == [30, 60] and document["run"]["recipe"] == "examples"
     assert dataclasses.asdict(config.Settings().batch) == document["batch"]

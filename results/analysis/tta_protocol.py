@@ -1,0 +1,91 @@
+"""The time-to-accuracy protocol's arithmetic over its records: which runs count, the target and the
+budget they fix, each run measured against them from its curve, and medians with ranges.
+
+A run counts when it follows the protocol (its point names the protocol version), finished, and the
+machine was otherwise quiet (``metrics.counted``, from ``other_cpu_share``). main.py's counted runs
+fix the target (their median best top-1) and the budget (their median wall time). Each engine run
+ran against the target and budget known when it started; it is measured here against the final
+ones, from its curve, so that every run is judged by the same numbers.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+KIND = "time_to_accuracy"
+TUNING_KIND = "tta_tuning"
+PROTOCOL = 2
+EXAMPLES_PROGRAM = "pytorch/examples imagenet/main.py"
+OURS_PROGRAM = "hpc-imagenet"
+MIN_RUNS = 3  # counted runs of each program before the medians are the benchmark's result
+
+
+def protocol_runs(recs: Sequence[dict], program: str) -> List[dict]:
+    """PROGRAM's ok protocol records, counted or not, oldest first."""
+    return sorted((r for r in recs if r["kind"] == KIND and r["status"] == "ok"
+                   and r["point"].get("protocol") == PROTOCOL and r["point"]["program"] == program),
+                  key=lambda r: r["time"])
+
+
+def counted(runs: Sequence[dict]) -> List[dict]:
+    return [r for r in runs if r["metrics"].get("counted")]
+
+
+def earlier_runs(recs: Sequence[dict]) -> List[dict]:
+    """The ok time_to_accuracy records made before the protocol (no protocol version)."""
+    return [r for r in recs if r["kind"] == KIND and r["status"] == "ok" and "protocol" not in r["point"]]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median and range of a set of values (None where there are none)."""
+
+    median: Optional[float]
+    low: Optional[float]
+    high: Optional[float]
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[Optional[float]]) -> "Spread":
+        known = [v for v in values if v is not None]
+        if not known:
+            return cls(None, None, None, 0)
+        return cls(statistics.median(known), min(known), max(known), len(known))
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What main.py's counted runs fix: the target top-1 and the wall-time budget."""
+
+    target: float
+    budget_s: float
+    runs: int
+
+
+def goal(examples_counted: Sequence[dict]) -> Optional[Goal]:
+    if not examples_counted:
+        return None
+    return Goal(statistics.median(r["metrics"]["best_top1"] for r in examples_counted),
+                statistics.median(r["metrics"]["wall_s"] for r in examples_counted), len(examples_counted))
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One run against the final target and budget, read from its curve."""
+
+    time_to_target_s: Optional[float]
+    core_s_to_target: Optional[float]
+    best_in_budget: Optional[float]
+
+
+def measure(run: dict, target: float, budget_s: float) -> Measured:
+    curve = run.get("curve", [])
+    reached = next((p for p in curve if p["top1"] >= target), None)
+    in_budget = [p["top1"] for p in curve if p["wall_s"] <= budget_s]
+    return Measured(reached["wall_s"] if reached else None, reached.get("core_s") if reached else None,
+                    max(in_budget) if in_budget else None)
+
+
+def ratio(slow: Optional[float], fast: Optional[float]) -> Optional[float]:
+    return slow / fast if slow is not None and fast else None
