@@ -3,9 +3,10 @@
 A record is read from JSON once (:func:`from_dict`, called by the loaders of
 :mod:`results.core.records`) and from then on read by attribute: ``r.metrics.images_per_s``,
 ``r.point.batch_size``, ``r.environment.gpu_name``, and the derived facts defined here once
-(``r.world_size``, ``r.nodes``, ``r.profiled``, ``r.on_gpu``). A field a record lacks reads as None. The metrics classes
-are also the schema :func:`results.core.records.validate` checks: a field typed :data:`Req` must
-be a number in every ok record of its kind, one typed :data:`Num` must be a number where present.
+(``r.world_size``, ``r.nodes``, ``r.profiled``, ``r.on_gpu``). A field a record lacks reads as None.
+The metrics classes are also the schema :func:`results.core.records.validate` checks: a field typed
+:data:`Req` must be a number in every ok record of its kind, one typed :data:`Num` must be a number
+where present.
 
 The JSON on disk is unchanged: ``Record.raw`` keeps the object as read, for the report's "as
 recorded" tables and for the modules that still read records as dicts.
@@ -18,7 +19,7 @@ from typing import Annotated, Any, Dict, Mapping, Optional, Tuple, get_type_hint
 Req = Annotated[Optional[float], "required"]  # a number every ok record of the kind carries
 Num = Annotated[Optional[float], "number"]  # a number where recorded
 Text = Optional[str]
-Any_ = Optional[Any]
+Value = Optional[Any]  # any JSON value
 
 
 def required(cls: type) -> Tuple[str, ...]:
@@ -119,9 +120,9 @@ class DataOpensPoint:
     batch: Optional[int] = None
     data: Text = None
     epochs: Optional[int] = None
-    seeded: Any_ = None
+    seeded: Value = None
     source: Text = None
-    strace: Any_ = None
+    strace: Value = None
     workers: Optional[int] = None
 
 
@@ -191,7 +192,7 @@ class TrainMetrics:
     precision_label: Text = None
     backend: Text = None
     device: Text = None
-    engine_status: Any_ = None
+    engine_status: Value = None
     best_top1: Optional[float] = None
     val_top1: Optional[float] = None
     val_top5: Optional[float] = None
@@ -216,7 +217,7 @@ class IoMetrics:
     files_per_s: Optional[float] = None
     bytes_per_image: Optional[float] = None
     cache_method: Text = None
-    cold_verified: Any_ = None
+    cold_verified: Value = None
     cores_busy: Optional[float] = None
     cpu_ms_per_image: Optional[float] = None
     cpu_s: Optional[float] = None
@@ -272,7 +273,7 @@ class StorageMetrics:
     bytes: Req = None
     files: Req = None
     bytes_per_file: Optional[float] = None
-    complete: Any_ = None
+    complete: Value = None
     files_per_s_per_node: Optional[float] = None
     mb_per_s_per_node: Optional[float] = None
     min_node_mb_per_s: Optional[float] = None
@@ -348,7 +349,7 @@ class FaultMetrics:
     checkpoints_lost: Req = None
     detect_s: Num = None  # absent when not timed
     recover_s: Optional[float] = None
-    recovered: Any_ = None
+    recovered: Value = None
     seconds_lost: Optional[float] = None
 
 
@@ -381,8 +382,8 @@ class Environment:
     torch: Text = None
     torchvision: Text = None
     cuda: Text = None
-    cudnn: Any_ = None
-    nccl: Any_ = None
+    cudnn: Value = None
+    nccl: Value = None
     python: Text = None
     git_commit: Text = None
     source_digest: Text = None  # a hash of the engine's sources (a copied checkout's commit can predate them)
@@ -414,8 +415,8 @@ class Record:
     note: Text = None
     command: Text = None
     run_dir: Text = None  # the kept run folder, relative to the checkout
-    profile: Any_ = None  # a --profile-steps summary
-    scaling_key: Any_ = None  # the scaling sweep's settings, by which a rerun resumes it
+    profile: Value = None  # a --profile-steps summary
+    scaling_key: Value = None  # the scaling sweep's settings, by which a rerun resumes it
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -472,5 +473,6 @@ def from_dict(rec: Mapping[str, Any]) -> Record:
 
 
 def typed(rec: Any) -> Record:
-    """REC as a :class:`Record`: for the functions that the time-to-accuracy modules still call with dicts."""
+    """REC as a :class:`Record`: for a runner's record dict just written, and for the functions that the
+    time-to-accuracy modules still call with dicts."""
     return rec if isinstance(rec, Record) else from_dict(rec)
