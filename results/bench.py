@@ -28,6 +28,7 @@ from typing import List, Optional, Sequence
 from imagenet.variants import SCRIPTS
 from results import report
 from results.core import records
+from results.core.kinds import typed
 from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.setups import CPU_SETUPS, SETUPS
 from results.runners import (data_scale_bench, faults_bench, local, prepare_bench, region_bench, scaling, slurm_queue,
@@ -120,6 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
     # the docstring's first paragraph (two lines; argparse joins them into one)
     p = argparse.ArgumentParser(prog="python -m results.bench", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
+    common = _common_flags()
+    for add in (_add_train, _add_io, _add_allreduce, _add_overlap, _add_pipeline, _add_quick, scaling.add_parser,
+                data_scale_bench.add_parser, prepare_bench.add_parser, faults_bench.add_parser,
+                region_bench.add_parser, tta.add_parser):
+        add(sub, common)
+    return p
+
+
+def _common_flags() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     # no default here: parents share their action objects, so a subparser's set_defaults(tag=...)
     # would change every command's default; main() picks it per command (DEFAULT_TAGS)
@@ -127,7 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "and sweep ids start with it (default: local; quick: quick; scaling: scaling)")
     common.add_argument("--records", type=Path, help="records file (default results/records/<tag>.jsonl)")
     common.add_argument("-v", "--verbose", action="store_true")
+    return common
 
+
+def _add_train(sub, common: argparse.ArgumentParser) -> None:
     t = sub.add_parser("train", parents=[common], help="training throughput sweep (runs the engine)")
     t.add_argument("--variants", nargs="+", default=["ddp"], choices=list(SCRIPTS))
     t.add_argument("--procs", nargs="+", type=int, default=[1, 2], help="processes (GPUs) per node")
@@ -148,6 +161,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--workers", type=int, default=0)
     t.add_argument("--extra", action="append", default=[], help="one more engine flag (repeatable), "
                    "e.g. --extra=--channels-last")
+    _add_submit(t)
+    t.add_argument("--timeout", type=float, default=1800, help="seconds per point (slurm: then the job is "
+                   "cancelled)")
+    t.add_argument("--keep-checkpoints", action="store_true", help="keep results/scratch run folders")
+    t.add_argument("--note", help="recorded with every point and shown in the report (e.g. what the nodes share)")
+
+
+def _add_submit(t: argparse.ArgumentParser) -> None:
+    """train's flags for running each point as a SLURM job."""
     t.add_argument("--submit", choices=["local", "slurm"], default="local",
                    help="local: torchrun here; slurm: one sbatch job per point (slurm.generate)")
     t.add_argument("--gpus-per-node", type=int, default=4, help="with --submit slurm (0: CPU nodes)")
@@ -157,11 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument(flag, help=f"with --submit slurm: sbatch {flag}")
     t.add_argument("--setup", action="append", default=[], metavar="LINE",
                    help="with --submit slurm: shell line the job runs first, e.g. 'module load cuda' (repeatable)")
-    t.add_argument("--timeout", type=float, default=1800, help="seconds per point (slurm: then the job is "
-                   "cancelled)")
-    t.add_argument("--keep-checkpoints", action="store_true", help="keep results/scratch run folders")
-    t.add_argument("--note", help="recorded with every point and shown in the report (e.g. what the nodes share)")
 
+
+def _add_io(sub, common: argparse.ArgumentParser) -> None:
     i = sub.add_parser("io", parents=[common], help="data-loading throughput (no model)")
     i.add_argument("--data", help="ImageFolder root with train/ (default: generated ImageNet-like JPEGs)")
     i.add_argument("--classes", type=int, default=4, help="generated dataset: classes")
@@ -176,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--images", type=int, default=256, help="images read per reader and point")
     i.add_argument("--threads", type=int, default=1, help="torch threads of a reader (as a loader worker)")
 
+
+def _add_allreduce(sub, common: argparse.ArgumentParser) -> None:
     r = sub.add_parser("allreduce", parents=[common], help="collective bandwidth (nccl-tests style)")
     r.add_argument("--world-sizes", nargs="+", type=int, default=[2])
     r.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
@@ -183,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-bytes", type=_size, default=64 << 20)
     r.add_argument("--factor", type=int, default=4)
 
+
+def _add_overlap(sub, common: argparse.ArgumentParser) -> None:
     o = sub.add_parser("overlap", parents=[common], help="exposed DDP all-reduce time per step (gloo, this host)")
     o.add_argument("--world-sizes", nargs="+", type=int, default=[2])
     o.add_argument("--arch", default="resnet18")
@@ -191,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--steps", type=int, default=10, help="timed steps of each kind (interleaved)")
     o.add_argument("--bucket-cap-mb", type=float, nargs="+", default=[25.0])
 
+
+def _add_pipeline(sub, common: argparse.ArgumentParser) -> None:
     pl = sub.add_parser("pipeline", parents=[common], help="steady-state decode cost per image of each backend "
                         "(lockstep rounds; ratio to the baseline backend)")
     pl.add_argument("--data", help="ImageFolder root with train/ (default: the generated ImageNet-like JPEGs)")
@@ -201,15 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--image-size", type=int, default=224)
     pl.add_argument("--batch", type=int, default=32)
 
+
+def _add_quick(sub, common: argparse.ArgumentParser) -> None:
     q = sub.add_parser("quick", parents=[common], help="the make-bench preset: all kinds, small, then report")
     q.add_argument("--fresh", action="store_true", help="replace this tag's earlier records and runs")
-    scaling.add_parser(sub, common)
-    data_scale_bench.add_parser(sub, common)
-    prepare_bench.add_parser(sub, common)
-    faults_bench.add_parser(sub, common)
-    region_bench.add_parser(sub, common)
-    tta.add_parser(sub, common)
-    return p
 
 
 DEFAULT_TAGS = {"quick": "quick", "scaling": "scaling", "faults": "faults", "time-to-accuracy": tta.DEFAULT_TAG}
@@ -259,7 +280,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (BenchError, slurm_queue.SlurmError, GenerateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    failed = sum(r["status"] != "ok" for r in out)
+    failed = sum(not typed(r).ok for r in out)
     log.info("%d point(s) recorded in %s, %d failed", len(out), a.records, failed)
     return 1 if failed == len(out) and out else 0
 

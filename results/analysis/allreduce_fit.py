@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Sequence
 
+from results.core.kinds import AllreduceMetrics
+
 
 def bus_factor(world_size: int) -> float:
     """2(n-1)/n: ring all-reduce traffic per link relative to the message size."""
     return 2.0 * (world_size - 1) / world_size
 
 
-
-def fit_alpha_beta(rows: Sequence[Dict[str, float]]) -> Optional[Dict[str, float]]:
+def fit_alpha_beta(rows: Sequence[AllreduceMetrics]) -> Optional[Dict[str, float]]:
     """Least-squares fit t = alpha + (2(n-1)/n) * S / busbw over rows of one world size.
 
     Returns latency alpha (s) and asymptotic bus bandwidth (bytes/s, 1/slope), the two numbers the
@@ -21,9 +22,9 @@ def fit_alpha_beta(rows: Sequence[Dict[str, float]]) -> Optional[Dict[str, float
     """
     if len(rows) < 2:
         return None
-    n = rows[0]["world_size"]
-    xs = [r["bytes"] * bus_factor(n) for r in rows]
-    ys = [r["time_us"] * 1e-6 for r in rows]
+    n = rows[0].world_size
+    xs = [r.bytes * bus_factor(n) for r in rows]
+    ys = [r.time_us * 1e-6 for r in rows]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
     if sxx == 0:
@@ -31,5 +32,5 @@ def fit_alpha_beta(rows: Sequence[Dict[str, float]]) -> Optional[Dict[str, float
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
     if slope <= 0:
         return None
-    smallest = min(rows, key=lambda r: r["bytes"])
-    return {"alpha_s": smallest["time_us"] * 1e-6, "busbw_bytes_per_s": 1.0 / slope, "world_size": n}
+    smallest = min(rows, key=lambda r: r.bytes)
+    return {"alpha_s": smallest.time_us * 1e-6, "busbw_bytes_per_s": 1.0 / slope, "world_size": n}

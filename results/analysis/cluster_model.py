@@ -26,6 +26,7 @@ from results.analysis.allreduce_fit import fit_alpha_beta
 from results.analysis.parameters import parameter_count
 from results.analysis.spread import aggregate
 from results.analysis.whole_step import model_overlap
+from results.core.kinds import Record
 
 
 @dataclass(frozen=True)
@@ -39,72 +40,72 @@ class Prediction:
     sources: Dict[str, str]  # input -> record id(s)
 
 
-def _link(ar: Sequence[dict]) -> Tuple[Optional[dict], List[dict]]:
+def _link(ar: Sequence[Record]) -> Tuple[Optional[dict], List[dict]]:
     """The all-reduce fit of the largest world size the tag measured, and its records."""
     by_world: Dict[Tuple[str, int], List[dict]] = {}
     for r in ar:
-        by_world.setdefault((r["sweep"], r["metrics"]["world_size"]), []).append(r)
+        by_world.setdefault((r.sweep, r.metrics.world_size), []).append(r)
     for key in sorted(by_world, key=lambda k: (k[1], k[0]), reverse=True):
-        fit = fit_alpha_beta([r["metrics"] for r in by_world[key]])
+        fit = fit_alpha_beta([r.metrics for r in by_world[key]])
         if fit:
             return fit, by_world[key]
     return None, []
 
 
-def _storage(series: Sequence[dict], storage: Sequence[dict]) -> Optional[Tuple[scaling_model.Storage, dict, dict]]:
+def _storage(series: Sequence[Record], storage: Sequence[Record]) -> Optional[Tuple[scaling_model.Storage, dict, dict]]:
     """Storage ceilings for a series that reads ImageFolder files: best MB/s and files/s measured."""
-    if not storage or all(r["point"].get("data") == "dummy" for r in series):
+    if not storage or all(r.point.data == "dummy" for r in series):
         return None
-    folder = [r for r in storage if r["point"].get("format") == "imagefolder"] or list(storage)
-    by_mb = max(folder, key=lambda r: r["metrics"]["mb_per_s"])
-    by_files = max(folder, key=lambda r: r["metrics"]["files_per_s"])
-    st = scaling_model.Storage(bytes_per_image=by_mb["metrics"]["bytes_per_file"],
-                    read_bytes_per_s=by_mb["metrics"]["mb_per_s"] * 1e6,
-                    opens_per_s=by_files["metrics"]["files_per_s"])
+    folder = [r for r in storage if r.point.format == "imagefolder"] or list(storage)
+    by_mb = max(folder, key=lambda r: r.metrics.mb_per_s)
+    by_files = max(folder, key=lambda r: r.metrics.files_per_s)
+    st = scaling_model.Storage(bytes_per_image=by_mb.metrics.bytes_per_file,
+                    read_bytes_per_s=by_mb.metrics.mb_per_s * 1e6,
+                    opens_per_s=by_files.metrics.files_per_s)
     return st, by_mb, by_files
 
 
-def predict_cluster(series: Sequence[dict], ar: Sequence[dict] = (), overlap: Sequence[dict] = (),
-                    storage: Sequence[dict] = ()) -> Tuple[Optional[Prediction], str]:
+def predict_cluster(series: Sequence[Record], ar: Sequence[Record] = (), overlap: Sequence[Record] = (),
+                    storage: Sequence[Record] = ()) -> Tuple[Optional[Prediction], str]:
     """(prediction, "") for one series of ok train records, or (None, the reason it cannot be made)."""
-    pts = aggregate(series, lambda r: r["metrics"]["world_size"], lambda r: r["metrics"]["images_per_s"])
+    pts = aggregate(series, lambda r: r.metrics.world_size, lambda r: r.metrics.images_per_s)
     if not pts or pts[0].x > scaling_model.CALIBRATION_MAX_GPUS:
         return None, f"no point of at most {scaling_model.CALIBRATION_MAX_GPUS} GPUs to calibrate the compute time on"
     cal = pts[0].records[-1]
-    p = cal["point"]
-    params = cal["metrics"].get("parameters") or parameter_count(p["arch"])
+    p = cal.point
+    params = cal.metrics.parameters or parameter_count(p.arch)
     if not params:
-        return None, f"the parameter count of {p['arch']} is unknown"
+        return None, f"the parameter count of {p.arch} is unknown"
     missing, sources = ["input pipeline (loader cores x images/s per core are not recorded per node)"], {}
     fit, ar_recs = _link(ar)
     if fit:
-        n_ar = ar_recs[0]["metrics"]["world_size"]
+        n_ar = ar_recs[0].metrics.world_size
         busbw, alpha = fit["busbw_bytes_per_s"], scaling_model.hop_latency(fit["alpha_s"], n_ar)
-        sources["all-reduce link"] = f"{ar_recs[0]['_source']}..{ar_recs[-1]['_source'].split(':')[-1]}"
-        if p.get("nodes", 1) > 1 or any(r["point"].get("nodes", 1) > 1 for r in series):
+        sources["all-reduce link"] = f"{ar_recs[0].source}..{ar_recs[-1].source.split(':')[-1]}"
+        if (p.nodes or 1) > 1 or any((r.point.nodes or 1) > 1 for r in series):
             missing.append("the inter-node link (the all-reduce was measured on one host; its fit is used)")
     else:
         busbw, alpha = math.inf, 0.0
         missing.append("all-reduce (no allreduce records under this tag: communication is taken as free)")
     h, h_rec = model_overlap(overlap)
     if h_rec:
-        sources["hidden fraction"] = h_rec["_source"]
-    inputs = scaling_model.ModelInputs(step_time_s=1.0, batch_per_gpu=p["batch_size"],
-                            grad_bytes=params * (2 if p.get("precision") in ("O2", "O3") else 4),
+        sources["hidden fraction"] = h_rec.source
+    inputs = scaling_model.ModelInputs(step_time_s=1.0, batch_per_gpu=p.batch_size,
+                            grad_bytes=params * (2 if p.precision in ("O2", "O3") else 4),
                             busbw_intra=busbw, alpha_intra_s=alpha,
-                            gpus_per_node=p.get("procs_per_node") or 1 << 30)
-    samples = tuple(cal["metrics"].get("step_times_ms") or ())
+                            gpus_per_node=p.procs_per_node or 1 << 30)
+    samples = tuple(cal.metrics.step_times_ms or ())
     if not samples:
         missing.append("stragglers (the calibration record kept no per-step times)")
     got = _storage(series, storage)
     if got:
-        sources["storage"] = f"{got[1]['_source']} (MB/s), {got[2]['_source']} (files/s)"
+        sources["storage"] = f"{got[1].source} (MB/s), {got[2].source} (files/s)"
     whole = scaling_model.WholeStep(inputs, hidden_fraction=h, step_samples=samples, storage=got[0] if got else None)
     try:
         whole = scaling_model.calibrate_whole(whole, int(pts[0].x), pts[0].mean)
     except ValueError as e:
         return None, str(e)
-    sources["compute"] = cal["_source"]
+    sources["compute"] = cal.source
     measured = {int(pt.x): pt for pt in pts}
     gpus = sorted(set(measured) | {2 * max(measured)})
     rows = []

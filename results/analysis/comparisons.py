@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from results.core.kinds import Record, typed
 from results.core.setups import (BASELINE_SETUP, CKPT_EVERY_STEPS, CKPT_OFF_SETUP, CKPT_ON_SETUP,
                                  LOG_EVERY_STEP_SETUP, LOG_QUIET_SETUP)
 
@@ -30,112 +31,112 @@ def times(ratio: Optional[float]) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x"
 
 
-def _groups(recs: Sequence[dict], keys: Tuple[str, ...]) -> Dict[tuple, List[dict]]:
+def _groups(recs: Sequence[Record], keys: Tuple[str, ...]) -> Dict[tuple, List[dict]]:
     out: Dict[tuple, List[dict]] = {}
     for r in recs:
-        out.setdefault((r["sweep"],) + tuple(r["point"].get(k) for k in keys), []).append(r)
+        out.setdefault((r.sweep,) + r.point_values(keys), []).append(r)
     return out
 
 
-def pipeline_rows(io: Sequence[dict]) -> List[dict]:
+def pipeline_rows(io: Sequence[Record]) -> List[dict]:
     """One row per single-reader io record with CPU accounting, with its ratios to the baseline."""
-    usable = [r for r in io if r["point"].get("readers") == 1 and "images_per_cpu_s" in r["metrics"]]
+    usable = [r for r in io if r.point.readers == 1 and r.metrics.images_per_cpu_s is not None]
     rows = []
     for _, members in sorted(_groups(usable, IO_KEYS).items(), key=lambda kv: str(kv[0])):
-        base = next((r for r in members if r["point"]["backend"] == PIPELINE_BASELINE), None)
-        for r in sorted(members, key=lambda r: r["point"]["backend"]):
-            m = r["metrics"]
+        base = next((r for r in members if r.point.backend == PIPELINE_BASELINE), None)
+        for r in sorted(members, key=lambda r: r.point.backend):
+            m = r.metrics
             rows.append({"record": r, "baseline": base,
-                         "per_core_ratio": (m["images_per_cpu_s"] / base["metrics"]["images_per_cpu_s"]
+                         "per_core_ratio": (m.images_per_cpu_s / base.metrics.images_per_cpu_s
                                             if base else None),
-                         "wall_ratio": m["images_per_s"] / base["metrics"]["images_per_s"] if base else None})
+                         "wall_ratio": m.images_per_s / base.metrics.images_per_s if base else None})
     return rows
 
 
-def profiled(record: dict) -> bool:
-    """A --profile-steps run: its steps were slowed by the profiler, so it is no speed measurement."""
-    return "--profile-steps" in (record["point"].get("extra_args") or [])
+def profiled(record) -> bool:
+    """A --profile-steps run (a Record, or a record dict from the time-to-accuracy analysis): no speed."""
+    return typed(record).profiled
 
 
-def step_rows(train: Sequence[dict]) -> List[dict]:
+def step_rows(train: Sequence[Record]) -> List[dict]:
     """One row per ``--setups`` train record, with ms/step and images/s ratios to the baseline setup."""
-    usable = [r for r in train if r["point"].get("setup") and not profiled(r)]
+    usable = [r for r in train if r.point.setup and not profiled(r)]
     rows = []
     for _, members in sorted(_groups(usable, STEP_KEYS).items(), key=lambda kv: str(kv[0])):
-        base = next((r for r in members if r["point"]["setup"] == BASELINE_SETUP), None)
-        for r in sorted(members, key=lambda r: (r["point"]["setup"] != BASELINE_SETUP, r["point"]["setup"])):
-            m, b = r["metrics"], base["metrics"] if base else None
+        base = next((r for r in members if r.point.setup == BASELINE_SETUP), None)
+        for r in sorted(members, key=lambda r: (r.point.setup != BASELINE_SETUP, r.point.setup)):
+            m, b = r.metrics, base.metrics if base else None
             rows.append({"record": r, "baseline": base,
-                         "step_speedup": b["step_time_ms"] / m["step_time_ms"] if b else None,
-                         "throughput_ratio": m["images_per_s"] / b["images_per_s"] if b else None})
+                         "step_speedup": b.step_time_ms / m.step_time_ms if b else None,
+                         "throughput_ratio": m.images_per_s / b.images_per_s if b else None})
     return rows
 
 
-def on_gpu(record: dict) -> bool:
-    return record["metrics"].get("device") == "cuda"
+def on_gpu(record: Record) -> bool:
+    return record.on_gpu
 
 
-def jpeg_vs_synthetic_rows(train: Sequence[dict]) -> List[dict]:
+def jpeg_vs_synthetic_rows(train: Sequence[Record]) -> List[dict]:
     """Each ``--setups`` point fed from JPEG files against the same setup on synthetic data.
 
     Paired when model, image size, batch, process count, GPU and code are the same. The code is the
     source digest where recorded, else the git commit; a device copy's git state can predate its files,
     so of several matching synthetic records the fastest is the reference (the fraction is a lower bound).
     """
-    def key(record: dict) -> tuple:
-        p, e = record["point"], record.get("environment") or {}
-        return (p["setup"], p["arch"], p["image_size"], p["batch_size"], record["metrics"]["world_size"],
-                e.get("gpu_name"), e.get("source_digest") or e.get("git_commit"))
-    usable = [r for r in train if r["point"].get("setup") and r["status"] == "ok" and not profiled(r)]
+    def key(record: Record) -> tuple:
+        p = record.point
+        return (p.setup, p.arch, p.image_size, p.batch_size, record.world_size, record.environment.gpu_name,
+                record.environment.code)
+    usable = [r for r in train if r.point.setup and r.status == "ok" and not profiled(r)]
     synthetic: Dict[tuple, dict] = {}
-    for r in (r for r in usable if r["point"]["data"] == "dummy"):
+    for r in (r for r in usable if r.point.data == "dummy"):
         best = synthetic.get(key(r))
-        if best is None or r["metrics"]["images_per_s"] > best["metrics"]["images_per_s"]:
+        if best is None or r.metrics.images_per_s > best.metrics.images_per_s:
             synthetic[key(r)] = r
     rows = []
     for r in usable:
-        s = synthetic.get(key(r)) if r["point"]["data"] != "dummy" else None
+        s = synthetic.get(key(r)) if r.point.data != "dummy" else None
         if s:
             rows.append({"record": r, "synthetic": s,
-                         "fraction": r["metrics"]["images_per_s"] / s["metrics"]["images_per_s"]})
+                         "fraction": r.metrics.images_per_s / s.metrics.images_per_s})
     return rows
 
 
-def logging_rows(train: Sequence[dict]) -> List[dict]:
+def logging_rows(train: Sequence[Record]) -> List[dict]:
     """Step time logging every step against logging only per epoch, same sweep/data/model/batch."""
-    usable = [r for r in train if r["point"].get("setup") in (LOG_QUIET_SETUP, LOG_EVERY_STEP_SETUP)]
+    usable = [r for r in train if r.point.setup in (LOG_QUIET_SETUP, LOG_EVERY_STEP_SETUP)]
     rows = []
     for _, members in sorted(_groups(usable, STEP_KEYS).items(), key=lambda kv: str(kv[0])):
-        quiet = next((r for r in members if r["point"]["setup"] == LOG_QUIET_SETUP), None)
-        loud = next((r for r in members if r["point"]["setup"] == LOG_EVERY_STEP_SETUP), None)
+        quiet = next((r for r in members if r.point.setup == LOG_QUIET_SETUP), None)
+        loud = next((r for r in members if r.point.setup == LOG_EVERY_STEP_SETUP), None)
         if quiet and loud:
-            overhead = loud["metrics"]["step_time_ms"] / quiet["metrics"]["step_time_ms"] - 1.0
+            overhead = loud.metrics.step_time_ms / quiet.metrics.step_time_ms - 1.0
             rows.append({"record": loud, "quiet": quiet, "overhead": overhead})
     return rows
 
 
-def checkpoint_rows(train: Sequence[dict]) -> List[dict]:
+def checkpoint_rows(train: Sequence[Record]) -> List[dict]:
     """Step time with periodic background checkpoints against epoch-end checkpoints only, same
     sweep/data/model/batch; the stall and bytes per periodic checkpoint."""
-    usable = [r for r in train if r["point"].get("setup") in (CKPT_OFF_SETUP, CKPT_ON_SETUP)
-              and r["status"] == "ok" and r["metrics"].get("checkpoint_periodic") is not None]
+    usable = [r for r in train if r.point.setup in (CKPT_OFF_SETUP, CKPT_ON_SETUP)
+              and r.status == "ok" and r.metrics.checkpoint_periodic is not None]
     rows = []
     for _, members in sorted(_groups(usable, STEP_KEYS).items(), key=lambda kv: str(kv[0])):
-        off = next((r for r in members if r["point"]["setup"] == CKPT_OFF_SETUP), None)
-        on = next((r for r in members if r["point"]["setup"] == CKPT_ON_SETUP), None)
-        if not (off and on and on["metrics"]["checkpoint_periodic"]):
+        off = next((r for r in members if r.point.setup == CKPT_OFF_SETUP), None)
+        on = next((r for r in members if r.point.setup == CKPT_ON_SETUP), None)
+        if not (off and on and on.metrics.checkpoint_periodic):
             continue
-        m, periodic = on["metrics"], on["metrics"]["checkpoint_periodic"]
+        m, periodic = on.metrics, on.metrics.checkpoint_periodic
         # the epoch-end save is in both runs; what the periodic ones added:
-        stall_ms = (m["checkpoint_stall_ms_mean"] * m["checkpoint_saves"]
-                    - off["metrics"]["checkpoint_stall_ms_mean"] * off["metrics"]["checkpoint_saves"]) / periodic
-        every = m.get("checkpoint_every_steps") or CKPT_EVERY_STEPS  # records older than that metric
+        stall_ms = (m.checkpoint_stall_ms_mean * m.checkpoint_saves
+                    - off.metrics.checkpoint_stall_ms_mean * off.metrics.checkpoint_saves) / periodic
+        every = m.checkpoint_every_steps or CKPT_EVERY_STEPS  # records older than that metric
         rows.append({"record": on, "off": off, "every_steps": every,
-                     "overhead": m["step_time_ms"] / off["metrics"]["step_time_ms"] - 1.0,
+                     "overhead": m.step_time_ms / off.metrics.step_time_ms - 1.0,
                      "stall_ms": stall_ms,
                      # the same run's own split, free of the load changing between the two runs
-                     "stall_share": stall_ms / (every * m["step_time_ms"]),
-                     "bytes": (m["checkpoint_bytes_written"] - off["metrics"]["checkpoint_bytes_written"]) / periodic})
+                     "stall_share": stall_ms / (every * m.step_time_ms),
+                     "bytes": (m.checkpoint_bytes_written - off.metrics.checkpoint_bytes_written) / periodic})
     return rows
 
 
@@ -144,7 +145,7 @@ def stall_share(stall_ms: float, interval_s: float) -> float:
     return stall_ms / 1000.0 / interval_s
 
 
-def multinode_records(train: Sequence[dict]) -> List[dict]:
+def multinode_records(train: Sequence[Record]) -> List[dict]:
     """Train records that ran as SLURM jobs, by sweep then node count."""
-    recs = [r for r in train if r.get("runner") == "slurm"]
-    return sorted(recs, key=lambda r: (r["sweep"], r["metrics"].get("nodes") or 0, r["metrics"]["world_size"]))
+    recs = [r for r in train if r.runner == "slurm"]
+    return sorted(recs, key=lambda r: (r.sweep, r.metrics.nodes or 0, r.metrics.world_size))

@@ -5,8 +5,10 @@ sweep of 2..8 processes is judged from 2, not from an absent 1.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Dict, List, Sequence, Tuple
 
+from results.core.kinds import Record
 from results.core.setups import group_key
 
 
@@ -20,17 +22,18 @@ def efficiencies(counts: Sequence[float], rates: Sequence[float]) -> List[float]
     return [efficiency(n, x, counts[0], rates[0]) for n, x in zip(counts, rates)]
 
 
-def add_efficiency(records: List[dict]) -> None:
-    """Set metrics.scaling_efficiency (and .baseline_world_size) of ok train records in place, against the
-    smallest world size of the same sweep and same other parameters."""
-    ok = [r for r in records if r["kind"] == "train" and r["status"] == "ok"]
-    groups: Dict[Tuple, List[dict]] = {}
-    for r in ok:
-        groups.setdefault((r["sweep"],) + group_key(r["point"]), []).append(r)
+def with_efficiency(records: Sequence[Record]) -> List[Record]:
+    """RECORDS with metrics.scaling_efficiency (and .baseline_world_size) set on each ok train record,
+    against the smallest world size of the same sweep and same other parameters."""
+    groups: Dict[Tuple, List[Record]] = {}
+    for r in records:
+        if r.kind == "train" and r.ok:
+            groups.setdefault((r.sweep,) + group_key(r.point), []).append(r)
+    done = {}
     for members in groups.values():
-        base = min(members, key=lambda r: r["metrics"]["world_size"])["metrics"]
+        base = min(members, key=lambda r: r.metrics.world_size).metrics
         for r in members:
-            m = r["metrics"]
-            m["scaling_efficiency"] = efficiency(m["world_size"], m["images_per_s"], base["world_size"],
-                                                 base["images_per_s"])
-            m["baseline_world_size"] = base["world_size"]
+            m = r.metrics
+            e = efficiency(m.world_size, m.images_per_s, base.world_size, base.images_per_s)
+            done[id(r)] = replace(r, metrics=replace(m, scaling_efficiency=e, baseline_world_size=base.world_size))
+    return [done.get(id(r), r) for r in records]

@@ -78,6 +78,10 @@ class ModelInputs:
     bucket_bytes: float = DDP_BUCKET_BYTES
     backward_fraction: float = BACKWARD_FRACTION
 
+    def global_batch(self, gpus: int) -> int:
+        """Images per synchronous step on GPUS."""
+        return gpus * self.batch_per_gpu
+
 
 def hidden_fraction(exposed_s: float, allreduce_alone_s: float) -> float:
     """h from an overlap measurement: 1 - exposed / alone, clamped to [0, 1] (results/overlap_bench.py)."""
@@ -119,7 +123,7 @@ def predict(inputs: ModelInputs, gpus: int, hidden_fraction: float) -> Dict[str,
     t = step_time(inputs, gpus, hidden_fraction)
     return {"gpus": gpus, "step_time_s": t, "comm_time_s": comm_time(inputs, gpus),
             "exposed_comm_s": t - inputs.step_time_s,
-            "images_per_s": gpus * inputs.batch_per_gpu / t, "efficiency": inputs.step_time_s / t}
+            "images_per_s": inputs.global_batch(gpus) / t, "efficiency": inputs.step_time_s / t}
 
 
 def calibrate(inputs: ModelInputs, gpus: int, measured_step_s: float, hidden_fraction: float) -> ModelInputs:
@@ -264,16 +268,16 @@ def _images_per_s(model: WholeStep, gpus: int) -> Tuple[float, dict]:
     t_sync = m.step_time_s + exposed + wait
     pipe = (model.pipeline.capacity(gpus, m.gpus_per_node) if model.pipeline and "input pipeline" not in model.off
             else None)
-    t_step = max(t_sync, gpus * m.batch_per_gpu / pipe) if pipe else t_sync  # a steady-state ceiling
+    t_step = max(t_sync, m.global_batch(gpus) / pipe) if pipe else t_sync  # a steady-state ceiling
     restart = 0.0 if "loader restart" in model.off else ep.restart_s
     steps, timed = ep.steps(gpus, m.batch_per_gpu), ep.timed_steps(gpus, m.batch_per_gpu)
-    storage = _storage_epoch_s(model, steps * gpus * m.batch_per_gpu)  # padded samples are read too
+    storage = _storage_epoch_s(model, steps * m.global_batch(gpus))  # padded samples are read too
     read_s = max(storage.values(), default=0.0)  # the epoch (restart included) is at least its reading time
     t_read = max(t_step, (read_s - restart) / steps)  # per step, once that bound stretches the epoch
     epoch_s = restart + steps * t_read
-    x = gpus * m.batch_per_gpu * timed / (restart + timed * t_read)
+    x = m.global_batch(gpus) * timed / (restart + timed * t_read)
     return x, {"exposed_comm_s": exposed, "straggler_s": wait, "sync_step_s": t_sync,
-               "demand_images_per_s": gpus * m.batch_per_gpu / t_sync, "pipeline_images_per_s": pipe,
+               "demand_images_per_s": m.global_batch(gpus) / t_sync, "pipeline_images_per_s": pipe,
                "data_wait_s": t_step - t_sync, "restart_s": restart, "restart_per_step_s": restart / timed,
                "storage_wait_s": t_read - t_step, "steps": steps, "timed_steps": timed, "epoch_s": epoch_s,
                "storage_epoch_s": storage}
@@ -296,7 +300,7 @@ def breakdown(model: WholeStep, gpus: int) -> Dict[str, object]:
     best = max(gains, key=gains.get) if gains else None
     binding = best if best is not None and gains[best] > 1e-9 * x else "compute"
     m = model.inputs
-    t = gpus * m.batch_per_gpu / x
+    t = m.global_batch(gpus) / x
     return {"gpus": gpus, "images_per_s": x, "step_time_s": t, "efficiency": m.step_time_s / t,
             "compute_s": m.step_time_s, "binding": binding, "gain_images_per_s": gains, **parts}
 
@@ -309,7 +313,7 @@ def calibrate_whole(model: WholeStep, gpus: int, measured_images_per_s: float) -
     """
     if gpus > CALIBRATION_MAX_GPUS:
         raise ValueError(f"calibration point has {gpus} GPUs; calibrate on at most {CALIBRATION_MAX_GPUS}")
-    lo, hi = 0.0, gpus * model.inputs.batch_per_gpu / measured_images_per_s
+    lo, hi = 0.0, model.inputs.global_batch(gpus) / measured_images_per_s
     for _ in range(100):
         mid = (lo + hi) / 2
         trial = replace(model, inputs=replace(model.inputs, step_time_s=mid))

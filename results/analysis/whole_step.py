@@ -20,6 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from results.analysis import scaling_model
 from results.analysis.parameters import parameter_count
+from results.core.kinds import Record
 from results.core.records import newest_sweep
 
 
@@ -57,53 +58,53 @@ class Measured:
 
 # ---------------------------------------------------------------- inputs from records
 
-def pipeline_rates(pipeline: Sequence[dict]) -> Tuple[Tuple[str, float, str], ...]:
+def pipeline_rates(pipeline: Sequence[Record]) -> Tuple[Tuple[str, float, str], ...]:
     """Images per core-second of each backend, 224 px train crops, from its newest pipeline record(s).
 
     The lowest rate of that record time's records (workers 0 and more): the capacity is not overstated.
     """
     out = []
-    for backend in sorted({r["point"]["backend"] for r in pipeline}):
-        rs = [r for r in pipeline if r["point"]["backend"] == backend and r["point"].get("image_size") == 224
-              and r["point"].get("split", "train") == "train" and r["metrics"].get("images_per_cpu_s")]
+    for backend in sorted({r.point.backend for r in pipeline}):
+        rs = [r for r in pipeline if r.point.backend == backend and r.point.image_size == 224
+              and (r.point.split or "train") == "train" and r.metrics.images_per_cpu_s]
         if rs:
-            newest = max(r["time"] for r in rs)
-            low = min((r for r in rs if r["time"] == newest), key=lambda r: r["metrics"]["images_per_cpu_s"])
-            out.append((backend, low["metrics"]["images_per_cpu_s"], low["_source"]))
+            newest = max(r.time for r in rs)
+            low = min((r for r in rs if r.time == newest), key=lambda r: r.metrics.images_per_cpu_s)
+            out.append((backend, low.metrics.images_per_cpu_s, low.source))
     return tuple(out)
 
 
-def step_samples(train: Sequence[dict]) -> Tuple[Tuple[str, Tuple[float, ...], str], ...]:
+def step_samples(train: Sequence[Record]) -> Tuple[Tuple[str, Tuple[float, ...], str], ...]:
     """Per device type (cuda, cpu): the newest one-process train record's per-step times (``--step-times``).
 
     One process: its spread is the rank's own, not waits for other ranks.
     """
     out = {}
-    for r in sorted(train, key=lambda r: r["time"]):
-        m = r["metrics"]
-        if m.get("step_times_ms") and m.get("world_size") == 1:
-            out[str(m.get("device") or "cpu").split(":")[0]] = (tuple(m["step_times_ms"]), r["_source"])
+    for r in sorted(train, key=lambda r: r.time):
+        m = r.metrics
+        if m.step_times_ms and m.world_size == 1:
+            out[str(m.device or "cpu").split(":")[0]] = (tuple(m.step_times_ms), r.source)
     return tuple((d, s, src) for d, (s, src) in sorted(out.items()))
 
 
-def storage_ceiling(storage: Sequence[dict], bytes_per_image: float) -> Optional[Tuple[float, float, float, str]]:
+def storage_ceiling(storage: Sequence[Record], bytes_per_image: float) -> Optional[Tuple[float, float, float, str]]:
     """Your cluster's storage from the newest ``results.bench scaling --io`` sweep: the highest aggregate
     MB/s and files/s of its points, and the images/s they allow (ImageFolder: files/s, one file per image;
     shards: MB/s over ``bytes_per_image``). None without storage records."""
-    ok = [r for r in storage if r["metrics"].get("mb_per_s")]
+    ok = [r for r in storage if r.metrics.mb_per_s]
     if not ok:
         return None
     pts = newest_sweep(ok)
-    best_mb = max(pts, key=lambda r: r["metrics"]["mb_per_s"])
-    best_files = max(pts, key=lambda r: r["metrics"]["files_per_s"])
-    mbps, files = best_mb["metrics"]["mb_per_s"], best_files["metrics"]["files_per_s"]
-    per_file = best_mb["point"].get("format", "imagefolder").lower().startswith("imagefolder")
+    best_mb = max(pts, key=lambda r: r.metrics.mb_per_s)
+    best_files = max(pts, key=lambda r: r.metrics.files_per_s)
+    mbps, files = best_mb.metrics.mb_per_s, best_files.metrics.files_per_s
+    per_file = (best_mb.point.format or "imagefolder").lower().startswith("imagefolder")
     # one open per image in an ImageFolder; shards hold many images per file, so their bytes bind
     images = files if per_file else mbps * 1e6 / bytes_per_image
-    return mbps, files, images, best_mb["_source"]
+    return mbps, files, images, best_mb.source
 
 
-def model_overlap(overlap: Sequence[dict]) -> Tuple[float, Optional[dict]]:
+def model_overlap(overlap: Sequence[Record]) -> Tuple[float, Optional[dict]]:
     """The hidden fraction h the scaling model uses, and the overlap record it comes from.
 
     The newest sweep (by record time) wins; inside it, the record measured with DDP's default
@@ -111,20 +112,20 @@ def model_overlap(overlap: Sequence[dict]) -> Tuple[float, Optional[dict]]:
     record's metrics (what overlap_bench records as hidden_fraction). Without an overlap record:
     (``NO_OVERLAP``, None), the conservative assumption that all communication is exposed.
     """
-    usable = [r for r in overlap if r["metrics"]["allreduce_alone_ms"] > 0]
+    usable = [r for r in overlap if r.metrics.allreduce_alone_ms > 0]
     if not usable:
         return scaling_model.NO_OVERLAP, None
-    sweep = sorted(newest_sweep(usable), key=lambda r: r["time"])
-    default = [r for r in sweep if r["point"].get("bucket_cap_mb", 0) * (1 << 20) == scaling_model.DDP_BUCKET_BYTES]
+    sweep = sorted(newest_sweep(usable), key=lambda r: r.time)
+    default = [r for r in sweep if (r.point.bucket_cap_mb or 0) * (1 << 20) == scaling_model.DDP_BUCKET_BYTES]
     rec = (default or sweep)[-1]
-    return scaling_model.hidden_fraction(rec["metrics"]["exposed_comm_ms"], rec["metrics"]["allreduce_alone_ms"]), rec
+    return scaling_model.hidden_fraction(rec.metrics.exposed_comm_ms, rec.metrics.allreduce_alone_ms), rec
 
 
-def measured(train: Sequence[dict], pipeline: Sequence[dict], overlap: Sequence[dict]) -> Measured:
+def measured(train: Sequence[Record], pipeline: Sequence[Record], overlap: Sequence[Record]) -> Measured:
     """What the records give the model: the hidden fraction (:func:`model_overlap`), the loaders' rates
     and the per-step times."""
     h, rec = model_overlap(overlap)
-    return Measured(h, rec["_source"] if rec else None, pipeline_rates(pipeline), step_samples(train))
+    return Measured(h, rec.source if rec else None, pipeline_rates(pipeline), step_samples(train))
 
 
 # ---------------------------------------------------------------- the published cases

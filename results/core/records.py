@@ -4,17 +4,15 @@ A record keeps the numbers next to everything needed to trust and rerun them: th
 parameters, the environment (:func:`imagenet.sysinfo.collect`), the command, and the units.
 Failed points are records too (``status: "failed"`` plus ``error``), so a sweep's gaps are visible.
 
-Each kind is typed: :class:`Record` holds the fields every record has, and :data:`METRICS` maps a
-kind to the TypedDict of the metrics its ok records must carry; :func:`validate` checks a record
-against both, so a field's name is written once. Reading is strict but forgiving: a line that is not
-JSON, or a record that fails :func:`validate`, is returned as a :class:`Problem` for the report to
-list, never silently dropped.
+Each kind is typed in :mod:`results.core.kinds` (a frozen dataclass for its point and its metrics);
+:func:`validate` checks a record's fields (:data:`FIELDS`) and its metrics against its kind's class,
+and the loaders return :class:`~results.core.kinds.Record` objects, so a field's name is written
+once. Reading is strict but forgiving: a line that is not JSON, or a record that fails
+:func:`validate`, is returned as a :class:`Problem` for the report to list, never silently dropped.
 
 This is the bottom layer of ``results/`` (see results/README.md): the paths every layer shares,
 record I/O and selection, and :func:`portable`, which keeps machine paths out of committed records.
 """
-# No ``from __future__ import annotations`` here: TypedDict finds NotRequired only in evaluated annotations.
-
 import datetime as _dt
 import json
 import logging
@@ -23,9 +21,10 @@ import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, NotRequired, Optional, Sequence, Tuple, TypedDict
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from imagenet.files import append_line
+from results.core.kinds import KINDS, Record, from_dict, numeric, required
 
 log = logging.getLogger(__name__)
 
@@ -38,128 +37,9 @@ RUNS_DIR = RESULTS_DIR / "runs"  # kept: run.json + TensorBoard events behind th
 STATUSES = ("ok", "failed")
 
 
-# ---------------------------------------------------------------- the record kinds, typed
-
-class Record(TypedDict):
-    """One line of a records file. ``point`` holds the point's parameters, ``metrics`` its kind's
-    metrics (the TypedDict of :data:`METRICS`); runners may add context (run_dir, command, notes, a
-    profile summary). The report adds ``_source`` (file:line) when it reads the record."""
-
-    schema: int
-    kind: str
-    status: str
-    sweep: str
-    time: str
-    point: dict
-    metrics: dict
-    environment: dict
-    error: NotRequired[Optional[str]]
-    units: NotRequired[Dict[str, str]]
-    host_load_1m: NotRequired[Optional[float]]
-
-
-# The metrics an "ok" record of each kind must carry, as numbers (more may be recorded: UNITS names them).
-
-class TrainMetrics(TypedDict):
-    images_per_s: float
-    images_per_s_per_process: float
-    step_time_ms: float
-    world_size: int
-
-
-class IoMetrics(TypedDict):
-    images_per_s: float
-    mb_per_s: float
-    elapsed_s: float
-    images: int
-
-
-class AllreduceMetrics(TypedDict):
-    bytes: int
-    time_us: float
-    algbw_gbps: float
-    busbw_gbps: float
-    world_size: int
-
-
-class OverlapMetrics(TypedDict):
-    step_time_ms: float
-    step_no_allreduce_ms: float
-    exposed_comm_ms: float
-    allreduce_alone_ms: float
-    world_size: int
-
-
-class PipelineMetrics(TypedDict):
-    """Also the shards_pipeline kind's: the same bench over shard files."""
-
-    images_per_cpu_s: float
-    images_per_s: float
-    cpu_ms_per_image: float
-    rounds: int
-
-
-class StorageMetrics(TypedDict):
-    mb_per_s: float
-    files_per_s: float
-    elapsed_s: float
-    bytes: int
-    files: int
-
-
-class DataOpensMetrics(TypedDict):
-    images: int
-    rchar: int
-    syscr: int
-
-
-class IndexMemoryMetrics(TypedDict):
-    rank_rss_bytes: int
-    worker_private_bytes: int
-    worker_pss_bytes: int
-    workers: int
-
-
-class RegionDecodeMetrics(TypedDict):
-    images_per_cpu_s: float
-    cpu_ms_per_image: float
-    rounds: int
-    ratio_per_core: float
-
-
-class PrepareMetrics(TypedDict):
-    images_per_s: float
-    mb_per_s: float
-    elapsed_s: float
-    images: int
-    read_mb_per_s: float
-
-
-class TimeToAccuracyMetrics(TypedDict):
-    target_top1: float
-    best_top1: float
-    wall_s: float
-    core_s: float
-    epochs: int
-    eval_every: int
-    # time_to_target_s (and epochs_/core_s_to_target): None when the target was not reached, so not typed here
-
-
-class FaultMetrics(TypedDict):
-    survived: int
-    steps_trained_twice: int
-    checkpoints_lost: int
-    detect_s: NotRequired[float]  # absent when not timed
-
-
-# A new kind: its metrics TypedDict above, one entry here, a runner that records it, a report section.
-METRICS: Dict[str, type] = {
-    "train": TrainMetrics, "io": IoMetrics, "allreduce": AllreduceMetrics, "overlap": OverlapMetrics,
-    "pipeline": PipelineMetrics, "storage": StorageMetrics, "shards_pipeline": PipelineMetrics,
-    "data_opens": DataOpensMetrics, "index_memory": IndexMemoryMetrics, "fault": FaultMetrics,
-    "region_decode": RegionDecodeMetrics, "prepare": PrepareMetrics, "time_to_accuracy": TimeToAccuracyMetrics,
-    "tta_tuning": TimeToAccuracyMetrics,  # a recipe trial on the tuning split: never a benchmark run
-}
+# The kinds, their points and metrics are typed in results.core.kinds; the JSON fields every record has:
+FIELDS = ("schema", "kind", "status", "sweep", "time", "point", "metrics", "environment")
+METRICS: Dict[str, type] = {kind: metrics for kind, (_, metrics) in KINDS.items()}
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
 UNITS = {
@@ -219,8 +99,8 @@ def new_sweep_id(kind: str, tag: str) -> str:
 
 def make_record(kind: str, sweep: str, point: Dict[str, Any], metrics: Dict[str, Any],
                 environment: Dict[str, Any], status: str = "ok", error: Optional[str] = None,
-                **extra: Any) -> Record:
-    """Build a record dict; ``extra`` holds kind-specific context (run_dir, command, notes)."""
+                **extra: Any) -> dict:
+    """Build a record dict (the JSON line); ``extra`` holds kind-specific context (run_dir, command, notes)."""
     if kind not in METRICS or status not in STATUSES:
         raise ValueError(f"bad record kind/status {kind!r}/{status!r}")
     rec = {"schema": SCHEMA, "kind": kind, "status": status, "error": error, "sweep": sweep,
@@ -238,7 +118,7 @@ def _load() -> Optional[float]:
         return None
 
 
-def append(path: Path, record: Record) -> None:
+def append(path: Path, record: dict) -> None:
     """Append one record as one line, atomically (imagenet.files): a crash loses at most this point.
 
     The line is :func:`portable`: whatever a runner put in it, a committed record names no path of
@@ -254,10 +134,10 @@ class Sweep:
     def __init__(self, kind: str, tag: str, path: Path, environment: Dict[str, Any]) -> None:
         self.kind, self.path, self.environment = kind, path, environment
         self.id = new_sweep_id(kind, tag)
-        self.done: List[Record] = []
+        self.done: List[dict] = []
 
     def add(self, point: Dict[str, Any], metrics: Dict[str, Any], status: str = "ok", error: Optional[str] = None,
-            kind: Optional[str] = None, **extra: Any) -> Record:
+            kind: Optional[str] = None, **extra: Any) -> dict:
         """Record one point (of KIND where the sweep writes more than its own kind)."""
         record = make_record(kind or self.kind, self.id, point, metrics, self.environment, status, error, **extra)
         append(self.path, record)
@@ -267,10 +147,10 @@ class Sweep:
 
 def validate(rec: Any) -> Optional[str]:
     """None when ``rec`` is a usable record, else the reason it is not: the one check of a record's
-    fields against :class:`Record` and, for an ok record, of its metrics against its kind's TypedDict."""
+    fields against :data:`FIELDS` and, for an ok record, of its metrics against its kind's class."""
     if not isinstance(rec, dict):
         return "not a JSON object"
-    missing = sorted(Record.__required_keys__ - rec.keys(), key=list(Record.__annotations__).index)
+    missing = [k for k in FIELDS if k not in rec]
     if missing:
         return f"missing field(s) {', '.join(missing)}"
     if rec["schema"] != SCHEMA:
@@ -283,8 +163,8 @@ def validate(rec: Any) -> Optional[str]:
         return "point and metrics must be objects"
     if rec["status"] == "ok":
         typed = METRICS[rec["kind"]]
-        lacking = [m for m in typed.__annotations__
-                   if not _is_number(rec["metrics"].get(m)) and (m in typed.__required_keys__ or m in rec["metrics"])]
+        lacking = [m for m in numeric(typed) if not _is_number(rec["metrics"].get(m))
+                   and (m in required(typed) or m in rec["metrics"])]
         if lacking:
             return f"ok {rec['kind']} record lacks numeric metric(s) {', '.join(lacking)}"
     elif not rec.get("error"):
@@ -296,8 +176,8 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def read_lines(path: Path) -> Tuple[List[Record], List[Problem]]:
-    """Parse one JSONL file into (valid records, problems)."""
+def read_records(path: Path) -> Tuple[List[Record], List[Problem]]:
+    """Parse one JSONL file into (valid records, problems); each record knows its line (``source``)."""
     good, bad = [], []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -313,8 +193,14 @@ def read_lines(path: Path) -> Tuple[List[Record], List[Problem]]:
                 bad.append(Problem(str(path), lineno, reason))
             else:
                 rec["_source"] = f"{path.name}:{lineno}"
-                good.append(rec)
+                good.append(from_dict(rec))
     return good, bad
+
+
+def read_lines(path: Path) -> Tuple[List[dict], List[Problem]]:
+    """:func:`read_records`, each record as its JSON object plus ``_source`` (see :func:`load`)."""
+    good, bad = read_records(path)
+    return [r.raw for r in good], bad
 
 
 def record_files(paths: Iterable[Path]) -> List[Path]:
@@ -327,32 +213,45 @@ def record_files(paths: Iterable[Path]) -> List[Path]:
 
 def load_by_file(paths: Iterable[Path]) -> List[Tuple[Path, List[Record], List[Problem]]]:
     """Each records file's (path, records, unusable lines), in file order; an unusable line is logged once."""
-    loaded = [(f, *read_lines(f)) for f in record_files(paths)]
+    loaded = [(f, *read_records(f)) for f in record_files(paths)]
     for _, _, bad in loaded:
         for pr in bad:
             log.warning("skipping record %s:%d: %s", pr.source, pr.line, pr.reason)
     return loaded
 
 
-def load(paths: Iterable[Path]) -> Tuple[List[Record], List[Problem]]:
+def load_typed(paths: Iterable[Path]) -> Tuple[List[Record], List[Problem]]:
     """All records from files or directories (``*.jsonl`` inside), in file then line order."""
     loaded = load_by_file(paths)
     return [r for _, good, _ in loaded for r in good], [pr for _, _, bad in loaded for pr in bad]
 
 
+def load(paths: Iterable[Path]) -> Tuple[List[dict], List[Problem]]:
+    """:func:`load_typed`, each record as its JSON object plus ``_source``: the one way in for the code
+    that still reads records as dicts (the time-to-accuracy runner, tests of the runners)."""
+    good, bad = load_typed(paths)
+    return [r.raw for r in good], bad
+
+
 # ---------------------------------------------------------------- selection (shared by analysis and report)
 
-def by_kind(recs: Sequence[dict], kind: str, ok: bool = True) -> List[dict]:
-    return [r for r in recs if r["kind"] == kind and (r["status"] == "ok") == ok]
+def by_kind(recs: Sequence[Any], kind: str, ok: bool = True) -> List[Any]:
+    """The ok (or failed) records of KIND; RECS may be :class:`Record` objects or record dicts."""
+    return [r for r in recs if _field(r, "kind") == kind and (_field(r, "status") == "ok") == ok]
 
 
-def newest_sweep(items: Sequence[dict], record_of=lambda x: x) -> List[dict]:
+def newest_sweep(items: Sequence[Any], record_of=lambda x: x) -> List[Any]:
     """The items of the newest sweep among ITEMS: by record time (sweep ids start with their tag, so
     they sort by tag first), the sweep id breaking ties."""
     if not items:
         return []
-    newest = max(items, key=lambda x: (record_of(x)["time"], record_of(x)["sweep"]))
-    return [x for x in items if record_of(x)["sweep"] == record_of(newest)["sweep"]]
+    newest = max(items, key=lambda x: (record_of(x).time, record_of(x).sweep))
+    return [x for x in items if record_of(x).sweep == record_of(newest).sweep]
+
+
+def _field(rec: Any, name: str) -> Any:
+    """A shared field of a Record or of a record dict (the time-to-accuracy report still passes dicts)."""
+    return getattr(rec, name) if isinstance(rec, Record) else rec[name]
 
 
 # ---------------------------------------------------------------- no machine paths in records

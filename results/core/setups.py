@@ -82,6 +82,6 @@ SETUPS: Dict[str, Setup] = {
 CPU_SETUPS = ("baseline", "engine", "engine-bf16", LOG_QUIET_SETUP, LOG_EVERY_STEP_SETUP)
 
 
-def group_key(point: Dict[str, object]) -> Tuple:
-    """Points with the same key (and sweep) form one scaling series."""
-    return tuple(str(point.get(k)) for k in GROUP_KEYS)
+def group_key(point: object) -> Tuple:
+    """Points (a train point object) with the same key (and sweep) form one scaling series."""
+    return tuple(str(getattr(point, k, None)) for k in GROUP_KEYS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from results.analysis import comparisons
+from results.core.kinds import Record
 from results.report.common import REPO, fmt, md_table
 from results.report.curves import read_scalars
 
@@ -19,31 +20,31 @@ TOLERANCE = 1e-3  # relative, per step: fp16 rounding of the same arithmetic in 
 BACKENDS = ("native", "apex")
 
 
-def _flag(record: dict, name: str) -> Optional[str]:
-    args = list(record["point"].get("extra_args") or [])
+def _flag(record: Record, name: str) -> Optional[str]:
+    args = list(record.point.extra_args or [])
     return args[args.index(name) + 1] if name in args[:-1] else None
 
 
-def step_losses(record: dict) -> List[float]:
+def step_losses(record: Record) -> List[float]:
     """The per-step training loss a run logged to TensorBoard (empty when it kept no events)."""
-    if not record.get("run_dir"):
+    if not record.run_dir:
         return []
-    return [value for _, value in read_scalars(REPO / record["run_dir"], [STEP_LOSS]).get(STEP_LOSS, [])]
+    return [value for _, value in read_scalars(REPO / record.run_dir, [STEP_LOSS]).get(STEP_LOSS, [])]
 
 
-def _pairs(train: Sequence[dict]) -> Dict[Tuple[str, str], Dict[str, dict]]:
+def _pairs(train: Sequence[Record]) -> Dict[Tuple[str, str], Dict[str, dict]]:
     """(GPU, level) -> backend -> the newest seeded, deterministic run of that backend."""
     out: Dict[Tuple[str, str], Dict[str, dict]] = {}
-    for r in sorted(train, key=lambda r: r["time"]):
+    for r in sorted(train, key=lambda r: r.time):
         backend = _flag(r, "--amp-backend")
-        if (r["status"] == "ok" and comparisons.on_gpu(r) and backend in BACKENDS and _flag(r, "--seed") is not None
-                and "--deterministic" in (r["point"].get("extra_args") or [])):
-            key = (r["environment"].get("gpu_name") or "?", r["point"]["precision"])
+        if (r.status == "ok" and comparisons.on_gpu(r) and backend in BACKENDS and _flag(r, "--seed") is not None
+                and "--deterministic" in (r.point.extra_args or [])):
+            key = (r.environment.gpu_name or "?", r.point.precision)
             out.setdefault(key, {})[backend] = r
     return out
 
 
-def parity_section(train: Sequence[dict]) -> str:
+def parity_section(train: Sequence[Record]) -> str:
     rows = []
     for (gpu, level), runs in sorted(_pairs(train).items()):
         native, apex = runs.get("native"), runs.get("apex")
@@ -57,8 +58,8 @@ def parity_section(train: Sequence[dict]) -> str:
         same = sum(x == y for x, y in zip(a[:steps], b[:steps]))
         rows.append([gpu, level, steps, f"{same}/{steps}", f"{worst:.2e}", "yes" if worst <= TOLERANCE else "no",
                      f"{a[steps - 1]:.4f} / {b[steps - 1]:.4f}",
-                     f"{fmt(native['metrics']['images_per_s'])} / {fmt(apex['metrics']['images_per_s'])}",
-                     apex.get("note") or "-", f"{native['_source']}, {apex['_source']}"])
+                     f"{fmt(native.metrics.images_per_s)} / {fmt(apex.metrics.images_per_s)}",
+                     apex.note or "-", f"{native.source}, {apex.source}"])
     if not rows:
         return ""
     return ("## Apex AMP against native AMP\n\n"

@@ -24,6 +24,7 @@ from results.analysis.cluster_model import predict_cluster
 from results.analysis.efficiency import efficiencies
 from results.analysis.spread import Point, aggregate
 from results.core import records
+from results.core.kinds import Record
 from results.core.records import by_kind
 from results.report import data_scale, faults, figures, predicted_tta
 from results.core.setups import IMAGENET_TRAIN_IMAGES
@@ -37,37 +38,37 @@ EPOCHS = 90  # the seed's (and HAL's published) time-to-train: 90 ImageNet epoch
 
 # ---------------------------------------------------------------- series
 
-def hardware(record: dict) -> str:
+def hardware(record: Record) -> str:
     """What one process ran on: the GPU model, or the CPU model for CPU-only points."""
-    e = record["environment"]
-    if e.get("gpu_count") and e.get("gpu_name"):
-        return str(e["gpu_name"])
-    return f"CPU: {e.get('cpu_model') or 'unknown'}"
+    e = record.environment
+    if e.gpu_count and e.gpu_name:
+        return str(e.gpu_name)
+    return f"CPU: {e.cpu_model or 'unknown'}"
 
 
-def series_name(record: dict) -> str:
+def series_name(record: Record) -> str:
     """A configuration, as a reader names it: setup or variant, model, precision, batch, data, launcher."""
-    p, m = record["point"], record["metrics"]
-    name = p.get("setup") or p["variant"]
-    prec = m.get("precision_label") or p.get("precision")
-    data = data_label(p["data"]) + ("" if p["data"] == "dummy" else f" ({p.get('workers', 0)} loader workers)")
-    launcher = f", SLURM {p.get('procs_per_node', 1)} proc/node" if record.get("runner") == "slurm" else ""
-    return (f"{name}: {p['arch']} {p['image_size']}px {prec}, batch {p['batch_size']}/GPU, {data}{launcher}"
+    p, m = record.point, record.metrics
+    name = p.setup or p.variant
+    prec = m.precision_label or p.precision
+    data = data_label(p.data) + ("" if p.data == "dummy" else f" ({p.workers or 0} loader workers)")
+    launcher = f", SLURM {p.procs_per_node or 1} proc/node" if record.runner == "slurm" else ""
+    return (f"{name}: {p.arch} {p.image_size}px {prec}, batch {p.batch_size}/GPU, {data}{launcher}"
             f"{recipe_label(p)}")
 
 
-def train_series(train: Sequence[dict]) -> Dict[Tuple[str, str], List[Point]]:
+def train_series(train: Sequence[Record]) -> Dict[Tuple[str, str], List[Point]]:
     """(hardware, name) -> images/s per world size, repeats folded; profiled runs are no speeds."""
     groups: Dict[Tuple[str, str], List[dict]] = {}
     for r in train:
         if not comparisons.profiled(r):
             groups.setdefault((hardware(r), series_name(r)), []).append(r)
-    return {k: aggregate(v, lambda r: r["metrics"]["world_size"], lambda r: r["metrics"]["images_per_s"])
+    return {k: aggregate(v, lambda r: r.metrics.world_size, lambda r: r.metrics.images_per_s)
             for k, v in sorted(groups.items())}
 
 
 def _ids(pt: Point) -> str:
-    return ", ".join(r["_source"] for r in pt.records)
+    return ", ".join(r.source for r in pt.records)
 
 
 def _std(pt: Point) -> Optional[float]:
@@ -113,7 +114,7 @@ def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path
     rows, trows = [], []
     for (hw, name), pts in scaling.items():
         for p, e in zip(pts, efficiency(pts)):
-            nodes = p.records[0]["metrics"].get("nodes")
+            nodes = p.records[0].metrics.nodes
             rows.append([name, hw, int(p.x), nodes, p.n, p.mean, _std(p), p.mean / p.x, pct(e), _ids(p)])
             trows.append([name, int(p.x), IMAGENET_TRAIN_IMAGES / p.mean / 3600,
                           EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600, _ids(p)])
@@ -157,8 +158,8 @@ def _configurations_section(series: Dict[Tuple[str, str], List[Point]], fig_dir:
             "profiled runs are left out (the profiler slows them).\n\n" + _config_table(dict(items)))
 
 
-def curves_section(train: Sequence[dict], fig_dir: Path) -> str:
-    runs = [t for t in curve_runs([r for r in train if (r["point"].get("epochs") or 1) > 1], []) if t[2]]
+def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
+    runs = [t for t in curve_runs([r for r in train if (r.point.epochs or 1) > 1], []) if t[2]]
     if not runs:
         return ""
     panels = []
@@ -179,33 +180,33 @@ def curves_section(train: Sequence[dict], fig_dir: Path) -> str:
     for label, r, c in runs:
         val = {tag: dict(c.get(tag, [])) for tag, _ in CURVES.values()}
         for e in sorted({s for v in val.values() for s in v}):
-            rows.append([label, e] + [val[tag].get(e) for tag, _ in CURVES.values()] + [r["_source"]])
+            rows.append([label, e] + [val[tag].get(e) for tag, _ in CURVES.values()] + [r.source])
     return ("## Learning curves\n\n![learning curves](learning_curves.png)\n\nRuns that trained more than one "
             "epoch, one curve per run.\n\n"
             + md_table(["run", "epoch", "train top-1 (%)", "val top-1 (%)", "train top-5 (%)", "val top-5 (%)",
                         "record"], rows))
 
 
-def _group(recs: Sequence[dict], name_of) -> Dict[str, List[dict]]:
+def _group(recs: Sequence[Record], name_of) -> Dict[str, List[dict]]:
     """Records by series name (NAME_OF applied to each point)."""
     groups: Dict[str, List[dict]] = {}
     for r in recs:
-        groups.setdefault(name_of(r["point"]), []).append(r)
+        groups.setdefault(name_of(r.point), []).append(r)
     return groups
 
 
-def storage_section(storage: Sequence[dict], fig_dir: Path) -> str:
+def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
     if not storage:
         return ""
-    groups = _group(storage, lambda p: f"{p['format']}, cache {p.get('cache', 'as-is')}")  # a series per format
-    readers = sorted({r["point"]["readers_per_node"] for r in storage})
+    groups = _group(storage, lambda p: f"{p.format}, cache {p.cache or 'as-is'}")  # a series per format
+    readers = sorted({r.point.readers_per_node for r in storage})
     panels = []
     for metric, what in (("mb_per_s", "MB/s"), ("files_per_s", "files/s")):
         for k in readers:
             s = []
             for i, (name, rs) in enumerate(sorted(groups.items())):
-                pts = aggregate([r for r in rs if r["point"]["readers_per_node"] == k], lambda r: r["point"]["nodes"],
-                                lambda r, metric=metric: r["metrics"][metric])
+                pts = aggregate([r for r in rs if r.point.readers_per_node == k], lambda r: r.point.nodes,
+                                lambda r, metric=metric: getattr(r.metrics, metric))
                 s.append({"label": name, "x": [p.x for p in pts], "y": [p.mean for p in pts],
                           "err": [p.std for p in pts], "color": figures.palette(i)})
             panels.append({"title": f"{what}, {k} reader(s) per node", "xlabel": "nodes",
@@ -215,14 +216,14 @@ def storage_section(storage: Sequence[dict], fig_dir: Path) -> str:
     rows = []
     for name, rs in sorted(groups.items()):
         for k in readers:
-            mine = [r for r in rs if r["point"]["readers_per_node"] == k]
-            files = {p.x: p for p in aggregate(mine, lambda r: r["point"]["nodes"],
-                                               lambda r: r["metrics"]["files_per_s"])}
-            for p in aggregate(mine, lambda r: r["point"]["nodes"], lambda r: r["metrics"]["mb_per_s"]):
+            mine = [r for r in rs if r.point.readers_per_node == k]
+            files = {p.x: p for p in aggregate(mine, lambda r: r.point.nodes,
+                                               lambda r: r.metrics.files_per_s)}
+            for p in aggregate(mine, lambda r: r.point.nodes, lambda r: r.metrics.mb_per_s):
                 f = files[p.x]
                 rows.append([name, k, int(p.x), p.n, p.mean, _std(p), p.mean / p.x, f.mean, _std(f),
-                             p.records[0]["metrics"]["bytes_per_file"], _ids(p)])
-    notes = "".join(f"- {n}\n" for n in sorted({r.get("note") for r in storage if r.get("note")}))
+                             p.records[0].metrics.bytes_per_file, _ids(p)])
+    notes = "".join(f"- {n}\n" for n in sorted({r.note for r in storage if r.note}))
     return ("## I/O from the nodes\n\n![IO](IO.png)\n\nOne SLURM job per point: every reader reads its share of "
             "the data set's files whole; MB/s and files/s are over all nodes (bytes / (last reader's end - first "
             "reader's start)). Cache evict: each reader dropped a file's cached pages before reading it; as-is: "
@@ -231,19 +232,19 @@ def storage_section(storage: Sequence[dict], fig_dir: Path) -> str:
                                "std", "bytes/file", "records"], rows))
 
 
-def loader_section(io: Sequence[dict], fig_dir: Path) -> str:
+def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
     if not io:
         return ""
-    groups = _group(io, lambda p: f"{p['backend']}, {p['cache']} cache")
+    groups = _group(io, lambda p: f"{p.backend}, {p.cache} cache")
     panels = []
-    for key, xlabel, pick in (("workers", "DataLoader workers (one reader)", lambda r: r["point"]["readers"] == 1),
-                              ("readers", "reader processes on one node", lambda r: r["point"]["readers"] > 1
-                               or r["point"]["workers"] == 0)):
+    for key, xlabel, pick in (("workers", "DataLoader workers (one reader)", lambda r: r.point.readers == 1),
+                              ("readers", "reader processes on one node", lambda r: r.point.readers > 1
+                               or r.point.workers == 0)):
         for metric, ylabel in (("images_per_s", "images (files)/s"), ("mb_per_s", "MB/s of file bytes")):
             s = []
             for i, (name, rs) in enumerate(sorted(groups.items())):
-                pts = aggregate([r for r in rs if pick(r)], lambda r, key=key: r["point"][key],
-                                lambda r, metric=metric: r["metrics"][metric])
+                pts = aggregate([r for r in rs if pick(r)], lambda r, key=key: getattr(r.point, key),
+                                lambda r, metric=metric: getattr(r.metrics, metric))
                 if len(pts) > 1:
                     s.append({"label": name, "x": [p.x for p in pts], "y": [p.mean for p in pts],
                               "err": [p.std for p in pts], "color": figures.palette(i // 2),
@@ -255,10 +256,10 @@ def loader_section(io: Sequence[dict], fig_dir: Path) -> str:
         figures.report_panels(fig_dir / "IO_loader.png", panels, "Data loading on one node, no model "
                               "(decode + augment to the image size)", ncols=2,
                               shared_legend=len({tuple(s["label"] for s in p["series"]) for p in panels}) == 1)
-    rows = [[name, r["point"]["workers"], r["point"]["readers"], r["metrics"]["images_per_s"], r["metrics"]["mb_per_s"],
-             r["metrics"].get("images_per_cpu_s"), r["_source"]]
+    rows = [[name, r.point.workers, r.point.readers, r.metrics.images_per_s, r.metrics.mb_per_s,
+             r.metrics.images_per_cpu_s, r.source]
             for name, rs in sorted(groups.items())
-            for r in sorted(rs, key=lambda r: (r["point"]["readers"], r["point"]["workers"]))]
+            for r in sorted(rs, key=lambda r: (r.point.readers, r.point.workers))]
     fig = "![IO loader](IO_loader.png)\n\n" if panels else ""
     return ("## Data loading on one node\n\n" + fig + "Images/s and MB/s of JPEG bytes that the loader delivered, "
             "against its worker processes and against concurrent readers.\n\n"
@@ -266,26 +267,26 @@ def loader_section(io: Sequence[dict], fig_dir: Path) -> str:
                        rows))
 
 
-def pipeline_section(steady: Sequence[dict], fig_dir: Path) -> str:
-    ratios = [r for r in steady if r["point"]["backend"] != "baseline" and r["metrics"].get("ratio_per_core")]
+def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
+    ratios = [r for r in steady if r.point.backend != "baseline" and r.metrics.ratio_per_core]
     if not ratios:
         return ""
-    groups = _group(ratios, lambda p: f"{p['backend']}, {p['split']}")
+    groups = _group(ratios, lambda p: f"{p.backend}, {p.split}")
     s = []
     for i, (name, rs) in enumerate(sorted(groups.items())):
-        rs = sorted(rs, key=lambda r: r["point"]["workers"])
-        y = [r["metrics"]["ratio_per_core"] for r in rs]
-        s.append({"label": name, "x": [r["point"]["workers"] for r in rs], "y": y, "color": figures.palette(i),
-                  "err_lo": [v - r["metrics"]["ratio_min"] for v, r in zip(y, rs)],
-                  "err_hi": [r["metrics"]["ratio_max"] - v for v, r in zip(y, rs)]})
+        rs = sorted(rs, key=lambda r: r.point.workers)
+        y = [r.metrics.ratio_per_core for r in rs]
+        s.append({"label": name, "x": [r.point.workers for r in rs], "y": y, "color": figures.palette(i),
+                  "err_lo": [v - r.metrics.ratio_min for v, r in zip(y, rs)],
+                  "err_hi": [r.metrics.ratio_max - v for v, r in zip(y, rs)]})
     figures.report_panels(fig_dir / "pipeline.png", [{"title": "images/s per core vs the baseline backend",
                                                       "xlabel": "DataLoader workers", "ylabel": "x the baseline",
                                                       "series": s, "ymin0": True}],
                           "Decode + augment, backends in lockstep rounds (median; bars: range over rounds)")
-    rows = [[name, r["point"]["workers"], r["metrics"]["rounds"], comparisons.times(r["metrics"]["ratio_per_core"]),
-             f"{comparisons.times(r['metrics']['ratio_min'])}-{comparisons.times(r['metrics']['ratio_max'])}",
-             r["metrics"]["images_per_cpu_s"], r["_source"]]
-            for name, rs in sorted(groups.items()) for r in sorted(rs, key=lambda r: r["point"]["workers"])]
+    rows = [[name, r.point.workers, r.metrics.rounds, comparisons.times(r.metrics.ratio_per_core),
+             f"{comparisons.times(r.metrics.ratio_min)}-{comparisons.times(r.metrics.ratio_max)}",
+             r.metrics.images_per_cpu_s, r.source]
+            for name, rs in sorted(groups.items()) for r in sorted(rs, key=lambda r: r.point.workers)]
     return ("## Data pipeline per core\n\n![pipeline](pipeline.png)\n\n"
             + md_table(["backend, split", "workers", "rounds", "per core vs baseline (median)", "range",
                         "images/s per core", "record"], rows))
@@ -349,17 +350,16 @@ def _unit(hw: str) -> str:
     return "process(es)" if hw.startswith("CPU") else "GPU(s)"
 
 
-def headline(recs: Sequence[dict], series, binding: Optional[str]) -> Dict[str, object]:
+def headline(recs: Sequence[Record], series, binding: Optional[str]) -> Dict[str, object]:
     """What the summary paragraph (and RESULTS.md's table of clusters) says about one tag."""
-    ok = [r for r in recs if r["status"] == "ok"]
+    ok = [r for r in recs if r.status == "ok"]
     out: Dict[str, object] = {
-        "records": len(recs), "ok": len(ok), "kinds": sorted({r["kind"] for r in ok}),
+        "records": len(recs), "ok": len(ok), "kinds": sorted({r.kind for r in ok}),
         "hardware": " / ".join(sorted({hardware(r) for r in ok})) or "unknown hardware",
-        "nodes": max((r["metrics"].get("nodes") or r["point"].get("nodes") or 1 for r in ok), default=1),
-        "cores": "/".join(sorted({str(r["environment"]["cpu_count"]) for r in ok
-                                  if r["environment"].get("cpu_count")})),
+        "nodes": max((r.nodes for r in ok), default=1),
+        "cores": "/".join(sorted({str(r.environment.cpu_count) for r in ok if r.environment.cpu_count})),
         "best": None, "efficiency": None, "binding": binding,
-        "notes": sorted({r["note"] for r in ok if r.get("note")})}
+        "notes": sorted({r.note for r in ok if r.note})}
     best = max(((k, p) for k, pts in series.items() for p in pts), key=lambda kp: kp[1].mean, default=None)
     if best:
         (hw, name), p = best
@@ -397,18 +397,22 @@ DRAWN = ("train", "storage", "io", "pipeline", "allreduce", "overlap", "shards_p
          "fault", "time_to_accuracy")  # the kinds the sections above (or RESULTS.md's sections they reuse) present
 
 
-def other_section(recs: Sequence[dict]) -> str:
+def other_section(recs: Sequence[Record]) -> str:
     """Records of kinds no section draws: their points and numeric metrics, as recorded."""
-    rows = [[r["kind"], ", ".join(f"{k}={fmt(v)}" for k, v in sorted(r["point"].items()) if v not in (None, [], "")),
-             ", ".join(f"{k}={fmt(v)}" for k, v in sorted(r["metrics"].items()) if isinstance(v, (int, float))),
-             r["_source"]] for r in recs if r["status"] == "ok" and r["kind"] not in DRAWN]
+    rows = [[r.kind, _as_recorded(r.recorded("point"), lambda v: v not in (None, [], "")),
+             _as_recorded(r.recorded("metrics"), lambda v: isinstance(v, (int, float))), r.source]
+            for r in recs if r.ok and r.kind not in DRAWN]
     return "" if not rows else ("## Other records\n\nKinds this report has no figure for, as recorded (RESULTS.md "
                                 "has their sections):\n\n" + md_table(["kind", "point", "metrics", "record"], rows))
 
 
-def failed_section(recs: Sequence[dict]) -> str:
-    failed = [[r["kind"], r["sweep"], (r.get("error") or "").splitlines()[-1][:160] if r.get("error") else "-",
-               r["_source"]] for r in recs if r["status"] != "ok"]
+def _as_recorded(values: Dict[str, object], shown) -> str:
+    return ", ".join(f"{k}={fmt(v)}" for k, v in sorted(values.items()) if shown(v))
+
+
+def failed_section(recs: Sequence[Record]) -> str:
+    failed = [[r.kind, r.sweep, (r.error or "").splitlines()[-1][:160] if r.error else "-",
+               r.source] for r in recs if r.status != "ok"]
     if not failed:
         return ""
     return "## Failed points\n\n" + md_table(["kind", "sweep", "why (last line)", "record"], failed)
@@ -417,14 +421,14 @@ def failed_section(recs: Sequence[dict]) -> str:
 ENV_KEYS = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "torch", "torchvision", "cuda", "nccl", "python")
 
 
-def environments(recs: Sequence[dict]) -> str:
+def environments(recs: Sequence[Record]) -> str:
     """The distinct software and hardware (hosts, jobs and commits vary per record and are not repeated)."""
-    envs: Dict[tuple, List[dict]] = {}
+    envs: Dict[tuple, List[Record]] = {}
     for r in recs:
-        envs.setdefault(tuple(str(r["environment"].get(k)) for k in ENV_KEYS), []).append(r)
-    rows = [[*(fmt(rs[0]["environment"].get(k)) for k in ENV_KEYS), len(rs),
-             ", ".join(sorted({str(r["environment"].get("git_commit"))[:12] for r in rs}))] for rs in envs.values()]
-    notes = sorted({r["note"] for r in recs if r.get("note")})
+        envs.setdefault(tuple(str(getattr(r.environment, k)) for k in ENV_KEYS), []).append(r)
+    rows = [[*(fmt(getattr(rs[0].environment, k)) for k in ENV_KEYS), len(rs),
+             ", ".join(sorted({str(r.environment.git_commit)[:12] for r in rs}))] for rs in envs.values()]
+    notes = sorted({r.note for r in recs if r.note})
     return ("## Environment\n\n" + md_table([*ENV_KEYS, "records", "commits"], rows)
             + ("\nNotes recorded with the points:\n\n" + "".join(f"- {n}\n" for n in notes) if notes else ""))
 
@@ -436,17 +440,18 @@ def build_tag(tag: str, records_file: Path, out_dir: Path,
     """Write ``out_dir/README.md`` and its figures from one records file (LOADED: its records and unusable
     lines, where the caller has read it already); returns the README's path and the headline (hardware,
     best throughput, efficiency at the largest scale, binding term)."""
-    recs, problems = loaded if loaded is not None else records.load([records_file])
+    recs, problems = loaded if loaded is not None else records.load_typed([records_file])
     train = by_kind(recs, "train")
     series = train_series(train)
     model, binding = model_section(series, by_kind(recs, "allreduce"), by_kind(recs, "overlap"),
                                    by_kind(recs, "storage"), out_dir)
-    shards = data_scale.section(recs) if any(r["kind"] in ("shards_pipeline", "data_opens", "index_memory")
+    shards = data_scale.section(recs) if any(r.kind in ("shards_pipeline", "data_opens", "index_memory")
                                                        for r in recs) else ""
     body = [throughput_section(series, out_dir), curves_section(train, out_dir),
             storage_section(by_kind(recs, "storage"), out_dir), loader_section(by_kind(recs, "io"), out_dir),
             pipeline_section(by_kind(recs, "pipeline"), out_dir), model,
-            predicted_tta.measured_section([predicted_tta.from_record(r) for r in by_kind(recs, "time_to_accuracy")]),
+            predicted_tta.measured_section([predicted_tta.from_record(r.raw)  # it reads the record as a dict
+                                            for r in by_kind(recs, "time_to_accuracy")]),
             shards, faults.section(recs),
             other_section(recs), failed_section(recs)]
     top = headline(recs, series, binding)

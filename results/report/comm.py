@@ -6,31 +6,32 @@ from typing import Dict, List, Sequence, Tuple
 
 from results.analysis import scaling_model
 from results.analysis.allreduce_fit import fit_alpha_beta
+from results.core.kinds import Record
 from results.report import figures
 from results.report.common import Environments, md_table
 
 
-def allreduce_groups(ar: Sequence[dict]) -> Dict[Tuple[str, str, int], List[dict]]:
+def allreduce_groups(ar: Sequence[Record]) -> Dict[Tuple[str, str, int], List[dict]]:
     groups: Dict[Tuple[str, str, int], List[dict]] = {}
     for r in ar:
-        groups.setdefault((r["sweep"], r["point"]["backend"], r["metrics"]["world_size"]), []).append(r)
-    return {k: sorted(v, key=lambda r: r["metrics"]["bytes"]) for k, v in sorted(groups.items())}
+        groups.setdefault((r.sweep, r.point.backend, r.metrics.world_size), []).append(r)
+    return {k: sorted(v, key=lambda r: r.metrics.bytes) for k, v in sorted(groups.items())}
 
 
-def allreduce_section(ar: Sequence[dict], env: Environments, fig_dir: Path) -> str:
+def allreduce_section(ar: Sequence[Record], env: Environments, fig_dir: Path) -> str:
     groups = allreduce_groups(ar)
     series, rows, fits = [], [], []
     for i, ((sweep, backend, n), rs) in enumerate(groups.items()):
         label = f"{backend}, {n} processes" + (f" [{sweep}]" if len(groups) > 1 else "")
-        xs = [r["metrics"]["bytes"] for r in rs]
-        series.append({"label": f"busbw, {label}", "x": xs, "y": [r["metrics"]["busbw_gbps"] for r in rs],
+        xs = [r.metrics.bytes for r in rs]
+        series.append({"label": f"busbw, {label}", "x": xs, "y": [r.metrics.busbw_gbps for r in rs],
                        "color": figures.palette(i)})
-        series.append({"label": f"algbw, {label}", "x": xs, "y": [r["metrics"]["algbw_gbps"] for r in rs],
+        series.append({"label": f"algbw, {label}", "x": xs, "y": [r.metrics.algbw_gbps for r in rs],
                        "color": figures.palette(i), "style": "x:"})
-        rows += [[label, r["metrics"]["bytes"], figures.size_label(r["metrics"]["bytes"]), r["metrics"]["time_us"],
-                  r["metrics"]["algbw_gbps"], r["metrics"]["busbw_gbps"], r["metrics"].get("iters"), env.id(r),
-                  r["_source"]] for r in rs]
-        fit = fit_alpha_beta([r["metrics"] for r in rs])
+        rows += [[label, r.metrics.bytes, figures.size_label(r.metrics.bytes), r.metrics.time_us,
+                  r.metrics.algbw_gbps, r.metrics.busbw_gbps, r.metrics.iters, env.id(r),
+                  r.source] for r in rs]
+        fit = fit_alpha_beta([r.metrics for r in rs])
         if fit:
             fits.append([label, fit["alpha_s"] * 1e6, scaling_model.hop_latency(fit["alpha_s"], n) * 1e6,
                          fit["busbw_bytes_per_s"] / 1e9])
@@ -44,15 +45,15 @@ def allreduce_section(ar: Sequence[dict], env: Environments, fig_dir: Path) -> s
             + md_table(["series", "small-message time (us)", "per-hop latency (us)", "fitted busbw (GB/s)"], fits))
 
 
-def overlap_section(recs: Sequence[dict], env: Environments) -> str:
+def overlap_section(recs: Sequence[Record], env: Environments) -> str:
     """Exposed all-reduce per DDP step (results/runners/overlap_bench.py), one row per record."""
     rows = []
-    for r in sorted(recs, key=lambda r: (r["sweep"], r["point"]["world_size"], r["point"]["bucket_cap_mb"])):
-        p, m = r["point"], r["metrics"]
-        rows.append([p["arch"], p["image_size"], p["batch_size"], p["world_size"], p["bucket_cap_mb"],
-                     figures.size_label(m["grad_bytes"]), m["step_time_ms"], m["step_no_allreduce_ms"],
-                     m["exposed_comm_ms"], m["allreduce_alone_ms"], f"{100 * m['hidden_fraction']:.0f}%",
-                     r.get("host_load_1m"), env.id(r), r["_source"]])
+    for r in sorted(recs, key=lambda r: (r.sweep, r.point.world_size, r.point.bucket_cap_mb)):
+        p, m = r.point, r.metrics
+        rows.append([p.arch, p.image_size, p.batch_size, p.world_size, p.bucket_cap_mb,
+                     figures.size_label(m.grad_bytes), m.step_time_ms, m.step_no_allreduce_ms,
+                     m.exposed_comm_ms, m.allreduce_alone_ms, f"{100 * m.hidden_fraction:.0f}%",
+                     r.host_load_1m, env.id(r), r.source])
     if not rows:
         return "## DDP communication overlap\n\nNo overlap records yet: `python -m results.bench overlap`.\n"
     return ("## DDP communication overlap\n\nEach rank times the same DDP step with the gradient all-reduce "

@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from imagenet.recipes import named_in
 from results.core import records
+from results.core.kinds import Record, TrainPoint
 from results.core.setups import GROUP_KEYS
 
 RESULTS = records.RESULTS_DIR
@@ -58,8 +59,8 @@ class Environments:
         self.ids: Dict[str, str] = {}
         self.envs: Dict[str, dict] = {}
 
-    def id(self, rec: dict) -> str:
-        env = {k: rec["environment"].get(k) for k in ENV_COLUMNS}
+    def id(self, rec: Record) -> str:
+        env = {k: getattr(rec.environment, k) for k in ENV_COLUMNS}
         key = hashlib.sha1(json.dumps(env, sort_keys=True, default=str).encode()).hexdigest()
         if key not in self.ids:
             self.ids[key] = f"E{len(self.ids) + 1}"
@@ -85,35 +86,35 @@ def data_label(data: object) -> str:
     return "synthetic" if data == "dummy" else Path(str(data)).name
 
 
-def recipe_label(point: dict) -> str:
+def recipe_label(point: TrainPoint) -> str:
     """', recipe NAME' for a point trained with --recipe NAME among its extra flags; '' otherwise."""
-    name = named_in(list(point.get("extra_args") or ()))
+    name = named_in(list(point.extra_args or ()))
     return f", recipe {name}" if name else ""
 
 
-def train_group_label(record: dict, multi_sweep: bool) -> str:
-    p = record["point"]
-    prec = record["metrics"].get("precision_label") or p.get("precision")
-    label = f"{p['variant']} {p['arch']} {prec} b{p['batch_size']}/proc, {data_label(p['data'])}{recipe_label(p)}"
-    if p.get("setup"):
-        label = f"{p['setup']}: {label}"
-    if record.get("runner") == "slurm":
-        label += f", SLURM {p.get('procs_per_node', 1)} proc/node"
-    return f"{label} [{record['sweep']}]" if multi_sweep else label
+def train_group_label(record: Record, multi_sweep: bool) -> str:
+    p = record.point
+    prec = record.metrics.precision_label or p.precision
+    label = f"{p.variant} {p.arch} {prec} b{p.batch_size}/proc, {data_label(p.data)}{recipe_label(p)}"
+    if p.setup:
+        label = f"{p.setup}: {label}"
+    if record.runner == "slurm":
+        label += f", SLURM {p.procs_per_node or 1} proc/node"
+    return f"{label} [{record.sweep}]" if multi_sweep else label
 
 
-def plain_local(record: dict) -> bool:
+def plain_local(record: Record) -> bool:
     """A local sweep point that is not a --setups comparison (learning curves, the scaling model)."""
-    return not record["point"].get("setup") and record.get("runner", "local") == "local"
+    return not record.point.setup and record.local
 
 
-def train_groups(train: Sequence[dict]) -> Dict[str, List[dict]]:
+def train_groups(train: Sequence[Record]) -> Dict[str, List[dict]]:
     """Series of one sweep and one setting, sorted by world size."""
-    multi = len({r["sweep"] for r in train}) > len({tuple(r["point"].get(k) for k in GROUP_KEYS) for r in train})
+    multi = len({r.sweep for r in train}) > len({r.point_values(GROUP_KEYS) for r in train})
     groups: Dict[str, List[dict]] = {}
     for r in train:
         groups.setdefault(train_group_label(r, multi), []).append(r)
-    return {k: sorted(v, key=lambda r: r["metrics"]["world_size"]) for k, v in sorted(groups.items())}
+    return {k: sorted(v, key=lambda r: r.metrics.world_size) for k, v in sorted(groups.items())}
 
 
 def mib(value: Optional[float]) -> Optional[float]:

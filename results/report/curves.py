@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 from results.core import records
+from results.core.kinds import Record
 from results.report import figures
 from results.report.common import REPO, Environments, data_label, md_table, plain_local
 
@@ -31,23 +32,23 @@ def read_curves(run_dir: Path) -> Dict[str, List[Tuple[int, float]]]:
     return read_scalars(run_dir, [tag for tag, _ in CURVES.values()])
 
 
-def curve_runs(train: Sequence[dict], problems: List[records.Problem]) -> List[Tuple[str, dict, dict]]:
+def curve_runs(train: Sequence[Record], problems: List[records.Problem]) -> List[Tuple[str, dict, dict]]:
     """(label, record, curves) for runs with kept events; real-data runs when any exist."""
-    with_dir = [r for r in train if r.get("run_dir") and plain_local(r)]
-    real = [r for r in with_dir if r["point"].get("data") != "dummy"]
+    with_dir = [r for r in train if r.run_dir and plain_local(r)]
+    real = [r for r in with_dir if r.point.data != "dummy"]
     out = []
     for r in (real or with_dir):
-        d = REPO / r["run_dir"]
+        d = REPO / r.run_dir
         c = read_curves(d) if d.is_dir() else {}
         if not c:
-            problems.append(records.Problem(r["_source"], 0, f"learning curves: no TensorBoard events in {d}"))
+            problems.append(records.Problem(r.source, 0, f"learning curves: no TensorBoard events in {d}"))
             continue
-        label = f"{r['metrics']['world_size']} process(es), {data_label(r['point']['data'])}"
+        label = f"{r.metrics.world_size} process(es), {data_label(r.point.data)}"
         out.append((label, r, c))
-    return sorted(out, key=lambda t: (t[1]["point"].get("data") != "dummy", t[1]["metrics"]["world_size"]))
+    return sorted(out, key=lambda t: (t[1].point.data != "dummy", t[1].metrics.world_size))
 
 
-def curves_section(train: Sequence[dict], env: Environments, fig_dir: Path, problems: List) -> str:
+def curves_section(train: Sequence[Record], env: Environments, fig_dir: Path, problems: List) -> str:
     runs = curve_runs(train, problems)
     for name, (tag, ylabel) in CURVES.items():
         series = [{"label": label, "x": [s for s, _ in c.get(tag, [])], "y": [v for _, v in c.get(tag, [])],
@@ -59,7 +60,7 @@ def curves_section(train: Sequence[dict], env: Environments, fig_dir: Path, prob
         epochs = sorted({s for tag, _ in CURVES.values() for s, _ in c.get(tag, [])})
         val = {tag: dict(c.get(tag, [])) for tag, _ in CURVES.values()}
         for e in epochs:
-            rows.append([label, e] + [val[tag].get(e) for tag, _ in CURVES.values()] + [env.id(r), r["run_dir"]])
+            rows.append([label, e] + [val[tag].get(e) for tag, _ in CURVES.values()] + [env.id(r), r.run_dir])
     figs = "\n".join(f"![{n}](figures/{n}.png)" for n in CURVES)
     return ("## Learning curves\n\n" + figs + "\n\nOne curve per process count (the quick preset trains a few "
             "epochs on the small generated demo set, so these show the pipeline, not ImageNet accuracy).\n\n"

@@ -4,22 +4,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
+from results.core.kinds import Record
 from results.report import figures
 from results.report.common import Environments, fmt, md_table
 
 
-def io_section(io: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) -> str:
+def io_section(io: Sequence[Record], pub: dict, env: Environments, fig_dir: Path) -> str:
     def series(sweep_key: str, metric: str) -> List[figures.Series]:
         groups: Dict[Tuple[str, str], List[dict]] = {}
         for r in io:
-            groups.setdefault((r["point"]["backend"], r["point"]["cache"]), []).append(r)
+            groups.setdefault((r.point.backend, r.point.cache), []).append(r)
         backends = sorted({b for b, _ in groups})
         out = []
         for (b, cache), rs in sorted(groups.items()):
             rs = _io_sweep(rs, sweep_key)
             if rs:
-                out.append({"label": f"{b}, {cache} cache", "x": [r["point"][sweep_key] for r in rs],
-                            "y": [r["metrics"][metric] for r in rs], "color": figures.palette(backends.index(b)),
+                out.append({"label": f"{b}, {cache} cache", "x": [getattr(r.point, sweep_key) for r in rs],
+                            "y": [getattr(r.metrics, metric) for r in rs], "color": figures.palette(backends.index(b)),
                             "style": "o-" if cache == "warm" else "s--"})
         return out
     panels = [
@@ -38,13 +39,13 @@ def io_section(io: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) 
         p["empty"] = "no io records"
     figures.grid(fig_dir / "IO.png", panels, "Data loading without a model (decode + augment to 224x224)")
     rows = []
-    for r in sorted(io, key=lambda r: (r["point"]["backend"], r["point"]["cache"], r["point"]["readers"],
-                                       r["point"]["workers"])):
-        p, m = r["point"], r["metrics"]
-        rows.append([p["backend"], p["cache"], p["workers"], p["readers"], m["images"], m["images_per_s"],
-                     m["mb_per_s"], m.get("files_per_s"), m.get("storage_mb_per_s"), m.get("syscr_per_s"),
-                     m.get("bytes_per_image"), m.get("first_batch_s"), m.get("cold_verified"),
-                     m.get("cache_method"), r.get("host_load_1m"), env.id(r), r["_source"]])
+    for r in sorted(io, key=lambda r: (r.point.backend, r.point.cache, r.point.readers,
+                                       r.point.workers)):
+        p, m = r.point, r.metrics
+        rows.append([p.backend, p.cache, p.workers, p.readers, m.images, m.images_per_s,
+                     m.mb_per_s, m.files_per_s, m.storage_mb_per_s, m.syscr_per_s,
+                     m.bytes_per_image, m.first_batch_s, m.cold_verified,
+                     m.cache_method, r.host_load_1m, env.id(r), r.source])
     hal = pub["hal_2020"]["io_64gpu"]
     feb = pub["hal_2020"]["runs"][0]
     implied = [[f"{g:.3g}", f"{g * 1e9 / feb['train_img_per_s'][-1] / 1e3:.0f}"] for g in hal["avg_read_GBps"]
@@ -63,15 +64,15 @@ def io_section(io: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) 
             + md_table(["avg read GB/s", "implied KB/image"], implied) + "\n")
 
 
-def _io_sweep(rs: Sequence[dict], key: str) -> List[dict]:
+def _io_sweep(rs: Sequence[Record], key: str) -> List[dict]:
     """Points of the workers sweep (one reader), or of the readers sweep (at its per-reader workers,
     the 1-reader point with the same workers included as its start)."""
     if key == "workers":
-        pts = [r for r in rs if r["point"]["readers"] == 1]
+        pts = [r for r in rs if r.point.readers == 1]
     else:
-        multi = [r for r in rs if r["point"]["readers"] > 1]
+        multi = [r for r in rs if r.point.readers > 1]
         if not multi:
             return []
-        w = multi[0]["point"]["workers"]
-        pts = [r for r in rs if r["point"]["workers"] == w]
-    return sorted(pts, key=lambda r: r["point"][key])
+        w = multi[0].point.workers
+        pts = [r for r in rs if r.point.workers == w]
+    return sorted(pts, key=lambda r: getattr(r.point, key))

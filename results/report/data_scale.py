@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from imagenet.data import DEFAULT_SHARD_MB
+from results.core.kinds import DataOpensMetrics, Record
 from results.core.records import by_kind, newest_sweep
 from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.report.common import md_table, mib
@@ -17,15 +18,15 @@ SHARD_MB = DEFAULT_SHARD_MB  # the converter's default --shard-size
 
 def pipeline_table(rows: Sequence[dict]) -> str:
     out = []
-    for r in sorted(rows, key=lambda r: (r["point"]["split"], r["point"]["workers"], r["point"]["variant"])):
-        m, p = r["metrics"], r["point"]
-        target = TARGETS.get(p["variant"]) if p["split"] == "train" else None
-        ratio = m.get("ratio_per_core")
-        out.append([p["variant"], p["split"], p["workers"], p["images"], m["rounds"], m["cpu_ms_per_image"],
-                    m["images_per_cpu_s"], f"{ratio:.2f}x" if ratio else "-",
-                    f"{m['ratio_min']:.2f}-{m['ratio_max']:.2f}" if m.get("ratio_min") else "-",
+    for r in sorted(rows, key=lambda r: (r.point.split, r.point.workers, r.point.variant)):
+        m, p = r.metrics, r.point
+        target = TARGETS.get(p.variant) if p.split == "train" else None
+        ratio = m.ratio_per_core
+        out.append([p.variant, p.split, p.workers, p.images, m.rounds, m.cpu_ms_per_image,
+                    m.images_per_cpu_s, f"{ratio:.2f}x" if ratio else "-",
+                    f"{m.ratio_min:.2f}-{m.ratio_max:.2f}" if m.ratio_min else "-",
                     "-" if target is None else f"{target:.0f}x: {'met' if ratio and ratio >= target else 'not met'}",
-                    r.get("host_load_1m"), r["_source"]])
+                    r.host_load_1m, r.source])
     return md_table(["variant (backend+source)", "split", "workers", "images", "rounds", "CPU ms/image",
                   "images/s per core", "ratio vs baseline on the folder (median of rounds)", "ratio range",
                   "target", "host load (1 min)", "record"], out)
@@ -34,41 +35,41 @@ def pipeline_table(rows: Sequence[dict]) -> str:
 def per_image_budget(rows: Sequence[dict]) -> str:
     """Where the CPU time per image goes for shards of the original bytes against the 2x goal, in the
     records' own numbers (the margin, or the shortfall and what it would have to come from)."""
-    train = {r["point"]["variant"]: r["metrics"] for r in rows
-             if r["point"]["split"] == "train" and r["point"]["workers"] == 0}
+    train = {r.point.variant: r.metrics for r in rows
+             if r.point.split == "train" and r.point.workers == 0}
     base, folder, shard = train.get("baseline"), train.get("fast+folder"), train.get("fast+shards")
     if not (base and folder and shard):
         return ""
-    goal = base["cpu_ms_per_image"] / TARGETS["fast+shards"]
-    gap = shard["cpu_ms_per_image"] - goal
+    goal = base.cpu_ms_per_image / TARGETS["fast+shards"]
+    gap = shard.cpu_ms_per_image - goal
     verdict = (f"2x the baseline needs {goal:.2f} ms or less: met with {-gap:.2f} ms to spare. " if gap <= 0 else
                f"2x the baseline needs {goal:.2f} ms, so {gap:.2f} ms more would have to come out of the JPEG "
                "decode itself. ")
-    return (f"\nTrain, workers 0: the baseline costs {base['cpu_ms_per_image']:.2f} CPU ms per image, `fast` on the "
-            f"folder {folder['cpu_ms_per_image']:.2f} ms and on shards {shard['cpu_ms_per_image']:.2f} ms: reading "
+    return (f"\nTrain, workers 0: the baseline costs {base.cpu_ms_per_image:.2f} CPU ms per image, `fast` on the "
+            f"folder {folder.cpu_ms_per_image:.2f} ms and on shards {shard.cpu_ms_per_image:.2f} ms: reading "
             f"from a shard instead of opening a file saves "
-            f"{folder['cpu_ms_per_image'] - shard['cpu_ms_per_image']:.2f} ms per image. {verdict}What is left is "
+            f"{folder.cpu_ms_per_image - shard.cpu_ms_per_image:.2f} ms per image. {verdict}What is left is "
             "mostly the entropy decoding of every row above the crop, which region decoding cannot skip; the "
             "re-encoded shards go further by storing fewer pixels.\n")
 
 
 def opens_table(rows: Sequence[dict]) -> str:
     out = []
-    for r in sorted(rows, key=lambda r: r["point"]["source"]):
-        m, p = r["metrics"], r["point"]
-        epochs = m.get("epochs", 1)  # records before the seeded multi-epoch run: one epoch
-        out.append([p["source"], p["workers"], epochs, m["images"], m.get("opens"), m.get("opening_processes"),
-                    m.get("max_opens_per_file"), m.get("dataset_opens"), m.get("shards"),
-                    m["rchar"] / 1e6 / epochs, m["syscr"], r["_source"]])
+    for r in sorted(rows, key=lambda r: r.point.source):
+        m, p = r.metrics, r.point
+        epochs = m.epochs or 1  # records before the seeded multi-epoch run: one epoch
+        out.append([p.source, p.workers, epochs, m.images, m.opens, m.opening_processes,
+                    m.max_opens_per_file, m.dataset_opens, m.shards,
+                    m.rchar / 1e6 / epochs, m.syscr, r.source])
     text = md_table(["source", "loader workers", "epochs", "images read (all epochs)",
                   "files opened under the data folder (strace, all processes)", "processes that opened one",
                   "most opens of one file by one process", "files opened (dataset counter, workers 0)",
                   "shard files", "MB read per epoch (rchar)", "read syscalls", "record"], out)
-    by = {r["point"]["source"]: r["metrics"] for r in rows}
+    by = {r.point.source: r.metrics for r in rows}
     folder, shards = by.get("folder"), by.get("shards")
-    if folder and shards and shards.get("opens") and folder.get("opens"):
-        text += f"\nHere: {folder['opens'] / shards['opens']:.0f}x fewer opens over the run for shards " \
-                f"({folder['opens']} vs {shards['opens']}).\n" + at_scale(folder, shards)
+    if folder and shards and shards.opens and folder.opens:
+        text += f"\nHere: {folder.opens / shards.opens:.0f}x fewer opens over the run for shards " \
+                f"({folder.opens} vs {shards.opens}).\n" + at_scale(folder, shards)
     return text
 
 
@@ -80,9 +81,9 @@ SCALE_NODES = (1, 2, 4, 8)  # 8 nodes = the seed's 64-GPU runs
 TARGET_FEWER = 1000         # goal: 1,000x fewer opens per epoch and node
 
 
-def at_scale(folder: dict, shards: dict) -> str:
+def at_scale(folder: DataOpensMetrics, shards: DataOpensMetrics) -> str:
     """Opens per epoch and node at ImageNet scale, from the measured image size and opens per process."""
-    mean = folder["rchar"] / folder["images"]
+    mean = folder.rchar / folder.images
     n_shards = -(-IMAGENET_TRAIN_IMAGES * mean // (SHARD_MB * 2**20))
     procs = SCALE_RANKS_PER_NODE * SCALE_WORKERS
     per_node_run = procs * n_shards + SCALE_RANKS_PER_NODE  # + each rank's one open of the index
@@ -96,7 +97,7 @@ def at_scale(folder: dict, shards: dict) -> str:
                      "met" if fewer >= TARGET_FEWER else "not met", round(needed_mb)])
     return (
         f"\nMeasured: a seeded run keeps its loader workers, and each process opened each shard at most "
-        f"{shards.get('max_opens_per_file')} time(s) over {shards.get('epochs', 1)} epochs (the column above); "
+        f"{shards.max_opens_per_file} time(s) over {shards.epochs or 1} epochs (the column above); "
         f"the folder opens one file per image read. At ImageNet scale, assumed: {IMAGENET_TRAIN_IMAGES} train "
         f"images of "
         f"{mean / 1e3:.0f} KB (the mean measured here) in {SHARD_MB} MB shards = {n_shards:.0f} shards; "
@@ -112,16 +113,16 @@ def at_scale(folder: dict, shards: dict) -> str:
 
 
 def memory_table(rows: Sequence[dict]) -> str:
-    out = [[r["point"]["index"], r["point"]["samples"], mib(r["metrics"].get("rank_index_bytes")),
-            mib(r["metrics"]["rank_rss_bytes"]), r["metrics"]["workers"], mib(r["metrics"]["worker_private_bytes"]),
-            mib(r["metrics"]["worker_pss_bytes"]), mib(r["metrics"].get("worker_rss_bytes")), r["_source"]]
-           for r in sorted(rows, key=lambda r: ["list", "folder", "shards"].index(r["point"]["index"]))]
+    out = [[r.point.index, r.point.samples, mib(r.metrics.rank_index_bytes),
+            mib(r.metrics.rank_rss_bytes), r.metrics.workers, mib(r.metrics.worker_private_bytes),
+            mib(r.metrics.worker_pss_bytes), mib(r.metrics.worker_rss_bytes), r.source]
+           for r in sorted(rows, key=lambda r: ["list", "folder", "shards"].index(r.point.index))]
     return md_table(["index", "samples", "rank: MiB for the index", "rank RSS MiB", "loader workers",
                   "per worker: private MiB (copy-on-write)", "per worker: PSS MiB", "per worker: RSS MiB",
                   "record"], out)
 
 
-def section(recs: Sequence[dict]) -> str:
+def section(recs: Sequence[Record]) -> str:
     pipe, opens, mem = (newest_sweep(by_kind(recs, k)) for k in ("shards_pipeline", "data_opens", "index_memory"))
     if not (pipe or opens or mem):
         return "## Data at scale: shards\n\n_(no records yet: run `python -m results.bench shards`)_\n"

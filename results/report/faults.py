@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from results.core.kinds import Record
 from results.report.common import md_table
 
 HEADERS = ("fault", "launcher", "nodes", "injected", "recovered without a user", "detect median (s)",
@@ -23,14 +24,14 @@ HEADERS = ("fault", "launcher", "nodes", "injected", "recovered without a user",
            "seconds lost (max)", "checkpoints lost", "records")
 
 
-def _newest_sweep(recs: Sequence[dict]) -> Dict[Tuple[str, str], List[dict]]:
+def _newest_sweep(recs: Sequence[Record]) -> Dict[Tuple[str, str], List[dict]]:
     """(fault, launcher) -> its records in the newest sweep, in the order they were measured."""
     if not recs:
         return {}
-    newest = sorted(recs, key=lambda r: r["time"])[-1]["sweep"]  # the last written on a tie
+    newest = sorted(recs, key=lambda r: r.time)[-1].sweep  # the last written on a tie
     out: Dict[Tuple[str, str], List[dict]] = {}
-    for r in sorted((r for r in recs if r["sweep"] == newest), key=lambda r: r["time"]):
-        out.setdefault((r["point"]["fault"], r["point"].get("launcher")), []).append(r)
+    for r in sorted((r for r in recs if r.sweep == newest), key=lambda r: r.time):
+        out.setdefault((r.point.fault, r.point.launcher), []).append(r)
     return out
 
 
@@ -38,36 +39,36 @@ def _seconds(values: List[float], pick) -> Optional[float]:
     return round(pick(values), 1) if values else None
 
 
-def _metric(group: Sequence[dict], name: str) -> List[float]:
-    return [r["metrics"][name] for r in group if r["metrics"].get(name) is not None]
+def _metric(group: Sequence[Record], name: str) -> List[float]:
+    return [getattr(r.metrics, name) for r in group if getattr(r.metrics, name) is not None]
 
 
-def _recovered(group: Sequence[dict]) -> Optional[str]:
+def _recovered(group: Sequence[Record]) -> Optional[str]:
     flags = _metric(group, "recovered")
     if not flags:
         return None
     return "yes" if all(flags) else "no" if not any(flags) else f"{sum(flags)} of {len(flags)}"
 
 
-def rows(recs: Sequence[dict]) -> List[list]:
+def rows(recs: Sequence[Record]) -> List[list]:
     out = []
-    for (fault, launcher), group in _newest_sweep([r for r in recs if r["status"] == "ok"]).items():
+    for (fault, launcher), group in _newest_sweep([r for r in recs if r.status == "ok"]).items():
         detect, again = _metric(group, "detect_s"), _metric(group, "recover_s")
         twice, lost_s = _metric(group, "steps_trained_twice"), _metric(group, "seconds_lost")
-        out.append([fault, launcher, group[0]["point"].get("nodes"), len(group), _recovered(group),
+        out.append([fault, launcher, group[0].point.nodes, len(group), _recovered(group),
                     _seconds(detect, statistics.median), _seconds(detect, max), _seconds(again, statistics.median),
                     _seconds(again, max), max(twice) if twice else None, _seconds(lost_s, max),
-                    sum(r["metrics"]["checkpoints_lost"] for r in group),
-                    ", ".join(r.get("_source", "?") for r in group)])
+                    sum(r.metrics.checkpoints_lost for r in group),
+                    ", ".join(r.source or "?" for r in group)])
     return out
 
 
-def section(recs: Sequence[dict]) -> str:
+def section(recs: Sequence[Record]) -> str:
     """The markdown section ("" when no fault was recorded)."""
-    faults = [r for r in recs if r["kind"] == "fault"]
+    faults = [r for r in recs if r.kind == "fault"]
     if not faults:
         return ""
-    failed = [r for r in faults if r["status"] != "ok"]
+    failed = [r for r in faults if r.status != "ok"]
     text = ("## Fault tolerance\n\nFaults injected into tiny real jobs on the SLURM test cluster by "
             "`python -m results.bench faults` (the scenarios of `slurm/localcluster/scenarios/faults.py` and "
             "`slurm/localcluster/scenarios/recovery.py`, one at a time on a local cluster of 4 network-namespace "
@@ -80,5 +81,5 @@ def section(recs: Sequence[dict]) -> str:
             + md_table(HEADERS, rows(faults)))
     if failed:
         text += f"\n{len(failed)} fault run(s) failed: " + "; ".join(
-            f"{r['point']['fault']}: {r['error']}" for r in failed) + "\n"
+            f"{r.point.fault}: {r.error}" for r in failed) + "\n"
     return text

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence
 
 from results.analysis import comparisons
+from results.core.kinds import Record
 from results.report.common import fmt, md_table, pct
 
 TARGET_IMAGES_PER_S, TARGET_SPEEDUP, TARGET_JPEG_FRACTION = 6000.0, 3.3, 0.95
@@ -18,40 +19,41 @@ TARGET_IMAGES_PER_S, TARGET_SPEEDUP, TARGET_JPEG_FRACTION = 6000.0, 3.3, 0.95
 JPEG_TARGETS = (("engine-fp16", 14, "fast (CPU decode)"), ("engine-fp16-device-decode", 4, "device (nvJPEG)"),
                 ("engine-fp16-dali", 4, "dali"))
 SYNTHETIC_REFERENCE = "engine-fp16"  # the same step with no loader: what the JPEG runs are compared with
+SAME = ("arch", "batch_size", "image_size")  # what a JPEG run and its synthetic reference share
 
 
 def _gib(value: Optional[float]) -> str:
     return "-" if not value else f"{value / 2 ** 30:.1f}"
 
 
-def _amp_synthetic(train: Sequence[dict]) -> List[dict]:
+def _amp_synthetic(train: Sequence[Record]) -> List[dict]:
     rows = [x for x in comparisons.step_rows(train) if comparisons.on_gpu(x["record"])
-            and x["record"]["point"]["precision"] != "O0" and x["record"]["point"]["data"] == "dummy"]
-    return sorted(rows, key=lambda x: x["record"]["time"])
+            and x["record"].point.precision != "O0" and x["record"].point.data == "dummy"]
+    return sorted(rows, key=lambda x: x["record"].time)
 
 
-def _synthetic_reference(train: Sequence[dict], record: dict) -> Optional[dict]:
+def _synthetic_reference(train: Sequence[Record], record: Record) -> Optional[dict]:
     """The fastest engine-fp16 synthetic record of the same GPU, model, batch and code as R."""
-    same = [s for s in train if s["status"] == "ok" and comparisons.on_gpu(s) and not comparisons.profiled(s)
-            and s["point"].get("setup") == SYNTHETIC_REFERENCE and s["point"]["data"] == "dummy"
-            and all(s["point"][k] == record["point"][k] for k in ("arch", "batch_size", "image_size"))
-            and s["environment"].get("gpu_name") == record["environment"].get("gpu_name")
-            and s["environment"].get("source_digest") == record["environment"].get("source_digest")]
-    return max(same, key=lambda s: s["metrics"]["images_per_s"], default=None)
+    same = [s for s in train if s.status == "ok" and comparisons.on_gpu(s) and not comparisons.profiled(s)
+            and s.point.setup == SYNTHETIC_REFERENCE and s.point.data == "dummy"
+            and s.point_values(SAME) == record.point_values(SAME)
+            and s.environment.gpu_name == record.environment.gpu_name
+            and s.environment.source_digest == record.environment.source_digest]
+    return max(same, key=lambda s: s.metrics.images_per_s, default=None)
 
 
-def targets_section(train: Sequence[dict]) -> str:
+def targets_section(train: Sequence[Record]) -> str:
     gpu = [r for r in train if comparisons.on_gpu(r) and not comparisons.profiled(r)]
     if not gpu:
         return ""
     amp = _amp_synthetic(train)
-    rows = [[x["record"]["point"]["setup"], x["record"]["point"]["batch_size"],
-             fmt(x["record"]["metrics"]["images_per_s"]),
-             comparisons.times(x["throughput_ratio"]), _gib(x["record"]["metrics"].get("peak_memory_bytes")),
-             x["record"]["metrics"]["images_per_s"] >= TARGET_IMAGES_PER_S,
-             bool(x["throughput_ratio"]) and x["throughput_ratio"] >= TARGET_SPEEDUP, x["record"]["_source"]]
+    rows = [[x["record"].point.setup, x["record"].point.batch_size,
+             fmt(x["record"].metrics.images_per_s),
+             comparisons.times(x["throughput_ratio"]), _gib(x["record"].metrics.peak_memory_bytes),
+             x["record"].metrics.images_per_s >= TARGET_IMAGES_PER_S,
+             bool(x["throughput_ratio"]) and x["throughput_ratio"] >= TARGET_SPEEDUP, x["record"].source]
             for x in amp]
-    best = max(amp, key=lambda x: x["record"]["metrics"]["images_per_s"], default=None)
+    best = max(amp, key=lambda x: x["record"].metrics.images_per_s, default=None)
     out = ("## One GPU: throughput targets\n\n"
            f"ResNet-50 with AMP on synthetic data: at least {TARGET_IMAGES_PER_S:g} images/s, and at least "
            f"{TARGET_SPEEDUP:g}x the plain fp32 loop (`baseline`) of the same sweep ('-': that sweep ran no "
@@ -59,43 +61,43 @@ def targets_section(train: Sequence[dict]) -> str:
            + md_table(["setup", "batch", "images/s", "vs baseline", "peak GiB", f">= {TARGET_IMAGES_PER_S:g}",
                        f">= {TARGET_SPEEDUP:g}x", "record"], rows))
     if best:
-        m = best["record"]["metrics"]
-        out += (f"\nFastest: `{best['record']['point']['setup']}` at batch {best['record']['point']['batch_size']}, "
-                f"{fmt(m['images_per_s'])} images/s ({pct(m['images_per_s'] / TARGET_IMAGES_PER_S)} of the target).\n")
+        m = best["record"].metrics
+        out += (f"\nFastest: `{best['record'].point.setup}` at batch {best['record'].point.batch_size}, "
+                f"{fmt(m.images_per_s)} images/s ({pct(m.images_per_s / TARGET_IMAGES_PER_S)} of the target).\n")
     out += ("\nOne GPU cannot hold two NCCL ranks, so how much of DDP's gradient all-reduce NCCL hides behind "
             "backward on GPUs is not measured here (the overlap section measures it with gloo on CPUs).\n")
     return out + _jpeg_table(train)
 
 
-def jpeg_rows(train: Sequence[dict]) -> List[dict]:
+def jpeg_rows(train: Sequence[Record]) -> List[dict]:
     """Each JPEG run of a loader the targets name, with its synthetic reference and fraction (None when
     it failed or has no reference); a loader never measured gives one row with record None."""
     rows = []
     for setup, workers, label in JPEG_TARGETS:
-        runs = [r for r in train if comparisons.on_gpu(r) and r["point"].get("setup") == setup
-                and r["point"]["data"] != "dummy" and r["point"]["workers"] == workers]
+        runs = [r for r in train if comparisons.on_gpu(r) and r.point.setup == setup
+                and r.point.data != "dummy" and r.point.workers == workers]
         if not runs:
             rows.append({"setup": setup, "workers": workers, "label": label, "record": None, "ref": None,
                          "fraction": None})
-        for r in sorted(runs, key=lambda r: r["time"]):
-            ref = _synthetic_reference(train, r) if r["status"] == "ok" else None
-            fraction = r["metrics"]["images_per_s"] / ref["metrics"]["images_per_s"] if ref else None
+        for r in sorted(runs, key=lambda r: r.time):
+            ref = _synthetic_reference(train, r) if r.status == "ok" else None
+            fraction = r.metrics.images_per_s / ref.metrics.images_per_s if ref else None
             rows.append({"setup": setup, "workers": workers, "label": label, "record": r, "ref": ref,
                          "fraction": fraction})
     return rows
 
 
-def _jpeg_table(train: Sequence[dict]) -> str:
+def _jpeg_table(train: Sequence[Record]) -> str:
     rows = []
     for x in jpeg_rows(train):
         r, ref, fraction = x["record"], x["ref"], x["fraction"]
         if r is None:
             rows.append([x["label"], x["setup"], x["workers"], "not measured", "-", "-", "-", "-"])
             continue
-        rows.append([x["label"], x["setup"], x["workers"], fmt(r["metrics"].get("images_per_s")) if r["status"] == "ok"
-                     else f"failed: {(r.get('error') or '')[:80]}",
-                     fmt(ref["metrics"]["images_per_s"]) if ref else "-", pct(fraction) if fraction else "-",
-                     bool(fraction) and fraction >= TARGET_JPEG_FRACTION, r["_source"]])
+        rows.append([x["label"], x["setup"], x["workers"], fmt(r.metrics.images_per_s) if r.status == "ok"
+                     else f"failed: {(r.error or '')[:80]}",
+                     fmt(ref.metrics.images_per_s) if ref else "-", pct(fraction) if fraction else "-",
+                     bool(fraction) and fraction >= TARGET_JPEG_FRACTION, r.source])
     return ("\nReal JPEG files (generated ImageNet-like, 500x375, ~106 KB) against the fastest `engine-fp16` run on "
             f"synthetic data of the same GPU, batch and code (target: at least {pct(TARGET_JPEG_FRACTION)}):\n\n"
             + md_table(["loader", "setup", "workers", "JPEG images/s", "synthetic images/s", "fraction",
@@ -106,15 +108,15 @@ def _families(profile: dict) -> Dict[str, float]:
     return {name: f["ms_per_step"] for name, f in profile["families"].items()}
 
 
-def profile_section(train: Sequence[dict]) -> str:
+def profile_section(train: Sequence[Record]) -> str:
     """Device time per kernel family of each profiled run, and its top kernels."""
-    profiled = [r for r in train if r["status"] == "ok" and r.get("profile") and comparisons.on_gpu(r)]
+    profiled = [r for r in train if r.status == "ok" and r.profile and comparisons.on_gpu(r)]
     if not profiled:
         return ""
-    runs = [(r, r["profile"]) for r in sorted(profiled, key=lambda r: r["time"])]
+    runs = [(r, r.profile) for r in sorted(profiled, key=lambda r: r.time)]
     names = sorted({f for _, p in runs for f in p["families"]}, key=lambda f: -max(_families(p).get(f, 0.0)
                                                                                   for _, p in runs))
-    header = ["kernel family"] + [f"{r['point']['setup']} ({r['_source']}) ms/step" for r, _ in runs]
+    header = ["kernel family"] + [f"{r.point.setup} ({r.source}) ms/step" for r, _ in runs]
     table = [[f] + [fmt(_families(p).get(f)) for _, p in runs] for f in names]
     table.append(["**all kernels**"] + [fmt(p["device_ms_per_step"]) for _, p in runs])
     out = ("## Where the GPU step's time goes (torch.profiler)\n\n"
@@ -124,37 +126,37 @@ def profile_section(train: Sequence[dict]) -> str:
     for r, p in runs:
         top = [[fmt(k["ms_per_step"]), f"{k['calls_per_step']:g}", k["family"], f"`{k['name'][:110]}`"]
                for k in p["top_kernels"][:8]]
-        out += (f"\nTop kernels of `{r['point']['setup']}` ({r['_source']}):\n\n"
+        out += (f"\nTop kernels of `{r.point.setup}` ({r.source}):\n\n"
                 + md_table(["ms/step", "calls/step", "family", "kernel"], top))
     return out + _kernel_bound(runs, train) + _bf16_gap(runs)
 
 
-def _kernel_bound(runs: Sequence[tuple], train: Sequence[dict]) -> str:
+def _kernel_bound(runs: Sequence[tuple], train: Sequence[Record]) -> str:
     """The images/s the newest compiled profile's device time allows, beside the fastest compiled speed:
     when they agree, the host adds nothing and only faster kernels make the step faster."""
-    compiled = [(r, p) for r, p in runs if "compile" in (r["point"].get("setup") or "")]
+    compiled = [(r, p) for r, p in runs if "compile" in (r.point.setup or "")]
     if not compiled:
         return ""
     r, p = compiled[-1]
-    batch = r["point"]["batch_size"]
+    batch = r.point.batch_size
     bound = batch * 1000.0 / p["device_ms_per_step"]
     fams = _families(p)
     top = sorted(fams.items(), key=lambda kv: -kv[1])[:2]
     shares = ", ".join(f"{name} {ms:.1f} ms ({pct(ms / p['device_ms_per_step'])})" for name, ms in top)
-    speeds = [s["metrics"]["images_per_s"] for s in train if s["status"] == "ok" and comparisons.on_gpu(s)
-              and not comparisons.profiled(s) and s["point"]["batch_size"] == batch
-              and s["point"].get("setup") in ("engine-fp16-compile", "engine-fp16-cudagraphs")]
+    speeds = [s.metrics.images_per_s for s in train if s.status == "ok" and comparisons.on_gpu(s)
+              and not comparisons.profiled(s) and s.point.batch_size == batch
+              and s.point.setup in ("engine-fp16-compile", "engine-fp16-cudagraphs")]
     measured = f"; the fastest compiled run at batch {batch} measured {fmt(max(speeds))}" if speeds else ""
     verdict = ("is kernel-bound" if speeds and max(speeds) >= 0.97 * bound
                else "leaves the device idle part of the time" if speeds else "(no unprofiled run to compare)")
-    return (f"\n**The compiled step {verdict}.** `{r['point']['setup']}` spends {fmt(p['device_ms_per_step'])} ms "
+    return (f"\n**The compiled step {verdict}.** `{r.point.setup}` spends {fmt(p['device_ms_per_step'])} ms "
             f"of device time per step at batch {batch}, {fmt(bound)} images/s if the device is never idle"
             f"{measured}. Largest families: {shares}.\n")
 
 
 def _bf16_gap(runs: Sequence[tuple]) -> str:
     """fp16 vs bf16 from the newest profile of each: which families the difference sits in."""
-    newest = {r["point"]["setup"]: p for r, p in runs}
+    newest = {r.point.setup: p for r, p in runs}
     fp16, bf16 = newest.get("engine-fp16"), newest.get("engine-bf16")
     if not (fp16 and bf16):
         return ""

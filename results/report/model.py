@@ -8,52 +8,54 @@ from results.analysis import scaling_model
 from results.analysis.allreduce_fit import fit_alpha_beta
 from results.analysis.parameters import parameter_count
 from results.analysis.whole_step import model_overlap
+from results.core.kinds import Record
 from results.core.setups import GROUP_KEYS
 from results.report import figures
 from results.report.comm import allreduce_groups
 from results.report.common import Environments, fmt, md_table, pct, plain_local
 
 
-def overlap_text(hidden_fraction: float, rec: Optional[dict], env: Environments) -> str:
+def overlap_text(hidden_fraction: float, rec: Optional[Record], env: Environments) -> str:
     """One paragraph: which overlap record (if any) fed the model's measured-overlap column."""
     if rec is None:
         return ("Measured overlap: no overlap records, so the model uses h = 0 (all communication exposed, the "
                 "conservative assumption); `python -m results.bench overlap` measures it.")
-    p, m = rec["point"], rec["metrics"]
+    p, m = rec.point, rec.metrics
     return (f"Measured overlap: h = {pct(hidden_fraction)}, the hidden fraction of overlap record "
-            f"{rec['_source']} ({p['arch']} "
-            f"{p['image_size']}px, batch {p['batch_size']}, {p['world_size']} {p.get('backend', '?')} processes, "
-            f"{p['bucket_cap_mb']:g} MB buckets, env {env.id(rec)}): {fmt(m['exposed_comm_ms'])} ms of the "
-            f"{fmt(m['allreduce_alone_ms'])} ms gradient all-reduce stayed exposed per step (exposed / alone = "
-            f"{fmt(m['exposed_comm_ms'] / m['allreduce_alone_ms'])}). The same h is applied to every scenario and "
+            f"{rec.source} ({p.arch} "
+            f"{p.image_size}px, batch {p.batch_size}, {p.world_size} {p.backend or '?'} processes, "
+            f"{p.bucket_cap_mb:g} MB buckets, env {env.id(rec)}): {fmt(m.exposed_comm_ms)} ms of the "
+            f"{fmt(m.allreduce_alone_ms)} ms gradient all-reduce stayed exposed per step (exposed / alone = "
+            f"{fmt(m.exposed_comm_ms / m.allreduce_alone_ms)}). The same h is applied to every scenario and "
             "GPU count; it was measured on that record's machine and backend, so for the GPU clusters it is an "
             "assumption, not a measurement. An exposed / alone ratio above 1 means the all-reduce also slowed the "
             "compute, which the model does not represent.")
 
 
-def our_model(train: Sequence[dict], ar: Sequence[dict]) -> Tuple[Optional[scaling_model.ModelInputs], List[dict], str]:
+def our_model(train: Sequence[Record], ar: Sequence[Record]
+              ) -> Tuple[Optional[scaling_model.ModelInputs], List[Record], str]:
     """Model inputs from our records: 1-process compute step, the model's gradients, measured link."""
     train = [r for r in train if plain_local(r)]
-    synthetic = [r for r in train if r["point"].get("data") == "dummy"] or list(train)
-    singles = [r for r in synthetic if r["metrics"]["world_size"] == 1]
+    synthetic = [r for r in train if r.point.data == "dummy"] or list(train)
+    singles = [r for r in synthetic if r.metrics.world_size == 1]
     groups = allreduce_groups(ar)
     if not singles or not groups:
         return None, [], "needs a 1-process train record and allreduce records"
     base = singles[-1]
     (_, _, n_ar), ar_rows = list(groups.items())[-1]
-    fit = fit_alpha_beta([r["metrics"] for r in ar_rows])
-    params = base["metrics"].get("parameters") or parameter_count(base["point"]["arch"])
+    fit = fit_alpha_beta([r.metrics for r in ar_rows])
+    params = base.metrics.parameters or parameter_count(base.point.arch)
     if not fit or not params:
         return None, [], "allreduce fit or parameter count unavailable"
-    per_param = 2 if base["point"].get("precision") in ("O2", "O3") else 4
-    m = scaling_model.ModelInputs(step_time_s=base["metrics"]["step_time_ms"] / 1e3,
-                                  batch_per_gpu=base["point"]["batch_size"],
+    per_param = 2 if base.point.precision in ("O2", "O3") else 4
+    m = scaling_model.ModelInputs(step_time_s=base.metrics.step_time_ms / 1e3,
+                                  batch_per_gpu=base.point.batch_size,
                        grad_bytes=params * per_param, busbw_intra=fit["busbw_bytes_per_s"],
                        alpha_intra_s=scaling_model.hop_latency(fit["alpha_s"], n_ar))
-    same = [r for r in synthetic if r["sweep"] == base["sweep"] and r["metrics"]["world_size"] > 1
-            and all(r["point"].get(k) == base["point"].get(k) for k in GROUP_KEYS)]
-    desc = (f"{base['point']['arch']} ({params} parameters x {per_param} bytes), 1-process step from record "
-            f"{base['_source']}, link from the {n_ar}-process all-reduce fit")
+    same = [r for r in synthetic if r.sweep == base.sweep and r.metrics.world_size > 1
+            and r.point_values(GROUP_KEYS) == base.point_values(GROUP_KEYS)]
+    desc = (f"{base.point.arch} ({params} parameters x {per_param} bytes), 1-process step from record "
+            f"{base.source}, link from the {n_ar}-process all-reduce fit")
     return m, same, desc
 
 
@@ -82,7 +84,7 @@ def dle_model(pub: dict, links: dict) -> Tuple[scaling_model.ModelInputs, dict]:
 MODES = (("no overlap", "--"), ("measured overlap", "-."), ("full overlap", "-"))  # label, line style
 
 
-def model_section(train: Sequence[dict], ar: Sequence[dict], overlap: Sequence[dict], pub: dict, links: dict,
+def model_section(train: Sequence[Record], ar: Sequence[Record], overlap: Sequence[Record], pub: dict, links: dict,
                   env: Environments, fig_dir: Path) -> str:
     gpus = [2 ** i for i in range(11)]  # 1 to 1024
     h, h_rec = model_overlap(overlap)
@@ -106,8 +108,8 @@ def model_section(train: Sequence[dict], ar: Sequence[dict], overlap: Sequence[d
     thr.append({"label": f"HAL 2020 published ({run['label']})", "x": run["gpus"], "y": run["train_img_per_s"],
                 "style": "*", "color": "black"})
     if ours_measured:
-        thr.append({"label": "this machine measured", "x": [r["metrics"]["world_size"] for r in ours_measured],
-                    "y": [r["metrics"]["images_per_s"] for r in ours_measured], "style": "D",
+        thr.append({"label": "this machine measured", "x": [r.metrics.world_size for r in ours_measured],
+                    "y": [r.metrics.images_per_s for r in ours_measured], "style": "D",
                     "color": figures.palette(0)})
     figures.grid(fig_dir / "scaling_model.png", [
         {"title": "predicted throughput", "xlabel": "GPUs (processes)", "ylabel": "images/s", "series": thr,
@@ -142,8 +144,8 @@ def _model_text(scenarios, hidden, gpus, ours_desc, ours, ours_measured, pub, li
     dle, dle_pts = dle_model(pub, links)
     check += [check_row(f"NVIDIA DLE {links['nvidia_dle_2021']['config']}", [dle] * len(MODES), n, dle_pts[str(n)])
               for n in sorted(int(k) for k in dle_pts)]
-    check += [check_row(f"this machine ({r['_source']})", [ours] * len(MODES), r["metrics"]["world_size"],
-                        r["metrics"]["images_per_s"]) for r in ours_measured]
+    check += [check_row(f"this machine ({r.source})", [ours] * len(MODES), r.metrics.world_size,
+                        r.metrics.images_per_s) for r in ours_measured]
     hal_rows = [c for c in check if c[0].startswith("HAL")]
     worst = [max(abs(scaling_model.relative_error(c[3 + 2 * i], c[2])) for c in hal_rows) for i in range(len(MODES))]
     sources = "\n".join(f"- {k}: {v}" for sec in ("hal_2020", "nvidia_dle_2021") for k, v in links[sec].items()

@@ -5,42 +5,43 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from results.analysis import comparisons
+from results.core.kinds import Record
 from results.report import figures
 from results.report.common import Environments, md_table
 
 
-def _io_category(record: dict, multi_sweep: bool) -> str:
-    p = record["point"]
-    cat = f"{p['workers']} workers, {p['cache']}"
-    return f"{cat}\n[{record['sweep']}]" if multi_sweep else cat
+def _io_category(record: Record, multi_sweep: bool) -> str:
+    p = record.point
+    cat = f"{p.workers} workers, {p.cache}"
+    return f"{cat}\n[{record.sweep}]" if multi_sweep else cat
 
 
-def steady_pipeline_table(steady: Sequence[dict], env: Environments) -> str:
+def steady_pipeline_table(steady: Sequence[Record], env: Environments) -> str:
     """The lockstep, steady-state records (``results.bench pipeline``): the per-core ratio that counts."""
     if not steady:
         return "_(no steady-state pipeline records yet: run `python -m results.bench pipeline`)_\n"
-    rows = [[r["point"]["backend"], r["point"]["split"], r["point"]["workers"], r["point"]["image_size"],
-             r["point"]["images"], r["metrics"]["rounds"], r["metrics"]["cpu_ms_per_image"],
-             r["metrics"]["images_per_cpu_s"], r["metrics"]["images_per_s"],
-             comparisons.times(r["metrics"].get("ratio_per_core")),
-             (f"{comparisons.times(r['metrics']['ratio_min'])}-{comparisons.times(r['metrics']['ratio_max'])}"
-              if r["metrics"].get("ratio_min") else "-"), r.get("host_load_1m"), env.id(r), r["_source"]]
-            for r in sorted(steady, key=lambda r: (r["sweep"], r["point"]["split"], r["point"]["workers"],
-                                                   r["point"]["backend"]))]
+    rows = [[r.point.backend, r.point.split, r.point.workers, r.point.image_size,
+             r.point.images, r.metrics.rounds, r.metrics.cpu_ms_per_image,
+             r.metrics.images_per_cpu_s, r.metrics.images_per_s,
+             comparisons.times(r.metrics.ratio_per_core),
+             (f"{comparisons.times(r.metrics.ratio_min)}-{comparisons.times(r.metrics.ratio_max)}"
+              if r.metrics.ratio_min else "-"), r.host_load_1m, env.id(r), r.source]
+            for r in sorted(steady, key=lambda r: (r.sweep, r.point.split, r.point.workers,
+                                                   r.point.backend))]
     return md_table(["backend", "split", "workers", "image size", "images", "rounds", "CPU ms/image",
                      "images/s per core", "images/s wall", "per-core ratio vs baseline (median of rounds)",
                      "ratio range", "host load (1 min)", "env", "record"], rows)
 
 
-def pipeline_section(io: Sequence[dict], steady: Sequence[dict], env: Environments, fig_dir: Path) -> str:
+def pipeline_section(io: Sequence[Record], steady: Sequence[Record], env: Environments, fig_dir: Path) -> str:
     rows = comparisons.pipeline_rows(io)
-    multi = len({x["record"]["sweep"] for x in rows}) > 1
+    multi = len({x["record"].sweep for x in rows}) > 1
     cats = list(dict.fromkeys(_io_category(x["record"], multi) for x in rows))
-    backends = sorted({x["record"]["point"]["backend"] for x in rows})
+    backends = sorted({x["record"].point.backend for x in rows})
 
     def panel(metric: str, ylabel: str, title: str, ratio: Optional[str]) -> dict:
-        cell = {(_io_category(x["record"], multi), x["record"]["point"]["backend"]): x for x in rows}
-        bars = [{"label": b, "values": [cell[(c, b)]["record"]["metrics"][metric] if (c, b) in cell else None
+        cell = {(_io_category(x["record"], multi), x["record"].point.backend): x for x in rows}
+        bars = [{"label": b, "values": [getattr(cell[(c, b)]["record"].metrics, metric) if (c, b) in cell else None
                                         for c in cats],
                  "texts": [comparisons.times(cell[(c, b)][ratio]) if ratio and (c, b) in cell and cell[(c, b)][ratio]
                            else "" for c in cats]} for b in backends]
@@ -52,14 +53,14 @@ def pipeline_section(io: Sequence[dict], steady: Sequence[dict], env: Environmen
         panel("images_per_s", "images/s (wall clock, one reader)", "wall clock: labels = ratio to baseline",
               "wall_ratio"),
     ], "Data pipeline by backend: decode + train augmentation, one reader, same JPEGs")
-    table = [[x["record"]["point"]["backend"], x["record"]["point"]["cache"], x["record"]["point"]["workers"],
-              x["record"]["point"]["image_size"], x["record"]["metrics"]["images"],
-              x["record"]["metrics"].get("bytes_per_image"),
-              x["record"]["metrics"]["images_per_s"], x["record"]["metrics"]["cpu_ms_per_image"],
-              x["record"]["metrics"]["images_per_cpu_s"], x["record"]["metrics"]["cores_busy"],
+    table = [[x["record"].point.backend, x["record"].point.cache, x["record"].point.workers,
+              x["record"].point.image_size, x["record"].metrics.images,
+              x["record"].metrics.bytes_per_image,
+              x["record"].metrics.images_per_s, x["record"].metrics.cpu_ms_per_image,
+              x["record"].metrics.images_per_cpu_s, x["record"].metrics.cores_busy,
               comparisons.times(x["per_core_ratio"]), comparisons.times(x["wall_ratio"]),
-              x["record"].get("host_load_1m"),
-              env.id(x["record"]), x["record"]["_source"]] for x in rows]
+              x["record"].host_load_1m,
+              env.id(x["record"]), x["record"].source] for x in rows]
     return ("## Data pipeline vs the baseline\n\n![pipeline per core](figures/pipeline_per_core.png)\n\n"
             "Each backend reads the same generated ImageNet-like JPEGs (`results/runners/jpegs.py`: 500x375, ~110 KB) "
             "in the same order with the same train augmentation (random-resized crop to the image size + "

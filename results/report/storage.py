@@ -9,19 +9,20 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 from results.analysis.spread import aggregate
+from results.core.kinds import Record
 from results.report import figures
 from results.report.common import Environments, md_table
 
 
-def _series(recs: Sequence[dict]) -> Dict[Tuple[str, str, int, str], List[dict]]:
+def _series(recs: Sequence[Record]) -> Dict[Tuple[str, str, int, str], List[dict]]:
     groups: Dict[Tuple[str, str, int, str], List[dict]] = {}
     for r in recs:
-        groups.setdefault((r["sweep"], r["point"]["format"], r["point"]["readers_per_node"],
-                           r["point"].get("cache", "as-is")), []).append(r)
-    return {k: sorted(v, key=lambda r: r["point"]["nodes"]) for k, v in sorted(groups.items())}
+        groups.setdefault((r.sweep, r.point.format, r.point.readers_per_node,
+                           r.point.cache or "as-is"), []).append(r)
+    return {k: sorted(v, key=lambda r: r.point.nodes) for k, v in sorted(groups.items())}
 
 
-def storage_section(recs: Sequence[dict], env: Environments, fig_dir: Path) -> str:
+def storage_section(recs: Sequence[Record], env: Environments, fig_dir: Path) -> str:
     groups = _series(recs)
     multi = len({k[0] for k in groups}) > 1
 
@@ -38,7 +39,7 @@ def storage_section(recs: Sequence[dict], env: Environments, fig_dir: Path) -> s
     def series(metric: str, readers: int) -> List[figures.Series]:
         out = []
         for i, (name, rs) in enumerate(sorted(by_format(readers).items())):
-            pts = aggregate(rs, lambda r: r["point"]["nodes"], lambda r: r["metrics"][metric])
+            pts = aggregate(rs, lambda r: r.point.nodes, lambda r: getattr(r.metrics, metric))
             out.append({"label": name, "x": [p.x for p in pts], "y": [p.mean for p in pts],
                         "err": [p.std for p in pts], "color": figures.palette(i)})
         return out
@@ -52,12 +53,12 @@ def storage_section(recs: Sequence[dict], env: Environments, fig_dir: Path) -> s
               for k in readers]
     figures.report_panels(fig_dir / "storage.png", panels, "Shared-storage reads seen from the nodes (whole files; "
                           "mean and std where a point was repeated)", ncols=len(readers), shared_legend=True)
-    rows = [[label(k), r["point"]["nodes"], r["point"]["readers_per_node"], r["metrics"]["mb_per_s"],
-             r["metrics"]["mb_per_s_per_node"], r["metrics"]["min_node_mb_per_s"], r["metrics"]["files_per_s"],
-             r["metrics"]["files_per_s_per_node"], r["metrics"]["bytes_per_file"], r["metrics"]["files"],
-             r["metrics"]["elapsed_s"], r["metrics"]["complete"], r["metrics"].get("storage_mb_per_s"),
-             r["environment"].get("slurm_job_id"),
-             r.get("note"), env.id(r), r["_source"]] for k, rs in groups.items() for r in rs]
+    rows = [[label(k), r.point.nodes, r.point.readers_per_node, r.metrics.mb_per_s,
+             r.metrics.mb_per_s_per_node, r.metrics.min_node_mb_per_s, r.metrics.files_per_s,
+             r.metrics.files_per_s_per_node, r.metrics.bytes_per_file, r.metrics.files,
+             r.metrics.elapsed_s, r.metrics.complete, r.metrics.storage_mb_per_s,
+             r.environment.slurm_job_id,
+             r.note, env.id(r), r.source] for k, rs in groups.items() for r in rs]
     return ("## Shared storage seen from the nodes\n\n![storage](figures/storage.png)\n\n"
             "One batch job per point (`python -m results.bench scaling --io`): every reader task reads its share "
             "of the dataset's files whole (reader i of T: files i, i+T, ...), so a folder of images and a folder "

@@ -6,13 +6,14 @@ from typing import List, Sequence
 
 from results.analysis import comparisons
 from results.analysis.efficiency import efficiencies
+from results.core.kinds import Record
 from results.report import figures
 from results.report.cluster import scaling_panels, train_series
 from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.report.common import Environments, md_table, mib, pct, train_groups
 
 
-def _scaling(train: Sequence[dict]) -> dict:
+def _scaling(train: Sequence[Record]) -> dict:
     """Series measured at more than one process count, repeats folded (see results.report.cluster)."""
     return {k: v for k, v in train_series(train).items() if len(v) > 1}
 
@@ -43,7 +44,7 @@ def published_throughput(pub: dict) -> List[figures.Series]:
     return out
 
 
-def throughput_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) -> str:
+def throughput_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir: Path) -> str:
     groups = train_groups(train)
     # single-point series (the --setups comparisons) have no scaling to show: their own sections draw them
     thr, _ = scaling_panels(_scaling(train))
@@ -54,17 +55,17 @@ def throughput_section(train: Sequence[dict], pub: dict, env: Environments, fig_
     rows = []
     for label, members in groups.items():
         for r in members:
-            m = r["metrics"]
-            rows.append([label, m["world_size"], m.get("nodes"), m["images_per_s"], m["images_per_s_per_process"],
-                         m["step_time_ms"], m.get("data_time_ms"), m.get("compute_time_ms"),
-                         mib(m.get("peak_memory_bytes")), m.get("epoch_time_s"), pct(m.get("scaling_efficiency")),
-                         m.get("baseline_world_size"), m.get("measured_steps"), m.get("warmup_steps"),
-                         r.get("host_load_1m"), env.id(r), r["_source"]])
+            m = r.metrics
+            rows.append([label, m.world_size, m.nodes, m.images_per_s, m.images_per_s_per_process,
+                         m.step_time_ms, m.data_time_ms, m.compute_time_ms,
+                         mib(m.peak_memory_bytes), m.epoch_time_s, pct(m.scaling_efficiency),
+                         m.baseline_world_size, m.measured_steps, m.warmup_steps,
+                         r.host_load_1m, env.id(r), r.source])
     table = md_table(["series", "processes", "nodes", "images/s", "images/s per process", "ms/step", "data ms/step",
                       "compute ms/step", "peak memory (MiB)", "epoch time (s)", "scaling efficiency",
                       "efficiency baseline (processes)", "measured steps", "warm-up steps", "host load (1 min)",
                       "env", "record"], rows)
-    notes = sorted({r["note"] for r in train if r.get("note")})
+    notes = sorted({r.note for r in train if r.note})
     return ("## Training throughput\n\n![training throughput](figures/training_throughput.png)\n\n"
             "The figure draws series with more than one process count; single-point series are in the table "
             "and in the step-time comparison. Series marked SLURM ran as one batch job per point (multi-node: "
@@ -87,7 +88,7 @@ def published_throughput_table(pub: dict) -> str:
             + "\n" + src + "\n")
 
 
-def time_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: Path) -> str:
+def time_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir: Path) -> str:
     epochs = pub["hal_2020"]["runs"][0]["epochs"]  # compare like with like: the published 90-epoch runs
     groups = train_groups(train)
     published = [{"label": f"HAL 2020 V100 ({run['label']}), {run['epochs']} epochs", "x": run["gpus"],
@@ -105,10 +106,10 @@ def time_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: P
     rows = []
     for label, members in groups.items():
         for r in members:
-            m = r["metrics"]
-            rows.append([label, m["world_size"], m.get("epoch_time_s"), r["point"].get("steps_per_epoch"),
-                         IMAGENET_TRAIN_IMAGES / m["images_per_s"] / 3600,
-                         epochs * IMAGENET_TRAIN_IMAGES / m["images_per_s"] / 3600, env.id(r), r["_source"]])
+            m = r.metrics
+            rows.append([label, m.world_size, m.epoch_time_s, r.point.steps_per_epoch,
+                         IMAGENET_TRAIN_IMAGES / m.images_per_s / 3600,
+                         epochs * IMAGENET_TRAIN_IMAGES / m.images_per_s / 3600, env.id(r), r.source])
     pub_rows = [[s["label"], x, y] for s in published for x, y in zip(s["x"], s["y"])]
     return (f"## Training time\n\n![training time](figures/training_time.png)\n\nOur runs are short (a few steps "
             f"per epoch), so the time for a full ImageNet epoch ({IMAGENET_TRAIN_IMAGES} images) and for "
@@ -120,14 +121,14 @@ def time_section(train: Sequence[dict], pub: dict, env: Environments, fig_dir: P
             + f"\nSources: {pub['hal_2020']['source']}; {pub['mlperf_training_v3_0_resnet50']['source']}.\n")
 
 
-def multinode_section(train: Sequence[dict], env: Environments) -> str:
+def multinode_section(train: Sequence[Record], env: Environments) -> str:
     recs = comparisons.multinode_records(train)
-    rows = [[r["sweep"], r["metrics"].get("nodes"), r["metrics"]["world_size"], r["environment"].get("hostname"),
-             r["metrics"].get("backend"), r["metrics"]["images_per_s"], r["metrics"]["images_per_s_per_process"],
-             r["metrics"]["step_time_ms"], r["metrics"].get("data_time_ms"), r["metrics"].get("compute_time_ms"),
-             pct(r["metrics"].get("scaling_efficiency")), r["environment"].get("slurm_job_id"),
-             r.get("host_load_1m"), env.id(r), r["_source"]] for r in recs]
-    notes = "".join(f"\n{n}.\n" for n in sorted({r["note"] for r in recs if r.get("note")}))
+    rows = [[r.sweep, r.metrics.nodes, r.metrics.world_size, r.environment.hostname,
+             r.metrics.backend, r.metrics.images_per_s, r.metrics.images_per_s_per_process,
+             r.metrics.step_time_ms, r.metrics.data_time_ms, r.metrics.compute_time_ms,
+             pct(r.metrics.scaling_efficiency), r.environment.slurm_job_id,
+             r.host_load_1m, env.id(r), r.source] for r in recs]
+    notes = "".join(f"\n{n}.\n" for n in sorted({r.note for r in recs if r.note}))
     return ("## Multi-node scaling (SLURM)\n\nOne batch job per point (`python -m results.bench scaling`, "
             "or `train --submit slurm`), drawn as the SLURM series in the throughput figure below. Efficiency = "
             "(images/s per process) / (the same at the sweep's smallest node count); hostname is rank 0's "

@@ -10,6 +10,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from imagenet.config import WARMUP_STEPS
 from results.analysis import scaling_model, whole_step
+from results.core.kinds import Record
 from results.report import figures
 from results.report.common import md_table
 
@@ -94,7 +95,7 @@ def inputs_text(got: whole_step.Measured, links: dict) -> str:
             + (f" from {got.overlap_source}" if got.overlap_source else " (no overlap record)") + ".")
 
 
-def storage_text(storage: Sequence[dict], links: dict) -> str:
+def storage_text(storage: Sequence[Record], links: dict) -> str:
     per_image = links["hal_2020"]["bytes_per_image"]
     got = whole_step.storage_ceiling(storage, per_image)
     if got is None:
@@ -106,7 +107,7 @@ def storage_text(storage: Sequence[dict], links: dict) -> str:
             f"{per_image / 1e3:.1f} kB per ImageNet image from shards).")
 
 
-def own_runs_text(train: Sequence[dict], restart_s: float, hal_run_s: Optional[Tuple[int, float]] = None) -> str:
+def own_runs_text(train: Sequence[Record], restart_s: float, hal_run_s: Optional[Tuple[int, float]] = None) -> str:
     """How this project's timing differs from a loader that restarts every epoch, with the newest record
     that shows what a start costs here (a GPU run on real images with loader workers)."""
     text = ("This project's engine keeps its loader workers alive across epochs (`persistent_workers` in "
@@ -117,16 +118,16 @@ def own_runs_text(train: Sequence[dict], restart_s: float, hal_run_s: Optional[T
         n, t = hal_run_s
         text += (f"The seed's script pays its restart ({restart_s:.1f} s) every epoch and inside its timer: 90 of "
                  f"them are {90 * restart_s:.0f} s of its {n}-GPU run's {t:.0f} s time to train. ")
-    firsts = [r for r in train if r["metrics"].get("epochs_run") == 1 and r["metrics"].get("epoch_time_s")
-              and r["point"].get("data") not in (None, "dummy") and (r["point"].get("workers") or 0) > 0
-              and str(r["metrics"].get("device") or "").startswith("cuda")]
+    firsts = [r for r in train if r.metrics.epochs_run == 1 and r.metrics.epoch_time_s
+              and r.point.data not in (None, "dummy") and (r.point.workers or 0) > 0
+              and str(r.metrics.device or "").startswith("cuda")]
     if firsts:
-        r = max(firsts, key=lambda r: r["time"])
-        m = r["metrics"]
-        steps = m["measured_steps"] + m["warmup_steps"]
-        start = m["epoch_time_s"] - steps * m["step_time_ms"] / 1e3
-        text += (f"What a start costs here, once: record {r['_source']} ({r['point'].get('workers')} workers) took "
-                 f"{m['epoch_time_s']:.1f} s for its first epoch of {steps} steps at {m['step_time_ms']:.1f} ms, "
+        r = max(firsts, key=lambda r: r.time)
+        m = r.metrics
+        steps = m.measured_steps + m.warmup_steps
+        start = m.epoch_time_s - steps * m.step_time_ms / 1e3
+        text += (f"What a start costs here, once: record {r.source} ({r.point.workers} workers) took "
+                 f"{m.epoch_time_s:.1f} s for its first epoch of {steps} steps at {m.step_time_ms:.1f} ms, "
                  f"{start:.1f} s beyond its steps (worker start, CUDA and cuDNN warm-up together).")
     return text
 
@@ -139,8 +140,8 @@ def _hal_time_to_train(pub: dict) -> Optional[Tuple[int, float]]:
     return n, t
 
 
-def section(train: Sequence[dict], pipeline: Sequence[dict], overlap: Sequence[dict], pub: dict, links: dict,
-            fig_dir: Path, storage: Sequence[dict] = ()) -> str:
+def section(train: Sequence[Record], pipeline: Sequence[Record], overlap: Sequence[Record], pub: dict, links: dict,
+            fig_dir: Path, storage: Sequence[Record] = ()) -> str:
     """Markdown for RESULTS.md (after the compute + all-reduce model) and figures/scaling_model_terms.png."""
     got = whole_step.measured(train, pipeline, overlap)
     cs = whole_step.cases(pub, links, got)

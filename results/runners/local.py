@@ -11,10 +11,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import List, Optional
 
-from results.analysis.efficiency import add_efficiency
+from results.analysis.efficiency import with_efficiency
 from results.analysis.parameters import parameter_count
 from results.core import records
 from results.core.records import RUNS_DIR, SCRATCH_DIR
+from results.core.kinds import typed
 from results.core.setups import BASELINE_SETUP, group_key
 from results.runners import allreduce_bench, common, io_bench, overlap_bench, pipeline_bench as pipelines, train_bench
 
@@ -33,7 +34,7 @@ def train_points(args: argparse.Namespace) -> List[train_bench.TrainPoint]:
         pts = list({p.name: p for p in (train_bench.from_setup(p, s) for p in pts for s in args.setups)}.values())
     # smallest world size first, and the baseline setup first, so ratios and efficiencies have their base
     return sorted(pts, key=lambda p: (str(p.data), p.batch_size, p.world_size, p.setup != BASELINE_SETUP,
-                                      group_key(train_bench.point_dict(p))))
+                                      group_key(p)))
 
 
 def run_train(args: argparse.Namespace) -> List[dict]:
@@ -50,10 +51,17 @@ def run_train(args: argparse.Namespace) -> List[dict]:
         common.progress(i, len(pts), f"train {p.name} ({runner.name})")
         rec = _train_point(p, runner, sweep, params[p.arch], args)
         done.append(rec)
-        add_efficiency(done)  # the baseline ran first: this point's efficiency is final
+        _set_efficiency(done)
         records.append(args.records, rec)
         _say_train(rec)
     return done
+
+
+def _set_efficiency(done: List[dict]) -> None:
+    """Write the newest point's scaling efficiency into its record: the baseline ran first, so it is final."""
+    m = with_efficiency([typed(r) for r in done])[-1].metrics
+    if m.scaling_efficiency is not None:
+        done[-1]["metrics"].update(scaling_efficiency=m.scaling_efficiency, baseline_world_size=m.baseline_world_size)
 
 
 def _train_point(point: train_bench.TrainPoint, runner, sweep: str, params: Optional[int],
@@ -75,12 +83,12 @@ def _train_point(point: train_bench.TrainPoint, runner, sweep: str, params: Opti
 
 
 def _say_train(rec: dict) -> None:
-    m = rec["metrics"]
-    if rec["status"] == "ok":
-        log.info("    %.1f images/s (%d processes), %.1f ms/step, efficiency %.2f", m["images_per_s"],
-                 m["world_size"], m["step_time_ms"], m.get("scaling_efficiency", float("nan")))
+    r = typed(rec)
+    if r.ok:
+        log.info("    %.1f images/s (%d processes), %.1f ms/step, efficiency %.2f", r.metrics.images_per_s,
+                 r.world_size, r.metrics.step_time_ms, r.metrics.scaling_efficiency or float("nan"))
     else:
-        log.warning("    FAILED: %s", rec["error"])
+        log.warning("    FAILED: %s", r.error)
 
 
 # ---------------------------------------------------------------- io

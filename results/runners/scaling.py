@@ -29,6 +29,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from imagenet.files import write_text
 from results.analysis.parameters import parameter_count
 from results.core import records
+from results.core.kinds import typed
 from results.core.records import RUNS_DIR, SCRATCH_DIR, portable
 from results.runners import slurm_queue, storage_bench, train_bench
 from results.runners.common import BenchError, environment
@@ -99,15 +100,15 @@ def same_sweep_key(args: argparse.Namespace) -> dict:
 def resume(path: Path, kind: str, key: dict, tag: str) -> Tuple[str, Dict[int, List[int]]]:
     """(sweep id, {nodes: [readers...]} of points with an ok record) of the newest matching sweep in
     ``path``, or a new sweep id and nothing done."""
-    recs = records.read_lines(path)[0] if Path(path).exists() else []
-    mine = [r for r in recs if r["kind"] == kind and r.get("scaling_key") == key]
+    recs = records.read_records(path)[0] if Path(path).exists() else []
+    mine = [r for r in recs if r.kind == kind and r.scaling_key == key]
     if not mine:
         return records.new_sweep_id(kind, tag), {}
-    sweep = max(mine, key=lambda r: r["time"])["sweep"]
+    sweep = max(mine, key=lambda r: r.time).sweep
     done: Dict[int, List[int]] = {}
     for r in mine:
-        if r["sweep"] == sweep and r["status"] == "ok":
-            done.setdefault(r["point"]["nodes"], []).append(r["point"].get("readers_per_node", 0))
+        if r.sweep == sweep and r.ok:
+            done.setdefault(r.point.nodes, []).append(r.point.readers_per_node or 0)
     return sweep, done
 
 
@@ -206,7 +207,7 @@ def submit_and_collect(points: List[Point], args: argparse.Namespace) -> int:
         nonlocal failed
         rec = point.finish(point)
         records.append(args.records, rec)
-        failed += rec["status"] != "ok"
+        failed += not typed(rec).ok
         log.info("%s: %s", point.label, _summary(rec))
     try:
         previous = None
@@ -240,17 +241,18 @@ def submit_and_collect(points: List[Point], args: argparse.Namespace) -> int:
 
 
 def _summary(rec: dict) -> str:
-    job = rec["environment"].get("slurm_job_id")
+    job = typed(rec).environment.slurm_job_id
     return (f"job {job} done, " if job else "") + _numbers(rec)
 
 
 def _numbers(rec: dict) -> str:
-    m = rec["metrics"]
-    if rec["status"] != "ok":
-        return f"FAILED: {rec['error']}"
-    if rec["kind"] == "storage":
-        return f"{m['mb_per_s']:.1f} MB/s, {m['files_per_s']:.1f} files/s in all"
-    return f"{m['images_per_s']:.1f} images/s ({m['world_size']} processes), {m['step_time_ms']:.1f} ms/step"
+    r = typed(rec)
+    m = r.metrics
+    if not r.ok:
+        return f"FAILED: {r.error}"
+    if r.kind == "storage":
+        return f"{m.mb_per_s:.1f} MB/s, {m.files_per_s:.1f} files/s in all"
+    return f"{m.images_per_s:.1f} images/s ({r.world_size} processes), {m.step_time_ms:.1f} ms/step"
 
 
 # ---------------------------------------------------------------- command line

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from results import bench
-from results.analysis.efficiency import add_efficiency
-from results.core import records
+from results.analysis.efficiency import with_efficiency
+from results.core import kinds, records
 from results.runners import common, local, train_bench
 from results.report import curves as report_curves
 
@@ -140,12 +140,11 @@ def test_efficiency_against_smallest_point_of_the_sweep():
     def rec(sweep, world, rate):
         p = {"variant": "ddp", "batch_size": 16, "precision": "O0", "data": "dummy", "arch": "r", "image_size": 8,
              "workers": 0}
-        return {"kind": "train", "status": "ok", "sweep": sweep, "point": p,
-                "metrics": {"world_size": world, "images_per_s": rate}}
-    rs = [rec("a", 2, 100.0), rec("a", 4, 150.0), rec("b", 4, 50.0)]
-    add_efficiency(rs)
-    assert [r["metrics"]["scaling_efficiency"] for r in rs] == [1.0, 0.75, 1.0]
-    assert rs[1]["metrics"]["baseline_world_size"] == 2
+        return kinds.from_dict({"kind": "train", "status": "ok", "sweep": sweep, "time": "t", "environment": {},
+                                "point": p, "metrics": {"world_size": world, "images_per_s": rate}})
+    rs = with_efficiency([rec("a", 2, 100.0), rec("a", 4, 150.0), rec("b", 4, 50.0)])
+    assert [r.metrics.scaling_efficiency for r in rs] == [1.0, 0.75, 1.0]
+    assert rs[1].metrics.baseline_world_size == 2
 
 
 def test_slurm_hook_writes_one_job_per_point(tmp_path):

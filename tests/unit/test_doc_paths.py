@@ -28,8 +28,8 @@ SKIP_DIRS = {".venv", ".git", "runs", "data", "node_modules"}
 LINK = re.compile(r"\]\(([^()\s]+)\)")  # the target of [text](target)
 FENCE = "```"
 # Packages whose README has a line per module (a module is named as `name.py` or by its path from the
-# README's folder). results/ draws its layers instead, module by module only in part so far.
-MODULE_LINES = ("imagenet", "launch", "slurm", "tests")
+# README's folder).
+MODULE_LINES = ("imagenet", "launch", "results", "slurm", "tests")
 
 
 def _documents() -> Iterator[Path]:

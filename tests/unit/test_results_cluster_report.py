@@ -3,7 +3,7 @@ panel per hardware kind, the summary's numbers, and the scaling model's binding 
 import re
 
 from results.analysis.spread import aggregate
-from results.core import records
+from results.core import kinds, records
 from results.report import cluster
 from tests.helpers import REPORT_ENV as ENV
 from tests.helpers import md_rows as _rows
@@ -21,7 +21,7 @@ def test_repeated_node_counts_fold_into_one_line_with_their_spread(tmp_path):
     recs = [_train("c-train-1", n, r) for n, r in ((1, 100.0), (2, 180.0), (4, 300.0))]
     recs += [_train("c-train-2", n, r) for n, r in ((1, 110.0), (2, 190.0), (4, 340.0))]
     readme, head = cluster.build_tag("c", _write(tmp_path / "c.jsonl", recs), tmp_path / "c")
-    series = cluster.train_series(records.load([tmp_path / "c.jsonl"])[0])
+    series = cluster.train_series(records.load_typed([tmp_path / "c.jsonl"])[0])
     assert len(series) == 1  # one configuration: one line, not one per sweep
     pts = next(iter(series.values()))
     assert [p.x for p in pts] == [1, 2, 4] and [p.n for p in pts] == [2, 2, 2]  # x strictly increasing: no zig-zag
@@ -42,7 +42,7 @@ def test_each_hardware_kind_gets_its_own_panel(tmp_path):
     other = dict(ENV, cpu_model="Other CPU")
     recs = ([_train("c-train-1", n, 100.0 * n) for n in (1, 2)]
             + [_train("c-train-2", n, 50.0 * n, other) for n in (1, 2)])
-    series = cluster.train_series(records.load([_write(tmp_path / "c.jsonl", recs)])[0])
+    series = cluster.train_series(records.load_typed([_write(tmp_path / "c.jsonl", recs)])[0])
     thr, hours = cluster.scaling_panels(series)
     assert [p["title"] for p in thr] == ["CPU: Other CPU", "CPU: Test CPU"] == [p["title"] for p in hours]
     assert all(len([s for s in p["series"] if s["label"] != "_nolegend_"]) == 2 for p in thr)  # line + ideal
@@ -67,8 +67,8 @@ def test_aggregate_keeps_single_points_without_spread():
 
 def test_a_series_trained_with_a_recipe_names_it():
     plain = _train("c-1", 1, 100.0)
-    assert "recipe" not in cluster.series_name(plain)
+    assert "recipe" not in cluster.series_name(kinds.from_dict(plain))
     for flags in (["--recipe", "ffcv-16"], ["--recipe=ffcv-16"]):
         with_recipe = _train("c-1", 1, 100.0)
         with_recipe["point"]["extra_args"] = ["--lr", "1.7", *flags]
-        assert cluster.series_name(with_recipe).endswith(", recipe ffcv-16")
+        assert cluster.series_name(kinds.from_dict(with_recipe)).endswith(", recipe ffcv-16")

@@ -2,7 +2,7 @@
 a user, median and maximum times to detect and to training again, the most work lost, the
 checkpoints lost; failed runs listed with their error."""
 from results import report
-from results.core import records
+from results.core import kinds, records
 from results.report import faults as faults_report
 
 ENV = {"hostname": "node1", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.x", "nodes": 2}
@@ -32,7 +32,7 @@ def test_table_rows_come_from_the_newest_sweep(tmp_path):
     assert not problems
     text = out.read_text()
     assert "## Fault tolerance" in text
-    rows = {(r[0], r[1]): r for r in faults_report.rows(records.load([path])[0])}
+    rows = {(r[0], r[1]): r for r in faults_report.rows(records.load_typed([path])[0])}
     # injected, recovered, detect median/max, to training again median/max, steps lost, seconds lost, checkpoints lost
     assert rows[("kill -9", "srun")][3:12] == [3, "yes", 5.0, 6.0, 50.0, 60.0, 3, 2.0, 0]
     assert rows[("kill -9", "torchrun")][3:10] == [1, "yes", None, None, 30.0, 30.0, 4]
@@ -42,7 +42,7 @@ def test_table_rows_come_from_the_newest_sweep(tmp_path):
 
 
 def test_records_from_before_the_recovery_columns_show_dashes(tmp_path):
-    row = faults_report.rows([{**_fault("s", "kill -9", 2.0, 7), "_source": "faults.jsonl:1"}])[0]
+    row = faults_report.rows([kinds.from_dict({**_fault("s", "kill -9", 2.0, 7), "_source": "faults.jsonl:1"})])[0]
     assert row[4] is None and row[7:9] == [None, None] and row[9] == 7
 
 

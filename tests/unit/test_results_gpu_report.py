@@ -5,7 +5,7 @@ them, and read back with TensorBoard's reader), and the kernel-bound verdict of 
 from pathlib import Path
 from typing import List
 
-from results.core import records
+from results.core import kinds, records
 from results.report import amp_parity, gpu_step
 
 GPU_ENV = {"hostname": "gpu1", "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1, "nodes": 1}
@@ -27,7 +27,7 @@ def _parity_run(tmp_path: Path, backend: str, level: str, losses: List[float], n
     rec = records.make_record("train", "parity", point, {"images_per_s": 4000.0 + n, "device": "cuda"}, GPU_ENV,
                               run_dir=str(run_dir), note=f"{backend} parity run")
     rec.update(_source=f"gpu.jsonl:{n}", time=f"2026-11-23T00:00:0{n}")
-    return rec
+    return kinds.from_dict(rec)
 
 
 def test_parity_table_compares_every_logged_step(tmp_path):
@@ -47,7 +47,7 @@ def test_parity_table_is_left_out_without_both_backends(tmp_path):
 
 def _speed(setup: str, rate: float, profiled: bool = False) -> dict:
     point = {"setup": setup, "batch_size": 256, "extra_args": ["--profile-steps", "10"] if profiled else []}
-    return records.make_record("train", "s", point, {"images_per_s": rate, "device": "cuda"}, GPU_ENV)
+    return kinds.from_dict(records.make_record("train", "s", point, {"images_per_s": rate, "device": "cuda"}, GPU_ENV))
 
 
 def test_compiled_profile_is_judged_kernel_bound_only_when_the_measured_speed_reaches_it():

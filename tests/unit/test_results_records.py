@@ -3,7 +3,7 @@ committed records are checked line by line."""
 import json
 import re
 
-from results.core import records
+from results.core import kinds, records
 
 # an absolute path outside the kernel's own folders (/dev/shm, /proc/self/io name the same thing anywhere)
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?!(?:dev|proc|sys)/)[\w.+-]+/[\w.+-]")
@@ -51,9 +51,9 @@ def test_cited_parameter_counts_are_torchvisions():
 def test_validate_checks_each_kind_against_its_typed_metrics():
     env = {"hostname": "node1"}
     for kind, typed in records.METRICS.items():
-        metrics = {name: 1 for name in typed.__required_keys__}
+        metrics = {name: 1 for name in kinds.required(typed)}
         assert records.validate(records.make_record(kind, "s", {}, metrics, env)) is None, kind
-        first = sorted(typed.__required_keys__)[0]
+        first = sorted(kinds.required(typed))[0]
         reason = records.validate(records.make_record(kind, "s", {}, dict(metrics, **{first: "1"}), env))
         assert reason == f"ok {kind} record lacks numeric metric(s) {first}"
     fault = {"survived": 1, "steps_trained_twice": 0, "checkpoints_lost": 0}
@@ -67,3 +67,29 @@ def test_validate_checks_each_kind_against_its_typed_metrics():
 def test_every_committed_record_is_valid():
     loaded, problems = records.load([records.RECORDS_DIR])
     assert loaded and not problems
+
+
+def test_loaded_records_are_typed_once_and_keep_their_json(tmp_path):
+    path = tmp_path / "t.jsonl"
+    point = {"variant": "ddp", "arch": "resnet18", "batch_size": 16, "data": "dummy",
+             "extra_args": ["--profile-steps", "5"], "not_typed": 1}
+    metrics = {"images_per_s": 320.0, "images_per_s_per_process": 160.0, "step_time_ms": 50.0, "world_size": 2,
+               "nodes": 2}
+    env = {"gpu_name": "H100", "gpu_count": 1, "git_commit": "abc", "source_digest": "d1", "platform": "linux"}
+    records.append(path, records.make_record("train", "s-1", point, metrics, env, runner="slurm", note="n"))
+    (rec,), problems = records.load_typed([path])
+    assert not problems and isinstance(rec, kinds.Record) and rec.ok and rec.source == "t.jsonl:1"
+    assert (rec.metrics.images_per_s, rec.point.batch_size, rec.world_size, rec.nodes) == (320.0, 16, 2, 2)
+    assert rec.metrics.data_time_ms is None  # a field the record lacks reads as None
+    assert rec.profiled and not rec.local and rec.runner == "slurm" and rec.note == "n"
+    assert rec.environment.gpu_name == "H100" and rec.environment.code == "d1"
+    assert rec.recorded("point")["not_typed"] == 1  # untyped fields stay in the JSON as recorded
+    assert records.load([path])[0][0] == rec.raw and rec.raw["_source"] == "t.jsonl:1"  # the dict view
+    assert records.by_kind([rec], "train") == [rec] and records.by_kind([rec.raw], "train") == [rec.raw]
+
+
+def test_metrics_classes_mark_what_validation_requires():
+    assert kinds.required(kinds.TrainMetrics) == ("images_per_s", "images_per_s_per_process", "step_time_ms",
+                                                  "world_size")
+    assert kinds.numeric(kinds.FaultMetrics) == ("survived", "steps_trained_twice", "checkpoints_lost", "detect_s")
+    assert set(records.METRICS) == set(kinds.KINDS)

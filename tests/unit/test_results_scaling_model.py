@@ -8,6 +8,8 @@ import pytest
 
 from results.analysis import scaling_model as sm, whole_step as ws
 from results.analysis.allreduce_fit import bus_factor, fit_alpha_beta
+from results.core import kinds
+from results.core.kinds import AllreduceMetrics
 from results.scaling_model import __main__ as check_cli
 from results.report import whole_step as ws_report
 from results.runners.allreduce_bench import sizes
@@ -100,10 +102,10 @@ def test_bus_factor_and_fit_like_nccl_tests():
     assert bus_factor(2) == 1.0 and bus_factor(8) == pytest.approx(1.75)
     assert sizes(4, 64, 4) == [4, 16, 64]
     # exact t = 50 us + S * 1.5 / 2e9 for n = 4: fit returns bandwidth 2e9 and the smallest time
-    rows = [{"bytes": s, "world_size": 4, "time_us": 50 + s * 1.5 / 2e9 * 1e6} for s in (4096, 1 << 20, 1 << 24)]
+    rows = [AllreduceMetrics(bytes=s, world_size=4, time_us=50 + s * 1.5 / 2e9 * 1e6) for s in (4096, 1 << 20, 1 << 24)]
     fit = fit_alpha_beta(rows)
     assert fit["busbw_bytes_per_s"] == pytest.approx(2e9, rel=1e-6)
-    assert fit["alpha_s"] == pytest.approx(rows[0]["time_us"] * 1e-6)
+    assert fit["alpha_s"] == pytest.approx(rows[0].time_us * 1e-6)
     assert sm.hop_latency(fit["alpha_s"], 4) == pytest.approx(fit["alpha_s"] / 6)
 
 
@@ -326,7 +328,7 @@ def test_own_runs_have_no_restart_term_and_the_report_says_what_a_start_costs():
     assert "persistent_workers" in text and "restart term of its own runs is 0" in text
     assert "630 s of its 64-GPU run's 4000 s" in text  # 90 x 7 s inside the seed's timer
     assert "record g:7" in text and "7.5 s beyond its steps" in text  # 12 s - 45 x 0.1 s, once a run
-    assert "record" not in ws_report.own_runs_text([{**rec, "point": {"data": "dummy", "workers": 8}}], 7.0)
+    assert "record" not in ws_report.own_runs_text([replace(rec, point=kinds.TrainPoint(data="dummy", workers=8))], 7.0)
 
 
 def test_predictions_do_not_depend_on_points_above_four_gpus():
@@ -359,8 +361,9 @@ def test_step_times_recorder_on_cpu():
     assert off.ms == []
 
 
-def _rec(kind, time, point, metrics, source):
-    return {"kind": kind, "time": time, "point": point, "metrics": metrics, "_source": source, "status": "ok"}
+def _rec(kind, time, point, metrics, source, sweep="s"):
+    return kinds.from_dict({"kind": kind, "time": time, "point": point, "metrics": metrics, "_source": source,
+                            "status": "ok", "sweep": sweep, "environment": {}})
 
 
 def test_inputs_come_from_the_newest_matching_records():
@@ -397,8 +400,7 @@ def test_report_section_has_one_row_per_published_point(tmp_path):
 
 def test_storage_ceiling_from_the_io_sweep_records():
     def rec(sweep, time, fmt, mb, files, src):
-        r = _rec("storage", time, {"format": fmt, "nodes": 2}, {"mb_per_s": mb, "files_per_s": files}, src)
-        return {**r, "sweep": sweep}
+        return _rec("storage", time, {"format": fmt, "nodes": 2}, {"mb_per_s": mb, "files_per_s": files}, src, sweep)
     old = [rec("a", "2026-01-01", "imagefolder", 9000.0, 90000.0, "old:1")]
     new = [rec("b", "2026-02-01", "imagefolder", 500.0, 4000.0, "new:1"),
            rec("b", "2026-02-01", "imagefolder", 800.0, 7000.0, "new:2")]

@@ -11,7 +11,7 @@ import pytest
 
 from results.analysis import scaling_model as sm
 from results.analysis import time_to_accuracy as tta
-from results.core import records
+from results.core import kinds, records
 from results.report import cluster, predicted_tta
 from results.scaling_model import __main__ as command
 from tests.helpers import REPORT_ENV as ENV
@@ -138,7 +138,8 @@ def test_the_command_line_runs_the_check(capsys, tmp_path, monkeypatch):
 
 
 def _tta_record(gpus, seconds, source):
-    return {"kind": "time_to_accuracy", "status": "ok", "sweep": "t-1", "environment": ENV, "_source": source,
+    return {"kind": "time_to_accuracy", "status": "ok", "sweep": "t-1", "time": "2026-01-01T00:00:00+00:00",
+            "environment": ENV, "_source": source,
             "point": {"program": "engine", "arch": "resnet18", "gpus": gpus},
             "metrics": {"target_top1": 91.6, "best_top1": 92.4, "time_to_target_s": seconds, "epochs_to_target": 6,
                         "images_seen": 600_000, "wall_s": 2000.0, "core_s": 4000.0, "epochs": 10, "eval_every": 1}}
@@ -181,7 +182,8 @@ def test_cluster_report_shows_measured_time_to_target_vs_gpus(tmp_path):
     recs = [_train("c-train-1", n, r) for n, r in ((1, 100.0), (2, 200.0))]
     loaded = [dict(r, _source=f"c.jsonl:{i + 1}") for i, r in enumerate(recs)]
     loaded += [_tta_record(2, None, "c.jsonl:4"), _tta_record(1, 1234.5, "c.jsonl:3")]
-    readme, _ = cluster.build_tag("c", tmp_path / "c.jsonl", tmp_path / "c", loaded=(loaded, []))
+    typed = [kinds.from_dict(r) for r in loaded]
+    readme, _ = cluster.build_tag("c", tmp_path / "c.jsonl", tmp_path / "c", loaded=(typed, []))
     text = readme.read_text()
     assert "## Time to 91.6 % top-1 vs GPUs" in text
     rows = _rows(text, "| run | GPUs")

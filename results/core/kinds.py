@@ -1,0 +1,478 @@
+"""Records as types: one frozen dataclass per kind's point and metrics, one :class:`Record` around them.
+
+A record is read from JSON once (:func:`from_dict`, called by the loaders of
+:mod:`results.core.records`) and from then on read by attribute: ``r.metrics.images_per_s``,
+``r.point.batch_size``, ``r.environment.gpu_name``, and the derived facts defined here once
+(``r.world_size``, ``r.nodes``, ``r.profiled``, ``r.on_gpu``). A field a record lacks reads as None.
+The metrics classes are also the schema :func:`results.core.records.validate` checks: a field typed
+:data:`Req` must be a number in every ok record of its kind, one typed :data:`Num` must be a number
+where present.
+
+The JSON on disk is unchanged: ``Record.raw`` keeps the object as read, for the report's "as
+recorded" tables and for the modules that still read records as dicts.
+"""
+# No ``from __future__ import annotations``: required() reads the evaluated Annotated markers.
+
+from dataclasses import dataclass, field, fields
+from typing import Annotated, Any, Dict, Mapping, Optional, Tuple, get_type_hints
+
+Req = Annotated[Optional[float], "required"]  # a number every ok record of the kind carries
+Num = Annotated[Optional[float], "number"]  # a number where recorded
+Text = Optional[str]
+Value = Optional[Any]  # any JSON value
+
+
+def required(cls: type) -> Tuple[str, ...]:
+    """The metrics every ok record of CLS's kind must carry as numbers, in field order."""
+    return _marked(cls, "required")
+
+
+def numeric(cls: type) -> Tuple[str, ...]:
+    """The metrics CLS types as numbers (required or where present), in field order."""
+    return _marked(cls, "required", "number")
+
+
+def _marked(cls: type, *marks: str) -> Tuple[str, ...]:
+    hints = get_type_hints(cls, include_extras=True)
+    return tuple(f.name for f in fields(cls) if set(getattr(hints[f.name], "__metadata__", ())) & set(marks))
+
+
+# ---------------------------------------------------------------- points: a kind's parameters
+
+@dataclass(frozen=True)
+class TrainPoint:
+    variant: Text = None
+    arch: Text = None
+    batch_size: Optional[int] = None  # per process
+    precision: Text = None
+    amp_dtype: Text = None
+    data: Text = None
+    image_size: Optional[int] = None
+    workers: Optional[int] = None
+    setup: Text = None
+    world_size: Optional[int] = None
+    nodes: Optional[int] = None
+    procs_per_node: Optional[int] = None
+    epochs: Optional[int] = None
+    steps_per_epoch: Optional[int] = None
+    val_steps: Optional[int] = None
+    extra_args: Optional[list] = None
+
+
+@dataclass(frozen=True)
+class IoPoint:
+    backend: Text = None
+    batch_size: Optional[int] = None
+    cache: Text = None
+    data: Text = None
+    dataset_images: Optional[int] = None
+    image_size: Optional[int] = None
+    images_per_reader: Optional[int] = None
+    readers: Optional[int] = None
+    threads: Optional[int] = None
+    workers: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class AllreducePoint:
+    backend: Text = None
+    bytes: Optional[int] = None
+    transport: Text = None
+    world_size: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class OverlapPoint:
+    arch: Text = None
+    backend: Text = None
+    batch_size: Optional[int] = None
+    bucket_cap_mb: Optional[float] = None
+    image_size: Optional[int] = None
+    world_size: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class PipelinePoint:
+    """Also the shards_pipeline kind's (``variant`` there names the source: folder or shards)."""
+
+    backend: Text = None
+    batch_size: Optional[int] = None
+    data: Text = None
+    image_size: Optional[int] = None
+    images: Optional[int] = None
+    split: Text = None
+    workers: Optional[int] = None
+    variant: Text = None
+
+
+@dataclass(frozen=True)
+class StoragePoint:
+    cache: Text = None
+    data: Text = None
+    format: Text = None
+    nodes: Optional[int] = None
+    readers_per_node: Optional[int] = None
+    seconds: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class DataOpensPoint:
+    batch: Optional[int] = None
+    data: Text = None
+    epochs: Optional[int] = None
+    seeded: Value = None
+    source: Text = None
+    strace: Value = None
+    workers: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class IndexMemoryPoint:
+    index: Text = None
+    samples: Optional[int] = None
+    workers: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class RegionDecodePoint:
+    boxes: Text = None
+    data: Text = None
+    decoder: Text = None
+    images: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class PreparePoint:
+    classes: Optional[int] = None
+    data: Text = None
+    format: Text = None
+    per_class: Optional[int] = None
+    shard_mb: Optional[float] = None
+    val_per_class: Optional[int] = None
+    workers: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class FaultPoint:
+    fault: Text = None
+    launcher: Text = None
+    nodes: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class TimeToAccuracyPoint:
+    """Read by the time-to-accuracy modules through ``Record.raw`` for now."""
+
+    program: Text = None
+    recipe: Text = None
+    arch: Text = None
+    data: Text = None
+    target_from: Text = None
+
+
+# ---------------------------------------------------------------- metrics: what a point measured
+
+@dataclass(frozen=True)
+class TrainMetrics:
+    images_per_s: Req = None
+    images_per_s_per_process: Req = None
+    step_time_ms: Req = None
+    world_size: Req = None
+    data_time_ms: Optional[float] = None
+    compute_time_ms: Optional[float] = None
+    peak_memory_bytes: Optional[float] = None
+    epoch_time_s: Optional[float] = None
+    elapsed_s: Optional[float] = None
+    nodes: Optional[int] = None
+    global_batch: Optional[int] = None
+    measured_steps: Optional[int] = None
+    warmup_steps: Optional[int] = None
+    epochs_run: Optional[int] = None
+    parameters: Optional[int] = None
+    precision_label: Text = None
+    backend: Text = None
+    device: Text = None
+    engine_status: Value = None
+    best_top1: Optional[float] = None
+    val_top1: Optional[float] = None
+    val_top5: Optional[float] = None
+    step_times_ms: Optional[list] = None
+    checkpoint_saves: Optional[int] = None
+    checkpoint_periodic: Optional[int] = None
+    checkpoint_every_steps: Optional[int] = None
+    checkpoint_stall_ms_mean: Optional[float] = None
+    checkpoint_stall_ms_max: Optional[float] = None
+    checkpoint_write_s_mean: Optional[float] = None
+    checkpoint_bytes_written: Optional[float] = None
+    scaling_efficiency: Optional[float] = None  # results.analysis.efficiency.with_efficiency sets it
+    baseline_world_size: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class IoMetrics:
+    images_per_s: Req = None
+    mb_per_s: Req = None
+    elapsed_s: Req = None
+    images: Req = None
+    files_per_s: Optional[float] = None
+    bytes_per_image: Optional[float] = None
+    cache_method: Text = None
+    cold_verified: Value = None
+    cores_busy: Optional[float] = None
+    cpu_ms_per_image: Optional[float] = None
+    cpu_s: Optional[float] = None
+    first_batch_s: Optional[float] = None
+    images_per_cpu_s: Optional[float] = None
+    rchar: Optional[int] = None
+    read_bytes: Optional[int] = None
+    storage_mb_per_s: Optional[float] = None
+    syscr: Optional[int] = None
+    syscr_per_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class AllreduceMetrics:
+    bytes: Req = None
+    time_us: Req = None
+    algbw_gbps: Req = None
+    busbw_gbps: Req = None
+    world_size: Req = None
+    iters: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class OverlapMetrics:
+    step_time_ms: Req = None
+    step_no_allreduce_ms: Req = None
+    exposed_comm_ms: Req = None
+    allreduce_alone_ms: Req = None
+    world_size: Req = None
+    grad_bytes: Optional[int] = None
+    hidden_fraction: Optional[float] = None
+    steps: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class PipelineMetrics:
+    """Also the shards_pipeline kind's: the same bench over shard files."""
+
+    images_per_cpu_s: Req = None
+    images_per_s: Req = None
+    cpu_ms_per_image: Req = None
+    rounds: Req = None
+    ratio_per_core: Optional[float] = None
+    ratio_min: Optional[float] = None
+    ratio_max: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class StorageMetrics:
+    mb_per_s: Req = None
+    files_per_s: Req = None
+    elapsed_s: Req = None
+    bytes: Req = None
+    files: Req = None
+    bytes_per_file: Optional[float] = None
+    complete: Value = None
+    files_per_s_per_node: Optional[float] = None
+    mb_per_s_per_node: Optional[float] = None
+    min_node_mb_per_s: Optional[float] = None
+    nodes: Optional[int] = None
+    readers: Optional[int] = None
+    storage_mb_per_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class DataOpensMetrics:
+    images: Req = None
+    rchar: Req = None
+    syscr: Req = None
+    dataset_opens: Optional[int] = None
+    epochs: Optional[int] = None
+    max_opens_per_file: Optional[int] = None
+    opening_processes: Optional[int] = None
+    opens: Optional[int] = None
+    shards: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class IndexMemoryMetrics:
+    rank_rss_bytes: Req = None
+    worker_private_bytes: Req = None
+    worker_pss_bytes: Req = None
+    workers: Req = None
+    rank_index_bytes: Optional[int] = None
+    touched: Optional[int] = None
+    worker_rss_bytes: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class RegionDecodeMetrics:
+    images_per_cpu_s: Req = None
+    cpu_ms_per_image: Req = None
+    rounds: Req = None
+    ratio_per_core: Req = None
+    ratio_min: Optional[float] = None
+    ratio_max: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class PrepareMetrics:
+    images_per_s: Req = None
+    mb_per_s: Req = None
+    elapsed_s: Req = None
+    images: Req = None
+    read_mb_per_s: Req = None
+    bytes: Optional[int] = None
+    cpu_s: Optional[float] = None
+    files: Optional[int] = None
+    written_bytes: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class TimeToAccuracyMetrics:
+    """time_to_target_s (and epochs_/core_s_to_target) are None when the target was not reached."""
+
+    target_top1: Req = None
+    best_top1: Req = None
+    wall_s: Req = None
+    core_s: Req = None
+    epochs: Req = None
+    eval_every: Req = None
+    time_to_target_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class FaultMetrics:
+    survived: Req = None
+    steps_trained_twice: Req = None
+    checkpoints_lost: Req = None
+    detect_s: Num = None  # absent when not timed
+    recover_s: Optional[float] = None
+    recovered: Value = None
+    seconds_lost: Optional[float] = None
+
+
+# A new kind: its point and metrics classes above, one entry here, a runner that records it, a report section.
+KINDS: Dict[str, Tuple[type, type]] = {
+    "train": (TrainPoint, TrainMetrics), "io": (IoPoint, IoMetrics),
+    "allreduce": (AllreducePoint, AllreduceMetrics), "overlap": (OverlapPoint, OverlapMetrics),
+    "pipeline": (PipelinePoint, PipelineMetrics), "storage": (StoragePoint, StorageMetrics),
+    "shards_pipeline": (PipelinePoint, PipelineMetrics), "data_opens": (DataOpensPoint, DataOpensMetrics),
+    "index_memory": (IndexMemoryPoint, IndexMemoryMetrics), "fault": (FaultPoint, FaultMetrics),
+    "region_decode": (RegionDecodePoint, RegionDecodeMetrics), "prepare": (PreparePoint, PrepareMetrics),
+    "time_to_accuracy": (TimeToAccuracyPoint, TimeToAccuracyMetrics),
+    "tta_tuning": (TimeToAccuracyPoint, TimeToAccuracyMetrics),  # a recipe trial on the tuning split, not a benchmark
+}
+
+
+# ---------------------------------------------------------------- the record
+
+@dataclass(frozen=True)
+class Environment:
+    """What a point ran on and with (imagenet.sysinfo.collect(), rank 0's for a SLURM job)."""
+
+    hostname: Text = None
+    cpu_model: Text = None
+    cpu_count: Optional[int] = None
+    torch_threads: Optional[int] = None
+    gpu_name: Text = None
+    gpu_count: Optional[int] = None
+    nodes: Optional[int] = None
+    torch: Text = None
+    torchvision: Text = None
+    cuda: Text = None
+    cudnn: Value = None
+    nccl: Value = None
+    python: Text = None
+    git_commit: Text = None
+    source_digest: Text = None  # a hash of the engine's sources (a copied checkout's commit can predate them)
+    slurm_job_id: Text = None
+    command: Text = None
+
+    @property
+    def code(self) -> Text:
+        """The code that ran: the source digest where recorded, else the git commit."""
+        return self.source_digest or self.git_commit
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record as read: the fields every kind shares, its kind's point and metrics, and context
+    a runner added (``runner``, ``note``, ``command``, ...)."""
+
+    kind: str
+    status: str
+    sweep: str
+    time: str
+    point: Any  # the kind's point class
+    metrics: Any  # the kind's metrics class
+    environment: Environment
+    error: Text = None
+    source: str = ""  # file:line, set by the loader
+    host_load_1m: Optional[float] = None
+    runner: Text = None  # "slurm" for points that ran as SLURM jobs
+    note: Text = None
+    command: Text = None
+    run_dir: Text = None  # the kept run folder, relative to the checkout
+    profile: Value = None  # a --profile-steps summary
+    scaling_key: Value = None  # the scaling sweep's settings, by which a rerun resumes it
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def world_size(self) -> Optional[int]:
+        return self.metrics.world_size if hasattr(self.metrics, "world_size") else self.point.world_size
+
+    @property
+    def nodes(self) -> int:
+        return getattr(self.metrics, "nodes", None) or getattr(self.point, "nodes", None) or 1
+
+    @property
+    def profiled(self) -> bool:
+        """A --profile-steps run: its steps were slowed by the profiler, so it is no speed measurement."""
+        return "--profile-steps" in (getattr(self.point, "extra_args", None) or [])
+
+    @property
+    def on_gpu(self) -> bool:
+        return getattr(self.metrics, "device", None) == "cuda"
+
+    @property
+    def local(self) -> bool:
+        """Ran on this machine (not as a SLURM job)."""
+        return self.runner in (None, "local")
+
+    def point_values(self, keys: Tuple[str, ...]) -> tuple:
+        """The point's values of KEYS (names of its fields), e.g. the parameters that group a series."""
+        return tuple(getattr(self.point, k, None) for k in keys)
+
+    def recorded(self, part: str) -> Dict[str, Any]:
+        """The point or metrics ("point" or "metrics") exactly as recorded, for tables that show them whole."""
+        value = self.raw.get(part)
+        return dict(value) if isinstance(value, dict) else {}
+
+
+_SHARED = {f.name for f in fields(Record)} - {"point", "metrics", "source", "raw"}
+
+
+def _build(cls: type, values: Mapping[str, Any]) -> Any:
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def from_dict(rec: Mapping[str, Any]) -> Record:
+    """The typed record of a validated record dict (see :func:`results.core.records.validate`)."""
+    point_cls, metrics_cls = KINDS[rec["kind"]]
+    shared = {k: v for k, v in rec.items() if k in _SHARED}
+    shared["environment"] = _build(Environment, rec.get("environment") or {})
+    return Record(point=_build(point_cls, rec["point"]), metrics=_build(metrics_cls, rec["metrics"]),
+                  source=rec.get("_source", ""), raw=rec, **shared)
+
+
+def typed(rec: Any) -> Record:
+    """REC as a :class:`Record`: for a runner's record dict just written, and for the functions that the
+    time-to-accuracy modules still call with dicts."""
+    return rec if isinstance(rec, Record) else from_dict(rec)
