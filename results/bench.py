@@ -168,16 +168,16 @@ def _add_train(sub, common: argparse.ArgumentParser) -> None:
     t.add_argument("--note", help="recorded with every point and shown in the report (e.g. what the nodes share)")
 
 
-def _add_submit(t: argparse.ArgumentParser) -> None:
+def _add_submit(train: argparse.ArgumentParser) -> None:
     """train's flags for running each point as a SLURM job."""
-    t.add_argument("--submit", choices=["local", "slurm"], default="local",
+    train.add_argument("--submit", choices=["local", "slurm"], default="local",
                    help="local: torchrun here; slurm: one sbatch job per point (slurm.generate)")
-    t.add_argument("--gpus-per-node", type=int, default=4, help="with --submit slurm (0: CPU nodes)")
-    t.add_argument("--cpus-per-task", type=int, help="with --submit slurm; also each process's OMP_NUM_THREADS")
-    t.add_argument("--time-limit", default="01:00:00", help="with --submit slurm")
+    train.add_argument("--gpus-per-node", type=int, default=4, help="with --submit slurm (0: CPU nodes)")
+    train.add_argument("--cpus-per-task", type=int, help="with --submit slurm; also each process's OMP_NUM_THREADS")
+    train.add_argument("--time-limit", default="01:00:00", help="with --submit slurm")
     for flag in ("--partition", "--account", "--qos", "--constraint"):
-        t.add_argument(flag, help=f"with --submit slurm: sbatch {flag}")
-    t.add_argument("--setup", action="append", default=[], metavar="LINE",
+        train.add_argument(flag, help=f"with --submit slurm: sbatch {flag}")
+    train.add_argument("--setup", action="append", default=[], metavar="LINE",
                    help="with --submit slurm: shell line the job runs first, e.g. 'module load cuda' (repeatable)")
 
 

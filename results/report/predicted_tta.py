@@ -64,8 +64,7 @@ def predicted_rows(pred: Prediction, ref: dict) -> List[Dict[str, object]]:
 
 def not_predictable(pred: Prediction, recipe: dict) -> Optional[str]:
     """Why the recipe's epochs cannot stand for the measured configuration, or None when they can."""
-    point = pred.calibration.get("point", {})
-    arch, size = point.get("arch"), point.get("image_size")
+    arch, size = pred.calibration.point.arch, pred.calibration.point.image_size
     if (arch, size) != (recipe["arch"], recipe["image_size"]):
         return (f"the measured configuration trains {arch} at {size} px, and the cited recipe ({recipe['name']}) "
                 f"reaches its target with {recipe['arch']} at {recipe['image_size']} px only: its epochs say "
