@@ -117,3 +117,46 @@ def predict_cluster(series: Sequence[Record], ar: Sequence[Record] = (), overlap
                      "efficiency": b["efficiency"], "exposed_comm_ms": 1e3 * b["exposed_comm_s"],
                      "straggler_ms": 1e3 * b["straggler_s"], "binding": b["binding"]})
     return Prediction(whole, cal, rows, missing, sources), ""
+
+
+TOLERANCE = 0.10  # a prediction within this share of the measured images/s agrees with it
+
+
+@dataclass(frozen=True)
+class Miss:
+    """A measured GPU count where the model's images/s are off by more than TOLERANCE, as step times."""
+
+    gpus: int
+    error: float  # (predicted - measured) / measured
+    measured_ms: float  # the measured step, from the measured images/s
+    predicted_ms: float
+    term: str  # the term that misses, in words
+
+
+def misses(pred: Prediction) -> List[Miss]:
+    """The measured rows the model misses by more than TOLERANCE, each with the term that misses: when
+    the model is optimistic, a cost it has no term for (those left out, or cores shared on one host);
+    when pessimistic, its largest communication or straggler term, else the calibrated compute."""
+    out = []
+    for row in pred.rows:
+        if row["error"] is None or abs(row["error"]) <= TOLERANCE:
+            continue
+        batch = pred.whole.inputs.global_batch(row["gpus"])
+        measured_ms, predicted_ms = 1e3 * batch / row["measured"], 1e3 * batch / row["predicted"]
+        out.append(Miss(row["gpus"], row["error"], measured_ms, predicted_ms,
+                        _optimistic_term(pred) if row["error"] > 0 else _pessimistic_term(row)))
+    return out
+
+
+def _optimistic_term(pred: Prediction) -> str:
+    if pred.missing:
+        return "a cost with no term here: " + "; ".join(pred.missing)
+    return "a cost the model has no term for (processes sharing one host's cores, or data loading)"
+
+
+def _pessimistic_term(row: Dict[str, object]) -> str:
+    terms = {"exposed all-reduce": row["exposed_comm_ms"], "straggler wait": row["straggler_ms"]}
+    name, value = max(terms.items(), key=lambda item: item[1])
+    if value > 0:
+        return f"its {name} term ({value:.1f} ms a step) is too large"
+    return "its compute per step, calibrated at the smallest point, is too large here"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from imagenet.files import write_text
-from results.analysis import comparisons
+from results.analysis import cluster_model, comparisons
 from results.analysis.cluster_model import predict_cluster
 from results.analysis.efficiency import efficiencies
 from results.analysis.spread import Point, aggregate
@@ -339,11 +339,22 @@ def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Opt
             "cost it has no input for here shows (a term left out below, or processes sharing one host's cores).\n\n"
             + md_table(["GPUs", "measured images/s", "predicted images/s", "error", "predicted efficiency",
                         "exposed all-reduce (ms/step)", "straggler wait (ms/step)", "binding"], rows)
-            + "\nInputs:\n\n" + md_table(["input", "value", "from"], inputs)
+            + "\n" + _misses(pred) + "\nInputs:\n\n" + md_table(["input", "value", "from"], inputs)
             + "\nLeft out (no measurement under this tag), so the prediction is an upper bound in each:\n\n"
             + "".join(f"- {m}\n" for m in pred.missing) + "\n" + predicted_tta.predicted_section(pred, hw, fig_dir)
             ), largest["binding"] + (
         " (all-reduce not measured)" if any(m.startswith("all-reduce") for m in pred.missing) else "")
+
+
+def _misses(pred) -> str:
+    """Where the model misses a measured point by more than the tolerance, and which term misses."""
+    found = cluster_model.misses(pred)
+    if not found:
+        return f"The model agrees with every measured point within {cluster_model.TOLERANCE:.0%}.\n"
+    lines = [f"- {m.gpus} {'GPU' if m.gpus == 1 else 'GPUs'}: {pct(m.error)}: a step of {fmt(m.predicted_ms)} ms "
+             f"predicted, {fmt(m.measured_ms)} ms measured; {m.term}." for m in found]
+    return (f"Where the model misses the measured images/s by more than {cluster_model.TOLERANCE:.0%} (both "
+            "are in the table above):\n\n" + "\n".join(lines) + "\n")
 
 
 def _unit(hw: str) -> str:

@@ -1,7 +1,9 @@
 """One cluster's report from fixture records: repeats folded into one clean line with its spread, one
 panel per hardware kind, the summary's numbers, and the scaling model's binding term."""
+import math
 import re
 
+from results.analysis import cluster_model, scaling_model
 from results.analysis.spread import aggregate
 from results.core import kinds, records
 from results.report import cluster
@@ -72,3 +74,24 @@ def test_a_series_trained_with_a_recipe_names_it():
         with_recipe = _train("c-1", 1, 100.0)
         with_recipe["point"]["extra_args"] = ["--lr", "1.7", *flags]
         assert cluster.series_name(kinds.from_dict(with_recipe)).endswith(", recipe ffcv-16")
+
+
+def test_a_miss_past_ten_percent_names_the_term_that_misses():
+    whole = scaling_model.WholeStep(scaling_model.ModelInputs(step_time_s=0.1, batch_per_gpu=32, grad_bytes=1e8,
+                                                              busbw_intra=math.inf))
+    row = {"efficiency": 1.0, "binding": "compute"}
+    rows = [{**row, "gpus": 1, "measured": 320.0, "predicted": 320.0, "error": 0.0, "exposed_comm_ms": 0.0,
+             "straggler_ms": 0.0},
+            {**row, "gpus": 2, "measured": 600.0, "predicted": 640.0, "error": 0.0667, "exposed_comm_ms": 0.0,
+             "straggler_ms": 0.0},  # within 10 %: agrees
+            {**row, "gpus": 4, "measured": 800.0, "predicted": 1280.0, "error": 0.6, "exposed_comm_ms": 0.0,
+             "straggler_ms": 0.0},  # optimistic: a cost without a term
+            {**row, "gpus": 8, "measured": 2000.0, "predicted": 1600.0, "error": -0.2, "exposed_comm_ms": 40.0,
+             "straggler_ms": 5.0}]  # pessimistic: its largest term is too large
+    pred = cluster_model.Prediction(whole, None, rows, ["all-reduce (no allreduce records)"], {})
+    found = cluster_model.misses(pred)
+    assert [(m.gpus, m.measured_ms, m.predicted_ms) for m in found] == [(4, 160.0, 100.0), (8, 128.0, 160.0)]
+    assert found[0].term == "a cost with no term here: all-reduce (no allreduce records)"
+    assert found[1].term == "its exposed all-reduce term (40.0 ms a step) is too large"
+    agreeing = cluster_model.Prediction(whole, None, rows[:2], [], {})
+    assert cluster_model.misses(agreeing) == []
