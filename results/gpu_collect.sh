@@ -21,12 +21,11 @@ for dir in "$@"; do
         # a record is identified by its sweep and point name: append only the ones not filed yet
         "$PY" - "$src" "$dst" <<'PYEOF'
 import json, sys
-from results.core.records import portable
+from results.core.records import identity, portable
 src, dst = sys.argv[1:]
-key = lambda r: (r["sweep"], json.dumps(r["point"], sort_keys=True))
-have = {key(json.loads(l)) for l in open(dst) if l.strip()}
+have = {identity(json.loads(l)) for l in open(dst) if l.strip()}
 new = [portable(json.loads(l)) for l in open(src) if l.strip()]
-new = [r for r in new if key(r) not in have]
+new = [r for r in new if identity(r) not in have]
 open(dst, "a").writelines(json.dumps(r) + "\n" for r in new)
 print(f"{src}: {len(new)} new record(s) -> {dst}")
 PYEOF

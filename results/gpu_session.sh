@@ -232,15 +232,15 @@ for s in $stages; do
 done
 echo "=== done ($(date -u +%H:%M:%S))"
 $PY - "$RECORDS" <<'PYEOF'
-import json, sys
-try:
-    rows = [json.loads(line) for line in open(sys.argv[1])]
-except FileNotFoundError:
-    rows = []
-for r in rows:
-    p, m = r["point"], r["metrics"]
-    print(f"{p.get('setup') or p['variant']:>19} {p['precision']:>3} {str(p.get('amp_dtype')):>8} "
-          f"{p['data'][-12:]:>12} {r['status']:>6} {m.get('images_per_s') or 0:7.1f} img/s "
-          f"{m.get('step_time_ms') or 0:6.1f} ms/step data {m.get('data_time_ms') or 0:5.1f} ms "
-          f"{(r.get('error') or '')[:100]}")
+import sys
+from pathlib import Path
+from results.core import records
+path = Path(sys.argv[1])
+for r in (records.load_typed([path])[0] if path.exists() else []):
+    if r.kind != "train":
+        continue
+    p, m = r.point, r.metrics
+    print(f"{p.setup or p.variant:>19} {p.precision:>3} {str(p.amp_dtype):>8} {str(p.data)[-12:]:>12} {r.status:>6} "
+          f"{m.images_per_s or 0:7.1f} img/s {m.step_time_ms or 0:6.1f} ms/step data {m.data_time_ms or 0:5.1f} ms "
+          f"{(r.error or '')[:100]}")
 PYEOF

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from results.analysis import scaling_model
-from results.analysis.comparisons import profiled
+from results.core.kinds import Record
 from results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
 
 MLPERF_TARGET_TOP1 = 75.9
@@ -134,21 +134,21 @@ class Throughput:
     missing: str = ""  # the measurement that would give a model, or decide a miss
 
 
-def h100_model(train: Sequence[dict], system: dict, grad_bytes: float) -> Tuple[Optional[scaling_model.WholeStep], str]:
+def h100_model(train: Sequence[Record], system: dict,
+               grad_bytes: float) -> Tuple[Optional[scaling_model.WholeStep], str]:
     """A one-H100 ResNet-50 224 px train record (the best images/s), on the cited DGX H100 link; None without one."""
-    ok = [r for r in train if r["status"] == "ok" and "H100" in str(r["environment"].get("gpu_name"))
-          and r["metrics"].get("world_size") == 1 and r["point"].get("arch") == "resnet50"
-          and r["point"].get("image_size") == REFERENCE_RESOLUTION and not profiled(r)]
+    ok = [r for r in train if r.ok and "H100" in str(r.environment.gpu_name) and r.metrics.world_size == 1
+          and r.point.arch == "resnet50" and r.point.image_size == REFERENCE_RESOLUTION and not r.profiled]
     if not ok:
         return None, ""
-    best = max(ok, key=lambda r: r["metrics"]["images_per_s"])
-    b = best["point"]["batch_size"]
-    inputs = scaling_model.ModelInputs(step_time_s=b / best["metrics"]["images_per_s"], batch_per_gpu=b,
+    best = max(ok, key=lambda r: r.metrics.images_per_s)
+    b = best.point.batch_size
+    inputs = scaling_model.ModelInputs(step_time_s=b / best.metrics.images_per_s, batch_per_gpu=b,
                                        grad_bytes=grad_bytes,
                             busbw_intra=system["busbw_intra"], alpha_intra_s=system["alpha_intra_s"],
                             gpus_per_node=system["gpus_per_node"])
-    data = best["point"].get("data")
-    return scaling_model.WholeStep(inputs), f"{best['_source']} (this project's engine, {data} data, batch {b})"
+    return (scaling_model.WholeStep(inputs),
+            f"{best.source} (this project's engine, {best.point.data} data, batch {b})")
 
 
 def ffcv_factors(recipe: dict, epochs: int) -> Tuple[float, float]:

@@ -13,6 +13,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
+from results.core.kinds import Record
+
 KIND = "time_to_accuracy"
 TUNING_KIND = "tta_tuning"
 PROTOCOL = 2
@@ -21,34 +23,32 @@ OURS_PROGRAM = "hpc-imagenet"
 MIN_RUNS = 3  # counted runs of each program before the medians are the benchmark's result
 
 
-def protocol_runs(recs: Sequence[dict], program: str) -> List[dict]:
+def protocol_runs(recs: Sequence[Record], program: str) -> List[Record]:
     """PROGRAM's ok protocol records, counted or not, oldest first."""
-    return sorted((r for r in recs if r["kind"] == KIND and r["status"] == "ok"
-                   and r["point"].get("protocol") == PROTOCOL and r["point"]["program"] == program),
-                  key=lambda r: r["time"])
+    return sorted((r for r in recs if r.kind == KIND and r.ok and r.point.protocol == PROTOCOL
+                   and r.point.program == program), key=lambda r: r.time)
 
 
-def machine(run: dict) -> str:
+def machine(run: Record) -> str:
     """The machine a run's times belong to: its GPU's name, else its CPU core count."""
-    env = run.get("environment", {})
-    return env.get("gpu_name") or f"{env.get('cpu_count', '?')} CPU cores"
+    return run.environment.gpu_name or f"{run.environment.cpu_count or '?'} CPU cores"
 
 
-def by_machine(runs: Sequence[dict]) -> Dict[str, List[dict]]:
+def by_machine(runs: Sequence[Record]) -> Dict[str, List[Record]]:
     """RUNS grouped by :func:`machine`, in the order first seen."""
-    groups: Dict[str, List[dict]] = {}
+    groups: Dict[str, List[Record]] = {}
     for run in runs:
         groups.setdefault(machine(run), []).append(run)
     return groups
 
 
-def counted(runs: Sequence[dict]) -> List[dict]:
-    return [r for r in runs if r["metrics"].get("counted")]
+def counted(runs: Sequence[Record]) -> List[Record]:
+    return [r for r in runs if r.metrics.counted]
 
 
-def earlier_runs(recs: Sequence[dict]) -> List[dict]:
+def earlier_runs(recs: Sequence[Record]) -> List[Record]:
     """The ok time_to_accuracy records made before the protocol (no protocol version)."""
-    return [r for r in recs if r["kind"] == KIND and r["status"] == "ok" and "protocol" not in r["point"]]
+    return [r for r in recs if r.kind == KIND and r.ok and r.point.protocol is None]
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,11 @@ class Goal:
     runs: int
 
 
-def goal(examples_counted: Sequence[dict]) -> Optional[Goal]:
+def goal(examples_counted: Sequence[Record]) -> Optional[Goal]:
     if not examples_counted:
         return None
-    return Goal(statistics.median(r["metrics"]["best_top1"] for r in examples_counted),
-                statistics.median(r["metrics"]["wall_s"] for r in examples_counted), len(examples_counted))
+    return Goal(statistics.median(r.metrics.best_top1 for r in examples_counted),
+                statistics.median(r.metrics.wall_s for r in examples_counted), len(examples_counted))
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ class Measured:
     best_in_budget: Optional[float]
 
 
-def measure(run: dict, target: float, budget_s: float) -> Measured:
-    curve = run.get("curve", [])
+def measure(run: Record, target: float, budget_s: float) -> Measured:
+    curve = run.curve or []
     reached = next((p for p in curve if p["top1"] >= target), None)
     in_budget = [p["top1"] for p in curve if p["wall_s"] <= budget_s]
     return Measured(reached["wall_s"] if reached else None, reached.get("core_s") if reached else None,

@@ -161,13 +161,32 @@ class FaultPoint:
 
 @dataclass(frozen=True)
 class TimeToAccuracyPoint:
-    """Read by the time-to-accuracy modules through ``Record.raw`` for now."""
+    """A run of the time-to-accuracy benchmark (results.runners.tta); ``protocol`` absent: a run made
+    before the protocol."""
 
     program: Text = None
-    recipe: Text = None
     arch: Text = None
     data: Text = None
-    target_from: Text = None
+    image_size: Optional[int] = None
+    train_images: Optional[int] = None
+    split: Text = None  # what val/ held: test or tuning
+    seed: Optional[int] = None  # None: main.py run unseeded
+    protocol: Optional[int] = None
+    scoring: Text = None
+    workers: Optional[int] = None
+    declared: Text = None  # the weights the engine was scored on
+    tuned_on: Value = None
+    target_from: Value = None  # the examples sweeps that fixed the target and budget
+    trial: Value = None  # a tuning trial's flags
+    recipe: Value = None
+    recipe_flags: Value = None
+    epochs_planned: Optional[int] = None
+    examples_commit: Text = None
+    changed_in_copy: Value = None
+    gpus: Optional[int] = None
+    processes: Optional[int] = None
+    setup: Text = None
+    variant: Text = None
 
 
 # ---------------------------------------------------------------- metrics: what a point measured
@@ -340,6 +359,20 @@ class TimeToAccuracyMetrics:
     epochs: Req = None
     eval_every: Req = None
     time_to_target_s: Optional[float] = None
+    epochs_to_target: Optional[float] = None
+    core_s_to_target: Optional[float] = None
+    best_top1_in_budget: Optional[float] = None
+    budget_s: Optional[float] = None
+    final_top1: Optional[float] = None  # a tuning trial's last evaluation
+    images_seen: Optional[int] = None
+    eval_s: Optional[float] = None
+    start_s: Optional[float] = None  # from the start to the end of the first training step
+    other_cpu_share: Optional[float] = None
+    counted: Optional[bool] = None  # the machine was otherwise quiet
+    world_size: Optional[int] = None
+    load_1m_mean: Optional[float] = None
+    load_1m_max: Optional[float] = None
+    cores: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -417,6 +450,8 @@ class Record:
     run_dir: Text = None  # the kept run folder, relative to the checkout
     profile: Value = None  # a --profile-steps summary
     scaling_key: Value = None  # the scaling sweep's settings, by which a rerun resumes it
+    curve: Value = None  # time_to_accuracy: top-1 after each evaluation, against wall seconds
+    notes: Value = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property

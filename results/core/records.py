@@ -118,6 +118,16 @@ def _load() -> Optional[float]:
         return None
 
 
+def add_metrics(record: dict, **values: Any) -> None:
+    """Add VALUES to the metrics of RECORD, a record dict not yet appended (a value known only later)."""
+    record["metrics"].update(values)
+
+
+def identity(record: dict) -> tuple:
+    """What tells a record dict apart from every other: its sweep and its point."""
+    return record["sweep"], json.dumps(record["point"], sort_keys=True)
+
+
 def append(path: Path, record: dict) -> None:
     """Append one record as one line, atomically (imagenet.files): a crash loses at most this point.
 

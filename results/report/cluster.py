@@ -461,8 +461,7 @@ def build_tag(tag: str, records_file: Path, out_dir: Path,
     body = [throughput_section(series, out_dir), curves_section(train, out_dir),
             storage_section(by_kind(recs, "storage"), out_dir), loader_section(by_kind(recs, "io"), out_dir),
             pipeline_section(by_kind(recs, "pipeline"), out_dir), model,
-            predicted_tta.measured_section([predicted_tta.from_record(r.raw)  # it reads the record as a dict
-                                            for r in by_kind(recs, "time_to_accuracy")]),
+            predicted_tta.measured_section([predicted_tta.from_record(r) for r in by_kind(recs, "time_to_accuracy")]),
             shards, faults.section(recs),
             other_section(recs), failed_section(recs)]
     top = headline(recs, series, binding)

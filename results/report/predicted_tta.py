@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, TypedDict
 from results.analysis import time_to_accuracy
 from results.analysis.cluster_model import Prediction
 from results.report import figures
+from results.core.kinds import Record
 from results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
 from results.report.common import REFERENCE, fmt, md_table
 
@@ -37,14 +38,13 @@ class TimeToAccuracy(TypedDict):
     source: str  # the record
 
 
-def from_record(record: dict) -> TimeToAccuracy:
-    p, m = record["point"], record["metrics"]
+def from_record(record: Record) -> TimeToAccuracy:
+    p, m = record.point, record.metrics
     return TimeToAccuracy(
-        series=" ".join(str(v) for v in (p.get("program") or p.get("setup") or p.get("variant"), p.get("arch")) if v),
-        gpus=int(m.get("world_size") or p.get("gpus") or p.get("processes") or 1),
-        target_top1=m["target_top1"], time_to_target_s=m.get("time_to_target_s"),
-        epochs_to_target=m.get("epochs_to_target"), images_seen=m.get("images_seen"), best_top1=m["best_top1"],
-        wall_s=m["wall_s"], source=record["_source"])
+        series=" ".join(str(v) for v in (p.program or p.setup or p.variant, p.arch) if v),
+        gpus=int(m.world_size or p.gpus or p.processes or 1),
+        target_top1=m.target_top1, time_to_target_s=m.time_to_target_s, epochs_to_target=m.epochs_to_target,
+        images_seen=m.images_seen, best_top1=m.best_top1, wall_s=m.wall_s, source=record.source)
 
 
 def reference(ref_dir: Path = REFERENCE) -> dict:

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from results.analysis import tta_protocol as protocol
 from results.analysis.tta_protocol import EXAMPLES_PROGRAM, OURS_PROGRAM, Goal, Spread
+from results.core.kinds import Record
 from results.report import figures
 from results.report.common import REFERENCE, fmt, md_table
 
@@ -37,9 +38,9 @@ PROTOCOL_TEXT = (
     "first training step.\n")
 
 
-def section(recs: Sequence[dict], fig_dir: Path, ref_dir: Path = REFERENCE) -> str:
+def section(recs: Sequence[Record], fig_dir: Path, ref_dir: Path = REFERENCE) -> str:
     machines = protocol.by_machine([r for program in NAMES for r in protocol.protocol_runs(recs, program)])
-    tuning = [r for r in recs if r["kind"] == protocol.TUNING_KIND and r["status"] == "ok"]
+    tuning = [r for r in recs if r.kind == protocol.TUNING_KIND and r.ok]
     earlier = protocol.earlier_runs(recs)
     if not (machines or tuning or earlier):
         return ""
@@ -52,9 +53,9 @@ def section(recs: Sequence[dict], fig_dir: Path, ref_dir: Path = REFERENCE) -> s
     return "\n".join(part for part in out if part)
 
 
-def _machine(machine: str, recs: Sequence[dict], fig_dir: Path, titled: bool) -> str:
+def _machine(machine: str, recs: Sequence[Record], fig_dir: Path, titled: bool) -> str:
     """One machine's runs: a machine's times compare only with the same machine's."""
-    runs = {program: [r for r in recs if r["point"]["program"] == program] for program in NAMES}
+    runs = {program: [r for r in recs if r.point.program == program] for program in NAMES}
     fixed = protocol.goal(protocol.counted(runs[EXAMPLES_PROGRAM]))
     slug = re.sub(r"[^a-z0-9]+", "-", machine.lower()).strip("-")
     name = "time_to_accuracy.png" if machine.endswith("CPU cores") else f"time_to_accuracy-{slug}.png"
@@ -64,12 +65,12 @@ def _machine(machine: str, recs: Sequence[dict], fig_dir: Path, titled: bool) ->
 
 
 def _figure(runs: dict, fixed: Optional[Goal], path: Path) -> str:
-    series = [{"label": f"{NAMES[program]} seed {r['point']['seed']}", "x": [p["wall_s"] / 60 for p in r["curve"]],
-               "y": [p["top1"] for p in r["curve"]], "color": figures.palette(i), "alpha": 0.8}
+    series = [{"label": f"{NAMES[program]} seed {r.point.seed}", "x": [p["wall_s"] / 60 for p in r.curve],
+               "y": [p["top1"] for p in r.curve], "color": figures.palette(i), "alpha": 0.8}
               for i, program in enumerate(NAMES) for r in protocol.counted(runs[program])]
     if not series:
         return "No counted run yet (every run so far shared the machine): no figure.\n"
-    size = next(r["point"]["image_size"] for program in NAMES for r in runs[program])
+    size = next(r.point.image_size for program in NAMES for r in runs[program])
     title = f"ResNet-18 on Fashion-MNIST at {size} px: counted runs"
     fig = figures.time_to_accuracy(path, series, fixed and fixed.target, fixed and fixed.budget_s / 60, title)
     return f"![time to accuracy]({fig.relative_to(path.parent.parent).as_posix()})\n"
@@ -84,15 +85,15 @@ def _runs_table(runs: dict, fixed: Optional[Goal]) -> str:
                             "scored on", "record"], rows)
 
 
-def _run_row(program: str, run: dict, fixed: Optional[Goal]) -> list:
-    m = run["metrics"]
+def _run_row(program: str, run: Record, fixed: Optional[Goal]) -> list:
+    m = run.metrics
     measured = protocol.measure(run, fixed.target, fixed.budget_s) if fixed else None
-    share = m.get("other_cpu_share")
-    counted = f"{'yes' if m.get('counted') else 'no'} ({fmt(100 * share) if share is not None else '-'} %)"
-    return [NAMES[program], run["point"]["seed"], counted, fmt(m.get("start_s")),
+    share = m.other_cpu_share
+    counted = f"{'yes' if m.counted else 'no'} ({fmt(100 * share) if share is not None else '-'} %)"
+    return [NAMES[program], fmt(run.point.seed), counted, fmt(m.start_s),
             fmt(measured and measured.time_to_target_s), fmt(measured and measured.core_s_to_target),
-            fmt(measured and measured.best_in_budget), fmt(m["best_top1"]), m["epochs"], fmt(m["wall_s"]),
-            run["point"].get("declared", "model"), run["_source"]]
+            fmt(measured and measured.best_in_budget), fmt(m.best_top1), fmt(m.epochs), fmt(m.wall_s),
+            run.point.declared or "model", run.source]
 
 
 def _spread(spread: Spread) -> str:
@@ -113,12 +114,12 @@ def _summary(runs: dict, fixed: Optional[Goal]) -> str:
             + _verdicts(spreads, {p: len(protocol.counted(runs[p])) for p in NAMES}))
 
 
-def _spreads(counted: Sequence[dict], fixed: Goal) -> dict:
+def _spreads(counted: Sequence[Record], fixed: Goal) -> dict:
     measured = [protocol.measure(r, fixed.target, fixed.budget_s) for r in counted]
     return {"wall": Spread.of([m.time_to_target_s for m in measured]),
             "cpu": Spread.of([m.core_s_to_target for m in measured]),
             "best": Spread.of([m.best_in_budget for m in measured]),
-            "start": Spread.of([r["metrics"].get("start_s") for r in counted])}
+            "start": Spread.of([r.metrics.start_s for r in counted])}
 
 
 def _verdicts(spreads: dict, counts: dict) -> str:
@@ -150,22 +151,22 @@ def _verdict(value: Optional[float], goal: float) -> str:
     return "met" if value >= goal else "not met"
 
 
-def _tuning(tuning: Sequence[dict]) -> str:
+def _tuning(tuning: Sequence[Record]) -> str:
     if not tuning:
         return ""
-    rows = [[" ".join(r["point"].get("trial") or []) or "(the recipe)", r["point"]["seed"], r["metrics"]["epochs"],
-             fmt(r["metrics"].get("final_top1")), fmt(r["metrics"]["best_top1"]), fmt(r["metrics"]["wall_s"]),
-             r["_source"]] for r in sorted(tuning, key=lambda r: r["time"])]
+    rows = [[" ".join(r.point.trial or []) or "(the recipe)", fmt(r.point.seed), fmt(r.metrics.epochs),
+             fmt(r.metrics.final_top1), fmt(r.metrics.best_top1), fmt(r.metrics.wall_s), r.source]
+            for r in sorted(tuning, key=lambda r: r.time)]
     return ("Tuning trials: the recipe with each trial's flags on top, scored on the tuning split (held-out "
             "training photographs), never on the test photographs:\n\n"
             + md_table(["trial", "seed", "epochs", "final top-1 (%)", "best top-1 (%)", "wall (s)", "record"], rows))
 
 
-def _earlier(earlier: Sequence[dict]) -> str:
+def _earlier(earlier: Sequence[Record]) -> str:
     if not earlier:
         return ""
-    rows = [[NAMES.get(r["point"]["program"], r["point"]["program"]), fmt(r["metrics"]["best_top1"]),
-             fmt(r["metrics"].get("time_to_target_s")), fmt(r["metrics"]["wall_s"]), r["_source"]] for r in earlier]
+    rows = [[NAMES.get(r.point.program, r.point.program), fmt(r.metrics.best_top1), fmt(r.metrics.time_to_target_s),
+             fmt(r.metrics.wall_s), r.source] for r in earlier]
     return ("Before the protocol (not counted: one run each, the engine's recipe chosen on the test photographs "
             "and scored differently from main.py, at different machine loads):\n\n"
             + md_table(["program", "best top-1 (%)", "time to its target (s)", "wall (s)", "record"], rows))

@@ -61,7 +61,8 @@ def _set_efficiency(done: List[dict]) -> None:
     """Write the newest point's scaling efficiency into its record: the baseline ran first, so it is final."""
     m = with_efficiency([typed(r) for r in done])[-1].metrics
     if m.scaling_efficiency is not None:
-        done[-1]["metrics"].update(scaling_efficiency=m.scaling_efficiency, baseline_world_size=m.baseline_world_size)
+        records.add_metrics(done[-1], scaling_efficiency=m.scaling_efficiency,
+                            baseline_world_size=m.baseline_world_size)
 
 
 def _train_point(point: train_bench.TrainPoint, runner, sweep: str, params: Optional[int],

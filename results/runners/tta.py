@@ -36,6 +36,7 @@ from typing import List, Optional, Tuple
 from imagenet.config import section_of
 from imagenet.time_to_accuracy import FIRST_STEP_LINE
 from results.core import records
+from results.core.kinds import Record, typed
 from results.core.records import RESULTS_DIR, SCRATCH_DIR
 from results.analysis import tta_protocol
 from results.analysis.tta_protocol import EXAMPLES_PROGRAM, KIND, OURS_PROGRAM, PROTOCOL, TUNING_KIND
@@ -212,7 +213,7 @@ def run_ours(args: argparse.Namespace, data: Path) -> dict:
     metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=best_within(lines.curve, budget_s),
                    images_seen=sum(e.get("train_samples", 0) for e in run_json.get("epochs", [])) or None)
     point = _point(OURS_PROGRAM, data, args, recipe_flags=flags, recipe=_settings(run_json), declared=DECLARED,
-                   tuned_on=TUNED_ON, target_from=[r["sweep"] for r in runs])
+                   tuned_on=TUNED_ON, target_from=[r.sweep for r in runs])
     return _record(sweep, point, metrics, _failure(followed, lines.curve, "the engine"), curve=lines.curve,
                    engine_time_to_accuracy=engine_tta, engine_status=run_json.get("status"),
                    log=str(run_dir.parent / "engine.log"))
@@ -272,12 +273,12 @@ class EngineLines:
                 log.info("ours: %s (%.0f s)", line.strip()[:60], now)
 
 
-def protocol_target(path: Path, data: str, image_size: int) -> Tuple[float, float, List[dict]]:
+def protocol_target(path: Path, data: str, image_size: int) -> Tuple[float, float, List[Record]]:
     """(target, budget_s, runs): main.py's median best top-1 and median wall time over its counted
     runs on DATA at IMAGE_SIZE in PATH so far, and those runs."""
-    recs = records.load([path])[0] if Path(path).exists() else []
+    recs = records.load_typed([path])[0] if Path(path).exists() else []
     runs = [r for r in tta_protocol.counted(tta_protocol.protocol_runs(recs, EXAMPLES_PROGRAM))
-            if r["point"]["data"] == data and r["point"]["image_size"] == image_size]
+            if r.point.data == data and r.point.image_size == image_size]
     fixed = tta_protocol.goal(runs)
     if fixed is None:
         raise BenchError(f"no counted examples run for {data} at {image_size} px in {path}: run --phase examples "
@@ -339,11 +340,12 @@ def _commit(checkout: Path) -> Optional[str]:
         return None
 
 
-def _say(rec: dict) -> None:
-    m = rec["metrics"]
-    if rec["status"] != "ok":
-        log.info("%s: failed: %s", rec["point"]["program"], rec["error"])
+def _say(written: dict) -> None:
+    rec = typed(written)
+    m = rec.metrics
+    if not rec.ok:
+        log.info("%s: failed: %s", rec.point.program, rec.error)
         return
-    log.info("%s: best top-1 %.2f %% after %d epochs, target %.2f %% reached at %s s; %.0f s wall, %.0f CPU s",
-             rec["point"]["program"], m["best_top1"], m["epochs"], m["target_top1"], m["time_to_target_s"],
-             m["wall_s"], m["core_s"])
+    log.info("%s: best top-1 %.2f %% after %d epochs, target %.2f %% reached at %s s; %.0f s wall, %.0f CPU s%s",
+             rec.point.program, m.best_top1, m.epochs, m.target_top1, m.time_to_target_s, m.wall_s, m.core_s,
+             "" if m.counted else f" (not counted: others used {100 * (m.other_cpu_share or 0):.0f} % of the CPU)")

@@ -54,7 +54,7 @@ def run_time_check(record_paths: Sequence[Path], ref_dir: Path) -> int:
     ref = json.loads((ref_dir / "epochs_to_accuracy.json").read_text())
     cases = {c.name: c.model for c in whole_step.cases(pub, links, got)}
     system = ref["systems"]["DGX_H100"]
-    h100 = time_to_accuracy.h100_model([r.raw for r in by_kind(recs, "train")], system,  # it reads dicts
+    h100 = time_to_accuracy.h100_model(by_kind(recs, "train"), system,
                                        parameter_count("resnet50") * system["grad_bytes_per_param"])
     rows = time_to_accuracy.check_rows(ref, cases, h100, pub["nvidia_dle_2021"]["train_img_per_s"])
     print(f"Throughput inputs: {ref['throughput_inputs']}. H100 record: {h100[1] or 'none'}.\n")

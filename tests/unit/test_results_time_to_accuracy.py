@@ -195,6 +195,6 @@ def test_cluster_report_shows_measured_time_to_target_vs_gpus(tmp_path):
 def test_from_record_reads_gpus_from_the_metrics_first():
     r = _tta_record(4, 10.0, "x:1")
     r["metrics"]["world_size"] = 8
-    assert predicted_tta.from_record(r)["gpus"] == 8
-    assert predicted_tta.from_record(_tta_record(None, 10.0, "x:1"))["gpus"] == 1
-    assert json.dumps(predicted_tta.from_record(r))  # a plain dict: the lead joins the records' fields to it
+    assert predicted_tta.from_record(kinds.from_dict(r))["gpus"] == 8
+    assert predicted_tta.from_record(kinds.from_dict(_tta_record(None, 10.0, "x:1")))["gpus"] == 1
+    assert json.dumps(predicted_tta.from_record(kinds.from_dict(r)))  # a plain dict: the lead joins fields to it
