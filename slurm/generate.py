@@ -47,11 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from imagenet.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
-from imagenet.files import write_text
+from imagenet.common.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
+from imagenet.common.files import write_text
 from imagenet.recipes import RECIPES, named_in
-from imagenet.preemption import STOP_FILE  # the file name the trainers look for (no torch import)
-from imagenet.variants import SCRIPTS, SINGLE_PROCESS, VARIANTS
+from imagenet.run.preemption import STOP_FILE  # the file name the trainers look for (no torch import)
+from imagenet.common.variants import SCRIPTS, SINGLE_PROCESS, VARIANTS
 from launch.environment import PORT_BASE, PORT_SPAN  # one port formula for Python and the scripts
 from slurm import start_budget
 

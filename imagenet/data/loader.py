@@ -18,7 +18,7 @@ from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ..errors import DataError
+from ..common.errors import DataError
 from . import decode, sources
 from .decode.base import Transform
 from .decode.device import collate

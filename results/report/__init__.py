@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from imagenet.files import write_text
+from imagenet.common.files import write_text
 from results.analysis.efficiency import add_efficiency
 from results.core import records
 from results.core.records import by_kind

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from imagenet import time_to_accuracy
+from imagenet.train import time_to_accuracy
 from imagenet.config import section_of
 from results.core import records
 from results.core.records import RESULTS_DIR, SCRATCH_DIR

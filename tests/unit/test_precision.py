@@ -3,7 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from imagenet import config, precision
+from imagenet import config
+from imagenet.model import precision
 
 
 def _tiny_model():

@@ -3,7 +3,8 @@
 train_imagenet.py; Goyal et al. 2017), at the published global batch and at others."""
 import pytest
 
-from imagenet import recipes, schedules
+from imagenet import recipes
+from imagenet.train import schedules
 from imagenet.config import choices, parse_command
 
 

@@ -89,7 +89,7 @@ def test_recovery_settings_are_in_every_file() -> None:
 
 
 def test_the_checkpoint_the_budget_watches_is_the_trainers() -> None:
-    from imagenet.checkpoint import CHECKPOINT
+    from imagenet.train.checkpoint import CHECKPOINT
 
     assert start_budget.CHECKPOINT == CHECKPOINT
 

@@ -1,4 +1,4 @@
-"""The one progress display (imagenet.terminal.ProgressLine) on a real pseudo-terminal and in a
+"""The one progress display (imagenet.common.terminal.ProgressLine) on a real pseudo-terminal and in a
 log file: a redrawn line on the one, plain lines (throttled) in the other."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from imagenet import terminal
-from imagenet.terminal import ProgressLine
+from imagenet.common import terminal
+from imagenet.common.terminal import ProgressLine
 
 
 def _read_lines(leader: int, lines: int = 1) -> str:

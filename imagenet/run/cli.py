@@ -3,7 +3,7 @@
 Everything before training is torch-free and cheap: a bad command line ends with one line on
 stderr (``error: ...``) and exit status 2 in a fraction of a second, before torch is imported,
 before the rendezvous, the staging copy or the dataset scan; ``--print-config`` prints the
-resolved settings as JSON and exits 0. Only then is :mod:`imagenet.processes` (torch) imported.
+resolved settings as JSON and exits 0. Only then is :mod:`imagenet.run.processes` (torch) imported.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Optional, Sequence
 
 from launch import environment
 
-from . import config
-from .errors import one_line
-from .exit_codes import EXIT_USAGE
+from .. import config
+from ..common.errors import one_line
+from ..common.exit_codes import EXIT_USAGE
 
 
 def main(variant: str = "any", argv: Optional[Sequence[str]] = None) -> int:

@@ -11,7 +11,7 @@ A print boundary has one small all-gather (:meth:`Trainer._boundary`) that carri
 rank: its stop flag, whether --checkpoint-every-minutes has elapsed on its clock (so every rank
 agrees on the step to checkpoint at), and its step and data-wait times (to name stragglers).
 Periodic checkpoints (--checkpoint-every-steps, --checkpoint-every-minutes) and the epoch-end ones
-are copied to host memory and written in the background (imagenet.checkpoint_writer); a stop
+are copied to host memory and written in the background (imagenet.train.checkpoint_writer); a stop
 signal's checkpoint is written before the process goes on to exit.
 """
 from __future__ import annotations
@@ -24,17 +24,19 @@ from typing import Any, List, Optional
 
 import torch
 
-from . import checkpoint, cputime, distributed, preemption, profiling, time_to_accuracy
+from ..common import cputime
+from ..run import distributed, preemption
+from . import checkpoint, profiling, time_to_accuracy
 from .accumulation import accumulate
 from .mixing import hard_labels
-from .terminal import ProgressLine
-from .data.loader import set_epoch
-from .data.normalize import DeviceNormalizer
+from ..common.terminal import ProgressLine
+from ..data.loader import set_epoch
+from ..data.normalize import DeviceNormalizer
 from .checkpoint_writer import BackgroundWriter
-from .config import WARMUP_STEPS
+from ..config import WARMUP_STEPS
 from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
-from .exit_codes import EXIT_PREEMPTED
-from .preemption import StopSignal
+from ..common.exit_codes import EXIT_PREEMPTED
+from ..run.preemption import StopSignal
 from .runrecord import RunRecord
 from .stragglers import StragglerWatch
 
@@ -58,9 +60,9 @@ class Parts:
     tb: Any
     record: RunRecord
     run_dir: Path
-    ema: Any = None                 # imagenet.ema.WeightAverage, validated beside the model
-    mix: Any = None                 # imagenet.mixing's batch transform (Mixup/CutMix)
-    accum_steps: int = 1            # micro-batches per optimizer step (imagenet.accumulation)
+    ema: Any = None                 # imagenet.model.ema.WeightAverage, validated beside the model
+    mix: Any = None                 # imagenet.train.mixing's batch transform (Mixup/CutMix)
+    accum_steps: int = 1            # micro-batches per optimizer step (imagenet.train.accumulation)
     resolution: Any = None          # imagenet.data.resolution.ResolutionRamp: the train size per epoch
 
 
@@ -300,7 +302,7 @@ class Trainer:
 
     def _boundary(self, times: tuple) -> tuple:
         """The print boundary's one collective: (stop, checkpoint due) agreed by every rank, and the
-        slowest rank named when it lags (imagenet.stragglers)."""
+        slowest rank named when it lags (imagenet.train.stragglers)."""
         self.writer.check()  # a background write that failed ends the run here, as a failed save always did
         mine = self.stop.pending(self.p.run_dir if self.info.is_primary else None)
         minutes = self.cfg.checkpoint.checkpoint_every_minutes

@@ -16,13 +16,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import checkpoint, distributed, ema, files, mixing, models, optim, precision, preemption, sysinfo, tblog
-from .data import decode, loader, staging
-from .data.resolution import ResolutionRamp
-from .data.normalize import DeviceNormalizer
-from .errors import one_line
-from .engine import Parts, Trainer
-from .runrecord import RunRecord
+from ..common import files
+from ..model import ema, network, precision
+from . import distributed, preemption, sysinfo
+from ..train import checkpoint, mixing, optim, tblog
+from ..data import decode, loader, staging
+from ..data.resolution import ResolutionRamp
+from ..data.normalize import DeviceNormalizer
+from ..common.errors import one_line
+from ..train.trainer import Parts, Trainer
+from ..train.runrecord import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +154,7 @@ def build_and_run(cfg, info: distributed.DistInfo) -> int:
     train_loader, val_loader, num_classes = loader.build_loaders(data_cfg, info.rank, info.world_size, info.device)
     run_dir = _run_dir(cfg, info, spec)
     channels_last = cfg.perf.use_channels_last(info.device.type)
-    model = models.prepare(models.build(cfg.model.arch, num_classes, cfg.model.pretrained,
+    model = network.prepare(network.build(cfg.model.arch, num_classes, cfg.model.pretrained,
                                         cfg.model.zero_init_residual),
                            info.device, channels_last, _use_sync_bn(cfg.model, info))
     global_batch = cfg.batch.global_batch

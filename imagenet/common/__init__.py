@@ -1,0 +1,3 @@
+"""The chores every room shares: safe file writes, one-line errors, exit statuses, the progress line,
+the variant names, CPU seconds. Nothing here imports torch or another room; imagenet/common/README.md
+has a line per module."""
