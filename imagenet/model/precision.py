@@ -328,5 +328,8 @@ class ApexPrecision:
             self.amp.load_state_dict(state["apex"])
 
 
-def build(spec: PrecisionSpec, device: torch.device):
+Precision = Union[NativePrecision, ApexPrecision]  # one interface: the loop never asks which
+
+
+def build(spec: PrecisionSpec, device: torch.device) -> Precision:
     return ApexPrecision(spec, device) if spec.backend == "apex" else NativePrecision(spec, device)

@@ -55,7 +55,7 @@ def _run(cfg: config.Settings, info: distributed.DistInfo) -> int:
     distributed.init(info, cfg.dist.dist_timeout)
     _group_made = distributed.initialized()
     try:
-        return _elastic_exit(build.build_and_run(cfg, info))
+        return _elastic_exit(build.run(build.build(cfg, info)))
     except Exception as e:
         hang = distributed.hang_message(e, info.rank, cfg.dist.collective_timeout)
         lost = hang if hang is not None else distributed.lost_peer_message(e, info.rank)

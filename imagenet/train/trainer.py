@@ -28,10 +28,13 @@ from ..common import cputime
 from ..run import distributed, preemption
 from . import checkpoint, profiling, time_to_accuracy
 from .accumulation import accumulate
-from .mixing import hard_labels
+from .mixing import Mix, hard_labels
 from ..common.terminal import ProgressLine
-from ..data.loader import set_epoch
+from ..data.loader import Batches, set_epoch
 from ..data.normalize import DeviceNormalizer
+from ..data.resolution import ResolutionRamp
+from ..model.ema import WeightAverage
+from ..model.precision import Precision
 from .checkpoint_writer import BackgroundWriter
 from ..config import WARMUP_STEPS
 from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
@@ -39,6 +42,7 @@ from ..common.exit_codes import EXIT_PREEMPTED
 from ..run.preemption import StopSignal
 from .runrecord import RunRecord
 from .stragglers import StragglerWatch
+from .tblog import NullLogger
 
 log = logging.getLogger(__name__)
 
@@ -46,24 +50,24 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Parts:
-    """Everything the loop uses, built by imagenet.run."""
+    """Everything the loop uses, built by imagenet.run.build."""
     model: torch.nn.Module          # what the step calls (DDP/DP-wrapped, maybe compiled)
     raw_model: torch.nn.Module      # the bare module: checkpoints and validation
     eval_model: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    scheduler: Any
-    precision: Any
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    precision: Precision
     criterion: torch.nn.Module
-    train_loader: Any
-    val_loader: Any
+    train_loader: Batches
+    val_loader: Batches
     normalizer: DeviceNormalizer
-    tb: Any
+    tb: NullLogger                  # TensorBoard on rank 0, a logger that does nothing elsewhere
     record: RunRecord
     run_dir: Path
-    ema: Any = None                 # imagenet.model.ema.WeightAverage, validated beside the model
-    mix: Any = None                 # imagenet.train.mixing's batch transform (Mixup/CutMix)
+    ema: Optional[WeightAverage] = None  # validated beside the model
+    mix: Optional[Mix] = None       # the batch transform (Mixup/CutMix)
     accum_steps: int = 1            # micro-batches per optimizer step (imagenet.train.accumulation)
-    resolution: Any = None          # imagenet.data.resolution.ResolutionRamp: the train size per epoch
+    resolution: Optional[ResolutionRamp] = None  # the train size per epoch (progressive resizing)
 
 
 @dataclass

@@ -37,7 +37,7 @@ def _tiny_model() -> torch.nn.Module:
 
 @contextlib.contextmanager
 def _signals_restored() -> Iterator[None]:
-    """build_and_run installs preemption handlers; give pytest its own back afterwards."""
+    """build.run installs preemption handlers; give pytest its own back afterwards."""
     saved = {name: signal.getsignal(getattr(signal, name)) for name in ("SIGUSR1", "SIGUSR2", "SIGTERM")}
     try:
         yield
@@ -49,7 +49,7 @@ def _signals_restored() -> Iterator[None]:
 def _train_in_process(argv: List[str], variant: str = "nd") -> int:
     cfg = config.parse(argv, variant)
     with _signals_restored():
-        return build.build_and_run(cfg, DistInfo(0, 0, 1, 1, 0, "single", CPU))
+        return build.run(build.build(cfg, DistInfo(0, 0, 1, 1, 0, "single", CPU)))
 
 
 # ---------------------------------------------------------------- optimizer kernels
@@ -255,4 +255,4 @@ def test_cuda_sync_debug_mode_in_the_step(tmp_path, monkeypatch, flags):
                         "32", "-b", "8", "--workers", "0", "--epochs", "1", "-p", "100", "--val-steps", "1",
                         "--log-dir", str(tmp_path), "--amp-backend", "native", *flags], "amp")
     with _signals_restored():
-        assert build.build_and_run(cfg, DistInfo(0, 0, 1, 1, 0, "single", torch.device("cuda", 0))) == 0
+        assert build.run(build.build(cfg, DistInfo(0, 0, 1, 1, 0, "single", torch.device("cuda", 0)))) == 0
