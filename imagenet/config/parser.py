@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, NoReturn, Optional, Sequence
 
+from launch import environment
+
 from .. import recipes
 from . import batch as batches
 from .errors import ConfigError
@@ -89,12 +91,12 @@ def _recipe(name: str) -> recipes.Recipe:
     return recipes.RECIPES[name]
 
 
-def _resolve_batch(values: Mapping[str, Any], environ: Optional[Mapping[str, str]]) -> batches.Batch:
+def _resolve_batch(values: Mapping[str, Any], launcher: environment.ClusterEnvironment) -> batches.Batch:
     distributed = values["variant"] in ("ddp", "amp")
     return batches.resolve(values["batch_size"], values["workers"], distributed=distributed,
                            dist_url=values["dist_url"],
                            multiprocessing_distributed=values["multiprocessing_distributed"],
-                           nodes=values["world_size"], procs_per_node=values["procs_per_node"], environ=environ,
+                           nodes=values["world_size"], procs_per_node=values["procs_per_node"], launcher=launcher,
                            accum_steps=max(1, values["accum_steps"]))  # validate() names a bad --accum-steps
 
 
@@ -106,8 +108,9 @@ def _assemble(values: Mapping[str, Any], batch: batches.Batch) -> Settings:
 
 
 def parse_command(argv: Optional[Sequence[str]] = None, variant: str = "ddp", *, check_data: bool = True,
-                  environ: Optional[Mapping[str, str]] = None) -> Command:
-    """Parse, apply the recipe, resolve the batch for the launcher's environment, validate.
+                  launcher: Optional[environment.ClusterEnvironment] = None) -> Command:
+    """Parse, apply the recipe, resolve the batch for LAUNCHER (this process's launcher, detected here when
+    not given), validate.
     Raises ConfigError (or launch's LaunchError) with one line; imports neither torch nor DALI."""
     given = vars(build_parser(variant, explicit=True).parse_args(argv))
     print_config = bool(given.pop("print_config", False))
@@ -116,7 +119,7 @@ def parse_command(argv: Optional[Sequence[str]] = None, variant: str = "ddp", *,
         given["variant"] = variant
     recipe = _recipe(given.get("recipe", defaults["recipe"]))
     flags = {**defaults, **_normalised(given)}
-    batch = _resolve_batch(flags, environ)  # a recipe sets no batch or launch setting
+    batch = _resolve_batch(flags, launcher or environment.detect())  # a recipe sets no batch or launch setting
     from_recipe = _normalised(recipe.values(batch.global_batch))
     unknown = sorted(set(from_recipe) - set(defaults))
     if unknown:
@@ -132,5 +135,6 @@ def parse_command(argv: Optional[Sequence[str]] = None, variant: str = "ddp", *,
 def parse(argv: Optional[Sequence[str]] = None, variant: str = "ddp", *, check_data: bool = False,
           environ: Optional[Mapping[str, str]] = None) -> Settings:
     """The settings of a command line (no data-folder check unless asked: tests and tools parse
-    command lines for folders that exist elsewhere)."""
-    return parse_command(argv, variant, check_data=check_data, environ=environ).settings
+    command lines for folders that exist elsewhere), resolved for the launcher ENVIRON's variables
+    name (this process's when None)."""
+    return parse_command(argv, variant, check_data=check_data, launcher=environment.detect(environ)).settings

@@ -125,12 +125,6 @@ def _compiled(model: torch.nn.Module, cfg) -> torch.nn.Module:
     return torch.compile(model, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
 
 
-def _check_world(cfg, info: distributed.DistInfo) -> None:
-    if cfg.batch.processes != info.world_size:  # the settings were resolved for another launch
-        raise RuntimeError(f"the settings' batch was resolved for {cfg.batch.processes} process(es) but "
-                           f"{info.world_size} run; parse the command line in the launched process")
-
-
 def _weight_average(model: torch.nn.Module, cfg, warmup_steps: float):
     """--model-ema's average of MODEL's (possibly resumed) weights, or None."""
     if not cfg.model.model_ema:
@@ -162,7 +156,6 @@ class Built:
 
 def build(cfg: Settings, info: distributed.DistInfo) -> Built:
     """The run's parts, in the order the module docstring gives; collectives: every rank calls it."""
-    _check_world(cfg, info)
     _seed_everything(cfg.run.seed, cfg.perf.deterministic)
     spec = precision.resolve(cfg.precision, info.device)
     # A collective: rank 0 scans the dataset and broadcasts it (the group exists: processes._run inits it

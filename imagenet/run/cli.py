@@ -23,7 +23,8 @@ def main(variant: str = "any", argv: Optional[Sequence[str]] = None) -> int:
     """Run one training job; returns the process exit status."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     try:
-        command = config.parse_command(argv, variant)
+        launcher = environment.detect()  # once: the settings' batch and the process layout both follow it
+        command = config.parse_command(argv, variant, launcher=launcher)
     except (config.ConfigError, environment.LaunchError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
         return EXIT_USAGE
@@ -32,4 +33,4 @@ def main(variant: str = "any", argv: Optional[Sequence[str]] = None) -> int:
         return 0
     from . import processes  # torch, only for a command line known to be good
 
-    return processes.start(command.settings)
+    return processes.start(command.settings, launcher)

@@ -133,12 +133,13 @@ def _spawn_node(cfg: config.Settings) -> int:
     return 0
 
 
-def start(cfg: config.Settings) -> int:
-    """Run the training process(es) of validated settings; returns the exit status."""
-    return _leave(_guarded(_start, cfg))
+def start(cfg: config.Settings, launcher: environment.ClusterEnvironment) -> int:
+    """Run the training process(es) of validated settings, whose batch was resolved for LAUNCHER;
+    returns the exit status."""
+    return _leave(_guarded(_start, cfg, launcher))
 
 
-def _start(cfg: config.Settings) -> int:
+def _start(cfg: config.Settings, launcher: environment.ClusterEnvironment) -> int:
     if cfg.batch.launcher == "dist-url":
         return _spawn_node(cfg)
-    return _run(cfg, distributed.from_environment(cfg))
+    return _run(cfg, distributed.from_environment(cfg, launcher))

@@ -6,12 +6,13 @@ import pytest
 from imagenet import recipes
 from imagenet.train import schedules
 from imagenet.config import choices, parse_command
+from launch import environment
 
 
 def _printed(argv, processes=1):
     environ = {} if processes == 1 else {"RANK": "0", "WORLD_SIZE": str(processes), "LOCAL_RANK": "0",
                                          "LOCAL_WORLD_SIZE": "8", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
-    command = parse_command([*argv, "--print-config", "/no/such/path"], "ddp", environ=environ)
+    command = parse_command([*argv, "--print-config", "/no/such/path"], "ddp", launcher=environment.detect(environ))
     assert command.print_config
     return command.settings.to_dict()  # what --print-config prints
 
@@ -83,7 +84,7 @@ def test_bad_component_settings_fail_in_one_line(argv, message):
     from imagenet.config import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as caught:
-        parse_command([*argv, "/no/such/path"], "ddp", check_data=False, environ={})
+        parse_command([*argv, "/no/such/path"], "ddp", check_data=False, launcher=environment.detect({}))
     assert "\n" not in str(caught.value)
 
 
