@@ -26,6 +26,7 @@ from ..data import decode, loader, staging
 from ..data.resolution import ResolutionRamp
 from ..data.normalize import DeviceNormalizer
 from ..common.errors import one_line
+from ..common.terminal import NullConsole
 from ..config import Settings
 from ..train.trainer import Parts, Trainer
 from ..train.runrecord import RunRecord
@@ -106,17 +107,15 @@ def _environment(info) -> dict:
     return sysinfo.collect(nodes=info.nodes) if info.is_primary else {}
 
 
-def _announce(built: Built) -> None:
+def _announce(built: Built, console: NullConsole) -> None:
     cfg, info, spec, run_dir = built.cfg, built.info, built.parts.precision.spec, built.parts.run_dir
-    if not info.is_primary:
-        return
-    print(f"=> {cfg.run.variant} variant, {cfg.model.arch}, {info.world_size} process(es) on {info.device.type} "
-          f"[{info.environment}{', ' + info.backend if info.backend else ''}], precision {spec.label} "
-          f"({spec.backend})", flush=True)
-    print(f"=> batch {cfg.batch.per_process} per process, global batch {cfg.batch.global_batch}; lr {built.lr:.4g} "
-          f"(base {cfg.optim.lr:g} per 256, {cfg.optim.lr_scaling} scaling), recipe {cfg.run.recipe}, "
-          f"warm-up {built.warmup_epochs:g} epochs; {built.steps_per_epoch} steps/epoch", flush=True)
-    print(f"=> run folder {run_dir} (TensorBoard: tensorboard --logdir {run_dir})", flush=True)
+    console.say(f"=> {cfg.run.variant} variant, {cfg.model.arch}, {info.world_size} process(es) on "
+                f"{info.device.type} [{info.environment}{', ' + info.backend if info.backend else ''}], precision "
+                f"{spec.label} ({spec.backend})")
+    console.say(f"=> batch {cfg.batch.per_process} per process, global batch {cfg.batch.global_batch}; lr "
+                f"{built.lr:.4g} (base {cfg.optim.lr:g} per 256, {cfg.optim.lr_scaling} scaling), recipe "
+                f"{cfg.run.recipe}, warm-up {built.warmup_epochs:g} epochs; {built.steps_per_epoch} steps/epoch")
+    console.say(f"=> run folder {run_dir} (TensorBoard: tensorboard --logdir {run_dir})")
 
 
 def _compiled(model: torch.nn.Module, cfg) -> torch.nn.Module:
@@ -215,10 +214,9 @@ def run(built: Built) -> int:
     trainer = Trainer(cfg, info, parts, preemption.for_run())
     if built.checkpoint is not None and not cfg.run.evaluate:
         trainer.load_state_dict(built.checkpoint)
-        if info.is_primary:
-            print(f"=> resumed from {built.resumed_from}: epoch {trainer.state.epoch}, step "
-                  f"{trainer.state.step_in_epoch}, best top1 {trainer.state.best_top1:.2f}", flush=True)
-    _announce(built)
+        trainer.console.say(f"=> resumed from {built.resumed_from}: epoch {trainer.state.epoch}, step "
+                            f"{trainer.state.step_in_epoch}, best top1 {trainer.state.best_top1:.2f}")
+    _announce(built, trainer.console)
     parts.tb.text("config", "\n".join(f"    {k}: {v}" for k, v in cfg.flat().items()))
     parts.tb.hparams({**cfg.flat(), "world_size": info.world_size}, {"hparam/best_top1": 0.0})
     # set-up is over (rendezvous, staging, scan, resume): from here on a stuck collective ends the run soon

@@ -128,3 +128,18 @@ class BackgroundWriter:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+
+
+class NullWriter(BackgroundWriter):
+    """The writer of a rank that writes no checkpoint (every rank but 0): the loop calls it as rank 0's."""
+
+    def save(self, state: Callable[[], dict], is_best: bool = False) -> None:
+        """Nothing: rank 0 writes the checkpoint."""
+
+    def save_now(self, state: Callable[[], dict], is_best: bool = False) -> None:
+        """Nothing: rank 0 writes the checkpoint."""
+
+
+def for_rank(primary: bool, run_dir, keep: int) -> BackgroundWriter:
+    """Rank 0 (PRIMARY) writes the run's checkpoints; the others get a writer that does nothing."""
+    return BackgroundWriter(run_dir, keep) if primary else NullWriter(run_dir, keep)

@@ -27,15 +27,15 @@ import torch
 from ..common import cputime
 from ..run import distributed, preemption
 from . import checkpoint, profiling, time_to_accuracy
+from . import checkpoint_writer
 from .accumulation import accumulate
 from .mixing import Mix, hard_labels
-from ..common.terminal import ProgressLine
+from ..common import terminal
 from ..data.loader import Batches, set_epoch
 from ..data.normalize import DeviceNormalizer
 from ..data.resolution import ResolutionRamp
 from ..model.ema import WeightAverage
 from ..model.precision import Precision
-from .checkpoint_writer import BackgroundWriter
 from ..config import WARMUP_STEPS
 from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
 from ..common.exit_codes import EXIT_PREEMPTED
@@ -109,12 +109,13 @@ class Trainer:
         if cfg.data.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.data.steps_per_epoch)
         self.global_batch = cfg.batch.global_batch
-        self.progress = ProgressLine()  # the step lines: redrawn on a terminal, plain in logs
+        self.console = terminal.console(info.is_primary, log)  # rank 0 shows; the others stay quiet
+        self.stop_dir = parts.run_dir if info.is_primary else None  # rank 0 alone reads the stop file
         self.skipped_seen = 0  # overflowed fp16 steps already reported
         self.profiler = profiling.start(cfg.logging.profile_steps, WARMUP_STEPS, info.is_primary, parts.run_dir,
                                         info.device, lambda summary: parts.record.update(profile=summary))
         self.step_times = StepTimes(info.device, cfg.logging.step_times)
-        self.writer = BackgroundWriter(parts.run_dir, cfg.checkpoint.keep_checkpoints)
+        self.writer = checkpoint_writer.for_rank(info.is_primary, parts.run_dir, cfg.checkpoint.keep_checkpoints)
         self.last_checkpoint = time.monotonic()
         self.periodic_saves = 0
         self.stragglers = StragglerWatch.for_run(cfg.logging.straggler_threshold)
@@ -162,24 +163,22 @@ class Trainer:
         s, sched = self.state, self.p.scheduler
         samples = s.step_in_epoch * saved_batch
         s.step_in_epoch, rest = divmod(samples, self.global_batch)
-        if rest and self.info.is_primary:
-            log.warning("global batch %d -> %d: sample %d of epoch %d is not a step boundary; %d sample(s) "
-                        "are trained again", saved_batch, self.global_batch, samples, s.epoch, rest)
+        if rest:
+            self.console.warn("global batch %d -> %d: sample %d of epoch %d is not a step boundary; %d sample(s) "
+                              "are trained again", saved_batch, self.global_batch, samples, s.epoch, rest)
         sched.base_lrs = peak
         sched.last_epoch = s.epoch * self.steps_per_epoch + s.step_in_epoch
         lrs = [base * f(sched.last_epoch) for base, f in zip(peak, sched.lr_lambdas)]
         for group, base, lr in zip(self.p.optimizer.param_groups, peak, lrs):
             group["initial_lr"], group["lr"] = base, lr
         sched._last_lr = lrs
-        if self.info.is_primary:
-            print(f"=> global batch {saved_batch} -> {self.global_batch}: resuming at sample {samples} of epoch "
-                  f"{s.epoch} (step {s.step_in_epoch}/{self.steps_per_epoch}); peak lr {peak[0]:.4g} for the new "
-                  f"global batch, lr now {lrs[0]:.4g}", flush=True)
+        self.console.say(f"=> global batch {saved_batch} -> {self.global_batch}: resuming at sample {samples} of "
+                         f"epoch {s.epoch} (step {s.step_in_epoch}/{self.steps_per_epoch}); peak lr {peak[0]:.4g} for "
+                         f"the new global batch, lr now {lrs[0]:.4g}")
 
     def save(self, is_best: bool = False) -> None:
         """The epoch-end checkpoint, written in the background."""
-        if self.info.is_primary:
-            self.writer.save(self.state_dict, is_best)
+        self.writer.save(self.state_dict, is_best)
         self.last_checkpoint = time.monotonic()
 
     def _steps_due(self, epoch: int, done: int) -> bool:
@@ -190,9 +189,8 @@ class Trainer:
         """A checkpoint at the exact mid-epoch position, as a stop signal's; written in the background."""
         s = self.state
         s.epoch, s.step_in_epoch = epoch, done
-        if self.info.is_primary:
-            elapsed = s.elapsed_s + clock.elapsed()
-            self.writer.save(lambda: self.state_dict(elapsed_s=elapsed))
+        elapsed = s.elapsed_s + clock.elapsed()
+        self.writer.save(lambda: self.state_dict(elapsed_s=elapsed))
         self.last_checkpoint = time.monotonic()
         self.periodic_saves += 1
 
@@ -297,59 +295,55 @@ class Trainer:
         self._warn_skipped_steps(scale)
         self.p.tb.scalars({"Step/loss": float(loss.item()), "Step/images_per_s": rate, "Step/lr": lr,
                            "Step/loss_scale": scale}, global_step)
-        if self.info.is_primary:
-            line = (f"Epoch: [{epoch}][{done:>{len(str(self.steps_per_epoch))}}/{self.steps_per_epoch}]  "
-                    f"loss {local['loss']:.4f}  top1 {local['top1']:6.2f}  top5 {local['top5']:6.2f}  "
-                    f"lr {lr:.4g}  {rate:8.1f} img/s" + (f"  scale {scale:g}" if scale else ""))
-            self.progress.show(line, final=done >= self.steps_per_epoch)
+        self.console.progress(f"Epoch: [{epoch}][{done:>{len(str(self.steps_per_epoch))}}/{self.steps_per_epoch}]  "
+                              f"loss {local['loss']:.4f}  top1 {local['top1']:6.2f}  top5 {local['top5']:6.2f}  "
+                              f"lr {lr:.4g}  {rate:8.1f} img/s" + (f"  scale {scale:g}" if scale else ""),
+                              final=done >= self.steps_per_epoch)
         return (done, time.perf_counter(), clock.data_s), times
 
     def _boundary(self, times: tuple) -> tuple:
         """The print boundary's one collective: (stop, checkpoint due) agreed by every rank, and the
         slowest rank named when it lags (imagenet.train.stragglers)."""
         self.writer.check()  # a background write that failed ends the run here, as a failed save always did
-        mine = self.stop.pending(self.p.run_dir if self.info.is_primary else None)
+        mine = self.stop.pending(self.stop_dir)
         minutes = self.cfg.checkpoint.checkpoint_every_minutes
         due = minutes > 0 and time.monotonic() - self.last_checkpoint >= 60 * minutes
         rows = distributed.all_gather_floats([float(mine), float(due), *times], self.info.device)
         line = self.stragglers.observe([row[2:] for row in rows])
-        if line and self.info.is_primary:
-            log.warning(line)
+        if line:
+            self.console.warn(line)
         return any(row[0] for row in rows), any(row[1] for row in rows)
 
     def _warn_skipped_steps(self, scale: Optional[float]) -> None:
         """fp16 steps whose gradients overflowed were skipped on the device; say so at the print boundary."""
         skipped = self.p.precision.skipped_steps
-        if skipped > self.skipped_seen and self.info.is_primary:
-            log.warning("%d step(s) skipped since the last report: gradient overflow; loss scale now %g",
-                        skipped - self.skipped_seen, scale or 0.0)
+        if skipped > self.skipped_seen:
+            self.console.warn("%d step(s) skipped since the last report: gradient overflow; loss scale now %g",
+                              skipped - self.skipped_seen, scale or 0.0)
         self.skipped_seen = skipped
 
     def _stop_requested(self) -> bool:
         """True on every rank when any rank got a stop signal (rank 0 also looks for the stop file)."""
-        mine = self.stop.pending(self.p.run_dir if self.info.is_primary else None)
+        mine = self.stop.pending(self.stop_dir)
         return distributed.any_rank(mine, self.info.device)
 
     def _preempt(self, epoch: int, done: int, clock: StepClock) -> None:
-        self.progress.close()  # the stop's messages start on a line of their own
+        self.console.end_progress()  # the stop's messages start on a line of their own
         self.state.elapsed_s += clock.elapsed()
         self.state.epoch, self.state.step_in_epoch = epoch, done
-        if self.info.is_primary:
-            self.writer.save_now(self.state_dict)  # after the write in flight, if any
+        self.writer.save_now(self.state_dict)  # after the write in flight, if any
         self._stopped(epoch, done)
 
     def _stopped(self, epoch: int, step: int) -> None:
         """The checkpoint for (EPOCH, STEP) is saved: mark the run preempted, then let every rank go."""
         self.p.record.update(status="preempted", preempted_at={"epoch": epoch, "step": step})
-        if self.info.is_primary:
-            self.writer.wait()  # an epoch-end checkpoint may still be in flight
-            preemption.clear_stop_file(self.p.run_dir)
+        self.writer.wait()  # an epoch-end checkpoint may still be in flight
+        preemption.clear_stop_file(self.stop_dir)
         # No rank may exit before rank 0's checkpoint is on disk: launchers kill the rest of the job
         # as soon as one process ends, which would cut the save short.
         distributed.barrier(self.info.device)
-        if self.info.is_primary:
-            print(f"\nstop signal ({self.stop.name}): checkpoint saved at epoch {epoch} step {step}; "
-                  f"restart with --resume auto to continue", flush=True)
+        self.console.say(f"\nstop signal ({self.stop.name}): checkpoint saved at epoch {epoch} step {step}; "
+                         "restart with --resume auto to continue")
 
     # ---------------------------------------------------------------- validation
     @torch.no_grad()
