@@ -33,6 +33,11 @@ class Batch:
     node_processes: int = 1  # processes the node-level launch spawns on this node (1 otherwise)
     accum_steps: int = 1  # micro-batches of per_process images each process adds up per optimizer step
 
+    @property
+    def per_process_step(self) -> int:
+        """The images one process trains on per optimizer step (all its micro-batches)."""
+        return self.per_process * self.accum_steps
+
 
 def local_gpus(environ: Optional[Mapping[str, str]] = None) -> int:
     """GPUs this process may use, without importing torch: the driver's list, cut to the

@@ -28,7 +28,7 @@ from ..data.normalize import DeviceNormalizer
 from ..common.errors import one_line
 from ..common.terminal import NullConsole
 from ..config import Settings
-from ..train.trainer import Parts, Trainer
+from ..train.trainer import Parts, Trainer, steps_per_epoch
 from ..train.runrecord import RunRecord
 
 log = logging.getLogger(__name__)
@@ -174,8 +174,7 @@ def build(cfg: Settings, info: distributed.DistInfo) -> Built:
                                        "add --amp-backend native")
     prec = precision.build(spec, info.device)
     model, optimizer = prec.setup(model, optimizer)
-    steps = len(train_loader) // cfg.batch.accum_steps  # optimizer steps per epoch
-    steps = min(steps, cfg.data.steps_per_epoch or steps)
+    steps = steps_per_epoch(len(train_loader), cfg)
     scheduler = optim.build_scheduler(optimizer, cfg.optim, steps, warmup, lr)
     resume, ckpt = checkpoint.load_for_resume(cfg.checkpoint.resume, run_dir)
     if ckpt is not None:
@@ -193,7 +192,7 @@ def build(cfg: Settings, info: distributed.DistInfo) -> Built:
                   tb=tblog.make(info.is_primary, str(run_dir)), run_dir=run_dir,
                   ema=_weight_average(model, cfg, warmup * steps),
                   mix=mixing.build(cfg.data.mixup_alpha, cfg.data.cutmix_alpha, num_classes),
-                  accum_steps=cfg.batch.accum_steps, resolution=_resolution(cfg.data))
+                  resolution=_resolution(cfg.data))
     return Built(cfg, info, parts, lr, warmup, steps, resume, ckpt)
 
 

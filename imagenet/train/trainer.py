@@ -66,7 +66,6 @@ class Parts:
     run_dir: Path
     ema: Optional[WeightAverage] = None  # validated beside the model
     mix: Optional[Mix] = None       # the batch transform (Mixup/CutMix)
-    accum_steps: int = 1            # micro-batches per optimizer step (imagenet.train.accumulation)
     resolution: Optional[ResolutionRamp] = None  # the train size per epoch (progressive resizing)
 
 
@@ -100,14 +99,19 @@ class Throughput:
                 "peak_memory_bytes": peak_memory_bytes(device)}
 
 
+def steps_per_epoch(train_batches: int, cfg) -> int:
+    """Optimizer steps per epoch from the loader's TRAIN_BATCHES (micro-batches when accumulating),
+    cut to --steps-per-epoch (CFG: the settings)."""
+    steps = train_batches // cfg.batch.accum_steps
+    return min(steps, cfg.data.steps_per_epoch or steps)
+
+
 class Trainer:
     def __init__(self, cfg, info: distributed.DistInfo, parts: Parts, stop: StopSignal):
         self.cfg, self.info, self.p, self.stop = cfg, info, parts, stop
         self.state = TrainState(epoch=cfg.optim.start_epoch)
         self.throughput = Throughput()
-        self.steps_per_epoch = len(parts.train_loader) // parts.accum_steps  # optimizer steps
-        if cfg.data.steps_per_epoch:
-            self.steps_per_epoch = min(self.steps_per_epoch, cfg.data.steps_per_epoch)
+        self.steps_per_epoch = steps_per_epoch(len(parts.train_loader), cfg)
         self.global_batch = cfg.batch.global_batch
         self.console = terminal.console(info.is_primary, log)  # rank 0 shows; the others stay quiet
         self.stop_dir = parts.run_dir if info.is_primary else None  # rank 0 alone reads the stop file
@@ -223,7 +227,7 @@ class Trainer:
         p.model.train()
         first = self.state.step_in_epoch
         resolution = p.resolution.at(epoch) if p.resolution is not None else None
-        set_epoch(p.train_loader, epoch, first * cfg.batch.per_process * p.accum_steps, resolution)
+        set_epoch(p.train_loader, epoch, first * cfg.batch.per_process_step, resolution)
         meter, clock = EpochMeter(self.info.device), StepClock()
         warm = min(WARMUP_STEPS, (self.steps_per_epoch - first) // 4)
         interval = (first, time.perf_counter(), 0.0)
@@ -233,7 +237,7 @@ class Trainer:
         self.step_times.restart()
         self.step_times.mark(counted=False)
         for step in range(first, self.steps_per_epoch):
-            batches = [next(loader) for _ in range(p.accum_steps)]
+            batches = [next(loader) for _ in range(cfg.batch.accum_steps)]
             clock.data_ready()
             results = self._step(batches)
             self.profiler.step()
@@ -273,7 +277,7 @@ class Trainer:
             return
         t = self.throughput
         t.seconds += time.perf_counter() - start
-        t.images += steps * self.cfg.batch.per_process * self.p.accum_steps
+        t.images += steps * self.cfg.batch.per_process_step
         t.steps += steps
         t.data_s += data_s
         t.warmup_steps += warm
