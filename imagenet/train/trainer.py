@@ -153,10 +153,10 @@ class Trainer:
         checkpoint.set_rng_state(ckpt["rng"])
         saved_batch = int(ckpt.get("global_batch", self.global_batch))
         if saved_batch != self.global_batch:
-            self._carry_over(saved_batch, peak)
+            self._carry_over(checkpoint.sample_position(ckpt), saved_batch, peak)
 
-    def _carry_over(self, saved_batch: int, peak: List[float]) -> None:
-        """Resume with another global batch (a requeue on fewer or more nodes).
+    def _carry_over(self, samples: int, saved_batch: int, peak: List[float]) -> None:
+        """Resume at sample SAMPLES of the epoch with another global batch (a requeue on fewer or more nodes).
 
         The epoch's samples were consumed in the order of one permutation (the sampler's, the same
         for any world size), so the position is a global sample count: the new step is that count
@@ -165,7 +165,6 @@ class Trainer:
         same point of training; momentum and the other optimizer state carry over.
         """
         s, sched = self.state, self.p.scheduler
-        samples = s.step_in_epoch * saved_batch
         s.step_in_epoch, rest = divmod(samples, self.global_batch)
         if rest:
             self.console.warn("global batch %d -> %d: sample %d of epoch %d is not a step boundary; %d sample(s) "
