@@ -169,8 +169,8 @@ class PrecisionSettings:
     keep_batchnorm_fp32: Optional[str] = _opt(None, "--keep-batchnorm-fp32", help="True/False: keep "
                                               "BatchNorm in fp32 (default: per opt level, as Apex)")
     loss_scale: str = _opt("dynamic", "--loss-scale", help="'dynamic' or a fixed float loss scale")
-    amp_backend: str = _opt("auto", "--amp-backend", help="auto: NVIDIA Apex if apex.amp imports, else "
-                            "native torch.amp", choices=("auto", "native", "apex"))
+    amp_backend: str = _opt("auto", "--amp-backend", help="auto: NVIDIA Apex if apex.amp imports "
+                            "(not with --accum-steps), else native torch.amp", choices=("auto", "native", "apex"))
     amp_dtype: Optional[str] = _opt(None, "--amp-dtype", help="half type (default float16 on CUDA, "
                                     "bfloat16 on CPU)", choices=("float16", "bfloat16"))
 

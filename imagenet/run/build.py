@@ -156,7 +156,7 @@ class Built:
 def build(cfg: Settings, info: distributed.DistInfo) -> Built:
     """The run's parts, in the order the module docstring gives; collectives: every rank calls it."""
     _seed_everything(cfg.run.seed, cfg.perf.deterministic)
-    spec = precision.resolve(cfg.precision, info.device)
+    spec = precision.resolve(cfg.precision, info.device, cfg.batch.accum_steps > 1)
     # A collective: rank 0 scans the dataset and broadcasts it (the group exists: processes._run inits it
     # first). With --stage-dir every node reads its own copy of DATA (staging waits for every node's copier).
     data_cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, root=staging.stage_data(cfg.data, info)))
@@ -169,9 +169,6 @@ def build(cfg: Settings, info: distributed.DistInfo) -> Built:
     lr = optim.peak_lr(cfg.optim, cfg.batch.global_batch)
     warmup = optim.warmup_epochs(cfg.optim, lr)
     optimizer = optim.build_optimizer(model, cfg.optim, lr)
-    if cfg.batch.accum_steps > 1 and spec.backend == "apex":
-        raise precision.PrecisionError("--accum-steps needs native mixed precision (Apex unscales per micro-batch); "
-                                       "add --amp-backend native")
     prec = precision.build(spec, info.device)
     model, optimizer = prec.setup(model, optimizer)
     steps = steps_per_epoch(len(train_loader), cfg)

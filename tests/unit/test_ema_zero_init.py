@@ -4,6 +4,7 @@ import pytest
 import torch
 import torchvision
 
+from imagenet import config
 from imagenet.model import network
 from imagenet.model.ema import WeightAverage, adjusted_decay
 
@@ -91,8 +92,8 @@ def test_zero_init_residual_blocks_start_as_identity(arch):
             torch.testing.assert_close(block(x), x)
 
 
-def test_zero_init_residual_refuses_other_models():
-    with pytest.raises(network.ModelError, match="residual network"):
-        network.build("mobilenet_v3_small", num_classes=10, zero_init_residual=True)
-    with pytest.raises(network.ModelError, match="--pretrained"):
-        network.build("resnet18", num_classes=10, pretrained=True, zero_init_residual=True)
+def test_zero_init_residual_is_refused_by_the_settings_on_other_models_and_with_pretrained():
+    with pytest.raises(config.ConfigError, match="residual network"):
+        config.parse(["--dummy", "--zero-init-residual", "-a", "mobilenet_v3_small"], environ={})
+    with pytest.raises(config.ConfigError, match="--pretrained"):
+        config.parse(["--dummy", "--zero-init-residual", "--pretrained"], environ={})
