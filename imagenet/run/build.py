@@ -140,6 +140,21 @@ def _resolution(data):
     return ResolutionRamp(data.min_res, data.max_res, data.start_ramp, data.end_ramp)
 
 
+def _data(cfg: Settings, info: distributed.DistInfo) -> tuple:
+    """(the dataset folder read, (train loader, val loader, classes)). Collectives: rank 0 scans the
+    dataset and broadcasts it (the group exists: processes._run inits it first); with --stage-dir every
+    node reads its own copy of DATA (staging waits for every node's copier)."""
+    root = staging.stage_data(cfg.data, info)
+    data_cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, root=root))
+    return root, loader.build_loaders(data_cfg, info.rank, info.world_size, info.device)
+
+
+def _model(cfg, info: distributed.DistInfo, num_classes: int, channels_last: bool) -> torch.nn.Module:
+    """The network on the device (CFG: the model section)."""
+    model = network.build(cfg.arch, num_classes, cfg.pretrained, cfg.zero_init_residual)
+    return network.prepare(model, info.device, channels_last, _use_sync_bn(cfg, info))
+
+
 @dataclass
 class Built:
     """One run, built: the loop's parts and what starting the loop needs besides."""
@@ -157,15 +172,10 @@ def build(cfg: Settings, info: distributed.DistInfo) -> Built:
     """The run's parts, in the order the module docstring gives; collectives: every rank calls it."""
     _seed_everything(cfg.run.seed, cfg.perf.deterministic)
     spec = precision.resolve(cfg.precision, info.device, cfg.batch.accum_steps > 1)
-    # A collective: rank 0 scans the dataset and broadcasts it (the group exists: processes._run inits it
-    # first). With --stage-dir every node reads its own copy of DATA (staging waits for every node's copier).
-    data_cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, root=staging.stage_data(cfg.data, info)))
-    train_loader, val_loader, num_classes = loader.build_loaders(data_cfg, info.rank, info.world_size, info.device)
+    data_root, (train_loader, val_loader, num_classes) = _data(cfg, info)
     run_dir = _run_dir(cfg, info, spec)
     channels_last = cfg.perf.use_channels_last(info.device.type)
-    model = network.prepare(network.build(cfg.model.arch, num_classes, cfg.model.pretrained,
-                                          cfg.model.zero_init_residual),
-                            info.device, channels_last, _use_sync_bn(cfg.model, info))
+    model = _model(cfg.model, info, num_classes, channels_last)
     lr = optim.peak_lr(cfg.optim, cfg.batch.global_batch)
     warmup = optim.warmup_epochs(cfg.optim, lr)
     optimizer = optim.build_optimizer(model, cfg.optim, lr)
@@ -185,7 +195,7 @@ def build(cfg: Settings, info: distributed.DistInfo) -> Built:
                   criterion=torch.nn.CrossEntropyLoss(label_smoothing=cfg.optim.label_smoothing).to(info.device),
                   train_loader=train_loader, val_loader=val_loader,
                   normalizer=DeviceNormalizer(info.device, channels_last),
-                  record=_record(cfg, info, spec, run_dir, data_cfg.data.root, lr),
+                  record=_record(cfg, info, spec, run_dir, data_root, lr),
                   tb=tblog.make(info.is_primary, str(run_dir)), run_dir=run_dir,
                   ema=_weight_average(model, cfg, warmup * steps),
                   mix=mixing.build(cfg.data.mixup_alpha, cfg.data.cutmix_alpha, num_classes),
