@@ -2,9 +2,9 @@
 import sys
 
 if __name__ == "__main__":
-    from imagenet import preemption  # first: a stop signal during the slow imports must not be lost
+    from imagenet.run import preemption  # first: a stop signal during the slow imports must not be lost
 
     preemption.install_early()
-    from imagenet.cli import main
+    from imagenet.run.cli import main
 
     sys.exit(main("any"))

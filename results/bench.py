@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from imagenet.variants import SCRIPTS
+from imagenet.common.variants import SCRIPTS
 from results import report
 from results.core import records
 from results.core.kinds import typed

@@ -47,11 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from imagenet.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
-from imagenet.files import write_text
+from imagenet.common.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
+from imagenet.common.files import write_text
 from imagenet.recipes import RECIPES, named_in
-from imagenet.preemption import STOP_FILE  # the file name the trainers look for (no torch import)
-from imagenet.variants import SCRIPTS, SINGLE_PROCESS, VARIANTS
+from imagenet.run.preemption import STOP_FILE  # the file name the trainers look for (no torch import)
+from imagenet.common.variants import SCRIPTS, SINGLE_PROCESS, VARIANTS
 from launch.environment import PORT_BASE, PORT_SPAN  # one port formula for Python and the scripts
 from slurm import start_budget
 
@@ -62,10 +62,11 @@ SIGNALS = ("USR1", "USR2")
 SETTINGS = ("DATA", "ARCH", "EPOCHS", "BATCH_SIZE", "WORKERS", "LOG_DIR", "EXTRA_ARGS", "STAGE_DIR", "MAX_RESTARTS",
             "MAX_STARTS", "MODULES")
 SWEEPABLE = ("DATA", "ARCH", "EPOCHS", "BATCH_SIZE", "WORKERS")
-MANAGED_FLAGS = {"-a": "--arch", "--arch": "--arch", "--epochs": "--epochs", "-b": "--batch-size",
-                 "--b": "--batch-size", "--batch-size": "--batch-size", "-j": "--workers", "--workers": "--workers",
-                 "--log-dir": "--log-dir", "--resume": "(always --resume auto)", "--variant": "--variant",
-                 "--stage-dir": "--stage-dir"}
+# The training settings the generator sets itself, by their field in the settings, and the generator
+# option to use instead; the training flags that spell each one are read from the settings (managed_flags).
+MANAGED = {"arch": "--arch", "epochs": "--epochs", "batch_size": "--batch-size", "workers": "--workers",
+           "log_dir": "--log-dir", "resume": "(always --resume auto)", "variant": "--variant",
+           "stage_dir": "--stage-dir"}
 CPUS_PER_PROCESS = 8
 FAIL = f"exit {EXIT_USAGE}"  # how the script ends on a setup mistake: the trainers' usage status
 # NCCL (torch >= 2.4): a collective that makes no progress within the training's --collective-timeout
@@ -299,11 +300,21 @@ def _check_sweep(spec: JobSpec) -> None:
             _no_control(f"--sweep {key}", v)
 
 
+def managed_flags() -> Dict[str, str]:
+    """Each training flag (every spelling the trainers accept) of a setting the generator sets itself
+    -> the generator option to use instead."""
+    from imagenet import config  # only the flag table; no torch import
+
+    return {flag: MANAGED[f.name] for _, f in config.setting_fields() if f.name in MANAGED
+            for flag in f.metadata["flags"]}
+
+
 def _check_train_args(spec: JobSpec) -> None:
+    managed = managed_flags()
     for arg in spec.train_args:
         flag = arg.split("=", 1)[0]
-        if flag in MANAGED_FLAGS:
-            raise GenerateError(f"training flag {flag} is a generator setting: use {MANAGED_FLAGS[flag]} "
+        if flag in managed:
+            raise GenerateError(f"training flag {flag} is a generator setting: use {managed[flag]} "
                                 "(it becomes a variable sbatch --export can override)")
     from imagenet import config  # only the flag table; no torch import
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from typing import List
 
-from imagenet.exit_codes import EXIT_USAGE, NO_RESTART
+from imagenet.common.exit_codes import EXIT_USAGE, NO_RESTART
 
 STARTS_LOG = "starts.log"
-# imagenet.checkpoint.CHECKPOINT (that module imports torch; a unit test holds the two equal)
+# imagenet.train.checkpoint.CHECKPOINT (that module imports torch; a unit test holds the two equal)
 CHECKPOINT = "checkpoint.pth.tar"
 DEFAULT_MAX_STARTS = 10
 

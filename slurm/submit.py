@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from imagenet.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
-from imagenet.variants import SINGLE_PROCESS, VARIANTS
+from imagenet.common.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
+from imagenet.common.variants import SINGLE_PROCESS, VARIANTS
 
 SWEEPABLE = {"nodes": int, "gpus_per_node": int, "procs_per_node": int, "batch_size": int}
 
@@ -115,7 +115,7 @@ class TrainingTask:
         env = submitit.JobEnvironment()
         _export_rendezvous(env)
         submitit_handler = signal.getsignal(signal.SIGUSR2)  # the trainer replaces it while training
-        from imagenet.cli import main
+        from imagenet.run.cli import main
 
         code = main(self.variant, self.argv)
         if code == EXIT_PREEMPTED:

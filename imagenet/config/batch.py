@@ -33,6 +33,11 @@ class Batch:
     node_processes: int = 1  # processes the node-level launch spawns on this node (1 otherwise)
     accum_steps: int = 1  # micro-batches of per_process images each process adds up per optimizer step
 
+    @property
+    def per_process_step(self) -> int:
+        """The images one process trains on per optimizer step (all its micro-batches)."""
+        return self.per_process * self.accum_steps
+
 
 def local_gpus(environ: Optional[Mapping[str, str]] = None) -> int:
     """GPUs this process may use, without importing torch: the driver's list, cut to the
@@ -61,12 +66,11 @@ def node_level(distributed: bool, dist_url: Optional[str], multiprocessing_distr
 
 def resolve(batch_size: int, workers: int, *, distributed: bool, dist_url: Optional[str],
             multiprocessing_distributed: bool, nodes: int, procs_per_node: Optional[int],
-            environ: Optional[Mapping[str, str]] = None, accum_steps: int = 1) -> Batch:
+            launcher: environment.ClusterEnvironment, accum_steps: int = 1) -> Batch:
     """The one Batch of this launch. Raises ConfigError when -b cannot be shared by the node's
-    processes, or when a one-process variant was started as many."""
-    launcher = environment.detect(environ)
+    processes, or when a one-process variant was started as many. LAUNCHER: this process's, detected once."""
     if node_level(distributed, dist_url, multiprocessing_distributed, launcher):
-        procs = procs_per_node or local_gpus(environ) or 1
+        procs = procs_per_node or local_gpus(launcher.env) or 1
         if batch_size < procs:
             raise ConfigError(f"-b {batch_size} is the batch per node on this launch (--dist-url), shared by its "
                              f"{procs} processes: use -b {procs} or more")

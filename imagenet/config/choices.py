@@ -7,7 +7,7 @@ here still matches it.
 """
 from __future__ import annotations
 
-from ..variants import VARIANTS  # noqa: F401  (the settings import it from here)
+from ..common.variants import VARIANTS  # noqa: F401  (the settings import it from here)
 
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -42,7 +42,7 @@ MODELS = (
     "wide_resnet101_2", "wide_resnet50_2",
 )
 
-# imagenet.optim's optimizers and imagenet.schedules.KINDS (a unit test checks they agree).
+# imagenet.train.optim's optimizers and imagenet.train.schedules.KINDS (a unit test checks they agree).
 OPTIMIZERS = ("sgd", "lars", "lamb")
 # The layerwise ones leave norm and bias parameters out of weight decay (MLPerf's LARS skip list).
 LAYERWISE_OPTIMIZERS = ("lars", "lamb")

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, NoReturn, Optional, Sequence
 
+from launch import environment
+
 from .. import recipes
 from . import batch as batches
 from .choices import LAYERWISE_OPTIMIZERS
@@ -116,12 +118,12 @@ def _file_values(recipe: Optional[recipes.Recipe], global_batch: int) -> Dict[st
     return _normalised(values)
 
 
-def _resolve_batch(values: Mapping[str, Any], environ: Optional[Mapping[str, str]]) -> batches.Batch:
+def _resolve_batch(values: Mapping[str, Any], launcher: environment.ClusterEnvironment) -> batches.Batch:
     distributed = values["variant"] in ("ddp", "amp")
     return batches.resolve(values["batch_size"], values["workers"], distributed=distributed,
                            dist_url=values["dist_url"],
                            multiprocessing_distributed=values["multiprocessing_distributed"],
-                           nodes=values["world_size"], procs_per_node=values["procs_per_node"], environ=environ,
+                           nodes=values["world_size"], procs_per_node=values["procs_per_node"], launcher=launcher,
                            accum_steps=max(1, values["accum_steps"]))  # validate() names a bad --accum-steps
 
 
@@ -133,8 +135,9 @@ def _assemble(values: Mapping[str, Any], batch: batches.Batch) -> Settings:
 
 
 def parse_command(argv: Optional[Sequence[str]] = None, variant: str = "ddp", *, check_data: bool = True,
-                  environ: Optional[Mapping[str, str]] = None) -> Command:
-    """Parse, apply the recipe, resolve the batch for the launcher's environment, validate.
+                  launcher: Optional[environment.ClusterEnvironment] = None) -> Command:
+    """Parse, apply the recipe, resolve the batch for LAUNCHER (this process's launcher, detected here when
+    not given), validate.
     Raises ConfigError (or launch's LaunchError) with one line; imports neither torch nor DALI."""
     given = vars(build_parser(variant, explicit=True).parse_args(argv))
     print_config = bool(given.pop("print_config", False))
@@ -144,7 +147,8 @@ def parse_command(argv: Optional[Sequence[str]] = None, variant: str = "ddp", *,
     recipe = _recipe(given.get("recipe", defaults["recipe"]))
     config_file = _config_file(given.get("config"))
     flags = {**defaults, **_normalised(given)}
-    batch = _resolve_batch(flags, environ)  # the files set no batch or launch setting (check_recipe)
+    # the files set no batch or launch setting (check_recipe)
+    batch = _resolve_batch(flags, launcher or environment.detect())
     values = {**defaults, **_file_values(recipe, batch.global_batch), **_file_values(config_file, batch.global_batch),
               **_normalised(given)}
     if values["opt_level"] is None:  # the variant's default level, written down for run.json
@@ -159,5 +163,6 @@ def parse_command(argv: Optional[Sequence[str]] = None, variant: str = "ddp", *,
 def parse(argv: Optional[Sequence[str]] = None, variant: str = "ddp", *, check_data: bool = False,
           environ: Optional[Mapping[str, str]] = None) -> Settings:
     """The settings of a command line (no data-folder check unless asked: tests and tools parse
-    command lines for folders that exist elsewhere)."""
-    return parse_command(argv, variant, check_data=check_data, environ=environ).settings
+    command lines for folders that exist elsewhere), resolved for the launcher ENVIRON's variables
+    name (this process's when None)."""
+    return parse_command(argv, variant, check_data=check_data, launcher=environment.detect(environ)).settings

@@ -6,7 +6,7 @@ Flag names follow pytorch/examples imagenet/main.py (``-a -j -b --epochs --lr --
 ``--opt-level``, ``--local_rank``). The command line stays flat: every field name is unique across
 the sections, so a flag (or a recipe value) names its setting without naming the section. Adding a
 setting is one field in one section below. Runtime facts (rank, device) are never stored here:
-they live in :class:`imagenet.distributed.DistInfo`; the batch a launch resolves lives in
+they live in :class:`imagenet.run.distributed.DistInfo`; the batch a launch resolves lives in
 :class:`imagenet.config.batch.Batch`.
 """
 from __future__ import annotations
@@ -184,8 +184,8 @@ class PrecisionSettings:
     keep_batchnorm_fp32: Optional[str] = _opt(None, "--keep-batchnorm-fp32", help="True/False: keep "
                                               "BatchNorm in fp32 (default: per opt level, as Apex)")
     loss_scale: str = _opt("dynamic", "--loss-scale", help="'dynamic' or a fixed float loss scale")
-    amp_backend: str = _opt("auto", "--amp-backend", help="auto: NVIDIA Apex if apex.amp imports, else "
-                            "native torch.amp", choices=("auto", "native", "apex"))
+    amp_backend: str = _opt("auto", "--amp-backend", help="auto: NVIDIA Apex if apex.amp imports "
+                            "(not with --accum-steps), else native torch.amp", choices=("auto", "native", "apex"))
     amp_dtype: Optional[str] = _opt(None, "--amp-dtype", help="half type (default float16 on CUDA, "
                                     "bfloat16 on CPU)", choices=("float16", "bfloat16"))
 
@@ -256,7 +256,7 @@ class CheckpointSettings:
     """When checkpoints are written, how many are kept, where a run resumes from."""
     checkpoint_every_steps: int = _opt(0, "--checkpoint-every-steps", help="also checkpoint every N training "
                                        "steps, mid-epoch (0: only at epoch ends and stop signals); the write "
-                                       "runs in the background, see imagenet.checkpoint_writer", type=int,
+                                       "runs in the background, see imagenet.train.checkpoint_writer", type=int,
                                        metavar="N")
     checkpoint_every_minutes: float = _opt(30.0, "--checkpoint-every-minutes", help="also checkpoint every M "
                                            "minutes of training, at the first print boundary after M minutes "

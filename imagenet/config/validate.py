@@ -106,7 +106,7 @@ def _check_schedule(settings: Settings) -> None:
 
 def _check_layerwise_decay(settings: Settings) -> None:
     """LARS and LAMB leave norm and bias parameters out of weight decay and of the trust ratio, as
-    MLPerf's LARS skip list does (imagenet/layerwise.py; the parser records --no-bn-wd for them): a
+    MLPerf's LARS skip list does (imagenet/train/layerwise.py; the parser records --no-bn-wd for them): a
     decay asked for norm layers would be ignored."""
     optim = settings.optim
     if optim.opt in LAYERWISE_OPTIMIZERS and optim.norm_weight_decay:

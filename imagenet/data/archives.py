@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..errors import DataError
+from ..common.errors import DataError
 from .shards import Member
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"

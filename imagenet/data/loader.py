@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 import functools
-from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterator, Optional, Protocol, Sequence, Tuple, Union
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ..errors import DataError
+from ..common.errors import DataError
 from . import decode, sources
 from .decode.base import Transform
 from .decode.device import collate
@@ -26,6 +26,14 @@ from .samplers import ResumableSampler, ShardSampler
 from .scan import scan_dataset_once
 
 log = logging.getLogger(__name__)
+
+
+class Batches(Protocol):
+    """What every backend's loader is to the trainer: (images, target) batches, and their count."""
+
+    def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]: ...
+
+    def __len__(self) -> int: ...
 
 
 # ---------------------------------------------------------------- datasets
@@ -132,7 +140,7 @@ def _loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: int, p
                       persistent_workers=workers > 0, prefetch_factor=4 if workers > 0 else None)
 
 
-def build_loaders(cfg, rank: int, world_size: int, device: torch.device):
+def build_loaders(cfg, rank: int, world_size: int, device: torch.device) -> Tuple[Batches, Batches, int]:
     """(train_loader, val_loader, num_classes) for the settings (their data section, seed and resolved
     batch); loaders shard by rank over WORLD_SIZE processes."""
     data, batch, seed = cfg.data, cfg.batch, cfg.run.seed

@@ -31,8 +31,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .. import files
-from ..errors import DataError
+from ..common import files
+from ..common.errors import DataError
 from . import archives, shards, sources
 from .shards import Member, Options
 

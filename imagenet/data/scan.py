@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from ..errors import DataError, one_line
+from ..common.errors import DataError, one_line
 from . import sources
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -82,7 +82,7 @@ def scan_dataset_once(root: str, rank: int) -> Tuple[List[str], Index]:
     """
     # imported here: only this function needs torch; the shard writer and prepare command lines import
     # this module for scan_dataset and start 1.4 CPU seconds sooner without it
-    from .. import distributed
+    from ..run import distributed
 
     if not distributed.initialized():
         return scan_dataset(root)

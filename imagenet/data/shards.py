@@ -13,7 +13,7 @@ needs each payload's byte offset, which ``tarfile`` reports for the members it r
 returns decoded samples rather than byte ranges. Reading the written shard back with ``tarfile``
 is also the check that it is a standard tar. The layout stays readable by webdataset.
 
-Robustness: a shard is written atomically (:mod:`imagenet.files`: a temp file, renamed when complete),
+Robustness: a shard is written atomically (:mod:`imagenet.common.files`: a temp file, renamed when complete),
 so a killed conversion leaves only whole shards (a rerun removes its temp files); a rerun with the
 same SRC and options skips them (``.shards-plan.json`` records what was planned) and the index,
 written last and atomically, means "complete".
@@ -40,9 +40,9 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequenc
 import numpy as np
 from PIL import Image
 
-from .. import files
-from ..terminal import ProgressLine
-from ..errors import DataError
+from ..common import files
+from ..common.terminal import ProgressLine
+from ..common.errors import DataError
 from . import DEFAULT_SHARD_MB, sources
 from .scan import scan_dataset
 
@@ -241,7 +241,7 @@ def check_plan(dst: Path, plan: dict) -> None:
 # ---------------------------------------------------------------- progress
 
 class Progress:
-    """Conversion progress (:class:`imagenet.terminal.ProgressLine` on stderr): a bar redrawn in place on
+    """Conversion progress (:class:`imagenet.common.terminal.ProgressLine` on stderr): a bar redrawn in place on
     an interactive terminal; plain lines (one per finished part: a shard, a class folder) otherwise."""
 
     def __init__(self, total: int, unit: str = "shards", stream=None):

@@ -31,8 +31,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import files
-from ..errors import DataError
+from ..common import files
+from ..common.errors import DataError
 
 INDEX_NAME = "shards-index.npz"
 FORMAT = "hpc-imagenet-shards/1"
@@ -153,7 +153,7 @@ def is_shard_folder(root: str) -> bool:
 
 def save_index(root: Path, classes: Sequence[str], splits: Dict[str, dict],
                names: Optional[Sequence[str]] = None) -> None:
-    """Write the index atomically (imagenet.files): it is the last file a conversion writes, so its
+    """Write the index atomically (imagenet.common.files): it is the last file a conversion writes, so its
     presence means every shard it names is complete. SPLITS maps a split to its shard names,
     shard sizes, samples per shard and the per-sample arrays shard / offset / size / target.
     NAMES, where known (ImageNet's archives), are the classes' human-readable names."""

@@ -65,9 +65,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, TypeVar
 
-from .. import files
-from ..terminal import ProgressLine
-from ..errors import one_line
+from ..common import files
+from ..common.terminal import ProgressLine
+from ..common.errors import one_line
 
 MARKER = ".staged.json"
 TMP_SUFFIX = ".staging-tmp"  # ends every copy's temp name: a rerun removes leftovers as extra files
@@ -127,7 +127,7 @@ def stage_data(cfg, info) -> str:
     copy with --stage-dir (a collective)."""
     if cfg.dummy or not cfg.stage_dir:
         return cfg.root
-    from .. import distributed  # here, not at the top: the command line below runs without torch
+    from ..run import distributed  # here, not at the top: the command line below runs without torch
 
     dest, error = None, None
     try:  # any failure, on any rank, must reach the collective below: the other ranks wait there
@@ -154,7 +154,7 @@ def release_data(cfg, info, finished: bool) -> None:
     it. A failure to remove is a warning: the training itself is over."""
     if cfg.dummy or not cfg.stage_dir or not finished:
         return
-    from .. import distributed  # here, not at the top: the command line below runs without torch
+    from ..run import distributed  # here, not at the top: the command line below runs without torch
 
     # Every process of the job has finished reading the copy. Each node decides for itself after
     # the wait ('$TMPDIR' may be /dev/shm on one node only): every rank must reach the collective.
@@ -556,7 +556,7 @@ def _mismatched(src: Path, dest: Path, rels: Sequence[str]) -> List[str]:
 
 
 class _Progress:
-    """Copy progress through :class:`imagenet.terminal.ProgressLine`: a redrawn line on an
+    """Copy progress through :class:`imagenet.common.terminal.ProgressLine`: a redrawn line on an
     interactive terminal, a plain line every PROGRESS_SECONDS otherwise (job logs)."""
 
     def __init__(self, files: int, total_bytes: int, every: float):

@@ -403,7 +403,7 @@ KINDS: Dict[str, Tuple[type, type]] = {
 
 @dataclass(frozen=True)
 class Environment:
-    """What a point ran on and with (imagenet.sysinfo.collect(), rank 0's for a SLURM job)."""
+    """What a point ran on and with (imagenet.run.sysinfo.collect(), rank 0's for a SLURM job)."""
 
     hostname: Text = None
     cpu_model: Text = None

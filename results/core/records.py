@@ -1,7 +1,7 @@
 """Benchmark records: one JSON object per measured point, appended to ``results/records/*.jsonl``.
 
 A record keeps the numbers next to everything needed to trust and rerun them: the point's
-parameters, the environment (:func:`imagenet.sysinfo.collect`), the command, and the units.
+parameters, the environment (:func:`imagenet.run.sysinfo.collect`), the command, and the units.
 Failed points are records too (``status: "failed"`` plus ``error``), so a sweep's gaps are visible.
 
 Each kind is typed in :mod:`results.core.kinds` (a frozen dataclass for its point and its metrics);
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from imagenet.files import append_line
+from imagenet.common.files import append_line
 from results.core.kinds import KINDS, Record, from_dict, numeric, required
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ def identity(record: dict) -> tuple:
 
 
 def append(path: Path, record: dict) -> None:
-    """Append one record as one line, atomically (imagenet.files): a crash loses at most this point.
+    """Append one record as one line, atomically (imagenet.common.files): a crash loses at most this point.
 
     The line is :func:`portable`: whatever a runner put in it, a committed record names no path of
     the machine that recorded it."""

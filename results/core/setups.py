@@ -1,6 +1,6 @@
 """Training-step configurations shared by the runners and the reports: the named ``--setups``, the
 point parameters that must match for two points to be compared (the variants' entry scripts live in
-imagenet.variants), and the size of ImageNet that projections to its scale use."""
+imagenet.common.variants), and the size of ImageNet that projections to its scale use."""
 from __future__ import annotations
 
 from dataclasses import dataclass

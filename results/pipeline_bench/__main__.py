@@ -9,7 +9,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from imagenet.files import write_text
+from imagenet.common.files import write_text
 from results.runners import pipeline_bench
 
 

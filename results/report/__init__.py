@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from imagenet.files import write_text
+from imagenet.common.files import write_text
 from results.analysis.efficiency import with_efficiency
 from results.core import records
 from results.core.kinds import Record

@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from imagenet.files import write_text
+from imagenet.common.files import write_text
 from results.analysis import cluster_model, comparisons
 from results.analysis.cluster_model import predict_cluster
 from results.analysis.efficiency import efficiencies

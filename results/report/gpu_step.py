@@ -121,7 +121,7 @@ def profile_section(train: Sequence[Record]) -> str:
     table.append(["**all kernels**"] + [fmt(p["device_ms_per_step"]) for _, p in runs])
     out = ("## Where the GPU step's time goes (torch.profiler)\n\n"
            "`--profile-steps 10` on ResNet-50, batch 256, one GPU: device time per step by kernel family "
-           "(families from kernel names; see imagenet/profiling.py). Profiled runs are slower than unprofiled "
+           "(families from kernel names; see imagenet/train/profiling.py). Profiled runs are slower than unprofiled "
            "ones, so their images/s are not shown as speeds anywhere in this report.\n\n" + md_table(header, table))
     for r, p in runs:
         top = [[fmt(k["ms_per_step"]), f"{k['calls_per_step']:g}", k["family"], f"`{k['name'][:110]}`"]

@@ -112,7 +112,8 @@ def own_runs_text(train: Sequence[Record], restart_s: float, hal_run_s: Optional
     that shows what a start costs here (a GPU run on real images with loader workers)."""
     text = ("This project's engine keeps its loader workers alive across epochs (`persistent_workers` in "
             f"`imagenet/data/loader.py`) and its images/s leaves out the first {WARMUP_STEPS} steps of every epoch "
-            "(`imagenet/engine.py`), so the restart term of its own runs is 0: the workers start once a run, and "
+            "(`imagenet/train/trainer.py`), so the restart term of its own runs is 0: the workers start once a run, "
+            "and "
             "a new epoch only waits for its first batch from workers already running. ")
     if hal_run_s:
         n, t = hal_run_s

@@ -20,7 +20,7 @@ class BenchError(RuntimeError):
 
 
 def environment(nodes: Optional[int] = None) -> dict:
-    from imagenet import sysinfo
+    from imagenet.run import sysinfo
     return sysinfo.collect(nodes=nodes)
 
 

@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from imagenet import config
 from imagenet.data import scan, shards, sources
 from imagenet.data.loader import build_loaders, set_epoch
-from imagenet.errors import DataError
+from imagenet.common.errors import DataError
 from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.runners import common, pipeline_bench
 from results.runners.common import proc_io

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from imagenet.files import write_json
+from imagenet.common.files import write_json
 from results.runners.common import BenchError
 
 SOURCE_DIR = Path("/usr/share/datasets/fashion-mnist")

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List
 
-from imagenet import sysinfo
+from imagenet.run import sysinfo
 from results.core import records
 from slurm.localcluster import ClusterError, ClusterUnavailable, SlurmCluster
 from slurm.localcluster.scenarios.jobs import scenario_data

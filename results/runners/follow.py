@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from imagenet import cputime
+from imagenet.common import cputime
 from results.runners.common import BenchError
 
 

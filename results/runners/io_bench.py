@@ -8,7 +8,7 @@ delta taken before the loader starts and after its workers exit covers the worke
 ``read_bytes`` is what reached the storage layer (0 when everything came from the page cache),
 ``rchar`` what passed through read() calls, ``syscr`` how many read calls were made.
 
-CPU cost: user + system seconds of the reader and its loader workers (``imagenet.cputime``: the
+CPU cost: user + system seconds of the reader and its loader workers (``imagenet.common.cputime``: the
 process tree), so ``images_per_cpu_s`` is images/s per fully busy
 core whatever the worker count: the number that says how many cores a backend needs to feed a GPU.
 
@@ -32,7 +32,7 @@ from typing import Callable, Dict, List, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from imagenet import cputime
+from imagenet.common import cputime
 from results.runners.common import proc_io
 from results.runners.procs import gather, reap
 

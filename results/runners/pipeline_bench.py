@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch.utils.data import DataLoader
 
-from imagenet import cputime
+from imagenet.common import cputime
 from imagenet.data import decode
 from imagenet.data.loader import ImageFiles
 from imagenet.data.scan import scan_dataset

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import List
 
-from imagenet import cputime
+from imagenet.common import cputime
 from imagenet.data import archives, prepare
 from results.runners import archive_set, jpegs
 from results.runners.common import new_sweep

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from imagenet.files import write_text
+from imagenet.common.files import write_text
 from results.analysis.parameters import parameter_count
 from results.core import records
 from results.core.kinds import typed

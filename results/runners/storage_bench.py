@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from imagenet.files import write_text
+from imagenet.common.files import write_text
 from results.runners.common import proc_io
 
 CHUNK = 1 << 20

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from imagenet.files import atomic_write, write_text
-from imagenet.variants import SCRIPTS, SINGLE_PROCESS
+from imagenet.common.files import atomic_write, write_text
+from imagenet.common.variants import SCRIPTS, SINGLE_PROCESS
 from results.core import records
 from results.core.records import RESULTS_DIR, portable
 from results.core.setups import SETUPS

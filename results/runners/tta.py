@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from imagenet.config import section_of
-from imagenet.time_to_accuracy import FIRST_STEP_LINE
+from imagenet.train.time_to_accuracy import FIRST_STEP_LINE
 from results.core import records
 from results.core.kinds import Record, typed
 from results.core.records import RESULTS_DIR, SCRATCH_DIR

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from imagenet.data import archives, shards, staging
 from imagenet.data.shards import Job, Options
-from imagenet.errors import DataError
+from imagenet.common.errors import DataError
 
 
 def archive_check(folder: Path) -> list:

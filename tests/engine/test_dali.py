@@ -12,7 +12,8 @@ import sys
 import pytest
 from PIL import Image
 
-from imagenet import config, errors
+from imagenet import config
+from imagenet.common import errors
 from imagenet.data import samplers, scan
 from imagenet.data.loader import build_loaders, set_epoch
 from tests.engine.dali_colours import (CPU, TRAIN, VAL, check_solid_colour_batches, colour_dataset, dali_loader,

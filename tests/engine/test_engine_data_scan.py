@@ -12,7 +12,7 @@ from tests.helpers import BIN, PYTHON, REPO, TINY, child_env, explain, free_port
 # rank that made it; torch.distributed and the scan itself are the real ones.
 SPY = """import os, sys
 sys.path.insert(0, {repo!r})
-from imagenet import cli
+from imagenet.run import cli
 from imagenet.data import scan
 real_scan = scan.scan_dataset
 def spy(root):

@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from imagenet import precision as precision_module
+from imagenet.model import precision as precision_module
 from tests.helpers import BIN, TINY, explain, free_port, python, read_run, run, script
 from tests.engine.dali_colours import check_solid_colour_batches, needs_dali
 
@@ -69,7 +69,8 @@ def test_precision_levels_on_cuda(level, dtype, jpeg_data, tmp_path):
 def test_loss_scale_recovers_from_injected_overflow_and_resume_restores_it():
     from torch import nn
 
-    from imagenet import config, precision
+    from imagenet import config
+    from imagenet.model import precision
 
     cfg = config.parse(["--dummy", "--opt-level", "O1", "--amp-dtype", "float16", "--amp-backend", "native"],
                        "amp")

@@ -16,8 +16,10 @@ from typing import Iterator, List
 import pytest
 import torch
 
-from imagenet import config, distributed, engine, metrics, optim, run
-from imagenet.distributed import DistInfo
+from imagenet import config
+from imagenet.run import build, distributed
+from imagenet.train import metrics, optim, trainer
+from imagenet.run.distributed import DistInfo
 from tests.helpers import TINY, free_port, read_run
 
 CPU = torch.device("cpu")
@@ -35,7 +37,7 @@ def _tiny_model() -> torch.nn.Module:
 
 @contextlib.contextmanager
 def _signals_restored() -> Iterator[None]:
-    """build_and_run installs preemption handlers; give pytest its own back afterwards."""
+    """build.run installs preemption handlers; give pytest its own back afterwards."""
     saved = {name: signal.getsignal(getattr(signal, name)) for name in ("SIGUSR1", "SIGUSR2", "SIGTERM")}
     try:
         yield
@@ -47,7 +49,7 @@ def _signals_restored() -> Iterator[None]:
 def _train_in_process(argv: List[str], variant: str = "nd") -> int:
     cfg = config.parse(argv, variant)
     with _signals_restored():
-        return run.build_and_run(cfg, DistInfo(0, 0, 1, 1, 0, "single", CPU))
+        return build.run(build.build(cfg, DistInfo(0, 0, 1, 1, 0, "single", CPU)))
 
 
 # ---------------------------------------------------------------- optimizer kernels
@@ -103,10 +105,10 @@ def test_data_backend_trains_a_few_steps(tmp_path, jpeg_data, backend):
 
 
 def test_channels_last_reaches_model_and_batches():
-    from imagenet import models
+    from imagenet.model import network
     from imagenet.data import normalize
 
-    model = models.prepare(models.build("resnet18", 10, False), CPU, True, False)
+    model = network.prepare(network.build("resnet18", 10, False), CPU, True, False)
     assert model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
     batch = normalize.DeviceNormalizer(CPU, channels_last=True)(torch.zeros(2, 3, 8, 8, dtype=torch.uint8))
     assert batch.dtype == torch.float32 and batch.is_contiguous(memory_format=torch.channels_last)
@@ -132,9 +134,9 @@ def _grads_after_one_step(ddp: torch.nn.Module) -> List[torch.Tensor]:
 
 def test_ddp_options_reach_ddp():
     with _one_process_group() as info:
-        ddp = run._ddp(_tiny_model(), _cfg("--ddp-bucket-cap-mb", "1", "--ddp-static-graph").dist, info)
+        ddp = build._ddp(_tiny_model(), _cfg("--ddp-bucket-cap-mb", "1", "--ddp-static-graph").dist, info)
         assert ddp.bucket_bytes_cap == 1024 * 1024 and ddp.static_graph and ddp.gradient_as_bucket_view
-        plain = run._ddp(_tiny_model(), _cfg().dist, info)
+        plain = build._ddp(_tiny_model(), _cfg().dist, info)
         assert plain.bucket_bytes_cap == 25 * 1024 * 1024 and not plain.static_graph
 
 
@@ -144,9 +146,9 @@ def test_bf16_comm_hook_rounds_the_all_reduced_gradients():
 
     with _one_process_group() as info:
         torch.manual_seed(1)
-        hooked = run._ddp(_tiny_model(), _cfg("--ddp-comm-hook", "bf16").dist, info)
+        hooked = build._ddp(_tiny_model(), _cfg("--ddp-comm-hook", "bf16").dist, info)
         torch.manual_seed(1)
-        plain = run._ddp(_tiny_model(), _cfg().dist, info)
+        plain = build._ddp(_tiny_model(), _cfg().dist, info)
         assert all(representable(g) for g in _grads_after_one_step(hooked))
         assert not all(representable(g) for g in _grads_after_one_step(plain))
 
@@ -180,7 +182,7 @@ class SyncTrap:
             monkeypatch.setattr(torch.Tensor, name, self._wrap(getattr(torch.Tensor, name), f"Tensor.{name}"))
         monkeypatch.setattr(torch.cuda, "synchronize", self._wrap(torch.cuda.synchronize, "cuda.synchronize"))
         monkeypatch.setattr(metrics, "synchronize", self._wrap(metrics.synchronize, "metrics.synchronize"))
-        monkeypatch.setattr(engine, "synchronize", self._wrap(engine.synchronize, "engine.synchronize"))
+        monkeypatch.setattr(trainer, "synchronize", self._wrap(trainer.synchronize, "trainer.synchronize"))
         monkeypatch.setattr(torch, "tensor", self._wrap(torch.tensor, "torch.tensor(device=...)", on_device=True))
 
     def _wrap(self, fn, label: str, on_device: bool = False):
@@ -207,7 +209,7 @@ class SyncTrap:
 def _steps_between_prints(tmp_path, monkeypatch, *flags: str, variant: str = "nd") -> List[str]:
     """Train 6 steps printing only at the end; return the host syncs made inside the steps."""
     trap = SyncTrap(monkeypatch)
-    trap.around(monkeypatch, engine.Trainer, "_step", hot=True)
+    trap.around(monkeypatch, trainer.Trainer, "_step", hot=True)
     trap.around(monkeypatch, metrics.EpochMeter, "update", hot=True)
     # 16 px: a sync does not depend on the size, and fp16 arithmetic on a CPU is slow (4x less of it)
     argv = ["--dummy", "--dummy-size", "48", "--num-classes", "10", *TINY, "--image-size", "16", "--epochs", "1",
@@ -240,7 +242,7 @@ def test_no_host_sync_in_the_steps(tmp_path, monkeypatch, flags):
 @pytest.mark.parametrize("flags", [(), ("--opt-level", "O1", "--amp-dtype", "float16")], ids=["fp32", "O1-fp16"])
 def test_cuda_sync_debug_mode_in_the_step(tmp_path, monkeypatch, flags):
     """On a GPU, torch itself reports every synchronising CUDA call made inside the steps."""
-    original = engine.Trainer._step
+    original = trainer.Trainer._step
 
     def strict_step(self, *args):
         torch.cuda.set_sync_debug_mode("error")
@@ -248,9 +250,9 @@ def test_cuda_sync_debug_mode_in_the_step(tmp_path, monkeypatch, flags):
             return original(self, *args)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    monkeypatch.setattr(engine.Trainer, "_step", strict_step)
+    monkeypatch.setattr(trainer.Trainer, "_step", strict_step)
     cfg = config.parse(["--dummy", "--dummy-size", "96", "--num-classes", "10", "-a", "resnet18", "--image-size",
                         "32", "-b", "8", "--workers", "0", "--epochs", "1", "-p", "100", "--val-steps", "1",
                         "--log-dir", str(tmp_path), "--amp-backend", "native", *flags], "amp")
     with _signals_restored():
-        assert run.build_and_run(cfg, DistInfo(0, 0, 1, 1, 0, "single", torch.device("cuda", 0))) == 0
+        assert build.run(build.build(cfg, DistInfo(0, 0, 1, 1, 0, "single", torch.device("cuda", 0)))) == 0

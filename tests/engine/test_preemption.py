@@ -11,7 +11,7 @@ from unittest import mock
 
 import torch
 
-from imagenet.terminal import overwrite_progress
+from imagenet.common.terminal import overwrite_progress
 from tests.helpers import PYTHON, REPO, TINY, child_env, explain, read_run, script
 from tests.warm_start import warm_python
 

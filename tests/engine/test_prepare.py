@@ -22,7 +22,7 @@ from PIL import Image
 
 from imagenet.data import archives, demo, prepare, sources
 from imagenet.data.scan import scan_dataset
-from imagenet.errors import DataError
+from imagenet.common.errors import DataError
 from results.runners import archive_set
 from tests.engine import dali_colours
 from tests.engine.load import cpu_burners

@@ -17,7 +17,8 @@ import pytest
 import torch
 from PIL import Image
 
-from imagenet import config, errors
+from imagenet import config
+from imagenet.common import errors
 from imagenet.data import loader, samplers, scan, shards, sources
 from imagenet.data.decode import fast
 from results.runners import jpegs
@@ -124,7 +125,7 @@ def test_an_interrupted_conversion_resumes_and_keeps_finished_shards(photos, pho
     # what a kill leaves: no index, a half-written temp shard, a shard not yet started
     (dst / sources.INDEX_NAME).unlink()
     (dst / "train-000001.tar").unlink()
-    (dst / ".train-000001.tar.k2x9q.tmp").write_bytes(b"half a shard")  # imagenet.files' temp name
+    (dst / ".train-000001.tar.k2x9q.tmp").write_bytes(b"half a shard")  # imagenet.common.files' temp name
     (dst / "train-000001.tar.tmp").write_bytes(b"half a shard")  # the name older versions used
     kept = os.stat(dst / "train-000000.tar").st_mtime_ns
     with pytest.raises(errors.DataError):

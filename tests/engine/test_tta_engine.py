@@ -10,7 +10,7 @@ import pytest
 from results import bench
 from results.core import records
 from results.runners import fashion_mnist, tta
-from imagenet import time_to_accuracy
+from imagenet.train import time_to_accuracy
 from tests.helpers import explain, read_run, script, tb_scalars
 from tests.warm_start import warm_python
 

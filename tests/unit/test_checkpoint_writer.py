@@ -5,8 +5,8 @@ import os
 import pytest
 import torch
 
-from imagenet import checkpoint
-from imagenet.checkpoint_writer import BackgroundWriter, to_host
+from imagenet.train import checkpoint, checkpoint_writer
+from imagenet.train.checkpoint_writer import BackgroundWriter, to_host
 
 
 def test_host_snapshot_is_a_copy_that_the_next_optimizer_step_does_not_change():
@@ -64,3 +64,14 @@ def test_a_failed_background_write_is_raised_at_the_next_checkpoint(tmp_path):
     with pytest.raises(checkpoint.CheckpointError, match="cannot write checkpoint"):
         writer.check()
     writer.check()  # raised once
+
+
+def test_only_rank_0_writes_checkpoints(tmp_path):
+    """The other ranks' writer never asks for the state (no snapshot, no write) and has nothing to wait on."""
+    quiet = checkpoint_writer.for_rank(False, tmp_path, 2)
+    quiet.save(lambda: 1 / 0)
+    quiet.save_now(lambda: 1 / 0)
+    quiet.check()
+    quiet.wait()
+    assert list(tmp_path.iterdir()) == [] and quiet.stats.as_dict()["saves"] == 0
+    assert isinstance(checkpoint_writer.for_rank(True, tmp_path, 2), BackgroundWriter)

@@ -4,6 +4,7 @@ import dataclasses
 import pytest
 
 from imagenet import config
+from launch import environment
 
 
 def test_pytorch_examples_flags():
@@ -71,7 +72,7 @@ def test_missing_data_folder_is_refused_only_when_asked(tmp_path):
     with pytest.raises(config.ConfigError, match="dataset directory .*absent does not exist"):
         config.parse([str(tmp_path / "absent")], check_data=True)
     assert config.parse([str(tmp_path)], check_data=True).data.root == str(tmp_path)
-    command = config.parse_command(["--print-config", str(tmp_path / "absent")], "ddp", environ={})
+    command = config.parse_command(["--print-config", str(tmp_path / "absent")], "ddp", launcher=environment.detect({}))
     assert command.print_config  # --print-config touches no data path
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from imagenet import cli, config, recipes
+from imagenet import config, recipes
+from imagenet.run import cli
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from imagenet import errors
+from imagenet.common import errors
 from imagenet.data import loader, normalize
 from imagenet.data.decode import device, jpeg
 from imagenet.data.decode.fast import FastTrain, FastVal

@@ -4,8 +4,9 @@ import pytest
 import torch
 import torchvision
 
-from imagenet import models
-from imagenet.ema import WeightAverage, adjusted_decay
+from imagenet import config
+from imagenet.model import network
+from imagenet.model.ema import WeightAverage, adjusted_decay
 
 
 def _sgd_steps(model, steps, start=0, average=None):
@@ -78,7 +79,7 @@ def test_adjusted_decay_as_torchvision():
 
 @pytest.mark.parametrize("arch", ["resnet18", "resnet50"])
 def test_zero_init_residual_blocks_start_as_identity(arch):
-    model = models.build(arch, num_classes=10, zero_init_residual=True)
+    model = network.build(arch, num_classes=10, zero_init_residual=True)
     blocks = [m for m in model.modules() if isinstance(m, (torchvision.models.resnet.BasicBlock,
                                                             torchvision.models.resnet.Bottleneck))]
     assert blocks
@@ -91,8 +92,8 @@ def test_zero_init_residual_blocks_start_as_identity(arch):
             torch.testing.assert_close(block(x), x)
 
 
-def test_zero_init_residual_refuses_other_models():
-    with pytest.raises(models.ModelError, match="residual network"):
-        models.build("mobilenet_v3_small", num_classes=10, zero_init_residual=True)
-    with pytest.raises(models.ModelError, match="--pretrained"):
-        models.build("resnet18", num_classes=10, pretrained=True, zero_init_residual=True)
+def test_zero_init_residual_is_refused_by_the_settings_on_other_models_and_with_pretrained():
+    with pytest.raises(config.ConfigError, match="residual network"):
+        config.parse(["--dummy", "--zero-init-residual", "-a", "mobilenet_v3_small"], environ={})
+    with pytest.raises(config.ConfigError, match="--pretrained"):
+        config.parse(["--dummy", "--zero-init-residual", "--pretrained"], environ={})

@@ -5,9 +5,11 @@ import stat
 import pytest
 import torch
 
-from imagenet import checkpoint, config, errors, files, optim
+from imagenet import config
+from imagenet.common import errors, files
+from imagenet.train import checkpoint, optim
 from imagenet.data import samplers
-from imagenet.errors import one_line
+from imagenet.common.errors import one_line
 
 
 def _cfg(*argv):
@@ -123,7 +125,7 @@ def test_worker_errors_become_one_line():
 def test_a_gloo_peer_loss_becomes_the_lost_contact_line(monkeypatch, gloo_error):
     """Both ways gloo reports a peer that stopped answering (which one depends on timing: the second
     came out of DDP's backward on the test cluster with a node's link down)."""
-    from imagenet import distributed
+    from imagenet.run import distributed
 
     monkeypatch.setattr(distributed, "_hosts", ["node1", "node2"])
     line = distributed.lost_peer_message(RuntimeError(gloo_error), 0)

@@ -1,4 +1,4 @@
-"""imagenet.files on a shared filesystem: what it writes follows the user's umask but is never
+"""imagenet.common.files on a shared filesystem: what it writes follows the user's umask but is never
 world-writable (even under umask 0), and a planted symbolic link is replaced or refused, never
 written through. The other user is a real uid (``setpriv``), not a mock."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from imagenet import files
+from imagenet.common import files
 from tests.helpers import REPO
 
 OTHER_UID = 65534  # nobody
@@ -57,7 +57,7 @@ def test_append_line_refuses_a_link(tmp_path: Path) -> None:
 WRITER = """
 import os, sys
 from pathlib import Path
-from imagenet import files
+from imagenet.common import files
 root = Path(sys.argv[1])
 files.write_text(root / "runs" / "a" / "run.json", "{}")
 files.append_line(root / "records" / "r.jsonl", "{}")

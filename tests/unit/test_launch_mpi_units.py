@@ -15,7 +15,7 @@ from launch import environment, mpi
 def test_parse_target():
     assert mpi.parse_target([__file__, "-a", "x"]) == ("path", __file__, ["-a", "x"])
     assert mpi.parse_target(["--", __file__]) == ("path", __file__, [])
-    assert mpi.parse_target(["-m", "imagenet.cli", "--help"]) == ("module", "imagenet.cli", ["--help"])
+    assert mpi.parse_target(["-m", "imagenet.run.cli", "--help"]) == ("module", "imagenet.run.cli", ["--help"])
     for bad, text in ((["-m"], "-m needs a module"), (["-x", "s.py"], "unknown option -x"), ([], "usage")):
         with pytest.raises(mpi.MpiLaunchError, match=text):
             mpi.parse_target(bad)

@@ -19,7 +19,7 @@ from PIL import Image
 from torchvision import transforms as T
 from torchvision.transforms import functional as F
 
-from imagenet import errors
+from imagenet.common import errors
 from imagenet.data import decode as registry, loader
 from imagenet.data.decode import base, jpeg, pil
 from imagenet.data.decode.fast import FastTrain, FastVal, fast_backend, scaled_box

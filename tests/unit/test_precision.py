@@ -3,7 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from imagenet import config, precision
+from imagenet import config
+from imagenet.model import precision
 
 
 def _tiny_model():
@@ -131,3 +132,15 @@ def test_apex_backend_without_apex_names_the_fix(monkeypatch):
 def test_auto_backend_is_native_without_apex_or_gpu():
     cfg = config.parse(["--dummy", "--opt-level", "O2"], "amp")
     assert precision.resolve(cfg.precision, torch.device("cpu")).backend == "native"
+
+
+def test_auto_backend_is_native_when_accumulating(monkeypatch):
+    """Apex unscales once per micro-batch: auto never picks it for --accum-steps (the settings refuse
+    an explicit --amp-backend apex there)."""
+    monkeypatch.setattr(precision, "apex_amp", lambda: object())
+    cfg = config.parse(["--dummy", "--opt-level", "O1", "--amp-dtype", "float16"], "amp")
+    gpu = torch.device("cuda", 0)
+    assert precision.resolve(cfg.precision, gpu).backend == "apex"
+    assert precision.resolve(cfg.precision, gpu, accumulating=True).backend == "native"
+    with pytest.raises(config.ConfigError, match="--accum-steps with --amp-backend apex"):
+        config.parse(["--dummy", "--accum-steps", "2", "--amp-backend", "apex"], "amp")

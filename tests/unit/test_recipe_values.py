@@ -8,8 +8,11 @@ from unittest import mock
 
 import pytest
 
-from imagenet import cli, optim, recipes, schedules
+from imagenet import recipes
+from imagenet.run import cli
+from imagenet.train import optim, schedules
 from imagenet.config import choices, parse_command
+from launch import environment
 
 # libffcv/ffcv-imagenet rn50_configs/rn50_{epochs}_epochs.yaml (start_ramp, end_ramp) and README's top-1
 FFCV_RUNS = [(16, 11, 13, 73.8), (24, 17, 20, 75.6), (32, 23, 27, 76.6), (40, 29, 34, 77.2), (56, 41, 48, 78.0),
@@ -30,7 +33,7 @@ def _torchrun(processes):
 
 def _command(argv, processes=1):
     command = parse_command([*argv, "--print-config", "/no/such/path"], "ddp",
-                            environ={} if processes == 1 else _torchrun(processes))
+                            launcher=environment.detect({} if processes == 1 else _torchrun(processes)))
     assert command.print_config
     return command.settings
 
@@ -197,7 +200,7 @@ def test_bad_component_settings_fail_in_one_line(argv, message):
     from imagenet.config import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as caught:
-        parse_command([*argv, "/no/such/path"], "ddp", check_data=False, environ={})
+        parse_command([*argv, "/no/such/path"], "ddp", check_data=False, launcher=environment.detect({}))
     assert "\n" not in str(caught.value)
 
 

@@ -349,7 +349,7 @@ def test_predictions_do_not_depend_on_points_above_four_gpus():
 
 def test_step_times_recorder_on_cpu():
     import torch
-    from imagenet.metrics import StepTimes
+    from imagenet.train.metrics import StepTimes
     st = StepTimes(torch.device("cpu"), enabled=True, limit=3)
     st.mark(counted=False)
     for counted in (False, True, True, True, True):

@@ -89,7 +89,7 @@ def test_recovery_settings_are_in_every_file() -> None:
 
 
 def test_the_checkpoint_the_budget_watches_is_the_trainers() -> None:
-    from imagenet.checkpoint import CHECKPOINT
+    from imagenet.train.checkpoint import CHECKPOINT
 
     assert start_budget.CHECKPOINT == CHECKPOINT
 
@@ -213,3 +213,11 @@ def test_a_recipe_passes_through_like_any_training_flag() -> None:
 def test_a_recipe_sets_the_scripts_epochs_unless_the_generator_is_told() -> None:
     assert eval_settings(render(spec_from_args(["--", "--recipe", "mlperf"])), ["EPOCHS"], {}) == ["42"]
     assert eval_settings(render(spec_from_args(["--epochs", "5", "--", "--recipe", "mlperf"])), ["EPOCHS"], {}) == ["5"]
+
+
+def test_managed_flags_are_every_spelling_the_trainers_accept():
+    """Read from the settings, so a new spelling of a managed setting is refused without a second list."""
+    assert generate.managed_flags() == {
+        "-a": "--arch", "--arch": "--arch", "--epochs": "--epochs", "-b": "--batch-size", "--b": "--batch-size",
+        "--batch-size": "--batch-size", "-j": "--workers", "--workers": "--workers", "--log-dir": "--log-dir",
+        "--resume": "(always --resume auto)", "--variant": "--variant", "--stage-dir": "--stage-dir"}

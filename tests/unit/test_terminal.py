@@ -1,13 +1,14 @@
-"""The one progress display (imagenet.terminal.ProgressLine) on a real pseudo-terminal and in a
+"""The one progress display (imagenet.common.terminal.ProgressLine) on a real pseudo-terminal and in a
 log file: a redrawn line on the one, plain lines (throttled) in the other."""
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
 
-from imagenet import terminal
-from imagenet.terminal import ProgressLine
+from imagenet.common import terminal
+from imagenet.common.terminal import ProgressLine
 
 
 def _read_lines(leader: int, lines: int = 1) -> str:
@@ -69,3 +70,16 @@ def test_a_terminal_inside_a_slurm_job_gets_plain_lines(interactive, monkeypatch
         line.show("b", final=True)
     out = _read_lines(leader, 2)
     assert not line.live and "\033" not in out and out.splitlines() == ["a", "b"]
+
+
+def test_only_rank_0s_console_shows(capsys, caplog):
+    log = logging.getLogger("test.console")
+    for primary in (False, True):
+        shown = terminal.console(primary, log)
+        shown.say("said")
+        shown.warn("warned %d", 3)
+        shown.progress("step 1/1", final=True)
+        shown.end_progress()
+    out = capsys.readouterr().out
+    assert out.count("said") == 1 and out.count("step 1/1") == 1
+    assert [r.getMessage() for r in caplog.records if r.name == "test.console"] == ["warned 3"]

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from imagenet import config, time_to_accuracy
+from imagenet import config
+from imagenet.train import time_to_accuracy
 from results import bench
 from results.core import kinds, records
 from results.report import time_to_accuracy as tta_report

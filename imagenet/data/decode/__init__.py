@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ...errors import DataError
+from ...common.errors import DataError
 from . import dali, device, fast, jpeg, pil
 from .base import CROP_SCALE, Transform
 

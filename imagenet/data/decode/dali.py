@@ -37,7 +37,7 @@ from typing import Callable, Iterator, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ...errors import DataError
+from ...common.errors import DataError
 from ..sources import FolderIndex
 from .base import CROP_RATIO, CROP_SCALE, val_resize
 

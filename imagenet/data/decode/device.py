@@ -27,7 +27,7 @@ from PIL import Image
 from torch.utils.data import default_collate
 from torchvision.transforms.v2 import functional as TF
 
-from ...errors import DataError
+from ...common.errors import DataError
 from .base import CROP_SCALE, val_resize
 from .fast import FastTrain, resized_hw
 from .jpeg import JpegFrame, jpeg_frame

@@ -23,7 +23,7 @@ PROGRESS_LINE = re.compile(r"^Epoch: \[(\d+)\]\[\s*(\d+)/\d+\].*?([\d.]+) img/s$
 RESUMED = re.compile(r"resumed from \S+: epoch (\d+), step (\d+)")
 INTERVAL = 2  # --checkpoint-every-steps of the jobs the faults hit: the most work a fault may cost
 PERIODIC = f"--checkpoint-every-steps={INTERVAL}"
-KEPT = re.compile(r"checkpoint-e(\d+)-(\d+)\.pth\.tar$")  # imagenet.checkpoint.kept_name
+KEPT = re.compile(r"checkpoint-e(\d+)-(\d+)\.pth\.tar$")  # imagenet.train.checkpoint.kept_name
 RECOVER_BOUND_S = 360  # fault -> training again on a loaded 2-core machine (a requeue waits ~2 min)
 
 

@@ -19,7 +19,7 @@ of warm-up and decay): with the LR inside, the momentum carries each step's own 
 the old gradients are re-weighted by the new LR. timm also adapts by weight decay, not by a skip
 list, and would add a dependency (timm, huggingface_hub, safetensors and their HTTP stack) for
 about forty lines. Which parameters are left out is a parameter-group option here, ``adapt`` (False
-for the no-decay group that :func:`imagenet.optim.param_groups` makes), so LARS and LAMB leave out
+for the no-decay group that :func:`imagenet.train.optim.param_groups` makes), so LARS and LAMB leave out
 the same parameters.
 
 LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning") is written here too, for the

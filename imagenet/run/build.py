@@ -1,4 +1,4 @@
-"""Build one run from the settings and a DistInfo: model, precision, wrapper, data, logs; then fit.
+"""Build one run from the settings and a DistInfo (model, precision, wrapper, data, logs), then run it.
 
 Order matters and is kept in one place: the model is cast by the precision backend and the
 checkpoint is loaded before the parallel wrapper is built, so DDP broadcasts the resumed weights
@@ -11,18 +11,25 @@ import datetime
 import logging
 import random
 import socket
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
 
-from . import checkpoint, distributed, ema, files, mixing, models, optim, precision, preemption, sysinfo, tblog
-from .data import decode, loader, staging
-from .data.resolution import ResolutionRamp
-from .data.normalize import DeviceNormalizer
-from .errors import one_line
-from .engine import Parts, Trainer
-from .runrecord import RunRecord
+from ..common import files
+from ..model import ema, network, precision
+from . import distributed, preemption, sysinfo
+from ..train import checkpoint, mixing, optim, tblog
+from ..data import decode, loader, staging
+from ..data.resolution import ResolutionRamp
+from ..data.normalize import DeviceNormalizer
+from ..common.errors import one_line
+from ..common.terminal import NullConsole
+from ..config import Settings
+from ..train.trainer import Parts, Trainer, steps_per_epoch
+from ..train.runrecord import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -100,28 +107,21 @@ def _environment(info) -> dict:
     return sysinfo.collect(nodes=info.nodes) if info.is_primary else {}
 
 
-def _announce(cfg, info, spec, lr, warmup, run_dir, steps) -> None:
-    if not info.is_primary:
-        return
-    print(f"=> {cfg.run.variant} variant, {cfg.model.arch}, {info.world_size} process(es) on {info.device.type} "
-          f"[{info.environment}{', ' + info.backend if info.backend else ''}], precision {spec.label} "
-          f"({spec.backend})", flush=True)
-    print(f"=> batch {cfg.batch.per_process} per process, global batch {cfg.batch.global_batch}; lr {lr:.4g} "
-          f"(base {cfg.optim.lr:g} per 256, {cfg.optim.lr_scaling} scaling), recipe {cfg.run.recipe}, "
-          f"warm-up {warmup:g} epochs; {steps} steps/epoch", flush=True)
-    print(f"=> run folder {run_dir} (TensorBoard: tensorboard --logdir {run_dir})", flush=True)
+def _announce(built: Built, console: NullConsole) -> None:
+    cfg, info, spec, run_dir = built.cfg, built.info, built.parts.precision.spec, built.parts.run_dir
+    console.say(f"=> {cfg.run.variant} variant, {cfg.model.arch}, {info.world_size} process(es) on "
+                f"{info.device.type} [{info.environment}{', ' + info.backend if info.backend else ''}], precision "
+                f"{spec.label} ({spec.backend})")
+    console.say(f"=> batch {cfg.batch.per_process} per process, global batch {cfg.batch.global_batch}; lr "
+                f"{built.lr:.4g} (base {cfg.optim.lr:g} per 256, {cfg.optim.lr_scaling} scaling), recipe "
+                f"{cfg.run.recipe}, warm-up {built.warmup_epochs:g} epochs; {built.steps_per_epoch} steps/epoch")
+    console.say(f"=> run folder {run_dir} (TensorBoard: tensorboard --logdir {run_dir})")
 
 
 def _compiled(model: torch.nn.Module, cfg) -> torch.nn.Module:
     """torch.compile (CFG: the perf section) for the training steps (evaluation runs the eager model:
     it compiles a second graph for eval-mode BatchNorm otherwise, for a few validation steps)."""
     return torch.compile(model, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
-
-
-def _check_world(cfg, info: distributed.DistInfo) -> None:
-    if cfg.batch.processes != info.world_size:  # the settings were resolved for another launch
-        raise RuntimeError(f"the settings' batch was resolved for {cfg.batch.processes} process(es) but "
-                           f"{info.world_size} run; parse the command line in the launched process")
 
 
 def _weight_average(model: torch.nn.Module, cfg, warmup_steps: float):
@@ -140,75 +140,100 @@ def _resolution(data):
     return ResolutionRamp(data.min_res, data.max_res, data.start_ramp, data.end_ramp)
 
 
-def build_and_run(cfg, info: distributed.DistInfo) -> int:
-    """CFG: the validated Settings, whose batch was resolved for this launch."""
-    _check_world(cfg, info)
+def _data(cfg: Settings, info: distributed.DistInfo) -> tuple:
+    """(the dataset folder read, (train loader, val loader, classes)). Collectives: rank 0 scans the
+    dataset and broadcasts it (the group exists: processes._run inits it first); with --stage-dir every
+    node reads its own copy of DATA (staging waits for every node's copier)."""
+    root = staging.stage_data(cfg.data, info)
+    data_cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, root=root))
+    return root, loader.build_loaders(data_cfg, info.rank, info.world_size, info.device)
+
+
+def _model(cfg, info: distributed.DistInfo, num_classes: int, channels_last: bool) -> torch.nn.Module:
+    """The network on the device (CFG: the model section)."""
+    model = network.build(cfg.arch, num_classes, cfg.pretrained, cfg.zero_init_residual)
+    return network.prepare(model, info.device, channels_last, _use_sync_bn(cfg, info))
+
+
+@dataclass
+class Built:
+    """One run, built: the loop's parts and what starting the loop needs besides."""
+    cfg: Settings                   # validated, its batch resolved for this launch
+    info: distributed.DistInfo
+    parts: Parts
+    lr: float                       # the peak learning rate, scaled to the global batch
+    warmup_epochs: float
+    steps_per_epoch: int            # optimizer steps
+    resumed_from: Optional[Path] = None
+    checkpoint: Optional[dict] = None  # its weights are in the model already; run() loads the rest
+
+
+def build(cfg: Settings, info: distributed.DistInfo) -> Built:
+    """The run's parts, in the order the module docstring gives; collectives: every rank calls it."""
     _seed_everything(cfg.run.seed, cfg.perf.deterministic)
-    spec = precision.resolve(cfg.precision, info.device)
-    # A collective: rank 0 scans the dataset and broadcasts it (the group exists: processes._run inits it
-    # first). With --stage-dir every node reads its own copy of DATA (staging waits for every node's copier).
-    data_cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, root=staging.stage_data(cfg.data, info)))
-    train_loader, val_loader, num_classes = loader.build_loaders(data_cfg, info.rank, info.world_size, info.device)
+    spec = precision.resolve(cfg.precision, info.device, cfg.batch.accum_steps > 1)
+    data_root, (train_loader, val_loader, num_classes) = _data(cfg, info)
     run_dir = _run_dir(cfg, info, spec)
     channels_last = cfg.perf.use_channels_last(info.device.type)
-    model = models.prepare(models.build(cfg.model.arch, num_classes, cfg.model.pretrained,
-                                        cfg.model.zero_init_residual),
-                           info.device, channels_last, _use_sync_bn(cfg.model, info))
-    global_batch = cfg.batch.global_batch
-    lr = optim.peak_lr(cfg.optim, global_batch)
+    model = _model(cfg.model, info, num_classes, channels_last)
+    lr = optim.peak_lr(cfg.optim, cfg.batch.global_batch)
     warmup = optim.warmup_epochs(cfg.optim, lr)
     optimizer = optim.build_optimizer(model, cfg.optim, lr)
-    if cfg.batch.accum_steps > 1 and spec.backend == "apex":
-        raise precision.PrecisionError("--accum-steps needs native mixed precision (Apex unscales per micro-batch); "
-                                       "add --amp-backend native")
     prec = precision.build(spec, info.device)
     model, optimizer = prec.setup(model, optimizer)
-    steps = len(train_loader) // cfg.batch.accum_steps  # optimizer steps per epoch
-    steps = min(steps, cfg.data.steps_per_epoch or steps)
+    steps = steps_per_epoch(len(train_loader), cfg)
     scheduler = optim.build_scheduler(optimizer, cfg.optim, steps, warmup, lr)
-
     resume, ckpt = checkpoint.load_for_resume(cfg.checkpoint.resume, run_dir)
     if ckpt is not None:
         _load_model_weights(model, ckpt, resume, cfg.model.arch)
-
-    raw_model = model
     wrapped = _wrap(model, cfg, info)
-    step_model = _compiled(wrapped, cfg.perf) if cfg.perf.use_compile else wrapped
-    eval_model = wrapped if isinstance(wrapped, torch.nn.DataParallel) else raw_model
     if info.is_primary:
         files.make_dirs(run_dir)  # never world-writable, whatever the umask
-    record = RunRecord(run_dir, info.is_primary, config=cfg.to_dict(), data_root=data_cfg.data.root,
-                       dist={"world_size": info.world_size, "backend": info.backend,
-                             "environment": info.environment, "device": info.device.type, "nodes": info.nodes,
-                             "local_world_size": info.local_world_size},
-                       environment=_environment(info), data_decoder=decode.decoder_in_use(cfg.data.data_backend),
-                       global_batch=global_batch, lr=lr,
-                       precision={"label": spec.label, "backend": spec.backend, "level": spec.level})
-    tb = tblog.make(info.is_primary, str(run_dir))
-    parts = Parts(step_model, raw_model, eval_model, optimizer, scheduler, prec,
-                  torch.nn.CrossEntropyLoss(label_smoothing=cfg.optim.label_smoothing).to(info.device),
-                  train_loader, val_loader, DeviceNormalizer(info.device, channels_last), tb, record,
-                  run_dir, ema=_weight_average(raw_model, cfg, warmup * steps),
+    parts = Parts(model=_compiled(wrapped, cfg.perf) if cfg.perf.use_compile else wrapped, raw_model=model,
+                  eval_model=wrapped if isinstance(wrapped, torch.nn.DataParallel) else model,
+                  optimizer=optimizer, scheduler=scheduler, precision=prec,
+                  criterion=torch.nn.CrossEntropyLoss(label_smoothing=cfg.optim.label_smoothing).to(info.device),
+                  train_loader=train_loader, val_loader=val_loader,
+                  normalizer=DeviceNormalizer(info.device, channels_last),
+                  record=_record(cfg, info, spec, run_dir, data_root, lr),
+                  tb=tblog.make(info.is_primary, str(run_dir)), run_dir=run_dir,
+                  ema=_weight_average(model, cfg, warmup * steps),
                   mix=mixing.build(cfg.data.mixup_alpha, cfg.data.cutmix_alpha, num_classes),
-                  accum_steps=cfg.batch.accum_steps, resolution=_resolution(cfg.data))
+                  resolution=_resolution(cfg.data))
+    return Built(cfg, info, parts, lr, warmup, steps, resume, ckpt)
+
+
+def _record(cfg: Settings, info: distributed.DistInfo, spec: precision.PrecisionSpec, run_dir: Path, data_root: str,
+            lr: float) -> RunRecord:
+    """run.json as the run starts (rank 0 writes it)."""
+    return RunRecord(run_dir, info.is_primary, config=cfg.to_dict(), data_root=data_root,
+                     dist={"world_size": info.world_size, "backend": info.backend, "environment": info.environment,
+                           "device": info.device.type, "nodes": info.nodes, "local_world_size": info.local_world_size},
+                     environment=_environment(info), data_decoder=decode.decoder_in_use(cfg.data.data_backend),
+                     global_batch=cfg.batch.global_batch, lr=lr,
+                     precision={"label": spec.label, "backend": spec.backend, "level": spec.level})
+
+
+def run(built: Built) -> int:
+    """Train (or --evaluate) what :func:`build` made; returns the process exit code."""
+    cfg, info, parts = built.cfg, built.info, built.parts
     trainer = Trainer(cfg, info, parts, preemption.for_run())
-    if ckpt is not None and not cfg.run.evaluate:
-        trainer.load_state_dict(ckpt)
-        if info.is_primary:
-            print(f"=> resumed from {resume}: epoch {trainer.state.epoch}, step {trainer.state.step_in_epoch}, "
-                  f"best top1 {trainer.state.best_top1:.2f}", flush=True)
-    _announce(cfg, info, spec, lr, warmup, run_dir, trainer.steps_per_epoch)
-    tb.text("config", "\n".join(f"    {k}: {v}" for k, v in cfg.flat().items()))
-    tb.hparams({**cfg.flat(), "world_size": info.world_size}, {"hparam/best_top1": 0.0})
+    if built.checkpoint is not None and not cfg.run.evaluate:
+        trainer.load_state_dict(built.checkpoint)
+        trainer.console.say(f"=> resumed from {built.resumed_from}: epoch {trainer.state.epoch}, step "
+                            f"{trainer.state.step_in_epoch}, best top1 {trainer.state.best_top1:.2f}")
+    _announce(built, trainer.console)
+    parts.tb.text("config", "\n".join(f"    {k}: {v}" for k, v in cfg.flat().items()))
+    parts.tb.hparams({**cfg.flat(), "world_size": info.world_size}, {"hparam/best_top1": 0.0})
     # set-up is over (rendezvous, staging, scan, resume): from here on a stuck collective ends the run soon
     distributed.set_collective_timeout(cfg.dist.collective_timeout)
     try:
-        record.update(status="running")
+        parts.record.update(status="running")
         code = trainer.evaluate() if cfg.run.evaluate else trainer.fit()
         staging.release_data(cfg.data, info, finished=code == 0)  # --stage-cleanup: a stopped run keeps the copy
         return code
     except BaseException as e:
-        record.update(status="failed", error=f"{type(e).__name__}: {one_line(e)}")
+        parts.record.update(status="failed", error=f"{type(e).__name__}: {one_line(e)}")
         raise
     finally:
-        tb.close()
+        parts.tb.close()

@@ -75,5 +75,7 @@ def for_run() -> StopSignal:
     return stop if stop is not None else StopSignal().install()
 
 
-def clear_stop_file(run_dir: Path) -> None:
-    (Path(run_dir) / STOP_FILE).unlink(missing_ok=True)
+def clear_stop_file(run_dir: Optional[Path]) -> None:
+    """Remove RUN_DIR's stop file (None: this rank does not own it, nothing to do)."""
+    if run_dir is not None:
+        (Path(run_dir) / STOP_FILE).unlink(missing_ok=True)

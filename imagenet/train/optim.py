@@ -3,8 +3,8 @@
 The learning rate follows Goyal et al. (2017): ``lr = base_lr * global_batch / 256`` with a linear
 warm-up (5 epochs by default when that exceeds the base rate; from the base rate with
 ``--lr-warmup-from-base``, as theirs), unless ``--lr-scaling none``. The
-schedule (:mod:`imagenet.schedules`) is evaluated per iteration so warm-up is smooth and a
-mid-epoch resume lands on the same value. LARS and LAMB live in :mod:`imagenet.layerwise`.
+schedule (:mod:`imagenet.train.schedules`) is evaluated per iteration so warm-up is smooth and a
+mid-epoch resume lands on the same value. LARS and LAMB live in :mod:`imagenet.train.layerwise`.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def impl_kwargs(impl: str, params: List[torch.Tensor]) -> dict:
     if impl == "default":
         return {}
     if impl == "fused" and not fused_supported(params):
-        from .config import ConfigError
+        from ..config import ConfigError
 
         device = params[0].device.type if params else "?"
         raise ConfigError(f"--optimizer-impl fused: torch {torch.__version__} has no fused SGD for {device} "

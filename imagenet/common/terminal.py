@@ -1,4 +1,5 @@
-"""The one progress display: a line redrawn in place on a terminal, plain lines in logs.
+"""The one progress display: a line redrawn in place on a terminal, plain lines in logs; and the
+training loop's console, which shows on rank 0 only.
 
 Shard conversion, ``imagenet.prepare``, staging and the training loop all report progress through
 :class:`ProgressLine`. Written here rather than taken from tqdm or rich: both decide on isatty()
@@ -7,6 +8,7 @@ batch log, where ``\\r``-ended lines pile up into one line that grep calls binar
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -60,3 +62,45 @@ class ProgressLine:
             self.stream.write("\n")
             self.stream.flush()
             self.open = False
+
+
+class NullConsole:
+    """The console of a rank that shows nothing (every rank but 0). The training loop calls the same
+    methods on every rank and never tests the rank itself, as with TensorBoard's null logger."""
+
+    def say(self, line: str) -> None:
+        """A line for the user, on stdout."""
+
+    def warn(self, message: str, *args: object) -> None:
+        """A warning, through LOGGER (``message % args``, as logging formats it)."""
+
+    def progress(self, line: str, final: bool = False) -> None:
+        """A step line: redrawn on a terminal, plain in logs (:class:`ProgressLine`)."""
+
+    def end_progress(self) -> None:
+        """End a redrawn step line, so the next line starts on its own."""
+
+
+class Console(NullConsole):
+    """Rank 0's console."""
+
+    def __init__(self, logger: logging.Logger):
+        self.logger = logger
+        self.line = ProgressLine()
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+    def warn(self, message: str, *args: object) -> None:
+        self.logger.warning(message, *args)
+
+    def progress(self, line: str, final: bool = False) -> None:
+        self.line.show(line, final)
+
+    def end_progress(self) -> None:
+        self.line.close()
+
+
+def console(primary: bool, logger: logging.Logger) -> NullConsole:
+    """Rank 0 (PRIMARY) shows, every other rank stays quiet: decided once, here."""
+    return Console(logger) if primary else NullConsole()

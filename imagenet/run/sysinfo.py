@@ -26,7 +26,7 @@ from launch import mpi as launch_mpi
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 NVIDIA_PROC = Path("/proc/driver/nvidia")  # the NVIDIA kernel driver's folder, present where it is loaded
 # Libraries that decide decoding and mixed-precision speed: record key -> distributions that provide
 # it (first installed wins). Read from the installed metadata: nothing is imported for this.

@@ -1,7 +1,7 @@
 """Stragglers at run time: which rank, on which host, is slower than the others.
 
 At each print boundary every rank contributes its mean step time and data-wait time over the
-interval, in the boundary's one small all-gather (see :meth:`imagenet.engine.Trainer._boundary`).
+interval, in the boundary's one small all-gather (see :meth:`imagenet.train.trainer.Trainer._boundary`).
 In synchronous data-parallel training every rank's step lasts as long as the slowest rank's,
 because the gradient all-reduce waits for it, so the wall time per step hardly differs between
 ranks; what differs is where each rank waited. A rank slowed in its data path (a slow disk, a busy
@@ -19,7 +19,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import List, Optional, Sequence
 
-from . import distributed
+from ..run import distributed
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from . import files
+from ..common import files
 
 CHECKPOINT = "checkpoint.pth.tar"
 BEST = "model_best.pth.tar"
@@ -78,8 +78,14 @@ def _remove_stale_temps(run_dir: Path) -> None:
 def kept_name(state: dict) -> str:
     """checkpoint-eEPOCH-SAMPLE.pth.tar: the position as a sample count within the epoch, which does
     not depend on the world size, so names sort in training order across requeues on other node counts."""
-    samples = int(state.get("step_in_epoch", 0)) * int(state.get("global_batch", 1))
-    return f"checkpoint-e{int(state['epoch']):04d}-{samples:011d}.pth.tar"
+    return f"checkpoint-e{int(state['epoch']):04d}-{sample_position(state):011d}.pth.tar"
+
+
+def sample_position(state: dict) -> int:
+    """The samples of STATE's epoch trained before its position: its step times the global batch it
+    was taken with. The sampler's order is the same for any world size, so this is where a run resumed
+    with another global batch goes on."""
+    return int(state.get("step_in_epoch", 0)) * int(state.get("global_batch", 1))
 
 
 def _keep(newest: Path, name: str, keep: int) -> None:

@@ -83,9 +83,8 @@ def pick_backend(requested: Optional[str], device: torch.device) -> str:
     return backend
 
 
-def from_environment(cfg) -> DistInfo:
-    """Layout from the launcher's variables (single process when there is none)."""
-    env = environment.detect()
+def from_environment(cfg, env: environment.ClusterEnvironment) -> DistInfo:
+    """Layout from ENV, the launcher the settings' batch was resolved for (single process when there is none)."""
     local_rank, gpu_index = env.local_rank, env.device_index
     if cfg.dist.local_rank is not None and env.name == "single":
         local_rank = gpu_index = cfg.dist.local_rank  # an old torch.distributed.launch that passes only --local_rank

@@ -1,4 +1,4 @@
-"""Turning exceptions into the one-line messages users see (their exit statuses: imagenet.exit_codes)."""
+"""Turning exceptions into the one-line messages users see (their exit statuses: imagenet.common.exit_codes)."""
 from __future__ import annotations
 
 

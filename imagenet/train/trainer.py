@@ -11,7 +11,7 @@ A print boundary has one small all-gather (:meth:`Trainer._boundary`) that carri
 rank: its stop flag, whether --checkpoint-every-minutes has elapsed on its clock (so every rank
 agrees on the step to checkpoint at), and its step and data-wait times (to name stragglers).
 Periodic checkpoints (--checkpoint-every-steps, --checkpoint-every-minutes) and the epoch-end ones
-are copied to host memory and written in the background (imagenet.checkpoint_writer); a stop
+are copied to host memory and written in the background (imagenet.train.checkpoint_writer); a stop
 signal's checkpoint is written before the process goes on to exit.
 """
 from __future__ import annotations
@@ -24,19 +24,25 @@ from typing import Any, List, Optional
 
 import torch
 
-from . import checkpoint, cputime, distributed, preemption, profiling, time_to_accuracy
+from ..common import cputime
+from ..run import distributed, preemption
+from . import checkpoint, profiling, time_to_accuracy
+from . import checkpoint_writer
 from .accumulation import accumulate
-from .mixing import hard_labels
-from .terminal import ProgressLine
-from .data.loader import set_epoch
-from .data.normalize import DeviceNormalizer
-from .checkpoint_writer import BackgroundWriter
-from .config import WARMUP_STEPS
+from .mixing import Mix, hard_labels
+from ..common import terminal
+from ..data.loader import Batches, set_epoch
+from ..data.normalize import DeviceNormalizer
+from ..data.resolution import ResolutionRamp
+from ..model.ema import WeightAverage
+from ..model.precision import Precision
+from ..config import WARMUP_STEPS
 from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
-from .exit_codes import EXIT_PREEMPTED
-from .preemption import StopSignal
+from ..common.exit_codes import EXIT_PREEMPTED
+from ..run.preemption import StopSignal
 from .runrecord import RunRecord
 from .stragglers import StragglerWatch
+from .tblog import NullLogger
 
 log = logging.getLogger(__name__)
 
@@ -44,24 +50,23 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Parts:
-    """Everything the loop uses, built by imagenet.run."""
+    """Everything the loop uses, built by imagenet.run.build."""
     model: torch.nn.Module          # what the step calls (DDP/DP-wrapped, maybe compiled)
     raw_model: torch.nn.Module      # the bare module: checkpoints and validation
     eval_model: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    scheduler: Any
-    precision: Any
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    precision: Precision
     criterion: torch.nn.Module
-    train_loader: Any
-    val_loader: Any
+    train_loader: Batches
+    val_loader: Batches
     normalizer: DeviceNormalizer
-    tb: Any
+    tb: NullLogger                  # TensorBoard on rank 0, a logger that does nothing elsewhere
     record: RunRecord
     run_dir: Path
-    ema: Any = None                 # imagenet.ema.WeightAverage, validated beside the model
-    mix: Any = None                 # imagenet.mixing's batch transform (Mixup/CutMix)
-    accum_steps: int = 1            # micro-batches per optimizer step (imagenet.accumulation)
-    resolution: Any = None          # imagenet.data.resolution.ResolutionRamp: the train size per epoch
+    ema: Optional[WeightAverage] = None  # validated beside the model
+    mix: Optional[Mix] = None       # the batch transform (Mixup/CutMix)
+    resolution: Optional[ResolutionRamp] = None  # the train size per epoch (progressive resizing)
 
 
 @dataclass
@@ -94,21 +99,27 @@ class Throughput:
                 "peak_memory_bytes": peak_memory_bytes(device)}
 
 
+def steps_per_epoch(train_batches: int, cfg) -> int:
+    """Optimizer steps per epoch from the loader's TRAIN_BATCHES (micro-batches when accumulating),
+    cut to --steps-per-epoch (CFG: the settings)."""
+    steps = train_batches // cfg.batch.accum_steps
+    return min(steps, cfg.data.steps_per_epoch or steps)
+
+
 class Trainer:
     def __init__(self, cfg, info: distributed.DistInfo, parts: Parts, stop: StopSignal):
         self.cfg, self.info, self.p, self.stop = cfg, info, parts, stop
         self.state = TrainState(epoch=cfg.optim.start_epoch)
         self.throughput = Throughput()
-        self.steps_per_epoch = len(parts.train_loader) // parts.accum_steps  # optimizer steps
-        if cfg.data.steps_per_epoch:
-            self.steps_per_epoch = min(self.steps_per_epoch, cfg.data.steps_per_epoch)
+        self.steps_per_epoch = steps_per_epoch(len(parts.train_loader), cfg)
         self.global_batch = cfg.batch.global_batch
-        self.progress = ProgressLine()  # the step lines: redrawn on a terminal, plain in logs
+        self.console = terminal.console(info.is_primary, log)  # rank 0 shows; the others stay quiet
+        self.stop_dir = parts.run_dir if info.is_primary else None  # rank 0 alone reads the stop file
         self.skipped_seen = 0  # overflowed fp16 steps already reported
         self.profiler = profiling.start(cfg.logging.profile_steps, WARMUP_STEPS, info.is_primary, parts.run_dir,
                                         info.device, lambda summary: parts.record.update(profile=summary))
         self.step_times = StepTimes(info.device, cfg.logging.step_times)
-        self.writer = BackgroundWriter(parts.run_dir, cfg.checkpoint.keep_checkpoints)
+        self.writer = checkpoint_writer.for_rank(info.is_primary, parts.run_dir, cfg.checkpoint.keep_checkpoints)
         self.last_checkpoint = time.monotonic()
         self.periodic_saves = 0
         self.stragglers = StragglerWatch.for_run(cfg.logging.straggler_threshold)
@@ -146,10 +157,10 @@ class Trainer:
         checkpoint.set_rng_state(ckpt["rng"])
         saved_batch = int(ckpt.get("global_batch", self.global_batch))
         if saved_batch != self.global_batch:
-            self._carry_over(saved_batch, peak)
+            self._carry_over(checkpoint.sample_position(ckpt), saved_batch, peak)
 
-    def _carry_over(self, saved_batch: int, peak: List[float]) -> None:
-        """Resume with another global batch (a requeue on fewer or more nodes).
+    def _carry_over(self, samples: int, saved_batch: int, peak: List[float]) -> None:
+        """Resume at sample SAMPLES of the epoch with another global batch (a requeue on fewer or more nodes).
 
         The epoch's samples were consumed in the order of one permutation (the sampler's, the same
         for any world size), so the position is a global sample count: the new step is that count
@@ -158,26 +169,23 @@ class Trainer:
         same point of training; momentum and the other optimizer state carry over.
         """
         s, sched = self.state, self.p.scheduler
-        samples = s.step_in_epoch * saved_batch
         s.step_in_epoch, rest = divmod(samples, self.global_batch)
-        if rest and self.info.is_primary:
-            log.warning("global batch %d -> %d: sample %d of epoch %d is not a step boundary; %d sample(s) "
-                        "are trained again", saved_batch, self.global_batch, samples, s.epoch, rest)
+        if rest:
+            self.console.warn("global batch %d -> %d: sample %d of epoch %d is not a step boundary; %d sample(s) "
+                              "are trained again", saved_batch, self.global_batch, samples, s.epoch, rest)
         sched.base_lrs = peak
         sched.last_epoch = s.epoch * self.steps_per_epoch + s.step_in_epoch
         lrs = [base * f(sched.last_epoch) for base, f in zip(peak, sched.lr_lambdas)]
         for group, base, lr in zip(self.p.optimizer.param_groups, peak, lrs):
             group["initial_lr"], group["lr"] = base, lr
         sched._last_lr = lrs
-        if self.info.is_primary:
-            print(f"=> global batch {saved_batch} -> {self.global_batch}: resuming at sample {samples} of epoch "
-                  f"{s.epoch} (step {s.step_in_epoch}/{self.steps_per_epoch}); peak lr {peak[0]:.4g} for the new "
-                  f"global batch, lr now {lrs[0]:.4g}", flush=True)
+        self.console.say(f"=> global batch {saved_batch} -> {self.global_batch}: resuming at sample {samples} of "
+                         f"epoch {s.epoch} (step {s.step_in_epoch}/{self.steps_per_epoch}); peak lr {peak[0]:.4g} for "
+                         f"the new global batch, lr now {lrs[0]:.4g}")
 
     def save(self, is_best: bool = False) -> None:
         """The epoch-end checkpoint, written in the background."""
-        if self.info.is_primary:
-            self.writer.save(self.state_dict, is_best)
+        self.writer.save(self.state_dict, is_best)
         self.last_checkpoint = time.monotonic()
 
     def _steps_due(self, epoch: int, done: int) -> bool:
@@ -188,9 +196,8 @@ class Trainer:
         """A checkpoint at the exact mid-epoch position, as a stop signal's; written in the background."""
         s = self.state
         s.epoch, s.step_in_epoch = epoch, done
-        if self.info.is_primary:
-            elapsed = s.elapsed_s + clock.elapsed()
-            self.writer.save(lambda: self.state_dict(elapsed_s=elapsed))
+        elapsed = s.elapsed_s + clock.elapsed()
+        self.writer.save(lambda: self.state_dict(elapsed_s=elapsed))
         self.last_checkpoint = time.monotonic()
         self.periodic_saves += 1
 
@@ -223,7 +230,7 @@ class Trainer:
         p.model.train()
         first = self.state.step_in_epoch
         resolution = p.resolution.at(epoch) if p.resolution is not None else None
-        set_epoch(p.train_loader, epoch, first * cfg.batch.per_process * p.accum_steps, resolution)
+        set_epoch(p.train_loader, epoch, first * cfg.batch.per_process_step, resolution)
         meter, clock = EpochMeter(self.info.device), StepClock()
         warm = min(WARMUP_STEPS, (self.steps_per_epoch - first) // 4)
         interval = (first, time.perf_counter(), 0.0)
@@ -233,7 +240,7 @@ class Trainer:
         self.step_times.restart()
         self.step_times.mark(counted=False)
         for step in range(first, self.steps_per_epoch):
-            batches = [next(loader) for _ in range(p.accum_steps)]
+            batches = [next(loader) for _ in range(cfg.batch.accum_steps)]
             clock.data_ready()
             results = self._step(batches)
             self.profiler.step()
@@ -275,7 +282,7 @@ class Trainer:
             return
         t = self.throughput
         t.seconds += time.perf_counter() - start
-        t.images += steps * self.cfg.batch.per_process * self.p.accum_steps
+        t.images += steps * self.cfg.batch.per_process_step
         t.steps += steps
         t.data_s += data_s
         t.warmup_steps += warm
@@ -297,66 +304,61 @@ class Trainer:
         self._warn_skipped_steps(scale)
         self.p.tb.scalars({"Step/loss": float(loss.item()), "Step/images_per_s": rate, "Step/lr": lr,
                            "Step/loss_scale": scale}, global_step)
-        if self.info.is_primary:
-            line = (f"Epoch: [{epoch}][{done:>{len(str(self.steps_per_epoch))}}/{self.steps_per_epoch}]  "
-                    f"loss {local['loss']:.4f}  top1 {local['top1']:6.2f}  top5 {local['top5']:6.2f}  "
-                    f"lr {lr:.4g}  {rate:8.1f} img/s" + (f"  scale {scale:g}" if scale else ""))
-            self.progress.show(line, final=done >= self.steps_per_epoch)
+        self.console.progress(f"Epoch: [{epoch}][{done:>{len(str(self.steps_per_epoch))}}/{self.steps_per_epoch}]  "
+                              f"loss {local['loss']:.4f}  top1 {local['top1']:6.2f}  top5 {local['top5']:6.2f}  "
+                              f"lr {lr:.4g}  {rate:8.1f} img/s" + (f"  scale {scale:g}" if scale else ""),
+                              final=done >= self.steps_per_epoch)
         return (done, time.perf_counter(), clock.data_s), times
 
     def _first_step_done(self) -> None:
         """Say, once a run, that its first training step has finished (on the device too)."""
         self.first_step_pending = False
-        if self.info.is_primary:
-            synchronize(self.info.device)
-            print(time_to_accuracy.FIRST_STEP_LINE, flush=True)
+        synchronize(self.info.device)
+        self.console.say(time_to_accuracy.FIRST_STEP_LINE)
 
     def _boundary(self, times: tuple) -> tuple:
         """The print boundary's one collective: (stop, checkpoint due) agreed by every rank, and the
-        slowest rank named when it lags (imagenet.stragglers)."""
+        slowest rank named when it lags (imagenet.train.stragglers)."""
         self.writer.check()  # a background write that failed ends the run here, as a failed save always did
-        mine = self.stop.pending(self.p.run_dir if self.info.is_primary else None)
+        mine = self.stop.pending(self.stop_dir)
         minutes = self.cfg.checkpoint.checkpoint_every_minutes
         due = minutes > 0 and time.monotonic() - self.last_checkpoint >= 60 * minutes
         rows = distributed.all_gather_floats([float(mine), float(due), *times], self.info.device)
         line = self.stragglers.observe([row[2:] for row in rows])
-        if line and self.info.is_primary:
-            log.warning(line)
+        if line:
+            self.console.warn(line)
         return any(row[0] for row in rows), any(row[1] for row in rows)
 
     def _warn_skipped_steps(self, scale: Optional[float]) -> None:
         """fp16 steps whose gradients overflowed were skipped on the device; say so at the print boundary."""
         skipped = self.p.precision.skipped_steps
-        if skipped > self.skipped_seen and self.info.is_primary:
-            log.warning("%d step(s) skipped since the last report: gradient overflow; loss scale now %g",
-                        skipped - self.skipped_seen, scale or 0.0)
+        if skipped > self.skipped_seen:
+            self.console.warn("%d step(s) skipped since the last report: gradient overflow; loss scale now %g",
+                              skipped - self.skipped_seen, scale or 0.0)
         self.skipped_seen = skipped
 
     def _stop_requested(self) -> bool:
         """True on every rank when any rank got a stop signal (rank 0 also looks for the stop file)."""
-        mine = self.stop.pending(self.p.run_dir if self.info.is_primary else None)
+        mine = self.stop.pending(self.stop_dir)
         return distributed.any_rank(mine, self.info.device)
 
     def _preempt(self, epoch: int, done: int, clock: StepClock) -> None:
-        self.progress.close()  # the stop's messages start on a line of their own
+        self.console.end_progress()  # the stop's messages start on a line of their own
         self.state.elapsed_s += clock.elapsed()
         self.state.epoch, self.state.step_in_epoch = epoch, done
-        if self.info.is_primary:
-            self.writer.save_now(self.state_dict)  # after the write in flight, if any
+        self.writer.save_now(self.state_dict)  # after the write in flight, if any
         self._stopped(epoch, done)
 
     def _stopped(self, epoch: int, step: int) -> None:
         """The checkpoint for (EPOCH, STEP) is saved: mark the run preempted, then let every rank go."""
         self.p.record.update(status="preempted", preempted_at={"epoch": epoch, "step": step})
-        if self.info.is_primary:
-            self.writer.wait()  # an epoch-end checkpoint may still be in flight
-            preemption.clear_stop_file(self.p.run_dir)
+        self.writer.wait()  # an epoch-end checkpoint may still be in flight
+        preemption.clear_stop_file(self.stop_dir)
         # No rank may exit before rank 0's checkpoint is on disk: launchers kill the rest of the job
         # as soon as one process ends, which would cut the save short.
         distributed.barrier(self.info.device)
-        if self.info.is_primary:
-            print(f"\nstop signal ({self.stop.name}): checkpoint saved at epoch {epoch} step {step}; "
-                  f"restart with --resume auto to continue", flush=True)
+        self.console.say(f"\nstop signal ({self.stop.name}): checkpoint saved at epoch {epoch} step {step}; "
+                         "restart with --resume auto to continue")
 
     # ---------------------------------------------------------------- validation
     @torch.no_grad()
@@ -389,15 +391,15 @@ class Trainer:
                             "Throughput/val": row["val_images_per_s"], "Time/val": row["val_time_s"]})
         self.p.tb.scalars(scalars, epoch)
         self.p.tb.flush()
-        if self.info.is_primary and "val_top1" not in row:
-            print(f" * Epoch {epoch}: train top1 {row['train_top1']:.2f}  loss {row['train_loss']:.4f}  train "
-                  f"{row['train_images_per_s']:.1f} img/s (validation every {self.cfg.optim.eval_every} epochs)",
-                  flush=True)
-        elif self.info.is_primary:
-            print(f" * Epoch {epoch}: val top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}  "
-                  f"loss {row['val_loss']:.4f}  ({row['val_samples']} images)  train "
-                  f"{row['train_images_per_s']:.1f} img/s" + ("  (ema)" if row["val_weights"] == "ema" else ""),
-                  flush=True)
+        if "val_top1" not in row:
+            self.console.say(f" * Epoch {epoch}: train top1 {row['train_top1']:.2f}  loss {row['train_loss']:.4f}  "
+                             f"train {row['train_images_per_s']:.1f} img/s (validation every "
+                             f"{self.cfg.optim.eval_every} epochs)")
+        else:
+            scored = "  (ema)" if row["val_weights"] == "ema" else ""
+            self.console.say(f" * Epoch {epoch}: val top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}  "
+                             f"loss {row['val_loss']:.4f}  ({row['val_samples']} images)  train "
+                             f"{row['train_images_per_s']:.1f} img/s{scored}")
 
     def _validate_declared(self) -> dict:
         """One evaluation, of the weights the run is scored on (--eval-weights): the same at every
@@ -435,18 +437,16 @@ class Trainer:
             epoch += 1
             if validated and self._reached(top1) and status != "reached_desired_acc":
                 status = "reached_desired_acc"
-                if self.info.is_primary:
-                    whose = " (EMA)" if row["val_weights"] == "ema" else ""
-                    print(f"Reached desired accuracy: val top1 {top1:.2f}%{whose} >= "
-                          f"{100 * self.cfg.optim.desired_acc:.2f}% after {epoch} epochs, "
-                          f"{self.state.elapsed_s:.1f} s of training and validation", flush=True)
+                whose = " (EMA)" if row["val_weights"] == "ema" else ""
+                self.console.say(f"Reached desired accuracy: val top1 {top1:.2f}%{whose} >= "
+                                 f"{100 * self.cfg.optim.desired_acc:.2f}% after {epoch} epochs, "
+                                 f"{self.state.elapsed_s:.1f} s of training and validation")
                 if self.cfg.optim.time_budget_minutes is None:
                     break  # with a time budget, the run goes on to it (time to the target is recorded)
             if over_budget and epoch < self.cfg.optim.epochs:
                 status = "time_budget" if status == "finished" else status
-                if self.info.is_primary:
-                    print(f"Time budget of {self.cfg.optim.time_budget_minutes:g} min used after {epoch} epochs "
-                          f"({self.state.elapsed_s:.1f} s of training and validation)", flush=True)
+                self.console.say(f"Time budget of {self.cfg.optim.time_budget_minutes:g} min used after {epoch} "
+                                 f"epochs ({self.state.elapsed_s:.1f} s of training and validation)")
                 break
             # a safe point: the epoch's checkpoint is saved. After the last epoch there is nothing
             # left to requeue for, so the run finishes (exit 0) even when a signal came.
@@ -455,12 +455,11 @@ class Trainer:
                 return EXIT_PREEMPTED
         self.writer.wait()
         self._write_record(status, weight_checksums=self._weight_checksums())
-        if self.info.is_primary:
-            preemption.clear_stop_file(self.p.run_dir)  # a request that came too late to matter
-            d = self.p.run_dir
-            print(f"=> done ({status}): best val top1 {self.state.best_top1:.2f}%; checkpoints "
-                  f"{d / checkpoint.CHECKPOINT} and {d / checkpoint.BEST}; results {d / 'run.json'}; "
-                  f"TensorBoard: tensorboard --logdir {d}", flush=True)
+        preemption.clear_stop_file(self.stop_dir)  # a request that came too late to matter
+        d = self.p.run_dir
+        self.console.say(f"=> done ({status}): best val top1 {self.state.best_top1:.2f}%; checkpoints "
+                         f"{d / checkpoint.CHECKPOINT} and {d / checkpoint.BEST}; results {d / 'run.json'}; "
+                         f"TensorBoard: tensorboard --logdir {d}")
         return 0
 
     def _validation_due(self, epoch: int) -> bool:
@@ -506,8 +505,7 @@ class Trainer:
 
     def evaluate(self) -> int:
         row = self.validate()
-        if self.info.is_primary:
-            print(f" * Evaluation: top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}  "
-                  f"loss {row['val_loss']:.4f}  ({row['val_samples']} images)", flush=True)
+        self.console.say(f" * Evaluation: top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}  "
+                         f"loss {row['val_loss']:.4f}  ({row['val_samples']} images)")
         self.p.record.update(status="evaluated", evaluation=row)
         return 0

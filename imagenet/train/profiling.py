@@ -20,7 +20,7 @@ from typing import Callable, Dict, List
 
 import torch
 
-from . import files
+from ..common import files
 
 log = logging.getLogger(__name__)
 

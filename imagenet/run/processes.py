@@ -1,4 +1,4 @@
-"""Place the training process(es) of checked settings, run them, exit cleanly (imagenet.cli comes first).
+"""Place the training process(es) of checked settings, run them, exit cleanly (imagenet.run.cli comes first).
 
 User mistakes found on the device (bad data, an unreachable master, a missing Apex) end with one line
 on stderr and exit status 2; a peer lost in mid-collective (killed, node or network down) ends with one
@@ -24,14 +24,17 @@ import torch
 
 from launch import environment
 
-from . import checkpoint, config, distributed, models, precision
-from .data import staging
-from .errors import DataError, one_line
-from .exit_codes import EXIT_INTERRUPTED, EXIT_LOST_PEER, EXIT_PREEMPTED, EXIT_USAGE
+from .. import config
+from ..model import network, precision
+from . import distributed
+from ..train import checkpoint
+from ..data import staging
+from ..common.errors import DataError, one_line
+from ..common.exit_codes import EXIT_INTERRUPTED, EXIT_LOST_PEER, EXIT_PREEMPTED, EXIT_USAGE
 
 log = logging.getLogger(__name__)
 
-USER_ERRORS = (config.ConfigError, DataError, models.ModelError, precision.PrecisionError,
+USER_ERRORS = (config.ConfigError, DataError, network.ModelError, precision.PrecisionError,
                distributed.DistError, checkpoint.CheckpointError, environment.LaunchError, staging.StagingError)
 
 
@@ -45,14 +48,14 @@ _group_made = False
 
 
 def _run(cfg: config.Settings, info: distributed.DistInfo) -> int:
-    from . import run  # imported late: the spawning parent never needs it
+    from . import build  # imported late: the spawning parent never needs it
 
     global _group_made
     _setup_logging(info.is_primary)
     distributed.init(info, cfg.dist.dist_timeout)
     _group_made = distributed.initialized()
     try:
-        return _elastic_exit(run.build_and_run(cfg, info))
+        return _elastic_exit(build.run(build.build(cfg, info)))
     except Exception as e:
         hang = distributed.hang_message(e, info.rank, cfg.dist.collective_timeout)
         lost = hang if hang is not None else distributed.lost_peer_message(e, info.rank)
@@ -130,12 +133,13 @@ def _spawn_node(cfg: config.Settings) -> int:
     return 0
 
 
-def start(cfg: config.Settings) -> int:
-    """Run the training process(es) of validated settings; returns the exit status."""
-    return _leave(_guarded(_start, cfg))
+def start(cfg: config.Settings, launcher: environment.ClusterEnvironment) -> int:
+    """Run the training process(es) of validated settings, whose batch was resolved for LAUNCHER;
+    returns the exit status."""
+    return _leave(_guarded(_start, cfg, launcher))
 
 
-def _start(cfg: config.Settings) -> int:
+def _start(cfg: config.Settings, launcher: environment.ClusterEnvironment) -> int:
     if cfg.batch.launcher == "dist-url":
         return _spawn_node(cfg)
-    return _run(cfg, distributed.from_environment(cfg))
+    return _run(cfg, distributed.from_environment(cfg, launcher))

@@ -56,9 +56,10 @@ def apex_amp():
         return None
 
 
-def resolve(cfg, device: torch.device) -> PrecisionSpec:
+def resolve(cfg, device: torch.device, accumulating: bool = False) -> PrecisionSpec:
     """Turn the precision section of the settings into a spec; fails on combinations that only the
-    device can rule out (the others were refused by the settings' validation)."""
+    device can rule out (the others were refused by the settings' validation). ACCUMULATING
+    (--accum-steps > 1): auto picks native, as Apex unscales once per micro-batch."""
     level = cfg.precision_level
     dtype = None
     if level != "O0":
@@ -66,7 +67,8 @@ def resolve(cfg, device: torch.device) -> PrecisionSpec:
         dtype = torch.float16 if name == "float16" else torch.bfloat16
     backend = cfg.amp_backend
     if backend == "auto":
-        backend = "apex" if (level != "O0" and device.type == "cuda" and apex_amp() is not None) else "native"
+        apex = level != "O0" and device.type == "cuda" and not accumulating and apex_amp() is not None
+        backend = "apex" if apex else "native"
     if backend == "apex":
         if apex_amp() is None:
             raise PrecisionError(APEX_HINT)
@@ -328,5 +330,8 @@ class ApexPrecision:
             self.amp.load_state_dict(state["apex"])
 
 
-def build(spec: PrecisionSpec, device: torch.device):
+Precision = Union[NativePrecision, ApexPrecision]  # one interface: the loop never asks which
+
+
+def build(spec: PrecisionSpec, device: torch.device) -> Precision:
     return ApexPrecision(spec, device) if spec.backend == "apex" else NativePrecision(spec, device)

@@ -54,26 +54,16 @@ def _load_pretrained(arch: str, num_classes: int) -> torch.nn.Module:
 def build(arch: str, num_classes: int, pretrained: bool = False, zero_init_residual: bool = False) -> torch.nn.Module:
     """torchvision's ARCH; ZERO_INIT_RESIDUAL: each residual block's last BatchNorm starts with zero
     weight, so the block starts as the identity (Goyal et al. 2017; torchvision's own
-    ``zero_init_residual`` argument of its ResNets, which we pass on)."""
+    ``zero_init_residual`` argument of its ResNets, which we pass on). The settings' validation
+    allows it on residual networks only and never with PRETRAINED."""
     if arch not in available():
         near = [m for m in available() if m.startswith(arch[:4])][:8]
         raise ModelError(f"unknown model -a {arch}; torchvision has e.g. {', '.join(near) or 'resnet50'} "
                          "(python -c 'import torchvision; print(torchvision.models.list_models())')")
     if pretrained:
-        if zero_init_residual:
-            raise ModelError("--zero-init-residual initialises a new model; drop it or --pretrained")
         return _load_pretrained(arch, num_classes)
-    if not zero_init_residual:
-        return torchvision.models.get_model(arch, num_classes=num_classes)
-    residual = (torchvision.models.resnet.BasicBlock, torchvision.models.resnet.Bottleneck)
-    try:
-        model = torchvision.models.get_model(arch, num_classes=num_classes, zero_init_residual=True)
-    except TypeError:
-        model = None
-    if model is None or not any(isinstance(m, residual) for m in model.modules()):  # some models ignore it
-        raise ModelError(f"--zero-init-residual needs a residual network (resnet*, resnext*, wide_resnet*), "
-                         f"not {arch}")
-    return model
+    extra = {"zero_init_residual": True} if zero_init_residual else {}
+    return torchvision.models.get_model(arch, num_classes=num_classes, **extra)
 
 
 def prepare(model: torch.nn.Module, device: torch.device, channels_last: bool, sync_bn: bool) -> torch.nn.Module:

@@ -3,7 +3,7 @@
 Everything before training is torch-free and cheap: a bad command line ends with one line on
 stderr (``error: ...``) and exit status 2 in a fraction of a second, before torch is imported,
 before the rendezvous, the staging copy or the dataset scan; ``--print-config`` prints the
-resolved settings as JSON and exits 0. Only then is :mod:`imagenet.processes` (torch) imported.
+resolved settings as JSON and exits 0. Only then is :mod:`imagenet.run.processes` (torch) imported.
 """
 from __future__ import annotations
 
@@ -14,16 +14,17 @@ from typing import Optional, Sequence
 
 from launch import environment
 
-from . import config
-from .errors import one_line
-from .exit_codes import EXIT_USAGE
+from .. import config
+from ..common.errors import one_line
+from ..common.exit_codes import EXIT_USAGE
 
 
 def main(variant: str = "any", argv: Optional[Sequence[str]] = None) -> int:
     """Run one training job; returns the process exit status."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     try:
-        command = config.parse_command(argv, variant)
+        launcher = environment.detect()  # once: the settings' batch and the process layout both follow it
+        command = config.parse_command(argv, variant, launcher=launcher)
     except (config.ConfigError, environment.LaunchError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
         return EXIT_USAGE
@@ -32,4 +33,4 @@ def main(variant: str = "any", argv: Optional[Sequence[str]] = None) -> int:
         return 0
     from . import processes  # torch, only for a command line known to be good
 
-    return processes.start(command.settings)
+    return processes.start(command.settings, launcher)

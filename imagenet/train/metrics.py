@@ -11,7 +11,7 @@ from typing import Dict
 
 import torch
 
-from . import distributed
+from ..run import distributed
 
 
 def topk_correct(output: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> torch.Tensor:

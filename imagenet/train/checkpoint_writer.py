@@ -4,7 +4,7 @@ At a checkpoint boundary the training thread waits for the previous write (at mo
 flight, so the extra host memory is bounded: one copy of the state, kept for the next snapshot to
 copy into, plus its serialised bytes while they are written), copies the state to host memory and
 goes on training; a thread serialises the copy and writes it atomically
-(:func:`imagenet.checkpoint.save`). The copy must be a real one, made before the next optimizer
+(:func:`imagenet.train.checkpoint.save`). The copy must be a real one, made before the next optimizer
 step: on the CPU ``tensor.to("cpu")`` returns the same tensor, and a write that serialised it
 later would record a state the optimizer had moved on from (the pitfall of pytorch #144657), so
 :func:`to_host` always clones.
@@ -17,7 +17,7 @@ What async_save adds beyond that is the thread, which is the few lines here.
 
 An error in the write (a full disk) is raised in the training thread at the next print boundary
 (:meth:`BackgroundWriter.check`), checkpoint or :meth:`BackgroundWriter.wait`, as the one-line
-:class:`imagenet.checkpoint.CheckpointError`.
+:class:`imagenet.train.checkpoint.CheckpointError`.
 """
 from __future__ import annotations
 
@@ -128,3 +128,18 @@ class BackgroundWriter:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+
+
+class NullWriter(BackgroundWriter):
+    """The writer of a rank that writes no checkpoint (every rank but 0): the loop calls it as rank 0's."""
+
+    def save(self, state: Callable[[], dict], is_best: bool = False) -> None:
+        """Nothing: rank 0 writes the checkpoint."""
+
+    def save_now(self, state: Callable[[], dict], is_best: bool = False) -> None:
+        """Nothing: rank 0 writes the checkpoint."""
+
+
+def for_rank(primary: bool, run_dir, keep: int) -> BackgroundWriter:
+    """Rank 0 (PRIMARY) writes the run's checkpoints; the others get a writer that does nothing."""
+    return BackgroundWriter(run_dir, keep) if primary else NullWriter(run_dir, keep)
