@@ -346,6 +346,10 @@ def _say(written: dict) -> None:
     if not rec.ok:
         log.info("%s: failed: %s", rec.point.program, rec.error)
         return
+    if rec.kind == TUNING_KIND:
+        log.info("tune: trial %s: best top-1 %.2f %%, final %.2f %% after %d epochs on the tuning split; %.0f s wall",
+                 " ".join(rec.point.trial) or "(the recipe)", m.best_top1, m.final_top1, m.epochs, m.wall_s)
+        return
     log.info("%s: best top-1 %.2f %% after %d epochs, target %.2f %% reached at %s s; %.0f s wall, %.0f CPU s%s",
              rec.point.program, m.best_top1, m.epochs, m.target_top1, m.time_to_target_s, m.wall_s, m.core_s,
              "" if m.counted else f" (not counted: others used {100 * (m.other_cpu_share or 0):.0f} % of the CPU)")
