@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from results.core.kinds import Record, typed
+from results.core.records import group_by
 from results.core.setups import (BASELINE_SETUP, CKPT_EVERY_STEPS, CKPT_OFF_SETUP, CKPT_ON_SETUP,
                                  LOG_EVERY_STEP_SETUP, LOG_QUIET_SETUP)
 
@@ -32,10 +33,7 @@ def times(ratio: Optional[float]) -> str:
 
 
 def _groups(recs: Sequence[Record], keys: Tuple[str, ...]) -> Dict[tuple, List[dict]]:
-    out: Dict[tuple, List[dict]] = {}
-    for r in recs:
-        out.setdefault((r.sweep,) + r.point_values(keys), []).append(r)
-    return out
+    return group_by(recs, lambda r: (r.sweep,) + r.point_values(keys))
 
 
 def pipeline_rows(io: Sequence[Record]) -> List[dict]:

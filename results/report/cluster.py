@@ -25,7 +25,7 @@ from results.analysis.efficiency import efficiencies
 from results.analysis.spread import Point, aggregate
 from results.core import records
 from results.core.kinds import Record
-from results.core.records import by_kind
+from results.core.records import by_kind, group_by
 from results.report import data_scale, faults, figures, predicted_tta
 from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.report.common import data_label, fmt, md_table, pct, recipe_label
@@ -59,10 +59,7 @@ def series_name(record: Record) -> str:
 
 def train_series(train: Sequence[Record]) -> Dict[Tuple[str, str], List[Point]]:
     """(hardware, name) -> images/s per world size, repeats folded; profiled runs are no speeds."""
-    groups: Dict[Tuple[str, str], List[dict]] = {}
-    for r in train:
-        if not comparisons.profiled(r):
-            groups.setdefault((hardware(r), series_name(r)), []).append(r)
+    groups = group_by([r for r in train if not comparisons.profiled(r)], lambda r: (hardware(r), series_name(r)))
     return {k: aggregate(v, lambda r: r.metrics.world_size, lambda r: r.metrics.images_per_s)
             for k, v in sorted(groups.items())}
 
@@ -189,10 +186,7 @@ def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
 
 def _group(recs: Sequence[Record], name_of) -> Dict[str, List[dict]]:
     """Records by series name (NAME_OF applied to each point)."""
-    groups: Dict[str, List[dict]] = {}
-    for r in recs:
-        groups.setdefault(name_of(r.point), []).append(r)
-    return groups
+    return group_by(recs, lambda r: name_of(r.point))
 
 
 def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
@@ -434,9 +428,7 @@ ENV_KEYS = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "torch", "torchvi
 
 def environments(recs: Sequence[Record]) -> str:
     """The distinct software and hardware (hosts, jobs and commits vary per record and are not repeated)."""
-    envs: Dict[tuple, List[Record]] = {}
-    for r in recs:
-        envs.setdefault(tuple(str(getattr(r.environment, k)) for k in ENV_KEYS), []).append(r)
+    envs = group_by(recs, lambda r: tuple(str(getattr(r.environment, k)) for k in ENV_KEYS))
     rows = [[*(fmt(getattr(rs[0].environment, k)) for k in ENV_KEYS), len(rs),
              ", ".join(sorted({str(r.environment.git_commit)[:12] for r in rs}))] for rs in envs.values()]
     notes = sorted({r.note for r in recs if r.note})

@@ -10,15 +10,13 @@ from typing import Dict, List, Sequence, Tuple
 
 from results.analysis.spread import aggregate
 from results.core.kinds import Record
+from results.core.records import group_by
 from results.report import figures
 from results.report.common import Environments, md_table
 
 
 def _series(recs: Sequence[Record]) -> Dict[Tuple[str, str, int, str], List[dict]]:
-    groups: Dict[Tuple[str, str, int, str], List[dict]] = {}
-    for r in recs:
-        groups.setdefault((r.sweep, r.point.format, r.point.readers_per_node,
-                           r.point.cache or "as-is"), []).append(r)
+    groups = group_by(recs, lambda r: (r.sweep, r.point.format, r.point.readers_per_node, r.point.cache or "as-is"))
     return {k: sorted(v, key=lambda r: r.point.nodes) for k, v in sorted(groups.items())}
 
 

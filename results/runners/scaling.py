@@ -105,11 +105,8 @@ def resume(path: Path, kind: str, key: dict, tag: str) -> Tuple[str, Dict[int, L
     if not mine:
         return records.new_sweep_id(kind, tag), {}
     sweep = max(mine, key=lambda r: r.time).sweep
-    done: Dict[int, List[int]] = {}
-    for r in mine:
-        if r.sweep == sweep and r.ok:
-            done.setdefault(r.point.nodes, []).append(r.point.readers_per_node or 0)
-    return sweep, done
+    done = records.group_by([r for r in mine if r.sweep == sweep and r.ok], lambda r: r.point.nodes)
+    return sweep, {nodes: [r.point.readers_per_node or 0 for r in rs] for nodes, rs in done.items()}
 
 
 def runner(args: argparse.Namespace) -> train_bench.SlurmRunner:
