@@ -30,6 +30,7 @@ from results.report import data_scale, faults, figures, predicted_tta
 from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.report.common import data_label, fmt, md_table, pct, recipe_label
 from results.report.curves import CURVES, curve_runs
+from results.report.storage import format_series
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,7 @@ def scaling_panels(scaling: Dict[Tuple[str, str], List[Point]]) -> Tuple[List[di
         s_thr, s_hours = [], []
         for i, ((h, name), pts) in enumerate(k for k in scaling.items() if k[0][0] == hw):
             c, xs = figures.palette(i), [p.x for p in pts]
-            s_thr.append({"label": name, "x": xs, "y": [p.mean for p in pts], "err": [p.std for p in pts],
-                          "color": c, "label_above": i % 2 == 1})
+            s_thr.append(figures.spread(name, pts, color=c, label_above=i % 2 == 1))
             h90 = [EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600 for p in pts]
             s_hours.append({"label": name, "x": xs, "y": h90, "err": [h * p.std / p.mean for h, p in zip(h90, pts)],
                             "color": c, "label_above": i % 2 == 1})
@@ -197,14 +197,9 @@ def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
     panels = []
     for metric, what in (("mb_per_s", "MB/s"), ("files_per_s", "files/s")):
         for k in readers:
-            s = []
-            for i, (name, rs) in enumerate(sorted(groups.items())):
-                pts = aggregate([r for r in rs if r.point.readers_per_node == k], lambda r: r.point.nodes,
-                                lambda r, metric=metric: getattr(r.metrics, metric))
-                s.append({"label": name, "x": [p.x for p in pts], "y": [p.mean for p in pts],
-                          "err": [p.std for p in pts], "color": figures.palette(i)})
             panels.append({"title": f"{what}, {k} reader(s) per node", "xlabel": "nodes",
-                           "ylabel": f"{what} read, all nodes", "series": s, "ylog": True})
+                           "ylabel": f"{what} read, all nodes", "ylog": True,
+                           "series": format_series([r for r in storage if r.point.readers_per_node == k], metric)})
     figures.report_panels(fig_dir / "IO.png", panels, "I/O from the nodes: whole files read from shared storage "
                           "(mean and std of repeats)", ncols=len(readers), shared_legend=True)
     rows = []
@@ -240,9 +235,8 @@ def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
                 pts = aggregate([r for r in rs if pick(r)], lambda r, key=key: getattr(r.point, key),
                                 lambda r, metric=metric: getattr(r.metrics, metric))
                 if len(pts) > 1:
-                    s.append({"label": name, "x": [p.x for p in pts], "y": [p.mean for p in pts],
-                              "err": [p.std for p in pts], "color": figures.palette(i // 2),
-                              "style": "o-" if "cold" in name else "s--"})
+                    s.append(figures.spread(name, pts, color=figures.palette(i // 2),
+                                            style="o-" if "cold" in name else "s--"))
             panels.append({"title": f"{ylabel} vs {key}", "xlabel": xlabel, "ylabel": ylabel, "series": s,
                            "ymin0": True})
     panels = [p for p in panels if p["series"]]
@@ -309,8 +303,7 @@ def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Opt
     figures.report_panels(fig_dir / "scaling_model.png", [{
         "title": hw, "xlabel": "processes" if hw.startswith("CPU") else "GPUs (processes)", "ylabel": "images/s",
         "xlog": True, "ymin0": True, "series": [
-            {"label": "measured (mean, std)", "x": [p.x for p in pts], "y": [p.mean for p in pts],
-             "err": [p.std for p in pts], "style": "o", "color": figures.palette(0)},
+            figures.spread("measured (mean, std)", pts, style="o", color=figures.palette(0)),
             {"label": "scaling model", "x": xs, "y": [row["predicted"] for row in pred.rows], "style": "--",
              "color": figures.palette(1), "labels": [row["binding"] for row in pred.rows]}]}],
         "Scaling model for this cluster (labels: the binding term)")
