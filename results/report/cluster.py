@@ -29,7 +29,7 @@ from results.core.records import by_kind, group_by
 from results.report import data_scale, faults, figures, predicted_tta
 from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.report.common import data_label, fmt, md_table, pct, recipe_label
-from results.report.curves import CURVES, curve_runs
+from results.report.curves import CURVES, curve_runs, epoch_rows
 from results.report.storage import format_series
 
 log = logging.getLogger(__name__)
@@ -173,26 +173,17 @@ def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
                        "ylabel": f"{metric.replace('top', 'top-')} (%)", "series": panel_series, "ymin0": True})
     figures.report_panels(fig_dir / "learning_curves.png", panels, "Learning curves (TensorBoard events of rank 0; "
                           "solid: train, dashed: validation)")
-    rows = []
-    for label, r, c in runs:
-        val = {tag: dict(c.get(tag, [])) for tag, _ in CURVES.values()}
-        for e in sorted({s for v in val.values() for s in v}):
-            rows.append([label, e] + [val[tag].get(e) for tag, _ in CURVES.values()] + [r.source])
+    rows = epoch_rows(runs, lambda r: [r.source])
     return ("## Learning curves\n\n![learning curves](learning_curves.png)\n\nRuns that trained more than one "
             "epoch, one curve per run.\n\n"
             + md_table(["run", "epoch", "train top-1 (%)", "val top-1 (%)", "train top-5 (%)", "val top-5 (%)",
                         "record"], rows))
 
 
-def _group(recs: Sequence[Record], name_of) -> Dict[str, List[dict]]:
-    """Records by series name (NAME_OF applied to each point)."""
-    return group_by(recs, lambda r: name_of(r.point))
-
-
 def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
     if not storage:
         return ""
-    groups = _group(storage, lambda p: f"{p.format}, cache {p.cache or 'as-is'}")  # a series per format
+    groups = group_by(storage, lambda r: f"{r.point.format}, cache {r.point.cache or 'as-is'}")  # a series per format
     readers = sorted({r.point.readers_per_node for r in storage})
     panels = []
     for metric, what in (("mb_per_s", "MB/s"), ("files_per_s", "files/s")):
@@ -224,7 +215,7 @@ def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
 def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
     if not io:
         return ""
-    groups = _group(io, lambda p: f"{p.backend}, {p.cache} cache")
+    groups = group_by(io, lambda r: f"{r.point.backend}, {r.point.cache} cache")
     panels = []
     for key, xlabel, pick in (("workers", "DataLoader workers (one reader)", lambda r: r.point.readers == 1),
                               ("readers", "reader processes on one node", lambda r: r.point.readers > 1
@@ -259,7 +250,7 @@ def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
     ratios = [r for r in steady if r.point.backend != "baseline" and r.metrics.ratio_per_core]
     if not ratios:
         return ""
-    groups = _group(ratios, lambda p: f"{p.backend}, {p.split}")
+    groups = group_by(ratios, lambda r: f"{r.point.backend}, {r.point.split}")
     s = []
     for i, (name, rs) in enumerate(sorted(groups.items())):
         rs = sorted(rs, key=lambda r: r.point.workers)
