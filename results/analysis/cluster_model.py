@@ -27,6 +27,7 @@ from results.analysis.parameters import parameter_count
 from results.analysis.spread import aggregate
 from results.analysis.whole_step import model_overlap
 from results.core.kinds import Record
+from results.core.records import group_by
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,7 @@ class Prediction:
 
 def _link(ar: Sequence[Record]) -> Tuple[Optional[dict], List[dict]]:
     """The all-reduce fit of the largest world size the tag measured, and its records."""
-    by_world: Dict[Tuple[str, int], List[dict]] = {}
-    for r in ar:
-        by_world.setdefault((r.sweep, r.metrics.world_size), []).append(r)
+    by_world = group_by(ar, lambda r: (r.sweep, r.metrics.world_size))
     for key in sorted(by_world, key=lambda k: (k[1], k[0]), reverse=True):
         fit = fit_alpha_beta([r.metrics for r in by_world[key]])
         if fit:

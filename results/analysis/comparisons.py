@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from results.core.kinds import Record, typed
+from results.core.records import group_by
 from results.core.setups import (BASELINE_SETUP, CKPT_EVERY_STEPS, CKPT_OFF_SETUP, CKPT_ON_SETUP,
                                  LOG_EVERY_STEP_SETUP, LOG_QUIET_SETUP)
 
@@ -31,18 +32,23 @@ def times(ratio: Optional[float]) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x"
 
 
-def _groups(recs: Sequence[Record], keys: Tuple[str, ...]) -> Dict[tuple, List[dict]]:
-    out: Dict[tuple, List[dict]] = {}
-    for r in recs:
-        out.setdefault((r.sweep,) + r.point_values(keys), []).append(r)
-    return out
+def _groups(recs: Sequence[Record], keys: Tuple[str, ...]) -> List[List[Record]]:
+    """RECS of one sweep and the same KEYS together, the groups in a fixed order."""
+    groups = group_by(recs, lambda r: (r.sweep,) + r.point_values(keys))
+    return [members for _, members in sorted(groups.items(), key=lambda kv: str(kv[0]))]
+
+
+def _setup_pairs(recs: Sequence[Record], first: str, second: str) -> List[Tuple[Record, Record]]:
+    """(FIRST's record, SECOND's record) of each step group (STEP_KEYS) that ran both setups."""
+    by_setup = [{r.point.setup: r for r in reversed(members)} for members in _groups(recs, STEP_KEYS)]  # first wins
+    return [(s[first], s[second]) for s in by_setup if first in s and second in s]
 
 
 def pipeline_rows(io: Sequence[Record]) -> List[dict]:
     """One row per single-reader io record with CPU accounting, with its ratios to the baseline."""
     usable = [r for r in io if r.point.readers == 1 and r.metrics.images_per_cpu_s is not None]
     rows = []
-    for _, members in sorted(_groups(usable, IO_KEYS).items(), key=lambda kv: str(kv[0])):
+    for members in _groups(usable, IO_KEYS):
         base = next((r for r in members if r.point.backend == PIPELINE_BASELINE), None)
         for r in sorted(members, key=lambda r: r.point.backend):
             m = r.metrics
@@ -62,7 +68,7 @@ def step_rows(train: Sequence[Record]) -> List[dict]:
     """One row per ``--setups`` train record, with ms/step and images/s ratios to the baseline setup."""
     usable = [r for r in train if r.point.setup and not profiled(r)]
     rows = []
-    for _, members in sorted(_groups(usable, STEP_KEYS).items(), key=lambda kv: str(kv[0])):
+    for members in _groups(usable, STEP_KEYS):
         base = next((r for r in members if r.point.setup == BASELINE_SETUP), None)
         for r in sorted(members, key=lambda r: (r.point.setup != BASELINE_SETUP, r.point.setup)):
             m, b = r.metrics, base.metrics if base else None
@@ -105,14 +111,8 @@ def jpeg_vs_synthetic_rows(train: Sequence[Record]) -> List[dict]:
 def logging_rows(train: Sequence[Record]) -> List[dict]:
     """Step time logging every step against logging only per epoch, same sweep/data/model/batch."""
     usable = [r for r in train if r.point.setup in (LOG_QUIET_SETUP, LOG_EVERY_STEP_SETUP)]
-    rows = []
-    for _, members in sorted(_groups(usable, STEP_KEYS).items(), key=lambda kv: str(kv[0])):
-        quiet = next((r for r in members if r.point.setup == LOG_QUIET_SETUP), None)
-        loud = next((r for r in members if r.point.setup == LOG_EVERY_STEP_SETUP), None)
-        if quiet and loud:
-            overhead = loud.metrics.step_time_ms / quiet.metrics.step_time_ms - 1.0
-            rows.append({"record": loud, "quiet": quiet, "overhead": overhead})
-    return rows
+    return [{"record": loud, "quiet": quiet, "overhead": loud.metrics.step_time_ms / quiet.metrics.step_time_ms - 1.0}
+            for quiet, loud in _setup_pairs(usable, LOG_QUIET_SETUP, LOG_EVERY_STEP_SETUP)]
 
 
 def checkpoint_rows(train: Sequence[Record]) -> List[dict]:
@@ -121,10 +121,8 @@ def checkpoint_rows(train: Sequence[Record]) -> List[dict]:
     usable = [r for r in train if r.point.setup in (CKPT_OFF_SETUP, CKPT_ON_SETUP)
               and r.status == "ok" and r.metrics.checkpoint_periodic is not None]
     rows = []
-    for _, members in sorted(_groups(usable, STEP_KEYS).items(), key=lambda kv: str(kv[0])):
-        off = next((r for r in members if r.point.setup == CKPT_OFF_SETUP), None)
-        on = next((r for r in members if r.point.setup == CKPT_ON_SETUP), None)
-        if not (off and on and on.metrics.checkpoint_periodic):
+    for off, on in _setup_pairs(usable, CKPT_OFF_SETUP, CKPT_ON_SETUP):
+        if not on.metrics.checkpoint_periodic:
             continue
         m, periodic = on.metrics, on.metrics.checkpoint_periodic
         # the epoch-end save is in both runs; what the periodic ones added:

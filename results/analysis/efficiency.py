@@ -6,9 +6,10 @@ sweep of 2..8 processes is judged from 2, not from an absent 1.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Sequence
 
 from results.core.kinds import Record
+from results.core.records import group_by
 from results.core.setups import group_key
 
 
@@ -25,10 +26,7 @@ def efficiencies(counts: Sequence[float], rates: Sequence[float]) -> List[float]
 def with_efficiency(records: Sequence[Record]) -> List[Record]:
     """RECORDS with metrics.scaling_efficiency (and .baseline_world_size) set on each ok train record,
     against the smallest world size of the same sweep and same other parameters."""
-    groups: Dict[Tuple, List[Record]] = {}
-    for r in records:
-        if r.kind == "train" and r.ok:
-            groups.setdefault((r.sweep,) + group_key(r.point), []).append(r)
+    groups = group_by([r for r in records if r.kind == "train" and r.ok], lambda r: (r.sweep,) + group_key(r.point))
     done = {}
     for members in groups.values():
         base = min(members, key=lambda r: r.metrics.world_size).metrics

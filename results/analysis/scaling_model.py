@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from results.core.setups import IMAGENET_TRAIN_IMAGES
 
@@ -126,20 +126,27 @@ def predict(inputs: ModelInputs, gpus: int, hidden_fraction: float) -> Dict[str,
             "images_per_s": inputs.global_batch(gpus) / t, "efficiency": inputs.step_time_s / t}
 
 
+def bisect(keep_low: Callable[[float], bool], lo: float, hi: float, steps: int = 100,
+           geometric: bool = False) -> float:
+    """Where KEEP_LOW turns false in [LO, HI] (true below, false above): STEPS halvings of the bracket,
+    at its arithmetic or (GEOMETRIC, for a bracket of several decades) geometric middle."""
+    def middle(low: float, high: float) -> float:
+        return (low * high) ** 0.5 if geometric else (low + high) / 2
+    for _ in range(steps):
+        mid = middle(lo, hi)
+        lo, hi = (mid, hi) if keep_low(mid) else (lo, mid)
+    return middle(lo, hi)
+
+
 def calibrate(inputs: ModelInputs, gpus: int, measured_step_s: float, hidden_fraction: float) -> ModelInputs:
     """The single-GPU step time that makes the model reproduce a step time measured on n GPUs.
 
     For published tables with no 1-GPU row: t(n) grows monotonically with t_c, so bisection on
     t_c in (0, measured] finds it. Returns ``inputs`` with that step time.
     """
-    lo, hi = 0.0, measured_step_s
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if step_time(replace(inputs, step_time_s=mid), gpus, hidden_fraction) < measured_step_s:
-            lo = mid
-        else:
-            hi = mid
-    return replace(inputs, step_time_s=(lo + hi) / 2)
+    t_c = bisect(lambda t: step_time(replace(inputs, step_time_s=t), gpus, hidden_fraction) < measured_step_s,
+                 0.0, measured_step_s)
+    return replace(inputs, step_time_s=t_c)
 
 
 def relative_error(predicted: float, measured: float) -> float:
@@ -313,15 +320,10 @@ def calibrate_whole(model: WholeStep, gpus: int, measured_images_per_s: float) -
     """
     if gpus > CALIBRATION_MAX_GPUS:
         raise ValueError(f"calibration point has {gpus} GPUs; calibrate on at most {CALIBRATION_MAX_GPUS}")
-    lo, hi = 0.0, model.inputs.global_batch(gpus) / measured_images_per_s
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        trial = replace(model, inputs=replace(model.inputs, step_time_s=mid))
-        if _images_per_s(trial, gpus)[0] > measured_images_per_s:
-            lo = mid
-        else:
-            hi = mid
-    out = replace(model, inputs=replace(model.inputs, step_time_s=(lo + hi) / 2))
+    def at(t_c: float) -> WholeStep:
+        return replace(model, inputs=replace(model.inputs, step_time_s=t_c))
+    out = at(bisect(lambda t: _images_per_s(at(t), gpus)[0] > measured_images_per_s,
+                    0.0, model.inputs.global_batch(gpus) / measured_images_per_s))
     got = _images_per_s(out, gpus)[0]
     if abs(got - measured_images_per_s) > 1e-6 * measured_images_per_s:
         raise ValueError(f"{breakdown(out, gpus)['binding']} caps {gpus} GPUs at {got:.0f} images/s, below the "

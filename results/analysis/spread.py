@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, List, Sequence
+
+from results.core.records import group_by
 
 
 @dataclass(frozen=True)
@@ -28,9 +30,7 @@ class Point:
 
 def aggregate(recs: Sequence[dict], x_of: Callable[[dict], float], y_of: Callable[[dict], float]) -> List[Point]:
     """One Point per distinct x, sorted by x."""
-    by_x: Dict[float, List[dict]] = {}
-    for r in recs:
-        by_x.setdefault(x_of(r), []).append(r)
+    by_x = group_by(recs, x_of)
     out = []
     for x in sorted(by_x):
         ys = [y_of(r) for r in by_x[x]]

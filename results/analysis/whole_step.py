@@ -243,13 +243,7 @@ def needed_value(case: Case, gpus: int, batch: int, published: float) -> Optiona
     e_lo = err(lo)
     if e_lo * err(hi) > 0:
         return None
-    for _ in range(80):
-        mid = (lo * hi) ** 0.5  # geometric: the bracket spans eight decades
-        if (err(mid) > 0) == (e_lo > 0):
-            lo = mid
-        else:
-            hi = mid
-    return (lo * hi) ** 0.5
+    return scaling_model.bisect(lambda v: (err(v) > 0) == (e_lo > 0), lo, hi, 80, geometric=True)  # eight decades
 
 
 def _cited(case: Case, batch: int) -> Optional[float]:

@@ -21,7 +21,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from imagenet.common.files import append_line
 from results.core.kinds import KINDS, Record, from_dict, numeric, required
@@ -248,6 +248,14 @@ def load(paths: Iterable[Path]) -> Tuple[List[dict], List[Problem]]:
 def by_kind(recs: Sequence[Any], kind: str, ok: bool = True) -> List[Any]:
     """The ok (or failed) records of KIND; RECS may be :class:`Record` objects or record dicts."""
     return [r for r in recs if _field(r, "kind") == kind and (_field(r, "status") == "ok") == ok]
+
+
+def group_by(items: Iterable[Any], key: Callable[[Any], Any]) -> Dict[Any, List[Any]]:
+    """ITEMS in lists by KEY(item), keys and items in the order first met."""
+    groups: Dict[Any, List[Any]] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return groups
 
 
 def newest_sweep(items: Sequence[Any], record_of=lambda x: x) -> List[Any]:

@@ -25,11 +25,12 @@ from results.analysis.efficiency import efficiencies
 from results.analysis.spread import Point, aggregate
 from results.core import records
 from results.core.kinds import Record
-from results.core.records import by_kind
+from results.core.records import by_kind, group_by
 from results.report import data_scale, faults, figures, predicted_tta
 from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.report.common import data_label, fmt, md_table, pct, recipe_label
-from results.report.curves import CURVES, curve_runs
+from results.report.curves import CURVES, curve_runs, epoch_rows
+from results.report.storage import format_series
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +60,7 @@ def series_name(record: Record) -> str:
 
 def train_series(train: Sequence[Record]) -> Dict[Tuple[str, str], List[Point]]:
     """(hardware, name) -> images/s per world size, repeats folded; profiled runs are no speeds."""
-    groups: Dict[Tuple[str, str], List[dict]] = {}
-    for r in train:
-        if not comparisons.profiled(r):
-            groups.setdefault((hardware(r), series_name(r)), []).append(r)
+    groups = group_by([r for r in train if not comparisons.profiled(r)], lambda r: (hardware(r), series_name(r)))
     return {k: aggregate(v, lambda r: r.metrics.world_size, lambda r: r.metrics.images_per_s)
             for k, v in sorted(groups.items())}
 
@@ -89,8 +87,7 @@ def scaling_panels(scaling: Dict[Tuple[str, str], List[Point]]) -> Tuple[List[di
         s_thr, s_hours = [], []
         for i, ((h, name), pts) in enumerate(k for k in scaling.items() if k[0][0] == hw):
             c, xs = figures.palette(i), [p.x for p in pts]
-            s_thr.append({"label": name, "x": xs, "y": [p.mean for p in pts], "err": [p.std for p in pts],
-                          "color": c, "label_above": i % 2 == 1})
+            s_thr.append(figures.spread(name, pts, color=c, label_above=i % 2 == 1))
             h90 = [EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600 for p in pts]
             s_hours.append({"label": name, "x": xs, "y": h90, "err": [h * p.std / p.mean for h, p in zip(h90, pts)],
                             "color": c, "label_above": i % 2 == 1})
@@ -176,41 +173,24 @@ def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
                        "ylabel": f"{metric.replace('top', 'top-')} (%)", "series": panel_series, "ymin0": True})
     figures.report_panels(fig_dir / "learning_curves.png", panels, "Learning curves (TensorBoard events of rank 0; "
                           "solid: train, dashed: validation)")
-    rows = []
-    for label, r, c in runs:
-        val = {tag: dict(c.get(tag, [])) for tag, _ in CURVES.values()}
-        for e in sorted({s for v in val.values() for s in v}):
-            rows.append([label, e] + [val[tag].get(e) for tag, _ in CURVES.values()] + [r.source])
+    rows = epoch_rows(runs, lambda r: [r.source])
     return ("## Learning curves\n\n![learning curves](learning_curves.png)\n\nRuns that trained more than one "
             "epoch, one curve per run.\n\n"
             + md_table(["run", "epoch", "train top-1 (%)", "val top-1 (%)", "train top-5 (%)", "val top-5 (%)",
                         "record"], rows))
 
 
-def _group(recs: Sequence[Record], name_of) -> Dict[str, List[dict]]:
-    """Records by series name (NAME_OF applied to each point)."""
-    groups: Dict[str, List[dict]] = {}
-    for r in recs:
-        groups.setdefault(name_of(r.point), []).append(r)
-    return groups
-
-
 def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
     if not storage:
         return ""
-    groups = _group(storage, lambda p: f"{p.format}, cache {p.cache or 'as-is'}")  # a series per format
+    groups = group_by(storage, lambda r: f"{r.point.format}, cache {r.point.cache or 'as-is'}")  # a series per format
     readers = sorted({r.point.readers_per_node for r in storage})
     panels = []
     for metric, what in (("mb_per_s", "MB/s"), ("files_per_s", "files/s")):
         for k in readers:
-            s = []
-            for i, (name, rs) in enumerate(sorted(groups.items())):
-                pts = aggregate([r for r in rs if r.point.readers_per_node == k], lambda r: r.point.nodes,
-                                lambda r, metric=metric: getattr(r.metrics, metric))
-                s.append({"label": name, "x": [p.x for p in pts], "y": [p.mean for p in pts],
-                          "err": [p.std for p in pts], "color": figures.palette(i)})
             panels.append({"title": f"{what}, {k} reader(s) per node", "xlabel": "nodes",
-                           "ylabel": f"{what} read, all nodes", "series": s, "ylog": True})
+                           "ylabel": f"{what} read, all nodes", "ylog": True,
+                           "series": format_series([r for r in storage if r.point.readers_per_node == k], metric)})
     figures.report_panels(fig_dir / "IO.png", panels, "I/O from the nodes: whole files read from shared storage "
                           "(mean and std of repeats)", ncols=len(readers), shared_legend=True)
     rows = []
@@ -235,7 +215,7 @@ def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
 def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
     if not io:
         return ""
-    groups = _group(io, lambda p: f"{p.backend}, {p.cache} cache")
+    groups = group_by(io, lambda r: f"{r.point.backend}, {r.point.cache} cache")
     panels = []
     for key, xlabel, pick in (("workers", "DataLoader workers (one reader)", lambda r: r.point.readers == 1),
                               ("readers", "reader processes on one node", lambda r: r.point.readers > 1
@@ -246,9 +226,8 @@ def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
                 pts = aggregate([r for r in rs if pick(r)], lambda r, key=key: getattr(r.point, key),
                                 lambda r, metric=metric: getattr(r.metrics, metric))
                 if len(pts) > 1:
-                    s.append({"label": name, "x": [p.x for p in pts], "y": [p.mean for p in pts],
-                              "err": [p.std for p in pts], "color": figures.palette(i // 2),
-                              "style": "o-" if "cold" in name else "s--"})
+                    s.append(figures.spread(name, pts, color=figures.palette(i // 2),
+                                            style="o-" if "cold" in name else "s--"))
             panels.append({"title": f"{ylabel} vs {key}", "xlabel": xlabel, "ylabel": ylabel, "series": s,
                            "ymin0": True})
     panels = [p for p in panels if p["series"]]
@@ -271,7 +250,7 @@ def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
     ratios = [r for r in steady if r.point.backend != "baseline" and r.metrics.ratio_per_core]
     if not ratios:
         return ""
-    groups = _group(ratios, lambda p: f"{p.backend}, {p.split}")
+    groups = group_by(ratios, lambda r: f"{r.point.backend}, {r.point.split}")
     s = []
     for i, (name, rs) in enumerate(sorted(groups.items())):
         rs = sorted(rs, key=lambda r: r.point.workers)
@@ -315,8 +294,7 @@ def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Opt
     figures.report_panels(fig_dir / "scaling_model.png", [{
         "title": hw, "xlabel": "processes" if hw.startswith("CPU") else "GPUs (processes)", "ylabel": "images/s",
         "xlog": True, "ymin0": True, "series": [
-            {"label": "measured (mean, std)", "x": [p.x for p in pts], "y": [p.mean for p in pts],
-             "err": [p.std for p in pts], "style": "o", "color": figures.palette(0)},
+            figures.spread("measured (mean, std)", pts, style="o", color=figures.palette(0)),
             {"label": "scaling model", "x": xs, "y": [row["predicted"] for row in pred.rows], "style": "--",
              "color": figures.palette(1), "labels": [row["binding"] for row in pred.rows]}]}],
         "Scaling model for this cluster (labels: the binding term)")
@@ -434,9 +412,7 @@ ENV_KEYS = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "torch", "torchvi
 
 def environments(recs: Sequence[Record]) -> str:
     """The distinct software and hardware (hosts, jobs and commits vary per record and are not repeated)."""
-    envs: Dict[tuple, List[Record]] = {}
-    for r in recs:
-        envs.setdefault(tuple(str(getattr(r.environment, k)) for k in ENV_KEYS), []).append(r)
+    envs = group_by(recs, lambda r: tuple(str(getattr(r.environment, k)) for k in ENV_KEYS))
     rows = [[*(fmt(getattr(rs[0].environment, k)) for k in ENV_KEYS), len(rs),
              ", ".join(sorted({str(r.environment.git_commit)[:12] for r in rs}))] for rs in envs.values()]
     notes = sorted({r.note for r in recs if r.note})

@@ -111,9 +111,7 @@ def plain_local(record: Record) -> bool:
 def train_groups(train: Sequence[Record]) -> Dict[str, List[dict]]:
     """Series of one sweep and one setting, sorted by world size."""
     multi = len({r.sweep for r in train}) > len({r.point_values(GROUP_KEYS) for r in train})
-    groups: Dict[str, List[dict]] = {}
-    for r in train:
-        groups.setdefault(train_group_label(r, multi), []).append(r)
+    groups = records.group_by(train, lambda r: train_group_label(r, multi))
     return {k: sorted(v, key=lambda r: r.metrics.world_size) for k, v in sorted(groups.items())}
 
 

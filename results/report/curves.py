@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 from results.core import records
 from results.core.kinds import Record
@@ -48,6 +48,16 @@ def curve_runs(train: Sequence[Record], problems: List[records.Problem]) -> List
     return sorted(out, key=lambda t: (t[1].point.data != "dummy", t[1].metrics.world_size))
 
 
+def epoch_rows(runs: Sequence[Tuple[str, Record, dict]], tail: Callable[[Record], list]) -> List[list]:
+    """One table row per run (of curve_runs) and epoch: its label, the epoch, the CURVES values, TAIL(record)."""
+    rows = []
+    for label, r, c in runs:
+        val = {tag: dict(c.get(tag, [])) for tag, _ in CURVES.values()}
+        for e in sorted({s for v in val.values() for s in v}):
+            rows.append([label, e, *(val[tag].get(e) for tag, _ in CURVES.values()), *tail(r)])
+    return rows
+
+
 def curves_section(train: Sequence[Record], env: Environments, fig_dir: Path, problems: List) -> str:
     runs = curve_runs(train, problems)
     for name, (tag, ylabel) in CURVES.items():
@@ -55,12 +65,7 @@ def curves_section(train: Sequence[Record], env: Environments, fig_dir: Path, pr
                    "color": figures.palette(i)} for i, (label, _, c) in enumerate(runs) if c.get(tag)]
         figures.curves(fig_dir / f"{name}.png", series, ylabel, f"{ylabel.split(' (')[0]} per epoch "
                        "(TensorBoard events of rank 0)")
-    rows = []
-    for label, r, c in runs:
-        epochs = sorted({s for tag, _ in CURVES.values() for s, _ in c.get(tag, [])})
-        val = {tag: dict(c.get(tag, [])) for tag, _ in CURVES.values()}
-        for e in epochs:
-            rows.append([label, e] + [val[tag].get(e) for tag, _ in CURVES.values()] + [env.id(r), r.run_dir])
+    rows = epoch_rows(runs, lambda r: [env.id(r), r.run_dir])
     figs = "\n".join(f"![{n}](figures/{n}.png)" for n in CURVES)
     return ("## Learning curves\n\n" + figs + "\n\nOne curve per process count (the quick preset trains a few "
             "epochs on the small generated demo set, so these show the pipeline, not ImageNet accuracy).\n\n"

@@ -2,18 +2,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Sequence
 
 from results.core.kinds import Record
+from results.core.records import group_by
 from results.report import figures
 from results.report.common import Environments, fmt, md_table
 
 
 def io_section(io: Sequence[Record], pub: dict, env: Environments, fig_dir: Path) -> str:
     def series(sweep_key: str, metric: str) -> List[figures.Series]:
-        groups: Dict[Tuple[str, str], List[dict]] = {}
-        for r in io:
-            groups.setdefault((r.point.backend, r.point.cache), []).append(r)
+        groups = group_by(io, lambda r: (r.point.backend, r.point.cache))
         backends = sorted({b for b, _ in groups})
         out = []
         for (b, cache), rs in sorted(groups.items()):

@@ -17,6 +17,7 @@ import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from results.core.kinds import Record
+from results.core.records import group_by
 from results.report.common import md_table
 
 HEADERS = ("fault", "launcher", "nodes", "injected", "recovered without a user", "detect median (s)",
@@ -29,10 +30,8 @@ def _newest_sweep(recs: Sequence[Record]) -> Dict[Tuple[str, str], List[dict]]:
     if not recs:
         return {}
     newest = sorted(recs, key=lambda r: r.time)[-1].sweep  # the last written on a tie
-    out: Dict[Tuple[str, str], List[dict]] = {}
-    for r in sorted((r for r in recs if r.sweep == newest), key=lambda r: r.time):
-        out.setdefault((r.point.fault, r.point.launcher), []).append(r)
-    return out
+    return group_by(sorted((r for r in recs if r.sweep == newest), key=lambda r: r.time),
+                    lambda r: (r.point.fault, r.point.launcher))
 
 
 def _seconds(values: List[float], pick) -> Optional[float]:

@@ -146,6 +146,11 @@ def allreduce(path: Path, series: Sequence[Series], title: str) -> Path:
     return _save(fig, path)
 
 
+def spread(label: str, pts: Sequence, **style: object) -> Series:
+    """A line through folded repeats (results.analysis.spread.Point): their means, the std as error bars."""
+    return {"label": label, "x": [p.x for p in pts], "y": [p.mean for p in pts], "err": [p.std for p in pts], **style}
+
+
 def palette(index: int) -> str:
     return plt.rcParams["axes.prop_cycle"].by_key()["color"][index % 10]
 

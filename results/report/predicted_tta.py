@@ -18,6 +18,7 @@ from results.analysis import time_to_accuracy
 from results.analysis.cluster_model import Prediction
 from results.report import figures
 from results.core.kinds import Record
+from results.core.records import group_by
 from results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
 from results.report.common import REFERENCE, fmt, md_table
 
@@ -121,9 +122,7 @@ def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[di
 
 
 def _series(items: Sequence[TimeToAccuracy]) -> Dict[Tuple[str, float], List[TimeToAccuracy]]:
-    out: Dict[Tuple[str, float], List[TimeToAccuracy]] = {}
-    for t in items:
-        out.setdefault((t["series"], t["target_top1"]), []).append(t)
+    out = group_by(items, lambda t: (t["series"], t["target_top1"]))
     return {k: sorted(v, key=lambda t: (t["gpus"], t["source"])) for k, v in sorted(out.items())}
 
 

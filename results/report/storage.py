@@ -10,15 +10,20 @@ from typing import Dict, List, Sequence, Tuple
 
 from results.analysis.spread import aggregate
 from results.core.kinds import Record
+from results.core.records import group_by
 from results.report import figures
 from results.report.common import Environments, md_table
 
 
+def format_series(recs: Sequence[Record], metric: str) -> List[figures.Series]:
+    """METRIC against nodes, one line per data format and cache: sweeps of one format fold, repeats too."""
+    groups = group_by(recs, lambda r: f"{r.point.format}, cache {r.point.cache or 'as-is'}")
+    return [figures.spread(name, aggregate(rs, lambda r: r.point.nodes, lambda r: getattr(r.metrics, metric)),
+                           color=figures.palette(i)) for i, (name, rs) in enumerate(sorted(groups.items()))]
+
+
 def _series(recs: Sequence[Record]) -> Dict[Tuple[str, str, int, str], List[dict]]:
-    groups: Dict[Tuple[str, str, int, str], List[dict]] = {}
-    for r in recs:
-        groups.setdefault((r.sweep, r.point.format, r.point.readers_per_node,
-                           r.point.cache or "as-is"), []).append(r)
+    groups = group_by(recs, lambda r: (r.sweep, r.point.format, r.point.readers_per_node, r.point.cache or "as-is"))
     return {k: sorted(v, key=lambda r: r.point.nodes) for k, v in sorted(groups.items())}
 
 
@@ -28,24 +33,9 @@ def storage_section(recs: Sequence[Record], env: Environments, fig_dir: Path) ->
 
     def label(key: Tuple[str, str, int, str]) -> str:
         return f"{key[1]}, {key[2]} reader(s)/node, cache {key[3]}" + (f" [{key[0]}]" if multi else "")
-
-    def by_format(readers: int) -> Dict[str, List[dict]]:  # one series per format: sweeps of one format fold
-        out: Dict[str, List[dict]] = {}
-        for (_, fmt_, k, cache), rs in groups.items():
-            if k == readers:
-                out.setdefault(f"{fmt_}, cache {cache}", []).extend(rs)
-        return out
-
-    def series(metric: str, readers: int) -> List[figures.Series]:
-        out = []
-        for i, (name, rs) in enumerate(sorted(by_format(readers).items())):
-            pts = aggregate(rs, lambda r: r.point.nodes, lambda r: getattr(r.metrics, metric))
-            out.append({"label": name, "x": [p.x for p in pts], "y": [p.mean for p in pts],
-                        "err": [p.std for p in pts], "color": figures.palette(i)})
-        return out
     readers = sorted({k[2] for k in groups})
     panels = [{"title": f"{title}, {k} reader(s) per node", "xlabel": "nodes", "ylabel": ylabel,
-               "series": series(metric, k), "ylog": True}
+               "series": format_series([r for r in recs if r.point.readers_per_node == k], metric), "ylog": True}
               for metric, title, ylabel in (("mb_per_s", "all nodes", "MB/s read"),
                                             ("files_per_s", "all nodes", "files/s"),
                                             ("mb_per_s_per_node", "per node", "MB/s read per node"),

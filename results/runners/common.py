@@ -1,12 +1,13 @@
 """What every runner shares: the error for bad input, the environment of a record and its sweep,
-progress lines, the JPEG set a point reads, a process's I/O counters, and the cause line of a failed
-run's log."""
+how a record was made (runner, command, note), progress lines, the JPEG set a point reads, a
+process's I/O counters, and the cause line of a failed run's log."""
 from __future__ import annotations
 
 import logging
 import re
+import sys
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 from results.core import records
 from results.core.records import RESULTS_DIR, SCRATCH_DIR
@@ -27,6 +28,12 @@ def environment(nodes: Optional[int] = None) -> dict:
 def new_sweep(kind: str, args) -> records.Sweep:
     """The sweep a bench command records into: its --tag and --records, this machine's environment."""
     return records.Sweep(kind, args.tag, args.records, environment())
+
+
+def record_context(args, runner: str, **more: Any) -> dict:
+    """What a record keeps about how it was made: the runner, the bench command line, the --note (MORE:
+    a kind's own context). records.append makes the command portable."""
+    return {"runner": runner, "bench_command": " ".join(sys.argv), **more, **({"note": args.note} if args.note else {})}
 
 
 def progress(done: int, total: int, what: str) -> None:

@@ -31,7 +31,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 import torch
@@ -122,12 +122,8 @@ def count_opens(path: Path, workers: int, epochs: int) -> dict:
     strace = shutil.which("strace")
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace"
-        cmd = [sys.executable, "-c", "import json, sys; from results.runners.data_scale_bench import run_io; "
-               f"print(json.dumps(run_io({str(path)!r}, {workers}, {epochs})))"]
-        if strace:
-            cmd = [strace, "-f", "-qq", "-e", "trace=open,openat", "-o", str(trace), *cmd]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ})
-        result = json.loads(out.stdout.strip().splitlines()[-1])
+        wrap = [strace, "-f", "-qq", "-e", "trace=open,openat", "-o", str(trace)] if strace else []
+        result = _in_child(run_io, str(path), workers, epochs, wrap=wrap)
         if strace:
             result.update(_opens(trace.read_text(), path))
     return result
@@ -221,8 +217,13 @@ def index_memory(kind: str, images: int, workers: int) -> dict:
 
 def measure_index_memory(kind: str, images: int, workers: int) -> dict:
     """index_memory in a fresh child process, so one kind's garbage cannot inflate the next."""
-    cmd = [sys.executable, "-c", "import json; from results.runners.data_scale_bench import index_memory; "
-           f"print(json.dumps(index_memory({kind!r}, {images}, {workers})))"]
+    return _in_child(index_memory, kind, images, workers)
+
+
+def _in_child(fn: Callable[..., dict], *args: object, wrap: Sequence[str] = ()) -> dict:
+    """FN(*ARGS)'s result (JSON) from a fresh Python process, run under the command WRAP (e.g. strace)."""
+    cmd = [*wrap, sys.executable, "-c", f"import json; from {fn.__module__} import {fn.__name__}; "
+           f"print(json.dumps({fn.__name__}{args!r}))"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import List, Optional
@@ -68,8 +67,7 @@ def _set_efficiency(done: List[dict]) -> None:
 def _train_point(point: train_bench.TrainPoint, runner, sweep: str, params: Optional[int],
                  args: argparse.Namespace) -> dict:
     scratch = SCRATCH_DIR / sweep / point.name
-    extra = {"runner": runner.name, "bench_command": " ".join(sys.argv),
-             **({"note": args.note} if args.note else {})}
+    extra = common.record_context(args, runner.name)
     why = train_bench.check(point)
     if why:
         return train_bench.failed_train_record(point, sweep, why, extra)

@@ -25,6 +25,7 @@ from imagenet.common import cputime
 from imagenet.data import decode
 from imagenet.data.loader import ImageFiles
 from imagenet.data.scan import scan_dataset
+from results.core.records import group_by
 from results.runners.jpegs import ensure_dataset  # ImageNet-like 500x375 ~110 KB JPEGs
 
 log = logging.getLogger(__name__)
@@ -135,9 +136,7 @@ def summarize(results: List[Measurement], reference: str = "baseline") -> List[d
     """Medians over rounds of each (split, workers, backend), named as a record's metrics. The ratio
     to the reference is the median of per-round ratios: both ran back to back, so a busy phase of the
     machine cancels."""
-    groups: Dict[Tuple[str, int, str], List[Measurement]] = {}
-    for m in results:
-        groups.setdefault((m.split, m.workers, m.backend), []).append(m)
+    groups = group_by(results, lambda m: (m.split, m.workers, m.backend))
     rows = []
     for (split, workers, backend), ms in groups.items():
         ref = {m.round: m.per_core for m in groups.get((split, workers, reference), [])}

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
@@ -32,7 +31,7 @@ from results.core import records
 from results.core.kinds import typed
 from results.core.records import RUNS_DIR, SCRATCH_DIR, portable
 from results.runners import slurm_queue, storage_bench, train_bench
-from results.runners.common import BenchError, environment
+from results.runners.common import BenchError, environment, record_context
 from slurm import generate
 
 log = logging.getLogger(__name__)
@@ -105,11 +104,8 @@ def resume(path: Path, kind: str, key: dict, tag: str) -> Tuple[str, Dict[int, L
     if not mine:
         return records.new_sweep_id(kind, tag), {}
     sweep = max(mine, key=lambda r: r.time).sweep
-    done: Dict[int, List[int]] = {}
-    for r in mine:
-        if r.sweep == sweep and r.ok:
-            done.setdefault(r.point.nodes, []).append(r.point.readers_per_node or 0)
-    return sweep, done
+    done = records.group_by([r for r in mine if r.sweep == sweep and r.ok], lambda r: r.point.nodes)
+    return sweep, {nodes: [r.point.readers_per_node or 0 for r in rs] for nodes, rs in done.items()}
 
 
 def runner(args: argparse.Namespace) -> train_bench.SlurmRunner:
@@ -135,8 +131,7 @@ def train_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[int]
                                    epochs=1, steps_per_epoch=args.steps_per_epoch, val_steps=1, workers=workers,
                                    extra_args=tuple(args.extra))
         scratch, keep = scratch_root / sweep / p.name, runs_root / sweep / p.name
-        extra = {"runner": "slurm", "bench_command": portable(" ".join(sys.argv)),
-                 "scaling_key": same_sweep_key(args), **({"note": args.note} if args.note else {})}
+        extra = record_context(args, "slurm", scaling_key=same_sweep_key(args))
 
         def finish(pt: Point, point=p, scratch=scratch, keep=keep, extra=extra) -> dict:
             if pt.error:
@@ -179,9 +174,7 @@ def storage_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[in
             def finish(pt, scratch=scratch, point=point, nodes=n, readers=k) -> dict:
                 # the submitting host's software; the nodes' names are in the metrics' readers
                 env = portable({**environment(nodes), "slurm_job_id": pt.job})
-                extra = {"runner": "slurm", "scaling_key": same_sweep_key(args),
-                         "bench_command": portable(" ".join(sys.argv)), "wall_s": time.monotonic() - pt.t0,
-                         **({"note": args.note} if args.note else {})}
+                extra = record_context(args, "slurm", scaling_key=same_sweep_key(args), wall_s=time.monotonic() - pt.t0)
                 if pt.error:
                     return records.make_record("storage", sweep, point, {}, env, "failed", pt.error, **extra)
                 try:

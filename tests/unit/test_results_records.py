@@ -93,3 +93,9 @@ def test_metrics_classes_mark_what_validation_requires():
                                                   "world_size")
     assert kinds.numeric(kinds.FaultMetrics) == ("survived", "steps_trained_twice", "checkpoints_lost", "detect_s")
     assert set(records.METRICS) == set(kinds.KINDS)
+
+
+def test_group_by_keeps_the_order_items_were_met_in():
+    groups = records.group_by(["b1", "a1", "b2", "c1", "a2"], lambda s: s[0])
+    assert groups == {"b": ["b1", "b2"], "a": ["a1", "a2"], "c": ["c1"]}
+    assert list(groups) == ["b", "a", "c"]

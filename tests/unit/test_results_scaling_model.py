@@ -408,3 +408,8 @@ def test_storage_ceiling_from_the_io_sweep_records():
     assert ws.storage_ceiling(old + new, 1e5) == (800.0, 7000.0, 7000.0, "new:2")  # one open per image
     shards = [rec("c", "2026-03-01", "shards", 1000.0, 20.0, "sh:1")]
     assert ws.storage_ceiling(shards, 1e5) == (1000.0, 20.0, pytest.approx(10000.0), "sh:1")  # 1 GB/s / 100 kB
+
+
+def test_bisect_finds_where_the_condition_turns_false():
+    assert sm.bisect(lambda x: x * x < 2.0, 0.0, 2.0) == pytest.approx(math.sqrt(2.0))
+    assert sm.bisect(lambda x: x < 300.0, 1e-3, 1e5, 80, geometric=True) == pytest.approx(300.0)
