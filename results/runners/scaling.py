@@ -105,7 +105,8 @@ def resume(path: Path, kind: str, key: dict, tag: str) -> Tuple[str, Dict[int, L
         return records.new_sweep_id(kind, tag), {}
     sweep = max(mine, key=lambda r: r.time).sweep
     done = records.group_by([r for r in mine if r.sweep == sweep and r.ok], lambda r: r.point.nodes)
-    return sweep, {nodes: [r.point.readers_per_node or 0 for r in rs] for nodes, rs in done.items()}
+    # storage points have readers per node; a training point has none (0)
+    return sweep, {nodes: [getattr(r.point, "readers_per_node", None) or 0 for r in rs] for nodes, rs in done.items()}
 
 
 def runner(args: argparse.Namespace) -> train_bench.SlurmRunner:
