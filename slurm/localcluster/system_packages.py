@@ -37,8 +37,8 @@ def main(argv: Sequence[str]) -> int:
             install(packages, lambda: dpkg_missing(packages))
         elif args.action == "remove":
             print(f"removed: {' '.join(remove(packages)) or 'nothing (none installed)'}")
-        elif dpkg_missing(packages):
-            print(f"missing: {' '.join(dpkg_missing(packages))} (install: {by_hand(dpkg_missing(packages))})")
+        elif missing := dpkg_missing(packages):
+            print(f"missing: {' '.join(missing)} (install: {by_hand(missing)})")
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
