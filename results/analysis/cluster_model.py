@@ -136,26 +136,17 @@ def misses(pred: Prediction) -> List[Miss]:
     """The measured rows the model misses by more than TOLERANCE, each with the term that misses: when
     the model is optimistic, a cost it has no term for (those left out, or cores shared on one host);
     when pessimistic, its largest communication or straggler term, else the calibrated compute."""
+    optimistic = ("a cost with no term here: " + "; ".join(pred.missing) if pred.missing
+                  else "a cost the model has no term for (processes sharing one host's cores, or data loading)")
     out = []
     for row in pred.rows:
         if row["error"] is None or abs(row["error"]) <= TOLERANCE:
             continue
         batch = pred.whole.inputs.global_batch(row["gpus"])
-        measured_ms, predicted_ms = 1e3 * batch / row["measured"], 1e3 * batch / row["predicted"]
-        out.append(Miss(row["gpus"], row["error"], measured_ms, predicted_ms,
-                        _optimistic_term(pred) if row["error"] > 0 else _pessimistic_term(row)))
+        name, value = max({"exposed all-reduce": row["exposed_comm_ms"], "straggler wait": row["straggler_ms"]}.items(),
+                          key=lambda item: item[1])
+        pessimistic = (f"its {name} term ({value:.1f} ms a step) is too large" if value > 0
+                       else "its compute per step, calibrated at the smallest point, is too large here")
+        out.append(Miss(row["gpus"], row["error"], 1e3 * batch / row["measured"], 1e3 * batch / row["predicted"],
+                        optimistic if row["error"] > 0 else pessimistic))
     return out
-
-
-def _optimistic_term(pred: Prediction) -> str:
-    if pred.missing:
-        return "a cost with no term here: " + "; ".join(pred.missing)
-    return "a cost the model has no term for (processes sharing one host's cores, or data loading)"
-
-
-def _pessimistic_term(row: Dict[str, object]) -> str:
-    terms = {"exposed all-reduce": row["exposed_comm_ms"], "straggler wait": row["straggler_ms"]}
-    name, value = max(terms.items(), key=lambda item: item[1])
-    if value > 0:
-        return f"its {name} term ({value:.1f} ms a step) is too large"
-    return "its compute per step, calibrated at the smallest point, is too large here"

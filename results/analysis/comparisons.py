@@ -15,7 +15,7 @@
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from results.core.kinds import Record, typed
 from results.core.records import group_by
@@ -94,18 +94,11 @@ def jpeg_vs_synthetic_rows(train: Sequence[Record]) -> List[dict]:
         return (p.setup, p.arch, p.image_size, p.batch_size, record.world_size, record.environment.gpu_name,
                 record.environment.code)
     usable = [r for r in train if r.point.setup and r.status == "ok" and not profiled(r)]
-    synthetic: Dict[tuple, dict] = {}
-    for r in (r for r in usable if r.point.data == "dummy"):
-        best = synthetic.get(key(r))
-        if best is None or r.metrics.images_per_s > best.metrics.images_per_s:
-            synthetic[key(r)] = r
-    rows = []
-    for r in usable:
-        s = synthetic.get(key(r)) if r.point.data != "dummy" else None
-        if s:
-            rows.append({"record": r, "synthetic": s,
-                         "fraction": r.metrics.images_per_s / s.metrics.images_per_s})
-    return rows
+    synthetic = {k: max(rs, key=lambda r: r.metrics.images_per_s)
+                 for k, rs in group_by([r for r in usable if r.point.data == "dummy"], key).items()}
+    return [{"record": r, "synthetic": synthetic[key(r)],
+             "fraction": r.metrics.images_per_s / synthetic[key(r)].metrics.images_per_s}
+            for r in usable if r.point.data != "dummy" and key(r) in synthetic]
 
 
 def logging_rows(train: Sequence[Record]) -> List[dict]:

@@ -101,22 +101,19 @@ def comm_time(inputs: ModelInputs, gpus: int) -> float:
         return 0.0
     inter = gpus > inputs.gpus_per_node and inputs.busbw_inter is not None
     bw = inputs.busbw_inter if inter else inputs.busbw_intra
-    alpha = ((inputs.alpha_inter_s if inputs.alpha_inter_s is not None else inputs.alpha_intra_s) if inter
-             else inputs.alpha_intra_s)
+    alpha = inputs.alpha_inter_s if inter and inputs.alpha_inter_s is not None else inputs.alpha_intra_s
     calls = math.ceil(inputs.grad_bytes / inputs.bucket_bytes)
     return calls * 2 * (gpus - 1) * alpha + 2 * (gpus - 1) / gpus * inputs.grad_bytes / bw
 
 
-def hidden_time(inputs: ModelInputs, gpus: int, hidden_fraction: float) -> float:
-    """Seconds of the all-reduce that backward hides: h t_comm(n), at most the backward time f t_c."""
+def step_time(inputs: ModelInputs, gpus: int, hidden_fraction: float) -> float:
+    """Seconds per step: compute plus the exposed part of the all-reduce (see the module docstring); backward
+    hides h t_comm(n) of it, at most the backward time f t_c."""
     if not 0.0 <= hidden_fraction <= 1.0:
         raise ValueError(f"hidden fraction {hidden_fraction!r} is not in [0, 1]")
-    return min(hidden_fraction * comm_time(inputs, gpus), inputs.backward_fraction * inputs.step_time_s)
-
-
-def step_time(inputs: ModelInputs, gpus: int, hidden_fraction: float) -> float:
-    """Seconds per step: compute plus the exposed part of the all-reduce (see the module docstring)."""
-    return inputs.step_time_s + max(0.0, comm_time(inputs, gpus) - hidden_time(inputs, gpus, hidden_fraction))
+    comm = comm_time(inputs, gpus)
+    hidden = min(hidden_fraction * comm, inputs.backward_fraction * inputs.step_time_s)
+    return inputs.step_time_s + max(0.0, comm - hidden)
 
 
 def predict(inputs: ModelInputs, gpus: int, hidden_fraction: float) -> Dict[str, float]:
@@ -300,10 +297,8 @@ def breakdown(model: WholeStep, gpus: int) -> Dict[str, object]:
     n b timed / (R + timed x step).
     """
     x, parts = _images_per_s(model, gpus)
-    gains = {}
-    for term in TERMS[1:]:
-        if term not in model.off:
-            gains[term] = _images_per_s(replace(model, off=model.off + (term,)), gpus)[0] - x
+    gains = {term: _images_per_s(replace(model, off=model.off + (term,)), gpus)[0] - x
+             for term in TERMS[1:] if term not in model.off}
     best = max(gains, key=gains.get) if gains else None
     binding = best if best is not None and gains[best] > 1e-9 * x else "compute"
     m = model.inputs
@@ -327,8 +322,7 @@ def calibrate_whole(model: WholeStep, gpus: int, measured_images_per_s: float) -
     got = _images_per_s(out, gpus)[0]
     if abs(got - measured_images_per_s) > 1e-6 * measured_images_per_s:
         raise ValueError(f"{breakdown(out, gpus)['binding']} caps {gpus} GPUs at {got:.0f} images/s, below the "
-                         f"measured "
-                         f"{measured_images_per_s:.0f}: t_c cannot be calibrated there")
+                         f"measured {measured_images_per_s:.0f}: t_c cannot be calibrated there")
     return out
 
 

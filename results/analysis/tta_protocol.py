@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 from results.core.kinds import Record
+from results.core.records import group_by
 
 KIND = "time_to_accuracy"
 TUNING_KIND = "tta_tuning"
@@ -36,10 +37,7 @@ def machine(run: Record) -> str:
 
 def by_machine(runs: Sequence[Record]) -> Dict[str, List[Record]]:
     """RUNS grouped by :func:`machine`, in the order first seen."""
-    groups: Dict[str, List[Record]] = {}
-    for run in runs:
-        groups.setdefault(machine(run), []).append(run)
-    return groups
+    return group_by(runs, machine)
 
 
 def counted(runs: Sequence[Record]) -> List[Record]:

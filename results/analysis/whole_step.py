@@ -152,15 +152,13 @@ def _case(name: str, build: Callable[[dict], scaling_model.WholeStep], points: S
     return Case(name, fit(mid), tuple(points), n0, tuple(fit(c) for c in corners if c != mid), mid, unmeasured)
 
 
+def _range(cited) -> Tuple[float, float]:
+    """A cited figure as (low, high): a {"low", "high"} range, or one number."""
+    return (cited["low"], cited["high"]) if isinstance(cited, dict) else (cited, cited)
+
+
 def restart_range(facts: dict) -> Tuple[float, float]:
-    r = facts["loader_restart_s"]
-    return (r["low"], r["high"]) if isinstance(r, dict) else (r, r)
-
-
-def _storage_range(facts: dict, run: str) -> Tuple[float, float]:
-    """The read rates the run's storage is known to have delivered (its own 64-GPU run's peak, and May's)."""
-    r = facts.get("storage_read_Bps_runs", {}).get(run)
-    return (r["low"], r["high"]) if r else (facts["storage_read_Bps"], facts["storage_read_Bps"])
+    return _range(facts["loader_restart_s"])
 
 
 def hal_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
@@ -178,17 +176,18 @@ def hal_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
                                 busbw_intra=L["busbw_intra"], alpha_intra_s=L["alpha_intra_s"],
                                 gpus_per_node=L["gpus_per_node"], busbw_inter=L["busbw_inter"],
                                 alpha_inter_s=L["alpha_inter_s"])
-        storage = scaling_model.Storage(L["bytes_per_image"], L["storage_read_Bps"], L["storage_opens_per_s"])
 
-        def build(values: dict, inputs=inputs, storage=storage) -> scaling_model.WholeStep:
+        def build(values: dict, inputs=inputs) -> scaling_model.WholeStep:
             r = values.get("images_per_core_s", rate)
             pipe = scaling_model.Pipeline(L["cores_per_node"], r, L["loader_workers_per_gpu"]) if r else None
             epoch = scaling_model.Epoch(restart_s=values["loader_restart_s"], timed_every=L["timed_every"],
                              drop_last=L["drop_last"])
-            st = replace(storage, read_bytes_per_s=values["storage_read_Bps"])
+            st = scaling_model.Storage(L["bytes_per_image"], values["storage_read_Bps"], L["storage_opens_per_s"])
             return scaling_model.WholeStep(inputs, L["hidden_fraction"], samples, pipe, st, epoch=epoch)
         pts = list(zip(run["gpus"], batches, run["train_img_per_s"]))
-        ranges = {"loader_restart_s": restart_range(L), "storage_read_Bps": _storage_range(L, run["label"])}
+        # the read rates the run's storage is known to have delivered (its own 64-GPU run's peak, and May's)
+        read_Bps = L.get("storage_read_Bps_runs", {}).get(run["label"], L["storage_read_Bps"])
+        ranges = {"loader_restart_s": restart_range(L), "storage_read_Bps": _range(read_Bps)}
         cases.append(_case(f"HAL 2020 {run['label']}", build, pts, ranges, (L["unmeasured"], L["unmeasured_input"])))
     return cases
 
@@ -218,13 +217,10 @@ def dle_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
 
 # ---------------------------------------------------------------- the check
 
-def _predict(model: scaling_model.WholeStep, gpus: int, batch: int) -> float:
-    return scaling_model.breakdown(scaling_model.with_batch(model, batch), gpus)["images_per_s"]
-
-
-SETTERS = {  # the unmeasured inputs a miss can be solved for, set on a calibrated model
-    "loader_restart_s": lambda w, v: replace(w, epoch=replace(w.epoch, restart_s=v)),
-    "images_per_core_s": lambda w, v: replace(w, pipeline=replace(w.pipeline, images_per_core_s=v)),
+UNMEASURED = {  # the unmeasured inputs a miss can be solved for: (read from, set on) a calibrated model
+    "loader_restart_s": (lambda w: w.epoch.restart_s, lambda w, v: replace(w, epoch=replace(w.epoch, restart_s=v))),
+    "images_per_core_s": (lambda w: w.pipeline.images_per_core_s if w.pipeline else None,
+                          lambda w, v: replace(w, pipeline=replace(w.pipeline, images_per_core_s=v))),
 }
 
 
@@ -234,11 +230,11 @@ def needed_value(case: Case, gpus: int, batch: int, published: float) -> Optiona
     None when the model has no such input or no value reaches the point."""
     key = case.unmeasured[1]
     w = scaling_model.with_batch(case.model, batch)
-    if key not in SETTERS or (key == "images_per_core_s" and w.pipeline is None):
+    if _cited(case, batch) is None:
         return None
 
     def err(value: float) -> float:
-        return scaling_model.breakdown(SETTERS[key](w, value), gpus)["images_per_s"] - published
+        return scaling_model.breakdown(UNMEASURED[key][1](w, value), gpus)["images_per_s"] - published
     lo, hi = 1e-3, 1e5
     e_lo = err(lo)
     if e_lo * err(hi) > 0:
@@ -247,11 +243,9 @@ def needed_value(case: Case, gpus: int, batch: int, published: float) -> Optiona
 
 
 def _cited(case: Case, batch: int) -> Optional[float]:
-    """The model's value of the case's unmeasured input."""
-    key, w = case.unmeasured[1], scaling_model.with_batch(case.model, batch)
-    if key == "loader_restart_s":
-        return w.epoch.restart_s
-    return w.pipeline.images_per_core_s if key == "images_per_core_s" and w.pipeline else None
+    """The model's value of the case's unmeasured input (None: the model has no such input)."""
+    key = case.unmeasured[1]
+    return UNMEASURED[key][0](scaling_model.with_batch(case.model, batch)) if key in UNMEASURED else None
 
 
 def check_rows(cases: Sequence[Case]) -> List[dict]:
@@ -260,7 +254,8 @@ def check_rows(cases: Sequence[Case]) -> List[dict]:
     for case in cases:
         for n, b, x in case.points:
             p = scaling_model.breakdown(scaling_model.with_batch(case.model, b), n)
-            band = [_predict(v, n, b) for v in case.variants] + [p["images_per_s"]]
+            band = [scaling_model.breakdown(scaling_model.with_batch(v, b), n)["images_per_s"]
+                    for v in case.variants] + [p["images_per_s"]]
             errors = [scaling_model.relative_error(y, x) for y in band]
             measured_step = n * b / x
             rows.append({"case": case.name, "gpus": n, "batch": b, "measured": x, "predicted": p["images_per_s"],
