@@ -42,38 +42,38 @@ FIELDS = ("schema", "kind", "status", "sweep", "time", "point", "metrics", "envi
 METRICS: Dict[str, type] = {kind: metrics for kind, (_, metrics) in KINDS.items()}
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
-UNITS = {
-    "images_per_s": "images/s", "images_per_s_per_process": "images/s", "step_time_ms": "ms",
-    "data_time_ms": "ms", "compute_time_ms": "ms", "peak_memory_bytes": "bytes", "epoch_time_s": "s",
-    "elapsed_s": "s", "mb_per_s": "MB/s (1e6 bytes)", "files_per_s": "files/s", "rchar": "bytes",
-    "read_bytes": "bytes", "syscr": "read syscalls", "time_us": "us", "algbw_gbps": "GB/s (1e9 bytes)",
-    "busbw_gbps": "GB/s (1e9 bytes)", "bytes": "bytes", "scaling_efficiency": "fraction",
-    "top1": "%", "top5": "%", "cpu_s": "CPU s (user + system)", "cpu_ms_per_image": "CPU ms",
-    "images_per_cpu_s": "images per CPU second (images/s per busy core)", "cores_busy": "cores",
-    "step_no_allreduce_ms": "ms", "exposed_comm_ms": "ms", "allreduce_alone_ms": "ms",
-    "hidden_fraction": "fraction", "grad_bytes": "bytes", "ratio_per_core": "x (vs the baseline backend)",
-    "ratio_min": "x", "ratio_max": "x", "rounds": "rounds",
-    "checkpoint_saves": "checkpoints", "checkpoint_periodic": "checkpoints", "checkpoint_stall_ms_mean": "ms",
-    "checkpoint_stall_ms_max": "ms", "checkpoint_write_s_mean": "s", "checkpoint_bytes_written": "bytes",
-    "checkpoint_every_steps": "steps",
-    "files": "files", "mb_per_s_per_node": "MB/s (1e6 bytes)", "files_per_s_per_node": "files/s",
-    "min_node_mb_per_s": "MB/s (1e6 bytes)", "bytes_per_file": "bytes", "storage_mb_per_s": "MB/s (1e6 bytes)",
-    "opens": "files opened (strace openat)",
-    "dataset_opens": "files opened (dataset counter)", "shards": "shard files", "epochs": "epochs",
-    "opening_processes": "processes (that opened a data file)",
-    "max_opens_per_file": "opens (most of one file by one process)",
-    "rank_rss_bytes": "bytes", "rank_index_bytes": "bytes", "worker_private_bytes": "bytes (max over workers)",
-    "worker_pss_bytes": "bytes (max over workers)", "worker_rss_bytes": "bytes (max over workers)",
-    "workers": "processes", "touched": "chunks of 65536 entries",
-    "survived": "1 = the run finished after the fault", "detect_s": "s (fault injected -> the job or process ended)",
-    "steps_trained_twice": "steps", "checkpoints_lost": "checkpoints",
-    "read_mb_per_s": "MB/s (1e6 bytes)", "written_bytes": "bytes",
-    "target_top1": "%", "best_top1": "%", "time_to_target_s": "s (wall, evaluation included)", "wall_s": "s",
-    "core_s": "CPU s (user + system, the whole process tree)", "epochs_to_target": "epochs",
+_NAMES_BY_UNIT = {
+    "ms": ("step_time_ms", "data_time_ms", "compute_time_ms", "step_no_allreduce_ms", "exposed_comm_ms",
+           "allreduce_alone_ms", "checkpoint_stall_ms_mean", "checkpoint_stall_ms_max"),
+    "s": ("epoch_time_s", "elapsed_s", "checkpoint_write_s_mean", "wall_s"),
+    "bytes": ("peak_memory_bytes", "rchar", "read_bytes", "bytes", "grad_bytes", "checkpoint_bytes_written",
+              "bytes_per_file", "rank_rss_bytes", "rank_index_bytes", "written_bytes"),
+    "bytes (max over workers)": ("worker_private_bytes", "worker_pss_bytes", "worker_rss_bytes"),
+    "MB/s (1e6 bytes)": ("mb_per_s", "mb_per_s_per_node", "min_node_mb_per_s", "storage_mb_per_s", "read_mb_per_s"),
+    "GB/s (1e9 bytes)": ("algbw_gbps", "busbw_gbps"),
+    "images/s": ("images_per_s", "images_per_s_per_process"),
+    "files/s": ("files_per_s", "files_per_s_per_node"),
+    "%": ("top1", "top5", "target_top1", "best_top1", "best_top1_in_budget"),
+    "fraction": ("scaling_efficiency", "hidden_fraction"),
+    "x": ("ratio_min", "ratio_max"),
+    "checkpoints": ("checkpoint_saves", "checkpoint_periodic", "checkpoints_lost"),
+    "steps": ("checkpoint_every_steps", "steps_trained_twice"),
+    "epochs": ("epochs", "epochs_to_target", "eval_every"),
+    "cores": ("cores_busy", "cores"),
+    "load average (1 min)": ("load_1m_mean", "load_1m_max"),
+}
+UNITS = {name: unit for unit, names in _NAMES_BY_UNIT.items() for name in names} | {
+    "syscr": "read syscalls", "time_us": "us", "cpu_s": "CPU s (user + system)", "cpu_ms_per_image": "CPU ms",
+    "images_per_cpu_s": "images per CPU second (images/s per busy core)",
+    "ratio_per_core": "x (vs the baseline backend)", "rounds": "rounds", "files": "files",
+    "opens": "files opened (strace openat)", "dataset_opens": "files opened (dataset counter)",
+    "shards": "shard files", "opening_processes": "processes (that opened a data file)",
+    "max_opens_per_file": "opens (most of one file by one process)", "workers": "processes",
+    "touched": "chunks of 65536 entries", "survived": "1 = the run finished after the fault",
+    "detect_s": "s (fault injected -> the job or process ended)", "time_to_target_s": "s (wall, evaluation included)",
+    "core_s": "CPU s (user + system, the whole process tree)",
     "core_s_to_target": "CPU s (user + system, the whole process tree, at the evaluation that reached it)",
-    "budget_s": "s (main.py's wall time)", "best_top1_in_budget": "%",
-    "images_seen": "images", "eval_s": "s (evaluation wall time, counted in)", "eval_every": "epochs",
-    "load_1m_mean": "load average (1 min)", "load_1m_max": "load average (1 min)", "cores": "cores",
+    "budget_s": "s (main.py's wall time)", "images_seen": "images", "eval_s": "s (evaluation wall time, counted in)",
     "device_hours": "GPU hours (wall x GPUs)", "samples": "samples",
 }
 
@@ -85,10 +85,6 @@ class Problem:
     source: str
     line: int
     reason: str
-
-
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def new_sweep_id(kind: str, tag: str) -> str:
@@ -104,8 +100,8 @@ def make_record(kind: str, sweep: str, point: Dict[str, Any], metrics: Dict[str,
     if kind not in METRICS or status not in STATUSES:
         raise ValueError(f"bad record kind/status {kind!r}/{status!r}")
     rec = {"schema": SCHEMA, "kind": kind, "status": status, "error": error, "sweep": sweep,
-           "time": now_iso(), "point": point, "metrics": metrics,
-           "units": {k: UNITS[k] for k in metrics if k in UNITS}, "environment": environment,
+           "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "point": point,
+           "metrics": metrics, "units": {k: UNITS[k] for k in metrics if k in UNITS}, "environment": environment,
            "host_load_1m": _load()}  # a busy shared node explains outliers
     rec.update(extra)
     return rec
@@ -213,17 +209,11 @@ def read_lines(path: Path) -> Tuple[List[dict], List[Problem]]:
     return [r.raw for r in good], bad
 
 
-def record_files(paths: Iterable[Path]) -> List[Path]:
-    """The records files PATHS name: a file as given, a directory's ``*.jsonl`` in name order."""
-    files: List[Path] = []
-    for p in paths:
-        files += sorted(Path(p).glob("*.jsonl")) if Path(p).is_dir() else [Path(p)]
-    return files
-
-
 def load_by_file(paths: Iterable[Path]) -> List[Tuple[Path, List[Record], List[Problem]]]:
-    """Each records file's (path, records, unusable lines), in file order; an unusable line is logged once."""
-    loaded = [(f, *read_records(f)) for f in record_files(paths)]
+    """Each records file's (path, records, unusable lines), in file order; an unusable line is logged once.
+    PATHS name records files: a file as given, a directory's ``*.jsonl`` in name order."""
+    files = [f for p in map(Path, paths) for f in (sorted(p.glob("*.jsonl")) if p.is_dir() else [p])]
+    loaded = [(f, *read_records(f)) for f in files]
     for _, _, bad in loaded:
         for pr in bad:
             log.warning("skipping record %s:%d: %s", pr.source, pr.line, pr.reason)
