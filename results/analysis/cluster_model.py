@@ -59,8 +59,7 @@ def _storage(series: Sequence[Record], storage: Sequence[Record]) -> Optional[Tu
     by_mb = max(folder, key=lambda r: r.metrics.mb_per_s)
     by_files = max(folder, key=lambda r: r.metrics.files_per_s)
     st = scaling_model.Storage(bytes_per_image=by_mb.metrics.bytes_per_file,
-                    read_bytes_per_s=by_mb.metrics.mb_per_s * 1e6,
-                    opens_per_s=by_files.metrics.files_per_s)
+                               read_bytes_per_s=by_mb.metrics.mb_per_s * 1e6, opens_per_s=by_files.metrics.files_per_s)
     return st, by_mb, by_files
 
 
@@ -90,9 +89,8 @@ def predict_cluster(series: Sequence[Record], ar: Sequence[Record] = (), overlap
     if h_rec:
         sources["hidden fraction"] = h_rec.source
     inputs = scaling_model.ModelInputs(step_time_s=1.0, batch_per_gpu=p.batch_size,
-                            grad_bytes=params * (2 if p.precision in ("O2", "O3") else 4),
-                            busbw_intra=busbw, alpha_intra_s=alpha,
-                            gpus_per_node=p.procs_per_node or 1 << 30)
+                                       grad_bytes=params * (2 if p.precision in ("O2", "O3") else 4), busbw_intra=busbw,
+                                       alpha_intra_s=alpha, gpus_per_node=p.procs_per_node or 1 << 30)
     samples = tuple(cal.metrics.step_times_ms or ())
     if not samples:
         missing.append("stragglers (the calibration record kept no per-step times)")

@@ -173,7 +173,7 @@ class Pipeline:
 
     def capacity(self, gpus: int, gpus_per_node: int) -> float:
         """images/s the loaders of n GPUs deliver, ``gpus_per_node`` to a node."""
-        full, rest = divmod(gpus, gpus_per_node) if gpus > gpus_per_node else (0, gpus)
+        full, rest = divmod(gpus, gpus_per_node)
         return sum(self._node(g) for g in [gpus_per_node] * full + ([rest] if rest else []))
 
     def _node(self, gpus: int) -> float:

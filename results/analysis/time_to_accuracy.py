@@ -144,9 +144,8 @@ def h100_model(train: Sequence[Record], system: dict,
     best = max(ok, key=lambda r: r.metrics.images_per_s)
     b = best.point.batch_size
     inputs = scaling_model.ModelInputs(step_time_s=b / best.metrics.images_per_s, batch_per_gpu=b,
-                                       grad_bytes=grad_bytes,
-                            busbw_intra=system["busbw_intra"], alpha_intra_s=system["alpha_intra_s"],
-                            gpus_per_node=system["gpus_per_node"])
+                                       grad_bytes=grad_bytes, busbw_intra=system["busbw_intra"],
+                                       alpha_intra_s=system["alpha_intra_s"], gpus_per_node=system["gpus_per_node"])
     return (scaling_model.WholeStep(inputs),
             f"{best.source} (this project's engine, {best.point.data} data, batch {b})")
 

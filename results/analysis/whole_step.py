@@ -173,9 +173,9 @@ def hal_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
         b = run["batch_per_gpu"]
         batches = b if isinstance(b, list) else [b] * len(run["gpus"])
         inputs = scaling_model.ModelInputs(step_time_s=1.0, batch_per_gpu=batches[0], grad_bytes=grad,
-                                busbw_intra=L["busbw_intra"], alpha_intra_s=L["alpha_intra_s"],
-                                gpus_per_node=L["gpus_per_node"], busbw_inter=L["busbw_inter"],
-                                alpha_inter_s=L["alpha_inter_s"])
+                                           busbw_intra=L["busbw_intra"], alpha_intra_s=L["alpha_intra_s"],
+                                           gpus_per_node=L["gpus_per_node"], busbw_inter=L["busbw_inter"],
+                                           alpha_inter_s=L["alpha_inter_s"])
 
         def build(values: dict, inputs=inputs) -> scaling_model.WholeStep:
             r = values.get("images_per_core_s", rate)
@@ -201,8 +201,9 @@ def dle_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
     for config, c in L["check_configs"].items():
         sysm = L["systems"][c["system"]]
         inputs = scaling_model.ModelInputs(step_time_s=1.0, batch_per_gpu=c["batch_per_gpu"],
-                                grad_bytes=params * c["grad_bytes_per_param"], busbw_intra=sysm["busbw_intra"],
-                                alpha_intra_s=sysm["alpha_intra_s"], gpus_per_node=sysm["gpus_per_node"])
+                                           grad_bytes=params * c["grad_bytes_per_param"],
+                                           busbw_intra=sysm["busbw_intra"], alpha_intra_s=sysm["alpha_intra_s"],
+                                           gpus_per_node=sysm["gpus_per_node"])
 
         def build(values: dict, inputs=inputs, sysm=sysm) -> scaling_model.WholeStep:
             r = values.get("images_per_core_s", rate)
