@@ -2,7 +2,8 @@
 budget they fix, each run measured against them from its curve, and medians with ranges.
 
 A run counts when it follows the protocol (its point names the protocol version), finished, and the
-machine was otherwise quiet (``metrics.counted``, from ``other_cpu_share``). main.py's counted runs
+machine was otherwise quiet (``metrics.counted``, from ``other_cpu_share``); an engine run counts only
+under the engine's current recipe (its newest run's). main.py's counted runs
 fix the target (their median best top-1) and the budget (their median wall time). Each engine run
 ran against the target and budget known when it started; it is measured here against the final
 ones, from its curve, so that every run is judged by the same numbers.
@@ -41,7 +42,15 @@ def by_machine(runs: Sequence[Record]) -> Dict[str, List[Record]]:
 
 
 def counted(runs: Sequence[Record]) -> List[Record]:
-    return [r for r in runs if r.metrics.counted]
+    """One program's runs that count: quiet, and of its current recipe (the newest run's): a retuned
+    recipe starts its count again, and the runs of the recipes before it stay on record, uncounted."""
+    return [r for r in runs if r.metrics.counted and not superseded(r, runs)]
+
+
+def superseded(run: Record, runs: Sequence[Record]) -> bool:
+    """Whether RUN's recipe is not the newest of RUNS' (main.py's runs name none: never superseded)."""
+    newest = max(runs, key=lambda r: r.time)
+    return run.point.recipe_flags != newest.point.recipe_flags
 
 
 def earlier_runs(recs: Sequence[Record]) -> List[Record]:

@@ -11,6 +11,7 @@ from PIL import Image
 from imagenet import config
 from imagenet.train import time_to_accuracy
 from results import bench
+from results.analysis import tta_protocol
 from results.core import kinds, records
 from results.report import time_to_accuracy as tta_report
 from results.runners import examples_main, fashion_mnist, follow, tta
@@ -331,3 +332,16 @@ def test_report_marks_the_runs_before_the_protocol(tmp_path):
     assert "No run under the protocol yet." in text and "Before the protocol (not counted" in text
     assert "| this engine | 91.4 | 502.7 | 1735 | tta.jsonl:4 |" in text
     assert "| ResNet18 | normalisation" in text and "haven't yet tested" in text
+
+
+def test_a_retuned_recipe_starts_its_count_again():
+    def run(sweep, when, flags, program=tta.OURS_PROGRAM):
+        rec = records.make_record("time_to_accuracy", sweep, {"program": program, "protocol": tta.PROTOCOL,
+                                                              "recipe_flags": flags}, {"counted": True}, {})
+        return kinds.from_dict({**rec, "time": when, "_source": f"t.jsonl:{sweep}"})
+    old = [run(f"old-{i}", f"2026-11-27T1{i}:00:00+00:00", ["--epochs", "14"]) for i in range(3)]
+    new = run("new", "2026-11-27T15:00:00+00:00", ["--epochs", "10"])
+    assert tta_protocol.counted([*old, new]) == [new]  # the runs of the earlier recipe stay on record, uncounted
+    assert tta_protocol.counted(old) == old
+    examples = [run(f"ex-{i}", f"2026-11-27T1{i}:00:00+00:00", None, tta.EXAMPLES_PROGRAM) for i in range(2)]
+    assert tta_protocol.counted(examples) == examples  # main.py's runs name no recipe
