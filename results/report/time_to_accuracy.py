@@ -31,7 +31,8 @@ PROTOCOL_TEXT = (
     "are scored main.py's way (resize 36, centre crop 32) on the 10,000 test photographs, which no "
     "tuning run reads: the recipe was chosen on a held-out tenth of the training photographs. The engine "
     "is scored on one declared set of weights at every evaluation. A run counts only when other "
-    "processes used at most 10 % of the machine's CPU time meanwhile. main.py's counted runs fix the "
+    "processes used at most 10 % of the machine's CPU time meanwhile, and an engine run only under the "
+    "current recipe (a retuned recipe starts its count again). main.py's counted runs fix the "
     "target (their median best top-1) and the budget (their median wall time); every run is measured "
     "against those from its curve. Times are wall seconds since the program started, evaluation "
     "included; CPU seconds are those of the whole process tree; start is the time to the end of the "
@@ -77,7 +78,8 @@ def _figure(runs: dict, fixed: Optional[Goal], path: Path) -> str:
 
 
 def _runs_table(runs: dict, fixed: Optional[Goal]) -> str:
-    rows = [_run_row(program, r, fixed) for program in NAMES for r in runs[program]]
+    rows = [_run_row(program, r, fixed, protocol.superseded(r, runs[program])) for program in NAMES
+            for r in runs[program]]
     lead = (f"Target {fmt(fixed.target)} % top-1 and budget {fmt(fixed.budget_s)} s: the medians of main.py's "
             f"{fixed.runs} counted run(s).\n\n" if fixed else "No counted main.py run yet: no target, no budget.\n\n")
     return lead + md_table(["program", "seed", "counted (other CPU)", "start (s)", "time to target (s)",
@@ -85,11 +87,12 @@ def _runs_table(runs: dict, fixed: Optional[Goal]) -> str:
                             "scored on", "record"], rows)
 
 
-def _run_row(program: str, run: Record, fixed: Optional[Goal]) -> list:
+def _run_row(program: str, run: Record, fixed: Optional[Goal], superseded: bool) -> list:
     m = run.metrics
     measured = protocol.measure(run, fixed.target, fixed.budget_s) if fixed else None
     share = m.other_cpu_share
-    counted = f"{'yes' if m.counted else 'no'} ({fmt(100 * share) if share is not None else '-'} %)"
+    counted = f"{'yes' if m.counted and not superseded else 'no'} ({fmt(100 * share) if share is not None else '-'} %)"
+    counted += ", an earlier recipe" if superseded else ""
     return [NAMES[program], fmt(run.point.seed), counted, fmt(m.start_s),
             fmt(measured and measured.time_to_target_s), fmt(measured and measured.core_s_to_target),
             fmt(measured and measured.best_in_budget), fmt(m.best_top1), fmt(m.epochs), fmt(m.wall_s),

@@ -343,5 +343,7 @@ def test_a_retuned_recipe_starts_its_count_again():
     new = run("new", "2026-11-27T15:00:00+00:00", ["--epochs", "10"])
     assert tta_protocol.counted([*old, new]) == [new]  # the runs of the earlier recipe stay on record, uncounted
     assert tta_protocol.counted(old) == old
+    row = tta_report._run_row(tta.OURS_PROGRAM, old[0], None, tta_protocol.superseded(old[0], [*old, new]))
+    assert row[2] == "no (- %), an earlier recipe"  # shown in the runs table, not dropped
     examples = [run(f"ex-{i}", f"2026-11-27T1{i}:00:00+00:00", None, tta.EXAMPLES_PROGRAM) for i in range(2)]
     assert tta_protocol.counted(examples) == examples  # main.py's runs name no recipe
