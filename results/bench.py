@@ -32,7 +32,7 @@ from results.core.kinds import typed
 from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.setups import CPU_SETUPS, SETUPS
 from results.runners import (data_scale_bench, faults_bench, local, prepare_bench, region_bench, scaling, slurm_queue,
-                             tta)
+                             train_bench, tta)
 from results.runners.common import BenchError, progress
 from slurm.generate import GenerateError
 
@@ -161,24 +161,15 @@ def _add_train(sub, common: argparse.ArgumentParser) -> None:
     t.add_argument("--workers", type=int, default=0)
     t.add_argument("--extra", action="append", default=[], help="one more engine flag (repeatable), "
                    "e.g. --extra=--channels-last")
-    _add_submit(t)
+    t.add_argument("--submit", choices=["local", "slurm"], default="local",
+                   help="local: torchrun here; slurm: one sbatch job per point (slurm.generate)")
+    t.add_argument("--gpus-per-node", type=int, default=4, help="with --submit slurm (0: CPU nodes)")
+    t.add_argument("--time-limit", default="01:00:00", help="with --submit slurm")
+    train_bench.add_sbatch_flags(t, "with --submit slurm: ")
     t.add_argument("--timeout", type=float, default=1800, help="seconds per point (slurm: then the job is "
                    "cancelled)")
     t.add_argument("--keep-checkpoints", action="store_true", help="keep results/scratch run folders")
     t.add_argument("--note", help="recorded with every point and shown in the report (e.g. what the nodes share)")
-
-
-def _add_submit(train: argparse.ArgumentParser) -> None:
-    """train's flags for running each point as a SLURM job."""
-    train.add_argument("--submit", choices=["local", "slurm"], default="local",
-                   help="local: torchrun here; slurm: one sbatch job per point (slurm.generate)")
-    train.add_argument("--gpus-per-node", type=int, default=4, help="with --submit slurm (0: CPU nodes)")
-    train.add_argument("--cpus-per-task", type=int, help="with --submit slurm; also each process's OMP_NUM_THREADS")
-    train.add_argument("--time-limit", default="01:00:00", help="with --submit slurm")
-    for flag in ("--partition", "--account", "--qos", "--constraint"):
-        train.add_argument(flag, help=f"with --submit slurm: sbatch {flag}")
-    train.add_argument("--setup", action="append", default=[], metavar="LINE",
-                   help="with --submit slurm: shell line the job runs first, e.g. 'module load cuda' (repeatable)")
 
 
 def _add_io(sub, common: argparse.ArgumentParser) -> None:

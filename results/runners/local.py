@@ -38,10 +38,7 @@ def train_points(args: argparse.Namespace) -> List[train_bench.TrainPoint]:
 
 def run_train(args: argparse.Namespace) -> List[dict]:
     pts = train_points(args)
-    runner = (train_bench.SlurmRunner(args.gpus_per_node, args.time_limit, cpus_per_task=args.cpus_per_task,
-                                      timeout_s=args.timeout, partition=args.partition, account=args.account,
-                                      qos=args.qos,
-                                      constraint=args.constraint, setup=tuple(args.setup)) if args.submit == "slurm"
+    runner = (train_bench.SlurmRunner.from_args(args, args.time_limit, args.timeout) if args.submit == "slurm"
               else train_bench.LocalRunner(args.timeout))
     sweep = records.new_sweep_id("train", args.tag)
     params = {p.arch: parameter_count(p.arch) for p in pts}
