@@ -33,7 +33,7 @@ from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.setups import CPU_SETUPS, SETUPS
 from results.runners import (data_scale_bench, faults_bench, local, prepare_bench, region_bench, scaling, slurm_queue,
                              train_bench, tta)
-from results.runners.common import BenchError, progress
+from results.runners.common import BenchError, add_flags, progress
 from slurm.generate import GenerateError
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ def _add_train(sub, common: argparse.ArgumentParser) -> None:
     t = sub.add_parser("train", parents=[common], help="training throughput sweep (runs the engine)")
     t.add_argument("--variants", nargs="+", default=["ddp"], choices=list(SCRIPTS))
     t.add_argument("--procs", nargs="+", type=int, default=[1, 2], help="processes (GPUs) per node")
-    t.add_argument("--nodes", nargs="+", type=int, default=[1])
+    add_flags(t, nodes=[1])
     t.add_argument("--batch", nargs="+", type=int, default=[16], help="batch per process")
     t.add_argument("--precision", nargs="+", default=["O0"], choices=["O0", "O1", "O2", "O3"])
     t.add_argument("--setups", nargs="+", choices=list(SETUPS),
@@ -154,11 +154,7 @@ def _add_train(sub, common: argparse.ArgumentParser) -> None:
     t.add_argument("--amp-dtype", choices=["float16", "bfloat16"])
     t.add_argument("--data", nargs="+", default=["dummy"], help="'dummy' and/or dataset directories")
     t.add_argument("-a", "--arch", default="resnet18")
-    t.add_argument("--image-size", type=int, default=64)
-    t.add_argument("--epochs", type=int, default=1)
-    t.add_argument("--steps-per-epoch", type=int, default=30)
-    t.add_argument("--val-steps", type=int, default=1)
-    t.add_argument("--workers", type=int, default=0)
+    add_flags(t, image_size=64, epochs=1, steps_per_epoch=30, val_steps=1, workers=0)
     t.add_argument("--extra", action="append", default=[], help="one more engine flag (repeatable), "
                    "e.g. --extra=--channels-last")
     t.add_argument("--submit", choices=["local", "slurm"], default="local",
@@ -178,33 +174,29 @@ def _add_io(sub, common: argparse.ArgumentParser) -> None:
     i.add_argument("--classes", type=int, default=4, help="generated dataset: classes")
     i.add_argument("--per-class", type=int, default=64, help="generated dataset: images per class")
     i.add_argument("--backends", nargs="+", help="loader backends (default: all available)")
-    i.add_argument("--workers", nargs="+", type=int, default=[0, 1, 2])
+    add_flags(i, workers=[0, 1, 2])
     i.add_argument("--readers", nargs="+", type=int, default=[1, 2], help="concurrent reader processes")
     i.add_argument("--reader-workers", type=int, default=0, help="loader workers of each concurrent reader")
     i.add_argument("--cache", nargs="+", default=["cold", "warm"], choices=["cold", "warm"])
-    i.add_argument("--batch", type=int, default=32)
-    i.add_argument("--image-size", type=int, default=224)
+    add_flags(i, batch=32, image_size=224)
     i.add_argument("--images", type=int, default=256, help="images read per reader and point")
     i.add_argument("--threads", type=int, default=1, help="torch threads of a reader (as a loader worker)")
 
 
 def _add_allreduce(sub, common: argparse.ArgumentParser) -> None:
     r = sub.add_parser("allreduce", parents=[common], help="collective bandwidth (nccl-tests style)")
-    r.add_argument("--world-sizes", nargs="+", type=int, default=[2])
+    add_flags(r, world_sizes=[2])
     r.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
     r.add_argument("--min-bytes", type=_size, default=4)
     r.add_argument("--max-bytes", type=_size, default=64 << 20)
-    r.add_argument("--factor", type=int, default=4)
+    add_flags(r, factor=4)
 
 
 def _add_overlap(sub, common: argparse.ArgumentParser) -> None:
     o = sub.add_parser("overlap", parents=[common], help="exposed DDP all-reduce time per step (gloo, this host)")
-    o.add_argument("--world-sizes", nargs="+", type=int, default=[2])
-    o.add_argument("--arch", default="resnet18")
-    o.add_argument("--batch", type=int, default=16)
-    o.add_argument("--image-size", type=int, default=64)
+    add_flags(o, world_sizes=[2], arch="resnet18", batch=16, image_size=64)
     o.add_argument("--steps", type=int, default=10, help="timed steps of each kind (interleaved)")
-    o.add_argument("--bucket-cap-mb", type=float, nargs="+", default=[25.0])
+    add_flags(o, bucket_cap_mb=[25.0])
 
 
 def _add_pipeline(sub, common: argparse.ArgumentParser) -> None:
@@ -212,11 +204,7 @@ def _add_pipeline(sub, common: argparse.ArgumentParser) -> None:
                         "(lockstep rounds; ratio to the baseline backend)")
     pl.add_argument("--data", help="ImageFolder root with train/ (default: the generated ImageNet-like JPEGs)")
     pl.add_argument("--images", type=int, default=256, help="images per pass")
-    pl.add_argument("--workers", type=int, nargs="+", default=[0, 2])
-    pl.add_argument("--backends", nargs="+", default=["baseline", "fast"])
-    pl.add_argument("--rounds", type=int, default=3)
-    pl.add_argument("--image-size", type=int, default=224)
-    pl.add_argument("--batch", type=int, default=32)
+    add_flags(pl, workers=[0, 2], backends=["baseline", "fast"], rounds=3, image_size=224, batch=32)
 
 
 def _add_quick(sub, common: argparse.ArgumentParser) -> None:

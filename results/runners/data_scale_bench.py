@@ -230,21 +230,19 @@ def _in_child(fn: Callable[..., dict], *args: object, wrap: Sequence[str] = ()) 
 
 # ---------------------------------------------------------------- the bench command
 
-def add_parser(sub, common) -> None:
-    s = sub.add_parser("shards", parents=[common], help="data at scale: per-core rates from folder vs shards, "
+def add_parser(sub, flags) -> None:
+    s = sub.add_parser("shards", parents=[flags], help="data at scale: per-core rates from folder vs shards, "
                        "files opened and bytes read per epoch, memory of a 1.28M-sample index")
     s.add_argument("--data", help="ImageFolder root with train/ and val/ (default: generated ImageNet-like JPEGs)")
     s.add_argument("--images", type=int, default=512, help="images per pipeline pass")
-    s.add_argument("--rounds", type=int, default=5)
-    s.add_argument("--workers", type=int, nargs="+", default=[0])
+    common.add_flags(s, rounds=5, workers=[0])
     s.add_argument("--max-side", type=int, nargs="+", default=[320], help="re-encoded shard sets")
     s.add_argument("--shard-size", type=float, default=16, help="MB per shard of the bench conversions")
-    s.add_argument("--image-size", type=int, default=224)
-    s.add_argument("--batch", type=int, default=32)
+    common.add_flags(s, image_size=224, batch=32)
     s.add_argument("--loader-workers", type=int, default=4, help="DataLoader workers of the memory points")
     s.add_argument("--io-workers", type=int, default=2, help="loader workers of the opens run")
     s.add_argument("--io-epochs", type=int, default=3, help="epochs of the opens run (a seeded run)")
-    s.add_argument("--index-samples", type=int, default=IMAGENET_TRAIN_IMAGES)
+    common.add_flags(s, index_samples=IMAGENET_TRAIN_IMAGES)
     s.add_argument("--parts", nargs="+", default=["pipeline", "opens", "memory"],
                    choices=["pipeline", "opens", "memory"])
 

@@ -23,7 +23,7 @@ from PIL import Image
 from torchvision.transforms import RandomResizedCrop
 
 from imagenet.data.decode import jpeg
-from results.runners.common import BenchError, jpeg_root, new_sweep
+from results.runners.common import BenchError, add_flags, jpeg_root, new_sweep
 from results.runners.procs import torch_threads
 
 log = logging.getLogger(__name__)
@@ -111,8 +111,7 @@ def add_parser(sub, common) -> None:
     r = sub.add_parser("region", parents=[common], help="per-core cost of decoding a crop box: the C region "
                        "decoder vs nvImageCodec's CPU decoder (lockstep, same boxes)")
     r.add_argument("--data", help="ImageFolder root with train/ (default: generated ImageNet-like 500x375 JPEGs)")
-    r.add_argument("--images", type=int, default=256)
-    r.add_argument("--rounds", type=int, default=5)
+    add_flags(r, images=256, rounds=5)
 
 
 def run(args) -> List[dict]:

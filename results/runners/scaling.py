@@ -32,7 +32,7 @@ from results.core import records
 from results.core.kinds import typed
 from results.core.records import RUNS_DIR, SCRATCH_DIR, portable
 from results.runners import slurm_queue, storage_bench, train_bench
-from results.runners.common import BenchError, environment, record_context
+from results.runners.common import BenchError, add_flags, environment, record_context
 from slurm import generate
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ def _summary(rec: dict) -> str:
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
     c = sub.add_parser("scaling", parents=[common], help="node-count sweep on this SLURM cluster (one job per "
                        "point; --io: readers x nodes on the shared filesystem), then the report")
-    c.add_argument("--nodes", nargs="+", type=int, default=list(DEFAULT_NODES))
+    add_flags(c, nodes=list(DEFAULT_NODES))
     c.add_argument("--gpus-per-node", type=int, default=4, help="GPUs (= training processes) per node; 0: CPU nodes")
     c.add_argument("--procs-per-node", type=int, default=1, help="training processes per CPU node (--gpus-per-node 0)")
     train_bench.add_sbatch_flags(c)
@@ -253,8 +253,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     c.add_argument("--data", default="dummy", help="dataset root on the shared filesystem ('dummy': synthetic)")
     c.add_argument("-a", "--arch", default="resnet50")
     c.add_argument("--batch", type=int, default=256, help="batch per process")
-    c.add_argument("--image-size", type=int, default=224)
-    c.add_argument("--steps-per-epoch", type=int, default=100)
+    add_flags(c, image_size=224, steps_per_epoch=100)
     c.add_argument("--workers", type=int, help="loader workers per process (default 8 on GPUs, 0 on CPUs)")
     c.add_argument("--variant", default="ddp", choices=["ddp", "amp"])
     c.add_argument("--precision", default="O0", choices=["O0", "O1", "O2", "O3"], help="--opt-level (amp variant)")
