@@ -1,19 +1,13 @@
 """Benchmark harness: ``python -m results.bench
 train|io|allreduce|overlap|pipeline|region|quick|scaling|shards|prepare|faults|time-to-accuracy ...``.
 
-The one command line on top of results/ (see results/README.md): it parses, picks the runner and,
-where the kind ends with one, writes the report. Each measured point appends one JSON record to
-``results/records/<tag>.jsonl`` (see :mod:`results.core.records`); a point that fails is recorded
-as failed with the reason, and the sweep goes on. ``train``, ``io``, ``allreduce``, ``overlap`` and
-``pipeline`` run here (:mod:`results.runners.local`). ``quick`` is the preset behind ``make bench``:
-a small but complete set of those kinds on a CPU machine in a few minutes, followed by the report.
-``scaling`` sweeps node counts (or, with ``--io``, storage readers) on the SLURM cluster that
-``sbatch`` reaches (:mod:`results.runners.scaling`); ``shards`` measures data at scale
-(:mod:`results.runners.data_scale_bench`); ``region`` the per-core cost of decoding a crop box, C
-region decoder vs nvImageCodec (:mod:`results.runners.region_bench`); ``prepare`` times the import of
-ImageNet's archives (:mod:`results.runners.prepare_bench`); ``faults`` runs the fault scenarios on a local SLURM
-cluster (:mod:`slurm.localcluster`) and records them (:mod:`results.runners.faults_bench`); ``time-to-accuracy``
-times pytorch/examples' main.py and this engine to a target top-1 on Fashion-MNIST (:mod:`results.runners.tta`).
+The one command line on top of results/ (results/README.md lists the runner of each kind): it parses,
+picks the runner and, where the kind ends with one, writes the report. Each measured point appends one
+JSON record to ``results/records/<tag>.jsonl`` (see :mod:`results.core.records`); a point that fails is
+recorded as failed with the reason, and the sweep goes on. ``train``, ``io``, ``allreduce``, ``overlap``
+and ``pipeline`` run here (:mod:`results.runners.local`); ``quick``, the preset behind ``make bench``, is
+a small but complete set of those on a CPU machine in a few minutes, then the report. What each kind
+measures: ``python -m results.bench KIND --help``.
 """
 from __future__ import annotations
 
@@ -23,7 +17,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 from imagenet.common.variants import SCRIPTS
 from results import report
@@ -121,15 +115,6 @@ def build_parser() -> argparse.ArgumentParser:
     # the docstring's first paragraph (two lines; argparse joins them into one)
     p = argparse.ArgumentParser(prog="python -m results.bench", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    common = _common_flags()
-    for add in (_add_train, _add_io, _add_allreduce, _add_overlap, _add_pipeline, _add_quick, scaling.add_parser,
-                data_scale_bench.add_parser, prepare_bench.add_parser, faults_bench.add_parser,
-                region_bench.add_parser, tta.add_parser):
-        add(sub, common)
-    return p
-
-
-def _common_flags() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     # no default here: parents share their action objects, so a subparser's set_defaults(tag=...)
     # would change every command's default; main() picks it per command (DEFAULT_TAGS)
@@ -137,7 +122,11 @@ def _common_flags() -> argparse.ArgumentParser:
                         "and sweep ids start with it (default: local; quick: quick; scaling: scaling)")
     common.add_argument("--records", type=Path, help="records file (default results/records/<tag>.jsonl)")
     common.add_argument("-v", "--verbose", action="store_true")
-    return common
+    for add in (_add_train, _add_io, _add_allreduce, _add_overlap, _add_pipeline, _add_quick, scaling.add_parser,
+                data_scale_bench.add_parser, prepare_bench.add_parser, faults_bench.add_parser,
+                region_bench.add_parser, tta.add_parser):
+        add(sub, common)
+    return p
 
 
 def _add_train(sub, common: argparse.ArgumentParser) -> None:
@@ -221,16 +210,12 @@ def resolve_tag(args: argparse.Namespace) -> None:
     args.records = args.records or records.RECORDS_DIR / f"{args.tag}.jsonl"
 
 
-def _values(args: argparse.Namespace, name: str) -> List[int]:
-    v = getattr(args, name, None)
-    return [] if v is None else v if isinstance(v, list) else [v]
-
-
 def _validate(args: argparse.Namespace) -> None:
     """Counts that cannot work, as one line naming the flag."""
     for name, low in (("procs", 1), ("nodes", 1), ("batch", 1), ("readers", 1), ("images", 1),
                       ("workers", 0), ("reader_workers", 0), ("threads", 1), ("world_sizes", 2), ("rounds", 1)):
-        bad = [v for v in _values(args, name) if v < low]
+        given = getattr(args, name, None)
+        bad = [v for v in (given if isinstance(given, list) else [] if given is None else [given]) if v < low]
         if bad:
             raise BenchError(f"--{name.replace('_', '-')} {bad[0]} is not allowed; use values >= {low}"
                              + (" (the bus bandwidth of one process is 0)" if name == "world_sizes" else ""))

@@ -215,11 +215,6 @@ def index_memory(kind: str, images: int, workers: int) -> dict:
             "worker_rss_bytes": max(w["rss_bytes"] for w in per_worker)}
 
 
-def measure_index_memory(kind: str, images: int, workers: int) -> dict:
-    """index_memory in a fresh child process, so one kind's garbage cannot inflate the next."""
-    return _in_child(index_memory, kind, images, workers)
-
-
 def _in_child(fn: Callable[..., dict], *args: object, wrap: Sequence[str] = ()) -> dict:
     """FN(*ARGS)'s result (JSON) from a fresh Python process, run under the command WRAP (e.g. strace)."""
     cmd = [*wrap, sys.executable, "-c", f"import json; from {fn.__module__} import {fn.__name__}; "
@@ -272,7 +267,8 @@ def run(args) -> List[dict]:
     if "memory" in args.parts:
         for kind in ("list", "folder", "shards"):
             common.progress(3, 3, f"index memory: {kind}, {args.index_samples} samples, {args.loader_workers} workers")
-            m = measure_index_memory(kind, args.index_samples, args.loader_workers)
+            # in a fresh child process, so one kind's garbage cannot inflate the next
+            m = _in_child(index_memory, kind, args.index_samples, args.loader_workers)
             sweep.add({"index": kind, "samples": args.index_samples, "workers": args.loader_workers},
                       {k: v for k, v in m.items() if k not in ("kind", "samples")}, kind="index_memory")
     return sweep.done
