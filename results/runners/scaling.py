@@ -47,7 +47,6 @@ class Point:
     label: str
     scratch: Path
     script: str
-    sbatch_args: List[str]
     finish: Callable[["Point"], dict]
     job: Optional[str] = None
     error: Optional[str] = None  # why it could not be submitted
@@ -137,8 +136,7 @@ def train_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[int]
         why = train_bench.check(p)
         if why:
             raise BenchError(why)
-        out.append(Point(f"{n} node(s) x {procs} process(es)", scratch, r.script(p, scratch), r.sbatch_argv(scratch),
-                         finish))
+        out.append(Point(f"{n} node(s) x {procs} process(es)", scratch, r.script(p, scratch), finish))
     return out
 
 
@@ -169,16 +167,15 @@ def storage_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[in
                 # the submitting host's software; the nodes' names are in the metrics' readers
                 env = portable({**environment(nodes), "slurm_job_id": pt.job})
                 extra = record_context(args, "slurm", scaling_key=same_sweep_key(args), wall_s=time.monotonic() - pt.t0)
-                if pt.error:
-                    return records.make_record("storage", sweep, point, {}, env, "failed", pt.error, **extra)
-                try:
-                    m = storage_bench.metrics(scratch, nodes, readers)
-                except (OSError, ValueError) as e:
-                    tail = slurm_queue.job_output(scratch).splitlines()[-1:] or ["(no job output)"]
-                    return records.make_record("storage", sweep, point, {}, env, "failed", f"{e}; {tail[0]}", **extra)
-                return records.make_record("storage", sweep, point, m, env, **extra)
+                m, error = {}, pt.error
+                if not error:
+                    try:
+                        m = storage_bench.metrics(scratch, nodes, readers)
+                    except (OSError, ValueError) as e:
+                        error = f"{e}; {(slurm_queue.job_output(scratch).splitlines()[-1:] or ['(no job output)'])[0]}"
+                return records.make_record("storage", sweep, point, m, env, "failed" if error else "ok", error, **extra)
             script = generate.render_step(spec, storage_bench.job_body(args, k))
-            out.append(Point(f"{n} node(s) x {k} reader(s)", scratch, script, r.sbatch_argv(scratch), finish))
+            out.append(Point(f"{n} node(s) x {k} reader(s)", scratch, script, finish))
     return out
 
 
@@ -204,8 +201,8 @@ def submit_and_collect(points: List[Point], args: argparse.Namespace) -> int:
             write_text(path, p.script)
             after = [f"--dependency=afterany:{previous}"] if previous and not args.concurrent else []
             try:
-                p.job = slurm_queue.submit(path, [*after, *p.sbatch_args], cwd=train_bench.REPO,
-                                           env=train_bench.child_env())
+                p.job = slurm_queue.submit(path, [*after, *train_bench.SlurmRunner.sbatch_argv(p.scratch)],
+                                           cwd=train_bench.REPO, env=train_bench.child_env())
             except slurm_queue.SlurmError as e:  # e.g. more nodes than the partition has: the rest goes on
                 p.error = str(e)
                 record(p)

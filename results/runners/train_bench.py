@@ -183,7 +183,8 @@ class SlurmRunner:
                                 time=self.time_limit, output=str(log_dir / "slurm-%j.out"), **self.options)
         return generate.render(spec)
 
-    def sbatch_argv(self, log_dir: Path) -> List[str]:
+    @staticmethod
+    def sbatch_argv(log_dir: Path) -> List[str]:
         return [f"--export=ALL,LOG_DIR={log_dir}"]
 
     def outcome(self, log_dir: Path, returncode: int, t0: float) -> Outcome:
@@ -195,8 +196,11 @@ class SlurmRunner:
         log_dir.mkdir(parents=True, exist_ok=True)
         write_text(log_dir / "job.sh", self.script(point, log_dir))
         t0, rc = time.monotonic(), 0
+        job = slurm_queue.submit(log_dir / "job.sh", self.sbatch_argv(log_dir), cwd=REPO, env=child_env())
+        log.info("    submitted SLURM job %s", job)
         try:
-            slurm_queue.wait_one(log_dir / "job.sh", self.sbatch_argv(log_dir), REPO, child_env(), self.timeout_s)
+            slurm_queue.watch([job], lambda j, state: log.info("    job %s %s", j, state.lower()
+                                                               if state == slurm_queue.DONE else state), self.timeout_s)
         except slurm_queue.Timeout:  # the job has been cancelled: none is left queued or running
             rc = 124
         return self.outcome(log_dir, rc, t0)
