@@ -56,7 +56,9 @@ class Point:
 # ---------------------------------------------------------------- the sweep
 
 def run(args: argparse.Namespace) -> int:
-    scratch_root, runs_root = _work_dirs(args.records)
+    beside = Path(args.records).resolve().parent  # a records file outside results/records/ has them beside it
+    default = beside == records.RECORDS_DIR.resolve()
+    scratch_root, runs_root = (SCRATCH_DIR, RUNS_DIR) if default else (beside / "scratch", beside / "runs")
     kind = "storage" if args.io else "train"
     if args.fresh:
         sweep, done = records.new_sweep_id(kind, args.tag), {}
@@ -83,12 +85,6 @@ def run(args: argparse.Namespace) -> int:
         log.warning("--timeout: %s, so they were cancelled; rerun the same command to resume", e)
         return 124
     return 1 if failed == len(points) else 0
-
-
-def _work_dirs(records_file: Path) -> Tuple[Path, Path]:
-    if Path(records_file).resolve().parent == records.RECORDS_DIR.resolve():
-        return SCRATCH_DIR, RUNS_DIR
-    return Path(records_file).resolve().parent / "scratch", Path(records_file).resolve().parent / "runs"
 
 
 def same_sweep_key(args: argparse.Namespace) -> dict:

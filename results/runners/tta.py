@@ -215,7 +215,8 @@ def run_ours(args: argparse.Namespace, data: Path) -> dict:
     metrics = tta_metrics(lines.curve, target, followed, fashion_mnist.counts_of(data)["train"],
                           engine_tta.get("eval_s", 0.0), _flag_value("--eval-every", 1), lines.start_s,
                           args.quiet_share)
-    metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=best_within(lines.curve, budget_s),
+    best_in_budget = max((p["top1"] for p in lines.curve if p["wall_s"] <= budget_s), default=None)
+    metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=best_in_budget,
                    images_seen=sum(e.get("train_samples", 0) for e in run_json.get("epochs", [])) or None)
     point = _point(OURS_PROGRAM, data, args, recipe_flags=flags, recipe=_settings(run_json), declared=DECLARED,
                    tuned_on=TUNED_ON, target_from=[r.sweep for r in runs])
@@ -292,11 +293,6 @@ def protocol_target(path: Path, data: str, image_size: int) -> Tuple[float, floa
         raise BenchError(f"no counted examples run for {data} at {image_size} px in {path}: run --phase examples "
                          "first, on a quiet machine (its counted runs set the target and the time budget)")
     return fixed.target, fixed.budget_s, runs
-
-
-def best_within(curve: List[dict], budget_s: float) -> Optional[float]:
-    """The best top-1 a curve reached by BUDGET_S wall seconds."""
-    return max((p["top1"] for p in curve if p["wall_s"] <= budget_s), default=None)
 
 
 def tta_metrics(curve: List[dict], target: float, followed: Followed, train_images: int, eval_s: float,
