@@ -21,7 +21,6 @@ Three records kinds (see results/core/records.py):
 from __future__ import annotations
 
 import json
-import logging
 import multiprocessing
 import os
 import re
@@ -44,8 +43,6 @@ from imagenet.common.errors import DataError
 from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.runners import common, pipeline_bench
 from results.runners.common import proc_io
-
-log = logging.getLogger(__name__)
 
 IO_BATCH = 8  # the opens run's batch: a few images make whole batches (a last partial one is dropped)
 

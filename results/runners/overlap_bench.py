@@ -9,7 +9,6 @@ timed alone, is the communication there is to hide, so hidden fraction = 1 - exp
 from __future__ import annotations
 
 import contextlib
-import logging
 import statistics
 import time
 from typing import Dict
@@ -21,8 +20,6 @@ import torchvision
 from results.analysis import scaling_model
 from results.runners.allreduce_bench import slowest
 from results.runners.procs import run_ranks
-
-log = logging.getLogger(__name__)
 
 
 def _timed_steps(ddp, opt, images, targets, steps: int) -> Dict[str, float]:
