@@ -1,19 +1,13 @@
 """Benchmark harness: ``python -m results.bench
 train|io|allreduce|overlap|pipeline|region|quick|scaling|shards|prepare|faults|time-to-accuracy ...``.
 
-The one command line on top of results/ (see results/README.md): it parses, picks the runner and,
-where the kind ends with one, writes the report. Each measured point appends one JSON record to
-``results/records/<tag>.jsonl`` (see :mod:`results.core.records`); a point that fails is recorded
-as failed with the reason, and the sweep goes on. ``train``, ``io``, ``allreduce``, ``overlap`` and
-``pipeline`` run here (:mod:`results.runners.local`). ``quick`` is the preset behind ``make bench``:
-a small but complete set of those kinds on a CPU machine in a few minutes, followed by the report.
-``scaling`` sweeps node counts (or, with ``--io``, storage readers) on the SLURM cluster that
-``sbatch`` reaches (:mod:`results.runners.scaling`); ``shards`` measures data at scale
-(:mod:`results.runners.data_scale_bench`); ``region`` the per-core cost of decoding a crop box, C
-region decoder vs nvImageCodec (:mod:`results.runners.region_bench`); ``prepare`` times the import of
-ImageNet's archives (:mod:`results.runners.prepare_bench`); ``faults`` runs the fault scenarios on a local SLURM
-cluster (:mod:`slurm.localcluster`) and records them (:mod:`results.runners.faults_bench`); ``time-to-accuracy``
-times pytorch/examples' main.py and this engine to a target top-1 on Fashion-MNIST (:mod:`results.runners.tta`).
+The one command line on top of results/ (results/README.md lists the runner of each kind): it parses,
+picks the runner and, where the kind ends with one, writes the report. Each measured point appends one
+JSON record to ``results/records/<tag>.jsonl`` (see :mod:`results.core.records`); a point that fails is
+recorded as failed with the reason, and the sweep goes on. ``train``, ``io``, ``allreduce``, ``overlap``
+and ``pipeline`` run here (:mod:`results.runners.local`); ``quick``, the preset behind ``make bench``, is
+a small but complete set of those on a CPU machine in a few minutes, then the report. What each kind
+measures: ``python -m results.bench KIND --help``.
 """
 from __future__ import annotations
 
@@ -23,7 +17,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 from imagenet.common.variants import SCRIPTS
 from results import report
@@ -32,8 +26,8 @@ from results.core.kinds import typed
 from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.setups import CPU_SETUPS, SETUPS
 from results.runners import (data_scale_bench, faults_bench, local, prepare_bench, region_bench, scaling, slurm_queue,
-                             tta)
-from results.runners.common import BenchError, progress
+                             train_bench, tta)
+from results.runners.common import BenchError, add_flags, progress
 from slurm.generate import GenerateError
 
 log = logging.getLogger(__name__)
@@ -121,15 +115,6 @@ def build_parser() -> argparse.ArgumentParser:
     # the docstring's first paragraph (two lines; argparse joins them into one)
     p = argparse.ArgumentParser(prog="python -m results.bench", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    common = _common_flags()
-    for add in (_add_train, _add_io, _add_allreduce, _add_overlap, _add_pipeline, _add_quick, scaling.add_parser,
-                data_scale_bench.add_parser, prepare_bench.add_parser, faults_bench.add_parser,
-                region_bench.add_parser, tta.add_parser):
-        add(sub, common)
-    return p
-
-
-def _common_flags() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     # no default here: parents share their action objects, so a subparser's set_defaults(tag=...)
     # would change every command's default; main() picks it per command (DEFAULT_TAGS)
@@ -137,14 +122,18 @@ def _common_flags() -> argparse.ArgumentParser:
                         "and sweep ids start with it (default: local; quick: quick; scaling: scaling)")
     common.add_argument("--records", type=Path, help="records file (default results/records/<tag>.jsonl)")
     common.add_argument("-v", "--verbose", action="store_true")
-    return common
+    for add in (_add_train, _add_io, _add_allreduce, _add_overlap, _add_pipeline, _add_quick, scaling.add_parser,
+                data_scale_bench.add_parser, prepare_bench.add_parser, faults_bench.add_parser,
+                region_bench.add_parser, tta.add_parser):
+        add(sub, common)
+    return p
 
 
 def _add_train(sub, common: argparse.ArgumentParser) -> None:
     t = sub.add_parser("train", parents=[common], help="training throughput sweep (runs the engine)")
     t.add_argument("--variants", nargs="+", default=["ddp"], choices=list(SCRIPTS))
     t.add_argument("--procs", nargs="+", type=int, default=[1, 2], help="processes (GPUs) per node")
-    t.add_argument("--nodes", nargs="+", type=int, default=[1])
+    add_flags(t, nodes=[1])
     t.add_argument("--batch", nargs="+", type=int, default=[16], help="batch per process")
     t.add_argument("--precision", nargs="+", default=["O0"], choices=["O0", "O1", "O2", "O3"])
     t.add_argument("--setups", nargs="+", choices=list(SETUPS),
@@ -154,31 +143,18 @@ def _add_train(sub, common: argparse.ArgumentParser) -> None:
     t.add_argument("--amp-dtype", choices=["float16", "bfloat16"])
     t.add_argument("--data", nargs="+", default=["dummy"], help="'dummy' and/or dataset directories")
     t.add_argument("-a", "--arch", default="resnet18")
-    t.add_argument("--image-size", type=int, default=64)
-    t.add_argument("--epochs", type=int, default=1)
-    t.add_argument("--steps-per-epoch", type=int, default=30)
-    t.add_argument("--val-steps", type=int, default=1)
-    t.add_argument("--workers", type=int, default=0)
+    add_flags(t, image_size=64, epochs=1, steps_per_epoch=30, val_steps=1, workers=0)
     t.add_argument("--extra", action="append", default=[], help="one more engine flag (repeatable), "
                    "e.g. --extra=--channels-last")
-    _add_submit(t)
+    t.add_argument("--submit", choices=["local", "slurm"], default="local",
+                   help="local: torchrun here; slurm: one sbatch job per point (slurm.generate)")
+    t.add_argument("--gpus-per-node", type=int, default=4, help="with --submit slurm (0: CPU nodes)")
+    t.add_argument("--time-limit", default="01:00:00", help="with --submit slurm")
+    train_bench.add_sbatch_flags(t, "with --submit slurm: ")
     t.add_argument("--timeout", type=float, default=1800, help="seconds per point (slurm: then the job is "
                    "cancelled)")
     t.add_argument("--keep-checkpoints", action="store_true", help="keep results/scratch run folders")
     t.add_argument("--note", help="recorded with every point and shown in the report (e.g. what the nodes share)")
-
-
-def _add_submit(train: argparse.ArgumentParser) -> None:
-    """train's flags for running each point as a SLURM job."""
-    train.add_argument("--submit", choices=["local", "slurm"], default="local",
-                   help="local: torchrun here; slurm: one sbatch job per point (slurm.generate)")
-    train.add_argument("--gpus-per-node", type=int, default=4, help="with --submit slurm (0: CPU nodes)")
-    train.add_argument("--cpus-per-task", type=int, help="with --submit slurm; also each process's OMP_NUM_THREADS")
-    train.add_argument("--time-limit", default="01:00:00", help="with --submit slurm")
-    for flag in ("--partition", "--account", "--qos", "--constraint"):
-        train.add_argument(flag, help=f"with --submit slurm: sbatch {flag}")
-    train.add_argument("--setup", action="append", default=[], metavar="LINE",
-                   help="with --submit slurm: shell line the job runs first, e.g. 'module load cuda' (repeatable)")
 
 
 def _add_io(sub, common: argparse.ArgumentParser) -> None:
@@ -187,33 +163,29 @@ def _add_io(sub, common: argparse.ArgumentParser) -> None:
     i.add_argument("--classes", type=int, default=4, help="generated dataset: classes")
     i.add_argument("--per-class", type=int, default=64, help="generated dataset: images per class")
     i.add_argument("--backends", nargs="+", help="loader backends (default: all available)")
-    i.add_argument("--workers", nargs="+", type=int, default=[0, 1, 2])
+    add_flags(i, workers=[0, 1, 2])
     i.add_argument("--readers", nargs="+", type=int, default=[1, 2], help="concurrent reader processes")
     i.add_argument("--reader-workers", type=int, default=0, help="loader workers of each concurrent reader")
     i.add_argument("--cache", nargs="+", default=["cold", "warm"], choices=["cold", "warm"])
-    i.add_argument("--batch", type=int, default=32)
-    i.add_argument("--image-size", type=int, default=224)
+    add_flags(i, batch=32, image_size=224)
     i.add_argument("--images", type=int, default=256, help="images read per reader and point")
     i.add_argument("--threads", type=int, default=1, help="torch threads of a reader (as a loader worker)")
 
 
 def _add_allreduce(sub, common: argparse.ArgumentParser) -> None:
     r = sub.add_parser("allreduce", parents=[common], help="collective bandwidth (nccl-tests style)")
-    r.add_argument("--world-sizes", nargs="+", type=int, default=[2])
+    add_flags(r, world_sizes=[2])
     r.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
     r.add_argument("--min-bytes", type=_size, default=4)
     r.add_argument("--max-bytes", type=_size, default=64 << 20)
-    r.add_argument("--factor", type=int, default=4)
+    add_flags(r, factor=4)
 
 
 def _add_overlap(sub, common: argparse.ArgumentParser) -> None:
     o = sub.add_parser("overlap", parents=[common], help="exposed DDP all-reduce time per step (gloo, this host)")
-    o.add_argument("--world-sizes", nargs="+", type=int, default=[2])
-    o.add_argument("--arch", default="resnet18")
-    o.add_argument("--batch", type=int, default=16)
-    o.add_argument("--image-size", type=int, default=64)
+    add_flags(o, world_sizes=[2], arch="resnet18", batch=16, image_size=64)
     o.add_argument("--steps", type=int, default=10, help="timed steps of each kind (interleaved)")
-    o.add_argument("--bucket-cap-mb", type=float, nargs="+", default=[25.0])
+    add_flags(o, bucket_cap_mb=[25.0])
 
 
 def _add_pipeline(sub, common: argparse.ArgumentParser) -> None:
@@ -221,11 +193,7 @@ def _add_pipeline(sub, common: argparse.ArgumentParser) -> None:
                         "(lockstep rounds; ratio to the baseline backend)")
     pl.add_argument("--data", help="ImageFolder root with train/ (default: the generated ImageNet-like JPEGs)")
     pl.add_argument("--images", type=int, default=256, help="images per pass")
-    pl.add_argument("--workers", type=int, nargs="+", default=[0, 2])
-    pl.add_argument("--backends", nargs="+", default=["baseline", "fast"])
-    pl.add_argument("--rounds", type=int, default=3)
-    pl.add_argument("--image-size", type=int, default=224)
-    pl.add_argument("--batch", type=int, default=32)
+    add_flags(pl, workers=[0, 2], backends=["baseline", "fast"], rounds=3, image_size=224, batch=32)
 
 
 def _add_quick(sub, common: argparse.ArgumentParser) -> None:
@@ -242,16 +210,12 @@ def resolve_tag(args: argparse.Namespace) -> None:
     args.records = args.records or records.RECORDS_DIR / f"{args.tag}.jsonl"
 
 
-def _values(args: argparse.Namespace, name: str) -> List[int]:
-    v = getattr(args, name, None)
-    return [] if v is None else v if isinstance(v, list) else [v]
-
-
 def _validate(args: argparse.Namespace) -> None:
     """Counts that cannot work, as one line naming the flag."""
     for name, low in (("procs", 1), ("nodes", 1), ("batch", 1), ("readers", 1), ("images", 1),
                       ("workers", 0), ("reader_workers", 0), ("threads", 1), ("world_sizes", 2), ("rounds", 1)):
-        bad = [v for v in _values(args, name) if v < low]
+        given = getattr(args, name, None)
+        bad = [v for v in (given if isinstance(given, list) else [] if given is None else [given]) if v < low]
         if bad:
             raise BenchError(f"--{name.replace('_', '-')} {bad[0]} is not allowed; use values >= {low}"
                              + (" (the bus bandwidth of one process is 0)" if name == "world_sizes" else ""))

@@ -11,18 +11,15 @@ from typing import Optional, Sequence
 
 from imagenet.common.files import write_text
 from results.runners import pipeline_bench
+from results.runners.common import add_flags
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m results.pipeline_bench",
                                      description="images/s per core of the decoding backends")
     parser.add_argument("--root", help="ImageFolder root with train/ (default: generated ImageNet-like JPEGs)")
-    parser.add_argument("--images", type=int, default=256)
-    parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
-    parser.add_argument("--backends", nargs="+", default=["baseline", "fast"])
-    parser.add_argument("--rounds", type=int, default=3)
+    add_flags(parser, images=256, image_size=224, batch_size=32, workers=[0, 2], backends=["baseline", "fast"],
+              rounds=3)
     parser.add_argument("--json", help="also write the summary rows here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -45,7 +45,12 @@ def time_allreduce(nbytes: int, iters: int, warmup: int, device: torch.device) -
     for _ in range(iters):
         dist.all_reduce(x)
     _sync(device)
-    t = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=device)
+    return slowest((time.perf_counter() - t0) / iters, device)
+
+
+def slowest(value: float, device: Optional[torch.device] = None) -> float:
+    """The largest of every rank's VALUE (a tensor on DEVICE for the all-reduce; default the CPU)."""
+    t = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
 

@@ -1,5 +1,5 @@
 """What every runner shares: the error for bad input, the environment of a record and its sweep,
-how a record was made (runner, command, note), progress lines, the JPEG set a point reads, a
+how a record was made (runner, command, note), flags with plain defaults, progress lines, the JPEG set a point reads, a
 process's I/O counters, and the cause line of a failed run's log."""
 from __future__ import annotations
 
@@ -34,6 +34,15 @@ def record_context(args, runner: str, **more: Any) -> dict:
     """What a record keeps about how it was made: the runner, the bench command line, the --note (MORE:
     a kind's own context). records.append makes the command portable."""
     return {"runner": runner, "bench_command": " ".join(sys.argv), **more, **({"note": args.note} if args.note else {})}
+
+
+def add_flags(parser, **defaults: Any) -> None:
+    """A ``--NAME`` flag (underscores as dashes) per keyword, of its default's type; a list default
+    takes one or more values."""
+    for name, default in defaults.items():
+        many = isinstance(default, list)
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default[0] if many else default), default=default,
+                            **({"nargs": "+"} if many else {}))
 
 
 def progress(done: int, total: int, what: str) -> None:

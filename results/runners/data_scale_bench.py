@@ -21,7 +21,6 @@ Three records kinds (see results/core/records.py):
 from __future__ import annotations
 
 import json
-import logging
 import multiprocessing
 import os
 import re
@@ -44,8 +43,6 @@ from imagenet.common.errors import DataError
 from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.runners import common, pipeline_bench
 from results.runners.common import proc_io
-
-log = logging.getLogger(__name__)
 
 IO_BATCH = 8  # the opens run's batch: a few images make whole batches (a last partial one is dropped)
 
@@ -215,11 +212,6 @@ def index_memory(kind: str, images: int, workers: int) -> dict:
             "worker_rss_bytes": max(w["rss_bytes"] for w in per_worker)}
 
 
-def measure_index_memory(kind: str, images: int, workers: int) -> dict:
-    """index_memory in a fresh child process, so one kind's garbage cannot inflate the next."""
-    return _in_child(index_memory, kind, images, workers)
-
-
 def _in_child(fn: Callable[..., dict], *args: object, wrap: Sequence[str] = ()) -> dict:
     """FN(*ARGS)'s result (JSON) from a fresh Python process, run under the command WRAP (e.g. strace)."""
     cmd = [*wrap, sys.executable, "-c", f"import json; from {fn.__module__} import {fn.__name__}; "
@@ -230,21 +222,19 @@ def _in_child(fn: Callable[..., dict], *args: object, wrap: Sequence[str] = ()) 
 
 # ---------------------------------------------------------------- the bench command
 
-def add_parser(sub, common) -> None:
-    s = sub.add_parser("shards", parents=[common], help="data at scale: per-core rates from folder vs shards, "
+def add_parser(sub, flags) -> None:
+    s = sub.add_parser("shards", parents=[flags], help="data at scale: per-core rates from folder vs shards, "
                        "files opened and bytes read per epoch, memory of a 1.28M-sample index")
     s.add_argument("--data", help="ImageFolder root with train/ and val/ (default: generated ImageNet-like JPEGs)")
     s.add_argument("--images", type=int, default=512, help="images per pipeline pass")
-    s.add_argument("--rounds", type=int, default=5)
-    s.add_argument("--workers", type=int, nargs="+", default=[0])
+    common.add_flags(s, rounds=5, workers=[0])
     s.add_argument("--max-side", type=int, nargs="+", default=[320], help="re-encoded shard sets")
     s.add_argument("--shard-size", type=float, default=16, help="MB per shard of the bench conversions")
-    s.add_argument("--image-size", type=int, default=224)
-    s.add_argument("--batch", type=int, default=32)
+    common.add_flags(s, image_size=224, batch=32)
     s.add_argument("--loader-workers", type=int, default=4, help="DataLoader workers of the memory points")
     s.add_argument("--io-workers", type=int, default=2, help="loader workers of the opens run")
     s.add_argument("--io-epochs", type=int, default=3, help="epochs of the opens run (a seeded run)")
-    s.add_argument("--index-samples", type=int, default=IMAGENET_TRAIN_IMAGES)
+    common.add_flags(s, index_samples=IMAGENET_TRAIN_IMAGES)
     s.add_argument("--parts", nargs="+", default=["pipeline", "opens", "memory"],
                    choices=["pipeline", "opens", "memory"])
 
@@ -274,7 +264,8 @@ def run(args) -> List[dict]:
     if "memory" in args.parts:
         for kind in ("list", "folder", "shards"):
             common.progress(3, 3, f"index memory: {kind}, {args.index_samples} samples, {args.loader_workers} workers")
-            m = measure_index_memory(kind, args.index_samples, args.loader_workers)
+            # in a fresh child process, so one kind's garbage cannot inflate the next
+            m = _in_child(index_memory, kind, args.index_samples, args.loader_workers)
             sweep.add({"index": kind, "samples": args.index_samples, "workers": args.loader_workers},
                       {k: v for k, v in m.items() if k not in ("kind", "samples")}, kind="index_memory")
     return sweep.done

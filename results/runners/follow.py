@@ -71,8 +71,7 @@ class OtherWork:
 class LoadSampler:
     """``with LoadSampler() as s:`` samples the 1-minute load average every SAMPLE_EVERY_S seconds."""
 
-    def __init__(self, every_s: float = SAMPLE_EVERY_S) -> None:
-        self.every_s = every_s
+    def __init__(self) -> None:
         self.samples: List[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="load-sampler", daemon=True)
@@ -89,7 +88,7 @@ class LoadSampler:
     def _sample(self) -> None:
         while True:
             self.samples.append(os.getloadavg()[0])
-            if self._stop.wait(self.every_s):
+            if self._stop.wait(SAMPLE_EVERY_S):
                 return
 
     def summary(self) -> dict:

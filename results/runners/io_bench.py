@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from imagenet.common import cputime
 from results.runners.common import proc_io
-from results.runners.procs import gather, reap
+from results.runners.procs import spawn, torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -125,28 +125,20 @@ def read_shard(ds: Dataset, indices: List[int], workers: int, batch_size: int,
     worker would have (1 by default): on a busy node, 2+ intra-op threads on float transforms
     were measured 10x slower than 1 (spin-waiting threads), which is not what loading costs.
     """
-    saved = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        return _read(ds, indices, workers, batch_size)
-    finally:
-        torch.set_num_threads(saved)
-
-
-def _read(ds: Dataset, indices: List[int], workers: int, batch_size: int) -> Dict[str, float]:
     files = dataset_files(ds)
     nbytes = sum(os.path.getsize(files[i]) for i in indices)
-    before, cpu0 = proc_io(), cputime.process_tree_cpu_s()
-    t0 = time.monotonic()
-    loader = DataLoader(Subset(ds, indices), batch_size=batch_size, num_workers=workers, shuffle=False)
-    images, first = 0, None
-    for batch in loader:
-        images += len(batch[1])
-        if first is None:
-            first = time.monotonic()
-    t1 = time.monotonic()
-    del loader  # joins and reaps the workers, so their counters reach this process
-    after, cpu1 = proc_io(), cputime.process_tree_cpu_s()
+    with torch_threads(threads):
+        before, cpu0 = proc_io(), cputime.process_tree_cpu_s()
+        t0 = time.monotonic()
+        loader = DataLoader(Subset(ds, indices), batch_size=batch_size, num_workers=workers, shuffle=False)
+        images, first = 0, None
+        for batch in loader:
+            images += len(batch[1])
+            if first is None:
+                first = time.monotonic()
+        t1 = time.monotonic()
+        del loader  # joins and reaps the workers, so their counters reach this process
+        after, cpu1 = proc_io(), cputime.process_tree_cpu_s()
     io = {k: after[k] - before.get(k, 0) for k in ("rchar", "read_bytes", "syscr") if k in after}
     return {"images": images, "bytes": nbytes, "start": t0, "end": t1, "cpu_s": cpu1 - cpu0,
             "first_batch_s": (first or t1) - t0, **io}
@@ -168,16 +160,9 @@ def run_readers(builder: DatasetBuilder, root: Path, point: IOPoint, order: List
     if point.readers == 1:
         ds = builder(root, point.image_size)
         return [read_shard(ds, order[:point.images_per_reader], point.workers, point.batch_size, point.threads)]
-    ctx = mp.get_context("spawn")  # fork after torch threads started is unsafe
-    barrier, queue = ctx.Barrier(point.readers), ctx.Queue()
-    procs = [ctx.Process(target=_reader_proc, args=(builder, str(root), point, r, order, barrier, queue))
-             for r in range(point.readers)]
-    for p in procs:
-        p.start()
-    try:
-        results = dict(gather(queue, procs, point.readers, timeout_s=900))
-    finally:
-        reap(procs)
+    barrier = mp.get_context("spawn").Barrier(point.readers)
+    results = dict(spawn(_reader_proc, [(builder, str(root), point, r, order, barrier) for r in range(point.readers)],
+                         point.readers, timeout_s=900))
     return [results[r] for r in range(point.readers)]
 
 

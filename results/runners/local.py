@@ -7,7 +7,6 @@ import argparse
 import logging
 import shutil
 from dataclasses import asdict
-from pathlib import Path
 from typing import List, Optional
 
 from results.analysis.efficiency import with_efficiency
@@ -38,10 +37,7 @@ def train_points(args: argparse.Namespace) -> List[train_bench.TrainPoint]:
 
 def run_train(args: argparse.Namespace) -> List[dict]:
     pts = train_points(args)
-    runner = (train_bench.SlurmRunner(args.gpus_per_node, args.time_limit, cpus_per_task=args.cpus_per_task,
-                                      timeout_s=args.timeout, partition=args.partition, account=args.account,
-                                      qos=args.qos,
-                                      constraint=args.constraint, setup=tuple(args.setup)) if args.submit == "slurm"
+    runner = (train_bench.SlurmRunner.from_args(args, args.time_limit, args.timeout) if args.submit == "slurm"
               else train_bench.LocalRunner(args.timeout))
     sweep = records.new_sweep_id("train", args.tag)
     params = {p.arch: parameter_count(p.arch) for p in pts}
@@ -50,18 +46,18 @@ def run_train(args: argparse.Namespace) -> List[dict]:
         common.progress(i, len(pts), f"train {p.name} ({runner.name})")
         rec = _train_point(p, runner, sweep, params[p.arch], args)
         done.append(rec)
-        _set_efficiency(done)
+        # the newest point's scaling efficiency, in its record: the baseline ran first, so it is final
+        m = with_efficiency([typed(r) for r in done])[-1].metrics
+        if m.scaling_efficiency is not None:
+            records.add_metrics(rec, scaling_efficiency=m.scaling_efficiency, baseline_world_size=m.baseline_world_size)
         records.append(args.records, rec)
-        _say_train(rec)
+        r = typed(rec)
+        if r.ok:
+            log.info("    %.1f images/s (%d processes), %.1f ms/step, efficiency %.2f", r.metrics.images_per_s,
+                     r.world_size, r.metrics.step_time_ms, r.metrics.scaling_efficiency or float("nan"))
+        else:
+            log.warning("    FAILED: %s", r.error)
     return done
-
-
-def _set_efficiency(done: List[dict]) -> None:
-    """Write the newest point's scaling efficiency into its record: the baseline ran first, so it is final."""
-    m = with_efficiency([typed(r) for r in done])[-1].metrics
-    if m.scaling_efficiency is not None:
-        records.add_metrics(done[-1], scaling_efficiency=m.scaling_efficiency,
-                            baseline_world_size=m.baseline_world_size)
 
 
 def _train_point(point: train_bench.TrainPoint, runner, sweep: str, params: Optional[int],
@@ -81,15 +77,6 @@ def _train_point(point: train_bench.TrainPoint, runner, sweep: str, params: Opti
                                     args.keep_checkpoints)
 
 
-def _say_train(rec: dict) -> None:
-    r = typed(rec)
-    if r.ok:
-        log.info("    %.1f images/s (%d processes), %.1f ms/step, efficiency %.2f", r.metrics.images_per_s,
-                 r.world_size, r.metrics.step_time_ms, r.metrics.scaling_efficiency or float("nan"))
-    else:
-        log.warning("    FAILED: %s", r.error)
-
-
 # ---------------------------------------------------------------- io
 
 def run_io(args: argparse.Namespace) -> List[dict]:
@@ -107,21 +94,17 @@ def run_io(args: argparse.Namespace) -> List[dict]:
     order = io_bench.shuffled_order(len(files))
     for i, p in enumerate(pts, 1):
         common.progress(i, len(pts), f"io {p}")
-        _io_point(p, backends[p.backend], root, order, files, sweep)
+        point = {**asdict(p), "data": str(root), "dataset_images": len(files)}
+        try:
+            m = io_bench.measure(backends[p.backend], root, p, order, files)
+        except Exception as e:
+            log.warning("    FAILED: %s", e)
+            sweep.add(point, {}, "failed", f"{type(e).__name__}: {e}")
+            continue
+        log.info("    %.1f images/s, %.1f MB/s, storage reads %.1f MB/s", m["images_per_s"], m["mb_per_s"],
+                 m.get("storage_mb_per_s", float("nan")))
+        sweep.add(point, m)
     return sweep.done
-
-
-def _io_point(io_point: io_bench.IOPoint, builder, root: Path, order, files, sweep: records.Sweep) -> None:
-    point = {**asdict(io_point), "data": str(root), "dataset_images": len(files)}
-    try:
-        m = io_bench.measure(builder, root, io_point, order, files)
-    except Exception as e:
-        log.warning("    FAILED: %s", e)
-        sweep.add(point, {}, "failed", f"{type(e).__name__}: {e}")
-        return
-    log.info("    %.1f images/s, %.1f MB/s, storage reads %.1f MB/s", m["images_per_s"], m["mb_per_s"],
-             m.get("storage_mb_per_s", float("nan")))
-    sweep.add(point, m)
 
 
 # ---------------------------------------------------------------- allreduce
@@ -133,15 +116,12 @@ def run_allreduce(args: argparse.Namespace) -> List[dict]:
     for i, n in enumerate(args.world_sizes, 1):
         common.progress(i, len(args.world_sizes), f"allreduce {backend}, {n} processes, {len(msg_sizes)} sizes")
         try:
-            rows = allreduce_bench.run_local(n, msg_sizes, backend)
+            rows, error = allreduce_bench.run_local(n, msg_sizes, backend), None
         except Exception as e:
-            rows = [{"bytes": s, "world_size": n, "error": str(e)} for s in msg_sizes]
+            rows, error = [{"bytes": s} for s in msg_sizes], str(e)
         for row in rows:
             point = {"backend": backend, "world_size": n, "bytes": row["bytes"], "transport": "local"}
-            if "error" in row:
-                sweep.add(point, {}, "failed", row["error"])
-            else:
-                sweep.add(point, row)
+            sweep.add(point, {} if error else row, "failed" if error else "ok", error)
     return sweep.done
 
 
@@ -156,8 +136,8 @@ def run_overlap(args: argparse.Namespace) -> List[dict]:
             m = overlap_bench.run_local(n, args.arch, args.batch, args.image_size, args.steps, mb)
         except Exception as e:  # a failed point is recorded with why, and the sweep goes on
             sweep.add(point, {}, "failed", common.last_line(str(e)))
-            continue
-        sweep.add(point, m)
+        else:
+            sweep.add(point, m)
     return sweep.done
 
 

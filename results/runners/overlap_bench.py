@@ -9,7 +9,6 @@ timed alone, is the communication there is to hide, so hidden fraction = 1 - exp
 from __future__ import annotations
 
 import contextlib
-import logging
 import statistics
 import time
 from typing import Dict
@@ -19,15 +18,8 @@ import torch.distributed as dist
 import torchvision
 
 from results.analysis import scaling_model
+from results.runners.allreduce_bench import slowest
 from results.runners.procs import run_ranks
-
-log = logging.getLogger(__name__)
-
-
-def _slowest(value: float) -> float:
-    t = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
 
 
 def _timed_steps(ddp, opt, images, targets, steps: int) -> Dict[str, float]:
@@ -70,8 +62,8 @@ def measure_in_group(arch: str, batch: int, image_size: int, steps: int, bucket_
     _timed_steps(ddp, opt, x, y, 2)  # warm-up: allocator, bucket rebuild after the first iteration
     t = _timed_steps(ddp, opt, x, y, steps)
     numel = sum(p.numel() for p in model.parameters())
-    step_ms, local_ms = _slowest(t["sync"]) * 1e3, _slowest(t["local"]) * 1e3
-    alone_ms = _slowest(_allreduce_alone(numel)) * 1e3
+    step_ms, local_ms = slowest(t["sync"]) * 1e3, slowest(t["local"]) * 1e3
+    alone_ms = slowest(_allreduce_alone(numel)) * 1e3
     exposed = max(step_ms - local_ms, 0.0)
     return {"step_time_ms": step_ms, "step_no_allreduce_ms": local_ms, "exposed_comm_ms": exposed,
             "allreduce_alone_ms": alone_ms, "hidden_fraction": scaling_model.hidden_fraction(exposed, alone_ms),

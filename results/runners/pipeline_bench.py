@@ -27,6 +27,7 @@ from imagenet.data.loader import ImageFiles
 from imagenet.data.scan import scan_dataset
 from results.core.records import group_by
 from results.runners.jpegs import ensure_dataset  # ImageNet-like 500x375 ~110 KB JPEGs
+from results.runners.procs import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +65,8 @@ def measure(label: str, variant: Variant, train: bool, image_size: int, workers:
     """
     source, backend = variant
     dataset = ImageFiles(source, decode.transform(backend, train, image_size))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # per core means one core: no intra-op threads in the measured process
     torch.manual_seed(seed)
-    try:
+    with torch_threads(1):  # per core means one core: no intra-op threads in the measured process
         loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False,
                             persistent_workers=workers > 0, generator=torch.Generator().manual_seed(seed))
         if workers:
@@ -76,8 +75,6 @@ def measure(label: str, variant: Variant, train: bool, image_size: int, workers:
         images = sum(len(target) for _, target in loader)
         wall, cpu = time.perf_counter() - wall0, cputime.process_tree_cpu_s() - cpu0
         del loader  # shuts persistent workers down
-    finally:
-        torch.set_num_threads(threads)
     return Measurement(label, "train" if train else "val", workers, images, wall, cpu)
 
 
@@ -85,10 +82,8 @@ def measure_in_process(variants: Dict[str, Variant], train: bool, image_size: in
                        batch_size: int, seed: int = 0) -> List[Measurement]:
     """workers=0, all variants in lockstep: batch k of each, back to back, timed by this thread's CPU
     clock, so the machine's busy and quiet moments fall on every variant alike."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     backends = list(variants)
-    try:
+    with torch_threads(1):
         sets = [ImageFiles(src, decode.transform(b, train, image_size)) for src, b in variants.values()]
         iters = [iter(DataLoader(s, batch_size=batch_size)) for s in sets]
         cpu, wall, images = [0.0] * len(backends), [0.0] * len(backends), [0] * len(backends)
@@ -99,8 +94,6 @@ def measure_in_process(variants: Dict[str, Variant], train: bool, image_size: in
                 images[i] += len(next(it)[1])
                 cpu[i] += time.thread_time() - c0
                 wall[i] += time.perf_counter() - w0
-    finally:
-        torch.set_num_threads(threads)
     split = "train" if train else "val"
     return [Measurement(b, split, 0, n, w, c) for b, n, w, c in zip(backends, images, wall, cpu)]
 

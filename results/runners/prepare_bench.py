@@ -21,7 +21,7 @@ from typing import List
 from imagenet.common import cputime
 from imagenet.data import archives, prepare
 from results.runners import archive_set, jpegs
-from results.runners.common import new_sweep
+from results.runners.common import add_flags, new_sweep
 
 log = logging.getLogger(__name__)
 READ_CHUNK = 16 << 20
@@ -74,7 +74,7 @@ def add_parser(sub, common) -> None:
     s.add_argument("--classes", type=int, default=8)
     s.add_argument("--per-class", type=int, default=128, help="train images per class")
     s.add_argument("--val-per-class", type=int, default=16)
-    s.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    add_flags(s, workers=[1, 2])
     s.add_argument("--format", nargs="+", default=["shards", "folder"], choices=["shards", "folder"])
     s.add_argument("--shard-size", type=float, default=32, help="MB per shard (small sets need small shards "
                    "to have several)")

@@ -2,40 +2,59 @@
 that died silently."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue as _queue
 import time
-from typing import Any, Callable, List, Sequence
+from typing import Any, Callable, Iterator, List, Sequence
 
 from launch.environment import free_port
 
 
-def gather(queue, procs: Sequence, expected: int, timeout_s: float) -> List[Any]:
-    """``expected`` messages from ``queue``; RuntimeError when a process exits early or time runs out."""
+def spawn(target: Callable, per_process: Sequence[tuple], expected: int, timeout_s: float) -> List[Any]:
+    """EXPECTED messages that fresh processes, TARGET(*args, queue) for each ARGS of PER_PROCESS, put
+    on their queue (spawned: a fork after torch's threads started is unsafe). RuntimeError when a
+    process exits early or time runs out; every process is reaped (killed after a grace time) either way."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, queue)) for args in per_process]
+    for p in procs:
+        p.start()
     got: List[Any] = []
     deadline = time.monotonic() + timeout_s
-    while len(got) < expected:
-        try:
-            got.append(queue.get(timeout=0.5))
-            continue
-        except _queue.Empty:
-            pass
-        dead = [p for p in procs if p.exitcode not in (None, 0)]
-        if dead:
-            raise RuntimeError(f"helper process {dead[0].name} exited with code {dead[0].exitcode} "
-                               "before reporting (see its output above)")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no result from helper processes after {timeout_s:.0f} s")
-    return got
+    try:
+        while len(got) < expected:
+            try:
+                got.append(queue.get(timeout=0.5))
+                continue
+            except _queue.Empty:
+                pass
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"helper process {dead[0].name} exited with code {dead[0].exitcode} "
+                                   "before reporting (see its output above)")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no result from helper processes after {timeout_s:.0f} s")
+        return got
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
 
 
-def reap(procs: Sequence, grace_s: float = 30) -> None:
-    for p in procs:
-        p.join(timeout=grace_s)
-        if p.is_alive():
-            p.kill()
-            p.join()
+@contextlib.contextmanager
+def torch_threads(threads: int = 1) -> Iterator[None]:
+    """Torch's intra-op thread count set to THREADS meanwhile (per core means one core)."""
+    import torch
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 def _rank_main(rank: int, world: int, port: int, backend: str, fn: Callable, args: tuple, queue) -> None:
@@ -60,17 +79,8 @@ def run_ranks(world_size: int, fn: Callable, args: tuple, backend: str = "gloo",
     FN must be a module-level function (the ranks are spawned). RuntimeError with the first failing
     rank's error, or when a rank dies without a word.
     """
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
     port = free_port("127.0.0.1")
-    procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, backend, fn, args, queue))
-             for r in range(world_size)]
-    for p in procs:
-        p.start()
-    try:
-        msg = gather(queue, procs, 1, timeout_s)[0]
-    finally:
-        reap(procs)
+    msg = spawn(_rank_main, [(r, world_size, port, backend, fn, args) for r in range(world_size)], 1, timeout_s)[0]
     if "error" in msg:
         raise RuntimeError(msg["error"])
     return msg["result"]

@@ -23,7 +23,8 @@ from PIL import Image
 from torchvision.transforms import RandomResizedCrop
 
 from imagenet.data.decode import jpeg
-from results.runners.common import BenchError, jpeg_root, new_sweep
+from results.runners.common import BenchError, add_flags, jpeg_root, new_sweep
+from results.runners.procs import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +81,7 @@ def measure(decoders: Dict[str, Decoder], bufs: List[bytes], boxes: List[Box], r
             mine, ref = decode(buf, box), decoders[REFERENCE](buf, box)
             if mine.shape != ref.shape or np.abs(mine.astype(int) - ref.astype(int)).max() > 0:
                 raise BenchError(f"{name} and {REFERENCE} decode box {box} differently")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         per_round: Dict[str, List[float]] = {name: [] for name in decoders}
         for _ in range(rounds):
             spent = dict.fromkeys(decoders, 0.0)
@@ -93,8 +92,6 @@ def measure(decoders: Dict[str, Decoder], bufs: List[bytes], boxes: List[Box], r
                     spent[name] += time.process_time() - t0
             for name in decoders:
                 per_round[name].append(spent[name] / len(bufs))
-    finally:
-        torch.set_num_threads(threads)
     return per_round
 
 
@@ -114,8 +111,7 @@ def add_parser(sub, common) -> None:
     r = sub.add_parser("region", parents=[common], help="per-core cost of decoding a crop box: the C region "
                        "decoder vs nvImageCodec's CPU decoder (lockstep, same boxes)")
     r.add_argument("--data", help="ImageFolder root with train/ (default: generated ImageNet-like 500x375 JPEGs)")
-    r.add_argument("--images", type=int, default=256)
-    r.add_argument("--rounds", type=int, default=5)
+    add_flags(r, images=256, rounds=5)
 
 
 def run(args) -> List[dict]:

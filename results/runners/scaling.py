@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -31,7 +32,7 @@ from results.core import records
 from results.core.kinds import typed
 from results.core.records import RUNS_DIR, SCRATCH_DIR, portable
 from results.runners import slurm_queue, storage_bench, train_bench
-from results.runners.common import BenchError, environment, record_context
+from results.runners.common import BenchError, add_flags, environment, record_context
 from slurm import generate
 
 log = logging.getLogger(__name__)
@@ -39,22 +40,25 @@ log = logging.getLogger(__name__)
 DEFAULT_NODES = (1, 2, 4)
 
 
+@dataclass
 class Point:
     """One job of the sweep: its label, where it works, its job file and, once submitted, its id."""
 
-    def __init__(self, label: str, scratch: Path, script: str, sbatch_args: List[str],
-                 finish: Callable[["Point"], dict]) -> None:
-        self.label, self.scratch, self.script, self.finish = label, scratch, script, finish
-        self.sbatch_args = sbatch_args
-        self.job: Optional[str] = None
-        self.error: Optional[str] = None  # why it could not be submitted
-        self.t0 = time.monotonic()
+    label: str
+    scratch: Path
+    script: str
+    finish: Callable[["Point"], dict]
+    job: Optional[str] = None
+    error: Optional[str] = None  # why it could not be submitted
+    t0: float = field(default_factory=time.monotonic)
 
 
 # ---------------------------------------------------------------- the sweep
 
 def run(args: argparse.Namespace) -> int:
-    scratch_root, runs_root = _work_dirs(args.records)
+    beside = Path(args.records).resolve().parent  # a records file outside results/records/ has them beside it
+    default = beside == records.RECORDS_DIR.resolve()
+    scratch_root, runs_root = (SCRATCH_DIR, RUNS_DIR) if default else (beside / "scratch", beside / "runs")
     kind = "storage" if args.io else "train"
     if args.fresh:
         sweep, done = records.new_sweep_id(kind, args.tag), {}
@@ -83,12 +87,6 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed == len(points) else 0
 
 
-def _work_dirs(records_file: Path) -> Tuple[Path, Path]:
-    if Path(records_file).resolve().parent == records.RECORDS_DIR.resolve():
-        return SCRATCH_DIR, RUNS_DIR
-    return Path(records_file).resolve().parent / "scratch", Path(records_file).resolve().parent / "runs"
-
-
 def same_sweep_key(args: argparse.Namespace) -> dict:
     """What must match for an earlier record to belong to this sweep (everything but the node count)."""
     keys = ["io", "gpus_per_node", "cpus_per_task", "arch", "batch", "image_size", "steps_per_epoch", "data",
@@ -109,16 +107,9 @@ def resume(path: Path, kind: str, key: dict, tag: str) -> Tuple[str, Dict[int, L
     return sweep, {nodes: [getattr(r.point, "readers_per_node", None) or 0 for r in rs] for nodes, rs in done.items()}
 
 
-def runner(args: argparse.Namespace) -> train_bench.SlurmRunner:
-    return train_bench.SlurmRunner(args.gpus_per_node, args.time, cpus_per_task=args.cpus_per_task,
-                                   partition=args.partition, account=args.account, qos=args.qos,
-                                   constraint=args.constraint, setup=tuple(args.setup),
-                                   python=args.python)
-
-
 def train_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[int]], scratch_root: Path,
                  runs_root: Path) -> List[Point]:
-    r = runner(args)
+    r = train_bench.SlurmRunner.from_args(args, args.time, python=args.python)
     procs = args.gpus_per_node or args.procs_per_node
     workers = args.workers if args.workers is not None else (8 if args.gpus_per_node else 0)
     params = parameter_count(args.arch)
@@ -137,15 +128,11 @@ def train_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[int]
         def finish(pt: Point, point=p, scratch=scratch, keep=keep, extra=extra) -> dict:
             if pt.error:
                 return train_bench.failed_train_record(point, sweep, pt.error, extra)
-            out_ = train_bench.Outcome(0, slurm_queue.job_output(scratch),
-                                       f"sbatch {' '.join(r.sbatch_argv(scratch))} {scratch / 'job.sh'}",
-                                       time.monotonic() - pt.t0)
-            return train_bench.train_record(point, out_, sweep, params, extra, scratch, keep)
+            return train_bench.train_record(point, r.outcome(scratch, 0, pt.t0), sweep, params, extra, scratch, keep)
         why = train_bench.check(p)
         if why:
             raise BenchError(why)
-        out.append(Point(f"{n} node(s) x {procs} process(es)", scratch, r.script(p, scratch), r.sbatch_argv(scratch),
-                         finish))
+        out.append(Point(f"{n} node(s) x {procs} process(es)", scratch, r.script(p, scratch), finish))
     return out
 
 
@@ -156,7 +143,7 @@ def storage_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[in
     if args.data == "dummy" or not data.is_dir():
         raise BenchError(f"--io reads --data from the shared filesystem; {args.data} is not a folder")
     fmt = args.format_label or storage_bench.data_format(data)
-    r = runner(args)
+    r = train_bench.SlurmRunner.from_args(args, args.time, python=args.python)
     out = []
     for n in sorted(set(args.nodes)):
         for k in sorted(set(args.readers)):
@@ -176,16 +163,15 @@ def storage_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[in
                 # the submitting host's software; the nodes' names are in the metrics' readers
                 env = portable({**environment(nodes), "slurm_job_id": pt.job})
                 extra = record_context(args, "slurm", scaling_key=same_sweep_key(args), wall_s=time.monotonic() - pt.t0)
-                if pt.error:
-                    return records.make_record("storage", sweep, point, {}, env, "failed", pt.error, **extra)
-                try:
-                    m = storage_bench.metrics(scratch, nodes, readers)
-                except (OSError, ValueError) as e:
-                    tail = slurm_queue.job_output(scratch).splitlines()[-1:] or ["(no job output)"]
-                    return records.make_record("storage", sweep, point, {}, env, "failed", f"{e}; {tail[0]}", **extra)
-                return records.make_record("storage", sweep, point, m, env, **extra)
+                m, error = {}, pt.error
+                if not error:
+                    try:
+                        m = storage_bench.metrics(scratch, nodes, readers)
+                    except (OSError, ValueError) as e:
+                        error = f"{e}; {(slurm_queue.job_output(scratch).splitlines()[-1:] or ['(no job output)'])[0]}"
+                return records.make_record("storage", sweep, point, m, env, "failed" if error else "ok", error, **extra)
             script = generate.render_step(spec, storage_bench.job_body(args, k))
-            out.append(Point(f"{n} node(s) x {k} reader(s)", scratch, script, r.sbatch_argv(scratch), finish))
+            out.append(Point(f"{n} node(s) x {k} reader(s)", scratch, script, finish))
     return out
 
 
@@ -211,8 +197,8 @@ def submit_and_collect(points: List[Point], args: argparse.Namespace) -> int:
             write_text(path, p.script)
             after = [f"--dependency=afterany:{previous}"] if previous and not args.concurrent else []
             try:
-                p.job = slurm_queue.submit(path, [*after, *p.sbatch_args], cwd=train_bench.REPO,
-                                           env=train_bench._child_env())
+                p.job = slurm_queue.submit(path, [*after, *train_bench.SlurmRunner.sbatch_argv(p.scratch)],
+                                           cwd=train_bench.REPO, env=train_bench.child_env())
             except slurm_queue.SlurmError as e:  # e.g. more nodes than the partition has: the rest goes on
                 p.error = str(e)
                 record(p)
@@ -235,18 +221,15 @@ def submit_and_collect(points: List[Point], args: argparse.Namespace) -> int:
 
 
 def _summary(rec: dict) -> str:
-    job = typed(rec).environment.slurm_job_id
-    return (f"job {job} done, " if job else "") + _numbers(rec)
-
-
-def _numbers(rec: dict) -> str:
     r = typed(rec)
-    m = r.metrics
+    m, job = r.metrics, r.environment.slurm_job_id
     if not r.ok:
-        return f"FAILED: {r.error}"
-    if r.kind == "storage":
-        return f"{m.mb_per_s:.1f} MB/s, {m.files_per_s:.1f} files/s in all"
-    return f"{m.images_per_s:.1f} images/s ({r.world_size} processes), {m.step_time_ms:.1f} ms/step"
+        numbers = f"FAILED: {r.error}"
+    elif r.kind == "storage":
+        numbers = f"{m.mb_per_s:.1f} MB/s, {m.files_per_s:.1f} files/s in all"
+    else:
+        numbers = f"{m.images_per_s:.1f} images/s ({r.world_size} processes), {m.step_time_ms:.1f} ms/step"
+    return (f"job {job} done, " if job else "") + numbers
 
 
 # ---------------------------------------------------------------- command line
@@ -254,22 +237,16 @@ def _numbers(rec: dict) -> str:
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
     c = sub.add_parser("scaling", parents=[common], help="node-count sweep on this SLURM cluster (one job per "
                        "point; --io: readers x nodes on the shared filesystem), then the report")
-    c.add_argument("--nodes", nargs="+", type=int, default=list(DEFAULT_NODES))
+    add_flags(c, nodes=list(DEFAULT_NODES))
     c.add_argument("--gpus-per-node", type=int, default=4, help="GPUs (= training processes) per node; 0: CPU nodes")
     c.add_argument("--procs-per-node", type=int, default=1, help="training processes per CPU node (--gpus-per-node 0)")
-    c.add_argument("--cpus-per-task", type=int, help="CPUs per SLURM task (default: slurm.generate's, 8 per process)")
-    for flag in ("--partition", "--account", "--qos", "--constraint"):
-        c.add_argument(flag, help=f"sbatch {flag}")
+    train_bench.add_sbatch_flags(c)
     c.add_argument("--time", default="00:30:00", help="time limit of each job (SLURM format)")
-    c.add_argument("--setup", action="append", default=[], metavar="LINE",
-                   help="shell line each job runs first, e.g. 'module load cuda' or 'source ENV/bin/activate' "
-                        "(repeatable)")
     c.add_argument("--python", help="interpreter in the jobs (default: this one; 'python' when --setup is given)")
     c.add_argument("--data", default="dummy", help="dataset root on the shared filesystem ('dummy': synthetic)")
     c.add_argument("-a", "--arch", default="resnet50")
     c.add_argument("--batch", type=int, default=256, help="batch per process")
-    c.add_argument("--image-size", type=int, default=224)
-    c.add_argument("--steps-per-epoch", type=int, default=100)
+    add_flags(c, image_size=224, steps_per_epoch=100)
     c.add_argument("--workers", type=int, help="loader workers per process (default 8 on GPUs, 0 on CPUs)")
     c.add_argument("--variant", default="ddp", choices=["ddp", "amp"])
     c.add_argument("--precision", default="O0", choices=["O0", "O1", "O2", "O3"], help="--opt-level (amp variant)")

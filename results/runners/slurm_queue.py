@@ -119,11 +119,3 @@ def job_output(log_dir: Path, lines: int = 40) -> str:
         return ""
     return "\n".join(files[-1].read_text(errors="replace").strip().splitlines()[-lines:])
 
-
-def wait_one(script: Path, sbatch_args: Sequence[str], cwd: Path, env: Dict[str, str], timeout_s: float) -> str:
-    """Submit one job and wait for it (the ``train --submit slurm`` runner); cancelled on timeout."""
-    job = submit(script, sbatch_args, cwd=cwd, env=env)
-    log.info("    submitted SLURM job %s", job)
-    watch([job], lambda j, s: log.info("    job %s %s", j, s.lower() if s == DONE else s), timeout_s)
-    return job
-

@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from imagenet.common.files import atomic_write, write_text
 from imagenet.common.variants import SCRIPTS, SINGLE_PROCESS
@@ -87,18 +87,16 @@ def engine_args(point: TrainPoint, log_dir: Path, for_slurm: bool = False, cpu: 
              "--val-steps", str(point.val_steps), "--opt-level", point.precision]
     if point.amp_dtype:
         args += ["--amp-dtype", point.amp_dtype]
-    if point.variant not in SINGLE_PROCESS and (not _has_cuda() if cpu is None else cpu):
+    if cpu is None:
+        import torch
+        cpu = not torch.cuda.is_available()
+    if point.variant not in SINGLE_PROCESS and cpu:
         args += ["--dist-backend", "gloo"]
     if point.data == "dummy":
         args.append("--dummy")
     elif not for_slurm:
         args.append(str(point.data))
     return args + list(point.extra_args)
-
-
-def _has_cuda() -> bool:
-    import torch
-    return torch.cuda.is_available()
 
 
 def check(point: TrainPoint) -> Optional[str]:
@@ -110,12 +108,6 @@ def check(point: TrainPoint) -> Optional[str]:
     if point.data != "dummy" and not Path(point.data).is_dir():
         return f"dataset directory {point.data} does not exist; pass a folder with train/ and val/ or 'dummy'"
     return None
-
-
-def torchrun_command(point: TrainPoint, log_dir: Path) -> List[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={point.procs_per_node}", str(REPO / SCRIPTS[point.variant]),
-            *engine_args(point, log_dir)]
 
 
 # ---------------------------------------------------------------- runners
@@ -139,8 +131,19 @@ class LocalRunner:
     def run(self, point: TrainPoint, log_dir: Path) -> Outcome:
         if point.nodes != 1:
             raise RuntimeError(f"{point.nodes} nodes cannot run locally; use --submit slurm on a cluster")
-        cmd = torchrun_command(point, log_dir)
-        return _run_logged(cmd, log_dir / "bench.log", self.timeout_s, env=_child_env())
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={point.procs_per_node}", str(REPO / SCRIPTS[point.variant]),
+               *engine_args(point, log_dir)]
+        log_path, t0 = log_dir / "bench.log", time.monotonic()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "w") as out:
+            try:
+                rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=self.timeout_s,
+                                    env=child_env(), cwd=REPO).returncode
+            except subprocess.TimeoutExpired:
+                rc = 124
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-200:]
+        return Outcome(rc, "\n".join(tail), " ".join(cmd), time.monotonic() - t0)
 
 
 class SlurmRunner:
@@ -154,13 +157,19 @@ class SlurmRunner:
 
     name = "slurm"
 
-    def __init__(self, gpus_per_node: int, time_limit: str = "01:00:00", sbatch_args: Sequence[str] = (),
-                 timeout_s: float = 6 * 3600, cpus_per_task: Optional[int] = None, **sbatch_options: object):
-        self.gpus_per_node, self.time_limit = gpus_per_node, time_limit
-        self.sbatch_args, self.timeout_s = list(sbatch_args), timeout_s
+    def __init__(self, gpus_per_node: int, time_limit: str = "01:00:00", timeout_s: float = 6 * 3600,
+                 cpus_per_task: Optional[int] = None, **sbatch_options: object):
+        self.gpus_per_node, self.time_limit, self.timeout_s = gpus_per_node, time_limit, timeout_s
         self.cpus_per_task = cpus_per_task
         self.options = {k: v for k, v in sbatch_options.items() if v not in (None, (), [])}
         self.options.setdefault("python", "python" if self.options.get("setup") else sys.executable)
+
+    @classmethod
+    def from_args(cls, args, time_limit: str, timeout_s: Optional[float] = None, **more: object) -> "SlurmRunner":
+        """The runner of the sbatch flags (add_sbatch_flags) of a bench command."""
+        return cls(args.gpus_per_node, time_limit, timeout_s=timeout_s, cpus_per_task=args.cpus_per_task,
+                   partition=args.partition, account=args.account, qos=args.qos, constraint=args.constraint,
+                   setup=tuple(args.setup), **more)
 
     def script(self, point: TrainPoint, log_dir: Path) -> str:
         from slurm import generate
@@ -174,45 +183,45 @@ class SlurmRunner:
                                 time=self.time_limit, output=str(log_dir / "slurm-%j.out"), **self.options)
         return generate.render(spec)
 
-    def write(self, point: TrainPoint, log_dir: Path) -> Path:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        path = log_dir / "job.sh"
-        write_text(path, self.script(point, log_dir))
-        return path
+    @staticmethod
+    def sbatch_argv(log_dir: Path) -> List[str]:
+        return [f"--export=ALL,LOG_DIR={log_dir}"]
 
-    def sbatch_argv(self, log_dir: Path) -> List[str]:
-        return [f"--export=ALL,LOG_DIR={log_dir}", *self.sbatch_args]
+    def outcome(self, log_dir: Path, returncode: int, t0: float) -> Outcome:
+        """How the job in LOG_DIR went: its own output (the engine log) is what explains a failure."""
+        cmd = " ".join(["sbatch", *self.sbatch_argv(log_dir), str(log_dir / "job.sh")])
+        return Outcome(returncode, slurm_queue.job_output(log_dir), cmd, time.monotonic() - t0)
 
     def run(self, point: TrainPoint, log_dir: Path) -> Outcome:
-        path = self.write(point, log_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        write_text(log_dir / "job.sh", self.script(point, log_dir))
         t0, rc = time.monotonic(), 0
+        job = slurm_queue.submit(log_dir / "job.sh", self.sbatch_argv(log_dir), cwd=REPO, env=child_env())
+        log.info("    submitted SLURM job %s", job)
         try:
-            slurm_queue.wait_one(path, self.sbatch_argv(log_dir), REPO, _child_env(), self.timeout_s)
+            slurm_queue.watch([job], lambda j, state: log.info("    job %s %s", j, state.lower()
+                                                               if state == slurm_queue.DONE else state), self.timeout_s)
         except slurm_queue.Timeout:  # the job has been cancelled: none is left queued or running
             rc = 124
-        # the job's own output (engine log) is what explains a failure
-        cmd = " ".join(["sbatch", *self.sbatch_argv(log_dir), str(path)])
-        return Outcome(rc, slurm_queue.job_output(log_dir), cmd, time.monotonic() - t0)
+        return self.outcome(log_dir, rc, t0)
 
 
-def _child_env() -> Dict[str, str]:
+def add_sbatch_flags(parser, when: str = "") -> None:
+    """The sbatch options of a bench command that submits jobs (train --submit slurm, scaling); WHEN starts
+    their help."""
+    parser.add_argument("--cpus-per-task", type=int, help=f"{when}CPUs per SLURM task (default: slurm.generate's, "
+                        "8 per process); also each process's OMP_NUM_THREADS")
+    for flag in ("--partition", "--account", "--qos", "--constraint"):
+        parser.add_argument(flag, help=f"{when}sbatch {flag}")
+    parser.add_argument("--setup", action="append", default=[], metavar="LINE", help=f"{when}shell line each "
+                        "job runs first, e.g. 'module load cuda' or 'source ENV/bin/activate' (repeatable)")
+
+
+def child_env() -> Dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
-
-
-def _run_logged(cmd: List[str], log_path: Path, timeout_s: float, env: Dict[str, str]) -> Outcome:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    with open(log_path, "w") as out:
-        try:
-            rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, env=env,
-                                cwd=REPO).returncode
-        except subprocess.TimeoutExpired:
-            rc = 124
-    tail = log_path.read_text(errors="replace").strip().splitlines()[-200:]
-    return Outcome(rc, "\n".join(tail), " ".join(cmd), time.monotonic() - t0)
 
 
 # ---------------------------------------------------------------- run.json -> metrics
@@ -249,20 +258,16 @@ def keep_artifacts(scratch: Path, keep: Path) -> List[str]:
         if f.name == "run.json":
             write_text(keep / f.name, json.dumps(portable(json.loads(f.read_text())), indent=1) + "\n")
         elif f.name.startswith("events.out.tfevents"):
-            keep_scalars(f, keep / f.name)
+            atomic_write(keep / f.name, lambda out, src=f: _write_scalars(src, out))
         else:
             continue
         kept.append(f.name)
     return kept
 
 
-def keep_scalars(src: Path, dst: Path) -> None:
-    """Copy a TensorBoard event file with only its scalars (the curves the report draws): the
-    config text and hparams summaries hold the run's machine paths."""
-    atomic_write(dst, lambda out: _write_scalars(src, out))
-
-
 def _write_scalars(src: Path, out) -> None:
+    """A copy of a TensorBoard event file with only its scalars (the curves the report draws): the
+    config text and hparams summaries hold the run's machine paths."""
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
     from tensorboard.compat.proto import event_pb2
     from tensorboard.summary.writer.record_writer import RecordWriter
@@ -280,17 +285,7 @@ def _write_scalars(src: Path, out) -> None:
 
 
 def point_dict(point: TrainPoint) -> Dict[str, object]:
-    d = asdict(point)
-    d["extra_args"] = list(point.extra_args)
-    d["world_size"] = point.world_size
-    return d
-
-
-def read_run_json(log_dir: Path) -> dict:
-    path = log_dir / "run.json"
-    if not path.exists():
-        raise FileNotFoundError(f"the run wrote no {path}")
-    return json.loads(path.read_text())
+    return {**asdict(point), "extra_args": list(point.extra_args), "world_size": point.world_size}
 
 
 # ---------------------------------------------------------------- records
@@ -306,7 +301,9 @@ def train_record(point: TrainPoint, out: Outcome, sweep: str, params: Optional[i
     what the report reads is kept in ``keep``."""
     extra = {**extra, "command": portable(out.command), "wall_s": out.wall_s}
     try:
-        run = read_run_json(scratch)
+        if not (scratch / "run.json").exists():
+            raise FileNotFoundError(f"the run wrote no {scratch / 'run.json'}")
+        run = json.loads((scratch / "run.json").read_text())
         metrics = metrics_from_run(run)
     except (OSError, ValueError, KeyError) as e:
         error = f"exit code {out.returncode}; {type(e).__name__}: {e}; log tail: {last_line(out.log_tail)}"

@@ -210,27 +210,23 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
 def run_ours(args: argparse.Namespace, data: Path) -> dict:
     _require_split(data, "test", "ours")
     target, budget_s, runs = protocol_target(args.records, data.name, args.image_size)
-    sweep = new_sweep("ours", args)
-    run_dir = args.work / sweep.id / "run"
     flags = recipe_flags(args.image_size)
-    cmd = [*_engine(data, args, flags), "--desired-acc", f"{target:.3f}",
-           "--time-budget-minutes", f"{budget_s / 60:.3f}", "--log-dir", str(run_dir)]
     log.info("ours: seed %d, target %.2f %% top-1 and budget %.0f s (main.py's medians over %d counted runs); "
              "recipe %s", args.seed, target, budget_s, len(runs), " ".join(flags))
-    lines = EngineLines()
-    followed = follow(cmd, REPO, run_dir.parent / "engine.log", lines, timeout_s=BOUND * budget_s + START_ALLOWANCE_S)
-    run_json = _read_json(run_dir / "run.json")
+    sweep, lines, followed, run_json, log_file = _engine_run(
+        args, "ours", data, flags, BOUND * budget_s + START_ALLOWANCE_S,
+        "--desired-acc", f"{target:.3f}", "--time-budget-minutes", f"{budget_s / 60:.3f}")
     engine_tta = run_json.get("time_to_accuracy") or {}
     metrics = tta_metrics(lines.curve, target, followed, fashion_mnist.counts_of(data)["train"],
                           engine_tta.get("eval_s", 0.0), _flag_value("--eval-every", 1), lines.start_s,
                           args.quiet_share)
-    metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=best_within(lines.curve, budget_s),
+    best_in_budget = max((p["top1"] for p in lines.curve if p["wall_s"] <= budget_s), default=None)
+    metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=best_in_budget,
                    images_seen=sum(e.get("train_samples", 0) for e in run_json.get("epochs", [])) or None)
     point = _point(OURS_PROGRAM, data, args, recipe_flags=flags, recipe=_settings(run_json), declared=DECLARED,
                    tuned_on=TUNED_ON, target_from=[r.sweep for r in runs])
     return _record(sweep, point, metrics, _failure(followed, lines.curve, "the engine"), curve=lines.curve,
-                   engine_time_to_accuracy=engine_tta, engine_status=run_json.get("status"),
-                   log=str(run_dir.parent / "engine.log"))
+                   engine_time_to_accuracy=engine_tta, engine_status=run_json.get("status"), log=str(log_file))
 
 
 # ---------------------------------------------------------------- phase: tune
@@ -239,26 +235,30 @@ def run_tuning(args: argparse.Namespace, data: Path) -> dict:
     """The recipe with --trial's flags on top, on the tuning split: a tta_tuning record (not a
     benchmark run: no target, no budget, never read as one)."""
     _require_split(data, "tuning", "tune")
-    sweep = new_sweep("tune", args)
-    run_dir = args.work / sweep.id / "run"
     trial = shlex.split(args.trial)
     flags = [*recipe_flags(args.image_size), *trial]
     log.info("tune: seed %d, trial %s on the tuning split", args.seed, args.trial or "(the recipe as it is)")
-    lines = EngineLines()
-    followed = follow([*_engine(data, args, flags), "--log-dir", str(run_dir)], REPO, run_dir.parent / "engine.log",
-                      lines, timeout_s=args.timeout_minutes * 60)
-    run_json = _read_json(run_dir / "run.json")
+    sweep, lines, followed, run_json, log_file = _engine_run(args, "tune", data, flags, args.timeout_minutes * 60)
     metrics = tta_metrics(lines.curve, 0.0, followed, fashion_mnist.counts_of(data)["train"], 0.0,
                           _flag_value("--eval-every", 1), lines.start_s, args.quiet_share)
     metrics["final_top1"] = lines.curve[-1]["top1"] if lines.curve else None
     point = _point(OURS_PROGRAM, data, args, trial=trial, recipe_flags=flags, recipe=_settings(run_json))
     return _record(sweep, point, metrics, _failure(followed, lines.curve, "the engine"), kind=TUNING_KIND,
-                   curve=lines.curve, log=str(run_dir.parent / "engine.log"))
+                   curve=lines.curve, log=str(log_file))
 
 
-def _engine(data: Path, args: argparse.Namespace, flags: List[str]) -> List[str]:
-    return [sys.executable, "-u", str(ENGINE), str(data), "--image-size", str(args.image_size), *flags,
-            "--seed", str(args.seed), *(["-j", str(args.workers)] if args.workers is not None else [])]
+def _engine_run(args: argparse.Namespace, phase: str, data: Path, flags: List[str], timeout_s: float,
+                *more: str) -> Tuple[records.Sweep, "EngineLines", Followed, dict, Path]:
+    """The engine on DATA with FLAGS (then MORE), watched: its sweep, its lines, what it cost, its
+    run.json and its log file."""
+    sweep = new_sweep(phase, args)
+    run_dir = args.work / sweep.id / "run"
+    cmd = [sys.executable, "-u", str(ENGINE), str(data), "--image-size", str(args.image_size), *flags,
+           "--seed", str(args.seed), *(["-j", str(args.workers)] if args.workers is not None else []), *more,
+           "--log-dir", str(run_dir)]
+    lines = EngineLines()
+    followed = follow(cmd, REPO, run_dir.parent / "engine.log", lines, timeout_s=timeout_s)
+    return sweep, lines, followed, _read_json(run_dir / "run.json"), run_dir.parent / "engine.log"
 
 
 class EngineLines:
@@ -298,11 +298,6 @@ def protocol_target(path: Path, data: str, image_size: int) -> Tuple[float, floa
         raise BenchError(f"no counted examples run for {data} at {image_size} px in {path}: run --phase examples "
                          "first, on a quiet machine (its counted runs set the target and the time budget)")
     return fixed.target, fixed.budget_s, runs
-
-
-def best_within(curve: List[dict], budget_s: float) -> Optional[float]:
-    """The best top-1 a curve reached by BUDGET_S wall seconds."""
-    return max((p["top1"] for p in curve if p["wall_s"] <= budget_s), default=None)
 
 
 def tta_metrics(curve: List[dict], target: float, followed: Followed, train_images: int, eval_s: float,
