@@ -2,6 +2,7 @@
 record selection and the reference data."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -15,10 +16,36 @@ from results.core.setups import GROUP_KEYS
 RESULTS = records.RESULTS_DIR
 REPO = RESULTS.parent
 REFERENCE = records.REFERENCE_DIR
+TEXT = Path(__file__).with_name("text")  # the sections' words, one markdown file per section module
+WHOLE_LINE = ("#", "![", "|", "{", "<")  # a text line starting so is a line of its own in the report
+NEW_LINE = ("- ", *WHOLE_LINE)  # ... and one starting so is not the rest of the paragraph above it
 
 
 class ReportError(RuntimeError):
     """Bad input; one line naming the problem and the fix."""
+
+
+@functools.lru_cache(maxsize=None)
+def _blocks(file: str) -> Dict[str, str]:
+    """The blocks of text/FILE.md, each under a line `<!-- name -->`. The lines of a paragraph join with a
+    space (so the file wraps, the report has one line per paragraph) unless NEW_LINE or WHOLE_LINE says
+    otherwise; a block's trailing blank lines are dropped."""
+    blocks: Dict[str, List[str]] = {}
+    lines: List[str] = []
+    for line in (TEXT / f"{file}.md").read_text().splitlines():
+        if line.startswith("<!-- ") and line.endswith(" -->"):
+            lines = blocks.setdefault(line[5:-4], [])
+        elif lines and lines[-1] and line and not (lines[-1].startswith(WHOLE_LINE) or line.startswith(NEW_LINE)):
+            lines[-1] += " " + line
+        else:
+            lines.append(line)
+    return {name: "\n".join(b).rstrip("\n") for name, b in blocks.items()}
+
+
+def prose(name: str, **values: object) -> str:
+    """The words NAME ("file.block": block of text/file.md) with VALUES in its {fields} (str.format)."""
+    file, block = name.split(".")
+    return _blocks(file)[block].format(**values)
 
 
 def fmt(value: object) -> str:

@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 from results.analysis import comparisons
 from results.core.kinds import Record
 from results.report import figures
-from results.report.common import Environments, md_table
+from results.report.common import Environments, md_table, prose
 
 
 def _io_category(record: Record, multi_sweep: bool) -> str:
@@ -61,28 +61,7 @@ def pipeline_section(io: Sequence[Record], steady: Sequence[Record], env: Enviro
               comparisons.times(x["per_core_ratio"]), comparisons.times(x["wall_ratio"]),
               x["record"].host_load_1m,
               env.id(x["record"]), x["record"].source] for x in rows]
-    return ("## Data pipeline vs the baseline\n\n![pipeline per core](figures/pipeline_per_core.png)\n\n"
-            "Each backend reads the same generated ImageNet-like JPEGs (`results/runners/jpegs.py`: 500x375, ~110 KB) "
-            "in the same order with the same train augmentation (random-resized crop to the image size + "
-            "flip). CPU = user + system seconds of the reader and its DataLoader workers (`getrusage`, "
-            "workers counted once reaped); images/s per core = images / CPU seconds. Ratios are to the "
-            f"`{comparisons.PIPELINE_BASELINE}` backend (pytorch/examples: PIL + ToTensor + Normalize, float) of "
-            "the same sweep, cache state and worker count. With workers > 0 the per-core figure includes "
-            "starting the workers and moving batches through their pipes. What limits the next gain: the "
-            "`fast` backend already decodes only the crop (libjpeg-turbo's region decoding; a reduced DCT "
-            "scale where the crop allows), but libjpeg must still entropy-decode every row above the crop, "
-            "and entropy decoding (which neither can reduce) is most of a JPEG decode (see "
-            "`imagenet/data/decode/jpeg.py`). At 224 px on 500x375 images no crop is twice the output size, so "
-            "DCT scaling never applies there; the next gains are decoding off the CPU (nvJPEG/DALI) or a "
-            "pre-processed dataset format. Records older than the region decoder decoded every row down "
-            "to the crop (the commit in each record's env row tells them apart).\n\n"
-            + md_table(["backend", "cache", "workers", "image size", "images", "bytes/image", "images/s",
-                        "CPU ms/image", "images/s per core", "cores busy", "per-core ratio vs baseline",
-                        "wall ratio vs baseline", "host load (1 min)", "env", "record"], table)
-            + "\n### Steady state, backends in lockstep\n\nThe figures above include one-off costs (DataLoader "
-            "and worker start-up, first calls), which short passes do not amortise. `python -m results.bench "
-            "pipeline` measures the steady state instead: with 0 workers the backends take turns batch by "
-            "batch on the same files, each timed by the thread's CPU clock, so busy moments of a shared "
-            "machine fall on all alike; with workers, a first pass starts them and the second is measured "
-            "(CPU of this process and the workers). Each round gives a ratio to the baseline; the median "
-            "over rounds is shown with its range.\n\n" + steady_pipeline_table(steady, env))
+    return prose("pipeline.section", baseline=comparisons.PIPELINE_BASELINE, steady=steady_pipeline_table(steady, env),
+                 table=md_table(["backend", "cache", "workers", "image size", "images", "bytes/image", "images/s",
+                                 "CPU ms/image", "images/s per core", "cores busy", "per-core ratio vs baseline",
+                                 "wall ratio vs baseline", "host load (1 min)", "env", "record"], table))

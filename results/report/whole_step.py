@@ -12,7 +12,7 @@ from imagenet.config import WARMUP_STEPS
 from results.analysis import scaling_model, whole_step
 from results.core.kinds import Record
 from results.report import figures
-from results.report.common import md_table
+from results.report.common import md_table, prose
 
 
 def _ms(value: float) -> str:
@@ -153,23 +153,11 @@ def section(train: Sequence[Record], pipeline: Sequence[Record], overlap: Sequen
                                                                            "check_configs", "systems", "epoch",
                                                                            "hidden", "cores")))
     restart = sum(whole_step.restart_range(links["hal_2020"])) / 2
-    return ("## Scaling model: the whole step\n\n![whole-step model](figures/scaling_model_terms.png)\n\n"
-            "The compute + all-reduce model above, plus stragglers (a synchronous step waits for the slowest of "
-            "n ranks: t_c (E[max of n step times] / mean - 1), from measured per-step times), the input pipeline "
-            "(nodes x min(loader workers, cores) x measured images/s per core), the loader restart a timer sees "
-            "every epoch (spread over the epoch's timed steps) and shared storage as an epoch-level bound (an epoch "
-            "lasts at least its bytes / the read rate, and its files / the opens rate). The binding term is the one "
-            "whose removal would raise the prediction most. t_c is calibrated on the largest published point of at "
-            f"most {scaling_model.CALIBRATION_MAX_GPUS} GPUs on one node (marked); the rest are predictions. "
-            "The error band "
-            "is the prediction at the ends of the cited ranges (HAL's restart and, for February, the storage's "
-            "read rate). "
-            "`python -m results.scaling_model --check` prints the same table and exits 1 when an error is over "
-            f"{100 * scaling_model.CHECK_TOLERANCE:.0f}%.\n\n" + inputs_text(got, links) + " "
-            + storage_text(storage, links)
-            + "\n\n" + own_runs_text(train, restart, _hal_time_to_train(pub)) + "\n\nCited inputs "
-            "(`results/reference/links.json`):\n\n" + sources + "\n\n"
-            + md_table(HEADERS, table_rows(rows)) + "\n" + summary(rows) + dle_bracket(rows) + "\n")
+    return prose("whole_step.section", max_gpus=scaling_model.CALIBRATION_MAX_GPUS,
+                 tolerance=100 * scaling_model.CHECK_TOLERANCE, inputs=inputs_text(got, links),
+                 storage=storage_text(storage, links), own_runs=own_runs_text(train, restart, _hal_time_to_train(pub)),
+                 sources=sources, table=md_table(HEADERS, table_rows(rows)),
+                 summary=summary(rows) + dle_bracket(rows)) + "\n"
 
 
 def _figure(cs: Sequence[whole_step.Case], rows: Sequence[dict], path: Path) -> None:
