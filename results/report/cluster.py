@@ -28,7 +28,7 @@ from results.core.kinds import Record
 from results.core.records import by_kind, group_by
 from results.report import data_scale, faults, figures, predicted_tta
 from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report.common import data_label, fmt, md_table, pct, recipe_label
+from results.report.common import data_label, fmt, md_table, pct, prose, recipe_label
 from results.report.curves import CURVES, curve_runs, epoch_rows
 from results.report.storage import format_series
 
@@ -118,16 +118,10 @@ def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path
     singles = {k: v for k, v in series.items() if len(v) == 1}
     more = ("\nConfigurations measured at one GPU count only (no scaling to draw):\n\n" + _config_table(singles)
             if singles else "")
-    return ("## Training throughput\n\n![training throughput](training_throughput.png)\n\n"
-            "Steady state (the engine excludes its warm-up steps). Efficiency = (images/s per GPU) / (the same at "
-            "the series' smallest GPU count). Repeats: records at the same GPU count, folded into their mean and "
-            "standard deviation.\n\n"
-            + md_table(["series", "hardware", "GPUs", "nodes", "repeats", "images/s", "std", "images/s per GPU",
-                        "efficiency", "records"], rows) + more
-            + f"\n## Time to train {EPOCHS} epochs\n\n![training time](training_time.png)\n\n"
-            f"Projected from the measured images/s for the {IMAGENET_TRAIN_IMAGES:,} ImageNet training images "
-            "(the runs themselves are short).\n\n"
-            + md_table(["series", "GPUs", "one epoch (h)", f"{EPOCHS} epochs (h)", "records"], trows))
+    return prose("cluster.throughput", epochs=EPOCHS, images=IMAGENET_TRAIN_IMAGES, table=md_table(
+        ["series", "hardware", "GPUs", "nodes", "repeats", "images/s", "std", "images/s per GPU", "efficiency",
+         "records"], rows) + more,
+        hours=md_table(["series", "GPUs", "one epoch (h)", f"{EPOCHS} epochs (h)", "records"], trows))
 
 
 def _config_table(series: Dict[Tuple[str, str], List[Point]]) -> str:
@@ -148,11 +142,8 @@ def _configurations_section(series: Dict[Tuple[str, str], List[Point]], fig_dir:
                   f"{' / '.join(hw)}: {int(items[0][1][0].x)} GPU(s), mean and std of repeats",
                   [f"{fmt(pts[0].mean)}" + (f" ± {fmt(pts[0].std)} (n={pts[0].n})" if pts[0].n > 1 else "")
                    for _, pts in items])
-    return ("## Training throughput\n\n![training throughput](training_throughput.png)\n\nEvery configuration "
-            "here ran at one GPU count, so there is no scaling line; the time to train is projected from the "
-            f"measured rate for {EPOCHS} epochs of the {IMAGENET_TRAIN_IMAGES:,} ImageNet training images. "
-            "Repeats (records of the same configuration) are folded into their mean and standard deviation; "
-            "profiled runs are left out (the profiler slows them).\n\n" + _config_table(dict(items)))
+    return prose("cluster.configurations", epochs=EPOCHS, images=IMAGENET_TRAIN_IMAGES,
+                 table=_config_table(dict(items)))
 
 
 def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
@@ -174,10 +165,8 @@ def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
     figures.report_panels(fig_dir / "learning_curves.png", panels, "Learning curves (TensorBoard events of rank 0; "
                           "solid: train, dashed: validation)")
     rows = epoch_rows(runs, lambda r: [r.source])
-    return ("## Learning curves\n\n![learning curves](learning_curves.png)\n\nRuns that trained more than one "
-            "epoch, one curve per run.\n\n"
-            + md_table(["run", "epoch", "train top-1 (%)", "val top-1 (%)", "train top-5 (%)", "val top-5 (%)",
-                        "record"], rows))
+    return prose("cluster.curves", table=md_table(["run", "epoch", "train top-1 (%)", "val top-1 (%)",
+                                                   "train top-5 (%)", "val top-5 (%)", "record"], rows))
 
 
 def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
@@ -204,12 +193,9 @@ def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
                 rows.append([name, k, int(p.x), p.n, p.mean, _std(p), p.mean / p.x, f.mean, _std(f),
                              p.records[0].metrics.bytes_per_file, _ids(p)])
     notes = "".join(f"- {n}\n" for n in sorted({r.note for r in storage if r.note}))
-    return ("## I/O from the nodes\n\n![IO](IO.png)\n\nOne SLURM job per point: every reader reads its share of "
-            "the data set's files whole; MB/s and files/s are over all nodes (bytes / (last reader's end - first "
-            "reader's start)). Cache evict: each reader dropped a file's cached pages before reading it; as-is: "
-            "pages already in memory count.\n" + (f"\nNotes recorded with these points:\n\n{notes}" if notes else "")
-            + "\n" + md_table(["series", "readers/node", "nodes", "repeats", "MB/s", "std", "MB/s per node", "files/s",
-                               "std", "bytes/file", "records"], rows))
+    return prose("cluster.storage", notes=f"\nNotes recorded with these points:\n\n{notes}" if notes else "",
+                 table=md_table(["series", "readers/node", "nodes", "repeats", "MB/s", "std", "MB/s per node",
+                                 "files/s", "std", "bytes/file", "records"], rows))
 
 
 def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
@@ -309,18 +295,13 @@ def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Opt
               ["hidden fraction h", pct(w.hidden_fraction), pred.sources.get("hidden fraction", "none: h = 0")],
               ["storage ceiling", "-" if not w.storage else f"{fmt(w.storage.read_bytes_per_s / 1e6)} MB/s, "
                f"{fmt(w.storage.opens_per_s)} files/s", pred.sources.get("storage", "not on this series' path")]]
-    return ("## Scaling model\n\n![scaling model](scaling_model.png)\n\n"
-            f"The model of `results/analysis/scaling_model.py` (compute + ring all-reduce - what backward hides + "
-            f"stragglers, capped by storage), fed by this tag's records only and calibrated on the smallest point "
-            f"of **{name}**. Binding term at {largest['gpus']} GPUs: **{largest['binding']}**.\n\n"
-            + "Error = (predicted - measured) / measured: positive where the model is optimistic, i.e. where a "
-            "cost it has no input for here shows (a term left out below, or processes sharing one host's cores).\n\n"
-            + md_table(["GPUs", "measured images/s", "predicted images/s", "error", "predicted efficiency",
-                        "exposed all-reduce (ms/step)", "straggler wait (ms/step)", "binding"], rows)
-            + "\n" + _misses(pred) + "\nInputs:\n\n" + md_table(["input", "value", "from"], inputs)
-            + "\nLeft out (no measurement under this tag), so the prediction is an upper bound in each:\n\n"
-            + "".join(f"- {m}\n" for m in pred.missing) + "\n" + predicted_tta.predicted_section(pred, hw, fig_dir)
-            ), largest["binding"] + (
+    text = prose("cluster.model", name=name, gpus=largest["gpus"], binding=largest["binding"],
+                 table=md_table(["GPUs", "measured images/s", "predicted images/s", "error", "predicted efficiency",
+                                 "exposed all-reduce (ms/step)", "straggler wait (ms/step)", "binding"], rows),
+                 misses=_misses(pred), inputs=md_table(["input", "value", "from"], inputs),
+                 missing="".join(f"- {m}\n" for m in pred.missing),
+                 tta=predicted_tta.predicted_section(pred, hw, fig_dir))
+    return text, largest["binding"] + (
         " (all-reduce not measured)" if any(m.startswith("all-reduce") for m in pred.missing) else "")
 
 

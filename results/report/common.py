@@ -42,7 +42,7 @@ def _blocks(file: str) -> Dict[str, str]:
     return {name: "\n".join(b).rstrip("\n") for name, b in blocks.items()}
 
 
-def prose(name: str, **values: object) -> str:
+def prose(name: str, /, **values: object) -> str:
     """The words NAME ("file.block": block of text/file.md) with VALUES in its {fields} (str.format)."""
     file, block = name.split(".")
     return _blocks(file)[block].format(**values)
