@@ -7,7 +7,7 @@ from typing import List, Sequence
 from results.core.kinds import Record
 from results.core.records import group_by
 from results.report import figures
-from results.report.common import Environments, fmt, md_table
+from results.report.common import Environments, fmt, md_table, prose
 
 
 def io_section(io: Sequence[Record], pub: dict, env: Environments, fig_dir: Path) -> str:
@@ -49,18 +49,11 @@ def io_section(io: Sequence[Record], pub: dict, env: Environments, fig_dir: Path
     feb = pub["hal_2020"]["runs"][0]
     implied = [[f"{g:.3g}", f"{g * 1e9 / feb['train_img_per_s'][-1] / 1e3:.0f}"] for g in hal["avg_read_GBps"]
                if g is not None]
-    return ("## I/O\n\n![IO](figures/IO.png)\n\nImages/s and MB/s of file bytes delivered by the loader; "
-            "storage MB/s is `read_bytes` from /proc/self/io (0 when served from the page cache), read "
-            "calls/s is `syscr`. Files/s = images/s: each ImageFolder sample opens one file. Cold points evict "
-            "the dataset's pages first (`cache method`), and are marked verified when at least half the bytes "
-            "came from storage.\n\n"
-            + md_table(["backend", "cache", "workers", "readers", "images", "images/s", "MB/s", "files/s",
-                        "storage MB/s", "read calls/s", "bytes/image", "first batch (s)", "cold verified",
-                        "cache method", "host load (1 min)", "env", "record"], rows)
-            + f"\nPublished (HAL 2020, storage side during {feb['gpus'][-1]}-GPU runs, {hal['note']}): average "
-            f"read GB/s and the implied KB per image at the {feb['label']} run's {feb['gpus'][-1]}-GPU rate "
-            f"({fmt(feb['train_img_per_s'][-1])} images/s):\n\n"
-            + md_table(["avg read GB/s", "implied KB/image"], implied) + "\n")
+    return prose("data_io.section", gpus=feb["gpus"][-1], note=hal["note"], label=feb["label"],
+                 rate=fmt(feb["train_img_per_s"][-1]), implied=md_table(["avg read GB/s", "implied KB/image"], implied),
+                 table=md_table(["backend", "cache", "workers", "readers", "images", "images/s", "MB/s", "files/s",
+                                 "storage MB/s", "read calls/s", "bytes/image", "first batch (s)", "cold verified",
+                                 "cache method", "host load (1 min)", "env", "record"], rows)) + "\n"
 
 
 def _io_sweep(rs: Sequence[Record], key: str) -> List[dict]:

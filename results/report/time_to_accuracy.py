@@ -18,24 +18,12 @@ from results.analysis import tta_protocol as protocol
 from results.analysis.tta_protocol import EXAMPLES_PROGRAM, OURS_PROGRAM, Goal, Spread
 from results.core.kinds import Record
 from results.report import figures
-from results.report.common import REFERENCE, fmt, md_table
+from results.report.common import REFERENCE, fmt, md_table, prose
 
 HEADING = "Time to accuracy on real photographs (Fashion-MNIST)"
 GOAL_RATIO = 2.0  # the benchmark's goal: time to the target at least 2x shorter than main.py's
 GOAL_TOP1 = 92.0  # ...and, in main.py's wall time, at least this top-1 (the table's ResNet18: 94.9 %)
 NAMES = {EXAMPLES_PROGRAM: "main.py", OURS_PROGRAM: "this engine"}
-PROTOCOL_TEXT = (
-    "`python -m results.bench time-to-accuracy`, under a fixed protocol (docs/time-to-accuracy.md): "
-    "pytorch/examples' `main.py` with its defaults for 10 epochs and this engine with its recipe train "
-    "ResNet-18 on the same 60,000 photographs and cores, several runs each with different seeds. Both "
-    "are scored main.py's way (resize 36, centre crop 32) on the 10,000 test photographs, which no "
-    "tuning run reads: the recipe was chosen on a held-out tenth of the training photographs. The engine "
-    "is scored on one declared set of weights at every evaluation. A run counts only when other "
-    "processes used at most 10 % of the machine's CPU time meanwhile. main.py's counted runs fix the "
-    "target (their median best top-1) and the budget (their median wall time); every run is measured "
-    "against those from its curve. Times are wall seconds since the program started, evaluation "
-    "included; CPU seconds are those of the whole process tree; start is the time to the end of the "
-    "first training step.\n")
 
 
 def section(recs: Sequence[Record], fig_dir: Path, ref_dir: Path = REFERENCE) -> str:
@@ -44,7 +32,7 @@ def section(recs: Sequence[Record], fig_dir: Path, ref_dir: Path = REFERENCE) ->
     earlier = protocol.earlier_runs(recs)
     if not (machines or tuning or earlier):
         return ""
-    out = [f"## {HEADING}\n", PROTOCOL_TEXT]
+    out = [f"## {HEADING}\n", prose("time_to_accuracy.protocol") + "\n"]
     for machine, runs in machines.items():
         out.append(_machine(machine, runs, fig_dir, len(machines) > 1))
     if not machines:
