@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator
 
+from results.analysis.comparisons import times
 from results.analysis.efficiency import efficiencies
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,16 @@ def bars(path: Path, panels: Sequence[Dict[str, object]], suptitle: str) -> Path
         ax.legend(fontsize=7, loc=panel.get("legend_loc", "best"))
     fig.suptitle(suptitle, fontsize=11)
     return _save(fig, path)
+
+
+def ratio_bars(cell: Dict[tuple, dict], cats: Sequence[str], groups: Sequence[str], metric: str,
+               ratio: Optional[str]) -> List[Dict[str, object]]:
+    """The "bars" of a bars() panel: one per group, over CATS, of the METRIC of the record of the comparison
+    row CELL[(category, group)] ({"record", RATIO: its ratio to the baseline, the bar's text})."""
+    return [{"label": g, "values": [getattr(cell[(c, g)]["record"].metrics, metric) if (c, g) in cell else None
+                                    for c in cats],
+             "texts": [times(cell[(c, g)][ratio]) if ratio and (c, g) in cell and cell[(c, g)][ratio] else ""
+                       for c in cats]} for g in groups]
 
 
 def _draw_spread(ax, series: Sequence[Series]) -> None:

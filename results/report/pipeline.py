@@ -39,13 +39,11 @@ def pipeline_section(io: Sequence[Record], steady: Sequence[Record], env: Enviro
     cats = list(dict.fromkeys(_io_category(x["record"], multi) for x in rows))
     backends = sorted({x["record"].point.backend for x in rows})
 
+    cell = {(_io_category(x["record"], multi), x["record"].point.backend): x for x in rows}
+
     def panel(metric: str, ylabel: str, title: str, ratio: Optional[str]) -> dict:
-        cell = {(_io_category(x["record"], multi), x["record"].point.backend): x for x in rows}
-        bars = [{"label": b, "values": [getattr(cell[(c, b)]["record"].metrics, metric) if (c, b) in cell else None
-                                        for c in cats],
-                 "texts": [comparisons.times(cell[(c, b)][ratio]) if ratio and (c, b) in cell and cell[(c, b)][ratio]
-                           else "" for c in cats]} for b in backends]
-        return {"title": title, "ylabel": ylabel, "categories": cats, "bars": bars,
+        return {"title": title, "ylabel": ylabel, "categories": cats,
+                "bars": figures.ratio_bars(cell, cats, backends, metric, ratio),
                 "empty": "no io records with CPU accounting (rerun `python -m results.bench io`)"}
     figures.bars(fig_dir / "pipeline_per_core.png", [
         panel("images_per_cpu_s", "images/s per core (images per CPU second)",
@@ -53,14 +51,10 @@ def pipeline_section(io: Sequence[Record], steady: Sequence[Record], env: Enviro
         panel("images_per_s", "images/s (wall clock, one reader)", "wall clock: labels = ratio to baseline",
               "wall_ratio"),
     ], "Data pipeline by backend: decode + train augmentation, one reader, same JPEGs")
-    table = [[x["record"].point.backend, x["record"].point.cache, x["record"].point.workers,
-              x["record"].point.image_size, x["record"].metrics.images,
-              x["record"].metrics.bytes_per_image,
-              x["record"].metrics.images_per_s, x["record"].metrics.cpu_ms_per_image,
-              x["record"].metrics.images_per_cpu_s, x["record"].metrics.cores_busy,
-              comparisons.times(x["per_core_ratio"]), comparisons.times(x["wall_ratio"]),
-              x["record"].host_load_1m,
-              env.id(x["record"]), x["record"].source] for x in rows]
+    table = [[r.point.backend, r.point.cache, r.point.workers, r.point.image_size, r.metrics.images,
+              r.metrics.bytes_per_image, r.metrics.images_per_s, r.metrics.cpu_ms_per_image, r.metrics.images_per_cpu_s,
+              r.metrics.cores_busy, comparisons.times(x["per_core_ratio"]), comparisons.times(x["wall_ratio"]),
+              r.host_load_1m, env.id(r), r.source] for x in rows for r in [x["record"]]]
     return prose("pipeline.section", baseline=comparisons.PIPELINE_BASELINE, steady=steady_pipeline_table(steady, env),
                  table=md_table(["backend", "cache", "workers", "image size", "images", "bytes/image", "images/s",
                                  "CPU ms/image", "images/s per core", "cores busy", "per-core ratio vs baseline",
