@@ -22,20 +22,14 @@ def io_section(io: Sequence[Record], pub: dict, env: Environments, fig_dir: Path
                             "y": [getattr(r.metrics, metric) for r in rs], "color": figures.palette(backends.index(b)),
                             "style": "o-" if cache == "warm" else "s--"})
         return out
-    panels = [
-        {"title": "one reader: loader workers", "xlabel": "DataLoader workers", "ylabel": "images/s",
-         "series": series("workers", "images_per_s"), "int_x": True, "ymin0": True},
-        {"title": "one reader: loader workers", "xlabel": "DataLoader workers", "ylabel": "MB/s (file bytes read)",
-         "series": series("workers", "mb_per_s"), "int_x": True, "ymin0": True},
-        {"title": "concurrent readers (as ranks on one node)", "xlabel": "reader processes",
-         "ylabel": "images/s (all readers)", "series": series("readers", "images_per_s"), "int_x": True,
-         "ymin0": True},
-        {"title": "concurrent readers (as ranks on one node)", "xlabel": "reader processes",
-         "ylabel": "MB/s (all readers)", "series": series("readers", "mb_per_s"), "int_x": True,
-         "ymin0": True},
-    ]
-    for p in panels:
-        p["empty"] = "no io records"
+    panels = [{"title": title, "xlabel": xlabel, "ylabel": ylabel, "series": series(key, metric), "int_x": True,
+               "ymin0": True, "empty": "no io records"}
+              for key, title, xlabel, ylabels in (
+                  ("workers", "one reader: loader workers", "DataLoader workers",
+                   ("images/s", "MB/s (file bytes read)")),
+                  ("readers", "concurrent readers (as ranks on one node)", "reader processes",
+                   ("images/s (all readers)", "MB/s (all readers)")))
+              for metric, ylabel in zip(("images_per_s", "mb_per_s"), ylabels)]
     figures.grid(fig_dir / "IO.png", panels, "Data loading without a model (decode + augment to 224x224)")
     rows = []
     for r in sorted(io, key=lambda r: (r.point.backend, r.point.cache, r.point.readers,
