@@ -226,10 +226,8 @@ def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
             for name, rs in sorted(groups.items())
             for r in sorted(rs, key=lambda r: (r.point.readers, r.point.workers))]
     fig = "![IO loader](IO_loader.png)\n\n" if panels else ""
-    return ("## Data loading on one node\n\n" + fig + "Images/s and MB/s of JPEG bytes that the loader delivered, "
-            "against its worker processes and against concurrent readers.\n\n"
-            + md_table(["backend, cache", "workers", "readers", "images/s", "MB/s", "images/s per core", "record"],
-                       rows))
+    return prose("cluster.loader", figure=fig, table=md_table(
+        ["backend, cache", "workers", "readers", "images/s", "MB/s", "images/s per core", "record"], rows))
 
 
 def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
@@ -269,8 +267,7 @@ def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Opt
     if not series:  # no training measured under this tag: nothing for the model to say
         return "", None
     if not main:
-        return ("## Scaling model\n\nNo prediction: no configuration was measured at more than one GPU count under "
-                "this tag, so there is nothing to predict beyond the calibration point.\n"), None
+        return prose("cluster.single") + "\n", None
     (hw, name), pts = main
     recs = [r for p in pts for r in p.records]
     pred, why = predict_cluster(recs, ar, overlap, storage)
@@ -312,8 +309,7 @@ def _misses(pred) -> str:
         return f"The model agrees with every measured point within {cluster_model.TOLERANCE:.0%}.\n"
     lines = [f"- {m.gpus} {'GPU' if m.gpus == 1 else 'GPUs'}: {pct(m.error)}: a step of {fmt(m.predicted_ms)} ms "
              f"predicted, {fmt(m.measured_ms)} ms measured; {m.term}." for m in found]
-    return (f"Where the model misses the measured images/s by more than {cluster_model.TOLERANCE:.0%} (both "
-            "are in the table above):\n\n" + "\n".join(lines) + "\n")
+    return prose("cluster.misses", tolerance=cluster_model.TOLERANCE, lines="\n".join(lines)) + "\n"
 
 
 def _unit(hw: str) -> str:
@@ -372,8 +368,7 @@ def other_section(recs: Sequence[Record]) -> str:
     rows = [[r.kind, _as_recorded(r.recorded("point"), lambda v: v not in (None, [], "")),
              _as_recorded(r.recorded("metrics"), lambda v: isinstance(v, (int, float))), r.source]
             for r in recs if r.ok and r.kind not in DRAWN]
-    return "" if not rows else ("## Other records\n\nKinds this report has no figure for, as recorded (RESULTS.md "
-                                "has their sections):\n\n" + md_table(["kind", "point", "metrics", "record"], rows))
+    return prose("cluster.other", table=md_table(["kind", "point", "metrics", "record"], rows)) if rows else ""
 
 
 def _as_recorded(values: Dict[str, object], shown) -> str:

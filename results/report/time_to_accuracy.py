@@ -66,8 +66,8 @@ def _figure(runs: dict, fixed: Optional[Goal], path: Path) -> str:
 
 def _runs_table(runs: dict, fixed: Optional[Goal]) -> str:
     rows = [_run_row(program, r, fixed) for program in NAMES for r in runs[program]]
-    lead = (f"Target {fmt(fixed.target)} % top-1 and budget {fmt(fixed.budget_s)} s: the medians of main.py's "
-            f"{fixed.runs} counted run(s).\n\n" if fixed else "No counted main.py run yet: no target, no budget.\n\n")
+    lead = (prose("time_to_accuracy.target", target=fmt(fixed.target), budget=fmt(fixed.budget_s), runs=fixed.runs)
+            if fixed else "No counted main.py run yet: no target, no budget.") + "\n\n"
     return lead + md_table(["program", "seed", "counted (other CPU)", "start (s)", "time to target (s)",
                             "CPU s to target", "best top-1 in budget (%)", "best top-1 (%)", "epochs", "wall (s)",
                             "scored on", "record"], rows)
@@ -145,9 +145,8 @@ def _tuning(tuning: Sequence[Record]) -> str:
     rows = [[" ".join(r.point.trial or []) or "(the recipe)", fmt(r.point.seed), fmt(r.metrics.epochs),
              fmt(r.metrics.final_top1), fmt(r.metrics.best_top1), fmt(r.metrics.wall_s), r.source]
             for r in sorted(tuning, key=lambda r: r.time)]
-    return ("Tuning trials: the recipe with each trial's flags on top, scored on the tuning split (held-out "
-            "training photographs), never on the test photographs:\n\n"
-            + md_table(["trial", "seed", "epochs", "final top-1 (%)", "best top-1 (%)", "wall (s)", "record"], rows))
+    return prose("time_to_accuracy.tuning", table=md_table(
+        ["trial", "seed", "epochs", "final top-1 (%)", "best top-1 (%)", "wall (s)", "record"], rows))
 
 
 def _earlier(earlier: Sequence[Record]) -> str:
@@ -155,9 +154,8 @@ def _earlier(earlier: Sequence[Record]) -> str:
         return ""
     rows = [[NAMES.get(r.point.program, r.point.program), fmt(r.metrics.best_top1), fmt(r.metrics.time_to_target_s),
              fmt(r.metrics.wall_s), r.source] for r in earlier]
-    return ("Before the protocol (not counted: one run each, the engine's recipe chosen on the test photographs "
-            "and scored differently from main.py, at different machine loads):\n\n"
-            + md_table(["program", "best top-1 (%)", "time to its target (s)", "wall (s)", "record"], rows))
+    return prose("time_to_accuracy.earlier", table=md_table(
+        ["program", "best top-1 (%)", "time to its target (s)", "wall (s)", "record"], rows))
 
 
 def published_table(ref_dir: Path = REFERENCE) -> str:
