@@ -55,14 +55,14 @@ def problems_section(recs: Sequence[Record], problems: Sequence[records.Problem]
     failed = [[r.kind, json.dumps(r.recorded("point"), sort_keys=True), r.error, env.id(r), r.source]
               for r in recs if r.status != "ok"]
     bad = [[p.source, p.line, p.reason] for p in problems]
-    return prose("results.problems", failed=md_table(["kind", "point", "why", "env", "record"], failed),
-                 bad=md_table(["file", "line", "problem"], bad))
+    return prose("results.problems", failed=md_table("results.failed_columns", failed),
+                 bad=md_table("results.unusable_columns", bad))
 
 
 def commands_section(recs: Sequence[Record]) -> str:
     rows = [[r.source, r.command or r.environment.command] for r in recs]
     return ("## Commands\n\n<details><summary>command line of each record</summary>\n\n"
-            + md_table(["record", "command"], [[a, f"`{b}`"] for a, b in rows]) + "\n</details>\n")
+            + md_table("results.commands_columns", [[a, f"`{b}`"] for a, b in rows]) + "\n</details>\n")
 
 
 def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE) -> Tuple[Path, List]:
@@ -112,9 +112,7 @@ def clusters_section(loaded: Sequence[Tuple[Path, List[dict], List]], out_dir: P
         rows.append([f"[{f.stem}](reports/{f.stem}/README.md)", f"{h['nodes']} x {h['hardware']}",
                      ", ".join(h["kinds"]), f"{best[0]} ({best[2]})" if best else "-",
                      f"{eff[0]} at {eff[1]}" if eff else "-", h["binding"] or "-"])
-    return prose("results.clusters", table=md_table(
-        ["report", "nodes x hardware", "kinds of points", "best training throughput", "efficiency at the largest scale",
-         "binding term (scaling model)"], rows))
+    return prose("results.clusters", table=md_table("results.clusters_columns", rows))
 
 
 def questions() -> List[List[str]]:
@@ -131,7 +129,7 @@ def questions_section(body: Sequence[str]) -> str:
     present = {line[3:].strip() for part in body for line in part.splitlines() if line.startswith("## ")}
     rows = [[q, ", ".join(f"[{h}](#{_anchor(h)})" for h in hs if h in present)] for q, *hs in questions()
             if any(h in present for h in hs)]
-    return prose("results.questions", table=md_table(["question", "sections"], rows))
+    return prose("results.questions", table=md_table("results.questions_columns", rows))
 
 
 FOLD_ROWS = 12  # a table longer than this folds under its figure: the page stays readable, every row stays

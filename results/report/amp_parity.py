@@ -62,6 +62,5 @@ def parity_section(train: Sequence[Record]) -> str:
                      apex.note or "-", f"{native.source}, {apex.source}"])
     if not rows:
         return ""
-    return prose("amp_parity.section", tolerance=TOLERANCE, table=md_table(
-        ["GPU", "level", "steps", "identical steps", "largest relative difference", f"<= {TOLERANCE:g}",
-         "last loss native / apex", "images/s native / apex", "Apex", "records"], rows))
+    return prose("amp_parity.section", tolerance=TOLERANCE,
+                 table=md_table("amp_parity.columns", rows, tolerance=TOLERANCE))

@@ -118,17 +118,15 @@ def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path
     singles = {k: v for k, v in series.items() if len(v) == 1}
     more = ("\nConfigurations measured at one GPU count only (no scaling to draw):\n\n" + _config_table(singles)
             if singles else "")
-    return prose("cluster.throughput", epochs=EPOCHS, images=IMAGENET_TRAIN_IMAGES, table=md_table(
-        ["series", "hardware", "GPUs", "nodes", "repeats", "images/s", "std", "images/s per GPU", "efficiency",
-         "records"], rows) + more,
-        hours=md_table(["series", "GPUs", "one epoch (h)", f"{EPOCHS} epochs (h)", "records"], trows))
+    return prose("cluster.throughput", epochs=EPOCHS, images=IMAGENET_TRAIN_IMAGES,
+                 table=md_table("cluster.throughput_columns", rows) + more,
+                 hours=md_table("cluster.hours_columns", trows, epochs=EPOCHS))
 
 
 def _config_table(series: Dict[Tuple[str, str], List[Point]]) -> str:
     rows = [[name, hw, int(p.x), p.n, p.mean, _std(p), EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600, _ids(p)]
             for (hw, name), pts in series.items() for p in pts]
-    return md_table(["configuration", "hardware", "GPUs", "repeats", "images/s", "std", f"{EPOCHS} epochs (h)",
-                     "records"], rows)
+    return md_table("cluster.config_columns", rows, epochs=EPOCHS)
 
 
 def _configurations_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path) -> str:
@@ -165,8 +163,7 @@ def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
     figures.report_panels(fig_dir / "learning_curves.png", panels, "Learning curves (TensorBoard events of rank 0; "
                           "solid: train, dashed: validation)")
     rows = epoch_rows(runs, lambda r: [r.source])
-    return prose("cluster.curves", table=md_table(["run", "epoch", "train top-1 (%)", "val top-1 (%)",
-                                                   "train top-5 (%)", "val top-5 (%)", "record"], rows))
+    return prose("cluster.curves", table=md_table("cluster.curves_columns", rows))
 
 
 def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
@@ -194,8 +191,7 @@ def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
                              p.records[0].metrics.bytes_per_file, _ids(p)])
     notes = "".join(f"- {n}\n" for n in sorted({r.note for r in storage if r.note}))
     return prose("cluster.storage", notes=f"\nNotes recorded with these points:\n\n{notes}" if notes else "",
-                 table=md_table(["series", "readers/node", "nodes", "repeats", "MB/s", "std", "MB/s per node",
-                                 "files/s", "std", "bytes/file", "records"], rows))
+                 table=md_table("cluster.storage_columns", rows))
 
 
 def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
@@ -226,8 +222,7 @@ def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
             for name, rs in sorted(groups.items())
             for r in sorted(rs, key=lambda r: (r.point.readers, r.point.workers))]
     fig = "![IO loader](IO_loader.png)\n\n" if panels else ""
-    return prose("cluster.loader", figure=fig, table=md_table(
-        ["backend, cache", "workers", "readers", "images/s", "MB/s", "images/s per core", "record"], rows))
+    return prose("cluster.loader", figure=fig, table=md_table("cluster.loader_columns", rows))
 
 
 def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
@@ -251,8 +246,7 @@ def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
              r.metrics.images_per_cpu_s, r.source]
             for name, rs in sorted(groups.items()) for r in sorted(rs, key=lambda r: r.point.workers)]
     return ("## Data pipeline per core\n\n![pipeline](pipeline.png)\n\n"
-            + md_table(["backend, split", "workers", "rounds", "per core vs baseline (median)", "range",
-                        "images/s per core", "record"], rows))
+            + md_table("cluster.pipeline_columns", rows))
 
 
 def _main_series(series: Dict[Tuple[str, str], List[Point]]) -> Optional[Tuple[Tuple[str, str], List[Point]]]:
@@ -293,9 +287,8 @@ def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Opt
               ["storage ceiling", "-" if not w.storage else f"{fmt(w.storage.read_bytes_per_s / 1e6)} MB/s, "
                f"{fmt(w.storage.opens_per_s)} files/s", pred.sources.get("storage", "not on this series' path")]]
     text = prose("cluster.model", name=name, gpus=largest["gpus"], binding=largest["binding"],
-                 table=md_table(["GPUs", "measured images/s", "predicted images/s", "error", "predicted efficiency",
-                                 "exposed all-reduce (ms/step)", "straggler wait (ms/step)", "binding"], rows),
-                 misses=_misses(pred), inputs=md_table(["input", "value", "from"], inputs),
+                 table=md_table("cluster.model_columns", rows),
+                 misses=_misses(pred), inputs=md_table("cluster.inputs_columns", inputs),
                  missing="".join(f"- {m}\n" for m in pred.missing),
                  tta=predicted_tta.predicted_section(pred, hw, fig_dir))
     return text, largest["binding"] + (
@@ -368,7 +361,7 @@ def other_section(recs: Sequence[Record]) -> str:
     rows = [[r.kind, _as_recorded(r.recorded("point"), lambda v: v not in (None, [], "")),
              _as_recorded(r.recorded("metrics"), lambda v: isinstance(v, (int, float))), r.source]
             for r in recs if r.ok and r.kind not in DRAWN]
-    return prose("cluster.other", table=md_table(["kind", "point", "metrics", "record"], rows)) if rows else ""
+    return prose("cluster.other", table=md_table("cluster.other_columns", rows)) if rows else ""
 
 
 def _as_recorded(values: Dict[str, object], shown) -> str:
@@ -380,7 +373,7 @@ def failed_section(recs: Sequence[Record]) -> str:
                r.source] for r in recs if r.status != "ok"]
     if not failed:
         return ""
-    return "## Failed points\n\n" + md_table(["kind", "sweep", "why (last line)", "record"], failed)
+    return "## Failed points\n\n" + md_table("cluster.failed_columns", failed)
 
 
 ENV_KEYS = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "torch", "torchvision", "cuda", "nccl", "python")

@@ -35,10 +35,8 @@ def allreduce_section(ar: Sequence[Record], env: Environments, fig_dir: Path) ->
             fits.append([label, fit["alpha_s"] * 1e6, scaling_model.hop_latency(fit["alpha_s"], n) * 1e6,
                          fit["busbw_bytes_per_s"] / 1e9])
     figures.allreduce(fig_dir / "allreduce.png", series, "All-reduce bandwidth (nccl-tests definitions)")
-    return prose("comm.allreduce", table=md_table(["series", "bytes", "size", "time (us)", "algbw (GB/s)",
-                                                   "busbw (GB/s)", "iterations", "env", "record"], rows),
-                 fits=md_table(["series", "small-message time (us)", "per-hop latency (us)", "fitted busbw (GB/s)"],
-                               fits))
+    return prose("comm.allreduce", table=md_table("comm.allreduce_columns", rows),
+                 fits=md_table("comm.fit_columns", fits))
 
 
 def overlap_section(recs: Sequence[Record], env: Environments) -> str:
@@ -52,7 +50,4 @@ def overlap_section(recs: Sequence[Record], env: Environments) -> str:
                      r.host_load_1m, env.id(r), r.source])
     if not rows:
         return "## DDP communication overlap\n\nNo overlap records yet: `python -m results.bench overlap`.\n"
-    return prose("comm.overlap", table=md_table(
-        ["model", "image size", "batch/proc", "processes", "bucket (MB)", "gradient", "step ms (all-reduce)",
-         "step ms (no all-reduce)", "exposed ms", "all-reduce alone ms", "hidden", "host load (1 min)", "env",
-         "record"], rows))
+    return prose("comm.overlap", table=md_table("comm.overlap_columns", rows))

@@ -6,7 +6,7 @@ import functools
 import hashlib
 import json
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from imagenet.recipes import named_in
 from results.core import records
@@ -67,7 +67,11 @@ def pct(value: Optional[float]) -> str:
     return f"{100 * value + 0.0:.1f}%".replace("-0.0%", "0.0%")  # no negative zero from rounding
 
 
-def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+def md_table(headers: Union[str, Sequence[str]], rows: Sequence[Sequence[object]], **values: object) -> str:
+    """Markdown of ROWS under HEADERS: the column names, or the name of a text block that is the header line
+    (`| a | b |`, VALUES in its {fields}, as prose)."""
+    if isinstance(headers, str):
+        headers = prose(headers, **values)[2:-2].split(" | ")
     if not rows:
         return "_(no rows)_\n"
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]

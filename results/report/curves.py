@@ -67,6 +67,4 @@ def curves_section(train: Sequence[Record], env: Environments, fig_dir: Path, pr
                        "(TensorBoard events of rank 0)")
     rows = epoch_rows(runs, lambda r: [env.id(r), r.run_dir])
     figs = "\n".join(f"![{n}](figures/{n}.png)" for n in CURVES)
-    return prose("curves.section", figures=figs, table=md_table(
-        ["run", "epoch", "train top-1 (%)", "val top-1 (%)", "train top-5 (%)", "val top-5 (%)", "env", "events"],
-        rows))
+    return prose("curves.section", figures=figs, table=md_table("curves.columns", rows))

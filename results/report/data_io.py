@@ -44,10 +44,8 @@ def io_section(io: Sequence[Record], pub: dict, env: Environments, fig_dir: Path
     implied = [[f"{g:.3g}", f"{g * 1e9 / feb['train_img_per_s'][-1] / 1e3:.0f}"] for g in hal["avg_read_GBps"]
                if g is not None]
     return prose("data_io.section", gpus=feb["gpus"][-1], note=hal["note"], label=feb["label"],
-                 rate=fmt(feb["train_img_per_s"][-1]), implied=md_table(["avg read GB/s", "implied KB/image"], implied),
-                 table=md_table(["backend", "cache", "workers", "readers", "images", "images/s", "MB/s", "files/s",
-                                 "storage MB/s", "read calls/s", "bytes/image", "first batch (s)", "cold verified",
-                                 "cache method", "host load (1 min)", "env", "record"], rows)) + "\n"
+                 rate=fmt(feb["train_img_per_s"][-1]), implied=md_table("data_io.implied_columns", implied),
+                 table=md_table("data_io.columns", rows)) + "\n"
 
 
 def _io_sweep(rs: Sequence[Record], key: str) -> List[dict]:

@@ -27,9 +27,7 @@ def pipeline_table(rows: Sequence[dict]) -> str:
                     f"{m.ratio_min:.2f}-{m.ratio_max:.2f}" if m.ratio_min else "-",
                     "-" if target is None else f"{target:.0f}x: {'met' if ratio and ratio >= target else 'not met'}",
                     r.host_load_1m, r.source])
-    return md_table(["variant (backend+source)", "split", "workers", "images", "rounds", "CPU ms/image",
-                  "images/s per core", "ratio vs baseline on the folder (median of rounds)", "ratio range",
-                  "target", "host load (1 min)", "record"], out)
+    return md_table("data_scale.pipeline_columns", out)
 
 
 def per_image_budget(rows: Sequence[dict]) -> str:
@@ -57,10 +55,7 @@ def opens_table(rows: Sequence[dict]) -> str:
         out.append([p.source, p.workers, epochs, m.images, m.opens, m.opening_processes,
                     m.max_opens_per_file, m.dataset_opens, m.shards,
                     m.rchar / 1e6 / epochs, m.syscr, r.source])
-    text = md_table(["source", "loader workers", "epochs", "images read (all epochs)",
-                  "files opened under the data folder (strace, all processes)", "processes that opened one",
-                  "most opens of one file by one process", "files opened (dataset counter, workers 0)",
-                  "shard files", "MB read per epoch (rchar)", "read syscalls", "record"], out)
+    text = md_table("data_scale.opens_columns", out)
     by = {r.point.source: r.metrics for r in rows}
     folder, shards = by.get("folder"), by.get("shards")
     if folder and shards and shards.opens and folder.opens:
@@ -93,10 +88,8 @@ def at_scale(folder: DataOpensMetrics, shards: DataOpensMetrics) -> str:
                      "met" if fewer >= TARGET_FEWER else "not met", round(needed_mb)])
     return prose("data_scale.at_scale", shards=shards, epochs=shards.epochs or 1, images=IMAGENET_TRAIN_IMAGES,
                  kb=mean / 1e3, shard_mb=SHARD_MB, n_shards=n_shards, ranks=SCALE_RANKS_PER_NODE, workers=SCALE_WORKERS,
-                 per_node_run=per_node_run, shard_epoch=shard_epoch, epochs_run=SCALE_EPOCHS, table=md_table(
-                     ["nodes", "GPUs (ranks)", "ImageFolder: opens per node per epoch",
-                      "shards: opens per node per epoch (run average)", "fewer opens", f"{TARGET_FEWER:,}x target",
-                      f"smallest shard size for {TARGET_FEWER:,}x (MB)"], rows))
+                 per_node_run=per_node_run, shard_epoch=shard_epoch, epochs_run=SCALE_EPOCHS,
+                 table=md_table("data_scale.at_scale_columns", rows, target_fewer=TARGET_FEWER))
 
 
 def memory_table(rows: Sequence[dict]) -> str:
@@ -104,9 +97,7 @@ def memory_table(rows: Sequence[dict]) -> str:
             mib(r.metrics.rank_rss_bytes), r.metrics.workers, mib(r.metrics.worker_private_bytes),
             mib(r.metrics.worker_pss_bytes), mib(r.metrics.worker_rss_bytes), r.source]
            for r in sorted(rows, key=lambda r: ["list", "folder", "shards"].index(r.point.index))]
-    return md_table(["index", "samples", "rank: MiB for the index", "rank RSS MiB", "loader workers",
-                  "per worker: private MiB (copy-on-write)", "per worker: PSS MiB", "per worker: RSS MiB",
-                  "record"], out)
+    return md_table("data_scale.memory_columns", out)
 
 
 def section(recs: Sequence[Record]) -> str:

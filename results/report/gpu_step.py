@@ -59,9 +59,8 @@ def targets_section(train: Sequence[Record]) -> str:
         f"{fmt(best['record'].metrics.images_per_s)} images/s "
         f"({pct(best['record'].metrics.images_per_s / TARGET_IMAGES_PER_S)} of the target).\n")
     return prose("gpu_step.targets", rate=TARGET_IMAGES_PER_S, speedup=TARGET_SPEEDUP, fastest=fastest,
-                 jpeg=_jpeg_table(train), table=md_table(["setup", "batch", "images/s", "vs baseline", "peak GiB",
-                                                          f">= {TARGET_IMAGES_PER_S:g}", f">= {TARGET_SPEEDUP:g}x",
-                                                          "record"], rows))
+                 jpeg=_jpeg_table(train),
+                 table=md_table("gpu_step.targets_columns", rows, rate=TARGET_IMAGES_PER_S, speedup=TARGET_SPEEDUP))
 
 
 def jpeg_rows(train: Sequence[Record]) -> List[dict]:
@@ -93,9 +92,8 @@ def _jpeg_table(train: Sequence[Record]) -> str:
                      else f"failed: {(r.error or '')[:80]}",
                      fmt(ref.metrics.images_per_s) if ref else "-", pct(fraction) if fraction else "-",
                      bool(fraction) and fraction >= TARGET_JPEG_FRACTION, r.source])
-    return prose("gpu_step.jpeg", fraction=pct(TARGET_JPEG_FRACTION), table=md_table(
-        ["loader", "setup", "workers", "JPEG images/s", "synthetic images/s", "fraction",
-         f">= {pct(TARGET_JPEG_FRACTION)}", "record"], rows))
+    fraction = pct(TARGET_JPEG_FRACTION)
+    return prose("gpu_step.jpeg", fraction=fraction, table=md_table("gpu_step.jpeg_columns", rows, fraction=fraction))
 
 
 def _families(profile: dict) -> Dict[str, float]:
@@ -118,7 +116,7 @@ def profile_section(train: Sequence[Record]) -> str:
         top = [[fmt(k["ms_per_step"]), f"{k['calls_per_step']:g}", k["family"], f"`{k['name'][:110]}`"]
                for k in p["top_kernels"][:8]]
         out += (f"\nTop kernels of `{r.point.setup}` ({r.source}):\n\n"
-                + md_table(["ms/step", "calls/step", "family", "kernel"], top))
+                + md_table("gpu_step.profile_columns", top))
     return out + _kernel_bound(runs, train) + _bf16_gap(runs)
 
 

@@ -28,9 +28,7 @@ def steady_pipeline_table(steady: Sequence[Record], env: Environments) -> str:
               if r.metrics.ratio_min else "-"), r.host_load_1m, env.id(r), r.source]
             for r in sorted(steady, key=lambda r: (r.sweep, r.point.split, r.point.workers,
                                                    r.point.backend))]
-    return md_table(["backend", "split", "workers", "image size", "images", "rounds", "CPU ms/image",
-                     "images/s per core", "images/s wall", "per-core ratio vs baseline (median of rounds)",
-                     "ratio range", "host load (1 min)", "env", "record"], rows)
+    return md_table("pipeline.steady_columns", rows)
 
 
 def pipeline_section(io: Sequence[Record], steady: Sequence[Record], env: Environments, fig_dir: Path) -> str:
@@ -56,6 +54,4 @@ def pipeline_section(io: Sequence[Record], steady: Sequence[Record], env: Enviro
               r.metrics.cores_busy, comparisons.times(x["per_core_ratio"]), comparisons.times(x["wall_ratio"]),
               r.host_load_1m, env.id(r), r.source] for x in rows for r in [x["record"]]]
     return prose("pipeline.section", baseline=comparisons.PIPELINE_BASELINE, steady=steady_pipeline_table(steady, env),
-                 table=md_table(["backend", "cache", "workers", "image size", "images", "bytes/image", "images/s",
-                                 "CPU ms/image", "images/s per core", "cores busy", "per-core ratio vs baseline",
-                                 "wall ratio vs baseline", "host load (1 min)", "env", "record"], table))
+                 table=md_table("pipeline.columns", table))

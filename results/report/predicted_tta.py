@@ -107,9 +107,7 @@ def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[di
     return heading + (f"![predicted time to accuracy]({FIGURE})\n\n" if drawn else "") + prose(
         "predicted_tta.predicted", target=time_to_accuracy.MLPERF_TARGET_TOP1, batch=pred.whole.inputs.batch_per_gpu,
         images=IMAGENET_TRAIN_IMAGES, val=IMAGENET_VAL_IMAGES, every=recipe["eval_every"], published=published, low=low,
-        high=high, table=md_table(["GPUs", "global batch", "predicted images/s", "epochs", "evaluations",
-                                   "training (h)", "evaluation (h)",
-                                   f"time to {time_to_accuracy.MLPERF_TARGET_TOP1} % (h)"], table))
+        high=high, table=md_table("predicted_tta.predicted_columns", table, target=time_to_accuracy.MLPERF_TARGET_TOP1))
 
 
 def _series(items: Sequence[TimeToAccuracy]) -> Dict[Tuple[str, float], List[TimeToAccuracy]]:
@@ -126,6 +124,4 @@ def measured_section(items: Sequence[TimeToAccuracy]) -> str:
     rows = [[name, t["gpus"], target, "not reached" if t["time_to_target_s"] is None else fmt(t["time_to_target_s"]),
              t["epochs_to_target"], t["images_seen"], t["best_top1"], t["wall_s"], t["source"]]
             for (name, target), ts in _series(items).items() for t in ts]
-    return prose("predicted_tta.measured", title=title, table=md_table(
-        ["run", "GPUs", "target top-1 (%)", "time to target (s)", "epochs to target", "images seen (run)",
-         "best top-1 (%)", "wall (s)", "record"], rows))
+    return prose("predicted_tta.measured", title=title, table=md_table("predicted_tta.measured_columns", rows))

@@ -24,6 +24,4 @@ def section(recs: Sequence[Record]) -> str:
         out.append([p.format, p.workers, m.images, m.bytes / 1e6, m.elapsed_s, m.images_per_s,
                     m.mb_per_s, 1000 * m.cpu_s / m.images, m.read_mb_per_s,
                     IMAGENET_IMAGES / m.images_per_s / 60, r.host_load_1m, r.source])
-    return prose("prepare.section", table=md_table(
-        ["format", "workers", "images", "archive MB", "s", "images/s", "MB/s", "CPU ms/image", "plain read MB/s",
-         "ImageNet at this rate (min)", "host load (1 min)", "record"], out))
+    return prose("prepare.section", table=md_table("prepare.columns", out))

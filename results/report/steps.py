@@ -43,10 +43,7 @@ def step_section(train: Sequence[Record], env: Environments, fig_dir: Path, gpu:
               r.metrics.measured_steps, r.host_load_1m, env.id(r), r.source] for x in rows for r in [x["record"]]]
     return prose("steps.section", title="GPU training step" if gpu else "Training step", figure=figure, about=about,
                  where=prose(f"steps.where_{'gpu' if gpu else 'cpu'}"), targets=gpu_targets(train) if gpu else "",
-                 table=md_table(["setup", "data", "model", "image size", "batch/proc", "processes", "ms/step",
-                                 "data ms/step", "compute ms/step", "images/s", "speed-up vs baseline (ms/step)",
-                                 "images/s vs baseline", "measured steps", "host load (1 min)", "env", "record"],
-                                table))
+                 table=md_table("steps.columns", table))
 
 
 # The first targets for one H100: ResNet-50 AMP on synthetic data against the fp32 NCHW baseline at the
@@ -64,8 +61,6 @@ def gpu_targets(train: Sequence[Record]) -> str:
     jrows = [[r.point.setup, data_label(r.point.data), r.point.workers, r.metrics.images_per_s,
               x["synthetic"].metrics.images_per_s, pct(x["fraction"]), x["fraction"] >= TARGET_JPEG_FRACTION,
               f"{r.source} vs {x['synthetic'].source}"] for x in jpeg for r in [x["record"]]]
-    return prose("steps.targets", speedup=TARGET_SPEEDUP, rate=TARGET_IMAGES_PER_S, fraction=pct(TARGET_JPEG_FRACTION),
-                 table=md_table(["setup", "model", "GPU", "images/s", "vs baseline", f">= {TARGET_SPEEDUP:g}x",
-                                 f">= {TARGET_IMAGES_PER_S:g} images/s", "record"], rows),
-                 jpeg=md_table(["setup", "data", "loader workers", "JPEG images/s", "synthetic images/s", "fraction",
-                                f">= {pct(TARGET_JPEG_FRACTION)}", "records"], jrows))
+    values = {"speedup": TARGET_SPEEDUP, "rate": TARGET_IMAGES_PER_S, "fraction": pct(TARGET_JPEG_FRACTION)}
+    return prose("steps.targets", **values, table=md_table("steps.targets_columns", rows, **values),
+                 jpeg=md_table("steps.jpeg_columns", jrows, **values))

@@ -49,7 +49,4 @@ def storage_section(recs: Sequence[Record], env: Environments, fig_dir: Path) ->
              r.metrics.elapsed_s, r.metrics.complete, r.metrics.storage_mb_per_s,
              r.environment.slurm_job_id,
              r.note, env.id(r), r.source] for k, rs in groups.items() for r in rs]
-    return prose("storage.section", table=md_table(
-        ["series", "nodes", "readers/node", "MB/s", "MB/s per node", "slowest node MB/s", "files/s", "files/s per node",
-         "bytes/file", "files", "elapsed (s)", "complete", "block-device MB/s", "SLURM job", "note", "env", "record"],
-        rows))
+    return prose("storage.section", table=md_table("storage.columns", rows))

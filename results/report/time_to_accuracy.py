@@ -68,9 +68,7 @@ def _runs_table(runs: dict, fixed: Optional[Goal]) -> str:
     rows = [_run_row(program, r, fixed) for program in NAMES for r in runs[program]]
     lead = (prose("time_to_accuracy.target", target=fmt(fixed.target), budget=fmt(fixed.budget_s), runs=fixed.runs)
             if fixed else "No counted main.py run yet: no target, no budget.") + "\n\n"
-    return lead + md_table(["program", "seed", "counted (other CPU)", "start (s)", "time to target (s)",
-                            "CPU s to target", "best top-1 in budget (%)", "best top-1 (%)", "epochs", "wall (s)",
-                            "scored on", "record"], rows)
+    return lead + md_table("time_to_accuracy.runs_columns", rows)
 
 
 def _run_row(program: str, run: Record, fixed: Optional[Goal]) -> list:
@@ -96,8 +94,7 @@ def _summary(runs: dict, fixed: Optional[Goal]) -> str:
     spreads = {program: _spreads(protocol.counted(runs[program]), fixed) for program in NAMES}
     rows = [[NAMES[p], len(protocol.counted(runs[p])), *(_spread(spreads[p][key]) for key in ("wall", "cpu", "best",
                                                                                             "start"))] for p in NAMES]
-    table = md_table(["program", "counted runs", "time to target (s)", "CPU s to target",
-                      "best top-1 in budget (%)", "start (s)"], rows)
+    table = md_table("time_to_accuracy.summary_columns", rows)
     return ("Medians (min-max) over the counted runs:\n\n" + table + "\n"
             + _verdicts(spreads, {p: len(protocol.counted(runs[p])) for p in NAMES}))
 
@@ -145,8 +142,7 @@ def _tuning(tuning: Sequence[Record]) -> str:
     rows = [[" ".join(r.point.trial or []) or "(the recipe)", fmt(r.point.seed), fmt(r.metrics.epochs),
              fmt(r.metrics.final_top1), fmt(r.metrics.best_top1), fmt(r.metrics.wall_s), r.source]
             for r in sorted(tuning, key=lambda r: r.time)]
-    return prose("time_to_accuracy.tuning", table=md_table(
-        ["trial", "seed", "epochs", "final top-1 (%)", "best top-1 (%)", "wall (s)", "record"], rows))
+    return prose("time_to_accuracy.tuning", table=md_table("time_to_accuracy.tuning_columns", rows))
 
 
 def _earlier(earlier: Sequence[Record]) -> str:
@@ -154,8 +150,7 @@ def _earlier(earlier: Sequence[Record]) -> str:
         return ""
     rows = [[NAMES.get(r.point.program, r.point.program), fmt(r.metrics.best_top1), fmt(r.metrics.time_to_target_s),
              fmt(r.metrics.wall_s), r.source] for r in earlier]
-    return prose("time_to_accuracy.earlier", table=md_table(
-        ["program", "best top-1 (%)", "time to its target (s)", "wall (s)", "record"], rows))
+    return prose("time_to_accuracy.earlier", table=md_table("time_to_accuracy.earlier_columns", rows))
 
 
 def published_table(ref_dir: Path = REFERENCE) -> str:
@@ -166,4 +161,4 @@ def published_table(ref_dir: Path = REFERENCE) -> str:
     ref = json.loads(path.read_text())
     rows = [[r["classifier"], r["preprocessing"], f"{100 * r['accuracy']:.1f}"] for r in ref["rows"]]
     return (f"Published Fashion-MNIST accuracies, from {ref['source']}; {ref['caveat']}\n\n"
-            + md_table(["classifier", "preprocessing", "test top-1 (%)"], rows))
+            + md_table("time_to_accuracy.published_columns", rows))

@@ -61,10 +61,7 @@ def throughput_section(train: Sequence[Record], pub: dict, env: Environments, fi
                          mib(m.peak_memory_bytes), m.epoch_time_s, pct(m.scaling_efficiency),
                          m.baseline_world_size, m.measured_steps, m.warmup_steps,
                          r.host_load_1m, env.id(r), r.source])
-    table = md_table(["series", "processes", "nodes", "images/s", "images/s per process", "ms/step", "data ms/step",
-                      "compute ms/step", "peak memory (MiB)", "epoch time (s)", "scaling efficiency",
-                      "efficiency baseline (processes)", "measured steps", "warm-up steps", "host load (1 min)",
-                      "env", "record"], rows)
+    table = md_table("training.throughput_columns", rows)
     return prose("training.throughput", table=table, published=published_throughput_table(pub),
                  notes="".join(f"Note recorded with points: {n}. " for n in sorted({r.note for r in train if r.note})))
 
@@ -76,7 +73,7 @@ def published_throughput_table(pub: dict) -> str:
             rows.append([s["label"], x, y, y / x, pct(e)])
     src = f"Sources: {pub['hal_2020']['source']}; {pub['nvidia_dle_2021']['source']}."
     return ("Published reference (as published; per-GPU rate and efficiency derived):\n\n"
-            + md_table(["series", "GPUs", "images/s", "images/s per GPU", "efficiency vs first point"], rows)
+            + md_table("training.published_columns", rows)
             + "\n" + src + "\n")
 
 
@@ -104,9 +101,8 @@ def time_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir:
                          epochs * IMAGENET_TRAIN_IMAGES / m.images_per_s / 3600, env.id(r), r.source])
     pub_rows = [[s["label"], x, y] for s in published for x, y in zip(s["x"], s["y"])]
     return prose("training.time", images=IMAGENET_TRAIN_IMAGES, epochs=epochs,
-                 table=md_table(["series", "processes", "measured epoch time (s)", "steps/epoch", "projected ImageNet "
-                                 "epoch (h)", f"projected {epochs} epochs (h)", "env", "record"], rows),
-                 published=md_table(["series", "GPUs", "time to train (h)"], pub_rows),
+                 table=md_table("training.time_columns", rows, epochs=epochs),
+                 published=md_table("training.published_time_columns", pub_rows),
                  hal=pub["hal_2020"]["source"], mlperf=pub["mlperf_training_v3_0_resnet50"]["source"]) + "\n"
 
 
@@ -118,7 +114,4 @@ def multinode_section(train: Sequence[Record], env: Environments) -> str:
              pct(r.metrics.scaling_efficiency), r.environment.slurm_job_id,
              r.host_load_1m, env.id(r), r.source] for r in recs]
     notes = "".join(f"\n{n}.\n" for n in sorted({r.note for r in recs if r.note}))
-    return prose("training.multinode", notes=notes, table=md_table(
-        ["sweep", "nodes", "processes", "rank-0 host", "backend", "images/s", "images/s per process", "ms/step",
-         "data ms/step", "compute ms/step", "scaling efficiency", "SLURM job", "host load (1 min)", "env", "record"],
-        rows))
+    return prose("training.multinode", notes=notes, table=md_table("training.multinode_columns", rows))
