@@ -20,10 +20,6 @@ from results.core.kinds import Record
 from results.core.records import group_by
 from results.report.common import md_table, prose
 
-HEADERS = ("fault", "launcher", "nodes", "injected", "recovered without a user", "detect median (s)",
-           "detect max (s)", "to training again median (s)", "to training again max (s)", "steps lost (max)",
-           "seconds lost (max)", "checkpoints lost", "records")
-
 
 def _newest_sweep(recs: Sequence[Record]) -> Dict[Tuple[str, str], List[dict]]:
     """(fault, launcher) -> its records in the newest sweep, in the order they were measured."""
@@ -68,7 +64,7 @@ def section(recs: Sequence[Record]) -> str:
     if not faults:
         return ""
     failed = [r for r in faults if r.status != "ok"]
-    text = prose("faults.section", table=md_table(HEADERS, rows(faults)))
+    text = prose("faults.section", table=md_table("faults.columns", rows(faults)))
     if failed:
         text += f"\n{len(failed)} fault run(s) failed: " + "; ".join(
             f"{r.point.fault}: {r.error}" for r in failed) + "\n"

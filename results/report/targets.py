@@ -13,8 +13,6 @@ from results.core.records import by_kind, newest_sweep
 from results.report import data_scale, gpu_step, steps
 from results.report.common import fmt, md_table, pct, prose
 
-HEADERS = ("target", "goal", "best measured", "met", "record")
-
 
 def _row(target: str, goal: str, value: Optional[str], met: Optional[bool], record: Optional[str]) -> List[str]:
     return [target, goal, value or "not measured", "-" if met is None else ("**yes**" if met else "no"), record or "-"]
@@ -108,4 +106,4 @@ def _opens_rows(recs: Sequence[Record]) -> List[List[str]]:
 
 def section(recs: Sequence[Record], train: Sequence[Record]) -> str:
     rows = _gpu_rows(train) + _jpeg_rows(train) + _pipeline_rows(recs) + _opens_rows(recs)
-    return prose("targets.section", table=md_table(HEADERS, rows))
+    return prose("targets.section", table=md_table("targets.columns", rows))
