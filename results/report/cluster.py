@@ -28,7 +28,7 @@ from results.core.kinds import Record
 from results.core.records import by_kind, group_by
 from results.report import data_scale, faults, figures, predicted_tta
 from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report.common import data_label, fmt, md_table, pct, prose, recipe_label
+from results.report.common import data_label, fmt, md_table, pct, prose, recipe_label, sorted_groups
 from results.report.curves import CURVES, curve_runs, epoch_rows
 from results.report.storage import format_series
 
@@ -229,10 +229,9 @@ def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
     ratios = [r for r in steady if r.point.backend != "baseline" and r.metrics.ratio_per_core]
     if not ratios:
         return ""
-    groups = group_by(ratios, lambda r: f"{r.point.backend}, {r.point.split}")
+    groups = sorted_groups(ratios, lambda r: f"{r.point.backend}, {r.point.split}", lambda r: r.point.workers)
     s = []
-    for i, (name, rs) in enumerate(sorted(groups.items())):
-        rs = sorted(rs, key=lambda r: r.point.workers)
+    for i, (name, rs) in enumerate(groups.items()):
         y = [r.metrics.ratio_per_core for r in rs]
         s.append({"label": name, "x": [r.point.workers for r in rs], "y": y, "color": figures.palette(i),
                   "err_lo": [v - r.metrics.ratio_min for v, r in zip(y, rs)],
@@ -244,7 +243,7 @@ def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
     rows = [[name, r.point.workers, r.metrics.rounds, comparisons.times(r.metrics.ratio_per_core),
              f"{comparisons.times(r.metrics.ratio_min)}-{comparisons.times(r.metrics.ratio_max)}",
              r.metrics.images_per_cpu_s, r.source]
-            for name, rs in sorted(groups.items()) for r in sorted(rs, key=lambda r: r.point.workers)]
+            for name, rs in groups.items() for r in rs]
     return ("## Data pipeline per core\n\n![pipeline](pipeline.png)\n\n"
             + md_table("cluster.pipeline_columns", rows))
 

@@ -7,14 +7,12 @@ from typing import Dict, List, Sequence, Tuple
 from results.analysis import scaling_model
 from results.analysis.allreduce_fit import fit_alpha_beta
 from results.core.kinds import Record
-from results.core.records import group_by
 from results.report import figures
-from results.report.common import Environments, md_table, prose
+from results.report.common import Environments, md_table, prose, sorted_groups
 
 
 def allreduce_groups(ar: Sequence[Record]) -> Dict[Tuple[str, str, int], List[dict]]:
-    groups = group_by(ar, lambda r: (r.sweep, r.point.backend, r.metrics.world_size))
-    return {k: sorted(v, key=lambda r: r.metrics.bytes) for k, v in sorted(groups.items())}
+    return sorted_groups(ar, lambda r: (r.sweep, r.point.backend, r.metrics.world_size), lambda r: r.metrics.bytes)
 
 
 def allreduce_section(ar: Sequence[Record], env: Environments, fig_dir: Path) -> str:

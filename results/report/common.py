@@ -6,7 +6,7 @@ import functools
 import hashlib
 import json
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from imagenet.recipes import named_in
 from results.core import records
@@ -139,11 +139,15 @@ def plain_local(record: Record) -> bool:
     return not record.point.setup and record.local
 
 
+def sorted_groups(items: Sequence, key: Callable, order: Callable) -> Dict:
+    """ITEMS grouped by KEY, the groups in key order, each sorted by ORDER."""
+    return {k: sorted(v, key=order) for k, v in sorted(records.group_by(items, key).items())}
+
+
 def train_groups(train: Sequence[Record]) -> Dict[str, List[dict]]:
     """Series of one sweep and one setting, sorted by world size."""
     multi = len({r.sweep for r in train}) > len({r.point_values(GROUP_KEYS) for r in train})
-    groups = records.group_by(train, lambda r: train_group_label(r, multi))
-    return {k: sorted(v, key=lambda r: r.metrics.world_size) for k, v in sorted(groups.items())}
+    return sorted_groups(train, lambda r: train_group_label(r, multi), lambda r: r.metrics.world_size)
 
 
 def mib(value: Optional[float]) -> Optional[float]:

@@ -18,9 +18,8 @@ from results.analysis import time_to_accuracy
 from results.analysis.cluster_model import Prediction
 from results.report import figures
 from results.core.kinds import Record
-from results.core.records import group_by
 from results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
-from results.report.common import REFERENCE, fmt, md_table, prose
+from results.report.common import REFERENCE, fmt, md_table, prose, sorted_groups
 
 FIGURE = "time_to_accuracy.png"
 
@@ -111,8 +110,7 @@ def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[di
 
 
 def _series(items: Sequence[TimeToAccuracy]) -> Dict[Tuple[str, float], List[TimeToAccuracy]]:
-    out = group_by(items, lambda t: (t["series"], t["target_top1"]))
-    return {k: sorted(v, key=lambda t: (t["gpus"], t["source"])) for k, v in sorted(out.items())}
+    return sorted_groups(items, lambda t: (t["series"], t["target_top1"]), lambda t: (t["gpus"], t["source"]))
 
 
 def measured_section(items: Sequence[TimeToAccuracy]) -> str:

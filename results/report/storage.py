@@ -12,7 +12,7 @@ from results.analysis.spread import aggregate
 from results.core.kinds import Record
 from results.core.records import group_by
 from results.report import figures
-from results.report.common import Environments, md_table, prose
+from results.report.common import Environments, md_table, prose, sorted_groups
 
 
 def format_series(recs: Sequence[Record], metric: str) -> List[figures.Series]:
@@ -23,8 +23,8 @@ def format_series(recs: Sequence[Record], metric: str) -> List[figures.Series]:
 
 
 def _series(recs: Sequence[Record]) -> Dict[Tuple[str, str, int, str], List[dict]]:
-    groups = group_by(recs, lambda r: (r.sweep, r.point.format, r.point.readers_per_node, r.point.cache or "as-is"))
-    return {k: sorted(v, key=lambda r: r.point.nodes) for k, v in sorted(groups.items())}
+    return sorted_groups(recs, lambda r: (r.sweep, r.point.format, r.point.readers_per_node, r.point.cache or "as-is"),
+                         lambda r: r.point.nodes)
 
 
 def storage_section(recs: Sequence[Record], env: Environments, fig_dir: Path) -> str:
