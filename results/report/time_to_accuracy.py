@@ -112,18 +112,16 @@ def _verdicts(spreads: dict, counts: dict) -> str:
     wall = protocol.ratio(examples["wall"].median, ours["wall"].median)
     cpu = protocol.ratio(examples["cpu"].median, ours["cpu"].median)
     best = ours["best"].median
-    lines = [f"- time to the target, main.py's median over this engine's: {_ratio(wall)} in wall time, "
-             f"{_ratio(cpu)} in CPU seconds (goal: at least {GOAL_RATIO:g}): {_verdict(wall, GOAL_RATIO)} in wall "
-             f"time, {_verdict(cpu, GOAL_RATIO)} in CPU seconds;",
-             f"- this engine's median best top-1 within the budget: {fmt(best)} % (goal: at least {GOAL_TOP1:g} %): "
-             f"{_verdict(best, GOAL_TOP1)}."]
+    lines = [prose("time_to_accuracy.goals", wall=_ratio(wall), cpu=_ratio(cpu), ratio=GOAL_RATIO, top1=GOAL_TOP1,
+                   wall_verdict=_verdict(wall, GOAL_RATIO), cpu_verdict=_verdict(cpu, GOAL_RATIO), best=fmt(best),
+                   best_verdict=_verdict(best, GOAL_TOP1))]
     short = [f"{NAMES[p]} {n} of {protocol.MIN_RUNS}" for p, n in counts.items() if n < protocol.MIN_RUNS]
     if short:
         lines.append(f"- provisional: the protocol asks {protocol.MIN_RUNS} counted runs of each program "
                      f"({', '.join(short)} so far).")
     elif ours["wall"].n < counts[OURS_PROGRAM]:
         lines.append(f"- {counts[OURS_PROGRAM] - ours['wall'].n} counted engine run(s) did not reach the target.")
-    return "Goals:\n\n" + "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def _ratio(value: Optional[float]) -> str:
