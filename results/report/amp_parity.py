@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from results.analysis import comparisons
 from results.core.kinds import Record
-from results.report.common import REPO, fmt, md_table
+from results.report.common import REPO, fmt, md_table, prose
 from results.report.curves import read_scalars
 
 STEP_LOSS = "Step/loss"
@@ -62,11 +62,5 @@ def parity_section(train: Sequence[Record]) -> str:
                      apex.note or "-", f"{native.source}, {apex.source}"])
     if not rows:
         return ""
-    return ("## Apex AMP against native AMP\n\n"
-            "The same seed, steps and deterministic cuDNN with `--amp-backend native` and `--amp-backend apex`; "
-            "each step's training loss read back from the runs' TensorBoard events. Tolerance: every step within "
-            f"{TOLERANCE:g} relative. images/s of these runs include a TensorBoard scalar per step (`-p 1`), so they "
-            "compare the two backends with each other only.\n\n"
-            + md_table(["GPU", "level", "steps", "identical steps", "largest relative difference",
-                        f"<= {TOLERANCE:g}", "last loss native / apex", "images/s native / apex", "Apex", "records"],
-                       rows))
+    return prose("amp_parity.section", tolerance=TOLERANCE,
+                 table=md_table("amp_parity.columns", rows, tolerance=TOLERANCE))

@@ -28,7 +28,7 @@ from results.core.kinds import Record
 from results.core.records import by_kind, group_by
 from results.report import data_scale, faults, figures, predicted_tta
 from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report.common import data_label, fmt, md_table, pct, recipe_label
+from results.report.common import data_label, fmt, md_table, pct, prose, recipe_label, sorted_groups
 from results.report.curves import CURVES, curve_runs, epoch_rows
 from results.report.storage import format_series
 
@@ -118,23 +118,15 @@ def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path
     singles = {k: v for k, v in series.items() if len(v) == 1}
     more = ("\nConfigurations measured at one GPU count only (no scaling to draw):\n\n" + _config_table(singles)
             if singles else "")
-    return ("## Training throughput\n\n![training throughput](training_throughput.png)\n\n"
-            "Steady state (the engine excludes its warm-up steps). Efficiency = (images/s per GPU) / (the same at "
-            "the series' smallest GPU count). Repeats: records at the same GPU count, folded into their mean and "
-            "standard deviation.\n\n"
-            + md_table(["series", "hardware", "GPUs", "nodes", "repeats", "images/s", "std", "images/s per GPU",
-                        "efficiency", "records"], rows) + more
-            + f"\n## Time to train {EPOCHS} epochs\n\n![training time](training_time.png)\n\n"
-            f"Projected from the measured images/s for the {IMAGENET_TRAIN_IMAGES:,} ImageNet training images "
-            "(the runs themselves are short).\n\n"
-            + md_table(["series", "GPUs", "one epoch (h)", f"{EPOCHS} epochs (h)", "records"], trows))
+    return prose("cluster.throughput", epochs=EPOCHS, images=IMAGENET_TRAIN_IMAGES,
+                 table=md_table("cluster.throughput_columns", rows) + more,
+                 hours=md_table("cluster.hours_columns", trows, epochs=EPOCHS))
 
 
 def _config_table(series: Dict[Tuple[str, str], List[Point]]) -> str:
     rows = [[name, hw, int(p.x), p.n, p.mean, _std(p), EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600, _ids(p)]
             for (hw, name), pts in series.items() for p in pts]
-    return md_table(["configuration", "hardware", "GPUs", "repeats", "images/s", "std", f"{EPOCHS} epochs (h)",
-                     "records"], rows)
+    return md_table("cluster.config_columns", rows, epochs=EPOCHS)
 
 
 def _configurations_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path) -> str:
@@ -148,11 +140,8 @@ def _configurations_section(series: Dict[Tuple[str, str], List[Point]], fig_dir:
                   f"{' / '.join(hw)}: {int(items[0][1][0].x)} GPU(s), mean and std of repeats",
                   [f"{fmt(pts[0].mean)}" + (f" ± {fmt(pts[0].std)} (n={pts[0].n})" if pts[0].n > 1 else "")
                    for _, pts in items])
-    return ("## Training throughput\n\n![training throughput](training_throughput.png)\n\nEvery configuration "
-            "here ran at one GPU count, so there is no scaling line; the time to train is projected from the "
-            f"measured rate for {EPOCHS} epochs of the {IMAGENET_TRAIN_IMAGES:,} ImageNet training images. "
-            "Repeats (records of the same configuration) are folded into their mean and standard deviation; "
-            "profiled runs are left out (the profiler slows them).\n\n" + _config_table(dict(items)))
+    return prose("cluster.configurations", epochs=EPOCHS, images=IMAGENET_TRAIN_IMAGES,
+                 table=_config_table(dict(items)))
 
 
 def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
@@ -174,10 +163,7 @@ def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
     figures.report_panels(fig_dir / "learning_curves.png", panels, "Learning curves (TensorBoard events of rank 0; "
                           "solid: train, dashed: validation)")
     rows = epoch_rows(runs, lambda r: [r.source])
-    return ("## Learning curves\n\n![learning curves](learning_curves.png)\n\nRuns that trained more than one "
-            "epoch, one curve per run.\n\n"
-            + md_table(["run", "epoch", "train top-1 (%)", "val top-1 (%)", "train top-5 (%)", "val top-5 (%)",
-                        "record"], rows))
+    return prose("cluster.curves", table=md_table("cluster.curves_columns", rows))
 
 
 def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
@@ -204,12 +190,8 @@ def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
                 rows.append([name, k, int(p.x), p.n, p.mean, _std(p), p.mean / p.x, f.mean, _std(f),
                              p.records[0].metrics.bytes_per_file, _ids(p)])
     notes = "".join(f"- {n}\n" for n in sorted({r.note for r in storage if r.note}))
-    return ("## I/O from the nodes\n\n![IO](IO.png)\n\nOne SLURM job per point: every reader reads its share of "
-            "the data set's files whole; MB/s and files/s are over all nodes (bytes / (last reader's end - first "
-            "reader's start)). Cache evict: each reader dropped a file's cached pages before reading it; as-is: "
-            "pages already in memory count.\n" + (f"\nNotes recorded with these points:\n\n{notes}" if notes else "")
-            + "\n" + md_table(["series", "readers/node", "nodes", "repeats", "MB/s", "std", "MB/s per node", "files/s",
-                               "std", "bytes/file", "records"], rows))
+    return prose("cluster.storage", notes=f"\nNotes recorded with these points:\n\n{notes}" if notes else "",
+                 table=md_table("cluster.storage_columns", rows))
 
 
 def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
@@ -240,20 +222,16 @@ def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
             for name, rs in sorted(groups.items())
             for r in sorted(rs, key=lambda r: (r.point.readers, r.point.workers))]
     fig = "![IO loader](IO_loader.png)\n\n" if panels else ""
-    return ("## Data loading on one node\n\n" + fig + "Images/s and MB/s of JPEG bytes that the loader delivered, "
-            "against its worker processes and against concurrent readers.\n\n"
-            + md_table(["backend, cache", "workers", "readers", "images/s", "MB/s", "images/s per core", "record"],
-                       rows))
+    return prose("cluster.loader", figure=fig, table=md_table("cluster.loader_columns", rows))
 
 
 def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
     ratios = [r for r in steady if r.point.backend != "baseline" and r.metrics.ratio_per_core]
     if not ratios:
         return ""
-    groups = group_by(ratios, lambda r: f"{r.point.backend}, {r.point.split}")
+    groups = sorted_groups(ratios, lambda r: f"{r.point.backend}, {r.point.split}", lambda r: r.point.workers)
     s = []
-    for i, (name, rs) in enumerate(sorted(groups.items())):
-        rs = sorted(rs, key=lambda r: r.point.workers)
+    for i, (name, rs) in enumerate(groups.items()):
         y = [r.metrics.ratio_per_core for r in rs]
         s.append({"label": name, "x": [r.point.workers for r in rs], "y": y, "color": figures.palette(i),
                   "err_lo": [v - r.metrics.ratio_min for v, r in zip(y, rs)],
@@ -265,10 +243,9 @@ def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
     rows = [[name, r.point.workers, r.metrics.rounds, comparisons.times(r.metrics.ratio_per_core),
              f"{comparisons.times(r.metrics.ratio_min)}-{comparisons.times(r.metrics.ratio_max)}",
              r.metrics.images_per_cpu_s, r.source]
-            for name, rs in sorted(groups.items()) for r in sorted(rs, key=lambda r: r.point.workers)]
+            for name, rs in groups.items() for r in rs]
     return ("## Data pipeline per core\n\n![pipeline](pipeline.png)\n\n"
-            + md_table(["backend, split", "workers", "rounds", "per core vs baseline (median)", "range",
-                        "images/s per core", "record"], rows))
+            + md_table("cluster.pipeline_columns", rows))
 
 
 def _main_series(series: Dict[Tuple[str, str], List[Point]]) -> Optional[Tuple[Tuple[str, str], List[Point]]]:
@@ -283,8 +260,7 @@ def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Opt
     if not series:  # no training measured under this tag: nothing for the model to say
         return "", None
     if not main:
-        return ("## Scaling model\n\nNo prediction: no configuration was measured at more than one GPU count under "
-                "this tag, so there is nothing to predict beyond the calibration point.\n"), None
+        return prose("cluster.single") + "\n", None
     (hw, name), pts = main
     recs = [r for p in pts for r in p.records]
     pred, why = predict_cluster(recs, ar, overlap, storage)
@@ -309,18 +285,12 @@ def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Opt
               ["hidden fraction h", pct(w.hidden_fraction), pred.sources.get("hidden fraction", "none: h = 0")],
               ["storage ceiling", "-" if not w.storage else f"{fmt(w.storage.read_bytes_per_s / 1e6)} MB/s, "
                f"{fmt(w.storage.opens_per_s)} files/s", pred.sources.get("storage", "not on this series' path")]]
-    return ("## Scaling model\n\n![scaling model](scaling_model.png)\n\n"
-            f"The model of `results/analysis/scaling_model.py` (compute + ring all-reduce - what backward hides + "
-            f"stragglers, capped by storage), fed by this tag's records only and calibrated on the smallest point "
-            f"of **{name}**. Binding term at {largest['gpus']} GPUs: **{largest['binding']}**.\n\n"
-            + "Error = (predicted - measured) / measured: positive where the model is optimistic, i.e. where a "
-            "cost it has no input for here shows (a term left out below, or processes sharing one host's cores).\n\n"
-            + md_table(["GPUs", "measured images/s", "predicted images/s", "error", "predicted efficiency",
-                        "exposed all-reduce (ms/step)", "straggler wait (ms/step)", "binding"], rows)
-            + "\n" + _misses(pred) + "\nInputs:\n\n" + md_table(["input", "value", "from"], inputs)
-            + "\nLeft out (no measurement under this tag), so the prediction is an upper bound in each:\n\n"
-            + "".join(f"- {m}\n" for m in pred.missing) + "\n" + predicted_tta.predicted_section(pred, hw, fig_dir)
-            ), largest["binding"] + (
+    text = prose("cluster.model", name=name, gpus=largest["gpus"], binding=largest["binding"],
+                 table=md_table("cluster.model_columns", rows),
+                 misses=_misses(pred), inputs=md_table("cluster.inputs_columns", inputs),
+                 missing="".join(f"- {m}\n" for m in pred.missing),
+                 tta=predicted_tta.predicted_section(pred, hw, fig_dir))
+    return text, largest["binding"] + (
         " (all-reduce not measured)" if any(m.startswith("all-reduce") for m in pred.missing) else "")
 
 
@@ -331,8 +301,7 @@ def _misses(pred) -> str:
         return f"The model agrees with every measured point within {cluster_model.TOLERANCE:.0%}.\n"
     lines = [f"- {m.gpus} {'GPU' if m.gpus == 1 else 'GPUs'}: {pct(m.error)}: a step of {fmt(m.predicted_ms)} ms "
              f"predicted, {fmt(m.measured_ms)} ms measured; {m.term}." for m in found]
-    return (f"Where the model misses the measured images/s by more than {cluster_model.TOLERANCE:.0%} (both "
-            "are in the table above):\n\n" + "\n".join(lines) + "\n")
+    return prose("cluster.misses", tolerance=cluster_model.TOLERANCE, lines="\n".join(lines)) + "\n"
 
 
 def _unit(hw: str) -> str:
@@ -391,8 +360,7 @@ def other_section(recs: Sequence[Record]) -> str:
     rows = [[r.kind, _as_recorded(r.recorded("point"), lambda v: v not in (None, [], "")),
              _as_recorded(r.recorded("metrics"), lambda v: isinstance(v, (int, float))), r.source]
             for r in recs if r.ok and r.kind not in DRAWN]
-    return "" if not rows else ("## Other records\n\nKinds this report has no figure for, as recorded (RESULTS.md "
-                                "has their sections):\n\n" + md_table(["kind", "point", "metrics", "record"], rows))
+    return prose("cluster.other", table=md_table("cluster.other_columns", rows)) if rows else ""
 
 
 def _as_recorded(values: Dict[str, object], shown) -> str:
@@ -404,7 +372,7 @@ def failed_section(recs: Sequence[Record]) -> str:
                r.source] for r in recs if r.status != "ok"]
     if not failed:
         return ""
-    return "## Failed points\n\n" + md_table(["kind", "sweep", "why (last line)", "record"], failed)
+    return "## Failed points\n\n" + md_table("cluster.failed_columns", failed)
 
 
 ENV_KEYS = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "torch", "torchvision", "cuda", "nccl", "python")
@@ -441,9 +409,7 @@ def build_tag(tag: str, records_file: Path, out_dir: Path,
             shards, faults.section(recs),
             other_section(recs), failed_section(recs)]
     top = headline(recs, series, binding)
-    head = (f"# {tag}: benchmark report\n\nGenerated by `python -m results.report --tag {tag}` from "
-            f"`{records_file.name}` alone ({len(problems)} unusable lines). Do not edit: rerun the command.\n\n"
-            + summary(tag, top))
+    head = prose("cluster.head", tag=tag, file=records_file.name, unusable=len(problems), summary=summary(tag, top))
     text = "\n".join([head, *[b for b in body if b], environments(recs)])
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "README.md"

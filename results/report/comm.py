@@ -7,14 +7,12 @@ from typing import Dict, List, Sequence, Tuple
 from results.analysis import scaling_model
 from results.analysis.allreduce_fit import fit_alpha_beta
 from results.core.kinds import Record
-from results.core.records import group_by
 from results.report import figures
-from results.report.common import Environments, md_table
+from results.report.common import Environments, md_table, prose, sorted_groups
 
 
 def allreduce_groups(ar: Sequence[Record]) -> Dict[Tuple[str, str, int], List[dict]]:
-    groups = group_by(ar, lambda r: (r.sweep, r.point.backend, r.metrics.world_size))
-    return {k: sorted(v, key=lambda r: r.metrics.bytes) for k, v in sorted(groups.items())}
+    return sorted_groups(ar, lambda r: (r.sweep, r.point.backend, r.metrics.world_size), lambda r: r.metrics.bytes)
 
 
 def allreduce_section(ar: Sequence[Record], env: Environments, fig_dir: Path) -> str:
@@ -35,13 +33,8 @@ def allreduce_section(ar: Sequence[Record], env: Environments, fig_dir: Path) ->
             fits.append([label, fit["alpha_s"] * 1e6, scaling_model.hop_latency(fit["alpha_s"], n) * 1e6,
                          fit["busbw_bytes_per_s"] / 1e9])
     figures.allreduce(fig_dir / "allreduce.png", series, "All-reduce bandwidth (nccl-tests definitions)")
-    return ("## All-reduce bandwidth\n\n![allreduce](figures/allreduce.png)\n\nalgbw = bytes / time; busbw = "
-            "algbw x 2(n-1)/n (the traffic each link carries in a ring all-reduce), as nccl-tests reports.\n\n"
-            + md_table(["series", "bytes", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "iterations", "env",
-                        "record"], rows)
-            + "\nFit used by the scaling model (latency = the smallest message's time; bandwidth = 1/slope of "
-              "time vs bus bytes):\n\n"
-            + md_table(["series", "small-message time (us)", "per-hop latency (us)", "fitted busbw (GB/s)"], fits))
+    return prose("comm.allreduce", table=md_table("comm.allreduce_columns", rows),
+                 fits=md_table("comm.fit_columns", fits))
 
 
 def overlap_section(recs: Sequence[Record], env: Environments) -> str:
@@ -55,12 +48,4 @@ def overlap_section(recs: Sequence[Record], env: Environments) -> str:
                      r.host_load_1m, env.id(r), r.source])
     if not rows:
         return "## DDP communication overlap\n\nNo overlap records yet: `python -m results.bench overlap`.\n"
-    return ("## DDP communication overlap\n\nEach rank times the same DDP step with the gradient all-reduce "
-            "(normal) and without it (`no_sync()`), interleaved; exposed = the difference of the medians "
-            "(slowest rank), the communication backward did not hide. The all-reduce of the whole gradient "
-            "timed alone is what there was to hide: hidden = 1 - exposed / alone. On a CPU the all-reduce "
-            "threads compete with backward for the same cores, so little can hide here; on GPUs NCCL runs "
-            "beside the compute kernels.\n\n"
-            + md_table(["model", "image size", "batch/proc", "processes", "bucket (MB)", "gradient",
-                        "step ms (all-reduce)", "step ms (no all-reduce)", "exposed ms", "all-reduce alone ms",
-                        "hidden", "host load (1 min)", "env", "record"], rows))
+    return prose("comm.overlap", table=md_table("comm.overlap_columns", rows))

@@ -2,10 +2,11 @@
 record selection and the reference data."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from imagenet.recipes import named_in
 from results.core import records
@@ -15,10 +16,36 @@ from results.core.setups import GROUP_KEYS
 RESULTS = records.RESULTS_DIR
 REPO = RESULTS.parent
 REFERENCE = records.REFERENCE_DIR
+TEXT = Path(__file__).with_name("text")  # the sections' words, one markdown file per section module
+WHOLE_LINE = ("#", "![", "|", "{", "<")  # a text line starting so is a line of its own in the report
+NEW_LINE = ("- ", *WHOLE_LINE)  # ... and one starting so is not the rest of the paragraph above it
 
 
 class ReportError(RuntimeError):
     """Bad input; one line naming the problem and the fix."""
+
+
+@functools.lru_cache(maxsize=None)
+def _blocks(file: str) -> Dict[str, str]:
+    """The blocks of text/FILE.md, each under a line `<!-- name -->`. The lines of a paragraph join with a
+    space (so the file wraps, the report has one line per paragraph) unless NEW_LINE or WHOLE_LINE says
+    otherwise; a block's trailing blank lines are dropped."""
+    blocks: Dict[str, List[str]] = {}
+    lines: List[str] = []
+    for line in (TEXT / f"{file}.md").read_text().splitlines():
+        if line.startswith("<!-- ") and line.endswith(" -->"):
+            lines = blocks.setdefault(line[5:-4], [])
+        elif lines and lines[-1] and line and not (lines[-1].startswith(WHOLE_LINE) or line.startswith(NEW_LINE)):
+            lines[-1] += " " + line
+        else:
+            lines.append(line)
+    return {name: "\n".join(b).rstrip("\n") for name, b in blocks.items()}
+
+
+def prose(name: str, /, **values: object) -> str:
+    """The words NAME ("file.block": block of text/file.md) with VALUES in its {fields} (str.format)."""
+    file, block = name.split(".")
+    return _blocks(file)[block].format(**values)
 
 
 def fmt(value: object) -> str:
@@ -40,7 +67,11 @@ def pct(value: Optional[float]) -> str:
     return f"{100 * value + 0.0:.1f}%".replace("-0.0%", "0.0%")  # no negative zero from rounding
 
 
-def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+def md_table(headers: Union[str, Sequence[str]], rows: Sequence[Sequence[object]], **values: object) -> str:
+    """Markdown of ROWS under HEADERS: the column names, or the name of a text block that is the header line
+    (`| a | b |`, VALUES in its {fields}, as prose)."""
+    if isinstance(headers, str):
+        headers = prose(headers, **values)[2:-2].split(" | ")
     if not rows:
         return "_(no rows)_\n"
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
@@ -108,11 +139,15 @@ def plain_local(record: Record) -> bool:
     return not record.point.setup and record.local
 
 
+def sorted_groups(items: Sequence, key: Callable, order: Callable) -> Dict:
+    """ITEMS grouped by KEY, the groups in key order, each sorted by ORDER."""
+    return {k: sorted(v, key=order) for k, v in sorted(records.group_by(items, key).items())}
+
+
 def train_groups(train: Sequence[Record]) -> Dict[str, List[dict]]:
     """Series of one sweep and one setting, sorted by world size."""
     multi = len({r.sweep for r in train}) > len({r.point_values(GROUP_KEYS) for r in train})
-    groups = records.group_by(train, lambda r: train_group_label(r, multi))
-    return {k: sorted(v, key=lambda r: r.metrics.world_size) for k, v in sorted(groups.items())}
+    return sorted_groups(train, lambda r: train_group_label(r, multi), lambda r: r.metrics.world_size)
 
 
 def mib(value: Optional[float]) -> Optional[float]:

@@ -8,7 +8,7 @@ from typing import Callable, Dict, List, Sequence, Tuple
 from results.core import records
 from results.core.kinds import Record
 from results.report import figures
-from results.report.common import REPO, Environments, data_label, md_table, plain_local
+from results.report.common import REPO, Environments, data_label, md_table, plain_local, prose
 
 CURVES = {"top1_train": ("Top1/train", "train top-1 (%)"), "top1_val": ("Top1/val", "validation top-1 (%)"),
           "top5_train": ("Top5/train", "train top-5 (%)"), "top5_val": ("Top5/val", "validation top-5 (%)")}
@@ -67,7 +67,4 @@ def curves_section(train: Sequence[Record], env: Environments, fig_dir: Path, pr
                        "(TensorBoard events of rank 0)")
     rows = epoch_rows(runs, lambda r: [env.id(r), r.run_dir])
     figs = "\n".join(f"![{n}](figures/{n}.png)" for n in CURVES)
-    return ("## Learning curves\n\n" + figs + "\n\nOne curve per process count (the quick preset trains a few "
-            "epochs on the small generated demo set, so these show the pipeline, not ImageNet accuracy).\n\n"
-            + md_table(["run", "epoch", "train top-1 (%)", "val top-1 (%)", "train top-5 (%)", "val top-5 (%)",
-                        "env", "events"], rows))
+    return prose("curves.section", figures=figs, table=md_table("curves.columns", rows))

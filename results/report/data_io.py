@@ -7,7 +7,7 @@ from typing import List, Sequence
 from results.core.kinds import Record
 from results.core.records import group_by
 from results.report import figures
-from results.report.common import Environments, fmt, md_table
+from results.report.common import Environments, fmt, md_table, prose
 
 
 def io_section(io: Sequence[Record], pub: dict, env: Environments, fig_dir: Path) -> str:
@@ -22,20 +22,14 @@ def io_section(io: Sequence[Record], pub: dict, env: Environments, fig_dir: Path
                             "y": [getattr(r.metrics, metric) for r in rs], "color": figures.palette(backends.index(b)),
                             "style": "o-" if cache == "warm" else "s--"})
         return out
-    panels = [
-        {"title": "one reader: loader workers", "xlabel": "DataLoader workers", "ylabel": "images/s",
-         "series": series("workers", "images_per_s"), "int_x": True, "ymin0": True},
-        {"title": "one reader: loader workers", "xlabel": "DataLoader workers", "ylabel": "MB/s (file bytes read)",
-         "series": series("workers", "mb_per_s"), "int_x": True, "ymin0": True},
-        {"title": "concurrent readers (as ranks on one node)", "xlabel": "reader processes",
-         "ylabel": "images/s (all readers)", "series": series("readers", "images_per_s"), "int_x": True,
-         "ymin0": True},
-        {"title": "concurrent readers (as ranks on one node)", "xlabel": "reader processes",
-         "ylabel": "MB/s (all readers)", "series": series("readers", "mb_per_s"), "int_x": True,
-         "ymin0": True},
-    ]
-    for p in panels:
-        p["empty"] = "no io records"
+    panels = [{"title": title, "xlabel": xlabel, "ylabel": ylabel, "series": series(key, metric), "int_x": True,
+               "ymin0": True, "empty": "no io records"}
+              for key, title, xlabel, ylabels in (
+                  ("workers", "one reader: loader workers", "DataLoader workers",
+                   ("images/s", "MB/s (file bytes read)")),
+                  ("readers", "concurrent readers (as ranks on one node)", "reader processes",
+                   ("images/s (all readers)", "MB/s (all readers)")))
+              for metric, ylabel in zip(("images_per_s", "mb_per_s"), ylabels)]
     figures.grid(fig_dir / "IO.png", panels, "Data loading without a model (decode + augment to 224x224)")
     rows = []
     for r in sorted(io, key=lambda r: (r.point.backend, r.point.cache, r.point.readers,
@@ -49,18 +43,9 @@ def io_section(io: Sequence[Record], pub: dict, env: Environments, fig_dir: Path
     feb = pub["hal_2020"]["runs"][0]
     implied = [[f"{g:.3g}", f"{g * 1e9 / feb['train_img_per_s'][-1] / 1e3:.0f}"] for g in hal["avg_read_GBps"]
                if g is not None]
-    return ("## I/O\n\n![IO](figures/IO.png)\n\nImages/s and MB/s of file bytes delivered by the loader; "
-            "storage MB/s is `read_bytes` from /proc/self/io (0 when served from the page cache), read "
-            "calls/s is `syscr`. Files/s = images/s: each ImageFolder sample opens one file. Cold points evict "
-            "the dataset's pages first (`cache method`), and are marked verified when at least half the bytes "
-            "came from storage.\n\n"
-            + md_table(["backend", "cache", "workers", "readers", "images", "images/s", "MB/s", "files/s",
-                        "storage MB/s", "read calls/s", "bytes/image", "first batch (s)", "cold verified",
-                        "cache method", "host load (1 min)", "env", "record"], rows)
-            + f"\nPublished (HAL 2020, storage side during {feb['gpus'][-1]}-GPU runs, {hal['note']}): average "
-            f"read GB/s and the implied KB per image at the {feb['label']} run's {feb['gpus'][-1]}-GPU rate "
-            f"({fmt(feb['train_img_per_s'][-1])} images/s):\n\n"
-            + md_table(["avg read GB/s", "implied KB/image"], implied) + "\n")
+    return prose("data_io.section", gpus=feb["gpus"][-1], note=hal["note"], label=feb["label"],
+                 rate=fmt(feb["train_img_per_s"][-1]), implied=md_table("data_io.implied_columns", implied),
+                 table=md_table("data_io.columns", rows)) + "\n"
 
 
 def _io_sweep(rs: Sequence[Record], key: str) -> List[dict]:

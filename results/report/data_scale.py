@@ -10,7 +10,7 @@ from imagenet.data import DEFAULT_SHARD_MB
 from results.core.kinds import DataOpensMetrics, Record
 from results.core.records import by_kind, newest_sweep
 from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report.common import md_table, mib
+from results.report.common import md_table, mib, prose
 
 TARGETS = {"fast+shards": 2.0, "fast+shards-max320": 3.0}  # per-core goals vs the baseline (train split)
 SHARD_MB = DEFAULT_SHARD_MB  # the converter's default --shard-size
@@ -27,9 +27,7 @@ def pipeline_table(rows: Sequence[dict]) -> str:
                     f"{m.ratio_min:.2f}-{m.ratio_max:.2f}" if m.ratio_min else "-",
                     "-" if target is None else f"{target:.0f}x: {'met' if ratio and ratio >= target else 'not met'}",
                     r.host_load_1m, r.source])
-    return md_table(["variant (backend+source)", "split", "workers", "images", "rounds", "CPU ms/image",
-                  "images/s per core", "ratio vs baseline on the folder (median of rounds)", "ratio range",
-                  "target", "host load (1 min)", "record"], out)
+    return md_table("data_scale.pipeline_columns", out)
 
 
 def per_image_budget(rows: Sequence[dict]) -> str:
@@ -45,12 +43,8 @@ def per_image_budget(rows: Sequence[dict]) -> str:
     verdict = (f"2x the baseline needs {goal:.2f} ms or less: met with {-gap:.2f} ms to spare. " if gap <= 0 else
                f"2x the baseline needs {goal:.2f} ms, so {gap:.2f} ms more would have to come out of the JPEG "
                "decode itself. ")
-    return (f"\nTrain, workers 0: the baseline costs {base.cpu_ms_per_image:.2f} CPU ms per image, `fast` on the "
-            f"folder {folder.cpu_ms_per_image:.2f} ms and on shards {shard.cpu_ms_per_image:.2f} ms: reading "
-            f"from a shard instead of opening a file saves "
-            f"{folder.cpu_ms_per_image - shard.cpu_ms_per_image:.2f} ms per image. {verdict}What is left is "
-            "mostly the entropy decoding of every row above the crop, which region decoding cannot skip; the "
-            "re-encoded shards go further by storing fewer pixels.\n")
+    return prose("data_scale.budget", base=base, folder=folder, shard=shard, verdict=verdict,
+                 saved=folder.cpu_ms_per_image - shard.cpu_ms_per_image) + "\n"
 
 
 def opens_table(rows: Sequence[dict]) -> str:
@@ -61,10 +55,7 @@ def opens_table(rows: Sequence[dict]) -> str:
         out.append([p.source, p.workers, epochs, m.images, m.opens, m.opening_processes,
                     m.max_opens_per_file, m.dataset_opens, m.shards,
                     m.rchar / 1e6 / epochs, m.syscr, r.source])
-    text = md_table(["source", "loader workers", "epochs", "images read (all epochs)",
-                  "files opened under the data folder (strace, all processes)", "processes that opened one",
-                  "most opens of one file by one process", "files opened (dataset counter, workers 0)",
-                  "shard files", "MB read per epoch (rchar)", "read syscalls", "record"], out)
+    text = md_table("data_scale.opens_columns", out)
     by = {r.point.source: r.metrics for r in rows}
     folder, shards = by.get("folder"), by.get("shards")
     if folder and shards and shards.opens and folder.opens:
@@ -95,21 +86,10 @@ def at_scale(folder: DataOpensMetrics, shards: DataOpensMetrics) -> str:
         needed_mb = mean * TARGET_FEWER * nodes * procs / SCALE_EPOCHS / 2**20  # total bytes / shards allowed
         rows.append([nodes, nodes * SCALE_RANKS_PER_NODE, folder_epoch, shard_epoch, f"{fewer:.0f}x",
                      "met" if fewer >= TARGET_FEWER else "not met", round(needed_mb)])
-    return (
-        f"\nMeasured: a seeded run keeps its loader workers, and each process opened each shard at most "
-        f"{shards.max_opens_per_file} time(s) over {shards.epochs or 1} epochs (the column above); "
-        f"the folder opens one file per image read. At ImageNet scale, assumed: {IMAGENET_TRAIN_IMAGES} train "
-        f"images of "
-        f"{mean / 1e3:.0f} KB (the mean measured here) in {SHARD_MB} MB shards = {n_shards:.0f} shards; "
-        f"{SCALE_RANKS_PER_NODE} ranks x {SCALE_WORKERS} loader workers per node, each worker opening every "
-        f"shard once per run (the most: random order spreads a worker's samples over all shards), plus one "
-        f"index open per rank = {per_node_run:.0f} opens per node per run, {shard_epoch:.0f} per epoch averaged "
-        f"over {SCALE_EPOCHS} epochs. The ImageFolder opens each image once per epoch, split over the nodes. "
-        f"Train split only (validation adds its own shards once per run, and 50,000 opens per epoch for the "
-        f"folder). Bytes read are the same (the images; shard readers skip the tar headers).\n\n"
-        + md_table(["nodes", "GPUs (ranks)", "ImageFolder: opens per node per epoch",
-                 "shards: opens per node per epoch (run average)", "fewer opens",
-                 f"{TARGET_FEWER:,}x target", f"smallest shard size for {TARGET_FEWER:,}x (MB)"], rows))
+    return prose("data_scale.at_scale", shards=shards, epochs=shards.epochs or 1, images=IMAGENET_TRAIN_IMAGES,
+                 kb=mean / 1e3, shard_mb=SHARD_MB, n_shards=n_shards, ranks=SCALE_RANKS_PER_NODE, workers=SCALE_WORKERS,
+                 per_node_run=per_node_run, shard_epoch=shard_epoch, epochs_run=SCALE_EPOCHS,
+                 table=md_table("data_scale.at_scale_columns", rows, target_fewer=TARGET_FEWER))
 
 
 def memory_table(rows: Sequence[dict]) -> str:
@@ -117,31 +97,12 @@ def memory_table(rows: Sequence[dict]) -> str:
             mib(r.metrics.rank_rss_bytes), r.metrics.workers, mib(r.metrics.worker_private_bytes),
             mib(r.metrics.worker_pss_bytes), mib(r.metrics.worker_rss_bytes), r.source]
            for r in sorted(rows, key=lambda r: ["list", "folder", "shards"].index(r.point.index))]
-    return md_table(["index", "samples", "rank: MiB for the index", "rank RSS MiB", "loader workers",
-                  "per worker: private MiB (copy-on-write)", "per worker: PSS MiB", "per worker: RSS MiB",
-                  "record"], out)
+    return md_table("data_scale.memory_columns", out)
 
 
 def section(recs: Sequence[Record]) -> str:
     pipe, opens, mem = (newest_sweep(by_kind(recs, k)) for k in ("shards_pipeline", "data_opens", "index_memory"))
     if not (pipe or opens or mem):
         return "## Data at scale: shards\n\n_(no records yet: run `python -m results.bench shards`)_\n"
-    return (
-        "## Data at scale: shards\n\n"
-        "`python -m results.bench shards` converts the generated ImageNet-like JPEGs (results/runners/jpegs.py, "
-        "500x375, ~110 KB) with `python -m imagenet.shards`, once as the original bytes and once re-encoded with "
-        "`--max-side 320`, and measures the `fast` backend on each source in lockstep with the `baseline` backend"
-        " on the ImageFolder (CPU seconds of one thread, workers 0; the ratio is the median of per-round ratios)."
-        " Reading from shards saves the open() per image, not decode work: decoding dominates, so shards of the "
-        "original bytes run at the ImageFolder's rate, and only smaller stored images (re-encoded) cut the decode"
-        " cost.\n\n" + pipeline_table(pipe) + per_image_budget(pipe) +
-        "\n### Files opened and bytes read per epoch\n\nA seeded run's train loader over several epochs (fast "
-        "backend, persistent loader workers, as training builds it) in a child process under strace -f (openat "
-        "calls of every process naming a file under the data folder) and /proc/PID/io of the process and its "
-        "workers.\n\n"
-        + opens_table(opens) +
-        "\n### Memory of a 1.28M-sample index\n\nA synthetic index with ImageNet-like paths (no files needed: the "
-        "index is what costs memory); every DataLoader worker (fork) reads every entry, as each worker has after a "
-        "few random-order epochs; smaps_rollup of the rank and each worker after that. `list` is the former "
-        "list of (path, class) tuples; `folder` and `shards` are the numpy indexes. Private memory per worker is "
-        "what copy-on-write duplicates: multiply by ranks x workers per node.\n\n" + memory_table(mem))
+    return prose("data_scale.section", pipeline=pipeline_table(pipe) + per_image_budget(pipe),
+                 opens=opens_table(opens), memory=memory_table(mem))

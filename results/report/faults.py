@@ -18,11 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from results.core.kinds import Record
 from results.core.records import group_by
-from results.report.common import md_table
-
-HEADERS = ("fault", "launcher", "nodes", "injected", "recovered without a user", "detect median (s)",
-           "detect max (s)", "to training again median (s)", "to training again max (s)", "steps lost (max)",
-           "seconds lost (max)", "checkpoints lost", "records")
+from results.report.common import md_table, prose
 
 
 def _newest_sweep(recs: Sequence[Record]) -> Dict[Tuple[str, str], List[dict]]:
@@ -68,16 +64,7 @@ def section(recs: Sequence[Record]) -> str:
     if not faults:
         return ""
     failed = [r for r in faults if r.status != "ok"]
-    text = ("## Fault tolerance\n\nFaults injected into tiny real jobs on the SLURM test cluster by "
-            "`python -m results.bench faults` (the scenarios of `slurm/localcluster/scenarios/faults.py` and "
-            "`slurm/localcluster/scenarios/recovery.py`, one at a time on a local cluster of 4 network-namespace "
-            "nodes; 2 loaded CPU cores, so start-up dominates the times). Recovered "
-            "without a user: training went on with no action (torchrun's restart, the batch script's restart "
-            "loop, or SLURM's requeue after a node failure). Detect: fault injected -> the failure reported "
-            "('-' where it is reported synchronously or not measured). To training again: fault injected -> "
-            "the first progress line after the resume. Steps lost: steps trained twice (the work since the "
-            "newest checkpoint), and their seconds at the step times the first run printed.\n\n"
-            + md_table(HEADERS, rows(faults)))
+    text = prose("faults.section", table=md_table("faults.columns", rows(faults)))
     if failed:
         text += f"\n{len(failed)} fault run(s) failed: " + "; ".join(
             f"{r.point.fault}: {r.error}" for r in failed) + "\n"

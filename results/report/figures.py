@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator
 
+from results.analysis.comparisons import times
 from results.analysis.efficiency import efficiencies
 
 log = logging.getLogger(__name__)
@@ -70,20 +71,28 @@ def _log_y_ticks(ax) -> None:
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
 
 
-def curves(path: Path, series: Sequence[Series], ylabel: str, title: str) -> Path:
-    """Learning curve: metric against epoch, one line per run."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+def _axes(path: Path, series: Sequence[Series], title: str, empty: str, xlabel: str, ylabel: str,
+          size: tuple = (6.4, 4.4), setup=None, which: str = "major") -> Path:
+    """One axes of SERIES (SETUP(ax) after drawing them: scales, ticks, marks), or the text EMPTY without any."""
+    fig, ax = plt.subplots(figsize=size)
     if not series:
-        _empty(ax, "no TensorBoard events found for the recorded runs")
+        _empty(ax, empty)
     else:
         _draw(ax, series)
-        ax.set_xlabel("epoch")
+        if setup:
+            setup(ax)
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-        ax.grid(True, alpha=0.3)
+        ax.grid(True, which=which, alpha=0.3)
         ax.legend(fontsize=8)
-        ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title(title, fontsize=10)
     return _save(fig, path)
+
+
+def curves(path: Path, series: Sequence[Series], ylabel: str, title: str) -> Path:
+    """Learning curve: metric against epoch, one line per run."""
+    return _axes(path, series, title, "no TensorBoard events found for the recorded runs", "epoch", ylabel,
+                 setup=lambda ax: ax.xaxis.get_major_locator().set_params(integer=True))
 
 
 def grid(path: Path, panels: Sequence[Dict[str, object]], suptitle: str, ncols: int = 2) -> Path:
@@ -128,22 +137,14 @@ def bytes_axis(ax) -> None:
 
 
 def allreduce(path: Path, series: Sequence[Series], title: str) -> Path:
-    fig, ax = plt.subplots(figsize=(6.8, 4.4))
-    if not series:
-        _empty(ax, "no allreduce records")
-    else:
-        _draw(ax, series)
+    def setup(ax) -> None:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         bytes_axis(ax)
-        ax.set_xlabel("message size")
-        ax.set_ylabel("bandwidth (GB/s, 1e9 bytes/s)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
         for label in ax.get_xticklabels():
             label.set_rotation(30)
-    ax.set_title(title, fontsize=10)
-    return _save(fig, path)
+    return _axes(path, series, title, "no allreduce records", "message size", "bandwidth (GB/s, 1e9 bytes/s)",
+                 size=(6.8, 4.4), setup=setup, which="both")
 
 
 def spread(label: str, pts: Sequence, **style: object) -> Series:
@@ -199,6 +200,16 @@ def bars(path: Path, panels: Sequence[Dict[str, object]], suptitle: str) -> Path
         ax.legend(fontsize=7, loc=panel.get("legend_loc", "best"))
     fig.suptitle(suptitle, fontsize=11)
     return _save(fig, path)
+
+
+def ratio_bars(cell: Dict[tuple, dict], cats: Sequence[str], groups: Sequence[str], metric: str,
+               ratio: Optional[str]) -> List[Dict[str, object]]:
+    """The "bars" of a bars() panel: one per group, over CATS, of the METRIC of the record of the comparison
+    row CELL[(category, group)] ({"record", RATIO: its ratio to the baseline, the bar's text})."""
+    return [{"label": g, "values": [getattr(cell[(c, g)]["record"].metrics, metric) if (c, g) in cell else None
+                                    for c in cats],
+             "texts": [times(cell[(c, g)][ratio]) if ratio and (c, g) in cell and cell[(c, g)][ratio] else ""
+                       for c in cats]} for g in groups]
 
 
 def _draw_spread(ax, series: Sequence[Series]) -> None:
@@ -289,15 +300,10 @@ def hbars(path: Path, labels: Sequence[str], means: Sequence[float], stds: Seque
 def time_to_accuracy(path: Path, series: Sequence[Series], target: Optional[float], budget_min: Optional[float],
                      title: str) -> Path:
     """Top-1 against wall minutes, one line per program, with the target and the time budget marked."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    _draw(ax, series)
-    if target is not None:
-        ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.2f} %")
-    if budget_min is not None:
-        ax.axvline(budget_min, color="grey", linestyle=":", linewidth=1, label=f"budget {budget_min:.1f} min")
-    ax.set_xlabel("wall time since the start (minutes, evaluation included)")
-    ax.set_ylabel("validation top-1 (%)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title, fontsize=10)
-    return _save(fig, path)
+    def marks(ax) -> None:
+        if target is not None:
+            ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.2f} %")
+        if budget_min is not None:
+            ax.axvline(budget_min, color="grey", linestyle=":", linewidth=1, label=f"budget {budget_min:.1f} min")
+    return _axes(path, series, title, "", "wall time since the start (minutes, evaluation included)",
+                 "validation top-1 (%)", setup=marks)

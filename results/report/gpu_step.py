@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 from results.analysis import comparisons
 from results.core.kinds import Record
-from results.report.common import fmt, md_table, pct
+from results.report.common import fmt, md_table, pct, prose
 
 TARGET_IMAGES_PER_S, TARGET_SPEEDUP, TARGET_JPEG_FRACTION = 6000.0, 3.3, 0.95
 # The loader setups the targets name, with the worker count each is judged at.
@@ -54,19 +54,13 @@ def targets_section(train: Sequence[Record]) -> str:
              bool(x["throughput_ratio"]) and x["throughput_ratio"] >= TARGET_SPEEDUP, x["record"].source]
             for x in amp]
     best = max(amp, key=lambda x: x["record"].metrics.images_per_s, default=None)
-    out = ("## One GPU: throughput targets\n\n"
-           f"ResNet-50 with AMP on synthetic data: at least {TARGET_IMAGES_PER_S:g} images/s, and at least "
-           f"{TARGET_SPEEDUP:g}x the plain fp32 loop (`baseline`) of the same sweep ('-': that sweep ran no "
-           "baseline). Peak memory is the training process's CUDA peak.\n\n"
-           + md_table(["setup", "batch", "images/s", "vs baseline", "peak GiB", f">= {TARGET_IMAGES_PER_S:g}",
-                       f">= {TARGET_SPEEDUP:g}x", "record"], rows))
-    if best:
-        m = best["record"].metrics
-        out += (f"\nFastest: `{best['record'].point.setup}` at batch {best['record'].point.batch_size}, "
-                f"{fmt(m.images_per_s)} images/s ({pct(m.images_per_s / TARGET_IMAGES_PER_S)} of the target).\n")
-    out += ("\nOne GPU cannot hold two NCCL ranks, so how much of DDP's gradient all-reduce NCCL hides behind "
-            "backward on GPUs is not measured here (the overlap section measures it with gloo on CPUs).\n")
-    return out + _jpeg_table(train)
+    fastest = "" if not best else (
+        f"\nFastest: `{best['record'].point.setup}` at batch {best['record'].point.batch_size}, "
+        f"{fmt(best['record'].metrics.images_per_s)} images/s "
+        f"({pct(best['record'].metrics.images_per_s / TARGET_IMAGES_PER_S)} of the target).\n")
+    return prose("gpu_step.targets", rate=TARGET_IMAGES_PER_S, speedup=TARGET_SPEEDUP, fastest=fastest,
+                 jpeg=_jpeg_table(train),
+                 table=md_table("gpu_step.targets_columns", rows, rate=TARGET_IMAGES_PER_S, speedup=TARGET_SPEEDUP))
 
 
 def jpeg_rows(train: Sequence[Record]) -> List[dict]:
@@ -98,10 +92,8 @@ def _jpeg_table(train: Sequence[Record]) -> str:
                      else f"failed: {(r.error or '')[:80]}",
                      fmt(ref.metrics.images_per_s) if ref else "-", pct(fraction) if fraction else "-",
                      bool(fraction) and fraction >= TARGET_JPEG_FRACTION, r.source])
-    return ("\nReal JPEG files (generated ImageNet-like, 500x375, ~106 KB) against the fastest `engine-fp16` run on "
-            f"synthetic data of the same GPU, batch and code (target: at least {pct(TARGET_JPEG_FRACTION)}):\n\n"
-            + md_table(["loader", "setup", "workers", "JPEG images/s", "synthetic images/s", "fraction",
-                        f">= {pct(TARGET_JPEG_FRACTION)}", "record"], rows))
+    fraction = pct(TARGET_JPEG_FRACTION)
+    return prose("gpu_step.jpeg", fraction=fraction, table=md_table("gpu_step.jpeg_columns", rows, fraction=fraction))
 
 
 def _families(profile: dict) -> Dict[str, float]:
@@ -119,15 +111,12 @@ def profile_section(train: Sequence[Record]) -> str:
     header = ["kernel family"] + [f"{r.point.setup} ({r.source}) ms/step" for r, _ in runs]
     table = [[f] + [fmt(_families(p).get(f)) for _, p in runs] for f in names]
     table.append(["**all kernels**"] + [fmt(p["device_ms_per_step"]) for _, p in runs])
-    out = ("## Where the GPU step's time goes (torch.profiler)\n\n"
-           "`--profile-steps 10` on ResNet-50, batch 256, one GPU: device time per step by kernel family "
-           "(families from kernel names; see imagenet/train/profiling.py). Profiled runs are slower than unprofiled "
-           "ones, so their images/s are not shown as speeds anywhere in this report.\n\n" + md_table(header, table))
+    out = prose("gpu_step.profile", table=md_table(header, table))
     for r, p in runs:
         top = [[fmt(k["ms_per_step"]), f"{k['calls_per_step']:g}", k["family"], f"`{k['name'][:110]}`"]
                for k in p["top_kernels"][:8]]
         out += (f"\nTop kernels of `{r.point.setup}` ({r.source}):\n\n"
-                + md_table(["ms/step", "calls/step", "family", "kernel"], top))
+                + md_table("gpu_step.profile_columns", top))
     return out + _kernel_bound(runs, train) + _bf16_gap(runs)
 
 

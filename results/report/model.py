@@ -12,24 +12,17 @@ from results.core.kinds import Record
 from results.core.setups import GROUP_KEYS
 from results.report import figures
 from results.report.comm import allreduce_groups
-from results.report.common import Environments, fmt, md_table, pct, plain_local
+from results.report.common import Environments, fmt, md_table, pct, plain_local, prose
 
 
 def overlap_text(hidden_fraction: float, rec: Optional[Record], env: Environments) -> str:
     """One paragraph: which overlap record (if any) fed the model's measured-overlap column."""
     if rec is None:
-        return ("Measured overlap: no overlap records, so the model uses h = 0 (all communication exposed, the "
-                "conservative assumption); `python -m results.bench overlap` measures it.")
-    p, m = rec.point, rec.metrics
-    return (f"Measured overlap: h = {pct(hidden_fraction)}, the hidden fraction of overlap record "
-            f"{rec.source} ({p.arch} "
-            f"{p.image_size}px, batch {p.batch_size}, {p.world_size} {p.backend or '?'} processes, "
-            f"{p.bucket_cap_mb:g} MB buckets, env {env.id(rec)}): {fmt(m.exposed_comm_ms)} ms of the "
-            f"{fmt(m.allreduce_alone_ms)} ms gradient all-reduce stayed exposed per step (exposed / alone = "
-            f"{fmt(m.exposed_comm_ms / m.allreduce_alone_ms)}). The same h is applied to every scenario and "
-            "GPU count; it was measured on that record's machine and backend, so for the GPU clusters it is an "
-            "assumption, not a measurement. An exposed / alone ratio above 1 means the all-reduce also slowed the "
-            "compute, which the model does not represent.")
+        return prose("model.no_overlap")
+    m = rec.metrics
+    return prose("model.overlap", h=pct(hidden_fraction), rec=rec, p=rec.point, backend=rec.point.backend or "?",
+                 env=env.id(rec), exposed=fmt(m.exposed_comm_ms), alone=fmt(m.allreduce_alone_ms),
+                 ratio=fmt(m.exposed_comm_ms / m.allreduce_alone_ms))
 
 
 def our_model(train: Sequence[Record], ar: Sequence[Record]
@@ -150,35 +143,14 @@ def _model_text(scenarios, hidden, gpus, ours_desc, ours, ours_measured, pub, li
     worst = [max(abs(scaling_model.relative_error(c[3 + 2 * i], c[2])) for c in hal_rows) for i in range(len(MODES))]
     sources = "\n".join(f"- {k}: {v}" for sec in ("hal_2020", "nvidia_dle_2021") for k, v in links[sec].items()
                         if k.endswith("_source"))
-    return ("## Scaling model\n\n![scaling model](figures/scaling_model.png)\n\n"
-            "t(n) = t_c + max(0, t_comm(n) - hidden(n)), hidden(n) = min(h t_comm(n), f t_c): h is the hidden "
-            "fraction of the all-reduce, capped by the backward time (f = "
-            f"{scaling_model.BACKWARD_FRACTION:.3g}, the backward share). h = 0 is no overlap (t_c + t_comm(n)), "
-            "h = 1 full "
-            "overlap ((1-f) t_c + max(f t_c, t_comm(n))), and the measured overlap uses h from an overlap record; "
-            "t_comm(n) = k 2(n-1) alpha + 2(n-1)/n G / B with k = ceil(G / "
-            f"{scaling_model.DDP_BUCKET_BYTES / (1 << 20):g} MiB) "
-            "DDP buckets; B and alpha are intra-node while n fits one node, inter-node beyond (see "
-            "`results/analysis/scaling_model.py`).\n\n" + h_text + "\n\n"
-            f"This machine: {ours_desc}; beyond 2 processes it assumes a cluster of such nodes joined by the "
-            "measured link, and it ignores that our processes share 2 cores.\n\n"
-            "HAL: t_c is calibrated, under each overlap assumption, so that the model reproduces the smallest "
-            "published point, then predicts the others. HAL's script all-reduces only after backward "
-            "(`delay_allreduce=True`), so its no-overlap column is the one that applies, and its published images/s "
-            "also carry a loader restart every epoch, which this compute + all-reduce model leaves out: the "
-            "whole-step model below adds it.\n\nInputs:\n\n"
-            + md_table(["scenario", *(f"t_c {t} (ms)" for t in modes), "batch/GPU", "gradient MB",
-                        "intra busbw (GB/s)", "intra hop latency (us)", "GPUs/node", "inter busbw (GB/s)",
-                        "inter hop latency (us)"], inputs)
-            + "\nWhere the link parameters come from (`results/reference/links.json`):\n\n" + sources + "\n\n"
-            "Predictions (comm = the whole all-reduce; exposed = what the measured overlap leaves of it):\n\n"
-            + md_table(["scenario", "GPUs", "comm ms/step", "exposed ms/step (measured overlap)",
-                        *(c for t in modes for c in (f"images/s ({t})", f"efficiency ({t})"))], pred)
-            + "\nCheck against published multi-GPU tables and our own multi-process points (error = (predicted "
-            "- measured) / measured):\n\n"
-            + md_table(["measured", "GPUs", "measured images/s", *(c for t in modes for c in (f"predicted ({t})",
-                                                                                              "error"))], check)
-            + (f"\nLargest HAL error: {', '.join(f'{pct(w)} with {t}' for w, t in zip(worst, modes))}. The model has "
-               "no input pipeline, stragglers or per-step overheads, so it is optimistic where those grow with the GPU "
-               "count (the DLE 8-GPU point), and on this machine it cannot see that two processes split two cores.\n"
-               if hal_rows else ""))
+    largest = ", ".join(f"{pct(w)} with {t}" for w, t in zip(worst, modes))
+    return prose("model.section", backward=scaling_model.BACKWARD_FRACTION,
+                 bucket_mib=scaling_model.DDP_BUCKET_BYTES / (1 << 20), h_text=h_text, ours_desc=ours_desc,
+                 inputs=md_table(["scenario", *(f"t_c {t} (ms)" for t in modes), "batch/GPU", "gradient MB",
+                                  "intra busbw (GB/s)", "intra hop latency (us)", "GPUs/node", "inter busbw (GB/s)",
+                                  "inter hop latency (us)"], inputs), sources=sources,
+                 pred=md_table(["scenario", "GPUs", "comm ms/step", "exposed ms/step (measured overlap)",
+                                *(c for t in modes for c in (f"images/s ({t})", f"efficiency ({t})"))], pred),
+                 check=md_table(["measured", "GPUs", "measured images/s",
+                                 *(c for t in modes for c in (f"predicted ({t})", "error"))], check)
+                 + (f"\n{prose('model.largest', worst=largest)}\n" if hal_rows else ""))

@@ -18,9 +18,8 @@ from results.analysis import time_to_accuracy
 from results.analysis.cluster_model import Prediction
 from results.report import figures
 from results.core.kinds import Record
-from results.core.records import group_by
 from results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
-from results.report.common import REFERENCE, fmt, md_table
+from results.report.common import REFERENCE, fmt, md_table, prose, sorted_groups
 
 FIGURE = "time_to_accuracy.png"
 
@@ -104,26 +103,14 @@ def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[di
               r.get("evals"), _hours(r.get("train_s")), _hours(r.get("eval_s")), _hours(r.get("total_s"))]
              for r in rows]
     published = ", ".join(f"{row['global_batch']:,}: {row['epochs']}" for row in recipe["rows"])
-    return (heading + (f"![predicted time to accuracy]({FIGURE})\n\n" if drawn else "")
-            + "The scaling model's images/s above, times the epochs MLPerf's ResNet-50 logs needed to reach "
-            f"{time_to_accuracy.MLPERF_TARGET_TOP1} % at each global batch "
-            f"(GPUs x {pred.whole.inputs.batch_per_gpu}) of "
-            f"{IMAGENET_TRAIN_IMAGES:,} images, plus a validation pass of "
-            f"{IMAGENET_VAL_IMAGES:,} images "
-            f"every {recipe['eval_every']} epochs (forward pass only). Published (global batch: epochs): {published}; "
-            f"interpolated in log(batch) between them, no prediction outside {low:,}-{high:,}, where no published "
-            "run reached the target (`results/reference/epochs_to_accuracy.json`). It assumes MLPerf's recipe "
-            "(LARS, label smoothing) with the model and image size the recipe was published with, as measured "
-            "here: a prediction, not a measured "
-            "accuracy (`python -m results.scaling_model --check-time-to-accuracy` sets the arithmetic beside "
-            "published times).\n\n"
-            + md_table(["GPUs", "global batch", "predicted images/s", "epochs", "evaluations", "training (h)",
-                        "evaluation (h)", f"time to {time_to_accuracy.MLPERF_TARGET_TOP1} % (h)"], table))
+    return heading + (f"![predicted time to accuracy]({FIGURE})\n\n" if drawn else "") + prose(
+        "predicted_tta.predicted", target=time_to_accuracy.MLPERF_TARGET_TOP1, batch=pred.whole.inputs.batch_per_gpu,
+        images=IMAGENET_TRAIN_IMAGES, val=IMAGENET_VAL_IMAGES, every=recipe["eval_every"], published=published, low=low,
+        high=high, table=md_table("predicted_tta.predicted_columns", table, target=time_to_accuracy.MLPERF_TARGET_TOP1))
 
 
 def _series(items: Sequence[TimeToAccuracy]) -> Dict[Tuple[str, float], List[TimeToAccuracy]]:
-    out = group_by(items, lambda t: (t["series"], t["target_top1"]))
-    return {k: sorted(v, key=lambda t: (t["gpus"], t["source"])) for k, v in sorted(out.items())}
+    return sorted_groups(items, lambda t: (t["series"], t["target_top1"]), lambda t: (t["gpus"], t["source"]))
 
 
 def measured_section(items: Sequence[TimeToAccuracy]) -> str:
@@ -135,7 +122,4 @@ def measured_section(items: Sequence[TimeToAccuracy]) -> str:
     rows = [[name, t["gpus"], target, "not reached" if t["time_to_target_s"] is None else fmt(t["time_to_target_s"]),
              t["epochs_to_target"], t["images_seen"], t["best_top1"], t["wall_s"], t["source"]]
             for (name, target), ts in _series(items).items() for t in ts]
-    return (f"## Time to {title} top-1 vs GPUs\n\nMeasured: wall seconds from the start of training until an "
-            "evaluation first reached the target (evaluation time counted in), per run.\n\n"
-            + md_table(["run", "GPUs", "target top-1 (%)", "time to target (s)", "epochs to target",
-                        "images seen (run)", "best top-1 (%)", "wall (s)", "record"], rows))
+    return prose("predicted_tta.measured", title=title, table=md_table("predicted_tta.measured_columns", rows))

@@ -7,7 +7,7 @@ from typing import Sequence
 from results.core.kinds import Record
 from results.core.records import by_kind, newest_sweep
 from results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
-from results.report.common import md_table
+from results.report.common import md_table, prose
 
 IMAGENET_IMAGES = IMAGENET_TRAIN_IMAGES + IMAGENET_VAL_IMAGES  # the images in the ILSVRC 2012 archives
 
@@ -24,12 +24,4 @@ def section(recs: Sequence[Record]) -> str:
         out.append([p.format, p.workers, m.images, m.bytes / 1e6, m.elapsed_s, m.images_per_s,
                     m.mb_per_s, 1000 * m.cpu_s / m.images, m.read_mb_per_s,
                     IMAGENET_IMAGES / m.images_per_s / 60, r.host_load_1m, r.source])
-    return ("## Preparing ImageNet\n\n`python -m results.bench prepare` builds a download in the official layout "
-            "(results/runners/archive_set.py) from ImageNet-like JPEGs (results/runners/jpegs.py, 500x375, ~110 KB) "
-            "and times "
-            "`python -m imagenet.prepare` on it, archives to a complete, durable output (each shard fsynced, each "
-            "class folder synced, the index last), the newest sweep of each format. "
-            "The plain read rate is a sequential read of the same archives just before (page cache warm for both). "
-            "The ImageNet column is the archives' 1,331,167 images at the measured rate.\n\n"
-            + md_table(["format", "workers", "images", "archive MB", "s", "images/s", "MB/s", "CPU ms/image",
-                        "plain read MB/s", "ImageNet at this rate (min)", "host load (1 min)", "record"], out))
+    return prose("prepare.section", table=md_table("prepare.columns", out))

@@ -12,7 +12,7 @@ from results.analysis.spread import aggregate
 from results.core.kinds import Record
 from results.core.records import group_by
 from results.report import figures
-from results.report.common import Environments, md_table
+from results.report.common import Environments, md_table, prose, sorted_groups
 
 
 def format_series(recs: Sequence[Record], metric: str) -> List[figures.Series]:
@@ -23,8 +23,8 @@ def format_series(recs: Sequence[Record], metric: str) -> List[figures.Series]:
 
 
 def _series(recs: Sequence[Record]) -> Dict[Tuple[str, str, int, str], List[dict]]:
-    groups = group_by(recs, lambda r: (r.sweep, r.point.format, r.point.readers_per_node, r.point.cache or "as-is"))
-    return {k: sorted(v, key=lambda r: r.point.nodes) for k, v in sorted(groups.items())}
+    return sorted_groups(recs, lambda r: (r.sweep, r.point.format, r.point.readers_per_node, r.point.cache or "as-is"),
+                         lambda r: r.point.nodes)
 
 
 def storage_section(recs: Sequence[Record], env: Environments, fig_dir: Path) -> str:
@@ -49,16 +49,4 @@ def storage_section(recs: Sequence[Record], env: Environments, fig_dir: Path) ->
              r.metrics.elapsed_s, r.metrics.complete, r.metrics.storage_mb_per_s,
              r.environment.slurm_job_id,
              r.note, env.id(r), r.source] for k, rs in groups.items() for r in rs]
-    return ("## Shared storage seen from the nodes\n\n![storage](figures/storage.png)\n\n"
-            "One batch job per point (`python -m results.bench scaling --io`): every reader task reads its share "
-            "of the dataset's files whole (reader i of T: files i, i+T, ...), so a folder of images and a folder "
-            "of tar shards are read by the same code and compared by format. MB/s and files/s in all = bytes "
-            "(files) / (last reader's end - first reader's start); per node = that / nodes; the slowest node is "
-            "shown too. Complete = every reader read its whole share before `--seconds`. Cache evict: each reader "
-            "dropped a file's cached pages (posix_fadvise DONTNEED) just before reading it; as-is: a set smaller "
-            "than the nodes' memory is read from memory after its first pass. Block-device MB/s is `read_bytes` "
-            "of /proc/self/io (0 for pages from the cache; network filesystems are not counted there).\n\n"
-            + md_table(["series", "nodes", "readers/node", "MB/s", "MB/s per node", "slowest node MB/s", "files/s",
-                        "files/s per node", "bytes/file", "files", "elapsed (s)", "complete", "block-device MB/s",
-                        "SLURM job", "note",
-                        "env", "record"], rows))
+    return prose("storage.section", table=md_table("storage.columns", rows))

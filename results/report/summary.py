@@ -4,9 +4,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from results.analysis import comparisons
+from results.analysis.comparisons import times
 from results.core.kinds import Record
 from results.core.records import newest_sweep
-from results.report.common import data_label, fmt, pct
+from results.report.common import data_label, fmt, pct, prose
 from results.core.setups import CKPT_REPORT_MINUTES
 
 
@@ -15,26 +16,30 @@ def _load(record: Record) -> str:
     return f"host load {fmt(record.host_load_1m)} (`{record.source}`)"
 
 
+def _step(row: dict) -> dict:
+    """What the training-step bullets say of a comparison ROW's record (the values of their text)."""
+    r = row["record"]
+    return {"p": r.point, "m": r.metrics, "data": data_label(r.point.data), "ms": fmt(r.metrics.step_time_ms),
+            "load": _load(r)}
+
+
 def summary_section(train: Sequence[Record], io: Sequence[Record], overlap: Sequence[Record] = (),
                     steady: Sequence[Record] = ()) -> str:
     """The headline ratios, each from the newest sweep that has it, with the load at the time."""
     lines = []
     ratios = [r for r in steady if r.metrics.ratio_per_core and r.point.backend != "baseline"]
     for r in newest_sweep(ratios):
-        p, m = r.point, r.metrics
-        lines.append(f"- Data pipeline, steady state, `{p.backend}` vs `baseline` ({p.split}, "
-                     f"{p.workers} workers, {p.image_size}px, {p.images} images x {m.rounds} "
-                     f"rounds in lockstep): {comparisons.times(m.ratio_per_core)} images/s per core (range "
-                     f"{comparisons.times(m.ratio_min)}-{comparisons.times(m.ratio_max)}); {_load(r)}")
+        m = r.metrics
+        lines.append(prose("summary.steady", p=r.point, m=m, ratio=times(m.ratio_per_core), low=times(m.ratio_min),
+                           high=times(m.ratio_max), load=_load(r)))
     # the engine's default backend; the other backends are in the section's table and figure
     pipe = [x for x in comparisons.pipeline_rows(io)
             if x["per_core_ratio"] and x["record"].point.backend == "fast"]
     for x in newest_sweep(pipe, lambda x: x["record"]):
-        p, m = x["record"].point, x["record"].metrics
-        lines.append(f"- Data pipeline, `{p.backend}` vs `baseline` ({p.workers} workers, {p.cache} "
-                     f"cache, {p.image_size}px): {comparisons.times(x['per_core_ratio'])} images/s per core "
-                     f"({fmt(m.images_per_cpu_s)} vs {fmt(x['baseline'].metrics.images_per_cpu_s)}), "
-                     f"{comparisons.times(x['wall_ratio'])} wall images/s; {_load(x['record'])}")
+        lines.append(prose("summary.pipeline", p=x["record"].point, ratio=times(x["per_core_ratio"]),
+                           ours=fmt(x["record"].metrics.images_per_cpu_s),
+                           base=fmt(x["baseline"].metrics.images_per_cpu_s), wall=times(x["wall_ratio"]),
+                           load=_load(x["record"])))
     steps = [x for x in comparisons.step_rows(train)
              if x["step_speedup"] and x["record"].point.setup != "baseline"]
 
@@ -43,35 +48,21 @@ def summary_section(train: Sequence[Record], io: Sequence[Record], overlap: Sequ
     newest = {k: newest_sweep([x for x in steps if kind(x) == k], lambda x: x["record"])[0]["record"].sweep
               for k in {kind(x) for x in steps}}
     for x in (x for x in steps if x["record"].sweep == newest[kind(x)]):
-        p, m = x["record"].point, x["record"].metrics
-        lines.append(f"- Training step, `{p.setup}` vs `baseline` ({data_label(p.data)}, {p.arch} "
-                     f"{p.image_size}px, batch {p.batch_size}, {p.world_size} process, "
-                     f"{m.device}): {comparisons.times(x['step_speedup'])} ({fmt(m.step_time_ms)} vs "
-                     f"{fmt(x['baseline'].metrics.step_time_ms)} ms/step); {_load(x['record'])}")
+        lines.append(prose("summary.step", **_step(x), speedup=times(x["step_speedup"]),
+                           base=fmt(x["baseline"].metrics.step_time_ms)))
     for x in comparisons.logging_rows(train):
-        p, m, q = x["record"].point, x["record"].metrics, x["quiet"].metrics
-        lines.append(f"- Logging overhead ({data_label(p.data)}, {p.arch} {p.image_size}px, batch "
-                     f"{p.batch_size}, {m.device}): printing and TensorBoard step scalars at every step "
-                     f"cost {100 * x['overhead']:+.1f}% step time ({fmt(m.step_time_ms)} vs "
-                     f"{fmt(q.step_time_ms)} ms/step logging once per epoch); {_load(x['record'])}")
+        lines.append(prose("summary.logging", **_step(x), overhead=100 * x["overhead"],
+                           quiet=fmt(x["quiet"].metrics.step_time_ms)))
     for x in comparisons.checkpoint_rows(train):
-        p, m, o = x["record"].point, x["record"].metrics, x["off"].metrics
-        lines.append(f"- Checkpoint overhead ({data_label(p.data)}, {p.arch} {p.image_size}px, batch "
-                     f"{p.batch_size}, {m.device}): a background checkpoint every {x['every_steps']} "
-                     f"steps cost {100 * x['overhead']:+.1f}% step time ({fmt(m.step_time_ms)} vs "
-                     f"{fmt(o.step_time_ms)} ms/step with epoch-end checkpoints only); the step stalls "
-                     f"{fmt(x['stall_ms'])} ms per checkpoint, {100 * x['stall_share']:.2f}% of the "
-                     f"{x['every_steps']} steps between two, and each writes {x['bytes'] / 1e6:.0f} MB; at one "
-                     f"checkpoint per {CKPT_REPORT_MINUTES} minutes (the batch files') that stall is "
-                     f"{100 * comparisons.stall_share(x['stall_ms'], 60 * CKPT_REPORT_MINUTES):.3f}% of training "
-                     f"time; {_load(x['record'])}")
+        lines.append(prose("summary.checkpoint", **_step(x), every=x["every_steps"], overhead=100 * x["overhead"],
+                           off=fmt(x["off"].metrics.step_time_ms), stall=fmt(x["stall_ms"]),
+                           share=100 * x["stall_share"], mb=x["bytes"] / 1e6, minutes=CKPT_REPORT_MINUTES,
+                           training=100 * comparisons.stall_share(x["stall_ms"], 60 * CKPT_REPORT_MINUTES)))
     for r in newest_sweep(overlap):
-        p, m = r.point, r.metrics
-        lines.append(f"- DDP communication overlap ({p.arch} {p.image_size}px, batch {p.batch_size}, "
-                     f"{p.world_size} gloo processes, {p.bucket_cap_mb:g} MB buckets): "
-                     f"{fmt(m.exposed_comm_ms)} ms of the {fmt(m.allreduce_alone_ms)} ms gradient "
-                     f"all-reduce stays exposed per step ({100 * m.hidden_fraction:.0f}% hidden; step "
-                     f"{fmt(m.step_time_ms)} ms); {_load(r)}")
+        m = r.metrics
+        lines.append(prose("summary.overlap", p=r.point, exposed=fmt(m.exposed_comm_ms),
+                           alone=fmt(m.allreduce_alone_ms), hidden=100 * m.hidden_fraction, step=fmt(m.step_time_ms),
+                           load=_load(r)))
     nodes = comparisons.multinode_records(train)
     if nodes:
         newest = newest_sweep(nodes)
@@ -81,6 +72,5 @@ def summary_section(train: Sequence[Record], io: Sequence[Record], overlap: Sequ
                      + "; ".join(
             f"{r.metrics.nodes} node(s) {fmt(r.metrics.images_per_s)} images/s, efficiency "
             f"{pct(r.metrics.scaling_efficiency)}, host load {fmt(r.host_load_1m)}" for r in newest))
-    return ("## Headline ratios\n\nComputed from the records below (newest sweep of each kind):\n\n"
-            + ("<details><summary>" + f"{len(lines)} ratios</summary>\n\n" + "\n".join(lines) + "\n\n</details>\n"
-               if lines else "_(no comparison records yet)_\n"))
+    return prose("summary.section", ratios=f"<details><summary>{len(lines)} ratios</summary>\n\n" + "\n".join(lines)
+                 + "\n\n</details>" if lines else "_(no comparison records yet)_") + "\n"

@@ -11,9 +11,7 @@ from results.analysis import comparisons
 from results.core.kinds import Record
 from results.core.records import by_kind, newest_sweep
 from results.report import data_scale, gpu_step, steps
-from results.report.common import fmt, md_table, pct
-
-HEADERS = ("target", "goal", "best measured", "met", "record")
+from results.report.common import fmt, md_table, pct, prose
 
 
 def _row(target: str, goal: str, value: Optional[str], met: Optional[bool], record: Optional[str]) -> List[str]:
@@ -108,5 +106,4 @@ def _opens_rows(recs: Sequence[Record]) -> List[List[str]]:
 
 def section(recs: Sequence[Record], train: Sequence[Record]) -> str:
     rows = _gpu_rows(train) + _jpeg_rows(train) + _pipeline_rows(recs) + _opens_rows(recs)
-    return ("## Targets\n\nEach goal, the best value the records hold, and the record it comes from (details in the "
-            "sections below).\n\n" + md_table(HEADERS, rows))
+    return prose("targets.section", table=md_table("targets.columns", rows))

@@ -10,7 +10,7 @@ from results.core.kinds import Record
 from results.report import figures
 from results.report.cluster import scaling_panels, train_series
 from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report.common import Environments, md_table, mib, pct, train_groups
+from results.report.common import Environments, md_table, mib, pct, prose, train_groups
 
 
 def _scaling(train: Sequence[Record]) -> dict:
@@ -61,20 +61,9 @@ def throughput_section(train: Sequence[Record], pub: dict, env: Environments, fi
                          mib(m.peak_memory_bytes), m.epoch_time_s, pct(m.scaling_efficiency),
                          m.baseline_world_size, m.measured_steps, m.warmup_steps,
                          r.host_load_1m, env.id(r), r.source])
-    table = md_table(["series", "processes", "nodes", "images/s", "images/s per process", "ms/step", "data ms/step",
-                      "compute ms/step", "peak memory (MiB)", "epoch time (s)", "scaling efficiency",
-                      "efficiency baseline (processes)", "measured steps", "warm-up steps", "host load (1 min)",
-                      "env", "record"], rows)
-    notes = sorted({r.note for r in train if r.note})
-    return ("## Training throughput\n\n![training throughput](figures/training_throughput.png)\n\n"
-            "The figure draws series with more than one process count; single-point series are in the table "
-            "and in the step-time comparison. Series marked SLURM ran as one batch job per point (multi-node: "
-            "see below). " + "".join(f"Note recorded with points: {n}. " for n in notes)
-            + "\n\nMeasured points (steady state: the engine excludes its warm-up steps). Scaling efficiency = "
-            "(images/s per process) / (the same at the sweep's smallest process count). Host load is the "
-            "1-minute load average when the point was recorded: on a shared machine a load above the core "
-            "count means other work competed for the cores.\n\n" + table
-            + "\n" + published_throughput_table(pub))
+    table = md_table("training.throughput_columns", rows)
+    return prose("training.throughput", table=table, published=published_throughput_table(pub),
+                 notes="".join(f"Note recorded with points: {n}. " for n in sorted({r.note for r in train if r.note})))
 
 
 def published_throughput_table(pub: dict) -> str:
@@ -84,7 +73,7 @@ def published_throughput_table(pub: dict) -> str:
             rows.append([s["label"], x, y, y / x, pct(e)])
     src = f"Sources: {pub['hal_2020']['source']}; {pub['nvidia_dle_2021']['source']}."
     return ("Published reference (as published; per-GPU rate and efficiency derived):\n\n"
-            + md_table(["series", "GPUs", "images/s", "images/s per GPU", "efficiency vs first point"], rows)
+            + md_table("training.published_columns", rows)
             + "\n" + src + "\n")
 
 
@@ -111,14 +100,10 @@ def time_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir:
                          IMAGENET_TRAIN_IMAGES / m.images_per_s / 3600,
                          epochs * IMAGENET_TRAIN_IMAGES / m.images_per_s / 3600, env.id(r), r.source])
     pub_rows = [[s["label"], x, y] for s in published for x, y in zip(s["x"], s["y"])]
-    return (f"## Training time\n\n![training time](figures/training_time.png)\n\nOur runs are short (a few steps "
-            f"per epoch), so the time for a full ImageNet epoch ({IMAGENET_TRAIN_IMAGES} images) and for "
-            f"{epochs} epochs is projected from the measured images/s; the measured (short) epoch time is shown "
-            "too.\n\n" + md_table(["series", "processes", "measured epoch time (s)", "steps/epoch",
-                                   "projected ImageNet epoch (h)", f"projected {epochs} epochs (h)", "env",
-                                   "record"], rows)
-            + "\nPublished (hours):\n\n" + md_table(["series", "GPUs", "time to train (h)"], pub_rows)
-            + f"\nSources: {pub['hal_2020']['source']}; {pub['mlperf_training_v3_0_resnet50']['source']}.\n")
+    return prose("training.time", images=IMAGENET_TRAIN_IMAGES, epochs=epochs,
+                 table=md_table("training.time_columns", rows, epochs=epochs),
+                 published=md_table("training.published_time_columns", pub_rows),
+                 hal=pub["hal_2020"]["source"], mlperf=pub["mlperf_training_v3_0_resnet50"]["source"]) + "\n"
 
 
 def multinode_section(train: Sequence[Record], env: Environments) -> str:
@@ -129,10 +114,4 @@ def multinode_section(train: Sequence[Record], env: Environments) -> str:
              pct(r.metrics.scaling_efficiency), r.environment.slurm_job_id,
              r.host_load_1m, env.id(r), r.source] for r in recs]
     notes = "".join(f"\n{n}.\n" for n in sorted({r.note for r in recs if r.note}))
-    return ("## Multi-node scaling (SLURM)\n\nOne batch job per point (`python -m results.bench scaling`, "
-            "or `train --submit slurm`), drawn as the SLURM series in the throughput figure below. Efficiency = "
-            "(images/s per process) / (the same at the sweep's smallest node count); hostname is rank 0's "
-            "node.\n" + notes + "\n"
-            + md_table(["sweep", "nodes", "processes", "rank-0 host", "backend", "images/s", "images/s per process",
-                        "ms/step", "data ms/step", "compute ms/step", "scaling efficiency", "SLURM job",
-                        "host load (1 min)", "env", "record"], rows))
+    return prose("training.multinode", notes=notes, table=md_table("training.multinode_columns", rows))

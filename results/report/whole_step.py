@@ -12,7 +12,7 @@ from imagenet.config import WARMUP_STEPS
 from results.analysis import scaling_model, whole_step
 from results.core.kinds import Record
 from results.report import figures
-from results.report.common import md_table
+from results.report.common import md_table, prose
 
 
 def _ms(value: float) -> str:
@@ -89,8 +89,7 @@ def inputs_text(got: whole_step.Measured, links: dict) -> str:
                       f"{scaling_model.straggler_factor(s, 64):.3f}" for d, s, src in got.step_samples) or "none"
     cuda = got.samples("cuda")[1]
     return (f"Loader images/s per core (pipeline records): {rates}. Per-step times (`--step-times` records): "
-            f"{steps}." + ("" if cuda else " The GPU clusters' straggler term needs a GPU record (a one-process "
-                           "GPU run with `--extra=--step-times`); until one exists it is left out (0) for them.")
+            f"{steps}." + ("" if cuda else " " + prose("whole_step.no_gpu_steps"))
             + f" Overlap: h = {100 * got.hidden_fraction:.0f}%"
             + (f" from {got.overlap_source}" if got.overlap_source else " (no overlap record)") + ".")
 
@@ -99,26 +98,18 @@ def storage_text(storage: Sequence[Record], links: dict) -> str:
     per_image = links["hal_2020"]["bytes_per_image"]
     got = whole_step.storage_ceiling(storage, per_image)
     if got is None:
-        return ("Your cluster's storage: no storage records yet (`python -m results.bench scaling --io` measures "
-                "MB/s and files/s from the nodes).")
+        return prose("whole_step.no_storage")
     mbps, files, images, src = got
-    return (f"Your cluster's storage (newest `scaling --io` sweep, {src}): up to {mbps:.0f} MB/s and {files:.0f} "
-            f"files/s in all, which caps training at {images:.0f} images/s (one file per image, or "
-            f"{per_image / 1e3:.1f} kB per ImageNet image from shards).")
+    return prose("whole_step.storage", src=src, mbps=mbps, files=files, images=images, kb=per_image / 1e3)
 
 
 def own_runs_text(train: Sequence[Record], restart_s: float, hal_run_s: Optional[Tuple[int, float]] = None) -> str:
     """How this project's timing differs from a loader that restarts every epoch, with the newest record
     that shows what a start costs here (a GPU run on real images with loader workers)."""
-    text = ("This project's engine keeps its loader workers alive across epochs (`persistent_workers` in "
-            f"`imagenet/data/loader.py`) and its images/s leaves out the first {WARMUP_STEPS} steps of every epoch "
-            "(`imagenet/train/trainer.py`), so the restart term of its own runs is 0: the workers start once a run, "
-            "and "
-            "a new epoch only waits for its first batch from workers already running. ")
+    text = prose("whole_step.own_runs", warmup=WARMUP_STEPS) + " "
     if hal_run_s:
         n, t = hal_run_s
-        text += (f"The seed's script pays its restart ({restart_s:.1f} s) every epoch and inside its timer: 90 of "
-                 f"them are {90 * restart_s:.0f} s of its {n}-GPU run's {t:.0f} s time to train. ")
+        text += prose("whole_step.hal_restart", restart=restart_s, total=90 * restart_s, n=n, t=t) + " "
     firsts = [r for r in train if r.metrics.epochs_run == 1 and r.metrics.epoch_time_s
               and r.point.data not in (None, "dummy") and (r.point.workers or 0) > 0
               and str(r.metrics.device or "").startswith("cuda")]
@@ -127,9 +118,7 @@ def own_runs_text(train: Sequence[Record], restart_s: float, hal_run_s: Optional
         m = r.metrics
         steps = m.measured_steps + m.warmup_steps
         start = m.epoch_time_s - steps * m.step_time_ms / 1e3
-        text += (f"What a start costs here, once: record {r.source} ({r.point.workers} workers) took "
-                 f"{m.epoch_time_s:.1f} s for its first epoch of {steps} steps at {m.step_time_ms:.1f} ms, "
-                 f"{start:.1f} s beyond its steps (worker start, CUDA and cuDNN warm-up together).")
+        text += prose("whole_step.start_cost", r=r, m=m, steps=steps, start=start)
     return text
 
 
@@ -153,23 +142,11 @@ def section(train: Sequence[Record], pipeline: Sequence[Record], overlap: Sequen
                                                                            "check_configs", "systems", "epoch",
                                                                            "hidden", "cores")))
     restart = sum(whole_step.restart_range(links["hal_2020"])) / 2
-    return ("## Scaling model: the whole step\n\n![whole-step model](figures/scaling_model_terms.png)\n\n"
-            "The compute + all-reduce model above, plus stragglers (a synchronous step waits for the slowest of "
-            "n ranks: t_c (E[max of n step times] / mean - 1), from measured per-step times), the input pipeline "
-            "(nodes x min(loader workers, cores) x measured images/s per core), the loader restart a timer sees "
-            "every epoch (spread over the epoch's timed steps) and shared storage as an epoch-level bound (an epoch "
-            "lasts at least its bytes / the read rate, and its files / the opens rate). The binding term is the one "
-            "whose removal would raise the prediction most. t_c is calibrated on the largest published point of at "
-            f"most {scaling_model.CALIBRATION_MAX_GPUS} GPUs on one node (marked); the rest are predictions. "
-            "The error band "
-            "is the prediction at the ends of the cited ranges (HAL's restart and, for February, the storage's "
-            "read rate). "
-            "`python -m results.scaling_model --check` prints the same table and exits 1 when an error is over "
-            f"{100 * scaling_model.CHECK_TOLERANCE:.0f}%.\n\n" + inputs_text(got, links) + " "
-            + storage_text(storage, links)
-            + "\n\n" + own_runs_text(train, restart, _hal_time_to_train(pub)) + "\n\nCited inputs "
-            "(`results/reference/links.json`):\n\n" + sources + "\n\n"
-            + md_table(HEADERS, table_rows(rows)) + "\n" + summary(rows) + dle_bracket(rows) + "\n")
+    return prose("whole_step.section", max_gpus=scaling_model.CALIBRATION_MAX_GPUS,
+                 tolerance=100 * scaling_model.CHECK_TOLERANCE, inputs=inputs_text(got, links),
+                 storage=storage_text(storage, links), own_runs=own_runs_text(train, restart, _hal_time_to_train(pub)),
+                 sources=sources, table=md_table(HEADERS, table_rows(rows)),
+                 summary=summary(rows) + dle_bracket(rows)) + "\n"
 
 
 def _figure(cs: Sequence[whole_step.Case], rows: Sequence[dict], path: Path) -> None:

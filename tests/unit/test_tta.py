@@ -311,9 +311,11 @@ def test_report_measures_every_run_against_the_medians_and_gives_the_verdicts(tm
     assert (tmp_path / "figures" / "time_to_accuracy.png").stat().st_size > 0
     assert "Target 85.5 % top-1 and budget 400 s: the medians of main.py's 3 counted run(s)" in text
     assert "| this engine | 7 | no (35 %) |" in text  # shown, marked as not counted
-    # medians (min-max) over counted runs: main.py 400 (380-420) s to the target (each its own last point
-    # at or above 85.5: 400, 420, 380), this engine 190 (150-200); ratio 400/190 = 2.11
+    # medians (min-max) over counted runs: main.py 400 (380-420) s to the target (the runs that reached it,
+    # at their last points: 420 and 380; seed 0 peaked at 85.0), this engine 190 (150-200); ratio 400/190 = 2.11
     assert "| main.py | 3 | 400 (380-420) | 800 (760-840) |" in text
+    assert "- 1 counted main.py run(s) did not reach the target: main.py's times to it are the medians" in text
+    assert "this engine run(s) did not reach" not in text
     assert "| this engine | 3 | 190 (150-200) | 380 (300-400) | 92.1 (91-92.5) | 11 (10-12) |" in text
     assert "**2.11** in wall time, **2.11** in CPU seconds (goal: at least 2): met in wall time, met in CPU" in text
     assert "median best top-1 within the budget: 92.1 % (goal: at least 92 %): met" in text
