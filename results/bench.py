@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -250,4 +251,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    # `kill` stops a benchmark as Ctrl-C does: what it runs is stopped with it, not left running
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     sys.exit(main())

@@ -3,6 +3,11 @@ here, main.py's patched copy and the examples phase on a stand-in main.py that p
 one prints, the record it leaves, the engine's time_to_accuracy block, and the report section."""
 import gzip
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -349,3 +354,30 @@ def test_a_retuned_recipe_starts_its_count_again():
     assert row[2] == "no (- %), an earlier recipe"  # shown in the runs table, not dropped
     examples = [run(f"ex-{i}", f"2026-11-27T1{i}:00:00+00:00", None, tta.EXAMPLES_PROGRAM) for i in range(2)]
     assert tta_protocol.counted(examples) == examples  # main.py's runs name no recipe
+
+
+def test_a_killed_benchmark_stops_the_program_it_runs(idx_dir, tmp_path):
+    """`kill` on the harness (SIGTERM, as a scheduler's or a user's) stops main.py with it; before, the
+    harness died alone and main.py trained on, unseen, through later runs."""
+    checkout = tmp_path / "examples"
+    (checkout / "imagenet").mkdir(parents=True)
+    pid_file = tmp_path / "main.pid"
+    (checkout / "imagenet" / "main.py").write_text(FAKE_MAIN.replace(
+        "import os, sys\n", f"import os, sys, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                           "time.sleep(600)\n", 1))
+    harness = subprocess.Popen([sys.executable, "-m", "results.bench", "time-to-accuracy", "--phase", "examples",
+                                "--examples", str(checkout), "--fashion-mnist", str(idx_dir), "--cache",
+                                str(tmp_path / "cache"), "--work", str(tmp_path / "work"), "--records",
+                                str(tmp_path / "r.jsonl"), "--examples-epochs", "1"], cwd=tta.REPO)
+    deadline = time.monotonic() + 120
+    while not (pid_file.exists() and pid_file.read_text()) and harness.poll() is None:
+        assert time.monotonic() < deadline, "main.py's stand-in never started"
+        time.sleep(0.1)  # polls for the stand-in's pid; the stand-in then waits for the signal
+    child = int(pid_file.read_text())
+    harness.send_signal(signal.SIGTERM)
+    assert harness.wait(timeout=60) != 0
+    try:
+        os.kill(child, signal.SIGKILL)  # succeeds only on a stand-in left running: then the test fails
+    except ProcessLookupError:
+        return
+    pytest.fail("main.py's stand-in outlived the killed harness")
