@@ -103,9 +103,13 @@ class Measured:
 def measure(run: Record, target: float, budget_s: float) -> Measured:
     curve = run.curve or []
     reached = next((p for p in curve if p["top1"] >= target), None)
-    in_budget = [p["top1"] for p in curve if p["wall_s"] <= budget_s]
     return Measured(reached["wall_s"] if reached else None, reached.get("core_s") if reached else None,
-                    max(in_budget) if in_budget else None)
+                    best_within(curve, budget_s))
+
+
+def best_within(curve: Sequence[dict], budget_s: float) -> Optional[float]:
+    """The best top-1 a curve reached by BUDGET_S wall seconds (None before its first point)."""
+    return max((p["top1"] for p in curve if p["wall_s"] <= budget_s), default=None)
 
 
 def ratio(slow: Optional[float], fast: Optional[float]) -> Optional[float]:

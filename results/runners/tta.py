@@ -220,8 +220,7 @@ def run_ours(args: argparse.Namespace, data: Path) -> dict:
     metrics = tta_metrics(lines.curve, target, followed, fashion_mnist.counts_of(data)["train"],
                           engine_tta.get("eval_s", 0.0), _flag_value("--eval-every", 1), lines.start_s,
                           args.quiet_share)
-    best_in_budget = max((p["top1"] for p in lines.curve if p["wall_s"] <= budget_s), default=None)
-    metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=best_in_budget,
+    metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=tta_protocol.best_within(lines.curve, budget_s),
                    images_seen=sum(e.get("train_samples", 0) for e in run_json.get("epochs", [])) or None)
     point = _point(OURS_PROGRAM, data, args, recipe_flags=flags, recipe=_settings(run_json), declared=DECLARED,
                    tuned_on=TUNED_ON, target_from=[r.sweep for r in runs])
