@@ -56,19 +56,21 @@ launcher_pid=
 rm -f "$LOG_DIR/stop.requested"  # a stale one would stop this run at once
 on_preempt() {
     preempted=1 wait_interrupted=1
-    echo "$(date -Is) USR2: asking the training processes to checkpoint"
+    echo "`date -Is` USR2: asking the training processes to checkpoint"
     mkdir -p "$LOG_DIR" && : > "$LOG_DIR/stop.requested"
     [ -n "$launcher_pid" ] && scancel --signal=USR2 "$SLURM_JOB_ID"
 }
 trap on_preempt USR2
+# from here on: `command`, not $(command): a signal caught while bash 5.2 re-parses a
+# $(...) breaks the parse (see slurm/generate.py)
 
 # ---- what we got
-echo "job $SLURM_JOB_ID ($SLURM_JOB_NAME) start $(date -Is) restart ${SLURM_RESTART_COUNT:-0}: $SLURM_JOB_NUM_NODES node(s) $SLURM_JOB_NODELIST, tasks/node $SLURM_NTASKS_PER_NODE, cpus/task $SLURM_CPUS_PER_TASK"
+echo "job $SLURM_JOB_ID ($SLURM_JOB_NAME) start `date -Is` restart ${SLURM_RESTART_COUNT:-0}: $SLURM_JOB_NUM_NODES node(s) $SLURM_JOB_NODELIST, tasks/node $SLURM_NTASKS_PER_NODE, cpus/task $SLURM_CPUS_PER_TASK"
 # after a requeue (a node failure, say): the nodes SLURM now avoids, and why
 if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
-    echo "requeued run: nodes down or drained now (not used): $(sinfo -h -N -t down,drain,fail -o '%N (%E)' | sort -u | paste -sd , -)"
+    echo "requeued run: nodes down or drained now (not used): `sinfo -h -N -t down,drain,fail -o '%N (%E)' | sort -u | paste -sd , -`"
 fi
-echo "master $MASTER_ADDR:$MASTER_PORT; run folder $LOG_DIR; data $DATA; python $(command -v "$PYTHON")"
+echo "master $MASTER_ADDR:$MASTER_PORT; run folder $LOG_DIR; data $DATA; python `command -v \"$PYTHON\"`"
 env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|TORCH_NCCL_|OMP_|MASTER_)' | sort
 
 # ---- start budget (slurm/start_budget.py): each start of the training is a line of STARTS_LOG,
@@ -79,12 +81,14 @@ ALLOCATION=$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}
 LAUNCH=0
 checkpoint_id() { stat -c %i.%s.%Y "$LOG_DIR/checkpoint.pth.tar" 2>/dev/null || echo none; }
 # note_start KEY WHO: one line per noter; the lines of one KEY are one start
-note_start() { echo "$1 $(checkpoint_id) $(date -Is) $2" >> "$STARTS_LOG"; }
+note_start() { echo "$1 `checkpoint_id` `date -Is` $2" >> "$STARTS_LOG"; }
 # made: starts in this allocation; stalled: those that began from the newest checkpoint (all failed
 # without writing a newer one); left: the starts both bounds still allow
 start_budget() {
-    made=$(grep "^$ALLOCATION:" "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l)
-    stalled=$(grep "^$ALLOCATION:[^ ]* $(checkpoint_id) " "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l)
+    local newest
+    made=`grep "^$ALLOCATION:" "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l`
+    newest=`checkpoint_id`
+    stalled=`grep "^$ALLOCATION:[^ ]* $newest " "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l`
     left=$((MAX_RESTARTS + 1 - stalled))
     [ $((MAX_STARTS - made)) -lt "$left" ] && left=$((MAX_STARTS - made))
     return 0
@@ -134,10 +138,10 @@ while :; do
     { [ "$preempted" = 1 ] || grep -qs '"status": "preempted"' "$LOG_DIR/run.json"; } && break
     start_budget
     if [ "$left" -le 0 ]; then
-        echo "$(date -Is) giving up: the training failed with status $status after $(budget_spent); job restart ${SLURM_RESTART_COUNT:-0}; see the errors above"
+        echo "`date -Is` giving up: the training failed with status $status after `budget_spent`; job restart ${SLURM_RESTART_COUNT:-0}; see the errors above"
         break
     fi
-    echo "$(date -Is) training exited with status $status; restarting it in this allocation from the newest checkpoint: $(budget_note)"
+    echo "`date -Is` training exited with status $status; restarting it in this allocation from the newest checkpoint: `budget_note`"
 done
 
 # after the signal, requeue unless the training finished (0: run.json not "preempted", as
@@ -145,8 +149,8 @@ done
 # stop is exit 75; a process the signal reached before its handler was in place (a
 # worker still starting) dies of it: its run has not finished either, and resumes after the requeue
 if [ "$preempted" = 1 ] && { grep -qs '"status": "preempted"' "$LOG_DIR/run.json" || { [ "$status" != 0 ] && [ "$status" != 2 ]; }; }; then
-    echo "$(date -Is) training stopped with status $status; requeueing job $SLURM_JOB_ID"
+    echo "`date -Is` training stopped with status $status; requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID" && exit 0
 fi
-echo "$(date -Is) training exited with status $status"
+echo "`date -Is` training exited with status $status"
 exit "$status"

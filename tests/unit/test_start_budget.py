@@ -144,3 +144,48 @@ def test_every_torchrun_worker_notes_its_start_and_the_first_says_which_bound(tm
     assert worker("0", "1") == "-u the worker ran:\n", "only the first to note says it"
     keys = [line.split()[0] for line in (run_dir / start_budget.STARTS_LOG).read_text().splitlines()]
     assert keys == ["9.0:1:0", "9.0:1:0", "9.0:1:1", "9.0:1:1"], keys
+
+
+# ---------------------------------------------------------------------------------------------
+# the time-limit signal's trap, armed while the script starts and counts its budget
+
+
+def _armed_part(text: str) -> str:
+    """The script from its trap on, without comments and single-quoted words (code that other
+    shells run, such as `bash -c '...'`, whose signals are not this trap's)."""
+    armed = text[text.index("\ntrap on_preempt "):]
+    code = "\n".join(line for line in armed.splitlines() if not line.lstrip().startswith("#"))
+    return re.sub(r"'[^'\n]*'", "''", code)
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun", "launch", "mpi"])
+def test_the_armed_script_substitutes_commands_with_backticks(launcher: str) -> None:
+    """bash 5.2 breaks a $(...) when the trapped signal arrives while it re-parses it (the next test)."""
+    text = render(spec_from_args(["--nodes", "2", "--gpus-per-node", "0", "--launcher", launcher]))
+    armed = _armed_part(text)
+    assert "`date -Is`" in armed and "`checkpoint_id`" in armed
+    assert re.findall(r"\$\((?!\()[^\n]*", armed) == [], "a $(...) after the trap"
+
+
+def test_a_storm_of_time_limit_signals_breaks_nothing_during_start_up(tmp_path: Path) -> None:
+    """The generated start-up, from the trap through the budget's functions, then the budget counts and
+    notes of the launch loop over and over, while 400 time-limit signals arrive 5 ms apart. Before the
+    script used backticks, bash 5.2 broke a $(...) here in every run ("unexpected EOF while looking for
+    matching `)'"), which ended the function it was in."""
+    text = render(spec_from_args(["--name", "storm", "--gpus-per-node", "0", "--launcher", "srun"]))
+    start_up = text[text.index("\npreempted=0\n"):text.index("# ---- launch")]
+    storm = ("( k=0; while [ $k -lt 400 ] && kill -USR2 $$; do k=$((k + 1)); sleep 0.005; done ) &\nstorm=$!\n"
+             "i=0\nwhile kill -0 $storm 2>/dev/null; do\n    i=$((i + 1)); LAUNCH=$i\n    start_budget\n"
+             '    note_start "$ALLOCATION:$LAUNCH:0" loop\n    budget_note > /dev/null; budget_spent > /dev/null\n'
+             'done\necho "storm over after $i counts: preempted=$preempted"\n')
+    run_dir = tmp_path / "run"
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7", "SLURM_JOB_NAME": "storm", "LOG_DIR": str(run_dir),
+           "PYTHON": "python3", "MAX_RESTARTS": "3", "MAX_STARTS": "100000"}
+    proc = subprocess.run(["bash", "-c", start_up + storm], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-2000:]
+    over = re.search(r"^storm over after (\d+) counts: preempted=1$", proc.stdout, re.M)
+    assert over, proc.stdout[-2000:]
+    assert proc.stdout.count("USR2: asking the training processes to checkpoint") > 100, "the storm reached the trap"
+    lines = (run_dir / start_budget.STARTS_LOG).read_text().splitlines()
+    assert [line.split()[0] for line in lines] == [f"7.0:{k}:0" for k in range(1, int(over[1]) + 1)]
+    assert all(re.fullmatch(r"\S+ none \d{4}-\d\d-\d\dT\S+ loop", line) for line in lines), lines[:5]
