@@ -27,7 +27,7 @@
 #                main.py then this engine, seeds 1..N, TTA_WORKERS loader workers for both (default WORKERS);
 #                carried: the four Fashion-MNIST files in .fmnist/ and a pytorch/examples checkout in .examples/
 #                (both git-ignored; no registry on the machine); records in $OUT/tta-$TAG.jsonl, each run's
-#                as it ends; a pair takes ~3 min on an H200, so give 3 pairs STAGE_LIMIT=600
+#                as it ends; a pair took ~2.5 min on an H200 (2026-11-27), so give 3 pairs STAGE_LIMIT=540
 #   default: env synthetic tests jpeg
 #
 # Records go to $OUT/<tag>.jsonl and the kept run folders to $OUT/runs-<stage>.tgz, so a lease that
