@@ -19,7 +19,7 @@ from results.analysis.cluster_model import Prediction
 from results.report import figures
 from results.core.kinds import Record
 from results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
-from results.report.common import REFERENCE, fmt, md_table, prose, sorted_groups
+from results.report.common import REFERENCE, fmt, gpu_axis, md_table, prose, sorted_groups
 
 FIGURE = "time_to_accuracy.png"
 
@@ -89,10 +89,9 @@ def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[di
     low, high = published_range(recipe)
     rows = [row if low <= row["global_batch"] <= high else {**row, "epochs": None} for row in predicted_rows(pred, ref)]
     drawn = [r for r in rows if r["epochs"] is not None]
-    unit = "processes" if hw.startswith("CPU") else "GPUs (processes)"
     if drawn:
         figures.report_panels(fig_dir / FIGURE, [{
-            "title": hw, "xlabel": unit,
+            "title": hw, "xlabel": gpu_axis(hw),
             "ylabel": f"predicted time to {time_to_accuracy.MLPERF_TARGET_TOP1} % top-1 (hours)",
             "xlog": True, "ymin0": True, "series": [
                 {"label": "scaling model x MLPerf epochs", "x": [r["gpus"] for r in drawn],

@@ -10,7 +10,7 @@ from results.core.kinds import Record
 from results.report import figures
 from results.report.cluster import scaling_panels, train_series
 from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report.common import Environments, md_table, mib, pct, prose, train_groups
+from results.report.common import Environments, md_table, mib, pct, prose, train_groups, train_hours
 
 
 def _scaling(train: Sequence[Record]) -> dict:
@@ -97,8 +97,7 @@ def time_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir:
         for r in members:
             m = r.metrics
             rows.append([label, m.world_size, m.epoch_time_s, r.point.steps_per_epoch,
-                         IMAGENET_TRAIN_IMAGES / m.images_per_s / 3600,
-                         epochs * IMAGENET_TRAIN_IMAGES / m.images_per_s / 3600, env.id(r), r.source])
+                         train_hours(m.images_per_s), train_hours(m.images_per_s, epochs), env.id(r), r.source])
     pub_rows = [[s["label"], x, y] for s in published for x, y in zip(s["x"], s["y"])]
     return prose("training.time", images=IMAGENET_TRAIN_IMAGES, epochs=epochs,
                  table=md_table("training.time_columns", rows, epochs=epochs),
