@@ -37,7 +37,7 @@ def _pairs(train: Sequence[Record]) -> Dict[Tuple[str, str], Dict[str, dict]]:
     out: Dict[Tuple[str, str], Dict[str, dict]] = {}
     for r in sorted(train, key=lambda r: r.time):
         backend = _flag(r, "--amp-backend")
-        if (r.status == "ok" and comparisons.on_gpu(r) and backend in BACKENDS and _flag(r, "--seed") is not None
+        if (r.status == "ok" and r.on_gpu and backend in BACKENDS and _flag(r, "--seed") is not None
                 and "--deterministic" in (r.point.extra_args or [])):
             key = (r.environment.gpu_name or "?", r.point.precision)
             out.setdefault(key, {})[backend] = r

@@ -61,7 +61,7 @@ def series_name(record: Record) -> str:
 
 def train_series(train: Sequence[Record]) -> Dict[Tuple[str, str], List[Point]]:
     """(hardware, name) -> images/s per world size, repeats folded; profiled runs are no speeds."""
-    groups = group_by([r for r in train if not comparisons.profiled(r)], lambda r: (hardware(r), series_name(r)))
+    groups = group_by([r for r in train if not r.profiled], lambda r: (hardware(r), series_name(r)))
     return {k: aggregate(v, lambda r: r.metrics.world_size, lambda r: r.metrics.images_per_s)
             for k, v in sorted(groups.items())}
 

@@ -44,7 +44,7 @@ def summary_section(train: Sequence[Record], io: Sequence[Record], overlap: Sequ
              if x["step_speedup"] and x["record"].point.setup != "baseline"]
 
     def kind(record: Record) -> tuple:  # the newest sweep of each device and kind of data: a GPU sweep hides no CPU one
-        return comparisons.on_gpu(record["record"]), record["record"].point.data == "dummy"
+        return record["record"].on_gpu, record["record"].point.data == "dummy"
     newest = {k: newest_sweep([x for x in steps if kind(x) == k], lambda x: x["record"])[0]["record"].sweep
               for k in {kind(x) for x in steps}}
     for x in (x for x in steps if x["record"].sweep == newest[kind(x)]):
