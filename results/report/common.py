@@ -67,11 +67,16 @@ def pct(value: Optional[float]) -> str:
     return f"{100 * value + 0.0:.1f}%".replace("-0.0%", "0.0%")  # no negative zero from rounding
 
 
+def columns(name: str, /, **values: object) -> List[str]:
+    """The column names of the header block NAME (a line `| a | b |`, VALUES in its {fields}, as prose)."""
+    return prose(name, **values)[2:-2].split(" | ")
+
+
 def md_table(headers: Union[str, Sequence[str]], rows: Sequence[Sequence[object]], **values: object) -> str:
     """Markdown of ROWS under HEADERS: the column names, or the name of a text block that is the header line
     (`| a | b |`, VALUES in its {fields}, as prose)."""
     if isinstance(headers, str):
-        headers = prose(headers, **values)[2:-2].split(" | ")
+        headers = columns(headers, **values)
     if not rows:
         return "_(no rows)_\n"
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]

@@ -12,7 +12,7 @@ from imagenet.config import WARMUP_STEPS
 from results.analysis import scaling_model, whole_step
 from results.core.kinds import Record
 from results.report import figures
-from results.report.common import md_table, prose
+from results.report.common import columns, md_table, prose
 
 
 def _ms(value: float) -> str:
@@ -35,10 +35,7 @@ def table_rows(rows: Sequence[dict]) -> List[List[object]]:
              _storage_s(r, "storage opens"), _ms(r["residual_s"])] for r in rows]
 
 
-HEADERS = ["published", "GPUs", "batch/GPU", "measured images/s", "predicted images/s", "error", "error band",
-           "binding term", "compute ms", "exposed all-reduce ms", "straggler wait ms", "data wait ms",
-           "loader restart ms/step", "storage wait ms", "pipeline ceiling images/s", "timed/all steps",
-           "epoch s", "storage read s/epoch", "storage opens s/epoch", "unexplained ms/step"]
+HEADERS = columns("whole_step.check_columns")
 
 
 INPUT_UNITS = {"loader_restart_s": ("s per epoch", ".1f"), "images_per_core_s": ("images/s per loader core", ".0f")}
