@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from results.analysis import comparisons
 from results.core.kinds import Record
 from results.report.common import REPO, fmt, md_table, prose
 from results.report.curves import read_scalars

@@ -67,10 +67,9 @@ def summary_section(train: Sequence[Record], io: Sequence[Record], overlap: Sequ
     if nodes:
         newest = newest_sweep(nodes)
         big = max(newest, key=lambda r: r.metrics.world_size)  # a 1-process run has no backend
+        points = [prose("summary.node_count", m=r.metrics, rate=fmt(r.metrics.images_per_s),
+                        efficiency=pct(r.metrics.scaling_efficiency), load=fmt(r.host_load_1m)) for r in newest]
         where = "SLURM test cluster" if "test cluster" in (big.note or "") else "SLURM"
-        lines.append(f"- Multi-node {big.metrics.backend} DDP ({where}, {big.point.arch}): "
-                     + "; ".join(
-            f"{r.metrics.nodes} node(s) {fmt(r.metrics.images_per_s)} images/s, efficiency "
-            f"{pct(r.metrics.scaling_efficiency)}, host load {fmt(r.host_load_1m)}" for r in newest))
+        lines.append(prose("summary.multinode", big=big, where=where, points="; ".join(points)))
     return prose("summary.section", ratios=f"<details><summary>{len(lines)} ratios</summary>\n\n" + "\n".join(lines)
                  + "\n\n</details>" if lines else "_(no comparison records yet)_") + "\n"
