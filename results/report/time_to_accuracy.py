@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 from results.analysis import tta_protocol as protocol
 from results.analysis.tta_protocol import EXAMPLES_PROGRAM, OURS_PROGRAM, Goal, Spread
 from results.core.kinds import Record
+from results.core.records import group_by
 from results.report import figures
 from results.report.common import REFERENCE, fmt, md_table, prose
 
@@ -27,7 +28,7 @@ NAMES = {EXAMPLES_PROGRAM: "main.py", OURS_PROGRAM: "this engine"}
 
 
 def section(recs: Sequence[Record], fig_dir: Path, ref_dir: Path = REFERENCE) -> str:
-    machines = protocol.by_machine([r for program in NAMES for r in protocol.protocol_runs(recs, program)])
+    machines = group_by([r for program in NAMES for r in protocol.protocol_runs(recs, program)], protocol.machine)
     tuning = [r for r in recs if r.kind == protocol.TUNING_KIND and r.ok]
     earlier = protocol.earlier_runs(recs)
     if not (machines or tuning or earlier):
