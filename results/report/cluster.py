@@ -31,7 +31,7 @@ from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.report.common import (data_label, fmt, gpu_axis, md_table, pct, prose, recipe_label, sorted_groups,
                                    train_hours)
 from results.report.curves import CURVES, curve_runs, epoch_rows
-from results.report.storage import format_series
+from results.report.storage import reader_panels
 
 log = logging.getLogger(__name__)
 
@@ -170,12 +170,8 @@ def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
         return ""
     groups = group_by(storage, lambda r: f"{r.point.format}, cache {r.point.cache or 'as-is'}")  # a series per format
     readers = sorted({r.point.readers_per_node for r in storage})
-    panels = []
-    for metric, what in (("mb_per_s", "MB/s"), ("files_per_s", "files/s")):
-        for k in readers:
-            panels.append({"title": f"{what}, {k} reader(s) per node", "xlabel": "nodes",
-                           "ylabel": f"{what} read, all nodes", "ylog": True,
-                           "series": format_series([r for r in storage if r.point.readers_per_node == k], metric)})
+    panels = reader_panels(storage, [(metric, what, f"{what} read, all nodes")
+                                     for metric, what in (("mb_per_s", "MB/s"), ("files_per_s", "files/s"))])
     figures.report_panels(fig_dir / "IO.png", panels, "I/O from the nodes: whole files read from shared storage "
                           "(mean and std of repeats)", ncols=len(readers), shared_legend=True)
     rows = []
