@@ -30,7 +30,7 @@ from results.report import data_scale, faults, figures, predicted_tta
 from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.report.common import (data_label, fmt, gpu_axis, md_table, pct, prose, recipe_label, sorted_groups,
                                    train_hours)
-from results.report.curves import CURVES, curve_runs, epoch_rows
+from results.report.curves import CURVES, curve_runs, curve_series, epoch_rows
 from results.report.storage import reader_panels
 
 log = logging.getLogger(__name__)
@@ -149,14 +149,8 @@ def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
         return ""
     panels = []
     for metric in ("top1", "top5"):
-        panel_series = []
-        for split in ("train", "val"):
-            tag, ylabel = CURVES[f"{metric}_{split}"]
-            for i, (label, _, c) in enumerate(runs):
-                if c.get(tag):
-                    panel_series.append({"label": f"{label}, {split}", "x": [s for s, _ in c[tag]],
-                                         "y": [v for _, v in c[tag]], "color": figures.palette(i),
-                                         "style": "o-" if split == "train" else "s--"})
+        panel_series = [s for split in ("train", "val") for s in curve_series(
+            runs, CURVES[f"{metric}_{split}"][0], f", {split}", style="o-" if split == "train" else "s--")]
         panels.append({"title": f"{metric.replace('top', 'top-')} accuracy per epoch", "xlabel": "epoch",
                        "ylabel": f"{metric.replace('top', 'top-')} (%)", "series": panel_series, "ymin0": True})
     figures.report_panels(fig_dir / "learning_curves.png", panels, "Learning curves (TensorBoard events of rank 0; "
