@@ -27,10 +27,8 @@ def _gpu_rows(train: Sequence[Record]) -> List[List[str]]:
     amp = [x for x in comparisons.step_rows(train)
            if x["record"].on_gpu and x["record"].point.precision != "O0"
            and x["record"].point.data == "dummy" and x["record"].point.arch == "resnet50"]
-    rows: List[List[str]] = []
-    for gpu in sorted({_gpu_name(x) for x in amp}):
-        rows += _one_gpu_rows(gpu, [x for x in amp if _gpu_name(x) == gpu])
-    return rows
+    return [row for gpu in sorted({_gpu_name(x) for x in amp})
+            for row in _one_gpu_rows(gpu, [x for x in amp if _gpu_name(x) == gpu])]
 
 
 def _one_gpu_rows(gpu: str, amp: Sequence[dict]) -> List[List[str]]:

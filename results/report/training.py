@@ -23,13 +23,9 @@ GPU_KINDS = ("V100", "A100", "H100")  # the published series name their GPU
 
 def _published_panels(series: Sequence[figures.Series], decorate, ylabel: str) -> List[dict]:
     """One panel of published series per GPU kind, each series with its ideal line (DECORATE)."""
-    panels = []
-    for kind in GPU_KINDS:
-        mine = [s for s in series if kind in s["label"]]
-        if mine:
-            panels.append({"title": f"published ResNet-50 on {kind} (reference)", "xlabel": "GPUs", "ylabel": ylabel,
-                           "series": decorate(mine), "xlog": True, "ylog": True})
-    return panels
+    return [{"title": f"published ResNet-50 on {kind} (reference)", "xlabel": "GPUs", "ylabel": ylabel,
+             "series": decorate(mine), "xlog": True, "ylog": True}
+            for kind in GPU_KINDS if (mine := [s for s in series if kind in s["label"]])]
 
 
 def published_throughput(pub: dict) -> List[figures.Series]:
