@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-from results.core.kinds import Record, typed
+from results.core.kinds import Record
 from results.core.records import group_by
 from results.core.setups import (BASELINE_SETUP, CKPT_EVERY_STEPS, CKPT_OFF_SETUP, CKPT_ON_SETUP,
                                  LOG_EVERY_STEP_SETUP, LOG_QUIET_SETUP)
@@ -59,14 +59,9 @@ def pipeline_rows(io: Sequence[Record]) -> List[dict]:
     return rows
 
 
-def profiled(record) -> bool:
-    """A --profile-steps run (a Record, or a record dict from the time-to-accuracy analysis): no speed."""
-    return typed(record).profiled
-
-
 def step_rows(train: Sequence[Record]) -> List[dict]:
     """One row per ``--setups`` train record, with ms/step and images/s ratios to the baseline setup."""
-    usable = [r for r in train if r.point.setup and not profiled(r)]
+    usable = [r for r in train if r.point.setup and not r.profiled]
     rows = []
     for members in _groups(usable, STEP_KEYS):
         base = next((r for r in members if r.point.setup == BASELINE_SETUP), None)
@@ -76,10 +71,6 @@ def step_rows(train: Sequence[Record]) -> List[dict]:
                          "step_speedup": b.step_time_ms / m.step_time_ms if b else None,
                          "throughput_ratio": m.images_per_s / b.images_per_s if b else None})
     return rows
-
-
-def on_gpu(record: Record) -> bool:
-    return record.on_gpu
 
 
 def jpeg_vs_synthetic_rows(train: Sequence[Record]) -> List[dict]:
@@ -93,7 +84,7 @@ def jpeg_vs_synthetic_rows(train: Sequence[Record]) -> List[dict]:
         p = record.point
         return (p.setup, p.arch, p.image_size, p.batch_size, record.world_size, record.environment.gpu_name,
                 record.environment.code)
-    usable = [r for r in train if r.point.setup and r.status == "ok" and not profiled(r)]
+    usable = [r for r in train if r.point.setup and r.status == "ok" and not r.profiled]
     synthetic = {k: max(rs, key=lambda r: r.metrics.images_per_s)
                  for k, rs in group_by([r for r in usable if r.point.data == "dummy"], key).items()}
     return [{"record": r, "synthetic": synthetic[key(r)],

@@ -31,8 +31,5 @@ class Point:
 def aggregate(recs: Sequence[dict], x_of: Callable[[dict], float], y_of: Callable[[dict], float]) -> List[Point]:
     """One Point per distinct x, sorted by x."""
     by_x = group_by(recs, x_of)
-    out = []
-    for x in sorted(by_x):
-        ys = [y_of(r) for r in by_x[x]]
-        out.append(Point(x, statistics.fmean(ys), statistics.stdev(ys) if len(ys) > 1 else 0.0, tuple(by_x[x])))
-    return out
+    return [Point(x, statistics.fmean(ys), statistics.stdev(ys) if len(ys) > 1 else 0.0, tuple(by_x[x]))
+            for x in sorted(by_x) for ys in [[y_of(r) for r in by_x[x]]]]

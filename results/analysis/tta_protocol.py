@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from results.core.kinds import Record
-from results.core.records import group_by
 
 KIND = "time_to_accuracy"
 TUNING_KIND = "tta_tuning"
@@ -34,11 +33,6 @@ def protocol_runs(recs: Sequence[Record], program: str) -> List[Record]:
 def machine(run: Record) -> str:
     """The machine a run's times belong to: its GPU's name, else its CPU core count."""
     return run.environment.gpu_name or f"{run.environment.cpu_count or '?'} CPU cores"
-
-
-def by_machine(runs: Sequence[Record]) -> Dict[str, List[Record]]:
-    """RUNS grouped by :func:`machine`, in the order first seen."""
-    return group_by(runs, machine)
 
 
 def counted(runs: Sequence[Record]) -> List[Record]:

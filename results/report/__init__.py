@@ -60,9 +60,8 @@ def problems_section(recs: Sequence[Record], problems: Sequence[records.Problem]
 
 
 def commands_section(recs: Sequence[Record]) -> str:
-    rows = [[r.source, r.command or r.environment.command] for r in recs]
-    return ("## Commands\n\n<details><summary>command line of each record</summary>\n\n"
-            + md_table("results.commands_columns", [[a, f"`{b}`"] for a, b in rows]) + "\n</details>\n")
+    rows = [[r.source, f"`{r.command or r.environment.command}`"] for r in recs]
+    return prose("results.commands", table=md_table("results.commands_columns", rows)) + "\n"
 
 
 def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE) -> Tuple[Path, List]:

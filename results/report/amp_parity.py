@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from results.analysis import comparisons
 from results.core.kinds import Record
 from results.report.common import REPO, fmt, md_table, prose
 from results.report.curves import read_scalars
@@ -37,7 +36,7 @@ def _pairs(train: Sequence[Record]) -> Dict[Tuple[str, str], Dict[str, dict]]:
     out: Dict[Tuple[str, str], Dict[str, dict]] = {}
     for r in sorted(train, key=lambda r: r.time):
         backend = _flag(r, "--amp-backend")
-        if (r.status == "ok" and comparisons.on_gpu(r) and backend in BACKENDS and _flag(r, "--seed") is not None
+        if (r.status == "ok" and r.on_gpu and backend in BACKENDS and _flag(r, "--seed") is not None
                 and "--deterministic" in (r.point.extra_args or [])):
             key = (r.environment.gpu_name or "?", r.point.precision)
             out.setdefault(key, {})[backend] = r

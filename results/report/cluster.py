@@ -28,9 +28,10 @@ from results.core.kinds import Record
 from results.core.records import by_kind, group_by
 from results.report import data_scale, faults, figures, predicted_tta
 from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report.common import data_label, fmt, md_table, pct, prose, recipe_label, sorted_groups
-from results.report.curves import CURVES, curve_runs, epoch_rows
-from results.report.storage import format_series
+from results.report.common import (data_label, fmt, gpu_axis, md_table, pct, prose, recipe_label, sorted_groups,
+                                   train_hours)
+from results.report.curves import CURVES, curve_runs, curve_series, epoch_rows
+from results.report.storage import reader_panels
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def series_name(record: Record) -> str:
 
 def train_series(train: Sequence[Record]) -> Dict[Tuple[str, str], List[Point]]:
     """(hardware, name) -> images/s per world size, repeats folded; profiled runs are no speeds."""
-    groups = group_by([r for r in train if not comparisons.profiled(r)], lambda r: (hardware(r), series_name(r)))
+    groups = group_by([r for r in train if not r.profiled], lambda r: (hardware(r), series_name(r)))
     return {k: aggregate(v, lambda r: r.metrics.world_size, lambda r: r.metrics.images_per_s)
             for k, v in sorted(groups.items())}
 
@@ -88,13 +89,12 @@ def scaling_panels(scaling: Dict[Tuple[str, str], List[Point]]) -> Tuple[List[di
         for i, ((h, name), pts) in enumerate(k for k in scaling.items() if k[0][0] == hw):
             c, xs = figures.palette(i), [p.x for p in pts]
             s_thr.append(figures.spread(name, pts, color=c, label_above=i % 2 == 1))
-            h90 = [EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600 for p in pts]
+            h90 = [train_hours(p.mean, EPOCHS) for p in pts]
             s_hours.append({"label": name, "x": xs, "y": h90, "err": [h * p.std / p.mean for h, p in zip(h90, pts)],
                             "color": c, "label_above": i % 2 == 1})
-        unit = "processes" if hw.startswith("CPU") else "GPUs (processes)"
-        thr.append({"title": hw, "xlabel": unit, "ylabel": "training throughput (images/s)",
+        thr.append({"title": hw, "xlabel": gpu_axis(hw), "ylabel": "training throughput (images/s)",
                     "series": figures.with_ideal(s_thr), "xlog": True, "ymin0": True})
-        hours.append({"title": hw, "xlabel": unit, "ylabel": f"time to train {EPOCHS} epochs (hours)",
+        hours.append({"title": hw, "xlabel": gpu_axis(hw), "ylabel": f"time to train {EPOCHS} epochs (hours)",
                       "series": figures.with_ideal(s_hours, time=True), "xlog": True, "ymin0": True})
     return thr, hours
 
@@ -113,8 +113,7 @@ def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path
         for p, e in zip(pts, efficiency(pts)):
             nodes = p.records[0].metrics.nodes
             rows.append([name, hw, int(p.x), nodes, p.n, p.mean, _std(p), p.mean / p.x, pct(e), _ids(p)])
-            trows.append([name, int(p.x), IMAGENET_TRAIN_IMAGES / p.mean / 3600,
-                          EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600, _ids(p)])
+            trows.append([name, int(p.x), train_hours(p.mean), train_hours(p.mean, EPOCHS), _ids(p)])
     singles = {k: v for k, v in series.items() if len(v) == 1}
     more = ("\nConfigurations measured at one GPU count only (no scaling to draw):\n\n" + _config_table(singles)
             if singles else "")
@@ -124,7 +123,7 @@ def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path
 
 
 def _config_table(series: Dict[Tuple[str, str], List[Point]]) -> str:
-    rows = [[name, hw, int(p.x), p.n, p.mean, _std(p), EPOCHS * IMAGENET_TRAIN_IMAGES / p.mean / 3600, _ids(p)]
+    rows = [[name, hw, int(p.x), p.n, p.mean, _std(p), train_hours(p.mean, EPOCHS), _ids(p)]
             for (hw, name), pts in series.items() for p in pts]
     return md_table("cluster.config_columns", rows, epochs=EPOCHS)
 
@@ -150,14 +149,8 @@ def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
         return ""
     panels = []
     for metric in ("top1", "top5"):
-        panel_series = []
-        for split in ("train", "val"):
-            tag, ylabel = CURVES[f"{metric}_{split}"]
-            for i, (label, _, c) in enumerate(runs):
-                if c.get(tag):
-                    panel_series.append({"label": f"{label}, {split}", "x": [s for s, _ in c[tag]],
-                                         "y": [v for _, v in c[tag]], "color": figures.palette(i),
-                                         "style": "o-" if split == "train" else "s--"})
+        panel_series = [s for split in ("train", "val") for s in curve_series(
+            runs, CURVES[f"{metric}_{split}"][0], f", {split}", style="o-" if split == "train" else "s--")]
         panels.append({"title": f"{metric.replace('top', 'top-')} accuracy per epoch", "xlabel": "epoch",
                        "ylabel": f"{metric.replace('top', 'top-')} (%)", "series": panel_series, "ymin0": True})
     figures.report_panels(fig_dir / "learning_curves.png", panels, "Learning curves (TensorBoard events of rank 0; "
@@ -171,12 +164,8 @@ def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
         return ""
     groups = group_by(storage, lambda r: f"{r.point.format}, cache {r.point.cache or 'as-is'}")  # a series per format
     readers = sorted({r.point.readers_per_node for r in storage})
-    panels = []
-    for metric, what in (("mb_per_s", "MB/s"), ("files_per_s", "files/s")):
-        for k in readers:
-            panels.append({"title": f"{what}, {k} reader(s) per node", "xlabel": "nodes",
-                           "ylabel": f"{what} read, all nodes", "ylog": True,
-                           "series": format_series([r for r in storage if r.point.readers_per_node == k], metric)})
+    panels = reader_panels(storage, [(metric, what, f"{what} read, all nodes")
+                                     for metric, what in (("mb_per_s", "MB/s"), ("files_per_s", "files/s"))])
     figures.report_panels(fig_dir / "IO.png", panels, "I/O from the nodes: whole files read from shared storage "
                           "(mean and std of repeats)", ncols=len(readers), shared_legend=True)
     rows = []
@@ -244,8 +233,7 @@ def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
              f"{comparisons.times(r.metrics.ratio_min)}-{comparisons.times(r.metrics.ratio_max)}",
              r.metrics.images_per_cpu_s, r.source]
             for name, rs in groups.items() for r in rs]
-    return ("## Data pipeline per core\n\n![pipeline](pipeline.png)\n\n"
-            + md_table("cluster.pipeline_columns", rows))
+    return prose("cluster.pipeline", table=md_table("cluster.pipeline_columns", rows))
 
 
 def _main_series(series: Dict[Tuple[str, str], List[Point]]) -> Optional[Tuple[Tuple[str, str], List[Point]]]:
@@ -268,7 +256,7 @@ def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Opt
         return f"## Scaling model\n\nNo prediction for {name}: {why}.\n", None
     xs = [row["gpus"] for row in pred.rows]
     figures.report_panels(fig_dir / "scaling_model.png", [{
-        "title": hw, "xlabel": "processes" if hw.startswith("CPU") else "GPUs (processes)", "ylabel": "images/s",
+        "title": hw, "xlabel": gpu_axis(hw), "ylabel": "images/s",
         "xlog": True, "ymin0": True, "series": [
             figures.spread("measured (mean, std)", pts, style="o", color=figures.palette(0)),
             {"label": "scaling model", "x": xs, "y": [row["predicted"] for row in pred.rows], "style": "--",
@@ -277,17 +265,15 @@ def model_section(series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Opt
     rows = [[row["gpus"], row["measured"], row["predicted"], pct(row["error"]) if row["error"] is not None else "-",
              pct(row["efficiency"]), row["exposed_comm_ms"], row["straggler_ms"], row["binding"]] for row in pred.rows]
     largest = max((row for row in pred.rows if row["measured"] is not None), key=lambda row: row["gpus"])
-    w = pred.whole
-    inputs = [["compute per step t_c (calibrated)", f"{fmt(1e3 * w.inputs.step_time_s)} ms", pred.sources["compute"]],
-              ["gradient bytes", fmt(w.inputs.grad_bytes), "parameter count x bytes per gradient"],
-              ["all-reduce bus bandwidth", "-" if w.inputs.busbw_intra == float("inf") else
-               f"{fmt(w.inputs.busbw_intra / 1e9)} GB/s", pred.sources.get("all-reduce link", "not measured")],
-              ["hidden fraction h", pct(w.hidden_fraction), pred.sources.get("hidden fraction", "none: h = 0")],
-              ["storage ceiling", "-" if not w.storage else f"{fmt(w.storage.read_bytes_per_s / 1e6)} MB/s, "
-               f"{fmt(w.storage.opens_per_s)} files/s", pred.sources.get("storage", "not on this series' path")]]
+    w, src = pred.whole, pred.sources
     text = prose("cluster.model", name=name, gpus=largest["gpus"], binding=largest["binding"],
-                 table=md_table("cluster.model_columns", rows),
-                 misses=_misses(pred), inputs=md_table("cluster.inputs_columns", inputs),
+                 table=md_table("cluster.model_columns", rows), misses=_misses(pred), src=src,
+                 t_c=fmt(1e3 * w.inputs.step_time_s), grad=fmt(w.inputs.grad_bytes),
+                 busbw="-" if w.inputs.busbw_intra == float("inf") else f"{fmt(w.inputs.busbw_intra / 1e9)} GB/s",
+                 link=src.get("all-reduce link", "not measured"), h=pct(w.hidden_fraction),
+                 hidden=src.get("hidden fraction", "none: h = 0"), storage="-" if not w.storage else
+                 f"{fmt(w.storage.read_bytes_per_s / 1e6)} MB/s, {fmt(w.storage.opens_per_s)} files/s",
+                 storage_from=src.get("storage", "not on this series' path"),
                  missing="".join(f"- {m}\n" for m in pred.missing),
                  tta=predicted_tta.predicted_section(pred, hw, fig_dir))
     return text, largest["binding"] + (
@@ -331,24 +317,16 @@ def headline(recs: Sequence[Record], series, binding: Optional[str]) -> Dict[str
 
 
 def summary(tag: str, headline: Dict[str, object]) -> str:
-    kinds = ", ".join(headline["kinds"]) or "no"
-    cores = f" ({headline['cores']} CPU cores per node)" if headline["cores"] else ""
-    text = (f"**{tag}**: {headline['records']} records ({headline['ok']} ok) of {kinds} points on up to "
-            f"{headline['nodes']} node(s) of {headline['hardware']}{cores}.")
-    if headline["best"]:
-        value, where, ids = headline["best"]
-        text += f" Best training throughput: **{value}** ({where}; {ids})."
-    if headline["efficiency"]:
-        value, where, name = headline["efficiency"]
-        text += f" Scaling efficiency at the largest scale: **{value}** of linear at {where} ({name})."
-    if headline["binding"]:
-        text += f" Binding term there, by the scaling model: **{headline['binding']}**."
-    if 0 < len(headline["notes"]) <= 3:
-        text += " Setting, as recorded: " + " / ".join(headline["notes"]) + "."
-    elif headline["notes"]:
-        text += (f" The records carry {len(headline['notes'])} different notes on their setting "
-                 "(see the environment below).")
-    return text + "\n"
+    """The summary paragraph: what was measured, then each of the headline's facts that the records give."""
+    h, notes = headline, headline["notes"]
+    parts = [prose("cluster.summary", tag=tag, h=h, kinds=", ".join(h["kinds"]) or "no",
+                   cores=f" ({h['cores']} CPU cores per node)" if h["cores"] else ""),
+             h["best"] and prose("cluster.summary_best", best=h["best"]),
+             h["efficiency"] and prose("cluster.summary_efficiency", efficiency=h["efficiency"]),
+             h["binding"] and prose("cluster.summary_binding", binding=h["binding"]),
+             notes and prose("cluster.summary_notes" if len(notes) <= 3 else "cluster.summary_many_notes",
+                             notes=" / ".join(notes), n=len(notes))]
+    return " ".join(part for part in parts if part) + "\n"
 
 
 DRAWN = ("train", "storage", "io", "pipeline", "allreduce", "overlap", "shards_pipeline", "data_opens", "index_memory",
@@ -370,9 +348,7 @@ def _as_recorded(values: Dict[str, object], shown) -> str:
 def failed_section(recs: Sequence[Record]) -> str:
     failed = [[r.kind, r.sweep, (r.error or "").splitlines()[-1][:160] if r.error else "-",
                r.source] for r in recs if r.status != "ok"]
-    if not failed:
-        return ""
-    return "## Failed points\n\n" + md_table("cluster.failed_columns", failed)
+    return prose("cluster.failed", table=md_table("cluster.failed_columns", failed)) if failed else ""
 
 
 ENV_KEYS = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "torch", "torchvision", "cuda", "nccl", "python")

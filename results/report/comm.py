@@ -39,13 +39,11 @@ def allreduce_section(ar: Sequence[Record], env: Environments, fig_dir: Path) ->
 
 def overlap_section(recs: Sequence[Record], env: Environments) -> str:
     """Exposed all-reduce per DDP step (results/runners/overlap_bench.py), one row per record."""
-    rows = []
-    for r in sorted(recs, key=lambda r: (r.sweep, r.point.world_size, r.point.bucket_cap_mb)):
-        p, m = r.point, r.metrics
-        rows.append([p.arch, p.image_size, p.batch_size, p.world_size, p.bucket_cap_mb,
-                     figures.size_label(m.grad_bytes), m.step_time_ms, m.step_no_allreduce_ms,
-                     m.exposed_comm_ms, m.allreduce_alone_ms, f"{100 * m.hidden_fraction:.0f}%",
-                     r.host_load_1m, env.id(r), r.source])
+    rows = [[p.arch, p.image_size, p.batch_size, p.world_size, p.bucket_cap_mb, figures.size_label(m.grad_bytes),
+             m.step_time_ms, m.step_no_allreduce_ms, m.exposed_comm_ms, m.allreduce_alone_ms,
+             f"{100 * m.hidden_fraction:.0f}%", r.host_load_1m, env.id(r), r.source]
+            for r in sorted(recs, key=lambda r: (r.sweep, r.point.world_size, r.point.bucket_cap_mb))
+            for p, m in [(r.point, r.metrics)]]
     if not rows:
         return "## DDP communication overlap\n\nNo overlap records yet: `python -m results.bench overlap`.\n"
     return prose("comm.overlap", table=md_table("comm.overlap_columns", rows))

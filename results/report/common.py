@@ -11,7 +11,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 from imagenet.recipes import named_in
 from results.core import records
 from results.core.kinds import Record, TrainPoint
-from results.core.setups import GROUP_KEYS
+from results.core.setups import GROUP_KEYS, IMAGENET_TRAIN_IMAGES
 
 RESULTS = records.RESULTS_DIR
 REPO = RESULTS.parent
@@ -67,11 +67,16 @@ def pct(value: Optional[float]) -> str:
     return f"{100 * value + 0.0:.1f}%".replace("-0.0%", "0.0%")  # no negative zero from rounding
 
 
+def columns(name: str, /, **values: object) -> List[str]:
+    """The column names of the header block NAME (a line `| a | b |`, VALUES in its {fields}, as prose)."""
+    return prose(name, **values)[2:-2].split(" | ")
+
+
 def md_table(headers: Union[str, Sequence[str]], rows: Sequence[Sequence[object]], **values: object) -> str:
     """Markdown of ROWS under HEADERS: the column names, or the name of a text block that is the header line
     (`| a | b |`, VALUES in its {fields}, as prose)."""
     if isinstance(headers, str):
-        headers = prose(headers, **values)[2:-2].split(" | ")
+        headers = columns(headers, **values)
     if not rows:
         return "_(no rows)_\n"
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
@@ -148,6 +153,16 @@ def train_groups(train: Sequence[Record]) -> Dict[str, List[dict]]:
     """Series of one sweep and one setting, sorted by world size."""
     multi = len({r.sweep for r in train}) > len({r.point_values(GROUP_KEYS) for r in train})
     return sorted_groups(train, lambda r: train_group_label(r, multi), lambda r: r.metrics.world_size)
+
+
+def train_hours(images_per_s: float, epochs: int = 1) -> float:
+    """Hours to train EPOCHS epochs of ImageNet's training images at IMAGES_PER_S."""
+    return epochs * IMAGENET_TRAIN_IMAGES / images_per_s / 3600
+
+
+def gpu_axis(hardware: str) -> str:
+    """The axis that counts GPUs, or processes where the hardware is a CPU."""
+    return "processes" if hardware.startswith("CPU") else "GPUs (processes)"
 
 
 def mib(value: Optional[float]) -> Optional[float]:

@@ -48,6 +48,13 @@ def curve_runs(train: Sequence[Record], problems: List[records.Problem]) -> List
     return sorted(out, key=lambda t: (t[1].point.data != "dummy", t[1].metrics.world_size))
 
 
+def curve_series(runs: Sequence[Tuple[str, Record, dict]], tag: str, suffix: str = "",
+                 **style: object) -> List[figures.Series]:
+    """TAG's curve of each run (of curve_runs) that logged it, a colour per run, labelled with SUFFIX."""
+    return [{"label": label + suffix, "x": [s for s, _ in c[tag]], "y": [v for _, v in c[tag]],
+             "color": figures.palette(i), **style} for i, (label, _, c) in enumerate(runs) if c.get(tag)]
+
+
 def epoch_rows(runs: Sequence[Tuple[str, Record, dict]], tail: Callable[[Record], list]) -> List[list]:
     """One table row per run (of curve_runs) and epoch: its label, the epoch, the CURVES values, TAIL(record)."""
     rows = []
@@ -61,9 +68,7 @@ def epoch_rows(runs: Sequence[Tuple[str, Record, dict]], tail: Callable[[Record]
 def curves_section(train: Sequence[Record], env: Environments, fig_dir: Path, problems: List) -> str:
     runs = curve_runs(train, problems)
     for name, (tag, ylabel) in CURVES.items():
-        series = [{"label": label, "x": [s for s, _ in c.get(tag, [])], "y": [v for _, v in c.get(tag, [])],
-                   "color": figures.palette(i)} for i, (label, _, c) in enumerate(runs) if c.get(tag)]
-        figures.curves(fig_dir / f"{name}.png", series, ylabel, f"{ylabel.split(' (')[0]} per epoch "
+        figures.curves(fig_dir / f"{name}.png", curve_series(runs, tag), ylabel, f"{ylabel.split(' (')[0]} per epoch "
                        "(TensorBoard events of rank 0)")
     rows = epoch_rows(runs, lambda r: [env.id(r), r.run_dir])
     figs = "\n".join(f"![{n}](figures/{n}.png)" for n in CURVES)

@@ -31,14 +31,11 @@ def io_section(io: Sequence[Record], pub: dict, env: Environments, fig_dir: Path
                    ("images/s (all readers)", "MB/s (all readers)")))
               for metric, ylabel in zip(("images_per_s", "mb_per_s"), ylabels)]
     figures.grid(fig_dir / "IO.png", panels, "Data loading without a model (decode + augment to 224x224)")
-    rows = []
-    for r in sorted(io, key=lambda r: (r.point.backend, r.point.cache, r.point.readers,
-                                       r.point.workers)):
-        p, m = r.point, r.metrics
-        rows.append([p.backend, p.cache, p.workers, p.readers, m.images, m.images_per_s,
-                     m.mb_per_s, m.files_per_s, m.storage_mb_per_s, m.syscr_per_s,
-                     m.bytes_per_image, m.first_batch_s, m.cold_verified,
-                     m.cache_method, r.host_load_1m, env.id(r), r.source])
+    rows = [[p.backend, p.cache, p.workers, p.readers, m.images, m.images_per_s, m.mb_per_s, m.files_per_s,
+             m.storage_mb_per_s, m.syscr_per_s, m.bytes_per_image, m.first_batch_s, m.cold_verified, m.cache_method,
+             r.host_load_1m, env.id(r), r.source]
+            for r in sorted(io, key=lambda r: (r.point.backend, r.point.cache, r.point.readers, r.point.workers))
+            for p, m in [(r.point, r.metrics)]]
     hal = pub["hal_2020"]["io_64gpu"]
     feb = pub["hal_2020"]["runs"][0]
     implied = [[f"{g:.3g}", f"{g * 1e9 / feb['train_img_per_s'][-1] / 1e3:.0f}"] for g in hal["avg_read_GBps"]

@@ -40,9 +40,8 @@ def per_image_budget(rows: Sequence[dict]) -> str:
         return ""
     goal = base.cpu_ms_per_image / TARGETS["fast+shards"]
     gap = shard.cpu_ms_per_image - goal
-    verdict = (f"2x the baseline needs {goal:.2f} ms or less: met with {-gap:.2f} ms to spare. " if gap <= 0 else
-               f"2x the baseline needs {goal:.2f} ms, so {gap:.2f} ms more would have to come out of the JPEG "
-               "decode itself. ")
+    verdict = prose("data_scale.budget_met" if gap <= 0 else "data_scale.budget_short", goal=goal, gap=gap,
+                    spare=-gap)
     return prose("data_scale.budget", base=base, folder=folder, shard=shard, verdict=verdict,
                  saved=folder.cpu_ms_per_image - shard.cpu_ms_per_image) + "\n"
 
@@ -59,8 +58,8 @@ def opens_table(rows: Sequence[dict]) -> str:
     by = {r.point.source: r.metrics for r in rows}
     folder, shards = by.get("folder"), by.get("shards")
     if folder and shards and shards.opens and folder.opens:
-        text += f"\nHere: {folder.opens / shards.opens:.0f}x fewer opens over the run for shards " \
-                f"({folder.opens} vs {shards.opens}).\n" + at_scale(folder, shards)
+        text += prose("data_scale.fewer", folder=folder, shards=shards, ratio=folder.opens / shards.opens) + "\n"
+        text += at_scale(folder, shards)
     return text
 
 

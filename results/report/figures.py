@@ -51,17 +51,20 @@ def _empty(ax, text: str) -> None:
 
 
 def _draw(ax, series: Sequence[Series]) -> None:
-    labelled = 0
+    """Series with optional error bars ("err": one std per point, or "err_lo"/"err_hi") and labels."""
     for s in series:
-        ax.plot(s["x"], s["y"], s.get("style", "o-"), label=s["label"], color=s.get("color"),
-                alpha=s.get("alpha", 1.0))
-        if not s.get("labels"):
-            continue
-        # alternate below/above the points so labels of series that meet do not print over each other
-        offset = (4, -11) if labelled % 2 == 0 else (4, 5)
-        labelled += 1
-        for x, y, t in zip(s["x"], s["y"], s["labels"]):
-            ax.annotate(t, (x, y), textcoords="offset points", xytext=offset, fontsize=7, color=s.get("color"))
+        err = s.get("err")
+        if s.get("err_lo") is not None:
+            err = [s["err_lo"], s["err_hi"]]
+        if err is not None and any(e for e in (err if s.get("err_lo") is None else err[0] + err[1])):
+            ax.errorbar(s["x"], s["y"], yerr=err, fmt=s.get("style", "o-"), label=s["label"], color=s.get("color"),
+                        capsize=3, alpha=s.get("alpha", 1.0))
+        else:
+            ax.plot(s["x"], s["y"], s.get("style", "o-"), label=s["label"], color=s.get("color"),
+                    alpha=s.get("alpha", 1.0))
+        offset = (5, 5) if s.get("label_above") else (5, -12)  # two series that meet keep their labels apart
+        for x, y, t in zip(s["x"], s["y"], s.get("labels") or []):
+            ax.annotate(t, (x, y), textcoords="offset points", xytext=offset, fontsize=8, color=s.get("color"))
 
 
 def _log_y_ticks(ax) -> None:
@@ -95,18 +98,27 @@ def curves(path: Path, series: Sequence[Series], ylabel: str, title: str) -> Pat
                  setup=lambda ax: ax.xaxis.get_major_locator().set_params(integer=True))
 
 
+def _panels(panels: Sequence[Dict[str, object]], ncols: int, height: float = 4.2):
+    """A figure of PANELS, NCOLS to a row, each 6.0 x HEIGHT; the unused axes hidden. Returns it and each
+    panel's axes."""
+    nrows = (len(panels) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.0 * ncols, height * nrows), squeeze=False)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    return fig, list(axes.flat)[:len(panels)]
+
+
 def grid(path: Path, panels: Sequence[Dict[str, object]], suptitle: str, ncols: int = 2) -> Path:
     """Panels with linear or log axes: {"title", "xlabel", "ylabel", "series", "xlog", "ylog"}."""
-    nrows = (len(panels) + ncols - 1) // ncols
-    fig, axes = plt.subplots(nrows, ncols, figsize=(6.0 * ncols, 4.2 * nrows), squeeze=False)
-    for ax, panel in zip(axes.flat, panels):
+    fig, axes = _panels(panels, ncols)
+    for ax, panel in zip(axes, panels):
         ax.set_title(panel["title"], fontsize=10)
         if not panel["series"]:
             _empty(ax, panel.get("empty", "no data"))
             continue
         _draw(ax, panel["series"])
         if panel.get("xlog"):
-            ax.set_xscale("log", base=panel.get("xbase", 2))
+            ax.set_xscale("log", base=2)
             _int_ticks(ax)
         if panel.get("ylog"):
             ax.set_yscale("log")
@@ -119,8 +131,6 @@ def grid(path: Path, panels: Sequence[Dict[str, object]], suptitle: str, ncols: 
             ax.set_ylim(bottom=0)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc=panel.get("legend_loc", "best"))
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
     fig.suptitle(suptitle, fontsize=11)
     return _save(fig, path)
 
@@ -132,15 +142,11 @@ def size_label(nbytes: float) -> str:
     return f"{nbytes:g} B"
 
 
-def bytes_axis(ax) -> None:
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: size_label(v)))
-
-
 def allreduce(path: Path, series: Sequence[Series], title: str) -> Path:
     def setup(ax) -> None:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        bytes_axis(ax)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: size_label(v)))
         for label in ax.get_xticklabels():
             label.set_rotation(30)
     return _axes(path, series, title, "no allreduce records", "message size", "bandwidth (GB/s, 1e9 bytes/s)",
@@ -197,7 +203,7 @@ def bars(path: Path, panels: Sequence[Dict[str, object]], suptitle: str) -> Path
         ax.set_ylabel(panel["ylabel"])
         ax.margins(y=0.12)  # room for the value labels above the tallest bar
         ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=7, loc=panel.get("legend_loc", "best"))
+        ax.legend(fontsize=7, loc="best")
     fig.suptitle(suptitle, fontsize=11)
     return _save(fig, path)
 
@@ -212,23 +218,6 @@ def ratio_bars(cell: Dict[tuple, dict], cats: Sequence[str], groups: Sequence[st
                        for c in cats]} for g in groups]
 
 
-def _draw_spread(ax, series: Sequence[Series]) -> None:
-    """Series with optional error bars ("err": one std per point, or "err_lo"/"err_hi") and labels."""
-    for s in series:
-        err = s.get("err")
-        if s.get("err_lo") is not None:
-            err = [s["err_lo"], s["err_hi"]]
-        if err is not None and any(e for e in (err if s.get("err_lo") is None else err[0] + err[1])):
-            ax.errorbar(s["x"], s["y"], yerr=err, fmt=s.get("style", "o-"), label=s["label"], color=s.get("color"),
-                        capsize=3, alpha=s.get("alpha", 1.0))
-        else:
-            ax.plot(s["x"], s["y"], s.get("style", "o-"), label=s["label"], color=s.get("color"),
-                    alpha=s.get("alpha", 1.0))
-        offset = (5, 5) if s.get("label_above") else (5, -12)  # two series that meet keep their labels apart
-        for x, y, t in zip(s["x"], s["y"], s.get("labels") or []):
-            ax.annotate(t, (x, y), textcoords="offset points", xytext=offset, fontsize=8, color=s.get("color"))
-
-
 def report_panels(path: Path, panels: Sequence[Dict[str, object]], suptitle: str, ncols: int = 0,
                   shared_legend: bool = False) -> Path:
     """Panels for a per-cluster report (ncols per row; 0: all in one row), legends off the data: under
@@ -236,19 +225,14 @@ def report_panels(path: Path, panels: Sequence[Dict[str, object]], suptitle: str
 
     A panel: {"title", "xlabel", "ylabel", "series", optional "xlog", "ylog", "int_x", "ymin0"}.
     """
-    ncols = ncols or len(panels)
-    nrows = (len(panels) + ncols - 1) // ncols
     entries = max((len([s for s in p["series"] if s["label"] != "_nolegend_"]) for p in panels), default=1)
-    extra = 0.0 if shared_legend else 0.22 * entries
-    fig, axes = plt.subplots(nrows, ncols, figsize=(6.0 * ncols, (4.2 + extra) * nrows), squeeze=False)
-    for ax, panel in zip(axes.flat, panels):
+    fig, axes = _panels(panels, ncols or len(panels), 4.2 + (0.0 if shared_legend else 0.22 * entries))
+    for ax, panel in zip(axes, panels):
         _panel(ax, panel)
         if not shared_legend:
             ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
     if shared_legend:
-        handles, labels = axes.flat[0].get_legend_handles_labels()
+        handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), frameon=False,
                    ncols=min(2, len(labels)))
     fig.suptitle(suptitle, fontsize=11)
@@ -259,7 +243,7 @@ def report_panels(path: Path, panels: Sequence[Dict[str, object]], suptitle: str
 
 def _panel(ax, panel: Dict[str, object]) -> None:
     ax.set_title(panel["title"], fontsize=10)
-    _draw_spread(ax, panel["series"])
+    _draw(ax, panel["series"])
     xs = sorted({x for s in panel["series"] for x in s["x"]})
     if panel.get("xlog"):
         ax.set_xscale("log", base=2)

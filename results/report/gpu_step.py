@@ -27,14 +27,14 @@ def _gib(value: Optional[float]) -> str:
 
 
 def _amp_synthetic(train: Sequence[Record]) -> List[dict]:
-    rows = [x for x in comparisons.step_rows(train) if comparisons.on_gpu(x["record"])
+    rows = [x for x in comparisons.step_rows(train) if x["record"].on_gpu
             and x["record"].point.precision != "O0" and x["record"].point.data == "dummy"]
     return sorted(rows, key=lambda x: x["record"].time)
 
 
 def _synthetic_reference(train: Sequence[Record], record: Record) -> Optional[dict]:
     """The fastest engine-fp16 synthetic record of the same GPU, model, batch and code as R."""
-    same = [s for s in train if s.status == "ok" and comparisons.on_gpu(s) and not comparisons.profiled(s)
+    same = [s for s in train if s.status == "ok" and s.on_gpu and not s.profiled
             and s.point.setup == SYNTHETIC_REFERENCE and s.point.data == "dummy"
             and s.point_values(SAME) == record.point_values(SAME)
             and s.environment.gpu_name == record.environment.gpu_name
@@ -43,21 +43,17 @@ def _synthetic_reference(train: Sequence[Record], record: Record) -> Optional[di
 
 
 def targets_section(train: Sequence[Record]) -> str:
-    gpu = [r for r in train if comparisons.on_gpu(r) and not comparisons.profiled(r)]
+    gpu = [r for r in train if r.on_gpu and not r.profiled]
     if not gpu:
         return ""
     amp = _amp_synthetic(train)
-    rows = [[x["record"].point.setup, x["record"].point.batch_size,
-             fmt(x["record"].metrics.images_per_s),
-             comparisons.times(x["throughput_ratio"]), _gib(x["record"].metrics.peak_memory_bytes),
-             x["record"].metrics.images_per_s >= TARGET_IMAGES_PER_S,
-             bool(x["throughput_ratio"]) and x["throughput_ratio"] >= TARGET_SPEEDUP, x["record"].source]
-            for x in amp]
-    best = max(amp, key=lambda x: x["record"].metrics.images_per_s, default=None)
-    fastest = "" if not best else (
-        f"\nFastest: `{best['record'].point.setup}` at batch {best['record'].point.batch_size}, "
-        f"{fmt(best['record'].metrics.images_per_s)} images/s "
-        f"({pct(best['record'].metrics.images_per_s / TARGET_IMAGES_PER_S)} of the target).\n")
+    rows = [[r.point.setup, r.point.batch_size, fmt(r.metrics.images_per_s), comparisons.times(x["throughput_ratio"]),
+             _gib(r.metrics.peak_memory_bytes), r.metrics.images_per_s >= TARGET_IMAGES_PER_S,
+             bool(x["throughput_ratio"]) and x["throughput_ratio"] >= TARGET_SPEEDUP, r.source]
+            for x in amp for r in [x["record"]]]
+    best = max((x["record"] for x in amp), key=lambda r: r.metrics.images_per_s, default=None)
+    fastest = "" if not best else prose("gpu_step.fastest", r=best, rate=fmt(best.metrics.images_per_s),
+                                        share=pct(best.metrics.images_per_s / TARGET_IMAGES_PER_S)) + "\n"
     return prose("gpu_step.targets", rate=TARGET_IMAGES_PER_S, speedup=TARGET_SPEEDUP, fastest=fastest,
                  jpeg=_jpeg_table(train),
                  table=md_table("gpu_step.targets_columns", rows, rate=TARGET_IMAGES_PER_S, speedup=TARGET_SPEEDUP))
@@ -68,7 +64,7 @@ def jpeg_rows(train: Sequence[Record]) -> List[dict]:
     it failed or has no reference); a loader never measured gives one row with record None."""
     rows = []
     for setup, workers, label in JPEG_TARGETS:
-        runs = [r for r in train if comparisons.on_gpu(r) and r.point.setup == setup
+        runs = [r for r in train if r.on_gpu and r.point.setup == setup
                 and r.point.data != "dummy" and r.point.workers == workers]
         if not runs:
             rows.append({"setup": setup, "workers": workers, "label": label, "record": None, "ref": None,
@@ -102,7 +98,7 @@ def _families(profile: dict) -> Dict[str, float]:
 
 def profile_section(train: Sequence[Record]) -> str:
     """Device time per kernel family of each profiled run, and its top kernels."""
-    profiled = [r for r in train if r.status == "ok" and r.profile and comparisons.on_gpu(r)]
+    profiled = [r for r in train if r.status == "ok" and r.profile and r.on_gpu]
     if not profiled:
         return ""
     runs = [(r, r.profile) for r in sorted(profiled, key=lambda r: r.time)]
@@ -132,15 +128,14 @@ def _kernel_bound(runs: Sequence[tuple], train: Sequence[Record]) -> str:
     fams = _families(p)
     top = sorted(fams.items(), key=lambda kv: -kv[1])[:2]
     shares = ", ".join(f"{name} {ms:.1f} ms ({pct(ms / p['device_ms_per_step'])})" for name, ms in top)
-    speeds = [s.metrics.images_per_s for s in train if s.status == "ok" and comparisons.on_gpu(s)
-              and not comparisons.profiled(s) and s.point.batch_size == batch
+    speeds = [s.metrics.images_per_s for s in train if s.status == "ok" and s.on_gpu
+              and not s.profiled and s.point.batch_size == batch
               and s.point.setup in ("engine-fp16-compile", "engine-fp16-cudagraphs")]
     measured = f"; the fastest compiled run at batch {batch} measured {fmt(max(speeds))}" if speeds else ""
     verdict = ("is kernel-bound" if speeds and max(speeds) >= 0.97 * bound
                else "leaves the device idle part of the time" if speeds else "(no unprofiled run to compare)")
-    return (f"\n**The compiled step {verdict}.** `{r.point.setup}` spends {fmt(p['device_ms_per_step'])} ms "
-            f"of device time per step at batch {batch}, {fmt(bound)} images/s if the device is never idle"
-            f"{measured}. Largest families: {shares}.\n")
+    return prose("gpu_step.kernel_bound", verdict=verdict, setup=r.point.setup, device=fmt(p["device_ms_per_step"]),
+                 batch=batch, bound=fmt(bound), measured=measured, shares=shares) + "\n"
 
 
 def _bf16_gap(runs: Sequence[tuple]) -> str:
@@ -154,8 +149,6 @@ def _bf16_gap(runs: Sequence[tuple]) -> str:
                    key=lambda kv: -kv[1])
     bn = {name: [k["name"].split("<")[0].split("(")[0].replace("void ", "") for k in p["top_kernels"]
                  if k["family"] == "batchnorm"][:2] for name, p in (("fp16", fp16), ("bf16", bf16))}
-    parts = ", ".join(f"{f} {d:+.1f} ms" for f, d in diffs if abs(d) >= 0.5)
-    return (f"\n**The bf16 gap.** bf16 spends {fmt(bf16['device_ms_per_step'])} ms of device time per step, fp16 "
-            f"{fmt(fp16['device_ms_per_step'])} ms ({gap:+.1f} ms). By family: {parts}. The BatchNorm kernels "
-            f"differ: fp16 runs {', '.join(f'`{n}`' for n in bn['fp16'])}; bf16 runs "
-            f"{', '.join(f'`{n}`' for n in bn['bf16'])}.\n")
+    return prose("gpu_step.bf16_gap", bf16=fmt(bf16["device_ms_per_step"]), fp16=fmt(fp16["device_ms_per_step"]),
+                 gap=gap, parts=", ".join(f"{f} {d:+.1f} ms" for f, d in diffs if abs(d) >= 0.5),
+                 **{f"{name}_bn": ", ".join(f"`{n}`" for n in kernels) for name, kernels in bn.items()}) + "\n"

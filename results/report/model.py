@@ -94,10 +94,9 @@ def model_section(train: Sequence[Record], ar: Sequence[Record], overlap: Sequen
         c = figures.palette(i)
         for m, x, (tag, style) in zip(ms, hidden, MODES):
             pts = [scaling_model.predict(m, n, x) for n in gpus]
-            thr.append({"label": f"{label}, {tag}", "x": gpus, "y": [p["images_per_s"] for p in pts], "style": style,
-                        "color": c})
-            eff.append({"label": f"{label}, {tag}", "x": gpus, "y": [p["efficiency"] for p in pts], "style": style,
-                        "color": c})
+            line = {"label": f"{label}, {tag}", "x": gpus, "style": style, "color": c}
+            thr.append(dict(line, y=[p["images_per_s"] for p in pts]))
+            eff.append(dict(line, y=[p["efficiency"] for p in pts]))
     thr.append({"label": f"HAL 2020 published ({run['label']})", "x": run["gpus"], "y": run["train_img_per_s"],
                 "style": "*", "color": "black"})
     if ours_measured:
@@ -146,11 +145,7 @@ def _model_text(scenarios, hidden, gpus, ours_desc, ours, ours_measured, pub, li
     largest = ", ".join(f"{pct(w)} with {t}" for w, t in zip(worst, modes))
     return prose("model.section", backward=scaling_model.BACKWARD_FRACTION,
                  bucket_mib=scaling_model.DDP_BUCKET_BYTES / (1 << 20), h_text=h_text, ours_desc=ours_desc,
-                 inputs=md_table(["scenario", *(f"t_c {t} (ms)" for t in modes), "batch/GPU", "gradient MB",
-                                  "intra busbw (GB/s)", "intra hop latency (us)", "GPUs/node", "inter busbw (GB/s)",
-                                  "inter hop latency (us)"], inputs), sources=sources,
-                 pred=md_table(["scenario", "GPUs", "comm ms/step", "exposed ms/step (measured overlap)",
-                                *(c for t in modes for c in (f"images/s ({t})", f"efficiency ({t})"))], pred),
-                 check=md_table(["measured", "GPUs", "measured images/s",
-                                 *(c for t in modes for c in (f"predicted ({t})", "error"))], check)
+                 inputs=md_table("model.inputs_columns", inputs, modes=modes), sources=sources,
+                 pred=md_table("model.pred_columns", pred, modes=modes),
+                 check=md_table("model.check_columns", check, modes=modes)
                  + (f"\n{prose('model.largest', worst=largest)}\n" if hal_rows else ""))

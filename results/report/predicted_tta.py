@@ -19,7 +19,7 @@ from results.analysis.cluster_model import Prediction
 from results.report import figures
 from results.core.kinds import Record
 from results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
-from results.report.common import REFERENCE, fmt, md_table, prose, sorted_groups
+from results.report.common import REFERENCE, fmt, gpu_axis, md_table, prose, sorted_groups
 
 FIGURE = "time_to_accuracy.png"
 
@@ -55,44 +55,24 @@ def _hours(value: Optional[float]) -> Optional[float]:
     return None if value is None else value / 3600
 
 
-def predicted_rows(pred: Prediction, ref: dict) -> List[Dict[str, object]]:
-    recipe = ref["recipes"]["mlperf"]
-    return time_to_accuracy.predict_series(pred.whole, [row["gpus"] for row in pred.rows],
-                                           time_to_accuracy.recipe_rows(recipe),
-                              recipe["eval_every"])
-
-
-def not_predictable(pred: Prediction, recipe: dict) -> Optional[str]:
-    """Why the recipe's epochs cannot stand for the measured configuration, or None when they can."""
-    arch, size = pred.calibration.point.arch, pred.calibration.point.image_size
-    if (arch, size) != (recipe["arch"], recipe["image_size"]):
-        return (f"the measured configuration trains {arch} at {size} px, and the cited recipe ({recipe['name']}) "
-                f"reaches its target with {recipe['arch']} at {recipe['image_size']} px only: its epochs say "
-                "nothing about another model or image size")
-    return None
-
-
-def published_range(recipe: dict) -> Tuple[int, int]:
-    batches = [row.global_batch for row in time_to_accuracy.recipe_rows(recipe)]
-    return min(batches), max(batches)
-
-
 def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[dict] = None) -> str:
     """Predicted time to 75.9 % top-1 at each GPU count of the tag's scaling model (its figure and table),
     or why there is none."""
     ref = ref or reference()
     recipe = ref["recipes"]["mlperf"]
     heading = f"## Predicted time to {time_to_accuracy.MLPERF_TARGET_TOP1} % top-1\n\n"
-    why = not_predictable(pred, recipe)
-    if why:
-        return heading + f"No prediction: {why}.\n"
-    low, high = published_range(recipe)
-    rows = [row if low <= row["global_batch"] <= high else {**row, "epochs": None} for row in predicted_rows(pred, ref)]
+    p = pred.calibration.point
+    if (p.arch, p.image_size) != (recipe["arch"], recipe["image_size"]):  # its epochs say nothing of this model
+        return heading + prose("predicted_tta.not_predictable", p=p, recipe=recipe) + "\n"
+    epochs = time_to_accuracy.recipe_rows(recipe)
+    low, high = epochs[0].global_batch, epochs[-1].global_batch  # the published runs' range (rows by batch)
+    gpus = [row["gpus"] for row in pred.rows]
+    series = time_to_accuracy.predict_series(pred.whole, gpus, epochs, recipe["eval_every"])
+    rows = [row if low <= row["global_batch"] <= high else {**row, "epochs": None} for row in series]
     drawn = [r for r in rows if r["epochs"] is not None]
-    unit = "processes" if hw.startswith("CPU") else "GPUs (processes)"
     if drawn:
         figures.report_panels(fig_dir / FIGURE, [{
-            "title": hw, "xlabel": unit,
+            "title": hw, "xlabel": gpu_axis(hw),
             "ylabel": f"predicted time to {time_to_accuracy.MLPERF_TARGET_TOP1} % top-1 (hours)",
             "xlog": True, "ymin0": True, "series": [
                 {"label": "scaling model x MLPerf epochs", "x": [r["gpus"] for r in drawn],

@@ -18,10 +18,7 @@ def section(recs: Sequence[Record]) -> str:
             for r in newest_sweep([r for r in by_kind(recs, "prepare") if r.point.format == fmt])]
     if not rows:
         return "## Preparing ImageNet\n\n_(no records yet: run `python -m results.bench prepare`)_\n"
-    out = []
-    for r in sorted(rows, key=lambda r: (r.point.format, r.point.workers)):
-        m, p = r.metrics, r.point
-        out.append([p.format, p.workers, m.images, m.bytes / 1e6, m.elapsed_s, m.images_per_s,
-                    m.mb_per_s, 1000 * m.cpu_s / m.images, m.read_mb_per_s,
-                    IMAGENET_IMAGES / m.images_per_s / 60, r.host_load_1m, r.source])
+    out = [[p.format, p.workers, m.images, m.bytes / 1e6, m.elapsed_s, m.images_per_s, m.mb_per_s,
+            1000 * m.cpu_s / m.images, m.read_mb_per_s, IMAGENET_IMAGES / m.images_per_s / 60, r.host_load_1m, r.source]
+           for r in sorted(rows, key=lambda r: (r.point.format, r.point.workers)) for m, p in [(r.metrics, r.point)]]
     return prose("prepare.section", table=md_table("prepare.columns", out))

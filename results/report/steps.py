@@ -12,7 +12,7 @@ from results.report.common import Environments, data_label, md_table, pct, prose
 
 
 def step_section(train: Sequence[Record], env: Environments, fig_dir: Path, gpu: bool = False) -> str:
-    rows = [x for x in comparisons.step_rows(train) if comparisons.on_gpu(x["record"]) == gpu]
+    rows = [x for x in comparisons.step_rows(train) if x["record"].on_gpu == gpu]
     if gpu and not rows:
         return prose("steps.no_gpu") + "\n"
     multi = len({x["record"].sweep for x in rows}) > 1
@@ -52,12 +52,12 @@ TARGET_SPEEDUP, TARGET_IMAGES_PER_S, TARGET_JPEG_FRACTION = 3.0, 5000.0, 0.90
 
 
 def gpu_targets(train: Sequence[Record]) -> str:
-    steps = [x for x in comparisons.step_rows(train) if comparisons.on_gpu(x["record"]) and x["throughput_ratio"]
+    steps = [x for x in comparisons.step_rows(train) if x["record"].on_gpu and x["throughput_ratio"]
              and x["record"].point.precision != "O0" and x["record"].point.data == "dummy"]
     rows = [[r.point.setup, r.point.arch, r.environment.gpu_name, r.metrics.images_per_s,
              comparisons.times(x["throughput_ratio"]), x["throughput_ratio"] >= TARGET_SPEEDUP,
              r.metrics.images_per_s >= TARGET_IMAGES_PER_S, r.source] for x in steps for r in [x["record"]]]
-    jpeg = [x for x in comparisons.jpeg_vs_synthetic_rows(train) if comparisons.on_gpu(x["record"])]
+    jpeg = [x for x in comparisons.jpeg_vs_synthetic_rows(train) if x["record"].on_gpu]
     jrows = [[r.point.setup, data_label(r.point.data), r.point.workers, r.metrics.images_per_s,
               x["synthetic"].metrics.images_per_s, pct(x["fraction"]), x["fraction"] >= TARGET_JPEG_FRACTION,
               f"{r.source} vs {x['synthetic'].source}"] for x in jpeg for r in [x["record"]]]

@@ -22,6 +22,14 @@ def format_series(recs: Sequence[Record], metric: str) -> List[figures.Series]:
                            color=figures.palette(i)) for i, (name, rs) in enumerate(sorted(groups.items()))]
 
 
+def reader_panels(recs: Sequence[Record], specs: Sequence[Tuple[str, str, str]]) -> List[dict]:
+    """A panel per (metric, title, ylabel) of SPECS and per readers per node: the metric against nodes, by format."""
+    readers = sorted({r.point.readers_per_node for r in recs})
+    return [{"title": f"{title}, {k} reader(s) per node", "xlabel": "nodes", "ylabel": ylabel, "ylog": True,
+             "series": format_series([r for r in recs if r.point.readers_per_node == k], metric)}
+            for metric, title, ylabel in specs for k in readers]
+
+
 def _series(recs: Sequence[Record]) -> Dict[Tuple[str, str, int, str], List[dict]]:
     return sorted_groups(recs, lambda r: (r.sweep, r.point.format, r.point.readers_per_node, r.point.cache or "as-is"),
                          lambda r: r.point.nodes)
@@ -34,13 +42,9 @@ def storage_section(recs: Sequence[Record], env: Environments, fig_dir: Path) ->
     def label(key: Tuple[str, str, int, str]) -> str:
         return f"{key[1]}, {key[2]} reader(s)/node, cache {key[3]}" + (f" [{key[0]}]" if multi else "")
     readers = sorted({k[2] for k in groups})
-    panels = [{"title": f"{title}, {k} reader(s) per node", "xlabel": "nodes", "ylabel": ylabel,
-               "series": format_series([r for r in recs if r.point.readers_per_node == k], metric), "ylog": True}
-              for metric, title, ylabel in (("mb_per_s", "all nodes", "MB/s read"),
-                                            ("files_per_s", "all nodes", "files/s"),
-                                            ("mb_per_s_per_node", "per node", "MB/s read per node"),
-                                            ("files_per_s_per_node", "per node", "files/s per node"))
-              for k in readers]
+    panels = reader_panels(recs, [("mb_per_s", "all nodes", "MB/s read"), ("files_per_s", "all nodes", "files/s"),
+                                  ("mb_per_s_per_node", "per node", "MB/s read per node"),
+                                  ("files_per_s_per_node", "per node", "files/s per node")])
     figures.report_panels(fig_dir / "storage.png", panels, "Shared-storage reads seen from the nodes (whole files; "
                           "mean and std where a point was repeated)", ncols=len(readers), shared_legend=True)
     rows = [[label(k), r.point.nodes, r.point.readers_per_node, r.metrics.mb_per_s,

@@ -44,7 +44,7 @@ def summary_section(train: Sequence[Record], io: Sequence[Record], overlap: Sequ
              if x["step_speedup"] and x["record"].point.setup != "baseline"]
 
     def kind(record: Record) -> tuple:  # the newest sweep of each device and kind of data: a GPU sweep hides no CPU one
-        return comparisons.on_gpu(record["record"]), record["record"].point.data == "dummy"
+        return record["record"].on_gpu, record["record"].point.data == "dummy"
     newest = {k: newest_sweep([x for x in steps if kind(x) == k], lambda x: x["record"])[0]["record"].sweep
               for k in {kind(x) for x in steps}}
     for x in (x for x in steps if x["record"].sweep == newest[kind(x)]):
@@ -67,10 +67,9 @@ def summary_section(train: Sequence[Record], io: Sequence[Record], overlap: Sequ
     if nodes:
         newest = newest_sweep(nodes)
         big = max(newest, key=lambda r: r.metrics.world_size)  # a 1-process run has no backend
+        points = [prose("summary.node_count", m=r.metrics, rate=fmt(r.metrics.images_per_s),
+                        efficiency=pct(r.metrics.scaling_efficiency), load=fmt(r.host_load_1m)) for r in newest]
         where = "SLURM test cluster" if "test cluster" in (big.note or "") else "SLURM"
-        lines.append(f"- Multi-node {big.metrics.backend} DDP ({where}, {big.point.arch}): "
-                     + "; ".join(
-            f"{r.metrics.nodes} node(s) {fmt(r.metrics.images_per_s)} images/s, efficiency "
-            f"{pct(r.metrics.scaling_efficiency)}, host load {fmt(r.host_load_1m)}" for r in newest))
+        lines.append(prose("summary.multinode", big=big, where=where, points="; ".join(points)))
     return prose("summary.section", ratios=f"<details><summary>{len(lines)} ratios</summary>\n\n" + "\n".join(lines)
                  + "\n\n</details>" if lines else "_(no comparison records yet)_") + "\n"

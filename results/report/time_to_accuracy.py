@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 from results.analysis import tta_protocol as protocol
 from results.analysis.tta_protocol import EXAMPLES_PROGRAM, OURS_PROGRAM, Goal, Spread
 from results.core.kinds import Record
+from results.core.records import group_by
 from results.report import figures
 from results.report.common import REFERENCE, fmt, md_table, prose
 
@@ -27,7 +28,7 @@ NAMES = {EXAMPLES_PROGRAM: "main.py", OURS_PROGRAM: "this engine"}
 
 
 def section(recs: Sequence[Record], fig_dir: Path, ref_dir: Path = REFERENCE) -> str:
-    machines = protocol.by_machine([r for program in NAMES for r in protocol.protocol_runs(recs, program)])
+    machines = group_by([r for program in NAMES for r in protocol.protocol_runs(recs, program)], protocol.machine)
     tuning = [r for r in recs if r.kind == protocol.TUNING_KIND and r.ok]
     earlier = protocol.earlier_runs(recs)
     if not (machines or tuning or earlier):
@@ -119,12 +120,10 @@ def _verdicts(spreads: dict, counts: dict) -> str:
                    best_verdict=_verdict(best, GOAL_TOP1))]
     short = [f"{NAMES[p]} {n} of {protocol.MIN_RUNS}" for p, n in counts.items() if n < protocol.MIN_RUNS]
     if short:
-        lines.append(f"- provisional: the protocol asks {protocol.MIN_RUNS} counted runs of each program "
-                     f"({', '.join(short)} so far).")
+        lines.append(prose("time_to_accuracy.provisional", runs=protocol.MIN_RUNS, short=", ".join(short)))
     else:  # the target is main.py's median best, so about half of its own runs miss it
-        lines += [f"- {counts[p] - spreads[p]['wall'].n} counted {NAMES[p]} run(s) did not reach the target: "
-                  f"{NAMES[p]}'s times to it are the medians of the runs that did." for p in NAMES
-                  if spreads[p]["wall"].n < counts[p]]
+        lines += [prose("time_to_accuracy.missed", missed=counts[p] - spreads[p]["wall"].n, name=NAMES[p])
+                  for p in NAMES if spreads[p]["wall"].n < counts[p]]
     return "\n".join(lines) + "\n"
 
 
@@ -162,5 +161,4 @@ def published_table(ref_dir: Path = REFERENCE) -> str:
         return ""
     ref = json.loads(path.read_text())
     rows = [[r["classifier"], r["preprocessing"], f"{100 * r['accuracy']:.1f}"] for r in ref["rows"]]
-    return (f"Published Fashion-MNIST accuracies, from {ref['source']}; {ref['caveat']}\n\n"
-            + md_table("time_to_accuracy.published_columns", rows))
+    return prose("time_to_accuracy.published", ref=ref, table=md_table("time_to_accuracy.published_columns", rows))

@@ -10,7 +10,7 @@ from results.core.kinds import Record
 from results.report import figures
 from results.report.cluster import scaling_panels, train_series
 from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report.common import Environments, md_table, mib, pct, prose, train_groups
+from results.report.common import Environments, md_table, mib, pct, prose, train_groups, train_hours
 
 
 def _scaling(train: Sequence[Record]) -> dict:
@@ -23,13 +23,9 @@ GPU_KINDS = ("V100", "A100", "H100")  # the published series name their GPU
 
 def _published_panels(series: Sequence[figures.Series], decorate, ylabel: str) -> List[dict]:
     """One panel of published series per GPU kind, each series with its ideal line (DECORATE)."""
-    panels = []
-    for kind in GPU_KINDS:
-        mine = [s for s in series if kind in s["label"]]
-        if mine:
-            panels.append({"title": f"published ResNet-50 on {kind} (reference)", "xlabel": "GPUs", "ylabel": ylabel,
-                           "series": decorate(mine), "xlog": True, "ylog": True})
-    return panels
+    return [{"title": f"published ResNet-50 on {kind} (reference)", "xlabel": "GPUs", "ylabel": ylabel,
+             "series": decorate(mine), "xlog": True, "ylog": True}
+            for kind in GPU_KINDS if (mine := [s for s in series if kind in s["label"]])]
 
 
 def published_throughput(pub: dict) -> List[figures.Series]:
@@ -45,41 +41,30 @@ def published_throughput(pub: dict) -> List[figures.Series]:
 
 
 def throughput_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir: Path) -> str:
-    groups = train_groups(train)
     # single-point series (the --setups comparisons) have no scaling to show: their own sections draw them
     thr, _ = scaling_panels(_scaling(train))
     figures.report_panels(fig_dir / "training_throughput.png", [*thr, *_published_panels(
         published_throughput(pub), figures.with_ideal, "training throughput (images/s)")],
         "Training throughput: one panel per hardware kind (mean and std of repeats); dotted: ideal; "
         "labels: scaling efficiency", ncols=2)
-    rows = []
-    for label, members in groups.items():
-        for r in members:
-            m = r.metrics
-            rows.append([label, m.world_size, m.nodes, m.images_per_s, m.images_per_s_per_process,
-                         m.step_time_ms, m.data_time_ms, m.compute_time_ms,
-                         mib(m.peak_memory_bytes), m.epoch_time_s, pct(m.scaling_efficiency),
-                         m.baseline_world_size, m.measured_steps, m.warmup_steps,
-                         r.host_load_1m, env.id(r), r.source])
-    table = md_table("training.throughput_columns", rows)
-    return prose("training.throughput", table=table, published=published_throughput_table(pub),
+    rows = [[label, m.world_size, m.nodes, m.images_per_s, m.images_per_s_per_process, m.step_time_ms, m.data_time_ms,
+             m.compute_time_ms, mib(m.peak_memory_bytes), m.epoch_time_s, pct(m.scaling_efficiency),
+             m.baseline_world_size, m.measured_steps, m.warmup_steps, r.host_load_1m, env.id(r), r.source]
+            for label, members in train_groups(train).items() for r in members for m in [r.metrics]]
+    return prose("training.throughput", table=md_table("training.throughput_columns", rows),
+                 published=published_throughput_table(pub),
                  notes="".join(f"Note recorded with points: {n}. " for n in sorted({r.note for r in train if r.note})))
 
 
 def published_throughput_table(pub: dict) -> str:
-    rows = []
-    for s in published_throughput(pub):
-        for x, y, e in zip(s["x"], s["y"], efficiencies(s["x"], s["y"])):
-            rows.append([s["label"], x, y, y / x, pct(e)])
-    src = f"Sources: {pub['hal_2020']['source']}; {pub['nvidia_dle_2021']['source']}."
-    return ("Published reference (as published; per-GPU rate and efficiency derived):\n\n"
-            + md_table("training.published_columns", rows)
-            + "\n" + src + "\n")
+    rows = [[s["label"], x, y, y / x, pct(e)] for s in published_throughput(pub)
+            for x, y, e in zip(s["x"], s["y"], efficiencies(s["x"], s["y"]))]
+    return prose("training.published", table=md_table("training.published_columns", rows),
+                 hal=pub["hal_2020"]["source"], dle=pub["nvidia_dle_2021"]["source"]) + "\n"
 
 
 def time_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir: Path) -> str:
     epochs = pub["hal_2020"]["runs"][0]["epochs"]  # compare like with like: the published 90-epoch runs
-    groups = train_groups(train)
     published = [{"label": f"HAL 2020 V100 ({run['label']}), {run['epochs']} epochs", "x": run["gpus"],
                   "y": [t / 3600 for t in run["train_time_s"]], "color": figures.palette(i)}
                  for i, run in enumerate(pub["hal_2020"]["runs"])]
@@ -92,13 +77,9 @@ def time_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir:
         published, lambda series: figures.with_ideal(series, time=True), "time to train (hours)")],
         f"Time to train {epochs} ImageNet epochs: one panel per hardware kind; dotted: ideal; labels (published): "
         "efficiency", ncols=2)
-    rows = []
-    for label, members in groups.items():
-        for r in members:
-            m = r.metrics
-            rows.append([label, m.world_size, m.epoch_time_s, r.point.steps_per_epoch,
-                         IMAGENET_TRAIN_IMAGES / m.images_per_s / 3600,
-                         epochs * IMAGENET_TRAIN_IMAGES / m.images_per_s / 3600, env.id(r), r.source])
+    rows = [[label, m.world_size, m.epoch_time_s, r.point.steps_per_epoch, train_hours(m.images_per_s),
+             train_hours(m.images_per_s, epochs), env.id(r), r.source]
+            for label, members in train_groups(train).items() for r in members for m in [r.metrics]]
     pub_rows = [[s["label"], x, y] for s in published for x, y in zip(s["x"], s["y"])]
     return prose("training.time", images=IMAGENET_TRAIN_IMAGES, epochs=epochs,
                  table=md_table("training.time_columns", rows, epochs=epochs),

@@ -15,10 +15,9 @@ from typing import Dict, List, Optional, Sequence
 
 from results.analysis import scaling_model
 from results.analysis import time_to_accuracy
+from results.report.common import columns, prose
 
-HEADERS = ["published", "hardware", "GPUs", "global batch", "epochs", "evals", "throughput from", "train px factor",
-           "predicted images/s", "binding", "train s", "eval s", "predicted s", "published s", "error", "within",
-           "at published images/s s"]
+HEADERS = columns("tta_check.columns")
 
 
 def _s(value: Optional[float]) -> str:
@@ -37,13 +36,8 @@ def table_rows(rows: Sequence[Dict[str, object]]) -> List[List[str]]:
 def summary(rows: Sequence[Dict[str, object]], tolerance: float = scaling_model.CHECK_TOLERANCE) -> str:
     predicted = [r for r in rows if "error" in r]
     bad = time_to_accuracy.failures(rows)
-    lines = [f"{len(predicted) - len(bad)} of {len(predicted)} predicted points are within {100 * tolerance:.0f}% "
-             f"(or the published rounding); {len(rows) - len(predicted)} of {len(rows)} points have no throughput "
-             "input for their hardware."]
-    for r in bad:
-        lines.append(f"- {r['name']}: {100 * r['error']:+.1f}% ({_s(r['total_s'])} s predicted, "
-                     f"{_s(r['published_s'])} s published). Missing: {r['missing']}.")
-    for r in rows:
-        if "error" not in r:
-            lines.append(f"- {r['name']}: not predicted. Missing: {r['missing']}.")
-    return "\n".join(lines)
+    return "\n".join([prose("tta_check.summary", ok=len(predicted) - len(bad), predicted=len(predicted),
+                            tolerance=100 * tolerance, unpredicted=len(rows) - len(predicted), rows=len(rows)),
+                      *(prose("tta_check.miss", r=r, error=100 * r["error"], total=_s(r["total_s"]),
+                              published=_s(r["published_s"])) for r in bad),
+                      *(prose("tta_check.not_predicted", r=r) for r in rows if "error" not in r)])

@@ -12,7 +12,7 @@ from imagenet.config import WARMUP_STEPS
 from results.analysis import scaling_model, whole_step
 from results.core.kinds import Record
 from results.report import figures
-from results.report.common import md_table, prose
+from results.report.common import columns, md_table, prose
 
 
 def _ms(value: float) -> str:
@@ -35,10 +35,7 @@ def table_rows(rows: Sequence[dict]) -> List[List[object]]:
              _storage_s(r, "storage opens"), _ms(r["residual_s"])] for r in rows]
 
 
-HEADERS = ["published", "GPUs", "batch/GPU", "measured images/s", "predicted images/s", "error", "error band",
-           "binding term", "compute ms", "exposed all-reduce ms", "straggler wait ms", "data wait ms",
-           "loader restart ms/step", "storage wait ms", "pipeline ceiling images/s", "timed/all steps",
-           "epoch s", "storage read s/epoch", "storage opens s/epoch", "unexplained ms/step"]
+HEADERS = columns("whole_step.check_columns")
 
 
 INPUT_UNITS = {"loader_restart_s": ("s per epoch", ".1f"), "images_per_core_s": ("images/s per loader core", ".0f")}
@@ -58,17 +55,14 @@ def _needs(row: dict) -> str:
 def summary(rows: Sequence[dict], tolerance: float = scaling_model.CHECK_TOLERANCE) -> str:
     """How many points are within the tolerance, and for each miss the measurement it lacks, bracketed."""
     bad = whole_step.failures(rows, tolerance)
-    head = (f"{len(rows) - len(bad)} of {len(rows)} published points are within {100 * tolerance:.0f}% "
-            f"(the {sum(r['calibration'] for r in rows)} calibration points included).")
+    head = prose("whole_step.within", ok=len(rows) - len(bad), rows=len(rows), tolerance=100 * tolerance,
+                 calibration=sum(r["calibration"] for r in rows))
     if not bad:
-        return head + f" Every published point is within {100 * tolerance:.0f}%."
-    lines = [head, "The others, and what would decide them (a measurement no record or cited source holds):"]
-    for r in bad:
-        lines.append(f"- {r['case']} at {r['gpus']} GPUs: {100 * r['error']:+.1f}% "
-                     f"(band {100 * r['error_low']:+.1f}..{100 * r['error_high']:+.1f}%, binding: {r['binding']}); "
-                     f"{_ms(r['residual_s'])} ms/step unexplained, {r['residual_epoch_s']:.1f} s per timed epoch. "
-                     f"Missing: {r['unmeasured']}; {_needs(r)}.")
-    return "\n".join(lines)
+        return head + " " + prose("whole_step.all_within", tolerance=100 * tolerance)
+    return "\n".join([head, prose("whole_step.others"), *(prose("whole_step.miss", r=r, error=100 * r["error"],
+                                                                low=100 * r["error_low"], high=100 * r["error_high"],
+                                                                residual=_ms(r["residual_s"]), needs=_needs(r))
+                                                          for r in bad)])
 
 
 def dle_bracket(rows: Sequence[dict]) -> str:
@@ -76,10 +70,7 @@ def dle_bracket(rows: Sequence[dict]) -> str:
     missed = {r["case"] for r in whole_step.failures(rows) if r["case"].startswith("NVIDIA DLE")}
     parts = [f"{r['case']} {r['measured'] / (r['pipeline_images_per_s'] / r['cited_value']):.0f}" for r in rows
              if r["case"] in missed and r["gpus"] == 1 and r["pipeline_images_per_s"] and r["cited_value"]]
-    return ("" if not parts else " At 1 GPU the same loaders fed at least (published images/s over the workers of "
-            "one GPU, each on a core of its own): " + ", ".join(parts) + " images/s per worker. The 8-GPU points "
-            "are reached if the rate per loader core with every worker of the node busy is at most the value "
-            "named above: a measurement of that rate on the DGX's CPUs decides them.")
+    return " " + prose("whole_step.dle_bracket", parts=", ".join(parts)) if parts else ""
 
 
 def inputs_text(got: whole_step.Measured, links: dict) -> str:
@@ -87,11 +78,9 @@ def inputs_text(got: whole_step.Measured, links: dict) -> str:
              or "none (no pipeline records)")
     steps = ", ".join(f"{d}: {len(s)} steps ({src}), straggler factor E[max of 64]/mean = "
                       f"{scaling_model.straggler_factor(s, 64):.3f}" for d, s, src in got.step_samples) or "none"
-    cuda = got.samples("cuda")[1]
-    return (f"Loader images/s per core (pipeline records): {rates}. Per-step times (`--step-times` records): "
-            f"{steps}." + ("" if cuda else " " + prose("whole_step.no_gpu_steps"))
-            + f" Overlap: h = {100 * got.hidden_fraction:.0f}%"
-            + (f" from {got.overlap_source}" if got.overlap_source else " (no overlap record)") + ".")
+    return prose("whole_step.inputs", rates=rates, steps=steps, h=100 * got.hidden_fraction,
+                 no_gpu="" if got.samples("cuda")[1] else " " + prose("whole_step.no_gpu_steps"),
+                 source=f" from {got.overlap_source}" if got.overlap_source else " (no overlap record)")
 
 
 def storage_text(storage: Sequence[Record], links: dict) -> str:
