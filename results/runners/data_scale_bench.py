@@ -227,14 +227,12 @@ def add_parser(sub, flags) -> None:
                        "files opened and bytes read per epoch, memory of a 1.28M-sample index")
     s.add_argument("--data", help="ImageFolder root with train/ and val/ (default: generated ImageNet-like JPEGs)")
     s.add_argument("--images", type=int, default=512, help="images per pipeline pass")
-    common.add_flags(s, rounds=5, workers=[0])
     s.add_argument("--max-side", type=int, nargs="+", default=[320], help="re-encoded shard sets")
     s.add_argument("--shard-size", type=float, default=16, help="MB per shard of the bench conversions")
-    common.add_flags(s, image_size=224, batch=32)
     s.add_argument("--loader-workers", type=int, default=4, help="DataLoader workers of the memory points")
     s.add_argument("--io-workers", type=int, default=2, help="loader workers of the opens run")
     s.add_argument("--io-epochs", type=int, default=3, help="epochs of the opens run (a seeded run)")
-    common.add_flags(s, index_samples=IMAGENET_TRAIN_IMAGES)
+    common.add_flags(s, rounds=5, workers=[0], image_size=224, batch=32, index_samples=IMAGENET_TRAIN_IMAGES)
     s.add_argument("--parts", nargs="+", default=["pipeline", "opens", "memory"],
                    choices=["pipeline", "opens", "memory"])
 
@@ -247,10 +245,8 @@ def run(args) -> List[dict]:
         common.progress(1, 3, f"shards pipeline: {', '.join(sets)}, {args.images} images, {args.rounds} rounds")
         results = pipeline_bench.bench_variants(pipeline_variants(sets, args.images), args.workers, args.image_size,
                                                 args.batch, args.rounds)
-        for row in pipeline_bench.summarize(results):
-            sweep.add({"variant": row["backend"], "split": row["split"], "workers": row["workers"],
-                       "image_size": args.image_size, "images": args.images, "data": str(root)},
-                      pipeline_bench.metrics(row), kind="shards_pipeline")
+        pipeline_bench.record(sweep, results, "variant", "shards_pipeline", image_size=args.image_size,
+                              images=args.images, data=str(root))
     if "opens" in args.parts:
         sets = shard_sets(root, [], args.shard_size)
         common.progress(2, 3, f"shards opens: a seeded run of {args.io_epochs} epochs, {args.io_workers} workers, "
