@@ -44,6 +44,7 @@ from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.runners import common, pipeline_bench
 from results.runners.common import proc_io
 
+PARTS = ("pipeline", "opens", "memory")
 IO_BATCH = 8  # the opens run's batch: a few images make whole batches (a last partial one is dropped)
 
 
@@ -107,7 +108,7 @@ def run_io(path: str, workers: int, epochs: int) -> dict:
         images += sum(len(t) for _, t in train)
     totals = [proc_io(str(p.pid)) for p in multiprocessing.active_children()] + [proc_io()]
     rchar, syscr = (sum(t[k] for t in totals) - before[k] for k in ("rchar", "syscr"))
-    return {"images": images, "epochs": epochs, "rchar": rchar, "syscr": syscr, "workers": workers,
+    return {"images": images, "epochs": epochs, "rchar": rchar, "syscr": syscr,
             "dataset_opens": train.dataset.source.opens if workers == 0 else None,
             "shards": len(getattr(train.dataset.source, "shard_names", []))}
 
@@ -205,7 +206,7 @@ def index_memory(kind: str, images: int, workers: int) -> dict:
     pids = [p.pid for p in multiprocessing.active_children()]
     per_worker = [_mem(str(pid)) for pid in pids]
     del loader
-    return {"kind": kind, "samples": images, "touched": touched, "rank_rss_bytes": rank["rss_bytes"],
+    return {"touched": touched, "rank_rss_bytes": rank["rss_bytes"],
             "rank_index_bytes": rank["rss_bytes"] - base, "workers": len(per_worker),
             "worker_private_bytes": max(w["private_bytes"] for w in per_worker),
             "worker_pss_bytes": max(w["pss_bytes"] for w in per_worker),
@@ -233,8 +234,7 @@ def add_parser(sub, flags) -> None:
     s.add_argument("--io-workers", type=int, default=2, help="loader workers of the opens run")
     s.add_argument("--io-epochs", type=int, default=3, help="epochs of the opens run (a seeded run)")
     common.add_flags(s, rounds=5, workers=[0], image_size=224, batch=32, index_samples=IMAGENET_TRAIN_IMAGES)
-    s.add_argument("--parts", nargs="+", default=["pipeline", "opens", "memory"],
-                   choices=["pipeline", "opens", "memory"])
+    s.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
 
 
 def run(args) -> List[dict]:
@@ -254,14 +254,11 @@ def run(args) -> List[dict]:
         for label, path in sets.items():
             m = count_opens(path, args.io_workers, args.io_epochs)
             sweep.add({"source": label, "data": str(path), "workers": args.io_workers, "epochs": args.io_epochs,
-                       "seeded": True, "batch": IO_BATCH, "strace": "opens" in m},
-                      {k: m[k] for k in ("images", "epochs", "rchar", "syscr", "dataset_opens", "shards", "opens",
-                                         "opening_processes", "max_opens_per_file") if k in m}, kind="data_opens")
+                       "seeded": True, "batch": IO_BATCH, "strace": "opens" in m}, m, kind="data_opens")
     if "memory" in args.parts:
         for kind in ("list", "folder", "shards"):
             common.progress(3, 3, f"index memory: {kind}, {args.index_samples} samples, {args.loader_workers} workers")
             # in a fresh child process, so one kind's garbage cannot inflate the next
-            m = _in_child(index_memory, kind, args.index_samples, args.loader_workers)
             sweep.add({"index": kind, "samples": args.index_samples, "workers": args.loader_workers},
-                      {k: v for k, v in m.items() if k not in ("kind", "samples")}, kind="index_memory")
+                      _in_child(index_memory, kind, args.index_samples, args.loader_workers), kind="index_memory")
     return sweep.done
