@@ -95,8 +95,7 @@ def _demo_data() -> Path:
 
 def _forget(tag: str, path: Path) -> None:
     """--fresh: drop this tag's records file and kept runs, so the report shows one run."""
-    if path.exists():
-        path.unlink()
+    path.unlink(missing_ok=True)
     for d in RUNS_DIR.glob(f"{tag}-*"):
         shutil.rmtree(d)
 
@@ -134,7 +133,6 @@ def _add_train(sub, common: argparse.ArgumentParser) -> None:
     t = sub.add_parser("train", parents=[common], help="training throughput sweep (runs the engine)")
     t.add_argument("--variants", nargs="+", default=["ddp"], choices=list(SCRIPTS))
     t.add_argument("--procs", nargs="+", type=int, default=[1, 2], help="processes (GPUs) per node")
-    add_flags(t, nodes=[1])
     t.add_argument("--batch", nargs="+", type=int, default=[16], help="batch per process")
     t.add_argument("--precision", nargs="+", default=["O0"], choices=["O0", "O1", "O2", "O3"])
     t.add_argument("--setups", nargs="+", choices=list(SETUPS),
@@ -144,7 +142,7 @@ def _add_train(sub, common: argparse.ArgumentParser) -> None:
     t.add_argument("--amp-dtype", choices=["float16", "bfloat16"])
     t.add_argument("--data", nargs="+", default=["dummy"], help="'dummy' and/or dataset directories")
     t.add_argument("-a", "--arch", default="resnet18")
-    add_flags(t, image_size=64, epochs=1, steps_per_epoch=30, val_steps=1, workers=0)
+    add_flags(t, nodes=[1], image_size=64, epochs=1, steps_per_epoch=30, val_steps=1, workers=0)
     t.add_argument("--extra", action="append", default=[], help="one more engine flag (repeatable), "
                    "e.g. --extra=--channels-last")
     t.add_argument("--submit", choices=["local", "slurm"], default="local",
@@ -164,29 +162,26 @@ def _add_io(sub, common: argparse.ArgumentParser) -> None:
     i.add_argument("--classes", type=int, default=4, help="generated dataset: classes")
     i.add_argument("--per-class", type=int, default=64, help="generated dataset: images per class")
     i.add_argument("--backends", nargs="+", help="loader backends (default: all available)")
-    add_flags(i, workers=[0, 1, 2])
     i.add_argument("--readers", nargs="+", type=int, default=[1, 2], help="concurrent reader processes")
     i.add_argument("--reader-workers", type=int, default=0, help="loader workers of each concurrent reader")
     i.add_argument("--cache", nargs="+", default=["cold", "warm"], choices=["cold", "warm"])
-    add_flags(i, batch=32, image_size=224)
+    add_flags(i, workers=[0, 1, 2], batch=32, image_size=224)
     i.add_argument("--images", type=int, default=256, help="images read per reader and point")
     i.add_argument("--threads", type=int, default=1, help="torch threads of a reader (as a loader worker)")
 
 
 def _add_allreduce(sub, common: argparse.ArgumentParser) -> None:
     r = sub.add_parser("allreduce", parents=[common], help="collective bandwidth (nccl-tests style)")
-    add_flags(r, world_sizes=[2])
     r.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
     r.add_argument("--min-bytes", type=_size, default=4)
     r.add_argument("--max-bytes", type=_size, default=64 << 20)
-    add_flags(r, factor=4)
+    add_flags(r, world_sizes=[2], factor=4)
 
 
 def _add_overlap(sub, common: argparse.ArgumentParser) -> None:
     o = sub.add_parser("overlap", parents=[common], help="exposed DDP all-reduce time per step (gloo, this host)")
-    add_flags(o, world_sizes=[2], arch="resnet18", batch=16, image_size=64)
     o.add_argument("--steps", type=int, default=10, help="timed steps of each kind (interleaved)")
-    add_flags(o, bucket_cap_mb=[25.0])
+    add_flags(o, world_sizes=[2], arch="resnet18", batch=16, image_size=64, bucket_cap_mb=[25.0])
 
 
 def _add_pipeline(sub, common: argparse.ArgumentParser) -> None:

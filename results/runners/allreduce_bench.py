@@ -3,7 +3,7 @@
 For a message of S bytes taking t seconds: algbw = S / t, and busbw = algbw * 2(n-1)/n, the
 bandwidth each link must carry in a ring all-reduce, so busbw is comparable across process counts
 and with the link's rated speed. One process per rank on this host (spawned, TCP rendezvous on
-127.0.0.1); across hosts run it under torchrun/srun with ``--from-env``.
+127.0.0.1).
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import torch
 import torch.distributed as dist
 
 from results.analysis.allreduce_fit import bus_factor
-from results.runners.procs import run_ranks
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +59,8 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def sweep_in_group(message_sizes: Sequence[int], warmup: int) -> List[Dict[str, float]]:
-    """Run every size in the current process group; rows for rank 0 to record."""
+def sweep_in_group(message_sizes: Sequence[int], warmup: int = 3) -> List[Dict[str, float]]:
+    """Run every size in the current process group (procs.run_ranks spawns one); rows for rank 0 to record."""
     n = dist.get_world_size()
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
         else torch.device("cpu")
@@ -76,12 +75,6 @@ def sweep_in_group(message_sizes: Sequence[int], warmup: int) -> List[Dict[str, 
             log.info("allreduce n=%d %10d B  %9.1f us  busbw %.3f GB/s", n, nbytes, t * 1e6,
                      rows[-1]["busbw_gbps"])
     return rows
-
-
-def run_local(world_size: int, message_sizes: Sequence[int], backend: str = "gloo", warmup: int = 3,
-              timeout_s: float = 900) -> List[Dict[str, float]]:
-    """Spawn ``world_size`` ranks here; rows per size, or RuntimeError with the first rank's error."""
-    return run_ranks(world_size, sweep_in_group, (list(message_sizes), warmup), backend, timeout_s)
 
 
 def default_backend() -> str:

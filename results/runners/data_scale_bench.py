@@ -44,6 +44,7 @@ from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.runners import common, pipeline_bench
 from results.runners.common import proc_io
 
+PARTS = ("pipeline", "opens", "memory")
 IO_BATCH = 8  # the opens run's batch: a few images make whole batches (a last partial one is dropped)
 
 
@@ -107,7 +108,7 @@ def run_io(path: str, workers: int, epochs: int) -> dict:
         images += sum(len(t) for _, t in train)
     totals = [proc_io(str(p.pid)) for p in multiprocessing.active_children()] + [proc_io()]
     rchar, syscr = (sum(t[k] for t in totals) - before[k] for k in ("rchar", "syscr"))
-    return {"images": images, "epochs": epochs, "rchar": rchar, "syscr": syscr, "workers": workers,
+    return {"images": images, "epochs": epochs, "rchar": rchar, "syscr": syscr,
             "dataset_opens": train.dataset.source.opens if workers == 0 else None,
             "shards": len(getattr(train.dataset.source, "shard_names", []))}
 
@@ -205,7 +206,7 @@ def index_memory(kind: str, images: int, workers: int) -> dict:
     pids = [p.pid for p in multiprocessing.active_children()]
     per_worker = [_mem(str(pid)) for pid in pids]
     del loader
-    return {"kind": kind, "samples": images, "touched": touched, "rank_rss_bytes": rank["rss_bytes"],
+    return {"touched": touched, "rank_rss_bytes": rank["rss_bytes"],
             "rank_index_bytes": rank["rss_bytes"] - base, "workers": len(per_worker),
             "worker_private_bytes": max(w["private_bytes"] for w in per_worker),
             "worker_pss_bytes": max(w["pss_bytes"] for w in per_worker),
@@ -227,16 +228,13 @@ def add_parser(sub, flags) -> None:
                        "files opened and bytes read per epoch, memory of a 1.28M-sample index")
     s.add_argument("--data", help="ImageFolder root with train/ and val/ (default: generated ImageNet-like JPEGs)")
     s.add_argument("--images", type=int, default=512, help="images per pipeline pass")
-    common.add_flags(s, rounds=5, workers=[0])
     s.add_argument("--max-side", type=int, nargs="+", default=[320], help="re-encoded shard sets")
     s.add_argument("--shard-size", type=float, default=16, help="MB per shard of the bench conversions")
-    common.add_flags(s, image_size=224, batch=32)
     s.add_argument("--loader-workers", type=int, default=4, help="DataLoader workers of the memory points")
     s.add_argument("--io-workers", type=int, default=2, help="loader workers of the opens run")
     s.add_argument("--io-epochs", type=int, default=3, help="epochs of the opens run (a seeded run)")
-    common.add_flags(s, index_samples=IMAGENET_TRAIN_IMAGES)
-    s.add_argument("--parts", nargs="+", default=["pipeline", "opens", "memory"],
-                   choices=["pipeline", "opens", "memory"])
+    common.add_flags(s, rounds=5, workers=[0], image_size=224, batch=32, index_samples=IMAGENET_TRAIN_IMAGES)
+    s.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
 
 
 def run(args) -> List[dict]:
@@ -247,10 +245,8 @@ def run(args) -> List[dict]:
         common.progress(1, 3, f"shards pipeline: {', '.join(sets)}, {args.images} images, {args.rounds} rounds")
         results = pipeline_bench.bench_variants(pipeline_variants(sets, args.images), args.workers, args.image_size,
                                                 args.batch, args.rounds)
-        for row in pipeline_bench.summarize(results):
-            sweep.add({"variant": row["backend"], "split": row["split"], "workers": row["workers"],
-                       "image_size": args.image_size, "images": args.images, "data": str(root)},
-                      pipeline_bench.metrics(row), kind="shards_pipeline")
+        pipeline_bench.record(sweep, results, "variant", "shards_pipeline", image_size=args.image_size,
+                              images=args.images, data=str(root))
     if "opens" in args.parts:
         sets = shard_sets(root, [], args.shard_size)
         common.progress(2, 3, f"shards opens: a seeded run of {args.io_epochs} epochs, {args.io_workers} workers, "
@@ -258,14 +254,11 @@ def run(args) -> List[dict]:
         for label, path in sets.items():
             m = count_opens(path, args.io_workers, args.io_epochs)
             sweep.add({"source": label, "data": str(path), "workers": args.io_workers, "epochs": args.io_epochs,
-                       "seeded": True, "batch": IO_BATCH, "strace": "opens" in m},
-                      {k: m[k] for k in ("images", "epochs", "rchar", "syscr", "dataset_opens", "shards", "opens",
-                                         "opening_processes", "max_opens_per_file") if k in m}, kind="data_opens")
+                       "seeded": True, "batch": IO_BATCH, "strace": "opens" in m}, m, kind="data_opens")
     if "memory" in args.parts:
         for kind in ("list", "folder", "shards"):
             common.progress(3, 3, f"index memory: {kind}, {args.index_samples} samples, {args.loader_workers} workers")
             # in a fresh child process, so one kind's garbage cannot inflate the next
-            m = _in_child(index_memory, kind, args.index_samples, args.loader_workers)
             sweep.add({"index": kind, "samples": args.index_samples, "workers": args.loader_workers},
-                      {k: v for k, v in m.items() if k not in ("kind", "samples")}, kind="index_memory")
+                      _in_child(index_memory, kind, args.index_samples, args.loader_workers), kind="index_memory")
     return sweep.done

@@ -179,13 +179,11 @@ def measure(builder: DatasetBuilder, root: Path, point: IOPoint, order: List[int
     elapsed = max(p["end"] for p in parts) - min(p["start"] for p in parts)
     images = sum(p["images"] for p in parts)
     nbytes = sum(p["bytes"] for p in parts)
-    m: Dict[str, object] = {
-        "images": images, "elapsed_s": elapsed, "images_per_s": images / elapsed,
-        "mb_per_s": nbytes / elapsed / 1e6, "files_per_s": images / elapsed,
-        "bytes_per_image": nbytes / max(images, 1),
-        "first_batch_s": max(p["first_batch_s"] for p in parts), "cache_method": method,
-    }
-    m.update(cpu_metrics(sum(p["cpu_s"] for p in parts), images, elapsed))
+    m: Dict[str, object] = {"images": images, "elapsed_s": elapsed, "images_per_s": images / elapsed,
+                            "mb_per_s": nbytes / elapsed / 1e6, "files_per_s": images / elapsed,
+                            "bytes_per_image": nbytes / max(images, 1),
+                            "first_batch_s": max(p["first_batch_s"] for p in parts), "cache_method": method,
+                            **cpu_metrics(sum(p["cpu_s"] for p in parts), images, elapsed)}
     if all("rchar" in p for p in parts):
         for k in ("rchar", "read_bytes", "syscr"):
             m[k] = sum(p[k] for p in parts)

@@ -16,6 +16,7 @@ from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.kinds import typed
 from results.core.setups import BASELINE_SETUP, group_key
 from results.runners import allreduce_bench, common, io_bench, overlap_bench, pipeline_bench as pipelines, train_bench
+from results.runners.procs import run_ranks
 
 log = logging.getLogger(__name__)
 
@@ -116,12 +117,12 @@ def run_allreduce(args: argparse.Namespace) -> List[dict]:
     for i, n in enumerate(args.world_sizes, 1):
         common.progress(i, len(args.world_sizes), f"allreduce {backend}, {n} processes, {len(msg_sizes)} sizes")
         try:
-            rows, error = allreduce_bench.run_local(n, msg_sizes, backend), None
+            rows, error = run_ranks(n, allreduce_bench.sweep_in_group, (msg_sizes,), backend), None
         except Exception as e:
             rows, error = [{"bytes": s} for s in msg_sizes], str(e)
         for row in rows:
-            point = {"backend": backend, "world_size": n, "bytes": row["bytes"], "transport": "local"}
-            sweep.add(point, {} if error else row, "failed" if error else "ok", error)
+            sweep.add({"backend": backend, "world_size": n, "bytes": row["bytes"], "transport": "local"},
+                      {} if error else row, "failed" if error else "ok", error)
     return sweep.done
 
 
@@ -133,7 +134,7 @@ def run_overlap(args: argparse.Namespace) -> List[dict]:
         point = {"backend": "gloo", "world_size": n, "arch": args.arch, "batch_size": args.batch,
                  "image_size": args.image_size, "bucket_cap_mb": mb}
         try:
-            m = overlap_bench.run_local(n, args.arch, args.batch, args.image_size, args.steps, mb)
+            m = run_ranks(n, overlap_bench.measure_in_group, (args.arch, args.batch, args.image_size, args.steps, mb))
         except Exception as e:  # a failed point is recorded with why, and the sweep goes on
             sweep.add(point, {}, "failed", common.last_line(str(e)))
         else:
@@ -151,11 +152,9 @@ def run_pipeline(args: argparse.Namespace) -> List[dict]:
     common.progress(1, 1, f"pipeline {', '.join(args.backends)}: {len(samples)} images, workers {args.workers}, "
                     f"{args.rounds} round(s)")
     results = pipelines.bench(samples, args.backends, args.workers, args.image_size, args.batch, args.rounds)
-    for row in pipelines.summarize(results):
-        point = {"backend": row["backend"], "split": row["split"], "workers": row["workers"],
-                 "image_size": args.image_size, "batch_size": args.batch, "images": len(samples), "data": str(root)}
+    for row in pipelines.record(sweep, results, "backend", image_size=args.image_size, batch_size=args.batch,
+                                images=len(samples), data=str(root)):
         ratio = row["ratio_per_core"]
-        sweep.add(point, pipelines.metrics(row))
         log.info("    %-8s %-5s workers=%d  %.0f images/s per core%s", row["backend"], row["split"],
                  row["workers"], row["images_per_cpu_s"], f", {ratio:.2f}x baseline" if ratio else "")
     return sweep.done

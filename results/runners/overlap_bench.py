@@ -19,7 +19,6 @@ import torchvision
 
 from results.analysis import scaling_model
 from results.runners.allreduce_bench import slowest
-from results.runners.procs import run_ranks
 
 
 def _timed_steps(ddp, opt, images, targets, steps: int) -> Dict[str, float]:
@@ -51,7 +50,8 @@ def _allreduce_alone(numel: int, reps: int = 5) -> float:
 
 
 def measure_in_group(arch: str, batch: int, image_size: int, steps: int, bucket_cap_mb: float) -> Dict[str, float]:
-    """Run in an initialised (CPU, gloo) process group; every rank returns the same numbers."""
+    """Run in an initialised (CPU, gloo) process group (procs.run_ranks spawns one); every rank returns the
+    same numbers."""
     torch.set_num_threads(1)  # ranks share the cores, as under torchrun
     torch.manual_seed(0)
     model = torchvision.models.get_model(arch, num_classes=1000)
@@ -69,8 +69,3 @@ def measure_in_group(arch: str, batch: int, image_size: int, steps: int, bucket_
             "allreduce_alone_ms": alone_ms, "hidden_fraction": scaling_model.hidden_fraction(exposed, alone_ms),
             "grad_bytes": numel * 4, "world_size": dist.get_world_size(), "steps": steps}
 
-
-def run_local(world_size: int, arch: str = "resnet18", batch: int = 16, image_size: int = 64, steps: int = 10,
-              bucket_cap_mb: float = 25.0, timeout_s: float = 900) -> Dict[str, float]:
-    """Spawn ``world_size`` gloo ranks on this host and measure; RuntimeError on a rank's failure."""
-    return run_ranks(world_size, measure_in_group, (arch, batch, image_size, steps, bucket_cap_mb), "gloo", timeout_s)

@@ -143,9 +143,14 @@ def summarize(results: List[Measurement], reference: str = "baseline") -> List[d
     return rows
 
 
-def metrics(row: dict) -> dict:
-    """A summary row's metrics (the row without its point: split, workers, backend)."""
-    return {k: v for k, v in row.items() if k not in ("split", "workers", "backend")}
+def record(sweep, results: List[Measurement], name: str, kind: Optional[str] = None, **point: object) -> List[dict]:
+    """One record per summary row into SWEEP (a records.Sweep): its backend (as NAME), split and workers then
+    POINT as the point, the rest of the row as the metrics; the rows."""
+    rows = summarize(results)
+    for row in rows:
+        sweep.add({name: row["backend"], "split": row["split"], "workers": row["workers"], **point},
+                  {k: v for k, v in row.items() if k not in ("split", "workers", "backend")}, kind=kind)
+    return rows
 
 
 def bench_samples(root: Optional[str], images: int) -> List[Tuple[str, int]]:

@@ -71,10 +71,8 @@ def measure(download: Path, dst: Path, fmt: str, workers: int, shard_mb: float) 
 def add_parser(sub, common) -> None:
     s = sub.add_parser("prepare", parents=[common], help="conversion rate of python -m imagenet.prepare on a "
                        "generated download of ImageNet-like JPEGs")
-    s.add_argument("--classes", type=int, default=8)
+    add_flags(s, classes=8, val_per_class=16, workers=[1, 2])
     s.add_argument("--per-class", type=int, default=128, help="train images per class")
-    s.add_argument("--val-per-class", type=int, default=16)
-    add_flags(s, workers=[1, 2])
     s.add_argument("--format", nargs="+", default=["shards", "folder"], choices=["shards", "folder"])
     s.add_argument("--shard-size", type=float, default=32, help="MB per shard (small sets need small shards "
                    "to have several)")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import logging
-import statistics
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -24,6 +23,7 @@ from torchvision.transforms import RandomResizedCrop
 
 from imagenet.data.decode import jpeg
 from results.runners.common import BenchError, add_flags, jpeg_root, new_sweep
+from results.runners.pipeline_bench import Measurement, summarize
 from results.runners.procs import torch_threads
 
 log = logging.getLogger(__name__)
@@ -74,37 +74,24 @@ def jpeg_size(buf: bytes) -> Tuple[int, int]:
         return im.size
 
 
-def measure(decoders: Dict[str, Decoder], bufs: List[bytes], boxes: List[Box], rounds: int) -> Dict[str, List[float]]:
-    """CPU seconds per image of each decoder, per round (decoders alternate image by image)."""
+def measure(decoders: Dict[str, Decoder], bufs: List[bytes], boxes: List[Box], rounds: int) -> List[Measurement]:
+    """CPU seconds of each decoder over all images, per round (decoders alternate image by image)."""
     for name, decode in decoders.items():  # same pixels first: a faster wrong decoder is no result
         for buf, box in zip(bufs, boxes):
             mine, ref = decode(buf, box), decoders[REFERENCE](buf, box)
             if mine.shape != ref.shape or np.abs(mine.astype(int) - ref.astype(int)).max() > 0:
                 raise BenchError(f"{name} and {REFERENCE} decode box {box} differently")
+    out = []
     with torch_threads(1):
-        per_round: Dict[str, List[float]] = {name: [] for name in decoders}
-        for _ in range(rounds):
+        for r in range(rounds):
             spent = dict.fromkeys(decoders, 0.0)
             for buf, box in zip(bufs, boxes):
                 for name, decode in decoders.items():
                     t0 = time.process_time()
                     decode(buf, box)
                     spent[name] += time.process_time() - t0
-            for name in decoders:
-                per_round[name].append(spent[name] / len(bufs))
-    return per_round
-
-
-def summarize(per_round: Dict[str, List[float]]) -> List[dict]:
-    """Medians over rounds; the ratio is the median of per-round ratios to the C decoder."""
-    rows = []
-    for name, seconds in per_round.items():
-        ratios = [ref / s for ref, s in zip(per_round[REFERENCE], seconds)]
-        rows.append({"decoder": name, "rounds": len(seconds),
-                     "images_per_cpu_s": statistics.median(1 / s for s in seconds),
-                     "cpu_ms_per_image": 1000 * statistics.median(seconds),
-                     "ratio_per_core": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)})
-    return rows
+            out += [Measurement(name, "train", 0, len(bufs), s, s, r) for name, s in spent.items()]
+    return out
 
 
 def add_parser(sub, common) -> None:
@@ -124,15 +111,16 @@ def run(args) -> List[dict]:
     files = sorted(p for p in (root / "train").rglob("*") if p.is_file())[:args.images]
     bufs = [p.read_bytes() for p in files]
     boxes = training_boxes([jpeg_size(b) for b in bufs], seed=0)
-    rows = summarize(measure(decoders, bufs, boxes, args.rounds))
+    # medians over rounds; the ratio is the median of per-round ratios to the C decoder
+    rows = summarize(measure(decoders, bufs, boxes, args.rounds), REFERENCE)
     sweep = new_sweep("region", args)
     for row in rows:
-        point = {"decoder": row["decoder"], "images": len(bufs), "boxes": "RandomResizedCrop(0.08-1, 3/4-4/3)",
+        point = {"decoder": row["backend"], "images": len(bufs), "boxes": "RandomResizedCrop(0.08-1, 3/4-4/3)",
                  "data": str(args.data) if args.data else "generated 500x375 JPEGs (results/runners/jpegs.py)"}
         metrics = {k: row[k] for k in ("images_per_cpu_s", "cpu_ms_per_image", "rounds", "ratio_per_core",
                                        "ratio_min", "ratio_max")}
         sweep.add(point, metrics, kind="region_decode")
         log.info("    %-16s %.0f images/s per core, %.3f CPU ms/image, %.2fx the C decoder (%.2f-%.2f)",
-                 row["decoder"], row["images_per_cpu_s"], row["cpu_ms_per_image"], row["ratio_per_core"],
+                 row["backend"], row["images_per_cpu_s"], row["cpu_ms_per_image"], row["ratio_per_core"],
                  row["ratio_min"], row["ratio_max"])
     return sweep.done

@@ -60,12 +60,9 @@ def run(args: argparse.Namespace) -> int:
     default = beside == records.RECORDS_DIR.resolve()
     scratch_root, runs_root = (SCRATCH_DIR, RUNS_DIR) if default else (beside / "scratch", beside / "runs")
     kind = "storage" if args.io else "train"
-    if args.fresh:
-        sweep, done = records.new_sweep_id(kind, args.tag), {}
-    else:
-        sweep, done = resume(args.records, kind, same_sweep_key(args), args.tag)
-    builder = storage_points if args.io else train_points
-    points = builder(args, sweep, done, scratch_root, runs_root)
+    sweep, done = (records.new_sweep_id(kind, args.tag), {}) if args.fresh else \
+        resume(args.records, kind, same_sweep_key(args), args.tag)
+    points = (storage_points if args.io else train_points)(args, sweep, done, scratch_root, runs_root)
     if args.dry_run:
         for p in points:
             print(f"# ---- {p.label}: {p.scratch / 'job.sh'}\n{p.script}")

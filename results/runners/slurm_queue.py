@@ -115,7 +115,5 @@ def watch(job_ids: Sequence[str], on_change: Callable[[str, str], None], timeout
 def job_output(log_dir: Path, lines: int = 40) -> str:
     """The tail of the job's own output file(s) in ``log_dir`` (slurm-<id>.out)."""
     files = sorted(log_dir.glob("slurm-*.out"), key=os.path.getmtime)
-    if not files:
-        return ""
-    return "\n".join(files[-1].read_text(errors="replace").strip().splitlines()[-lines:])
+    return "\n".join(files[-1].read_text(errors="replace").strip().splitlines()[-lines:]) if files else ""
 

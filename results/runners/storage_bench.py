@@ -59,10 +59,7 @@ def read_share(out: Path, seconds: float, evict: bool = True) -> dict:
         with open(path, "rb", buffering=0) as f:
             if evict:
                 os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-            while True:
-                got = f.readinto(buf)
-                if not got:
-                    break
+            while got := f.readinto(buf):
                 n_bytes += got
         n_files += 1
         if time.time() - start > seconds:

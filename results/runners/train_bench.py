@@ -75,14 +75,12 @@ def from_setup(point: TrainPoint, name: str) -> TrainPoint:
 def engine_args(point: TrainPoint, log_dir: Path, for_slurm: bool = False, cpu: Optional[bool] = None) -> List[str]:
     """The entry script's flags for a point (pytorch/examples names).
 
-    ``for_slurm`` leaves out what slurm.generate sets itself (arch, epochs, batch, workers, data,
-    log dir). ``cpu``: the processes run without GPUs (gloo); default: this machine has no CUDA
-    (a SLURM job's nodes are not this machine: its runner says).
+    ``for_slurm`` leaves out what slurm.generate sets itself (arch, epochs, batch, workers, data, and
+    the log dir: LOG_DIR, set at submit time). ``cpu``: the processes run without GPUs (gloo); default:
+    this machine has no CUDA (a SLURM job's nodes are not this machine: its runner says).
     """
-    managed = ["-a", point.arch, "--epochs", str(point.epochs), "-b", str(point.batch_size),
-               "--workers", str(point.workers)]
-    args = [] if for_slurm else managed
-    args += [] if for_slurm else ["--log-dir", str(log_dir)]  # slurm: LOG_DIR, set at submit time
+    args = [] if for_slurm else ["-a", point.arch, "--epochs", str(point.epochs), "-b", str(point.batch_size),
+                                 "--workers", str(point.workers), "--log-dir", str(log_dir)]
     args += ["--image-size", str(point.image_size), "--steps-per-epoch", str(point.steps_per_epoch),
              "--val-steps", str(point.val_steps), "--opt-level", point.precision]
     if point.amp_dtype:
@@ -173,13 +171,11 @@ class SlurmRunner:
 
     def script(self, point: TrainPoint, log_dir: Path) -> str:
         from slurm import generate
+        train_args = tuple(engine_args(point, log_dir, for_slurm=True, cpu=not self.gpus_per_node))
         spec = generate.JobSpec(name=f"bench-{point.name}"[:60], nodes=point.nodes, gpus_per_node=self.gpus_per_node,
-                                procs_per_node=point.procs_per_node, cpus_per_task=self.cpus_per_task,
+                                procs_per_node=point.procs_per_node, cpus_per_task=self.cpus_per_task, requeue=False,
                                 variant=point.variant, data=str(point.data), arch=point.arch, epochs=point.epochs,
-                                batch_size=point.batch_size, workers=point.workers,
-                                train_args=tuple(engine_args(point, log_dir, for_slurm=True,
-                                                             cpu=not self.gpus_per_node)),
-                                requeue=False,
+                                batch_size=point.batch_size, workers=point.workers, train_args=train_args,
                                 time=self.time_limit, output=str(log_dir / "slurm-%j.out"), **self.options)
         return generate.render(spec)
 

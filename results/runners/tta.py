@@ -70,6 +70,7 @@ RECIPE_FLAGS = [
     "--eval-every", "1", "-j", "2",
 ]
 DECLARED = "ema"  # the weights the runs are scored on: --eval-weights above
+EVAL_EVERY = int(RECIPE_FLAGS[RECIPE_FLAGS.index("--eval-every") + 1])
 # What RECIPE_FLAGS were chosen on: the tuning split, and the tuning records that chose them (their sweeps,
 # results/records/tta.jsonl; trials of the recipe, seed 0)
 TUNED_ON = {
@@ -153,12 +154,9 @@ def run(args: argparse.Namespace) -> List[dict]:
     log.info("data: %s (%s split; %s)", data, split, ", ".join(fashion_mnist.classes_of(data)))
     if args.phase == "tune":
         return [run_tuning(args, data)]
-    out: List[dict] = []
-    if args.phase in ("examples", "both"):
-        out.append(run_examples(args, data))
-    if args.phase in ("ours", "both"):
-        out.append(run_ours(args, data))
-    return out
+    # both: main.py first, so its run is among the counted runs that set the engine's target
+    return [run_phase(args, data) for phase, run_phase in (("examples", run_examples), ("ours", run_ours))
+            if args.phase in (phase, "both")]
 
 
 def _point(program: str, data: Path, args: argparse.Namespace, **fields) -> dict:
@@ -168,10 +166,14 @@ def _point(program: str, data: Path, args: argparse.Namespace, **fields) -> dict
             **fields}
 
 
-def _record(sweep: records.Sweep, point: dict, metrics: dict, error: Optional[str], kind: str = KIND,
-            **extra) -> dict:
-    """The phase's record, appended; failed (no metrics) with ERROR."""
-    rec = sweep.add(point, {} if error else metrics, "failed" if error else "ok", error, kind=kind, **extra)
+def _record(sweep: records.Sweep, point: dict, metrics: dict, followed: Followed, curve: List[dict], program: str,
+            kind: str = KIND, **extra) -> dict:
+    """The phase's record with its CURVE, appended; failed (no metrics) when PROGRAM exited with an error or
+    left no curve."""
+    error = None if followed.returncode == 0 and curve else \
+        f"{program} exited {followed.returncode}: {last_line(chr(10).join(followed.tail))}"
+    rec = sweep.add(point, {} if error else metrics, "failed" if error else "ok", error, kind=kind, curve=curve,
+                    **extra)
     _say(rec)
     return rec
 
@@ -203,11 +205,10 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
     point = _point(EXAMPLES_PROGRAM, data, args, examples_commit=_commit(args.examples),
                    epochs_planned=args.examples_epochs, seed=seed, eval_every=1, recipe=recipe,
                    changed_in_copy=[f"{old} -> {new}" for old, new in examples_main.size_replacements(args.image_size)])
-    error = _failure(followed, lines.curve, "main.py")
     best = max((p["top1"] for p in lines.curve), default=0.0)
     metrics = tta_metrics(lines.curve, best, followed, point["train_images"], lines.eval_s, 1, lines.start_s,
                           args.quiet_share)
-    return _record(sweep, point, metrics, error, curve=lines.curve, notes=[EXAMPLES_NOTE], log=str(log_file))
+    return _record(sweep, point, metrics, followed, lines.curve, "main.py", notes=[EXAMPLES_NOTE], log=str(log_file))
 
 
 # ---------------------------------------------------------------- phase: ours
@@ -223,14 +224,13 @@ def run_ours(args: argparse.Namespace, data: Path) -> dict:
         "--desired-acc", f"{target:.3f}", "--time-budget-minutes", f"{budget_s / 60:.3f}")
     engine_tta = run_json.get("time_to_accuracy") or {}
     metrics = tta_metrics(lines.curve, target, followed, fashion_mnist.counts_of(data)["train"],
-                          engine_tta.get("eval_s", 0.0), _flag_value("--eval-every", 1), lines.start_s,
-                          args.quiet_share)
+                          engine_tta.get("eval_s", 0.0), EVAL_EVERY, lines.start_s, args.quiet_share)
     metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=tta_protocol.best_within(lines.curve, budget_s),
                    images_seen=sum(e.get("train_samples", 0) for e in run_json.get("epochs", [])) or None)
     point = _point(OURS_PROGRAM, data, args, recipe_flags=flags, recipe=_settings(run_json), declared=DECLARED,
                    tuned_on=TUNED_ON, target_from=[r.sweep for r in runs])
-    return _record(sweep, point, metrics, _failure(followed, lines.curve, "the engine"), curve=lines.curve,
-                   engine_time_to_accuracy=engine_tta, engine_status=run_json.get("status"), log=str(log_file))
+    return _record(sweep, point, metrics, followed, lines.curve, "the engine", engine_time_to_accuracy=engine_tta,
+                   engine_status=run_json.get("status"), log=str(log_file))
 
 
 # ---------------------------------------------------------------- phase: tune
@@ -244,11 +244,10 @@ def run_tuning(args: argparse.Namespace, data: Path) -> dict:
     log.info("tune: seed %d, trial %s on the tuning split", args.seed, args.trial or "(the recipe as it is)")
     sweep, lines, followed, run_json, log_file = _engine_run(args, "tune", data, flags, args.timeout_minutes * 60)
     metrics = tta_metrics(lines.curve, 0.0, followed, fashion_mnist.counts_of(data)["train"], 0.0,
-                          _flag_value("--eval-every", 1), lines.start_s, args.quiet_share)
+                          EVAL_EVERY, lines.start_s, args.quiet_share)
     metrics["final_top1"] = lines.curve[-1]["top1"] if lines.curve else None
     point = _point(OURS_PROGRAM, data, args, trial=trial, recipe_flags=flags, recipe=_settings(run_json))
-    return _record(sweep, point, metrics, _failure(followed, lines.curve, "the engine"), kind=TUNING_KIND,
-                   curve=lines.curve, log=str(log_file))
+    return _record(sweep, point, metrics, followed, lines.curve, "the engine", TUNING_KIND, log=str(log_file))
 
 
 def _engine_run(args: argparse.Namespace, phase: str, data: Path, flags: List[str], timeout_s: float,
@@ -318,12 +317,6 @@ def tta_metrics(curve: List[dict], target: float, followed: Followed, train_imag
             "counted": followed.load.get("other_cpu_share", 1.0) <= quiet_share}
 
 
-def _failure(followed: Followed, curve: List[dict], program: str) -> Optional[str]:
-    if followed.returncode == 0 and curve:
-        return None
-    return f"{program} exited {followed.returncode}: {last_line(chr(10).join(followed.tail))}"
-
-
 def _settings(run_json: dict) -> dict:
     """The recipe as the engine resolved it (its lr after scaling, warm-up, batch...)."""
     sections, home = run_json.get("config", {}), section_of()  # run.json keeps the settings by section
@@ -332,10 +325,6 @@ def _settings(run_json: dict) -> dict:
             "model_ema", "model_ema_steps", "model_ema_decay", "eval_every", "workers", "data_backend", "seed")
     return {**{k: sections.get(home[k], {}).get(k) for k in keys}, "scaled_lr": run_json.get("lr"),
             "global_batch": run_json.get("global_batch")}
-
-
-def _flag_value(flag: str, default: int) -> int:
-    return int(RECIPE_FLAGS[RECIPE_FLAGS.index(flag) + 1]) if flag in RECIPE_FLAGS else default
 
 
 def _read_json(path: Path) -> dict:
