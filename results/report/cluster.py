@@ -137,7 +137,7 @@ def _configurations_section(series: Dict[Tuple[str, str], List[Point]], fig_dir:
     figures.hbars(fig_dir / "training_throughput.png", [name for (_, name), _ in items],
                   [pts[0].mean for _, pts in items], [pts[0].std for _, pts in items], "training throughput (images/s)",
                   f"{' / '.join(hw)}: {int(items[0][1][0].x)} GPU(s), mean and std of repeats",
-                  [f"{fmt(pts[0].mean)}" + (f" ± {fmt(pts[0].std)} (n={pts[0].n})" if pts[0].n > 1 else "")
+                  [fmt(pts[0].mean) + (f" ± {fmt(pts[0].std)} (n={pts[0].n})" if pts[0].n > 1 else "")
                    for _, pts in items])
     return prose("cluster.configurations", epochs=EPOCHS, images=IMAGENET_TRAIN_IMAGES,
                  table=_config_table(dict(items)))

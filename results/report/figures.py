@@ -54,12 +54,11 @@ def _draw(ax, series: Sequence[Series]) -> None:
     for s in series:
         lo_hi = s.get("err_lo") is not None
         err = [s["err_lo"], s["err_hi"]] if lo_hi else s.get("err")
+        look = {"label": s["label"], "color": s.get("color"), "alpha": s.get("alpha", 1.0)}
         if err is not None and any(err[0] + err[1] if lo_hi else err):
-            ax.errorbar(s["x"], s["y"], yerr=err, fmt=s.get("style", "o-"), label=s["label"], color=s.get("color"),
-                        capsize=3, alpha=s.get("alpha", 1.0))
+            ax.errorbar(s["x"], s["y"], yerr=err, fmt=s.get("style", "o-"), capsize=3, **look)
         else:
-            ax.plot(s["x"], s["y"], s.get("style", "o-"), label=s["label"], color=s.get("color"),
-                    alpha=s.get("alpha", 1.0))
+            ax.plot(s["x"], s["y"], s.get("style", "o-"), **look)
         offset = (5, 5) if s.get("label_above") else (5, -12)  # two series that meet keep their labels apart
         for x, y, t in zip(s["x"], s["y"], s.get("labels") or []):
             ax.annotate(t, (x, y), textcoords="offset points", xytext=offset, fontsize=8, color=s.get("color"))
