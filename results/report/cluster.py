@@ -31,7 +31,7 @@ from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.report.common import (data_label, fmt, gpu_axis, md_table, pct, prose, recipe_label, sorted_groups,
                                    train_hours)
 from results.report.curves import CURVES, curve_runs, curve_series, epoch_rows
-from results.report.storage import reader_panels
+from results.report.storage import format_name, reader_panels
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def _configurations_section(series: Dict[Tuple[str, str], List[Point]], fig_dir:
     figures.hbars(fig_dir / "training_throughput.png", [name for (_, name), _ in items],
                   [pts[0].mean for _, pts in items], [pts[0].std for _, pts in items], "training throughput (images/s)",
                   f"{' / '.join(hw)}: {int(items[0][1][0].x)} GPU(s), mean and std of repeats",
-                  [f"{fmt(pts[0].mean)}" + (f" ± {fmt(pts[0].std)} (n={pts[0].n})" if pts[0].n > 1 else "")
+                  [fmt(pts[0].mean) + (f" ± {fmt(pts[0].std)} (n={pts[0].n})" if pts[0].n > 1 else "")
                    for _, pts in items])
     return prose("cluster.configurations", epochs=EPOCHS, images=IMAGENET_TRAIN_IMAGES,
                  table=_config_table(dict(items)))
@@ -162,22 +162,17 @@ def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
 def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
     if not storage:
         return ""
-    groups = group_by(storage, lambda r: f"{r.point.format}, cache {r.point.cache or 'as-is'}")  # a series per format
     readers = sorted({r.point.readers_per_node for r in storage})
     panels = reader_panels(storage, [(metric, what, f"{what} read, all nodes")
                                      for metric, what in (("mb_per_s", "MB/s"), ("files_per_s", "files/s"))])
     figures.report_panels(fig_dir / "IO.png", panels, "I/O from the nodes: whole files read from shared storage "
                           "(mean and std of repeats)", ncols=len(readers), shared_legend=True)
     rows = []
-    for name, rs in sorted(groups.items()):
-        for k in readers:
-            mine = [r for r in rs if r.point.readers_per_node == k]
-            files = {p.x: p for p in aggregate(mine, lambda r: r.point.nodes,
-                                               lambda r: r.metrics.files_per_s)}
-            for p in aggregate(mine, lambda r: r.point.nodes, lambda r: r.metrics.mb_per_s):
-                f = files[p.x]
-                rows.append([name, k, int(p.x), p.n, p.mean, _std(p), p.mean / p.x, f.mean, _std(f),
-                             p.records[0].metrics.bytes_per_file, _ids(p)])
+    for (name, k), rs in sorted(group_by(storage, lambda r: (format_name(r), r.point.readers_per_node)).items()):
+        files = aggregate(rs, lambda r: r.point.nodes, lambda r: r.metrics.files_per_s)
+        for p, f in zip(aggregate(rs, lambda r: r.point.nodes, lambda r: r.metrics.mb_per_s), files):
+            rows.append([name, k, int(p.x), p.n, p.mean, _std(p), p.mean / p.x, f.mean, _std(f),
+                         p.records[0].metrics.bytes_per_file, _ids(p)])
     notes = "".join(f"- {n}\n" for n in sorted({r.note for r in storage if r.note}))
     return prose("cluster.storage", notes=f"\nNotes recorded with these points:\n\n{notes}" if notes else "",
                  table=md_table("cluster.storage_columns", rows))

@@ -21,10 +21,8 @@ def allreduce_section(ar: Sequence[Record], env: Environments, fig_dir: Path) ->
     for i, ((sweep, backend, n), rs) in enumerate(groups.items()):
         label = f"{backend}, {n} processes" + (f" [{sweep}]" if len(groups) > 1 else "")
         xs = [r.metrics.bytes for r in rs]
-        series.append({"label": f"busbw, {label}", "x": xs, "y": [r.metrics.busbw_gbps for r in rs],
-                       "color": figures.palette(i)})
-        series.append({"label": f"algbw, {label}", "x": xs, "y": [r.metrics.algbw_gbps for r in rs],
-                       "color": figures.palette(i), "style": "x:"})
+        series += [{"label": f"{bw}, {label}", "x": xs, "y": [getattr(r.metrics, f"{bw}_gbps") for r in rs],
+                    "color": figures.palette(i), "style": style} for bw, style in (("busbw", "o-"), ("algbw", "x:"))]
         rows += [[label, r.metrics.bytes, figures.size_label(r.metrics.bytes), r.metrics.time_us,
                   r.metrics.algbw_gbps, r.metrics.busbw_gbps, r.metrics.iters, env.id(r),
                   r.source] for r in rs]

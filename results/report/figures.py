@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import matplotlib
 
@@ -26,9 +26,8 @@ DPI = 120
 
 def _int_ticks(ax, axis: str = "x") -> None:
     """Plain numbers (1, 2, 4, 600) instead of 2^n or 6x10^2 on log axes."""
-    fmt = FuncFormatter(lambda v, _: f"{v:g}")
     a = ax.xaxis if axis == "x" else ax.yaxis
-    a.set_major_formatter(fmt)
+    a.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     a.set_minor_formatter(FuncFormatter(lambda v, _: ""))
 
 
@@ -53,15 +52,13 @@ def _empty(ax, text: str) -> None:
 def _draw(ax, series: Sequence[Series]) -> None:
     """Series with optional error bars ("err": one std per point, or "err_lo"/"err_hi") and labels."""
     for s in series:
-        err = s.get("err")
-        if s.get("err_lo") is not None:
-            err = [s["err_lo"], s["err_hi"]]
-        if err is not None and any(e for e in (err if s.get("err_lo") is None else err[0] + err[1])):
-            ax.errorbar(s["x"], s["y"], yerr=err, fmt=s.get("style", "o-"), label=s["label"], color=s.get("color"),
-                        capsize=3, alpha=s.get("alpha", 1.0))
+        lo_hi = s.get("err_lo") is not None
+        err = [s["err_lo"], s["err_hi"]] if lo_hi else s.get("err")
+        look = {"label": s["label"], "color": s.get("color"), "alpha": s.get("alpha", 1.0)}
+        if err is not None and any(err[0] + err[1] if lo_hi else err):
+            ax.errorbar(s["x"], s["y"], yerr=err, fmt=s.get("style", "o-"), capsize=3, **look)
         else:
-            ax.plot(s["x"], s["y"], s.get("style", "o-"), label=s["label"], color=s.get("color"),
-                    alpha=s.get("alpha", 1.0))
+            ax.plot(s["x"], s["y"], s.get("style", "o-"), **look)
         offset = (5, 5) if s.get("label_above") else (5, -12)  # two series that meet keep their labels apart
         for x, y, t in zip(s["x"], s["y"], s.get("labels") or []):
             ax.annotate(t, (x, y), textcoords="offset points", xytext=offset, fontsize=8, color=s.get("color"))
@@ -216,6 +213,15 @@ def ratio_bars(cell: Dict[tuple, dict], cats: Sequence[str], groups: Sequence[st
                                     for c in cats],
              "texts": [times(cell[(c, g)][ratio]) if ratio and (c, g) in cell and cell[(c, g)][ratio] else ""
                        for c in cats]} for g in groups]
+
+
+def comparison_cells(rows: Sequence[dict], category: Callable, group: Callable) -> Tuple[List[str], Dict[tuple, dict]]:
+    """The categories of comparison ROWS ({"record", ...}): CATEGORY(record) in the order met, with the sweep
+    where the rows span several; and each row under its (category, GROUP(record)): ratio_bars' CELL."""
+    multi = len({x["record"].sweep for x in rows}) > 1
+    cell = {(category(x["record"]) + (f"\n[{x['record'].sweep}]" if multi else ""), group(x["record"])): x
+            for x in rows}
+    return list(dict.fromkeys(c for c, _ in cell)), cell
 
 
 def report_panels(path: Path, panels: Sequence[Dict[str, object]], suptitle: str, ncols: int = 0,

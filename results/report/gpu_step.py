@@ -26,10 +26,10 @@ def _gib(value: Optional[float]) -> str:
     return "-" if not value else f"{value / 2 ** 30:.1f}"
 
 
-def _amp_synthetic(train: Sequence[Record]) -> List[dict]:
-    rows = [x for x in comparisons.step_rows(train) if x["record"].on_gpu
+def amp_synthetic(train: Sequence[Record]) -> List[dict]:
+    """The step comparisons (comparisons.step_rows) of mixed-precision GPU runs on synthetic data."""
+    return [x for x in comparisons.step_rows(train) if x["record"].on_gpu
             and x["record"].point.precision != "O0" and x["record"].point.data == "dummy"]
-    return sorted(rows, key=lambda x: x["record"].time)
 
 
 def _synthetic_reference(train: Sequence[Record], record: Record) -> Optional[dict]:
@@ -46,7 +46,7 @@ def targets_section(train: Sequence[Record]) -> str:
     gpu = [r for r in train if r.on_gpu and not r.profiled]
     if not gpu:
         return ""
-    amp = _amp_synthetic(train)
+    amp = sorted(amp_synthetic(train), key=lambda x: x["record"].time)
     rows = [[r.point.setup, r.point.batch_size, fmt(r.metrics.images_per_s), comparisons.times(x["throughput_ratio"]),
              _gib(r.metrics.peak_memory_bytes), r.metrics.images_per_s >= TARGET_IMAGES_PER_S,
              bool(x["throughput_ratio"]) and x["throughput_ratio"] >= TARGET_SPEEDUP, r.source]
@@ -66,14 +66,13 @@ def jpeg_rows(train: Sequence[Record]) -> List[dict]:
     for setup, workers, label in JPEG_TARGETS:
         runs = [r for r in train if r.on_gpu and r.point.setup == setup
                 and r.point.data != "dummy" and r.point.workers == workers]
+        target = {"setup": setup, "workers": workers, "label": label}
         if not runs:
-            rows.append({"setup": setup, "workers": workers, "label": label, "record": None, "ref": None,
-                         "fraction": None})
+            rows.append({**target, "record": None, "ref": None, "fraction": None})
         for r in sorted(runs, key=lambda r: r.time):
             ref = _synthetic_reference(train, r) if r.status == "ok" else None
             fraction = r.metrics.images_per_s / ref.metrics.images_per_s if ref else None
-            rows.append({"setup": setup, "workers": workers, "label": label, "record": r, "ref": ref,
-                         "fraction": fraction})
+            rows.append({**target, "record": r, "ref": ref, "fraction": fraction})
     return rows
 
 

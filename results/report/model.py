@@ -52,26 +52,26 @@ def our_model(train: Sequence[Record], ar: Sequence[Record]
     return m, same, desc
 
 
+def _cited_inputs(link: dict, step_time_s: float, batch_per_gpu: int) -> scaling_model.ModelInputs:
+    """A published system's model inputs: its model's gradients, the link specs LINK cites."""
+    return scaling_model.ModelInputs(step_time_s=step_time_s, batch_per_gpu=batch_per_gpu,
+                                     grad_bytes=parameter_count(link["arch"]) * link["grad_bytes_per_param"],
+                                     busbw_intra=link["busbw_intra"], alpha_intra_s=link["alpha_intra_s"],
+                                     gpus_per_node=link["gpus_per_node"], busbw_inter=link.get("busbw_inter"),
+                                     alpha_inter_s=link.get("alpha_inter_s"))
+
+
 def hal_model(pub: dict, links: dict, hidden_fraction: float) -> Tuple[scaling_model.ModelInputs, dict]:
-    L = links["hal_2020"]
-    run = next(r for r in pub["hal_2020"]["runs"] if r["label"] == L["run"])
-    params = parameter_count(L["arch"])
-    m = scaling_model.ModelInputs(step_time_s=1.0, batch_per_gpu=run["batch_per_gpu"],
-                       grad_bytes=params * L["grad_bytes_per_param"],
-                       busbw_intra=L["busbw_intra"], alpha_intra_s=L["alpha_intra_s"], gpus_per_node=L["gpus_per_node"],
-                       busbw_inter=L["busbw_inter"], alpha_inter_s=L["alpha_inter_s"])
+    run = next(r for r in pub["hal_2020"]["runs"] if r["label"] == links["hal_2020"]["run"])
+    m = _cited_inputs(links["hal_2020"], 1.0, run["batch_per_gpu"])
     n0, x0 = run["gpus"][0], run["train_img_per_s"][0]
     return scaling_model.calibrate(m, n0, n0 * run["batch_per_gpu"] / x0, hidden_fraction), run
 
 
 def dle_model(pub: dict, links: dict) -> Tuple[scaling_model.ModelInputs, dict]:
-    L = links["nvidia_dle_2021"]
-    pts = pub["nvidia_dle_2021"]["train_img_per_s"][L["config"]]
-    params = parameter_count(L["arch"])
-    m = scaling_model.ModelInputs(step_time_s=L["batch_per_gpu"] / pts["1"], batch_per_gpu=L["batch_per_gpu"],
-                       grad_bytes=params * L["grad_bytes_per_param"], busbw_intra=L["busbw_intra"],
-                       alpha_intra_s=L["alpha_intra_s"], gpus_per_node=L["gpus_per_node"])
-    return m, pts
+    link = links["nvidia_dle_2021"]
+    pts = pub["nvidia_dle_2021"]["train_img_per_s"][link["config"]]
+    return _cited_inputs(link, link["batch_per_gpu"] / pts["1"], link["batch_per_gpu"]), pts
 
 
 MODES = (("no overlap", "--"), ("measured overlap", "-."), ("full overlap", "-"))  # label, line style

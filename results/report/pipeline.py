@@ -10,12 +10,6 @@ from results.report import figures
 from results.report.common import Environments, md_table, prose
 
 
-def _io_category(record: Record, multi_sweep: bool) -> str:
-    p = record.point
-    cat = f"{p.workers} workers, {p.cache}"
-    return f"{cat}\n[{record.sweep}]" if multi_sweep else cat
-
-
 def steady_pipeline_table(steady: Sequence[Record], env: Environments) -> str:
     """The lockstep, steady-state records (``results.bench pipeline``): the per-core ratio that counts."""
     if not steady:
@@ -33,11 +27,9 @@ def steady_pipeline_table(steady: Sequence[Record], env: Environments) -> str:
 
 def pipeline_section(io: Sequence[Record], steady: Sequence[Record], env: Environments, fig_dir: Path) -> str:
     rows = comparisons.pipeline_rows(io)
-    multi = len({x["record"].sweep for x in rows}) > 1
-    cats = list(dict.fromkeys(_io_category(x["record"], multi) for x in rows))
+    cats, cell = figures.comparison_cells(rows, lambda r: f"{r.point.workers} workers, {r.point.cache}",
+                                          lambda r: r.point.backend)
     backends = sorted({x["record"].point.backend for x in rows})
-
-    cell = {(_io_category(x["record"], multi), x["record"].point.backend): x for x in rows}
 
     def panel(metric: str, ylabel: str, title: str, ratio: Optional[str]) -> dict:
         return {"title": title, "ylabel": ylabel, "categories": cats,

@@ -7,7 +7,7 @@ from typing import Sequence
 from results.analysis import comparisons
 from results.core.kinds import Record
 from results.core.setups import SETUPS
-from results.report import figures
+from results.report import figures, gpu_step
 from results.report.common import Environments, data_label, md_table, pct, prose
 
 
@@ -15,15 +15,12 @@ def step_section(train: Sequence[Record], env: Environments, fig_dir: Path, gpu:
     rows = [x for x in comparisons.step_rows(train) if x["record"].on_gpu == gpu]
     if gpu and not rows:
         return prose("steps.no_gpu") + "\n"
-    multi = len({x["record"].sweep for x in rows}) > 1
 
     def cat(record: Record) -> str:
         p = record.point
-        c = f"{data_label(p.data)}, {p.arch} {p.image_size}px\nb{p.batch_size}, {p.world_size} proc"
-        return f"{c}\n[{record.sweep}]" if multi else c
-    cats = list(dict.fromkeys(cat(x["record"]) for x in rows))
+        return f"{data_label(p.data)}, {p.arch} {p.image_size}px\nb{p.batch_size}, {p.world_size} proc"
+    cats, cell = figures.comparison_cells(rows, cat, lambda r: r.point.setup)
     setups = list(dict.fromkeys(x["record"].point.setup for x in rows))
-    cell = {(cat(x["record"]), x["record"].point.setup): x for x in rows}
     empty = "no --setups train records (rerun `make bench`)"
     figure = "step_time_gpu.png" if gpu else "step_time.png"
     figures.bars(fig_dir / figure, [
@@ -52,8 +49,7 @@ TARGET_SPEEDUP, TARGET_IMAGES_PER_S, TARGET_JPEG_FRACTION = 3.0, 5000.0, 0.90
 
 
 def gpu_targets(train: Sequence[Record]) -> str:
-    steps = [x for x in comparisons.step_rows(train) if x["record"].on_gpu and x["throughput_ratio"]
-             and x["record"].point.precision != "O0" and x["record"].point.data == "dummy"]
+    steps = [x for x in gpu_step.amp_synthetic(train) if x["throughput_ratio"]]
     rows = [[r.point.setup, r.point.arch, r.environment.gpu_name, r.metrics.images_per_s,
              comparisons.times(x["throughput_ratio"]), x["throughput_ratio"] >= TARGET_SPEEDUP,
              r.metrics.images_per_s >= TARGET_IMAGES_PER_S, r.source] for x in steps for r in [x["record"]]]

@@ -15,9 +15,14 @@ from results.report import figures
 from results.report.common import Environments, md_table, prose, sorted_groups
 
 
+def format_name(record: Record) -> str:
+    """A storage record's series: its data format and cache (sweeps of one format fold into it)."""
+    return f"{record.point.format}, cache {record.point.cache or 'as-is'}"
+
+
 def format_series(recs: Sequence[Record], metric: str) -> List[figures.Series]:
     """METRIC against nodes, one line per data format and cache: sweeps of one format fold, repeats too."""
-    groups = group_by(recs, lambda r: f"{r.point.format}, cache {r.point.cache or 'as-is'}")
+    groups = group_by(recs, format_name)
     return [figures.spread(name, aggregate(rs, lambda r: r.point.nodes, lambda r: getattr(r.metrics, metric)),
                            color=figures.palette(i)) for i, (name, rs) in enumerate(sorted(groups.items()))]
 

@@ -24,9 +24,7 @@ def _gpu_name(row: dict) -> str:
 
 def _gpu_rows(train: Sequence[Record]) -> List[List[str]]:
     """The step targets for each GPU model apart: a goal met on one model says nothing of another."""
-    amp = [x for x in comparisons.step_rows(train)
-           if x["record"].on_gpu and x["record"].point.precision != "O0"
-           and x["record"].point.data == "dummy" and x["record"].point.arch == "resnet50"]
+    amp = [x for x in gpu_step.amp_synthetic(train) if x["record"].point.arch == "resnet50"]
     return [row for gpu in sorted({_gpu_name(x) for x in amp})
             for row in _one_gpu_rows(gpu, [x for x in amp if _gpu_name(x) == gpu])]
 

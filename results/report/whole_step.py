@@ -113,10 +113,7 @@ def own_runs_text(train: Sequence[Record], restart_s: float, hal_run_s: Optional
 
 def _hal_time_to_train(pub: dict) -> Optional[Tuple[int, float]]:
     runs = [r for r in pub["hal_2020"]["runs"] if r.get("train_time_s")]
-    if not runs:
-        return None
-    n, t = max(zip(runs[0]["gpus"], runs[0]["train_time_s"]))
-    return n, t
+    return max(zip(runs[0]["gpus"], runs[0]["train_time_s"])) if runs else None
 
 
 def section(train: Sequence[Record], pipeline: Sequence[Record], overlap: Sequence[Record], pub: dict, links: dict,
@@ -157,11 +154,9 @@ def _figure(cs: Sequence[whole_step.Case], rows: Sequence[dict], path: Path) -> 
                     "style": "_-", "color": c} for r in mine if r["error_high"] > r["error_low"]]  # the cited band
     per_gpu += [{"label": "model (colours as on the right)", "x": [], "y": [], "style": "-", "color": "black"},
                 {"label": "published", "x": [], "y": [], "style": "o", "color": "black"}]
-    band = [1, 128]
-    errors += [{"label": f"+-{100 * scaling_model.CHECK_TOLERANCE:.0f}% (--check)", "x": band, "y": [y, y],
-                "style": ":",
-                "color": "black"} for y in (100 * scaling_model.CHECK_TOLERANCE, -100 * scaling_model.CHECK_TOLERANCE)]
-    errors[-1]["label"] = "_nolegend_"
+    tol = 100 * scaling_model.CHECK_TOLERANCE
+    errors += [{"label": label, "x": [1, 128], "y": [y, y], "style": ":", "color": "black"}
+               for label, y in ((f"+-{tol:.0f}% (--check)", tol), ("_nolegend_", -tol))]
     figures.grid(path, [
         {"title": "images/s per GPU: model (lines) and published (points)", "xlabel": "GPUs",
          "ylabel": "images/s per GPU", "series": per_gpu, "xlog": True, "ylog": True, "legend_loc": "lower center"},
