@@ -81,8 +81,7 @@ def write_devkit(out: Path, classes: Sequence[str], labels: Dict[str, str], rng:
              for k in range(1, INNER_NODES + 1)]
     synsets = np.empty((len(rows), 1), dtype=[(f, "O") for f in SYNSET_FIELDS])
     for i, row in enumerate(rows):
-        for field, value in zip(SYNSET_FIELDS, row):
-            synsets[i, 0][field] = value
+        synsets[i, 0] = row  # a tuple fills the struct's fields in order
     meta = io.BytesIO()
     scipy.io.savemat(meta, {"synsets": synsets})
     truth = "".join(f"{ids[labels[name]]}\n" for name in sorted(labels))

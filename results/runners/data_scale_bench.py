@@ -156,16 +156,12 @@ class _TouchAll(IterableDataset):
         self.index = index
 
     def __iter__(self):
-        n, chunk = len(self.index), 1 << 16
-        for start in range(0, n, chunk):
-            total = 0
-            for i in range(start, min(start + chunk, n)):
-                if isinstance(self.index, list):
-                    path, target = self.index[i]
-                else:
-                    path, target = self.index.name(i), self.index.target(i)
-                total += target + len(path)
-            yield total
+        n, chunk, total = len(self.index), 1 << 16, 0
+        for i, (path, target) in enumerate(self.index, 1):  # the indexes iterate as the list does: (name, class)
+            total += target + len(path)
+            if i % chunk == 0 or i == n:
+                yield total
+                total = 0
 
 
 def _build(kind: str, images: int):

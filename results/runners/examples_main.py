@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from results.runners.common import BenchError
-from results.runners.follow import Followed, Moment, follow
+from results.runners.follow import PROGRESS_EVERY_S, Followed, Moment, follow
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,6 @@ DEFAULTS = {"batch_size": 256, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
 SUMMARY = re.compile(r"^\s*\*\s+Acc@1\s+([\d.]+)\s+Acc@5\s+([\d.]+)")
 TRAIN_LINE = re.compile(r"^Epoch: \[(\d+)\]\[\s*(\d+)/(\d+)\]")
 TEST_LINE = re.compile(r"^Test: \[\s*1/(\d+)\]")
-PROGRESS_EVERY_S = 60.0
 
 
 def val_resize(image_size: int) -> int:

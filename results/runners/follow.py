@@ -27,6 +27,7 @@ from results.runners.common import BenchError
 
 
 SAMPLE_EVERY_S = 15.0
+PROGRESS_EVERY_S = 60.0  # a watched program's progress lines are logged at most this often
 QUIET_SHARE = 0.10  # a run counts when other processes used at most this share of the machine's CPU time
 # /proc/stat's first line: user nice system idle iowait irq softirq steal (guest time is within user)
 BUSY_FIELDS, IDLE_FIELDS = (0, 1, 2, 5, 6, 7), (3, 4)

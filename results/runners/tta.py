@@ -42,7 +42,7 @@ from results.analysis import tta_protocol
 from results.analysis.tta_protocol import EXAMPLES_PROGRAM, KIND, OURS_PROGRAM, PROTOCOL, TUNING_KIND
 from results.runners import examples_main, fashion_mnist
 from results.runners.common import BenchError, last_line, new_sweep
-from results.runners.follow import QUIET_SHARE, Followed, Moment, follow
+from results.runners.follow import PROGRESS_EVERY_S, QUIET_SHARE, Followed, Moment, follow
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,8 @@ IMAGE_SIZE = 32
 EXAMPLES_EPOCHS = 10
 # This project's recipe for the ours phase, in one place to tune, and only on the tuning split (phase
 # tune, records of kind tta_tuning). The run also gets --image-size, --seed, --desired-acc (main.py's
-# median best) and --time-budget-minutes (main.py's median wall time).
+# median best) and --time-budget-minutes (main.py's median wall time). Validation stays the engine's
+# default, main.py's: resize to the image size x 256/224, centre crop (one scoring for both programs).
 RECIPE_FLAGS = [
     "-b", "128", "--lr", "0.3",  # 0.15 at batch 128 after linear scaling (main.py: 0.1 at 256)
     "--lr-scheduler", "ramp", "--lr-peak-epoch", "1", "--warmup-epochs", "0",  # FFCV's ramp: up to epoch 1...
@@ -99,19 +100,8 @@ START_ALLOWANCE_S = 120.0  # ...plus its start (imports, the data scan), which i
 # one line per evaluation; "(ema)" after it when the run is scored on the EMA of the weights
 ENGINE_EPOCH = re.compile(r"^ \* Epoch (\d+): val top1 ([\d.]+)\s+top5 ([\d.]+).*?(?:\((ema)\))?\s*$")
 ENGINE_PROGRESS = re.compile(r"^Epoch: \[")
-PROGRESS_EVERY_S = 60.0
 EXAMPLES_NOTE = ("main.py's step decay (LR x0.1 every 30 epochs) does not fire within 10 epochs: its LR "
                  "stays 0.1 throughout")
-
-
-def recipe_flags(image_size: int) -> List[str]:
-    """RECIPE_FLAGS; validation stays the engine's default, main.py's: resize to IMAGE_SIZE x 256/224,
-    centre crop IMAGE_SIZE (one scoring for both programs)."""
-    return list(RECIPE_FLAGS)
-
-
-def scoring(image_size: int) -> str:
-    return f"resize {examples_main.val_resize(image_size)}, centre crop {image_size} (main.py's)"
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
@@ -165,7 +155,8 @@ def run(args: argparse.Namespace) -> List[dict]:
 def _point(program: str, data: Path, args: argparse.Namespace, **fields) -> dict:
     return {"program": program, "arch": "resnet18", "data": data.name, "image_size": args.image_size,
             "train_images": fashion_mnist.counts_of(data)["train"], "split": fashion_mnist.val_split_of(data),
-            "seed": args.seed, "protocol": PROTOCOL, "scoring": scoring(args.image_size), "workers": args.workers,
+            "seed": args.seed, "protocol": PROTOCOL, "workers": args.workers,
+            "scoring": f"resize {examples_main.val_resize(args.image_size)}, centre crop {args.image_size} (main.py's)",
             **fields}
 
 
@@ -219,7 +210,7 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
 def run_ours(args: argparse.Namespace, data: Path) -> dict:
     _require_split(data, "test", "ours")
     target, budget_s, runs = protocol_target(args.records, data.name, args.image_size)
-    flags = recipe_flags(args.image_size)
+    flags = list(RECIPE_FLAGS)
     log.info("ours: seed %d, target %.2f %% top-1 and budget %.0f s (main.py's medians over %d counted runs); "
              "recipe %s", args.seed, target, budget_s, len(runs), " ".join(flags))
     sweep, lines, followed, run_json, log_file = _engine_run(
@@ -243,7 +234,7 @@ def run_tuning(args: argparse.Namespace, data: Path) -> dict:
     benchmark run: no target, no budget, never read as one)."""
     _require_split(data, "tuning", "tune")
     trial = shlex.split(args.trial)
-    flags = [*recipe_flags(args.image_size), *trial]
+    flags = [*RECIPE_FLAGS, *trial]
     log.info("tune: seed %d, trial %s on the tuning split", args.seed, args.trial or "(the recipe as it is)")
     sweep, lines, followed, run_json, log_file = _engine_run(args, "tune", data, flags, args.timeout_minutes * 60)
     metrics = tta_metrics(lines.curve, 0.0, followed, fashion_mnist.counts_of(data)["train"], 0.0,
@@ -287,10 +278,9 @@ class EngineLines:
                      now)
         elif line.startswith(FIRST_STEP_LINE) and self.start_s is None:
             self.start_s = round(now, 2)
-        elif ENGINE_PROGRESS.match(line):
-            if now - self._last_progress >= PROGRESS_EVERY_S:
-                self._last_progress = now
-                log.info("ours: %s (%.0f s)", line.strip()[:60], now)
+        elif ENGINE_PROGRESS.match(line) and now - self._last_progress >= PROGRESS_EVERY_S:
+            self._last_progress = now
+            log.info("ours: %s (%.0f s)", line.strip()[:60], now)
 
 
 def protocol_target(path: Path, data: str, image_size: int) -> Tuple[float, float, List[Record]]:

@@ -23,7 +23,7 @@ def test_engine_learns_real_photographs(fashion_cache, tmp_path):
     # the recipe's EMA averages over about an epoch of 14; over these 125 steps an average that old would
     # still be near its start, so decay 0.99 here: adjusted to batch 32 x 8 steps / 2 epochs, each update
     # takes the weights as they are (the scored model is still the average, evaluated alone)
-    proc = warm_python(script("imagenet_ddp.py"), data, "--image-size", "32", *tta.recipe_flags(32), "-b", "32",
+    proc = warm_python(script("imagenet_ddp.py"), data, "--image-size", "32", *tta.RECIPE_FLAGS, "-b", "32",
                   "--model-ema-decay", "0.99",
                   "--epochs", "2", "--eval-every", "2", "-j", "1", "--desired-acc", "99", "--log-dir", tmp_path / "run",
                   timeout=600)
@@ -75,7 +75,7 @@ def test_ours_phase_records_time_to_the_target(fashion_cache, tmp_path):
     assert m["time_to_target_s"] == rec["curve"][0]["wall_s"] and m["core_s_to_target"] > 0
     assert m["images_seen"] == 384 and m["eval_every"] == 1  # 3 full batches of 128 from 400 images
     assert rec["engine_time_to_accuracy"]["reached"] and rec["engine_status"] == "reached_desired_acc"
-    assert rec["point"]["recipe"]["scaled_lr"] == 0.15 and rec["point"]["recipe_flags"] == tta.recipe_flags(32)
+    assert rec["point"]["recipe"]["scaled_lr"] == 0.15 and rec["point"]["recipe_flags"] == tta.RECIPE_FLAGS
     # the settings as the engine resolved them, read from its run.json (the recipe flags say 14 epochs, EMA)
     assert rec["point"]["recipe"]["batch_size"] == 128 and rec["point"]["recipe"]["model_ema"] is True
 
