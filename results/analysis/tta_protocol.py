@@ -3,7 +3,8 @@ budget they fix, each run measured against them from its curve, and medians with
 
 A run counts when it follows the protocol (its point names the protocol version), finished, and the
 machine was otherwise quiet (``metrics.counted``, from ``other_cpu_share``); an engine run counts only
-under the engine's current recipe (its newest run's). main.py's counted runs
+under the engine's current recipe (its newest run's) and when it was scored as main.py is (the same
+validation resize: :func:`one_scoring`). main.py's counted runs
 fix the target (their median best top-1) and the budget (their median wall time). Each engine run
 ran against the target and budget known when it started; it is measured here against the final
 ones, from its curve, so that every run is judged by the same numbers.
@@ -36,9 +37,30 @@ def machine(run: Record) -> str:
 
 
 def counted(runs: Sequence[Record]) -> List[Record]:
-    """One program's runs that count: quiet, and of its current recipe (the newest run's): a retuned
-    recipe starts its count again, and the runs of the recipes before it stay on record, uncounted."""
-    return [r for r in runs if r.metrics.counted and not superseded(r, runs)]
+    """One program's runs that count: quiet, scored as main.py is, and of its current recipe (the newest
+    run's): a retuned recipe starts its count again, and the runs of the recipes before it stay on record,
+    uncounted."""
+    return [r for r in runs if r.metrics.counted and one_scoring(r) and not superseded(r, runs)]
+
+
+def examples_resize(image_size: int) -> int:
+    """main.py's validation resize at IMAGE_SIZE: its Resize(256) before CenterCrop(224), scaled and truncated."""
+    return int(image_size * 256 / 224)
+
+
+def validation_resize(run: Record) -> int:
+    """The short side RUN's validation resized to before its centre crop. An engine run resized to what its
+    recipe passed (--val-resize-size), else to the engine's default, which rounds where main.py truncates
+    (37 at 32 px, main.py 36)."""
+    size = run.point.image_size
+    if run.point.program == EXAMPLES_PROGRAM:
+        return examples_resize(size)
+    return (run.point.recipe or {}).get("val_resize_size") or round(size * 256 / 224)
+
+
+def one_scoring(run: Record) -> bool:
+    """Whether RUN was scored as main.py is: the same validation resize (both centre-crop the image size)."""
+    return validation_resize(run) == examples_resize(run.point.image_size)
 
 
 def superseded(run: Record, runs: Sequence[Record]) -> bool:

@@ -76,9 +76,11 @@ def _runs_table(runs: dict, fixed: Optional[Goal]) -> str:
 def _run_row(program: str, run: Record, fixed: Optional[Goal], superseded: bool) -> list:
     m = run.metrics
     measured = protocol.measure(run, fixed.target, fixed.budget_s) if fixed else None
-    share = m.other_cpu_share
-    counted = f"{'yes' if m.counted and not superseded else 'no'} ({fmt(100 * share) if share is not None else '-'} %)"
+    share, same_scoring = m.other_cpu_share, protocol.one_scoring(run)
+    counted = f"{'yes' if m.counted and same_scoring and not superseded else 'no'} " \
+              f"({fmt(100 * share) if share is not None else '-'} %)"
     counted += ", an earlier recipe" if superseded else ""
+    counted += "" if same_scoring else f", validated at resize {protocol.validation_resize(run)}"
     return [NAMES[program], fmt(run.point.seed), counted, fmt(m.start_s),
             fmt(measured and measured.time_to_target_s), fmt(measured and measured.core_s_to_target),
             fmt(measured and measured.best_in_budget), fmt(m.best_top1), fmt(m.epochs), fmt(m.wall_s),

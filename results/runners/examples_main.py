@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from results.analysis.tta_protocol import examples_resize
 from results.runners.common import BenchError
 from results.runners.follow import PROGRESS_EVERY_S, Followed, Moment, follow
 
@@ -32,15 +33,10 @@ TRAIN_LINE = re.compile(r"^Epoch: \[(\d+)\]\[\s*(\d+)/(\d+)\]")
 TEST_LINE = re.compile(r"^Test: \[\s*1/(\d+)\]")
 
 
-def val_resize(image_size: int) -> int:
-    """main.py's validation resize for IMAGE_SIZE: its 256/224 ratio (36 for 32 px), the engine's default too."""
-    return int(image_size * 256 / 224)
-
-
 def size_replacements(image_size: int) -> List[tuple]:
     """(ImageNet text, benchmark text) for the three sizes; validation keeps main.py's 256/224 ratio."""
     return [("transforms.RandomResizedCrop(224)", f"transforms.RandomResizedCrop({image_size})"),
-            ("transforms.Resize(256)", f"transforms.Resize({val_resize(image_size)})"),
+            ("transforms.Resize(256)", f"transforms.Resize({examples_resize(image_size)})"),
             ("transforms.CenterCrop(224)", f"transforms.CenterCrop({image_size})")]
 
 

@@ -54,8 +54,8 @@ IMAGE_SIZE = 32
 EXAMPLES_EPOCHS = 10
 # This project's recipe for the ours phase, in one place to tune, and only on the tuning split (phase
 # tune, records of kind tta_tuning). The run also gets --image-size, --seed, --desired-acc (main.py's
-# median best) and --time-budget-minutes (main.py's median wall time). Validation stays the engine's
-# default, main.py's: resize to the image size x 256/224, centre crop (one scoring for both programs).
+# median best), --time-budget-minutes (main.py's median wall time) and main.py's validation
+# (scoring_flags: one scoring for both programs).
 RECIPE_FLAGS = [
     "-b", "128", "--lr", "0.3",  # 0.15 at batch 128 after linear scaling (main.py: 0.1 at 256)
     "--lr-scheduler", "ramp", "--lr-peak-epoch", "1", "--warmup-epochs", "0",  # FFCV's ramp: up to epoch 1...
@@ -71,7 +71,6 @@ RECIPE_FLAGS = [
     "--eval-every", "1", "-j", "2",
 ]
 DECLARED = "ema"  # the weights the runs are scored on: --eval-weights above
-EVAL_EVERY = int(RECIPE_FLAGS[RECIPE_FLAGS.index("--eval-every") + 1])
 # What RECIPE_FLAGS were chosen on: the tuning split, and the tuning records that chose them (their sweeps,
 # results/records/tta.jsonl; trials of the recipe, seed 0)
 TUNED_ON = {
@@ -152,11 +151,18 @@ def run(args: argparse.Namespace) -> List[dict]:
     return out
 
 
+def scoring_flags(image_size: int) -> List[str]:
+    """The engine's validation as main.py's: resize the short side to int(size x 256/224), then centre-crop
+    SIZE. Passed, not left to the engine's default, which rounds (37 at 32 px, where main.py resizes to 36)."""
+    return ["--val-resize-size", str(tta_protocol.examples_resize(image_size)), "--val-crop-size", str(image_size)]
+
+
 def _point(program: str, data: Path, args: argparse.Namespace, **fields) -> dict:
     return {"program": program, "arch": "resnet18", "data": data.name, "image_size": args.image_size,
             "train_images": fashion_mnist.counts_of(data)["train"], "split": fashion_mnist.val_split_of(data),
             "seed": args.seed, "protocol": PROTOCOL, "workers": args.workers,
-            "scoring": f"resize {examples_main.val_resize(args.image_size)}, centre crop {args.image_size} (main.py's)",
+            "scoring": f"resize {tta_protocol.examples_resize(args.image_size)}, centre crop {args.image_size} "
+                       "(main.py's)",
             **fields}
 
 
@@ -210,18 +216,18 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
 def run_ours(args: argparse.Namespace, data: Path) -> dict:
     _require_split(data, "test", "ours")
     target, budget_s, runs = protocol_target(args.records, data.name, args.image_size)
-    flags = list(RECIPE_FLAGS)
+    flags = [*RECIPE_FLAGS, *scoring_flags(args.image_size)]
     log.info("ours: seed %d, target %.2f %% top-1 and budget %.0f s (main.py's medians over %d counted runs); "
              "recipe %s", args.seed, target, budget_s, len(runs), " ".join(flags))
     sweep, lines, followed, run_json, log_file = _engine_run(
         args, "ours", data, flags, BOUND * budget_s + START_ALLOWANCE_S,
         "--desired-acc", f"{target:.3f}", "--time-budget-minutes", f"{budget_s / 60:.3f}")
-    engine_tta = run_json.get("time_to_accuracy") or {}
+    engine_tta, settings = run_json.get("time_to_accuracy") or {}, _settings(run_json)
     metrics = tta_metrics(lines.curve, target, followed, fashion_mnist.counts_of(data)["train"],
-                          engine_tta.get("eval_s", 0.0), EVAL_EVERY, lines.start_s, args.quiet_share)
+                          engine_tta.get("eval_s", 0.0), settings["eval_every"], lines.start_s, args.quiet_share)
     metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=tta_protocol.best_within(lines.curve, budget_s),
                    images_seen=sum(e.get("train_samples", 0) for e in run_json.get("epochs", [])) or None)
-    point = _point(OURS_PROGRAM, data, args, recipe_flags=flags, recipe=_settings(run_json), declared=DECLARED,
+    point = _point(OURS_PROGRAM, data, args, recipe_flags=flags, recipe=settings, declared=DECLARED,
                    tuned_on=TUNED_ON, target_from=[r.sweep for r in runs])
     return _record(sweep, point, metrics, followed, lines.curve, "the engine", engine_time_to_accuracy=engine_tta,
                    engine_status=run_json.get("status"), log=str(log_file))
@@ -234,13 +240,14 @@ def run_tuning(args: argparse.Namespace, data: Path) -> dict:
     benchmark run: no target, no budget, never read as one)."""
     _require_split(data, "tuning", "tune")
     trial = shlex.split(args.trial)
-    flags = [*RECIPE_FLAGS, *trial]
+    flags = [*RECIPE_FLAGS, *scoring_flags(args.image_size), *trial]
     log.info("tune: seed %d, trial %s on the tuning split", args.seed, args.trial or "(the recipe as it is)")
     sweep, lines, followed, run_json, log_file = _engine_run(args, "tune", data, flags, args.timeout_minutes * 60)
+    settings = _settings(run_json)  # as the engine resolved them: a trial's own --eval-every included
     metrics = tta_metrics(lines.curve, 0.0, followed, fashion_mnist.counts_of(data)["train"], 0.0,
-                          EVAL_EVERY, lines.start_s, args.quiet_share)
+                          settings["eval_every"], lines.start_s, args.quiet_share)
     metrics["final_top1"] = lines.curve[-1]["top1"] if lines.curve else None
-    point = _point(OURS_PROGRAM, data, args, trial=trial, recipe_flags=flags, recipe=_settings(run_json))
+    point = _point(OURS_PROGRAM, data, args, trial=trial, recipe_flags=flags, recipe=settings)
     return _record(sweep, point, metrics, followed, lines.curve, "the engine", TUNING_KIND, log=str(log_file))
 
 
@@ -315,7 +322,8 @@ def _settings(run_json: dict) -> dict:
     sections, home = run_json.get("config", {}), section_of()  # run.json keeps the settings by section
     keys = ("batch_size", "opt", "lr", "lr_scaling", "lr_schedule", "lr_peak_epoch", "warmup_epochs", "epochs",
             "momentum", "weight_decay", "no_bn_wd", "label_smoothing", "train_crop_scale", "zero_init_residual",
-            "model_ema", "model_ema_steps", "model_ema_decay", "eval_every", "workers", "data_backend", "seed")
+            "model_ema", "model_ema_steps", "model_ema_decay", "eval_every", "val_resize_size", "val_crop_size",
+            "workers", "data_backend", "seed")
     return {**{k: sections.get(home[k], {}).get(k) for k in keys}, "scaled_lr": run_json.get("lr"),
             "global_batch": run_json.get("global_batch")}
 

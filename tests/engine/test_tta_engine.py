@@ -9,7 +9,7 @@ import pytest
 
 from results import bench
 from results.core import records
-from results.runners import fashion_mnist, tta
+from results.runners import examples_main, fashion_mnist, tta
 from imagenet.train import time_to_accuracy
 from tests.helpers import explain, read_run, script, tb_scalars
 from tests.warm_start import warm_python
@@ -75,7 +75,12 @@ def test_ours_phase_records_time_to_the_target(fashion_cache, tmp_path):
     assert m["time_to_target_s"] == rec["curve"][0]["wall_s"] and m["core_s_to_target"] > 0
     assert m["images_seen"] == 384 and m["eval_every"] == 1  # 3 full batches of 128 from 400 images
     assert rec["engine_time_to_accuracy"]["reached"] and rec["engine_status"] == "reached_desired_acc"
-    assert rec["point"]["recipe"]["scaled_lr"] == 0.15 and rec["point"]["recipe_flags"] == tta.RECIPE_FLAGS
+    assert rec["point"]["recipe"]["scaled_lr"] == 0.15
+    assert rec["point"]["recipe_flags"] == [*tta.RECIPE_FLAGS, *tta.scoring_flags(32)]
+    # one scoring: the engine validated as main.py's copy does (Resize(36), CenterCrop(32)), not at its own
+    # default (37 at 32 px)
+    assert ("transforms.Resize(256)", "transforms.Resize(36)") in examples_main.size_replacements(32)
+    assert (rec["point"]["recipe"]["val_resize_size"], rec["point"]["recipe"]["val_crop_size"]) == (36, 32)
     # the settings as the engine resolved them, read from its run.json (the recipe flags say 14 epochs, EMA)
     assert rec["point"]["recipe"]["batch_size"] == 128 and rec["point"]["recipe"]["model_ema"] is True
 
@@ -88,11 +93,13 @@ def test_tuning_runs_on_held_out_training_photographs_without_the_test_files(fas
     out = tmp_path / "r.jsonl"
     assert bench.main(["time-to-accuracy", "--phase", "tune", "--fashion-mnist", str(source), "--cache",
                        str(tmp_path / "cache"), "--train-per-class", "40", "--val-per-class", "10", "--trial",
-                       "--epochs 2 --lr-peak-epoch 0.5 --wd 5e-4", "--records", str(out),
+                       "--epochs 2 --lr-peak-epoch 0.5 --wd 5e-4 --eval-every 2", "--records", str(out),
                        "--work", str(tmp_path / "work")]) == 0
     rec = json.loads(out.read_text().splitlines()[-1])
     assert rec["kind"] == "tta_tuning" and rec["status"] == "ok" and records.validate(rec) is None
-    assert rec["point"]["split"] == "tuning" and rec["point"]["trial"][-2:] == ["--wd", "5e-4"]
+    assert rec["point"]["split"] == "tuning" and rec["point"]["trial"][-4:] == ["--wd", "5e-4", "--eval-every", "2"]
     assert rec["point"]["recipe"]["weight_decay"] == 5e-4 and rec["metrics"]["epochs"] == 2
+    assert rec["metrics"]["eval_every"] == 2  # the trial's own, as the engine ran it (the recipe says 1)
+    assert rec["point"]["recipe"]["val_resize_size"] == 36  # scored as main.py is, in tuning too
     assert rec["metrics"]["final_top1"] == rec["curve"][-1]["top1"]
     assert rec["point"]["data"] == "fashion-mnist-tuning-40x10"

@@ -287,9 +287,14 @@ def test_eval_every_and_budget_are_checked():
     assert (cfg.optim.eval_every, cfg.optim.time_budget_minutes) == (4, 1.5)
 
 
-def _protocol_record(program, sweep, seed, curve=(), counted=True, kind="time_to_accuracy", **metrics):
+SCORED_AS_MAIN = {"val_resize_size": 36, "val_crop_size": 32}  # an engine run's resolved validation, as main.py's
+
+
+def _protocol_record(program, sweep, seed, curve=(), counted=True, kind="time_to_accuracy", recipe=SCORED_AS_MAIN,
+                     **metrics):
     point = {"program": program, "data": "fashion-mnist", "image_size": 32, "seed": seed, "protocol": tta.PROTOCOL,
-             "split": "test", "declared": "ema" if program == tta.OURS_PROGRAM else "model", "trial": ["--wd", "5e-4"]}
+             "split": "test", "declared": "ema" if program == tta.OURS_PROGRAM else "model", "trial": ["--wd", "5e-4"],
+             **({"recipe": recipe} if program == tta.OURS_PROGRAM else {})}
     values = {"target_top1": 0.0, "best_top1": max((p["top1"] for p in curve), default=0.0), "wall_s": 0.0,
               "core_s": 0.0, "epochs": len(curve), "eval_every": 1, "start_s": 10.0 + seed,
               "other_cpu_share": 0.02 if counted else 0.35, "counted": counted, **metrics}
@@ -344,7 +349,8 @@ def test_report_marks_the_runs_before_the_protocol(tmp_path):
 def test_a_retuned_recipe_starts_its_count_again():
     def run(sweep, when, flags, program=tta.OURS_PROGRAM):
         rec = records.make_record("time_to_accuracy", sweep, {"program": program, "protocol": tta.PROTOCOL,
-                                                              "recipe_flags": flags}, {"counted": True}, {})
+                                                              "image_size": 32, "recipe_flags": flags,
+                                                              "recipe": SCORED_AS_MAIN}, {"counted": True}, {})
         return kinds.from_dict({**rec, "time": when, "_source": f"t.jsonl:{sweep}"})
     old = [run(f"old-{i}", f"2026-11-27T1{i}:00:00+00:00", ["--epochs", "14"]) for i in range(3)]
     new = run("new", "2026-11-27T15:00:00+00:00", ["--epochs", "10"])
@@ -381,3 +387,20 @@ def test_a_killed_benchmark_stops_the_program_it_runs(idx_dir, tmp_path):
     except ProcessLookupError:
         return
     pytest.fail("main.py's stand-in outlived the killed harness")
+
+
+def test_an_engine_run_counts_only_when_validated_as_main_py_is(tmp_path):
+    # main.py's copy resizes to int(32 x 256/224) = 36; the engine's default rounds to 37 (its runs before the
+    # recipe passed --val-resize-size): scored differently, so not counted, and the table says why
+    assert tta_protocol.examples_resize(32) == 36 and tta.scoring_flags(32) == ["--val-resize-size", "36",
+                                                                               "--val-crop-size", "32"]
+    assert ("transforms.Resize(256)", "transforms.Resize(36)") in examples_main.size_replacements(32)
+    as_main = _protocol_record(tta.OURS_PROGRAM, "ours-36", 1, _curve((100, 90.0)))
+    default = _protocol_record(tta.OURS_PROGRAM, "ours-37", 2, _curve((100, 90.0)), recipe={"val_resize_size": None})
+    assert tta_protocol.validation_resize(default) == 37 and tta_protocol.validation_resize(as_main) == 36
+    assert tta_protocol.counted([as_main, default]) == [as_main]
+    examples = _protocol_record(tta.EXAMPLES_PROGRAM, "ex", 1, _curve((200, 85.0)))
+    assert tta_protocol.one_scoring(examples) and tta_protocol.counted([examples]) == [examples]
+    text = tta_report.section([examples, as_main, default], tmp_path / "figures")
+    assert "| this engine | 2 | no (2 %), validated at resize 37 |" in text
+    assert "| this engine | 1 | yes (2 %) |" in text
