@@ -9,7 +9,7 @@ The metrics classes are also the schema :func:`results.core.records.validate` ch
 where present.
 
 The JSON on disk is unchanged: ``Record.raw`` keeps the object as read, for the report's "as
-recorded" tables and for the modules that still read records as dicts.
+recorded" tables and for the runners' tests, which read records as dicts.
 """
 # No ``from __future__ import annotations``: required() reads the evaluated Annotated markers.
 

@@ -198,12 +198,6 @@ def read_records(path: Path) -> Tuple[List[Record], List[Problem]]:
     return good, bad
 
 
-def read_lines(path: Path) -> Tuple[List[dict], List[Problem]]:
-    """:func:`read_records`, each record as its JSON object plus ``_source`` (see :func:`load`)."""
-    good, bad = read_records(path)
-    return [r.raw for r in good], bad
-
-
 def load_by_file(paths: Iterable[Path]) -> List[Tuple[Path, List[Record], List[Problem]]]:
     """Each records file's (path, records, unusable lines), in file order; an unusable line is logged once.
     PATHS name records files: a file as given, a directory's ``*.jsonl`` in name order."""
@@ -223,16 +217,16 @@ def load_typed(paths: Iterable[Path]) -> Tuple[List[Record], List[Problem]]:
 
 def load(paths: Iterable[Path]) -> Tuple[List[dict], List[Problem]]:
     """:func:`load_typed`, each record as its JSON object plus ``_source``: the one way in for the code
-    that still reads records as dicts (the time-to-accuracy runner, tests of the runners)."""
+    that still reads records as dicts (tests of the runners)."""
     good, bad = load_typed(paths)
     return [r.raw for r in good], bad
 
 
 # ---------------------------------------------------------------- selection (shared by analysis and report)
 
-def by_kind(recs: Sequence[Any], kind: str, ok: bool = True) -> List[Any]:
-    """The ok (or failed) records of KIND; RECS may be :class:`Record` objects or record dicts."""
-    return [r for r in recs if _field(r, "kind") == kind and (_field(r, "status") == "ok") == ok]
+def by_kind(recs: Sequence[Record], kind: str) -> List[Record]:
+    """The ok records of KIND."""
+    return [r for r in recs if r.kind == kind and r.ok]
 
 
 def group_by(items: Iterable[Any], key: Callable[[Any], Any]) -> Dict[Any, List[Any]]:
@@ -250,11 +244,6 @@ def newest_sweep(items: Sequence[Any], record_of=lambda x: x) -> List[Any]:
         return []
     newest = max(items, key=lambda x: (record_of(x).time, record_of(x).sweep))
     return [x for x in items if record_of(x).sweep == record_of(newest).sweep]
-
-
-def _field(rec: Any, name: str) -> Any:
-    """A shared field of a Record or of a record dict (the time-to-accuracy report still passes dicts)."""
-    return getattr(rec, name) if isinstance(rec, Record) else rec[name]
 
 
 # ---------------------------------------------------------------- no machine paths in records

@@ -85,7 +85,7 @@ def test_loaded_records_are_typed_once_and_keep_their_json(tmp_path):
     assert rec.environment.gpu_name == "H100" and rec.environment.code == "d1"
     assert rec.recorded("point")["not_typed"] == 1  # untyped fields stay in the JSON as recorded
     assert records.load([path])[0][0] == rec.raw and rec.raw["_source"] == "t.jsonl:1"  # the dict view
-    assert records.by_kind([rec], "train") == [rec] and records.by_kind([rec.raw], "train") == [rec.raw]
+    assert records.by_kind([rec], "train") == [rec] and records.by_kind([rec], "io") == []
 
 
 def test_metrics_classes_mark_what_validation_requires():
