@@ -39,7 +39,6 @@ STATUSES = ("ok", "failed")
 
 # The kinds, their points and metrics are typed in results.core.kinds; the JSON fields every record has:
 FIELDS = ("schema", "kind", "status", "sweep", "time", "point", "metrics", "environment")
-METRICS: Dict[str, type] = {kind: metrics for kind, (_, metrics) in KINDS.items()}
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
 _NAMES_BY_UNIT = {
@@ -97,7 +96,7 @@ def make_record(kind: str, sweep: str, point: Dict[str, Any], metrics: Dict[str,
                 environment: Dict[str, Any], status: str = "ok", error: Optional[str] = None,
                 **extra: Any) -> dict:
     """Build a record dict (the JSON line); ``extra`` holds kind-specific context (run_dir, command, notes)."""
-    if kind not in METRICS or status not in STATUSES:
+    if kind not in KINDS or status not in STATUSES:
         raise ValueError(f"bad record kind/status {kind!r}/{status!r}")
     rec = {"schema": SCHEMA, "kind": kind, "status": status, "error": error, "sweep": sweep,
            "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "point": point,
@@ -156,14 +155,14 @@ def validate(rec: Any) -> Optional[str]:
         return f"missing field(s) {', '.join(missing)}"
     if rec["schema"] != SCHEMA:
         return f"schema {rec['schema']!r} is not {SCHEMA}"
-    if rec["kind"] not in METRICS:
+    if rec["kind"] not in KINDS:
         return f"unknown kind {rec['kind']!r}"
     if rec["status"] not in STATUSES:
         return f"unknown status {rec['status']!r}"
     if not isinstance(rec["metrics"], dict) or not isinstance(rec["point"], dict):
         return "point and metrics must be objects"
     if rec["status"] == "ok":
-        typed = METRICS[rec["kind"]]
+        _, typed = KINDS[rec["kind"]]
         lacking = [m for m in numeric(typed) if not _is_number(rec["metrics"].get(m))
                    and (m in required(typed) or m in rec["metrics"])]
         if lacking:
