@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 from imagenet.common.variants import SCRIPTS
 from results import report
 from results.core import records
-from results.core.kinds import typed
+from results.core.kinds import from_dict
 from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.setups import CPU_SETUPS, SETUPS
 from results.runners import (data_scale_bench, faults_bench, local, prepare_bench, region_bench, scaling, slurm_queue,
@@ -240,7 +240,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (BenchError, slurm_queue.SlurmError, GenerateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    failed = sum(not typed(r).ok for r in out)
+    failed = sum(not from_dict(r).ok for r in out)
     log.info("%d point(s) recorded in %s, %d failed", len(out), a.records, failed)
     return 1 if failed == len(out) and out else 0
 

@@ -2,6 +2,7 @@
 that the scaling model takes as its link."""
 from __future__ import annotations
 
+import statistics
 from typing import Dict, Optional, Sequence
 
 from results.core.kinds import AllreduceMetrics
@@ -23,13 +24,11 @@ def fit_alpha_beta(rows: Sequence[AllreduceMetrics]) -> Optional[Dict[str, float
     if len(rows) < 2:
         return None
     n = rows[0].world_size
-    xs = [r.bytes * bus_factor(n) for r in rows]
-    ys = [r.time_us * 1e-6 for r in rows]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
+    try:
+        slope = statistics.linear_regression([r.bytes * bus_factor(n) for r in rows],
+                                             [r.time_us * 1e-6 for r in rows]).slope
+    except statistics.StatisticsError:  # one message size: no slope
         return None
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
     if slope <= 0:
         return None
     smallest = min(rows, key=lambda r: r.bytes)

@@ -77,8 +77,7 @@ def predict_cluster(series: Sequence[Record], ar: Sequence[Record] = (), overlap
     missing, sources = ["input pipeline (loader cores x images/s per core are not recorded per node)"], {}
     fit, ar_recs = _link(ar)
     if fit:
-        n_ar = ar_recs[0].metrics.world_size
-        busbw, alpha = fit["busbw_bytes_per_s"], scaling_model.hop_latency(fit["alpha_s"], n_ar)
+        busbw, alpha = fit["busbw_bytes_per_s"], scaling_model.hop_latency(fit["alpha_s"], fit["world_size"])
         sources["all-reduce link"] = f"{ar_recs[0].source}..{ar_recs[-1].source.split(':')[-1]}"
         if (p.nodes or 1) > 1 or any((r.point.nodes or 1) > 1 for r in series):
             missing.append("the inter-node link (the all-reduce was measured on one host; its fit is used)")

@@ -52,7 +52,7 @@ What it still leaves out is said where it is checked (``python -m results.scalin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from results.core.setups import IMAGENET_TRAIN_IMAGES
@@ -229,7 +229,7 @@ class WholeStep:
     step_samples: Tuple[float, ...] = ()  # measured per-step times (any unit); empty: no straggler term
     pipeline: Optional[Pipeline] = None
     storage: Optional[Storage] = None
-    off: Tuple[str, ...] = field(default=())  # terms switched off (to see what each one costs)
+    off: Tuple[str, ...] = ()  # terms switched off (to see what each one costs)
     epoch: Epoch = Epoch()
 
 
@@ -280,8 +280,7 @@ def _images_per_s(model: WholeStep, gpus: int) -> Tuple[float, dict]:
     t_read = max(t_step, (read_s - restart) / steps)  # per step, once that bound stretches the epoch
     epoch_s = restart + steps * t_read
     x = m.global_batch(gpus) * timed / (restart + timed * t_read)
-    return x, {"exposed_comm_s": exposed, "straggler_s": wait, "sync_step_s": t_sync,
-               "demand_images_per_s": m.global_batch(gpus) / t_sync, "pipeline_images_per_s": pipe,
+    return x, {"exposed_comm_s": exposed, "straggler_s": wait, "pipeline_images_per_s": pipe,
                "data_wait_s": t_step - t_sync, "restart_s": restart, "restart_per_step_s": restart / timed,
                "storage_wait_s": t_read - t_step, "steps": steps, "timed_steps": timed, "epoch_s": epoch_s,
                "storage_epoch_s": storage}
@@ -304,7 +303,7 @@ def breakdown(model: WholeStep, gpus: int) -> Dict[str, object]:
     m = model.inputs
     t = m.global_batch(gpus) / x
     return {"gpus": gpus, "images_per_s": x, "step_time_s": t, "efficiency": m.step_time_s / t,
-            "compute_s": m.step_time_s, "binding": binding, "gain_images_per_s": gains, **parts}
+            "compute_s": m.step_time_s, "binding": binding, **parts}
 
 
 def calibrate_whole(model: WholeStep, gpus: int, measured_images_per_s: float) -> WholeStep:

@@ -164,6 +164,7 @@ def restart_range(facts: dict) -> Tuple[float, float]:
 def hal_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
     L = links["hal_2020"]
     rate, _ = got.rate(L["loader_backend"])
+    pipe = scaling_model.Pipeline(L["cores_per_node"], rate, L["loader_workers_per_gpu"]) if rate else None
     samples, _ = got.samples("cuda")
     grad = parameter_count(L["arch"]) * L["grad_bytes_per_param"]
     cases = []
@@ -178,10 +179,8 @@ def hal_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
                                            alpha_inter_s=L["alpha_inter_s"])
 
         def build(values: dict, inputs=inputs) -> scaling_model.WholeStep:
-            r = values.get("images_per_core_s", rate)
-            pipe = scaling_model.Pipeline(L["cores_per_node"], r, L["loader_workers_per_gpu"]) if r else None
             epoch = scaling_model.Epoch(restart_s=values["loader_restart_s"], timed_every=L["timed_every"],
-                             drop_last=L["drop_last"])
+                                        drop_last=L["drop_last"])
             st = scaling_model.Storage(L["bytes_per_image"], values["storage_read_Bps"], L["storage_opens_per_s"])
             return scaling_model.WholeStep(inputs, L["hidden_fraction"], samples, pipe, st, epoch=epoch)
         pts = list(zip(run["gpus"], batches, run["train_img_per_s"]))
@@ -204,10 +203,9 @@ def dle_cases(pub: dict, links: dict, got: Measured) -> List[Case]:
                                            grad_bytes=params * c["grad_bytes_per_param"],
                                            busbw_intra=sysm["busbw_intra"], alpha_intra_s=sysm["alpha_intra_s"],
                                            gpus_per_node=sysm["gpus_per_node"])
+        pipe = scaling_model.Pipeline(sysm["cores_per_node"], rate, sysm["loader_workers_per_gpu"]) if rate else None
 
-        def build(values: dict, inputs=inputs, sysm=sysm) -> scaling_model.WholeStep:
-            r = values.get("images_per_core_s", rate)
-            pipe = scaling_model.Pipeline(sysm["cores_per_node"], r, sysm["loader_workers_per_gpu"]) if r else None
+        def build(values: dict, inputs=inputs, pipe=pipe) -> scaling_model.WholeStep:
             # workers persist: no restart
             return scaling_model.WholeStep(inputs, got.hidden_fraction, samples, pipe, None)
         published = pub["nvidia_dle_2021"]["train_img_per_s"][config]

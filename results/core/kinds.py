@@ -9,7 +9,7 @@ The metrics classes are also the schema :func:`results.core.records.validate` ch
 where present.
 
 The JSON on disk is unchanged: ``Record.raw`` keeps the object as read, for the report's "as
-recorded" tables and for the modules that still read records as dicts.
+recorded" tables and for the runners' tests, which read records as dicts.
 """
 # No ``from __future__ import annotations``: required() reads the evaluated Annotated markers.
 
@@ -499,15 +499,10 @@ def _build(cls: type, values: Mapping[str, Any]) -> Any:
 
 
 def from_dict(rec: Mapping[str, Any]) -> Record:
-    """The typed record of a validated record dict (see :func:`results.core.records.validate`)."""
+    """The typed record of a record dict: one the loaders validated (:func:`results.core.records.validate`),
+    or one a runner just made."""
     point_cls, metrics_cls = KINDS[rec["kind"]]
     shared = {k: v for k, v in rec.items() if k in _SHARED}
     shared["environment"] = _build(Environment, rec.get("environment") or {})
     return Record(point=_build(point_cls, rec["point"]), metrics=_build(metrics_cls, rec["metrics"]),
                   source=rec.get("_source", ""), raw=rec, **shared)
-
-
-def typed(rec: Any) -> Record:
-    """REC as a :class:`Record`: for a runner's record dict just written, and for the functions that the
-    time-to-accuracy modules still call with dicts."""
-    return rec if isinstance(rec, Record) else from_dict(rec)

@@ -39,7 +39,6 @@ STATUSES = ("ok", "failed")
 
 # The kinds, their points and metrics are typed in results.core.kinds; the JSON fields every record has:
 FIELDS = ("schema", "kind", "status", "sweep", "time", "point", "metrics", "environment")
-METRICS: Dict[str, type] = {kind: metrics for kind, (_, metrics) in KINDS.items()}
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
 _NAMES_BY_UNIT = {
@@ -97,7 +96,7 @@ def make_record(kind: str, sweep: str, point: Dict[str, Any], metrics: Dict[str,
                 environment: Dict[str, Any], status: str = "ok", error: Optional[str] = None,
                 **extra: Any) -> dict:
     """Build a record dict (the JSON line); ``extra`` holds kind-specific context (run_dir, command, notes)."""
-    if kind not in METRICS or status not in STATUSES:
+    if kind not in KINDS or status not in STATUSES:
         raise ValueError(f"bad record kind/status {kind!r}/{status!r}")
     rec = {"schema": SCHEMA, "kind": kind, "status": status, "error": error, "sweep": sweep,
            "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "point": point,
@@ -156,14 +155,14 @@ def validate(rec: Any) -> Optional[str]:
         return f"missing field(s) {', '.join(missing)}"
     if rec["schema"] != SCHEMA:
         return f"schema {rec['schema']!r} is not {SCHEMA}"
-    if rec["kind"] not in METRICS:
+    if rec["kind"] not in KINDS:
         return f"unknown kind {rec['kind']!r}"
     if rec["status"] not in STATUSES:
         return f"unknown status {rec['status']!r}"
     if not isinstance(rec["metrics"], dict) or not isinstance(rec["point"], dict):
         return "point and metrics must be objects"
     if rec["status"] == "ok":
-        typed = METRICS[rec["kind"]]
+        _, typed = KINDS[rec["kind"]]
         lacking = [m for m in numeric(typed) if not _is_number(rec["metrics"].get(m))
                    and (m in required(typed) or m in rec["metrics"])]
         if lacking:
@@ -198,12 +197,6 @@ def read_records(path: Path) -> Tuple[List[Record], List[Problem]]:
     return good, bad
 
 
-def read_lines(path: Path) -> Tuple[List[dict], List[Problem]]:
-    """:func:`read_records`, each record as its JSON object plus ``_source`` (see :func:`load`)."""
-    good, bad = read_records(path)
-    return [r.raw for r in good], bad
-
-
 def load_by_file(paths: Iterable[Path]) -> List[Tuple[Path, List[Record], List[Problem]]]:
     """Each records file's (path, records, unusable lines), in file order; an unusable line is logged once.
     PATHS name records files: a file as given, a directory's ``*.jsonl`` in name order."""
@@ -223,16 +216,16 @@ def load_typed(paths: Iterable[Path]) -> Tuple[List[Record], List[Problem]]:
 
 def load(paths: Iterable[Path]) -> Tuple[List[dict], List[Problem]]:
     """:func:`load_typed`, each record as its JSON object plus ``_source``: the one way in for the code
-    that still reads records as dicts (the time-to-accuracy runner, tests of the runners)."""
+    that still reads records as dicts (tests of the runners)."""
     good, bad = load_typed(paths)
     return [r.raw for r in good], bad
 
 
 # ---------------------------------------------------------------- selection (shared by analysis and report)
 
-def by_kind(recs: Sequence[Any], kind: str, ok: bool = True) -> List[Any]:
-    """The ok (or failed) records of KIND; RECS may be :class:`Record` objects or record dicts."""
-    return [r for r in recs if _field(r, "kind") == kind and (_field(r, "status") == "ok") == ok]
+def by_kind(recs: Sequence[Record], kind: str) -> List[Record]:
+    """The ok records of KIND."""
+    return [r for r in recs if r.kind == kind and r.ok]
 
 
 def group_by(items: Iterable[Any], key: Callable[[Any], Any]) -> Dict[Any, List[Any]]:
@@ -250,11 +243,6 @@ def newest_sweep(items: Sequence[Any], record_of=lambda x: x) -> List[Any]:
         return []
     newest = max(items, key=lambda x: (record_of(x).time, record_of(x).sweep))
     return [x for x in items if record_of(x).sweep == record_of(newest).sweep]
-
-
-def _field(rec: Any, name: str) -> Any:
-    """A shared field of a Record or of a record dict (the time-to-accuracy report still passes dicts)."""
-    return getattr(rec, name) if isinstance(rec, Record) else rec[name]
 
 
 # ---------------------------------------------------------------- no machine paths in records

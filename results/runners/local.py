@@ -13,7 +13,7 @@ from results.analysis.efficiency import with_efficiency
 from results.analysis.parameters import parameter_count
 from results.core import records
 from results.core.records import RUNS_DIR, SCRATCH_DIR
-from results.core.kinds import typed
+from results.core.kinds import from_dict
 from results.core.setups import BASELINE_SETUP, group_key
 from results.runners import allreduce_bench, common, io_bench, overlap_bench, pipeline_bench as pipelines, train_bench
 from results.runners.procs import run_ranks
@@ -48,11 +48,11 @@ def run_train(args: argparse.Namespace) -> List[dict]:
         rec = _train_point(p, runner, sweep, params[p.arch], args)
         done.append(rec)
         # the newest point's scaling efficiency, in its record: the baseline ran first, so it is final
-        m = with_efficiency([typed(r) for r in done])[-1].metrics
+        m = with_efficiency([from_dict(r) for r in done])[-1].metrics
         if m.scaling_efficiency is not None:
             records.add_metrics(rec, scaling_efficiency=m.scaling_efficiency, baseline_world_size=m.baseline_world_size)
         records.append(args.records, rec)
-        r = typed(rec)
+        r = from_dict(rec)
         if r.ok:
             log.info("    %.1f images/s (%d processes), %.1f ms/step, efficiency %.2f", r.metrics.images_per_s,
                      r.world_size, r.metrics.step_time_ms, r.metrics.scaling_efficiency or float("nan"))

@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from imagenet.common.files import write_text
 from results.analysis.parameters import parameter_count
 from results.core import records
-from results.core.kinds import typed
+from results.core.kinds import from_dict
 from results.core.records import RUNS_DIR, SCRATCH_DIR, portable
 from results.runners import slurm_queue, storage_bench, train_bench
 from results.runners.common import BenchError, add_flags, environment, record_context
@@ -184,7 +184,7 @@ def submit_and_collect(points: List[Point], args: argparse.Namespace) -> int:
         nonlocal failed
         rec = point.finish(point)
         records.append(args.records, rec)
-        failed += not typed(rec).ok
+        failed += not from_dict(rec).ok
         log.info("%s: %s", point.label, _summary(rec))
     try:
         previous = None
@@ -218,7 +218,7 @@ def submit_and_collect(points: List[Point], args: argparse.Namespace) -> int:
 
 
 def _summary(rec: dict) -> str:
-    r = typed(rec)
+    r = from_dict(rec)
     m, job = r.metrics, r.environment.slurm_job_id
     if not r.ok:
         numbers = f"FAILED: {r.error}"

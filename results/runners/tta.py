@@ -36,7 +36,7 @@ from typing import List, Optional, Tuple
 from imagenet.config import section_of
 from imagenet.train.time_to_accuracy import FIRST_STEP_LINE
 from results.core import records
-from results.core.kinds import Record, typed
+from results.core.kinds import Record, from_dict
 from results.core.records import RESULTS_DIR, SCRATCH_DIR
 from results.analysis import tta_protocol
 from results.analysis.tta_protocol import EXAMPLES_PROGRAM, KIND, OURS_PROGRAM, PROTOCOL, TUNING_KIND
@@ -344,7 +344,7 @@ def _commit(checkout: Path) -> Optional[str]:
 
 
 def _say(written: dict) -> None:
-    rec = typed(written)
+    rec = from_dict(written)
     m = rec.metrics
     if not rec.ok:
         log.info("%s: failed: %s", rec.point.program, rec.error)

@@ -39,7 +39,7 @@ def run(cluster: SlurmCluster, cmd: List[str], timeout: float = 600) -> subproce
 
 
 def read(path: Path) -> List[dict]:
-    good, bad = records.read_lines(path)
+    good, bad = records.load([path])
     assert not bad, bad
     return good
 

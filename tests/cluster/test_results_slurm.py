@@ -26,7 +26,7 @@ def test_slurm_points_write_records(slurm_cluster: SlurmCluster, tmp_path: Path,
                      "--nodes", "1", "2", "--image-size", "32", "--batch", "8", "--steps-per-epoch", "7",
                      "--val-steps", "1", "--time-limit", "00:05:00", "--timeout", "120", "--note", "test cluster",
                      "--records", str(out), "--tag", "t"])
-    good, bad = records.read_lines(out)
+    good, bad = records.load([out])
     assert not bad, bad
     assert [r["status"] for r in good] == ["ok", "ok"], [r["error"] for r in good]
     assert rc == 0
@@ -52,7 +52,7 @@ def test_slurm_point_past_its_timeout_is_cancelled_not_left_queued(slurm_cluster
     rc = bench.main(["train", "--submit", "slurm", "--gpus-per-node", "0", "--cpus-per-task", "1", "--procs", "1",
                      "--nodes", "1", "--image-size", "32", "--batch", "8", "--steps-per-epoch", "100000",
                      "--time-limit", "00:05:00", "--timeout", "15", "--records", str(out), "--tag", "t"])
-    (rec,) = records.read_lines(out)[0]
+    (rec,) = records.load([out])[0]
     assert rc == 1 and rec["status"] == "failed" and "exit code 124" in rec["error"], rec["error"]
     (output,) = (tmp_path / "scratch").rglob("slurm-*.out")  # the job started: its output names its id
     job = output.stem.removeprefix("slurm-")

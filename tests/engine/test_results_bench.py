@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _read(path: Path):
-    good, bad = records.read_lines(path)
+    good, bad = records.load([path])
     assert not bad, bad
     return good
 
