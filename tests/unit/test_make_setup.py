@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,12 @@ def test_no_mpi_implementation_and_no_dali_anywhere_by_default():
     assert "mpi" not in dependencies.lower() and "dali" not in dependencies.lower()
     for extra in ("mpi", "slurm", "dali-cu12", "dali-cu13", "report", "test"):
         assert re.search(rf"^{extra} = \[", pyproject, re.M), extra
+
+
+def test_the_installed_packages_are_the_packages_on_disk():
+    # setuptools fails the whole install on a listed package that is gone, and leaves out an unlisted one
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(init.parent.relative_to(REPO).parts) for top in ("imagenet", "results", "launch")
+               for init in (REPO / top).rglob("__init__.py")}
+    assert {name for name in listed if not (REPO / name.replace(".", "/") / "__init__.py").exists()} == set()
+    assert on_disk - listed == set()
