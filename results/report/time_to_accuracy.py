@@ -143,7 +143,8 @@ def _tuning(tuning: Sequence[Record]) -> str:
     if not tuning:
         return ""
     rows = [[" ".join(r.point.trial or []) or "(the recipe)", fmt(r.point.seed), fmt(r.metrics.epochs),
-             fmt(r.metrics.final_top1), fmt(r.metrics.best_top1), fmt(r.metrics.wall_s), r.source]
+             fmt(r.metrics.final_top1), fmt(r.metrics.best_top1), fmt(r.metrics.wall_s),
+             fmt(protocol.validation_resize(r)), r.source]
             for r in sorted(tuning, key=lambda r: r.time)]
     return prose("time_to_accuracy.tuning", table=md_table("time_to_accuracy.tuning_columns", rows))
 

@@ -330,7 +330,7 @@ def test_report_measures_every_run_against_the_medians_and_gives_the_verdicts(tm
     assert "**2.11** in wall time, **2.11** in CPU seconds (goal: at least 2): met in wall time, met in CPU" in text
     assert "median best top-1 within the budget: 92.1 % (goal: at least 92 %): met" in text
     assert "provisional" not in text
-    assert "| --wd 5e-4 | 0 | 1 | 88 | 88 |" in text  # the tuning trial, on its own table
+    assert "| --wd 5e-4 | 0 | 1 | 88 | 88 | 0 | 36 |" in text  # the tuning trial, on its own table, with its resize
     single = tta_report.section([recs[0], recs[3]], tmp_path / "one")
     assert "provisional: the protocol asks 3 counted runs of each program (main.py 1 of 3, this engine 1 of 3" in single
     assert tta_report.section([], tmp_path / "figures") == ""
