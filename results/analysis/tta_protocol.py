@@ -40,7 +40,12 @@ def counted(runs: Sequence[Record]) -> List[Record]:
     """One program's runs that count: quiet, scored as main.py is, and of its current recipe (the newest
     run's): a retuned recipe starts its count again, and the runs of the recipes before it stay on record,
     uncounted."""
-    return [r for r in runs if r.metrics.counted and one_scoring(r) and not superseded(r, runs)]
+    return [r for r in runs if counts(r, superseded(r, runs))]
+
+
+def counts(run: Record, superseded_recipe: bool) -> bool:
+    """The rule :func:`counted` applies to one run, for a table that shows every run."""
+    return bool(run.metrics.counted) and one_scoring(run) and not superseded_recipe
 
 
 def examples_resize(image_size: int) -> int:
@@ -55,6 +60,8 @@ def validation_resize(run: Record) -> int:
     size = run.point.image_size
     if run.point.program == EXAMPLES_PROGRAM:
         return examples_resize(size)
+    # the engine's default (imagenet/data/decode/base.py's val_resize) restated: that module's package imports
+    # torch, which the report runs without
     return (run.point.recipe or {}).get("val_resize_size") or round(size * 256 / 224)
 
 

@@ -77,7 +77,7 @@ def _run_row(program: str, run: Record, fixed: Optional[Goal], superseded: bool)
     m = run.metrics
     measured = protocol.measure(run, fixed.target, fixed.budget_s) if fixed else None
     share, same_scoring = m.other_cpu_share, protocol.one_scoring(run)
-    counted = f"{'yes' if m.counted and same_scoring and not superseded else 'no'} " \
+    counted = f"{'yes' if protocol.counts(run, superseded) else 'no'} " \
               f"({fmt(100 * share) if share is not None else '-'} %)"
     counted += ", an earlier recipe" if superseded else ""
     counted += "" if same_scoring else f", validated at resize {protocol.validation_resize(run)}"
