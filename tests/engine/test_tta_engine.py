@@ -19,7 +19,7 @@ CHANCE = 10.0  # % top-1 with 10 balanced classes
 
 def test_engine_learns_real_photographs(fashion_cache, tmp_path):
     data = fashion_mnist.convert(fashion_mnist.SOURCE_DIR, fashion_cache, train_per_class=200, val_per_class=30)
-    # batch 32: two epochs of 2,000 images are 125 steps (the recipe's batch 128 would give 31)
+    # batch 32: two epochs of 2,000 images are 125 steps (the recipe's batch 256 would give 15)
     # the recipe's EMA averages over about an epoch of 14; over these 125 steps an average that old would
     # still be near its start, so decay 0.99 here: adjusted to batch 32 x 8 steps / 2 epochs, each update
     # takes the weights as they are (the scored model is still the average, evaluated alone)
@@ -73,16 +73,16 @@ def test_ours_phase_records_time_to_the_target(fashion_cache, tmp_path):
     # epoch, whose evaluation reaches the target
     assert m["epochs"] == 1 and m["budget_s"] == 0.06 and m["best_top1_in_budget"] is None
     assert m["time_to_target_s"] == rec["curve"][0]["wall_s"] and m["core_s_to_target"] > 0
-    assert m["images_seen"] == 384 and m["eval_every"] == 1  # 3 full batches of 128 from 400 images
+    assert m["images_seen"] == 256 and m["eval_every"] == 1  # 1 full batch of 256 from 400 images
     assert rec["engine_time_to_accuracy"]["reached"] and rec["engine_status"] == "reached_desired_acc"
-    assert rec["point"]["recipe"]["scaled_lr"] == 0.15
+    assert rec["point"]["recipe"]["scaled_lr"] == 0.3  # 0.3 per 256 at batch 256
     assert rec["point"]["recipe_flags"] == [*tta.RECIPE_FLAGS, *tta.scoring_flags(32)]
     # one scoring: the engine validated as main.py's copy does (Resize(36), CenterCrop(32)), not at its own
     # default (37 at 32 px)
     assert ("transforms.Resize(256)", "transforms.Resize(36)") in examples_main.size_replacements(32)
     assert (rec["point"]["recipe"]["val_resize_size"], rec["point"]["recipe"]["val_crop_size"]) == (36, 32)
-    # the settings as the engine resolved them, read from its run.json (the recipe flags say 14 epochs, EMA)
-    assert rec["point"]["recipe"]["batch_size"] == 128 and rec["point"]["recipe"]["model_ema"] is True
+    # the settings as the engine resolved them, read from its run.json (the recipe flags say batch 256, EMA)
+    assert rec["point"]["recipe"]["batch_size"] == 256 and rec["point"]["recipe"]["model_ema"] is True
 
 
 def test_tuning_runs_on_held_out_training_photographs_without_the_test_files(fashion_cache, tmp_path):
