@@ -20,7 +20,7 @@ CHANCE = 10.0  # % top-1 with 10 balanced classes
 def test_engine_learns_real_photographs(fashion_cache, tmp_path):
     data = fashion_mnist.convert(fashion_mnist.SOURCE_DIR, fashion_cache, train_per_class=200, val_per_class=30)
     # batch 32: two epochs of 2,000 images are 125 steps (the recipe's batch 256 would give 15)
-    # the recipe's EMA averages over about an epoch of 14; over these 125 steps an average that old would
+    # the recipe's EMA averages over about an epoch; over these 125 steps an average that old would
     # still be near its start, so decay 0.99 here: adjusted to batch 32 x 8 steps / 2 epochs, each update
     # takes the weights as they are (the scored model is still the average, evaluated alone)
     proc = warm_python(script("imagenet_ddp.py"), data, "--image-size", "32", *tta.RECIPE_FLAGS, "-b", "32",
