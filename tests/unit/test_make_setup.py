@@ -79,7 +79,7 @@ def test_no_mpi_implementation_and_no_dali_anywhere_by_default():
 def test_the_installed_packages_are_the_packages_on_disk():
     # setuptools fails the whole install on a listed package that is gone, and leaves out an unlisted one
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    on_disk = {".".join(init.parent.relative_to(REPO).parts) for top in ("imagenet", "results", "launch")
+    on_disk = {".".join(init.parent.relative_to(REPO).parts) for top in ("imagenet", "results", "launch", "slurm")
                for init in (REPO / top).rglob("__init__.py")}
     assert {name for name in listed if not (REPO / name.replace(".", "/") / "__init__.py").exists()} == set()
     assert on_disk - listed == set()
