@@ -27,7 +27,7 @@ GENERATED = ("results/RESULTS.md", "results/reports/")  # made from the records 
 # checked there, in the generated RESULTS.md and reports/<tag>/README.md
 TEMPLATES = "results/report/text/"
 SCRATCH = "results/scratch/"  # the harness's ignored work area: records name their run folders there
-SKIP_DIRS = {".venv", ".git", "runs", "data", "node_modules"}
+SKIP_DIRS = {".venv", ".git", "runs", "data", "node_modules", "build"}  # build: setuptools output (pip wheel .)
 LINK = re.compile(r"\]\(([^()\s]+)\)")  # the target of [text](target)
 FENCE = "```"
 # Packages whose README has a line per module (a module is named as `name.py` or by its path from the
