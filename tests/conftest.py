@@ -5,6 +5,9 @@ marker, so ``-m unit`` or ``-m "not cluster"`` select by tier. Fixtures only one
 that folder's conftest.py (the SLURM cluster in cluster/conftest.py)."""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,13 @@ TESTS = Path(__file__).resolve().parent
 # tier's time, as measured in the suite.
 SECOND_CLUSTER = {"test_slurm_requeue", "test_slurm_committed", "test_slurm_staging", "test_results_scaling",
                   "test_results_slurm", "test_launch_pytorchjob", "test_launch_slurm"}
+
+
+# What the whole suite needs free where pytest keeps its temporary folders. Measured under `make test`
+# with pyproject's tmp_path_retention_policy (a passing test's folder goes when it passes): 1.1 GB in
+# /tmp at its peak, 0.7 GB of it pytest's folders; 3 GB leaves room for a few failing tests' folders.
+# HPC_IMAGENET_TEST_FREE_GB overrides it.
+FREE_NEEDED_GB = 3.0
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +49,22 @@ def pytest_report_header(config):
     import torch
 
     return f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}"
+
+
+def pytest_sessionstart(session):
+    """Stop before the first test where the temporary folders' disk cannot hold the suite: a full disk
+    otherwise shows as hundreds of unrelated errors (mkdir and checkpoint writes) minutes in."""
+    config = session.config
+    if hasattr(config, "workerinput"):  # an xdist worker: its controller has checked
+        return
+    where = Path(config.option.basetemp or tempfile.gettempdir()).resolve()
+    existing = next(p for p in (where, *where.parents) if p.exists())
+    free_gb = shutil.disk_usage(existing).free / 1e9
+    needed_gb = float(os.environ.get("HPC_IMAGENET_TEST_FREE_GB", FREE_NEEDED_GB))
+    if free_gb < needed_gb:
+        pytest.exit(f"only {free_gb:.1f} GB free on the disk of {where}, and the tests need {needed_gb:g} GB there "
+                    "for their temporary files: free space there, or point TMPDIR (or --basetemp) at a disk "
+                    "with room", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def pytest_configure(config):
