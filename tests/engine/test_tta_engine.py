@@ -83,6 +83,10 @@ def test_ours_phase_records_time_to_the_target(fashion_cache, tmp_path):
     assert (rec["point"]["recipe"]["val_resize_size"], rec["point"]["recipe"]["val_crop_size"]) == (36, 32)
     # the settings as the engine resolved them, read from its run.json (the recipe flags say batch 256, EMA)
     assert rec["point"]["recipe"]["batch_size"] == 256 and rec["point"]["recipe"]["model_ema"] is True
+    # the engine's checkpoints go once the run is recorded; its log, run.json and events stay
+    run_dir = tmp_path / "work" / rec["sweep"] / "run"
+    assert (run_dir / "run.json").exists() and list(run_dir.glob("events.out.tfevents.*"))
+    assert not list(run_dir.glob("*.pth.tar")) and (tmp_path / "work" / rec["sweep"] / "engine.log").exists()
 
 
 def test_tuning_runs_on_held_out_training_photographs_without_the_test_files(fashion_cache, tmp_path):
@@ -94,8 +98,9 @@ def test_tuning_runs_on_held_out_training_photographs_without_the_test_files(fas
     assert bench.main(["time-to-accuracy", "--phase", "tune", "--fashion-mnist", str(source), "--cache",
                        str(tmp_path / "cache"), "--train-per-class", "40", "--val-per-class", "10", "--trial",
                        "--epochs 2 --lr-peak-epoch 0.5 --wd 5e-4 --eval-every 2", "--records", str(out),
-                       "--work", str(tmp_path / "work")]) == 0
+                       "--work", str(tmp_path / "work"), "--keep-checkpoints"]) == 0
     rec = json.loads(out.read_text().splitlines()[-1])
+    assert (tmp_path / "work" / rec["sweep"] / "run" / "checkpoint.pth.tar").exists()  # kept, as asked
     assert rec["kind"] == "tta_tuning" and rec["status"] == "ok" and records.validate(rec) is None
     assert rec["point"]["split"] == "tuning" and rec["point"]["trial"][-4:] == ["--wd", "5e-4", "--eval-every", "2"]
     assert rec["point"]["recipe"]["weight_decay"] == 5e-4 and rec["metrics"]["epochs"] == 2
