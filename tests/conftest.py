@@ -60,7 +60,11 @@ def pytest_sessionstart(session):
     where = Path(config.option.basetemp or tempfile.gettempdir()).resolve()
     existing = next(p for p in (where, *where.parents) if p.exists())
     free_gb = shutil.disk_usage(existing).free / 1e9
-    needed_gb = float(os.environ.get("HPC_IMAGENET_TEST_FREE_GB", FREE_NEEDED_GB))
+    try:
+        needed_gb = float(os.environ.get("HPC_IMAGENET_TEST_FREE_GB", FREE_NEEDED_GB))
+    except ValueError:
+        pytest.exit(f"HPC_IMAGENET_TEST_FREE_GB={os.environ['HPC_IMAGENET_TEST_FREE_GB']!r} is not a number of GB: "
+                    "set it to one (e.g. 3) or unset it", returncode=pytest.ExitCode.USAGE_ERROR)
     if free_gb < needed_gb:
         pytest.exit(f"only {free_gb:.1f} GB free on the disk of {where}, and the tests need {needed_gb:g} GB there "
                     "for their temporary files: free space there, or point TMPDIR (or --basetemp) at a disk "

@@ -14,7 +14,7 @@ from tests.helpers import REPO
 TINY_MODULE = "tests/unit/test_names.py"  # any fast module: only collection runs
 
 
-def collect(tmp_path, needed_gb: float) -> subprocess.CompletedProcess:
+def collect(tmp_path, needed_gb) -> subprocess.CompletedProcess:
     env = {**os.environ, "HPC_IMAGENET_TEST_FREE_GB": str(needed_gb)}
     env.pop("PYTEST_XDIST_WORKER", None)
     return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
@@ -36,3 +36,9 @@ def test_enough_room_goes_on(tmp_path):
     out = collect(tmp_path, needed_gb=0.001)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "GB free" not in out.stdout + out.stderr
+
+
+def test_a_floor_that_is_not_a_number_is_named(tmp_path):
+    out = collect(tmp_path, needed_gb="3GB")
+    assert out.returncode == 4, out.stdout + out.stderr
+    assert "HPC_IMAGENET_TEST_FREE_GB='3GB' is not a number of GB" in out.stdout + out.stderr
