@@ -109,6 +109,15 @@ def kept(run_dir: Path) -> list:
     return sorted(Path(run_dir).glob(KEPT_GLOB))
 
 
+def remove_all(run_dir: Path) -> None:
+    """Every checkpoint file in RUN_DIR: the newest, the best, the kept ones and a killed writer's
+    temp files (run.json and the TensorBoard events stay). For a caller done with a finished run."""
+    run_dir = Path(run_dir)
+    _remove_stale_temps(run_dir)
+    for path in [run_dir / CHECKPOINT, run_dir / BEST, *kept(run_dir)]:
+        path.unlink(missing_ok=True)
+
+
 def _serialized(state: dict) -> memoryview:
     # In memory first: torch.save writing into a file reports a full disk as "unexpected pos ...";
     # a plain write raises OSError with its errno (ENOSPC, EDQUOT, EIO), which the message can name.

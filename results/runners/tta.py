@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from imagenet.config import section_of
-from imagenet.train.checkpoint import BEST, CHECKPOINT, KEPT_GLOB
+from imagenet.train import checkpoint
 from imagenet.train.time_to_accuracy import FIRST_STEP_LINE
 from results.core import records
 from results.core.kinds import Record, from_dict
@@ -151,7 +151,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--work", type=Path, default=SCRATCH_DIR / "tta", metavar="DIR",
                    help="where each run's log (and the engine's run folder) goes, one folder per sweep")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep the engine's checkpoints in its run "
-                   "folder (by default they go once the run is recorded: ~0.5 GB a run that no record reads)")
+                   "folder (by default they go once the run has ended: ~0.5 GB a run that no record reads)")
 
 
 def run(args: argparse.Namespace) -> List[dict]:
@@ -279,16 +279,9 @@ def _engine_run(args: argparse.Namespace, phase: str, data: Path, flags: List[st
            "--log-dir", str(run_dir)]
     lines = EngineLines()
     followed = follow(cmd, REPO, run_dir.parent / "engine.log", lines, timeout_s=timeout_s)
-    if not args.keep_checkpoints:
-        _drop_checkpoints(run_dir)
+    if not args.keep_checkpoints:  # no record reads them; main.py's go with its temporary folder
+        checkpoint.remove_all(run_dir)
     return sweep, lines, followed, _read_json(run_dir / "run.json"), run_dir.parent / "engine.log"
-
-
-def _drop_checkpoints(run_dir: Path) -> None:
-    """The engine's checkpoints out of RUN_DIR (its log, run.json and events stay): main.py's go with
-    its temporary folder, and a record reads neither program's."""
-    for path in [run_dir / CHECKPOINT, run_dir / BEST, *run_dir.glob(KEPT_GLOB)]:
-        path.unlink(missing_ok=True)
 
 
 class EngineLines:
