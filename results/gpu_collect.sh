@@ -5,10 +5,13 @@
 # with only what the report reads (run.json and the TensorBoard scalars).
 #
 #   results/gpu_collect.sh <folder> [<folder> ...]      then: make report
+#   DEST=DIR files into DIR/records and DIR/runs instead of results/ (the tests file into a temporary folder)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
+DEST=${DEST:-results}
+mkdir -p "$DEST/records" "$DEST/runs"
 [ $# -gt 0 ] || { echo "usage: results/gpu_collect.sh <folder with <tag>.jsonl and runs-*.tgz> ..." >&2; exit 2; }
 for dir in "$@"; do
     [ -d "$dir" ] || { echo "error: $dir is not a folder; pass the \$OUT folder of a gpu_session.sh run" >&2; exit 2; }
@@ -16,27 +19,27 @@ for dir in "$@"; do
     for tgz in "$dir"/runs-*.tgz; do [ -e "$tgz" ] && tar xzf "$tgz" -C "$unpacked"; done
     for src in "$dir"/*.jsonl; do
         [ -e "$src" ] || continue
-        dst=results/records/$(basename "$src")
+        dst=$DEST/records/$(basename "$src")
         touch "$dst"
         # a record is identified by its sweep and point name: append only the ones not filed yet
         "$PY" - "$src" "$dst" <<'PYEOF'
 import json, sys
-from results.core.records import identity, portable
+from results.core.records import append, identity
 src, dst = sys.argv[1:]
 have = {identity(json.loads(l)) for l in open(dst) if l.strip()}
-new = [portable(json.loads(l)) for l in open(src) if l.strip()]
-new = [r for r in new if identity(r) not in have]
-open(dst, "a").writelines(json.dumps(r) + "\n" for r in new)
+new = [r for r in (json.loads(l) for l in open(src) if l.strip()) if identity(r) not in have]
+for record in new:  # one atomic line each (made portable): a crash leaves whole records behind
+    append(dst, record)
 print(f"{src}: {len(new)} new record(s) -> {dst}")
 PYEOF
     done
-    "$PY" - "$unpacked" <<'PYEOF'
+    "$PY" - "$unpacked" "$DEST/runs" <<'PYEOF'
 import sys
 from pathlib import Path
 from results.runners.train_bench import keep_artifacts
 root = Path(sys.argv[1]) / "results" / "runs"
 for run_json in sorted(root.glob("*/*/run.json")) if root.is_dir() else []:
-    keep_artifacts(run_json.parent, Path("results/runs") / run_json.parent.relative_to(root))
+    keep_artifacts(run_json.parent, Path(sys.argv[2]) / run_json.parent.relative_to(root))
     print(f"kept {run_json.parent.relative_to(root)}")
 PYEOF
     rm -rf "$unpacked"

@@ -118,6 +118,12 @@ def add_metrics(record: dict, **values: Any) -> None:
     record["metrics"].update(values)
 
 
+def identity(record: dict) -> tuple:
+    """What tells a record dict apart from every other: its sweep and its point (results/gpu_collect.sh files
+    a lease's records once each by it)."""
+    return record["sweep"], json.dumps(record["point"], sort_keys=True)
+
+
 def append(path: Path, record: dict) -> None:
     """Append one record as one line, atomically (imagenet.common.files): a crash loses at most this point.
 
