@@ -52,16 +52,37 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# What the harness itself writes into the checkout while it measures (records, kept run folders, the
+# report): changes there do not make the measured code differ from its commit
+HARNESS_OUTPUTS = ("results/records", "results/runs", "results/figures", "results/RESULTS.md", "results/reports")
+
+
 def git_commit(root: Path = REPO_ROOT) -> Optional[str]:
+    """The checkout's commit, with ``-dirty`` when tracked files differ from it outside HARNESS_OUTPUTS (a
+    sweep's own earlier records do not make its next run's tree dirty)."""
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=10)
         if out.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        outside = [f":(exclude){path}" for path in HARNESS_OUTPUTS]
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *outside], capture_output=True, text=True, timeout=10).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
+        return None
+
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def machine_id(boot_id: Path = BOOT_ID) -> Optional[str]:
+    """This boot of this machine, as a 12-digit hash: the kernel draws a new boot id at every boot, so two
+    virtual machines, or two leases of one GPU machine, never share it, while every run of one session on one
+    machine does. The host name cannot tell them apart (every VM here is ``vm``); the id itself is not kept."""
+    try:
+        return hashlib.sha256(boot_id.read_bytes().strip()).hexdigest()[:12]
+    except OSError:
         return None
 
 
@@ -178,6 +199,7 @@ def collect(nodes: Optional[int] = None) -> dict:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "hostname": socket.gethostname(),
+        "machine_id": machine_id(),
         "nodes": nodes,
         "platform": platform.platform(),
         "git_commit": git_commit(),

@@ -1,13 +1,17 @@
 """The time-to-accuracy protocol's arithmetic over its records: which runs count, the target and the
 budget they fix, each run measured against them from its curve, and medians with ranges.
 
-A run counts when it follows the protocol (its point names the protocol version), finished, and the
-machine was otherwise quiet (``metrics.counted``, from ``other_cpu_share``); an engine run counts only
-under the engine's current recipe (its newest run's) and when it was scored as main.py is (the same
-validation resize: :func:`one_scoring`). main.py's counted runs
-fix the target (their median best top-1) and the budget (their median wall time). Each engine run
-ran against the target and budget known when it started; it is measured here against the final
-ones, from its curve, so that every run is judged by the same numbers.
+A run counts when it follows the protocol (its point names the protocol version), finished, the
+machine was otherwise quiet (``metrics.counted``, from ``other_cpu_share``) and its code was its commit's
+(:func:`clean_tree`); an engine run counts only under the engine's current recipe (its newest run's) and
+when it was scored as main.py is (the same validation resize: :func:`one_scoring`).
+
+Times compare only within one machine (:func:`machine`: one boot of one machine, so two VMs of the same
+size, or two leases of one GPU, are two machines): main.py's counted runs on a machine fix that
+machine's target (their median best top-1) and budget (their median wall time). Each engine run ran
+against the target and budget known when it started; it is measured here against its machine's final
+ones, from its curve, so that every run is judged by the same numbers. A run that never reaches the
+target counts at its full time (:func:`to_target`): leaving it out would favour the program that misses.
 """
 from __future__ import annotations
 
@@ -31,9 +35,28 @@ def protocol_runs(recs: Sequence[Record], program: str) -> List[Record]:
                    and r.point.program == program), key=lambda r: r.time)
 
 
-def machine(run: Record) -> str:
-    """The machine a run's times belong to: its GPU's name, else its CPU core count."""
+def hardware(run: Record) -> str:
+    """What a run ran on, as a reader names it: its GPU's name, else its CPU core count."""
     return run.environment.gpu_name or f"{run.environment.cpu_count or '?'} CPU cores"
+
+
+def machine(run: Record) -> str:
+    """The machine a run's times belong to: its hardware and which boot of it (``machine_id``, a hash of the
+    kernel's boot id). Records made before the boot was recorded are told apart by kernel build and day, the
+    closest those records allow (every session of a day here ran on one VM)."""
+    env = run.environment
+    if env.machine_id:
+        return f"{hardware(run)}, boot {env.machine_id}"
+    kernel = (env.platform or "?").removeprefix("Linux-").split("-with-")[0]
+    return f"{hardware(run)}, kernel {kernel}, {run.time[:10]}"
+
+
+def clean_tree(run: Record) -> bool:
+    """Whether RUN's code was its commit's. Records that name their machine's boot were made with a dirty flag
+    that ignores what the harness writes (imagenet.run.sysinfo.HARNESS_OUTPUTS), so ``-dirty`` there means
+    changed code, and such a run does not count. Older records set the flag for the sweep's own records file
+    too; their engine sources were audited against their commits instead (docs/time-to-accuracy.md)."""
+    return not (run.environment.machine_id and (run.environment.git_commit or "").endswith("-dirty"))
 
 
 def counted(runs: Sequence[Record]) -> List[Record]:
@@ -45,7 +68,7 @@ def counted(runs: Sequence[Record]) -> List[Record]:
 
 def counts(run: Record, superseded_recipe: bool) -> bool:
     """The rule :func:`counted` applies to one run, for a table that shows every run."""
-    return bool(run.metrics.counted) and one_scoring(run) and not superseded_recipe
+    return bool(run.metrics.counted) and one_scoring(run) and clean_tree(run) and not superseded_recipe
 
 
 def examples_resize(image_size: int) -> int:
@@ -128,6 +151,13 @@ def measure(run: Record, target: float, budget_s: float) -> Measured:
     reached = next((p for p in curve if p["top1"] >= target), None)
     return Measured(reached["wall_s"] if reached else None, reached.get("core_s") if reached else None,
                     best_within(curve, budget_s))
+
+
+def to_target(run: Record, measured: Measured) -> tuple:
+    """(wall s, CPU s) RUN took to the target, its full wall and CPU time where it never reached it."""
+    if measured.time_to_target_s is not None:
+        return measured.time_to_target_s, measured.core_s_to_target
+    return run.metrics.wall_s, run.metrics.core_s
 
 
 def best_within(curve: Sequence[dict], budget_s: float) -> Optional[float]:

@@ -182,6 +182,7 @@ class TimeToAccuracyPoint:
     recipe_flags: Value = None
     epochs_planned: Optional[int] = None
     examples_commit: Text = None
+    examples_main_digest: Text = None  # main.py's SHA-256 (12 digits): its version where no git history came along
     changed_in_copy: Value = None
     gpus: Optional[int] = None
     processes: Optional[int] = None
@@ -406,6 +407,8 @@ class Environment:
     """What a point ran on and with (imagenet.run.sysinfo.collect(), rank 0's for a SLURM job)."""
 
     hostname: Text = None
+    machine_id: Text = None  # this boot of the machine (imagenet.run.sysinfo.machine_id): tells VMs and leases apart
+    platform: Text = None
     cpu_model: Text = None
     cpu_count: Optional[int] = None
     torch_threads: Optional[int] = None

@@ -22,7 +22,7 @@ from results.report import figures
 from results.report.common import REFERENCE, fmt, md_table, prose
 
 HEADING = "Time to accuracy on real photographs (Fashion-MNIST)"
-GOAL_RATIO = 2.0  # the benchmark's goal: time to the target at least 2x shorter than main.py's
+GOAL_RATIO = 3.0  # the benchmark's goal: time to the target at least 3x shorter than main.py's
 GOAL_TOP1 = 92.0  # ...and, in main.py's wall time, at least this top-1 (the table's ResNet18: 94.9 %)
 NAMES = {EXAMPLES_PROGRAM: "main.py", OURS_PROGRAM: "this engine"}
 
@@ -36,6 +36,9 @@ def section(recs: Sequence[Record], fig_dir: Path, ref_dir: Path = REFERENCE) ->
     out = [f"## {HEADING}\n", prose("time_to_accuracy.protocol") + "\n"]
     for machine, runs in machines.items():
         out.append(_machine(machine, runs, fig_dir, len(machines) > 1))
+    out += [_pooled(hardware, runs) for hardware, runs in group_by(
+        [r for runs in machines.values() for r in runs], protocol.hardware).items()
+        if len({protocol.machine(r) for r in runs}) > 1]
     if not machines:
         out.append("No run under the protocol yet.\n")
     out += [_tuning(tuning), _earlier(earlier), published_table(ref_dir)]
@@ -47,9 +50,12 @@ def _machine(machine: str, recs: Sequence[Record], fig_dir: Path, titled: bool) 
     runs = {program: [r for r in recs if r.point.program == program] for program in NAMES}
     fixed = protocol.goal(protocol.counted(runs[EXAMPLES_PROGRAM]))
     slug = re.sub(r"[^a-z0-9]+", "-", machine.lower()).strip("-")
-    name = "time_to_accuracy.png" if machine.endswith("CPU cores") else f"time_to_accuracy-{slug}.png"
-    parts = [f"### On {machine}\n" if titled else f"On {machine}.\n", _figure(runs, fixed, fig_dir / name),
-             _runs_table(runs, fixed), _summary(runs, fixed)]
+    name = f"time_to_accuracy-{slug}.png" if titled else "time_to_accuracy.png"
+    when = sorted({r.time[:10] for r in recs})
+    dates = when[0] if len(when) == 1 else f"{when[0]} to {when[-1]}"
+    named = machine if machine.endswith(dates) else f"{machine} ({dates})"  # older records' names hold the day
+    parts = [f"### On {named}\n" if titled else f"On {named}.\n",
+             _figure(runs, fixed, fig_dir / name), _runs_table(runs, fixed), _summary(runs, fixed)]
     return "\n".join(part for part in parts if part)
 
 
@@ -106,8 +112,9 @@ def _summary(runs: dict, fixed: Optional[Goal]) -> str:
 
 def _spreads(counted: Sequence[Record], fixed: Goal) -> dict:
     measured = [protocol.measure(r, fixed.target, fixed.budget_s) for r in counted]
-    return {"wall": Spread.of([m.time_to_target_s for m in measured]),
-            "cpu": Spread.of([m.core_s_to_target for m in measured]),
+    to_target = [protocol.to_target(r, m) for r, m in zip(counted, measured)]
+    return {"wall": Spread.of([wall for wall, _ in to_target]), "cpu": Spread.of([cpu for _, cpu in to_target]),
+            "missed": sum(m.time_to_target_s is None for m in measured),
             "best": Spread.of([m.best_in_budget for m in measured]),
             "start": Spread.of([r.metrics.start_s for r in counted])}
 
@@ -124,9 +131,18 @@ def _verdicts(spreads: dict, counts: dict) -> str:
     if short:
         lines.append(prose("time_to_accuracy.provisional", runs=protocol.MIN_RUNS, short=", ".join(short)))
     else:  # the target is main.py's median best, so about half of its own runs miss it
-        lines += [prose("time_to_accuracy.missed", missed=counts[p] - spreads[p]["wall"].n, name=NAMES[p])
-                  for p in NAMES if spreads[p]["wall"].n < counts[p]]
+        lines += [prose("time_to_accuracy.missed", missed=spreads[p]["missed"], name=NAMES[p])
+                  for p in NAMES if spreads[p]["missed"]]
     return "\n".join(lines) + "\n"
+
+
+def _pooled(hardware: str, recs: Sequence[Record]) -> str:
+    """Every machine of one HARDWARE pooled into one target and budget: shown beside the per-machine results for
+    comparison only, since one VM's or lease's speed is not another's."""
+    runs = {program: [r for r in recs if r.point.program == program] for program in NAMES}
+    fixed = protocol.goal(protocol.counted(runs[EXAMPLES_PROGRAM]))
+    machines = len({protocol.machine(r) for r in recs})
+    return prose("time_to_accuracy.pooled", hardware=hardware, machines=machines) + "\n\n" + _summary(runs, fixed)
 
 
 def _ratio(value: Optional[float]) -> str:

@@ -10,6 +10,7 @@ of its own, so the times are this process's clock (wall time since the start, ev
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import sys
@@ -38,6 +39,21 @@ def size_replacements(image_size: int) -> List[tuple]:
     return [("transforms.RandomResizedCrop(224)", f"transforms.RandomResizedCrop({image_size})"),
             ("transforms.Resize(256)", f"transforms.Resize({examples_resize(image_size)})"),
             ("transforms.CenterCrop(224)", f"transforms.CenterCrop({image_size})")]
+
+
+def validation_sizes(replaced: List[tuple]) -> Tuple[int, int]:
+    """(resize, crop) the patched copy validates at, read back from the REPLACED texts it was given."""
+    sizes = {old.split("(")[0]: int(re.search(r"\((\d+)\)", new).group(1)) for old, new in replaced}
+    return sizes["transforms.Resize"], sizes["transforms.CenterCrop"]
+
+
+def digest(examples_dir: Path) -> Optional[str]:
+    """SHA-256 (12 hex digits) of the checkout's main.py as it was run: names its version where the checkout
+    carries no git history (a copy sent to a GPU machine)."""
+    try:
+        return hashlib.sha256((Path(examples_dir) / MAIN_PY).read_bytes()).hexdigest()[:12]
+    except OSError:
+        return None
 
 
 def patched_copy(examples_dir: Path, image_size: int, dest_dir: Path) -> Path:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from imagenet.config import section_of
+from imagenet.run import sysinfo
 from imagenet.train import checkpoint
 from imagenet.train.time_to_accuracy import FIRST_STEP_LINE
 from results.core import records
@@ -177,10 +178,13 @@ def scoring_flags(image_size: int) -> List[str]:
 def _point(program: str, data: Path, args: argparse.Namespace, **fields) -> dict:
     return {"program": program, "arch": "resnet18", "data": data.name, "image_size": args.image_size,
             "train_images": fashion_mnist.counts_of(data)["train"], "split": fashion_mnist.val_split_of(data),
-            "seed": args.seed, "protocol": PROTOCOL, "workers": args.workers,
-            "scoring": f"resize {tta_protocol.examples_resize(args.image_size)}, centre crop {args.image_size} "
-                       "(main.py's)",
-            **fields}
+            "seed": args.seed, "protocol": PROTOCOL, "workers": args.workers, **fields}
+
+
+def scoring(resize: Optional[int], crop: Optional[int]) -> str:
+    """The record's words for how a run was validated, from what that run was given (not from the protocol's
+    intent: a record written at another resize says so)."""
+    return f"resize {resize if resize is not None else 'the default'}, centre crop {crop}"
 
 
 def _record(sweep: records.Sweep, point: dict, metrics: dict, followed: Followed, curve: List[dict], program: str,
@@ -219,9 +223,11 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
     lines, followed = examples_main.run(args.examples, data, args.image_size, args.examples_epochs, log_file,
                                         timeout_s=args.timeout_minutes * 60, seed=seed, workers=args.workers)
     recipe = {**examples_main.DEFAULTS, **({"workers": args.workers} if args.workers is not None else {})}
+    replaced = examples_main.size_replacements(args.image_size)
     point = _point(EXAMPLES_PROGRAM, data, args, examples_commit=_commit(args.examples),
-                   epochs_planned=args.examples_epochs, seed=seed, eval_every=1, recipe=recipe,
-                   changed_in_copy=[f"{old} -> {new}" for old, new in examples_main.size_replacements(args.image_size)])
+                   examples_main_digest=examples_main.digest(args.examples), epochs_planned=args.examples_epochs,
+                   seed=seed, eval_every=1, recipe=recipe, changed_in_copy=[f"{old} -> {new}" for old, new in replaced],
+                   scoring=scoring(*examples_main.validation_sizes(replaced)))
     best = max((p["top1"] for p in lines.curve), default=0.0)
     metrics = tta_metrics(lines.curve, best, followed, point["train_images"], lines.eval_s, 1, lines.start_s,
                           args.quiet_share)
@@ -245,7 +251,8 @@ def run_ours(args: argparse.Namespace, data: Path) -> dict:
     metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=tta_protocol.best_within(lines.curve, budget_s),
                    images_seen=sum(e.get("train_samples", 0) for e in run_json.get("epochs", [])) or None)
     point = _point(OURS_PROGRAM, data, args, recipe_flags=flags, recipe=settings, declared=DECLARED,
-                   tuned_on=TUNED_ON, target_from=[r.sweep for r in runs])
+                   tuned_on=TUNED_ON, target_from=[r.sweep for r in runs],
+                   scoring=scoring(settings["val_resize_size"], settings["val_crop_size"]))
     return _record(sweep, point, metrics, followed, lines.curve, "the engine", engine_time_to_accuracy=engine_tta,
                    engine_status=run_json.get("status"), log=str(log_file))
 
@@ -264,7 +271,8 @@ def run_tuning(args: argparse.Namespace, data: Path) -> dict:
     metrics = tta_metrics(lines.curve, 0.0, followed, fashion_mnist.counts_of(data)["train"], 0.0,
                           settings["eval_every"], lines.start_s, args.quiet_share)
     metrics["final_top1"] = lines.curve[-1]["top1"] if lines.curve else None
-    point = _point(OURS_PROGRAM, data, args, trial=trial, recipe_flags=flags, recipe=settings)
+    point = _point(OURS_PROGRAM, data, args, trial=trial, recipe_flags=flags, recipe=settings,
+                   scoring=scoring(settings["val_resize_size"], settings["val_crop_size"]))
     return _record(sweep, point, metrics, followed, lines.curve, "the engine", TUNING_KIND, log=str(log_file))
 
 
@@ -309,16 +317,20 @@ class EngineLines:
             log.info("ours: %s (%.0f s)", line.strip()[:60], now)
 
 
-def protocol_target(path: Path, data: str, image_size: int) -> Tuple[float, float, List[Record]]:
+def protocol_target(path: Path, data: str, image_size: int,
+                    machine_id: Optional[str] = None) -> Tuple[float, float, List[Record]]:
     """(target, budget_s, runs): main.py's median best top-1 and median wall time over its counted
-    runs on DATA at IMAGE_SIZE in PATH so far, and those runs."""
+    runs on DATA at IMAGE_SIZE in PATH so far on this machine (MACHINE_ID: this boot's, by default), and
+    those runs: another machine's times say nothing of this one's."""
+    machine_id = machine_id or sysinfo.machine_id()
     recs = records.load_typed([path])[0] if Path(path).exists() else []
     runs = [r for r in tta_protocol.counted(tta_protocol.protocol_runs(recs, EXAMPLES_PROGRAM))
-            if r.point.data == data and r.point.image_size == image_size]
+            if r.point.data == data and r.point.image_size == image_size and r.environment.machine_id == machine_id]
     fixed = tta_protocol.goal(runs)
     if fixed is None:
-        raise BenchError(f"no counted examples run for {data} at {image_size} px in {path}: run --phase examples "
-                         "first, on a quiet machine (its counted runs set the target and the time budget)")
+        raise BenchError(f"no counted examples run for {data} at {image_size} px on this machine (boot {machine_id}) "
+                         f"in {path}: run --phase both (main.py then the engine, alternating) or --phase examples "
+                         "first, on a quiet machine (its counted runs set this machine's target and time budget)")
     return fixed.target, fixed.budget_s, runs
 
 
@@ -355,11 +367,14 @@ def _read_json(path: Path) -> dict:
 
 
 def _commit(checkout: Path) -> Optional[str]:
+    """CHECKOUT's own commit; None where it is no git checkout of its own (a copy without .git inside another
+    repository: git would walk up and name that one's commit, as the first GPU records did)."""
     try:
-        return subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        top = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--show-toplevel", "HEAD"],
+                             capture_output=True, text=True, check=True).stdout.split()
     except (OSError, subprocess.CalledProcessError):
         return None
+    return top[1] if len(top) == 2 and Path(top[0]).resolve() == Path(checkout).resolve() else None
 
 
 def _say(written: dict) -> None:
