@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import List, Optional, Tuple, Union
 
 import torch
@@ -26,6 +28,29 @@ log = logging.getLogger(__name__)
 
 APEX_HINT = ("NVIDIA Apex with apex.amp is not installed (apex.amp exists only in Apex releases up to 25.05); "
              "install Apex 25.05 or use --amp-backend native")
+
+
+# x86's AVX-512 BF16 and AMX-BF16, Arm's BF16 (/proc/cpuinfo's "flags" and "Features" lines)
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpuinfo() -> Path:
+    """Where the CPU's instruction-set flags are read: /proc/cpuinfo, or the file HPC_IMAGENET_CPUINFO names, to
+    see what the engine does on a CPU it is not running on (the tests simulate one without bf16 instructions)."""
+    return Path(os.environ.get("HPC_IMAGENET_CPUINFO", "/proc/cpuinfo"))
+
+
+def cpu_has_bf16(path: Optional[Path] = None) -> bool:
+    """Whether this CPU has bfloat16 arithmetic instructions. Without them torch emulates bf16 by converting
+    to and from fp32 around fp32 arithmetic: numerically fine but slower than plain fp32. Unknown (no
+    readable flags, not Linux) counts as having them: the user's choice stands."""
+    try:
+        lines = (path or cpuinfo()).read_text().splitlines()
+    except OSError:
+        return True
+    flags = {word for line in lines if line.split(":")[0].strip() in ("flags", "Features")
+             for word in line.split(":", 1)[-1].split()}
+    return not flags or bool(flags & BF16_FLAGS)
 
 
 class PrecisionError(RuntimeError):
@@ -65,6 +90,10 @@ def resolve(cfg, device: torch.device, accumulating: bool = False) -> PrecisionS
     if level != "O0":
         name = cfg.amp_dtype or ("float16" if device.type == "cuda" else "bfloat16")
         dtype = torch.float16 if name == "float16" else torch.bfloat16
+    if device.type == "cpu" and dtype == torch.bfloat16 and not cpu_has_bf16():
+        log.warning("this CPU has no bfloat16 instructions (no avx512_bf16, amx_bf16 or bf16 in %s), where bf16 "
+                    "is emulated and slower than fp32: running fp32 (--opt-level O0) instead of %s", cpuinfo(), level)
+        level, dtype = "O0", None
     backend = cfg.amp_backend
     if backend == "auto":
         apex = level != "O0" and device.type == "cuda" and not accumulating and apex_amp() is not None

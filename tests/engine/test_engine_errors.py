@@ -171,3 +171,16 @@ def test_a_stopped_rank_is_named_within_the_collective_timeout(small_data, tmp_p
 def test_a_zero_collective_timeout_is_one_line(small_data, tmp_path):
     _fails_with_one_line(_train(small_data, tmp_path, "--collective-timeout", "0"), "--collective-timeout 0",
                          "positive seconds")
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_runs_fp32_and_says_so(tmp_path):
+    # a CPU without bf16 instructions, simulated: /proc/cpuinfo's flags without avx512_bf16 or amx_bf16
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: an older x86\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n")
+    proc = warm_python(script("imagenet_nd.py"), *TINY, "--dummy", "--dummy-size", "16", "--num-classes", "4",
+                       "--epochs", "1", "--val-steps", "1", "--opt-level", "O1", "--amp-dtype", "bfloat16",
+                       "--log-dir", tmp_path / "run", env=child_env(HPC_IMAGENET_CPUINFO=str(cpuinfo)))
+    assert proc.returncode == 0, explain(proc)
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if "no bfloat16 instructions" in line]
+    assert len(said) == 1 and "running fp32 (--opt-level O0) instead of O1" in said[0], explain(proc)
+    assert "precision fp32" in proc.stdout + proc.stderr, explain(proc)

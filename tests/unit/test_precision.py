@@ -144,3 +144,23 @@ def test_auto_backend_is_native_when_accumulating(monkeypatch):
     assert precision.resolve(cfg.precision, gpu, accumulating=True).backend == "native"
     with pytest.raises(config.ConfigError, match="--accum-steps with --amp-backend apex"):
         config.parse(["--dummy", "--accum-steps", "2", "--amp-backend", "apex"], "amp")
+
+
+def test_bf16_needs_the_cpus_instructions(tmp_path, monkeypatch, caplog):
+    with_bf16, without = tmp_path / "with", tmp_path / "without"
+    with_bf16.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    without.write_text("flags\t\t: fpu avx2 avx512f\n")
+    assert precision.cpu_has_bf16(with_bf16) and not precision.cpu_has_bf16(without)
+    assert precision.cpu_has_bf16(tmp_path / "absent")  # unknown: the user's choice stands
+    arm = tmp_path / "arm"
+    arm.write_text("Features\t: fp asimd bf16 sve\n")
+    assert precision.cpu_has_bf16(arm)
+    monkeypatch.setenv("HPC_IMAGENET_CPUINFO", str(without))
+    cfg = config.parse(["--dummy", "--opt-level", "O2", "--amp-dtype", "bfloat16"])
+    with caplog.at_level("WARNING"):
+        spec = precision.resolve(cfg.precision, torch.device("cpu"))
+    assert (spec.level, spec.dtype, spec.label) == ("O0", None, "fp32")
+    assert [r.getMessage() for r in caplog.records if "no bfloat16 instructions" in r.getMessage()] and \
+        "instead of O2" in caplog.text
+    monkeypatch.setenv("HPC_IMAGENET_CPUINFO", str(with_bf16))
+    assert precision.resolve(cfg.precision, torch.device("cpu")).label == "O2-bf16"
