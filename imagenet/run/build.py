@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..common import files
+from ..common import files, startup
 from ..model import ema, network, precision
 from . import distributed, preemption, sysinfo
 from ..train import checkpoint, mixing, optim, tblog
@@ -173,9 +173,11 @@ def build(cfg: Settings, info: distributed.DistInfo) -> Built:
     _seed_everything(cfg.run.seed, cfg.perf.deterministic)
     spec = precision.resolve(cfg.precision, info.device, cfg.batch.accum_steps > 1)
     data_root, (train_loader, val_loader, num_classes) = _data(cfg, info)
+    startup.mark("data: staging, the dataset scan, the loaders")
     run_dir = _run_dir(cfg, info, spec)
     channels_last = cfg.perf.use_channels_last(info.device.type)
     model = _model(cfg.model, info, num_classes, channels_last)
+    startup.mark("model built and moved to the device")
     lr = optim.peak_lr(cfg.optim, cfg.batch.global_batch)
     warmup = optim.warmup_epochs(cfg.optim, lr)
     optimizer = optim.build_optimizer(model, cfg.optim, lr)
@@ -200,6 +202,7 @@ def build(cfg: Settings, info: distributed.DistInfo) -> Built:
                   ema=_weight_average(model, cfg, warmup * steps),
                   mix=mixing.build(cfg.data.mixup_alpha, cfg.data.cutmix_alpha, num_classes),
                   resolution=_resolution(cfg.data))
+    startup.mark("optimizer, precision, resume, parallel wrapper, run.json")
     return Built(cfg, info, parts, lr, warmup, steps, resume, ckpt)
 
 
@@ -227,6 +230,7 @@ def run(built: Built) -> int:
     parts.tb.hparams({**cfg.flat(), "world_size": info.world_size}, {"hparam/best_top1": 0.0})
     # set-up is over (rendezvous, staging, scan, resume): from here on a stuck collective ends the run soon
     distributed.set_collective_timeout(cfg.dist.collective_timeout)
+    startup.mark("trainer, resumed state, TensorBoard's first writes")
     try:
         parts.record.update(status="running")
         code = trainer.evaluate() if cfg.run.evaluate else trainer.fit()

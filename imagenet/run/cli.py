@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 from launch import environment
 
 from .. import config
+from ..common import startup
 from ..common.errors import one_line
 from ..common.exit_codes import EXIT_USAGE
 
@@ -22,6 +23,7 @@ from ..common.exit_codes import EXIT_USAGE
 def main(variant: str = "any", argv: Optional[Sequence[str]] = None) -> int:
     """Run one training job; returns the process exit status."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    startup.mark("interpreter and the launcher's imports")
     try:
         launcher = environment.detect()  # once: the settings' batch and the process layout both follow it
         command = config.parse_command(argv, variant, launcher=launcher)
@@ -31,6 +33,9 @@ def main(variant: str = "any", argv: Optional[Sequence[str]] = None) -> int:
     if command.print_config:
         print(json.dumps(command.settings.to_dict(), indent=2), flush=True)
         return 0
+    startup.mark("settings parsed and checked")
     from . import processes  # torch, only for a command line known to be good
+
+    startup.mark("torch and the engine imported")
 
     return processes.start(command.settings, launcher)

@@ -29,6 +29,7 @@ from ..model import network, precision
 from . import distributed
 from ..train import checkpoint
 from ..data import staging
+from ..common import startup
 from ..common.errors import DataError, one_line
 from ..common.exit_codes import EXIT_INTERRUPTED, EXIT_LOST_PEER, EXIT_PREEMPTED, EXIT_USAGE
 
@@ -53,6 +54,7 @@ def _run(cfg: config.Settings, info: distributed.DistInfo) -> int:
     global _group_made
     _setup_logging(info.is_primary)
     distributed.init(info, cfg.dist.dist_timeout)
+    startup.mark("process group")
     _group_made = distributed.initialized()
     try:
         return _elastic_exit(build.run(build.build(cfg, info)))

@@ -24,7 +24,7 @@ from typing import Any, List, Optional
 
 import torch
 
-from ..common import cputime
+from ..common import cputime, startup
 from ..run import distributed, preemption
 from . import checkpoint, profiling, time_to_accuracy
 from . import checkpoint_writer
@@ -241,6 +241,8 @@ class Trainer:
         self.step_times.mark(counted=False)
         for step in range(first, self.steps_per_epoch):
             batches = [next(loader) for _ in range(cfg.batch.accum_steps)]
+            if self.first_step_pending:
+                startup.mark("loader workers started, first batch")
             clock.data_ready()
             results = self._step(batches)
             self.profiler.step()
@@ -314,6 +316,8 @@ class Trainer:
         """Say, once a run, that its first training step has finished (on the device too)."""
         self.first_step_pending = False
         synchronize(self.info.device)
+        startup.mark("first training step (cuDNN's autotuning included)")
+        self.p.record.update(startup=startup.breakdown())
         self.console.say(time_to_accuracy.FIRST_STEP_LINE)
 
     def _boundary(self, times: tuple) -> tuple:

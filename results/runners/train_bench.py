@@ -307,6 +307,8 @@ def train_record(point: TrainPoint, out: Outcome, sweep: str, params: Optional[i
     metrics["parameters"] = params
     if run.get("profile"):  # --profile-steps: where the step's device time went, kernel by kernel
         extra["profile"] = portable(run["profile"])
+    if run.get("startup"):  # where the time before the first step went, stage by stage
+        extra["startup"] = run["startup"]
     extra["run_dir"] = repo_relative(keep)
     extra["kept_files"] = keep_artifacts(scratch, keep)
     if not keep_checkpoints:

@@ -254,7 +254,7 @@ def run_ours(args: argparse.Namespace, data: Path) -> dict:
                    tuned_on=TUNED_ON, target_from=[r.sweep for r in runs],
                    scoring=scoring(settings["val_resize_size"], settings["val_crop_size"]))
     return _record(sweep, point, metrics, followed, lines.curve, "the engine", engine_time_to_accuracy=engine_tta,
-                   engine_status=run_json.get("status"), log=str(log_file))
+                   engine_status=run_json.get("status"), engine_startup=run_json.get("startup"), log=str(log_file))
 
 
 # ---------------------------------------------------------------- phase: tune
@@ -273,7 +273,8 @@ def run_tuning(args: argparse.Namespace, data: Path) -> dict:
     metrics["final_top1"] = lines.curve[-1]["top1"] if lines.curve else None
     point = _point(OURS_PROGRAM, data, args, trial=trial, recipe_flags=flags, recipe=settings,
                    scoring=scoring(settings["val_resize_size"], settings["val_crop_size"]))
-    return _record(sweep, point, metrics, followed, lines.curve, "the engine", TUNING_KIND, log=str(log_file))
+    return _record(sweep, point, metrics, followed, lines.curve, "the engine", TUNING_KIND,
+                   engine_startup=run_json.get("startup"), log=str(log_file))
 
 
 def _engine_run(args: argparse.Namespace, phase: str, data: Path, flags: List[str], timeout_s: float,

@@ -10,6 +10,7 @@ import pytest
 from results import bench
 from results.core import records
 from results.runners import examples_main, fashion_mnist, tta
+from imagenet.run import sysinfo
 from imagenet.train import time_to_accuracy
 from tests.helpers import explain, read_run, script, tb_scalars
 from tests.warm_start import warm_python
@@ -57,7 +58,7 @@ def test_ours_phase_records_time_to_the_target(fashion_cache, tmp_path):
             # main.py's best here is a target every evaluation reaches (one epoch may score below chance;
             # 1 % would read as 100 %: --desired-acc takes 1 as a fraction)
             {"target_top1": best, "best_top1": best, "wall_s": 0.06, "core_s": 0.1, "epochs": 1, "eval_every": 1,
-             "counted": counted}, {}))
+             "counted": counted}, {"machine_id": sysinfo.machine_id()}))  # this machine's: its target counts here
     assert bench.main(["time-to-accuracy", "--phase", "ours", "--cache", str(fashion_cache), "--train-per-class", "40",
                        "--val-per-class", "10", "--records", str(out), "--work", str(tmp_path / "work"),
                        "--seed", "5"]) == 0
@@ -75,6 +76,12 @@ def test_ours_phase_records_time_to_the_target(fashion_cache, tmp_path):
     assert m["time_to_target_s"] == rec["curve"][0]["wall_s"] and m["core_s_to_target"] > 0
     assert m["images_seen"] == 256 and m["eval_every"] == 1  # 1 full batch of 256 from 400 images
     assert rec["engine_time_to_accuracy"]["reached"] and rec["engine_status"] == "reached_desired_acc"
+    stages = rec["engine_startup"]["stages"]  # where the time before the first step went, kept in the record, in order
+    names = [stage["stage"] for stage in stages]
+    assert names[0].startswith("interpreter") and names[-1].startswith("first training step")
+    assert "torch and the engine imported" in names and "model built and moved to the device" in names
+    assert rec["engine_startup"]["total_s"] == pytest.approx(sum(stage["s"] for stage in stages), abs=0.01)
+    assert rec["environment"]["machine_id"] == sysinfo.machine_id()
     assert rec["point"]["recipe"]["scaled_lr"] == 0.3  # 0.3 per 256 at batch 256
     assert rec["point"]["recipe_flags"] == [*tta.RECIPE_FLAGS, *tta.scoring_flags(32)]
     # one scoring: the engine validated as main.py's copy does (Resize(36), CenterCrop(32)), not at its own
