@@ -17,14 +17,16 @@ from typing import Dict, List, Optional, Tuple
 _IMPORTED = time.time()
 
 
-def _process_start(stat: Path = Path("/proc/self/stat"), proc_stat: Path = Path("/proc/stat")) -> float:
-    """This process's start as a Unix time: its start in clock ticks since boot (field 22 of its stat line,
-    counted after the command name, which may hold spaces) plus the boot time."""
+def _process_start(stat: Path = Path("/proc/self/stat"), uptime: Path = Path("/proc/uptime")) -> float:
+    """This process's start as a Unix time: now less its age, the machine's uptime less the process's start in
+    clock ticks since boot (field 22 of its stat line, counted after the command name, which may hold spaces).
+    Both are on the clock since boot; /proc/stat's boot time is whole seconds, too coarse for this."""
     try:
+        now = time.time()
         ticks = int(stat.read_text().rsplit(")", 1)[1].split()[19])
-        boot = next(int(line.split()[1]) for line in proc_stat.read_text().splitlines() if line.startswith("btime"))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        since_boot = float(uptime.read_text().split()[0])
+        return now - max(since_boot - ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
         return _IMPORTED
 
 

@@ -20,11 +20,12 @@ def test_each_stage_is_the_time_since_the_mark_before_it():
 
 def test_the_clock_starts_when_the_process_did(tmp_path):
     # the command name may hold spaces and parentheses: fields are counted after its closing one
-    stat, proc_stat = tmp_path / "stat", tmp_path / "proc_stat"
-    stat.write_text("42 (a (b) c) S " + " ".join(["0"] * 18) + " 500 0 0\n")
-    proc_stat.write_text("cpu 1 2 3\nbtime 1000000\n")
-    assert startup._process_start(stat, proc_stat) == 1000000 + 500 / os.sysconf("SC_CLK_TCK")
-    assert startup._process_start(tmp_path / "absent", proc_stat) == startup._IMPORTED
+    stat, uptime = tmp_path / "stat", tmp_path / "uptime"
+    ticks = 5 * os.sysconf("SC_CLK_TCK")  # started 5 s after boot...
+    stat.write_text("42 (a (b) c) S " + " ".join(["0"] * 18) + f" {ticks} 0 0\n")
+    uptime.write_text("12.50 20.00\n")  # ...and the machine has been up 12.5 s: the process is 7.5 s old
+    assert time.time() - startup._process_start(stat, uptime) == pytest.approx(7.5, abs=0.5)
+    assert startup._process_start(tmp_path / "absent", uptime) == startup._IMPORTED
     here = startup._process_start()  # this test process started before it ran, and not long before
     assert time.time() - 3600 < here <= time.time()
     assert here <= startup._IMPORTED + 1e-6 or here == pytest.approx(startup._IMPORTED, abs=0.02)
