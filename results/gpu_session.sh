@@ -28,6 +28,10 @@
 #                carried: the four Fashion-MNIST files in .fmnist/ and a pytorch/examples checkout in .examples/
 #                (both git-ignored; no registry on the machine); records in $OUT/tta-$TAG.jsonl, each run's
 #                as it ends; a pair took ~2.5 min on an H200 (2026-11-27), so give 3 pairs STAGE_LIMIT=540
+#     ttagpu     the GPU recipe (--recipe gpu) tuned and counted in one lease: TTA_TRIALS (the runner's GPU_TRIALS)
+#                on the tuning split, the one best within TTA_WITHIN_S (54) picked, then TTA_PAIRS (3) pairs of
+#                main.py and the engine with it; ~4 trials of ~1 min and 3 pairs of ~2 min: run it alone,
+#                STAGE_LIMIT=590 (the same carried files as tta)
 #   default: env synthetic tests jpeg
 #
 # Records go to $OUT/<tag>.jsonl and the kept run folders to $OUT/runs-<stage>.tgz, so a lease that
@@ -207,6 +211,24 @@ stage_tta() {  # one pair per seed; main.py unseeded: on a GPU its --seed turns 
             --workers "${TTA_WORKERS:-$WORKERS}" --examples "${TTA_EXAMPLES:-.examples}" \
             --fashion-mnist "${TTA_SOURCE:-.fmnist}" --cache "$LEASE_DIR/tta-data" --work "$OUT/tta-work" \
             --tag "tta-$TAG" --records "$OUT/tta-$TAG.jsonl" ${TTA_FLAGS:-} || return
+    done
+}
+
+stage_ttagpu() {  # the GPU recipe, tuned and counted in one lease: TTA_TRIALS on the tuning split (default: the
+    # runner's GPU_TRIALS, one a line), the best within TTA_WITHIN_S picked, then TTA_PAIRS pairs counting it
+    local seed trial best first=${TTA_FIRST_SEED:-1}
+    local common=(--recipe gpu --workers "${TTA_WORKERS:-$WORKERS}" --fashion-mnist "${TTA_SOURCE:-.fmnist}"
+                  --cache "$LEASE_DIR/tta-data" --work "$OUT/tta-work" --tag "tta-$TAG" --records "$OUT/tta-$TAG.jsonl")
+    local trials=${TTA_TRIALS:-$($PY -c "from results.runners.tta import GPU_TRIALS; print(chr(10).join(GPU_TRIALS))")}
+    while IFS= read -r trial; do
+        $PY -m results.bench time-to-accuracy --phase tune --seed 0 --trial "$trial" "${common[@]}" || return
+    done <<< "$trials"
+    # main.py's budget on this machine is not known before its runs: the last lease's (54 s on an H200)
+    best=$($PY -m results.bench time-to-accuracy --phase pick --within-s "${TTA_WITHIN_S:-54}" "${common[@]}") || return
+    echo "ttagpu: picked trial '$best'"
+    for seed in $(seq "$first" $(( first + ${TTA_PAIRS:-3} - 1 ))); do
+        $PY -m results.bench time-to-accuracy --phase both --seed "$seed" --unseeded-examples \
+            --examples "${TTA_EXAMPLES:-.examples}" --trial "$best" "${common[@]}" || return
     done
 }
 

@@ -180,6 +180,7 @@ class TimeToAccuracyPoint:
     trial: Value = None  # a tuning trial's flags
     recipe: Value = None
     recipe_flags: Value = None
+    recipe_name: Text = None  # the engine's recipe: cpu or gpu (records before the gpu recipe: cpu)
     epochs_planned: Optional[int] = None
     examples_commit: Text = None
     examples_main_digest: Text = None  # main.py's SHA-256 (12 digits): its version where no git history came along

@@ -108,6 +108,29 @@ TUNED_ON = {
     ],
 }
 
+
+
+def replaced(flags: List[str], **values: str) -> List[str]:
+    """FLAGS with the value after each ``--NAME`` (underscores as dashes) replaced, in place."""
+    out = list(flags)
+    for name, value in values.items():
+        out[out.index("--" + name.replace("_", "-")) + 1] = value
+    return out
+
+
+# The GPU's recipe: the CPU recipe's values where a GPU gives no reason to change them, with a GPU's
+# precision and memory layout (bf16 needs no loss scaling), sized to main.py's budget there: on one H200
+# (2026-11-28) main.py took 54 s and the CPU recipe's epochs ~3 s each, its 11 epochs ending 9-10 s early.
+# Not tuned on a GPU yet: results/gpu_session.sh's ttagpu stage tries GPU_TRIALS on the tuning split, picks the
+# trial that scores best within the budget (phase pick), and counts the recipe with it in the same lease.
+GPU_RECIPE_FLAGS = [*replaced(RECIPE_FLAGS, epochs="14"), "--channels-last", "--opt-level", "O1",
+                    "--amp-dtype", "bfloat16"]
+GPU_TRIALS = ["", "--epochs 16", "-b 512 --lr 0.6 --epochs 16", "-b 512 --lr 0.6 --epochs 20"]
+RECIPES = {"cpu": RECIPE_FLAGS, "gpu": GPU_RECIPE_FLAGS}
+GPU_TUNED_ON_NOTE = ("the GPU recipe with the trial that scored best within main.py's budget on the tuning split, "
+                     "on the same machine (phase pick; results/gpu_session.sh ttagpu)")
+
+
 REPO = RESULTS_DIR.parent
 ENGINE = REPO / "imagenet" / "imagenet_ddp.py"
 BOUND = 2.0  # the ours run is stopped past this multiple of main.py's wall time (it stops itself at 1x)...
@@ -122,11 +145,17 @@ EXAMPLES_NOTE = ("main.py's step decay (LR x0.1 every 30 epochs) does not fire w
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("time-to-accuracy", parents=[common],
                        help="time to a target top-1 on Fashion-MNIST: pytorch/examples main.py vs this engine")
-    p.add_argument("--phase", choices=("examples", "ours", "both", "tune"), default="both",
+    p.add_argument("--phase", choices=("examples", "ours", "both", "tune", "pick"), default="both",
                    help="examples: main.py's 10 epochs on the test split (its counted runs set the target "
                         "and the budget); ours: this engine against them; both: one after the other, same "
                         "seed; tune: this engine on the tuning split (held-out training photographs), "
-                        "with --trial's flags on top of the recipe")
+                        "with --trial's flags on top of the recipe; pick: print the --trial of this machine's "
+                        "tuning runs of the recipe that scored best within --within-s")
+    p.add_argument("--recipe", choices=tuple(RECIPES), help="the engine's recipe: cpu (tuned on 2 cores) or gpu "
+                   "(default: gpu where torch sees a CUDA GPU); the gpu recipe's counted runs take the --trial "
+                   "that phase pick chose on this machine's tuning split")
+    p.add_argument("--within-s", type=float, metavar="S", help="pick: the wall time on the test split to score "
+                   "trials within (default: this machine's main.py budget), scaled to the tuning split's size")
     p.add_argument("--seed", type=int, default=0, help="the run's seed (both programs' --seed); each counted "
                    "run of a program takes another")
     p.add_argument("--trial", default="", metavar="FLAGS", help="tune: engine flags tried on top of the recipe "
@@ -156,6 +185,10 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> List[dict]:
+    args.recipe = args.recipe or default_recipe()
+    if args.phase == "pick":  # reads the records alone
+        print(shlex.join(pick_trial(args)), flush=True)
+        return []
     split = "tuning" if args.phase == "tune" else "test"
     data = fashion_mnist.convert(args.fashion_mnist, args.cache, args.train_per_class, args.val_per_class, split)
     log.info("data: %s (%s split; %s)", data, split, ", ".join(fashion_mnist.classes_of(data)))
@@ -239,7 +272,8 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
 def run_ours(args: argparse.Namespace, data: Path) -> dict:
     _require_split(data, "test", "ours")
     target, budget_s, runs = protocol_target(args.records, data.name, args.image_size)
-    flags = [*RECIPE_FLAGS, *scoring_flags(args.image_size)]
+    trial = counted_trial(args)
+    flags = [*RECIPES[args.recipe], *scoring_flags(args.image_size), *trial]
     log.info("ours: seed %d, target %.2f %% top-1 and budget %.0f s (main.py's medians over %d counted runs); "
              "recipe %s", args.seed, target, budget_s, len(runs), " ".join(flags))
     sweep, lines, followed, run_json, log_file = _engine_run(
@@ -251,7 +285,7 @@ def run_ours(args: argparse.Namespace, data: Path) -> dict:
     metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=tta_protocol.best_within(lines.curve, budget_s),
                    images_seen=sum(e.get("train_samples", 0) for e in run_json.get("epochs", [])) or None)
     point = _point(OURS_PROGRAM, data, args, recipe_flags=flags, recipe=settings, declared=DECLARED,
-                   tuned_on=TUNED_ON, target_from=[r.sweep for r in runs],
+                   tuned_on=tuned_on(args, trial), target_from=[r.sweep for r in runs], recipe_name=args.recipe,
                    scoring=scoring(settings["val_resize_size"], settings["val_crop_size"]))
     return _record(sweep, point, metrics, followed, lines.curve, "the engine", engine_time_to_accuracy=engine_tta,
                    engine_status=run_json.get("status"), engine_startup=run_json.get("startup"), log=str(log_file))
@@ -264,17 +298,75 @@ def run_tuning(args: argparse.Namespace, data: Path) -> dict:
     benchmark run: no target, no budget, never read as one)."""
     _require_split(data, "tuning", "tune")
     trial = shlex.split(args.trial)
-    flags = [*RECIPE_FLAGS, *scoring_flags(args.image_size), *trial]
-    log.info("tune: seed %d, trial %s on the tuning split", args.seed, args.trial or "(the recipe as it is)")
+    flags = [*RECIPES[args.recipe], *scoring_flags(args.image_size), *trial]
+    log.info("tune: seed %d, %s recipe, trial %s on the tuning split", args.seed, args.recipe,
+             args.trial or "(the recipe as it is)")
     sweep, lines, followed, run_json, log_file = _engine_run(args, "tune", data, flags, args.timeout_minutes * 60)
     settings = _settings(run_json)  # as the engine resolved them: a trial's own --eval-every included
     metrics = tta_metrics(lines.curve, 0.0, followed, fashion_mnist.counts_of(data)["train"], 0.0,
                           settings["eval_every"], lines.start_s, args.quiet_share)
     metrics["final_top1"] = lines.curve[-1]["top1"] if lines.curve else None
-    point = _point(OURS_PROGRAM, data, args, trial=trial, recipe_flags=flags, recipe=settings,
+    point = _point(OURS_PROGRAM, data, args, trial=trial, recipe_flags=flags, recipe=settings, recipe_name=args.recipe,
                    scoring=scoring(settings["val_resize_size"], settings["val_crop_size"]))
     return _record(sweep, point, metrics, followed, lines.curve, "the engine", TUNING_KIND,
                    engine_startup=run_json.get("startup"), log=str(log_file))
+
+
+def default_recipe() -> str:
+    """gpu where torch sees a CUDA GPU, else cpu."""
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def _tuning_runs(args: argparse.Namespace) -> List[Record]:
+    """This machine's ok tuning records of ARGS' recipe, oldest first."""
+    recs = records.load_typed([args.records])[0] if Path(args.records).exists() else []
+    here = sysinfo.machine_id()
+    return sorted((r for r in recs if r.kind == TUNING_KIND and r.ok and r.environment.machine_id == here
+                   and (r.point.recipe_name or "cpu") == args.recipe), key=lambda r: r.time)
+
+
+def pick_trial(args: argparse.Namespace) -> List[str]:
+    """The --trial of this machine's tuning run of the recipe with the best top-1 within --within-s (default:
+    this machine's main.py budget), scaled from the test split's training photographs to the tuning split's."""
+    tried = _tuning_runs(args)
+    if not tried:
+        raise BenchError(f"no tuning run of the {args.recipe} recipe on this machine in {args.records}: run "
+                         "--phase tune (with --trial FLAGS) first")
+    test_data = fashion_mnist.cache_name(args.train_per_class, args.val_per_class, "test")
+    within = args.within_s or protocol_target(args.records, test_data, args.image_size)[1]
+    scaled = within * (1 - fashion_mnist.HELD_OUT)  # the tuning split trains on the other nine tenths
+    best = max(tried, key=lambda r: tta_protocol.best_within(r.curve or [], scaled) or 0.0)
+    log.info("pick: %s scored %s %% within %.0f s on the tuning split (%.0f s on the test split), best of %d",
+             shlex.join(best.point.trial or []) or "(the recipe)", tta_protocol.best_within(best.curve or [], scaled),
+             scaled, within, len(tried))
+    return list(best.point.trial or [])
+
+
+def counted_trial(args: argparse.Namespace) -> List[str]:
+    """The --trial a counted run of the recipe takes: none for the cpu recipe (its values are the recipe); for
+    the gpu recipe, one that this machine's tuning split has seen (so that nothing is tuned on the test split)."""
+    trial = shlex.split(args.trial)
+    if not trial:
+        return []
+    if args.recipe != "gpu":
+        raise BenchError("--trial on a counted run changes the recipe: tune on the tuning split (--phase tune), "
+                         "then change RECIPE_FLAGS, or use --recipe gpu, whose count takes a picked trial")
+    if trial not in [list(r.point.trial or []) for r in _tuning_runs(args)]:
+        raise BenchError(f"--trial {args.trial!r} was not tried on this machine's tuning split; run --phase tune "
+                         "with it first, then --phase pick")
+    return trial
+
+
+def tuned_on(args: argparse.Namespace, trial: List[str]) -> dict:
+    """What the counted run's recipe was chosen on: the cpu recipe's records and decisions, or for the gpu recipe
+    this machine's tuning runs of it and the rule that picked TRIAL from them."""
+    if args.recipe == "cpu":
+        return TUNED_ON
+    return {"split": "tuning", "held_out": fashion_mnist.held_out_note(),
+            "records": [r.sweep for r in _tuning_runs(args)],
+            "decisions": [f"{GPU_TUNED_ON_NOTE}: {shlex.join(trial) or '(the recipe as it is)'}"]}
 
 
 def _engine_run(args: argparse.Namespace, phase: str, data: Path, flags: List[str], timeout_s: float,

@@ -4,6 +4,7 @@ one prints, the record it leaves, the engine's time_to_accuracy block, and the r
 import gzip
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from PIL import Image
 
 from imagenet import config
+from imagenet.run import sysinfo
 from imagenet.train import time_to_accuracy
 from results import bench
 from results.analysis import tta_protocol
@@ -456,3 +458,34 @@ def test_the_record_names_what_ran(tmp_path, examples_checkout):
     assert tta._commit(copy) is None and len(examples_main.digest(copy)) == 12
     assert examples_main.validation_sizes(examples_main.size_replacements(32)) == (36, 32)
     assert tta.scoring(37, 32) == "resize 37, centre crop 32"
+
+
+def test_the_gpu_recipe_counts_the_trial_its_machine_picked_on_the_tuning_split(tmp_path, capsys):
+    out, here = tmp_path / "r.jsonl", sysinfo.machine_id()
+    assert tta.replaced(["-b", "256", "--epochs", "11"], epochs="14") == ["-b", "256", "--epochs", "14"]
+    assert tta.GPU_RECIPE_FLAGS[tta.GPU_RECIPE_FLAGS.index("--epochs") + 1] == "14"
+    tried = {"": _curve((30, 90.0), (50, 91.0)), "--epochs 16": _curve((30, 89.0), (45, 91.5), (60, 92.5)),
+             "-b 512 --epochs 20": _curve((40, 88.0), (70, 93.0))}  # 93 % only after the budget
+    for i, (trial, curve) in enumerate(tried.items()):
+        rec = _protocol_record(tta.OURS_PROGRAM, f"tune-{i}", 0, curve, kind="tta_tuning", machine_id=here,
+                               final_top1=curve[-1]["top1"])
+        raw = {**rec.raw, "point": {**rec.raw["point"], "trial": shlex.split(trial), "recipe_name": "gpu"}}
+        records.append(out, {k: v for k, v in raw.items() if k != "_source"})
+    elsewhere = _protocol_record(tta.OURS_PROGRAM, "tune-x", 0, _curve((10, 99.0)), kind="tta_tuning",
+                                 machine_id="another-boot")  # another machine's trial is not this one's to pick
+    records.append(out, {**{k: v for k, v in elsewhere.raw.items() if k != "_source"},
+                         "point": {**elsewhere.raw["point"], "trial": ["--lr", "9"], "recipe_name": "gpu"}})
+    pick = ["time-to-accuracy", "--phase", "pick", "--recipe", "gpu", "--records", str(out)]
+    # within 50 s on the test split, 45 s on the tuning split's nine tenths: --epochs 16's 91.5 % is the best
+    assert bench.main([*pick, "--within-s", "50"]) == 0 and capsys.readouterr().out.strip() == "--epochs 16"
+    assert bench.main([*pick, "--within-s", "80"]) == 0 and capsys.readouterr().out.strip() == "-b 512 --epochs 20"
+    args = bench.build_parser().parse_args(["time-to-accuracy", "--records", str(out), "--recipe", "gpu", "--trial",
+                                      "--epochs 16"])
+    assert tta.counted_trial(args) == ["--epochs", "16"]
+    assert tta.tuned_on(args, ["--epochs", "16"])["records"] == ["tune-0", "tune-1", "tune-2"]
+    for recipe, trial, says in (("gpu", "--lr 9", "was not tried on this machine's tuning split"),
+                                ("cpu", "--epochs 16", "changes the recipe")):
+        args = bench.build_parser().parse_args(["time-to-accuracy", "--records", str(out), "--recipe", recipe,
+                                                "--trial", trial])
+        with pytest.raises(BenchError, match=says):
+            tta.counted_trial(args)
