@@ -41,6 +41,16 @@ SETUPS: Dict[str, Setup] = {
                                            "channels-last where it helps), fp32"),
     "engine-bf16": Setup("amp", "O1", "bfloat16", (), "imagenet_ddp_apex.py --opt-level O1 --amp-dtype bfloat16, "
                                                       "engine defaults otherwise"),
+    "engine-channels-last": Setup("ddp", "O0", None, ("--channels-last",), "engine defaults with channels-last "
+                                                                           "(on a CPU too), fp32"),
+    "engine-bf16-channels-last": Setup("amp", "O1", "bfloat16", ("--channels-last",), "engine-bf16 with "
+                                                                                      "channels-last (on a CPU too)"),
+    # The yardstick: the same step as a bare PyTorch loop (results/runners/bare_loop.py), synthetic data only
+    "bare": Setup("bare", "O0", None, (), "a bare PyTorch loop: model, cross-entropy, SGD on synthetic tensors, fp32"),
+    "bare-channels-last": Setup("bare", "O0", None, ("--channels-last",), "the bare loop, channels-last, fp32"),
+    "bare-bf16": Setup("bare", "O1", "bfloat16", (), "the bare loop under bf16 autocast"),
+    "bare-bf16-channels-last": Setup("bare", "O1", "bfloat16", ("--channels-last",),
+                                     "the bare loop under bf16 autocast, channels-last"),
     "engine-fp16": Setup("amp", "O1", "float16", (), "imagenet_ddp_apex.py --opt-level O1 --amp-dtype float16 "
                                                      "(dynamic loss scaling), engine defaults otherwise"),
     "engine-fp16-compile": Setup("amp", "O1", "float16", ("--compile",), "engine-fp16 with --compile "

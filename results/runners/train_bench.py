@@ -31,6 +31,9 @@ from results.runners.common import environment, last_line, repo_relative
 log = logging.getLogger(__name__)
 
 REPO = RESULTS_DIR.parent
+# What each point's variant runs: the engine's entry scripts, and the bare loop the engine is measured against
+SCRIPTS_RUN = {**SCRIPTS, "bare": "results/runners/bare_loop.py"}
+ONE_PROCESS = (*SINGLE_PROCESS, "bare")
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ def engine_args(point: TrainPoint, log_dir: Path, for_slurm: bool = False, cpu: 
     if cpu is None:
         import torch
         cpu = not torch.cuda.is_available()
-    if point.variant not in SINGLE_PROCESS and cpu:
+    if point.variant not in ONE_PROCESS and cpu:
         args += ["--dist-backend", "gloo"]
     if point.data == "dummy":
         args.append("--dummy")
@@ -99,9 +102,9 @@ def engine_args(point: TrainPoint, log_dir: Path, for_slurm: bool = False, cpu: 
 
 def check(point: TrainPoint) -> Optional[str]:
     """Why a point cannot run as given, or None."""
-    if point.variant not in SCRIPTS:
+    if point.variant not in SCRIPTS_RUN:
         return f"unknown variant {point.variant!r}; use one of {', '.join(SCRIPTS)}"
-    if point.variant in SINGLE_PROCESS and point.world_size != 1:
+    if point.variant in ONE_PROCESS and point.world_size != 1:
         return f"variant {point.variant} runs one process; use --procs 1 --nodes 1 (DataParallel uses all local GPUs)"
     if point.data != "dummy" and not Path(point.data).is_dir():
         return f"dataset directory {point.data} does not exist; pass a folder with train/ and val/ or 'dummy'"
@@ -130,7 +133,7 @@ class LocalRunner:
         if point.nodes != 1:
             raise RuntimeError(f"{point.nodes} nodes cannot run locally; use --submit slurm on a cluster")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={point.procs_per_node}", str(REPO / SCRIPTS[point.variant]),
+               f"--nproc_per_node={point.procs_per_node}", str(REPO / SCRIPTS_RUN[point.variant]),
                *engine_args(point, log_dir)]
         log_path, t0 = log_dir / "bench.log", time.monotonic()
         log_path.parent.mkdir(parents=True, exist_ok=True)
