@@ -5,9 +5,10 @@ end of an epoch, so measuring does not slow down what is measured.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 
@@ -106,6 +107,62 @@ class StepTimes:
     def restart(self) -> None:
         """A new epoch: the gap across validation is not a step."""
         self._marks, self._counted = [], 0
+
+
+class StepBreakdown:
+    """Where each steady step's time goes, kept for every run: waiting for the loader (``data_wait_ms``), the
+    host's time in the loop with the batch in hand (``host_ms``: launching the step's work, or doing it on a
+    CPU, and the loop's bookkeeping), and on a GPU the step's span on the device's stream (``device_ms``,
+    between CUDA events recorded where the batch arrived and where the next one is asked for).
+
+    A device span close to the host's time means the GPU waited for the host (launch-bound); a longer one
+    means the host ran ahead. Nothing syncs per step: the events are read at ``flush``, where the loop syncs
+    anyway. Medians over the run's counted steps go into run.json; at most ``limit`` steps are kept.
+    """
+
+    def __init__(self, device: torch.device, limit: int = 20_000):
+        self.cuda, self.limit = device.type == "cuda", limit
+        self.data_wait_ms: list = []
+        self.host_ms: list = []
+        self.device_ms: list = []
+        self._asked = self._ready = None  # host clock: next batch asked for, batch in hand
+        self._events: list = []  # (start, end) CUDA events of counted steps since the last flush
+        self._start_event = None
+
+    def asking(self, counted: bool) -> None:
+        """The loop asks for the next batch: the previous step's host time (and device span) end here."""
+        now = time.perf_counter()
+        if self._ready is not None and counted and len(self.host_ms) < self.limit:
+            self.host_ms.append(1e3 * (now - self._ready))
+            if self.cuda:
+                end = torch.cuda.Event(enable_timing=True)
+                end.record()
+                self._events.append((self._start_event, end))
+        self._asked, self._ready = now, None
+
+    def ready(self, counted: bool) -> None:
+        """The batch is in hand."""
+        self._ready = time.perf_counter()
+        if self._asked is not None and counted and len(self.data_wait_ms) < self.limit:
+            self.data_wait_ms.append(1e3 * (self._ready - self._asked))
+        if self.cuda:
+            self._start_event = torch.cuda.Event(enable_timing=True)
+            self._start_event.record()
+
+    def flush(self) -> None:
+        """Read the recorded device spans; call only after the device was synchronised."""
+        self.device_ms.extend(start.elapsed_time(end) for start, end in self._events)
+        self._events = []
+
+    def epoch_end(self) -> None:
+        """The gap across validation is neither a wait nor a step."""
+        self._asked = self._ready = None
+
+    def medians(self) -> Dict[str, Optional[float]]:
+        def median(values: list) -> Optional[float]:
+            return round(statistics.median(values), 3) if values else None
+        return {"data_wait_ms": median(self.data_wait_ms), "host_ms": median(self.host_ms),
+                "device_ms": median(self.device_ms), "steps": len(self.host_ms)}
 
 
 def synchronize(device: torch.device) -> None:

@@ -37,7 +37,7 @@ from ..data.resolution import ResolutionRamp
 from ..model.ema import WeightAverage
 from ..model.precision import Precision
 from ..config import WARMUP_STEPS
-from .metrics import EpochMeter, StepClock, StepTimes, peak_memory_bytes, synchronize
+from .metrics import EpochMeter, StepBreakdown, StepClock, StepTimes, peak_memory_bytes, synchronize
 from ..common.exit_codes import EXIT_PREEMPTED
 from ..run.preemption import StopSignal
 from .runrecord import RunRecord
@@ -119,6 +119,7 @@ class Trainer:
         self.profiler = profiling.start(cfg.logging.profile_steps, WARMUP_STEPS, info.is_primary, parts.run_dir,
                                         info.device, lambda summary: parts.record.update(profile=summary))
         self.step_times = StepTimes(info.device, cfg.logging.step_times)
+        self.breakdown = StepBreakdown(info.device)
         self.writer = checkpoint_writer.for_rank(info.is_primary, parts.run_dir, cfg.checkpoint.keep_checkpoints)
         self.last_checkpoint = time.monotonic()
         self.periodic_saves = 0
@@ -240,9 +241,11 @@ class Trainer:
         self.step_times.restart()
         self.step_times.mark(counted=False)
         for step in range(first, self.steps_per_epoch):
+            self.breakdown.asking(counted=step - 1 - first >= warm)  # ends the step before: steady or warm-up
             batches = [next(loader) for _ in range(cfg.batch.accum_steps)]
             if self.first_step_pending:
                 startup.mark("loader workers started, first batch")
+            self.breakdown.ready(counted=step - first >= warm)
             clock.data_ready()
             results = self._step(batches)
             self.profiler.step()
@@ -267,9 +270,12 @@ class Trainer:
                 if due or self._steps_due(epoch, done):
                     self._save_periodic(epoch, done, clock)
             clock.step_done()  # after the print-boundary syncs: waiting on the GPU is not waiting for data
+        self.breakdown.asking(counted=self.steps_per_epoch - 1 - first >= warm)  # the last step's host time ends here
         synchronize(self.info.device)
         self.profiler.close()  # the capture covers the first epoch at most
         self.step_times.flush()
+        self.breakdown.flush()
+        self.breakdown.epoch_end()
         wall = clock.elapsed()
         self._count_steady(steady_start, clock.data_s - steady_data0, self.steps_per_epoch - first - warm, warm)
         self.state.elapsed_s += wall
@@ -295,6 +301,7 @@ class Trainer:
         start and this interval's (step ms, data-wait ms)."""
         synchronize(self.info.device)
         self.step_times.flush()
+        self.breakdown.flush()
         now = time.perf_counter()
         steps, seconds = done - interval[0], now - interval[1]
         times = (1000 * seconds / max(steps, 1), 1000 * (clock.data_s - interval[2]) / max(steps, 1))
@@ -494,6 +501,7 @@ class Trainer:
         throughput = self.throughput.as_dict(self.info.world_size, self.info.device)
         if self.cfg.logging.step_times:
             throughput["step_times_ms"] = self.step_times.ms
+        throughput["breakdown"] = self.breakdown.medians()
         saves = {**self.writer.stats.as_dict(), "periodic": self.periodic_saves,
                  "every_steps": self.cfg.checkpoint.checkpoint_every_steps,
                  "every_minutes": self.cfg.checkpoint.checkpoint_every_minutes}

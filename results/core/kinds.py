@@ -201,6 +201,9 @@ class TrainMetrics:
     world_size: Req = None
     data_time_ms: Optional[float] = None
     compute_time_ms: Optional[float] = None
+    data_wait_ms: Optional[float] = None  # medians of the steady steps: waiting for the loader...
+    host_ms: Optional[float] = None  # ...the host's time in the loop with the batch in hand...
+    device_ms: Optional[float] = None  # ...and the step's span on the GPU's stream (None on a CPU)
     peak_memory_bytes: Optional[float] = None
     epoch_time_s: Optional[float] = None
     elapsed_s: Optional[float] = None

@@ -42,8 +42,9 @@ FIELDS = ("schema", "kind", "status", "sweep", "time", "point", "metrics", "envi
 
 # Units of the metric names used across kinds; stored in every record so a reader needs no code.
 _NAMES_BY_UNIT = {
-    "ms": ("step_time_ms", "data_time_ms", "compute_time_ms", "step_no_allreduce_ms", "exposed_comm_ms",
-           "allreduce_alone_ms", "checkpoint_stall_ms_mean", "checkpoint_stall_ms_max"),
+    "ms": ("step_time_ms", "data_time_ms", "compute_time_ms", "data_wait_ms", "host_ms", "device_ms",
+           "step_no_allreduce_ms", "exposed_comm_ms", "allreduce_alone_ms", "checkpoint_stall_ms_mean",
+           "checkpoint_stall_ms_max"),
     "s": ("epoch_time_s", "elapsed_s", "checkpoint_write_s_mean", "wall_s"),
     "bytes": ("peak_memory_bytes", "rchar", "read_bytes", "bytes", "grad_bytes", "checkpoint_bytes_written",
               "bytes_per_file", "rank_rss_bytes", "rank_index_bytes", "written_bytes"),

@@ -122,6 +122,32 @@ def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path
                  hours=md_table("cluster.hours_columns", trows, epochs=EPOCHS))
 
 
+def bound_by(metrics) -> str:
+    """What held a step, from the medians of where its time went (TrainMetrics)."""
+    wait, host, device = metrics.data_wait_ms, metrics.host_ms, metrics.device_ms
+    if wait >= 0.25 * (wait + host):
+        return "the loader"
+    if device is None:
+        return "the CPU's arithmetic"
+    return "the GPU's arithmetic" if device > 1.2 * host else "the host (the GPU waits for its launches)"
+
+
+def breakdown_section(train: Sequence[Record]) -> str:
+    """Where each point's steady step went: medians of waiting for the loader, the host's loop and the step's
+    span on the GPU's stream (imagenet.train.metrics.StepBreakdown)."""
+    measured = [r for r in train if r.ok and r.metrics.host_ms is not None]
+    if not measured:
+        return ""
+    rows = [[series_name(r), hardware(r), r.metrics.step_time_ms, r.metrics.data_wait_ms, r.metrics.host_ms,
+             r.metrics.device_ms, bound_by(r.metrics), r.source] for r in measured]
+    header = ("configuration", "hardware", "step (ms, mean)", "waiting for data (ms)", "host in the loop (ms)",
+              "GPU stream span (ms)", "held by", "record")
+    return ("## Where a step goes\n\nMedians over each run's steady steps: waiting for the loader's next batch, the "
+            "host's time in the loop with the batch in hand (on a CPU, the step's arithmetic itself), and on a GPU "
+            "the step's span on the device's stream between CUDA events. A span close to the host's time means the "
+            "GPU waited for the host's launches.\n\n" + md_table(header, rows) + "\n")
+
+
 def _config_table(series: Dict[Tuple[str, str], List[Point]]) -> str:
     rows = [[name, hw, int(p.x), p.n, p.mean, _std(p), train_hours(p.mean, EPOCHS), _ids(p)]
             for (hw, name), pts in series.items() for p in pts]
@@ -373,7 +399,7 @@ def build_tag(tag: str, records_file: Path, out_dir: Path,
                                    by_kind(recs, "storage"), out_dir)
     shards = data_scale.section(recs) if any(r.kind in ("shards_pipeline", "data_opens", "index_memory")
                                                        for r in recs) else ""
-    body = [throughput_section(series, out_dir), curves_section(train, out_dir),
+    body = [throughput_section(series, out_dir), breakdown_section(train), curves_section(train, out_dir),
             storage_section(by_kind(recs, "storage"), out_dir), loader_section(by_kind(recs, "io"), out_dir),
             pipeline_section(by_kind(recs, "pipeline"), out_dir), model,
             predicted_tta.measured_section([predicted_tta.from_record(r) for r in by_kind(recs, "time_to_accuracy")]),

@@ -238,6 +238,8 @@ def metrics_from_run(run: dict) -> Dict[str, object]:
                                                         "write_s_mean", "bytes_written", "every_steps")})
     if "step_times_ms" in tp:  # --extra=--step-times: the distribution behind the scaling model's straggler term
         m["step_times_ms"] = tp["step_times_ms"]
+    # where a steady step's time goes (medians): the loader, the host's loop, the device's stream
+    m.update({key: (tp.get("breakdown") or {}).get(key) for key in ("data_wait_ms", "host_ms", "device_ms")})
     m.update({"world_size": run["dist"]["world_size"], "nodes": run["dist"].get("nodes", 1),
               "device": run["dist"].get("device"), "backend": run["dist"].get("backend"),
               "global_batch": run.get("global_batch"), "precision_label": run.get("precision", {}).get("label"),

@@ -23,3 +23,12 @@ def test_engine_records_each_steady_step_time(device, request, tmp_path):
     assert all(t > 0 for t in tp["step_times_ms"])
     # the same wall time as the steady-state meter, step by step
     assert sum(tp["step_times_ms"]) == pytest.approx(tp["step_time_ms"] * tp["measured_steps"], rel=0.25)
+    # where each steady step went, kept for every run: medians of the loader wait, the host's loop, and on a GPU
+    # the step's span on the device's stream
+    breakdown = tp["breakdown"]
+    assert breakdown["steps"] == 18 and breakdown["data_wait_ms"] >= 0 and breakdown["host_ms"] > 0
+    assert (breakdown["device_ms"] is None) == (device == "cpu")
+    # waiting and the host's loop make up a step: their medians stay within the steps' range
+    assert breakdown["data_wait_ms"] + breakdown["host_ms"] <= max(tp["step_times_ms"]) * 1.05
+    if device == "cuda":
+        assert 0 < breakdown["device_ms"] <= max(tp["step_times_ms"]) * 1.05

@@ -131,3 +131,25 @@ def test_a_gloo_peer_loss_becomes_the_lost_contact_line(monkeypatch, gloo_error)
     line = distributed.lost_peer_message(RuntimeError(gloo_error), 0)
     assert line is not None and line.startswith("rank 0 on node1 lost contact with node2 during a collective")
     assert distributed.lost_peer_message(RuntimeError("CUDA out of memory"), 0) is None
+
+
+def test_step_breakdown_splits_each_steady_step_into_waiting_and_the_hosts_loop(monkeypatch):
+    from imagenet.train import metrics
+
+    clock = iter([0.0, 0.010, 0.050,   # warm-up step: asked, batch in hand, next asked
+                  0.052, 0.090,        # steady: 2 ms waiting, then 38 ms in the loop
+                  0.100, 0.140,        # steady: 10 ms waiting, 40 ms in the loop
+                  0.141, 0.181,        # steady: 1 ms waiting, 40 ms in the loop (ended by the epoch's end)
+                  0.300])              # the next epoch asks: no step was in hand
+    monkeypatch.setattr(metrics.time, "perf_counter", lambda: next(clock))
+    breakdown = metrics.StepBreakdown(torch.device("cpu"))
+    breakdown.asking(counted=False)
+    breakdown.ready(counted=False)
+    for _ in range(3):
+        breakdown.asking(counted=_ > 0)  # the step before: the warm-up one first
+        breakdown.ready(counted=True)
+    breakdown.asking(counted=True)
+    assert breakdown.medians() == {"data_wait_ms": 2.0, "host_ms": 40.0, "device_ms": None, "steps": 3}
+    breakdown.epoch_end()
+    breakdown.asking(counted=True)  # no step is in hand after the epoch's end: nothing is added
+    assert breakdown.medians()["steps"] == 3

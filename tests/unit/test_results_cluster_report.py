@@ -95,3 +95,17 @@ def test_a_miss_past_ten_percent_names_the_term_that_misses():
     assert found[1].term == "its exposed all-reduce term (40.0 ms a step) is too large"
     agreeing = cluster_model.Prediction(whole, None, rows[:2], [], {})
     assert cluster_model.misses(agreeing) == []
+
+
+def test_where_a_step_goes_names_what_held_it():
+    def point(sweep, wait, host, device, gpu=None):
+        rec = _train(sweep, 1, 1000.0, {**ENV, "gpu_name": gpu})
+        rec["metrics"].update(data_wait_ms=wait, host_ms=host, device_ms=device)
+        return kinds.from_dict({**rec, "_source": f"t.jsonl:{sweep}"})
+    recs = [point("loader", 30.0, 10.0, None), point("cpu", 0.5, 20.0, None),
+            point("launches", 0.2, 12.0, 12.5, "H200"), point("gpu", 0.2, 3.0, 12.5, "H200")]
+    text = cluster.breakdown_section(recs)
+    held = {row["record"].split(":")[1]: row["held by"] for row in _rows(text, "| configuration")}
+    assert held == {"loader": "the loader", "cpu": "the CPU's arithmetic",
+                    "launches": "the host (the GPU waits for its launches)", "gpu": "the GPU's arithmetic"}
+    assert cluster.breakdown_section([point("old", None, None, None)]) == ""  # records from before the breakdown
