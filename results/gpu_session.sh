@@ -28,6 +28,9 @@
 #                carried: the four Fashion-MNIST files in .fmnist/ and a pytorch/examples checkout in .examples/
 #                (both git-ignored; no registry on the machine); records in $OUT/tta-$TAG.jsonl, each run's
 #                as it ends; a pair took ~2.5 min on an H200 (2026-11-27), so give 3 pairs STAGE_LIMIT=540
+#     graph      engine fp16/bf16 eager against the whole step as one CUDA graph (--cuda-graph), ResNet-50 synthetic
+#     smallstep  the Fashion-MNIST race's step (ResNet-18, 32 px, batch 256, one epoch of 234 steps from its JPEGs):
+#                the step breakdown eager and graphed (the record's data_wait_ms, host_ms, device_ms)
 #     ttagpu     the GPU recipe (--recipe gpu) tuned and counted in one lease: TTA_TRIALS (the runner's GPU_TRIALS)
 #                on the tuning split, the one best within TTA_WITHIN_S (54) picked, then TTA_PAIRS (3) pairs of
 #                main.py and the engine with it; ~4 trials of ~1 min and 3 pairs of ~2 min: run it alone,
@@ -212,6 +215,19 @@ stage_tta() {  # one pair per seed; main.py unseeded: on a GPU its --seed turns 
             --fashion-mnist "${TTA_SOURCE:-.fmnist}" --cache "$LEASE_DIR/tta-data" --work "$OUT/tta-work" \
             --tag "tta-$TAG" --records "$OUT/tta-$TAG.jsonl" ${TTA_FLAGS:-} || return
     done
+}
+
+stage_graph() {  # the whole step in one CUDA graph against eager and compiled, ResNet-50 synthetic, no compiling
+    bench_train graph dummy "$STEPS" --setups engine-fp16 engine-bf16 engine-bf16-graph engine-fp16-graph
+}
+
+stage_smallstep() {  # the Fashion-MNIST race's step (ResNet-18, 32 px, batch 256) from its JPEGs: where it goes,
+    # eager and graphed; needs the carried .fmnist (converted once per lease)
+    local data="$LEASE_DIR/tta-data/fashion-mnist"
+    [ -d "$data/train" ] || $PY -c "from results.runners import fashion_mnist as f; from pathlib import Path; \
+        f.convert(f.SOURCE_DIR if not Path('.fmnist').is_dir() else Path('.fmnist'), Path('$LEASE_DIR/tta-data'))"
+    ARCH=resnet18 IMAGE=32 bench_train smallstep "$data" 234 --setups engine-bf16 engine-bf16-graph \
+        --workers "${SMALL_WORKERS:-$WORKERS}"
 }
 
 stage_ttagpu() {  # the GPU recipe, tuned and counted in one lease: TTA_TRIALS on the tuning split (default: the

@@ -208,6 +208,10 @@ class PerfSettings:
                              choices=COMPILE_MODES)
     deterministic: bool = _opt(False, "--deterministic", help="deterministic kernels (slower)",
                                action="store_true")
+    cuda_graph: bool = _opt(False, "--cuda-graph", help="replay the whole training step (forward, backward, "
+                            "optimizer) as one CUDA graph captured after a few eager steps, without compiling; "
+                            "where the run does not allow it, it stays eager and says why in one line",
+                            action="store_true")
 
     def use_channels_last(self, device_type: str) -> bool:
         return self.channels_last if self.channels_last is not None else device_type == "cuda"

@@ -26,7 +26,7 @@ import torch
 
 from ..common import cputime, startup
 from ..run import distributed, preemption
-from . import checkpoint, profiling, time_to_accuracy
+from . import checkpoint, cuda_graph, profiling, time_to_accuracy
 from . import checkpoint_writer
 from .accumulation import accumulate
 from .mixing import Mix, hard_labels
@@ -120,6 +120,7 @@ class Trainer:
                                         info.device, lambda summary: parts.record.update(profile=summary))
         self.step_times = StepTimes(info.device, cfg.logging.step_times)
         self.breakdown = StepBreakdown(info.device)
+        self.graph_step = self._graph_step() if cfg.perf.cuda_graph else None
         self.writer = checkpoint_writer.for_rank(info.is_primary, parts.run_dir, cfg.checkpoint.keep_checkpoints)
         self.last_checkpoint = time.monotonic()
         self.periodic_saves = 0
@@ -213,13 +214,37 @@ class Trainer:
             output = p.model(images)
         return p.criterion(output.float(), target), output, target
 
+    def _graph_step(self) -> Optional[cuda_graph.GraphStep]:
+        """--cuda-graph's replayed step, or None (eager) with one line saying why the run does not allow it."""
+        p = self.p
+        why = cuda_graph.why_not(self.cfg, self.info.device, self.info.world_size, self.cfg.optim.opt,
+                                 p.precision.spec.loss_scale)
+        if why:
+            self.console.warn(cuda_graph.fallback_line(why))
+            return None
+        return cuda_graph.GraphStep(self._whole_step, lambda batch: cuda_graph.to_device(batch, self.info.device),
+                                    p.optimizer)
+
+    def _whole_step(self, images: torch.Tensor, target: torch.Tensor) -> tuple:
+        """Zero the gradients, forward, backward and step on one batch: what --cuda-graph captures."""
+        p = self.p
+        p.precision.zero_grad(p.optimizer)
+        loss, output, target = self._forward_loss(images, target)
+        p.precision.backward(loss, p.optimizer)
+        p.precision.step(p.optimizer)
+        return loss, output, target
+
     def _step(self, batches: List[tuple]) -> List[tuple]:
         """One optimizer step over BATCHES (micro-batches when accumulating); their (loss, output,
         target) triples."""
         p = self.p
-        p.precision.zero_grad(p.optimizer)
-        results = accumulate(p.model, batches, self._forward_loss, lambda loss: p.precision.backward(loss, p.optimizer))
-        p.precision.step(p.optimizer)
+        if self.graph_step is not None:
+            results = self.graph_step(batches[0])
+        else:
+            p.precision.zero_grad(p.optimizer)
+            results = accumulate(p.model, batches, self._forward_loss,
+                                 lambda loss: p.precision.backward(loss, p.optimizer))
+            p.precision.step(p.optimizer)
         p.scheduler.step()
         if p.ema is not None:
             p.ema.after_step(p.raw_model, p.scheduler.last_epoch - 1)  # the global step just taken

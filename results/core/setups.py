@@ -70,6 +70,12 @@ SETUPS: Dict[str, Setup] = {
     "engine-bf16-compile": Setup("amp", "O1", "bfloat16", ("--compile",), "engine-bf16 with --compile"),
     "engine-fp16-cudagraphs": Setup("amp", "O1", "float16", ("--compile-mode", "reduce-overhead"),
                                     "engine-fp16 with torch.compile mode reduce-overhead (CUDA graphs)"),
+    # The whole step replayed as one CUDA graph, no compiler (--cuda-graph): bf16, and fp16 at a static loss scale
+    # (a dynamic one skips steps by a host decision, which a graph cannot hold)
+    "engine-bf16-graph": Setup("amp", "O1", "bfloat16", ("--cuda-graph",), "engine-bf16 with the whole step in one "
+                                                                           "CUDA graph (--cuda-graph)"),
+    "engine-fp16-graph": Setup("amp", "O1", "float16", ("--cuda-graph", "--loss-scale", "1024"),
+                               "engine-fp16 at a static loss scale of 1024, the whole step in one CUDA graph"),
     "engine-fp16-max-autotune": Setup("amp", "O1", "float16", ("--compile-mode", "max-autotune"),
                                       "engine-fp16 with torch.compile mode max-autotune (benchmarked kernel "
                                       "choices, CUDA graphs)"),
