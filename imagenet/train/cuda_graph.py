@@ -24,8 +24,10 @@ log = logging.getLogger(__name__)
 WARMUP_STEPS = 3  # eager steps on a side stream before capture: cuDNN picks its kernels, the optimizer its state
 
 
-def why_not(cfg, device: torch.device, world_size: int, optimizer_name: str, scale: object) -> Optional[str]:
-    """Why this run cannot replay its step as a CUDA graph (CFG: the settings), or None."""
+def why_not(cfg, device: torch.device, world_size: int, optimizer_name: str, scale: object,
+            fused: bool = True) -> Optional[str]:
+    """Why this run cannot replay its step as a CUDA graph (CFG: the settings; FUSED: the optimizer steps with
+    torch's fused kernel, the one SGD path that reads a learning rate from the device), or None."""
     checks = [
         (device.type != "cuda", "it needs a CUDA GPU"),
         (cfg.run.variant == "dp", "DataParallel drives each GPU from a thread of its own, which a graph cannot hold"),
@@ -38,6 +40,8 @@ def why_not(cfg, device: torch.device, world_size: int, optimizer_name: str, sca
         (scale == "dynamic", "fp16's dynamic loss scale skips steps by a host decision (use bf16, or a static "
                              "--loss-scale)"),
         (optimizer_name != "sgd", f"the {optimizer_name} optimizer is not known to be capturable (SGD is)"),
+        (optimizer_name == "sgd" and not fused, "SGD's foreach and plain steps read the learning rate on the host "
+                                                "(use --optimizer-impl fused, auto's choice on GPUs)"),
     ]
     reasons = [why for failed, why in checks if failed]
     return reasons[0] if reasons else None

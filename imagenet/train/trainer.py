@@ -218,7 +218,7 @@ class Trainer:
         """--cuda-graph's replayed step, or None (eager) with one line saying why the run does not allow it."""
         p = self.p
         why = cuda_graph.why_not(self.cfg, self.info.device, self.info.world_size, self.cfg.optim.opt,
-                                 p.precision.spec.loss_scale)
+                                 p.precision.spec.loss_scale, bool(p.optimizer.defaults.get("fused")))
         if why:
             self.console.warn(cuda_graph.fallback_line(why))
             return None

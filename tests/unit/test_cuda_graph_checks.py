@@ -9,9 +9,9 @@ from imagenet.train import cuda_graph
 CUDA = torch.device("cuda")
 
 
-def _why(*flags, world_size=1, device=CUDA, scale=1.0):
+def _why(*flags, world_size=1, device=CUDA, scale=1.0, fused=True):
     cfg = config.parse(["--dummy", "--cuda-graph", *flags])
-    return cuda_graph.why_not(cfg, device, world_size, cfg.optim.opt, scale)
+    return cuda_graph.why_not(cfg, device, world_size, cfg.optim.opt, scale, fused)
 
 
 def test_a_plain_single_gpu_run_is_captured():
@@ -30,6 +30,7 @@ def test_a_plain_single_gpu_run_is_captured():
     (("--opt-level", "O2"), {}, "O2/O3"),
     (("--opt-level", "O1", "--amp-dtype", "float16"), {"scale": "dynamic"}, "dynamic loss scale"),
     (("--opt", "lamb"), {}, "the lamb optimizer is not known to be capturable"),
+    (("--optimizer-impl", "foreach"), {"fused": False}, "use --optimizer-impl fused"),
 ])
 def test_what_a_graph_cannot_hold_is_named(flags, kw, says):
     why = _why(*flags, **kw)
