@@ -23,7 +23,7 @@
 #     batch      engine-fp16 at batch 256, 384 and 512
 #     steptimes  engine-fp16 fed from the JPEGs with --step-times: the per-step spread behind the scaling
 #                model's straggler term (python -m results.scaling_model --check)
-#     tta        the time-to-accuracy protocol on one GPU (docs/time-to-accuracy.md): TTA_PAIRS (3) pairs of
+#     tta        the time-to-accuracy protocol on one GPU with the CPU's recipe (docs/time-to-accuracy.md): TTA_PAIRS (3) pairs of
 #                main.py then this engine, seeds 1..N, TTA_WORKERS loader workers for both (default WORKERS);
 #                carried: the four Fashion-MNIST files in .fmnist/ and a pytorch/examples checkout in .examples/
 #                (both git-ignored; no registry on the machine); records in $OUT/tta-$TAG.jsonl, each run's
@@ -213,7 +213,7 @@ stage_tta() {  # one pair per seed; main.py unseeded: on a GPU its --seed turns 
         $PY -m results.bench time-to-accuracy --phase both --seed "$seed" --unseeded-examples \
             --workers "${TTA_WORKERS:-$WORKERS}" --examples "${TTA_EXAMPLES:-.examples}" \
             --fashion-mnist "${TTA_SOURCE:-.fmnist}" --cache "$LEASE_DIR/tta-data" --work "$OUT/tta-work" \
-            --tag "tta-$TAG" --records "$OUT/tta-$TAG.jsonl" ${TTA_FLAGS:-} || return
+            --tag "tta-$TAG" --records "$OUT/tta-$TAG.jsonl" --recipe cpu ${TTA_FLAGS:-} || return
     done
 }
 

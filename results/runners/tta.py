@@ -350,8 +350,12 @@ def pick_trial(args: argparse.Namespace) -> List[str]:
 
 def counted_trial(args: argparse.Namespace) -> List[str]:
     """The --trial a counted run of the recipe takes: none for the cpu recipe (its values are the recipe); for
-    the gpu recipe, one that this machine's tuning split has seen (so that nothing is tuned on the test split)."""
+    the gpu recipe, tuned on this machine first, one that this machine's tuning split has seen (so that nothing
+    is tuned on the test split)."""
     trial = shlex.split(args.trial)
+    if args.recipe == "gpu" and not _tuning_runs(args):
+        raise BenchError("the gpu recipe has not been tuned on this machine: run --phase tune --recipe gpu with "
+                         "its trials first, then --phase pick (results/gpu_session.sh ttagpu does all three)")
     if not trial:
         return []
     if args.recipe != "gpu":

@@ -59,9 +59,9 @@ def test_ours_phase_records_time_to_the_target(fashion_cache, tmp_path):
             # 1 % would read as 100 %: --desired-acc takes 1 as a fraction)
             {"target_top1": best, "best_top1": best, "wall_s": 0.06, "core_s": 0.1, "epochs": 1, "eval_every": 1,
              "counted": counted}, {"machine_id": sysinfo.machine_id()}))  # this machine's: its target counts here
-    assert bench.main(["time-to-accuracy", "--phase", "ours", "--cache", str(fashion_cache), "--train-per-class", "40",
-                       "--val-per-class", "10", "--records", str(out), "--work", str(tmp_path / "work"),
-                       "--seed", "5"]) == 0
+    assert bench.main(["time-to-accuracy", "--phase", "ours", "--recipe", "cpu", "--cache", str(fashion_cache),
+                       "--train-per-class", "40", "--val-per-class", "10", "--records", str(out),
+                       "--work", str(tmp_path / "work"), "--seed", "5"]) == 0
     rec = json.loads(out.read_text().splitlines()[-1])
     assert rec["status"] == "ok" and records.validate(rec) is None
     assert rec["point"]["target_from"] == ["t-examples-1", "t-examples-3"]  # the counted ones
@@ -102,9 +102,9 @@ def test_tuning_runs_on_held_out_training_photographs_without_the_test_files(fas
     for name in fashion_mnist.FILES["train"]:  # the test photographs are not there to be read
         (source / name).symlink_to(fashion_mnist.SOURCE_DIR / name)
     out = tmp_path / "r.jsonl"
-    assert bench.main(["time-to-accuracy", "--phase", "tune", "--fashion-mnist", str(source), "--cache",
-                       str(tmp_path / "cache"), "--train-per-class", "40", "--val-per-class", "10", "--trial",
-                       "--epochs 2 --lr-peak-epoch 0.5 --wd 5e-4 --eval-every 2", "--records", str(out),
+    assert bench.main(["time-to-accuracy", "--phase", "tune", "--recipe", "cpu", "--fashion-mnist", str(source),
+                       "--cache", str(tmp_path / "cache"), "--train-per-class", "40", "--val-per-class", "10",
+                       "--trial", "--epochs 2 --lr-peak-epoch 0.5 --wd 5e-4 --eval-every 2", "--records", str(out),
                        "--work", str(tmp_path / "work"), "--keep-checkpoints"]) == 0
     rec = json.loads(out.read_text().splitlines()[-1])
     assert (tmp_path / "work" / rec["sweep"] / "run" / "checkpoint.pth.tar").exists()  # kept, as asked

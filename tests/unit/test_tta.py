@@ -483,6 +483,10 @@ def test_the_gpu_recipe_counts_the_trial_its_machine_picked_on_the_tuning_split(
                                       "--epochs 16"])
     assert tta.counted_trial(args) == ["--epochs", "16"]
     assert tta.tuned_on(args, ["--epochs", "16"])["records"] == ["tune-0", "tune-1", "tune-2"]
+    untuned = bench.build_parser().parse_args(["time-to-accuracy", "--records", str(tmp_path / "none.jsonl"),
+                                               "--recipe", "gpu"])
+    with pytest.raises(BenchError, match="the gpu recipe has not been tuned on this machine"):
+        tta.counted_trial(untuned)
     for recipe, trial, says in (("gpu", "--lr 9", "was not tried on this machine's tuning split"),
                                 ("cpu", "--epochs 16", "changes the recipe")):
         args = bench.build_parser().parse_args(["time-to-accuracy", "--records", str(out), "--recipe", recipe,
