@@ -53,7 +53,7 @@ from imagenet.recipes import RECIPES, named_in
 from imagenet.run.preemption import STOP_FILE  # the file name the trainers look for (no torch import)
 from imagenet.common.variants import SCRIPTS, SINGLE_PROCESS, VARIANTS
 from launch.environment import PORT_BASE, PORT_SPAN  # one port formula for Python and the scripts
-from slurm import start_budget
+from slurm import containers, start_budget
 
 LAUNCHERS = ("torchrun", "srun", "mpi", "launch")
 MPI_STARTERS = ("mpirun", "srun")
@@ -127,6 +127,9 @@ class JobSpec:
     signal: str = "USR2"
     signal_seconds: int = 180  # how long before the time limit the signal comes
     sweep: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # (SETTING, values): a job array over the product
+    container: Optional[str] = None  # the image each job step runs in (slurm/containers.py)
+    container_runtime: Optional[str] = None  # default: the one this login node has
+    container_mounts: Tuple[str, ...] = ()  # SRC[:DST] mounted besides the checkout
     command: Tuple[str, ...] = field(default=(), compare=False)  # how it was generated, for the header
 
     # ---- derived views
@@ -134,6 +137,17 @@ class JobSpec:
     @property
     def resolved_launcher(self) -> str:
         return self.launcher or ("srun" if self.variant in SINGLE_PROCESS else "torchrun")
+
+    @property
+    def resolved_runtime(self) -> Optional[str]:
+        """The container runtime: the one given, else the one this login node has (None: no container)."""
+        if self.container is None:
+            return None
+        runtime = self.container_runtime or containers.detect()
+        if runtime is None:
+            raise GenerateError("--container: no container runtime on this node (apptainer, singularity, podman-hpc, "
+                                "ch-run, or srun with Pyxis); name one with --container-runtime")
+        return runtime
 
     @property
     def single_process(self) -> bool:
@@ -329,6 +343,25 @@ def _check_train_args(spec: JobSpec) -> None:
         reject("the dataset goes in --data, not among the training arguments")
 
 
+def _check_container(spec: JobSpec) -> None:
+    if spec.container is None:
+        if spec.container_runtime or spec.container_mounts:
+            raise GenerateError("--container-runtime and --container-mounts need --container IMAGE")
+        return
+    if spec.venv or spec.conda_env:
+        raise GenerateError("a container brings its own Python: drop --venv/--conda-env (or mount one and point "
+                            "--python at it)")
+    for label, value in (("--container", spec.container), *(("--container-mounts", m) for m in spec.container_mounts)):
+        _no_control(label, value)
+        if not value.strip() or "," in value or any(c.isspace() for c in value):
+            raise GenerateError(f"{label} {value!r} must be one path or reference without spaces or commas")
+    try:
+        containers.check(spec.resolved_runtime, spec.container, spec.container_mounts, spec.data, spec.stage_dir,
+                         spec.resolved_launcher, spec.mpi_starter)
+    except containers.ContainerError as e:
+        raise GenerateError(str(e)) from None
+
+
 def validate(spec: JobSpec) -> None:
     """Raise GenerateError (one line) for any spec that cannot make a working script."""
     _check_layout(spec)
@@ -336,6 +369,7 @@ def validate(spec: JobSpec) -> None:
     _check_requeue(spec)
     _check_sweep(spec)
     _check_train_args(spec)
+    _check_container(spec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,6 +463,8 @@ def _settings(spec: JobSpec) -> str:
               "MODULES= for none"]
     if spec.stage_dir:  # kept unexpanded here: each training process expands it on its own node
         lines.append(f"STAGE_DIR=${{STAGE_DIR:-{_q(spec.stage_dir)}}}  # node-local copy of DATA, made once per node")
+    if spec.container:
+        lines += containers.settings(spec.resolved_runtime, spec.container, spec.container_mounts)
     lines += _procs_per_node(spec)
     return "\n".join(lines)
 
@@ -600,8 +636,11 @@ def _launch(spec: JobSpec) -> str:
     # --ntasks, else srun takes SLURM_NTASKS from the environment sbatch stored at submission)
     # (--kill-on-bad-exit: one failed task ends the step, so a hung rank cannot hold it)
     tasks = _per_node(spec, tasks=True)
+    # in a container: srun's own flags (Pyxis) or a command before each task's program (the other runtimes)
+    flags, inside = containers.wrap(spec.resolved_runtime) if spec.container else ("", "")
     srun = (f'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * {tasks})) '
-            f'--ntasks-per-node={_shell_value(tasks)} --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1')
+            f'--ntasks-per-node={_shell_value(tasks)} --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1'
+            + (f" {flags}" if flags else "") + (f" {inside}" if inside else ""))
     if launcher == "srun":
         start = [f'{srun} "$PYTHON" {script} "${{TRAIN_ARGS[@]}}" &']
     elif launcher == "torchrun":
@@ -609,11 +648,13 @@ def _launch(spec: JobSpec) -> str:
     elif launcher == "launch":
         start = _dist_launch(spec, srun, script)
     elif spec.mpi_starter == "srun":
-        start = [f'{srun} --mpi=pmix "$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
+        start = [f'{srun.replace("srun ", "srun --mpi=pmix ", 1)} "$PYTHON" -m launch.mpi {script} '
+                 '"${TRAIN_ARGS[@]}" &']
     else:
-        # the ranks inherit this environment through the srun that starts mpirun's node daemons
+        # the ranks inherit this environment through the srun that starts mpirun's node daemons; in a container
+        # the site's mpirun stays outside and starts the image's program per rank (the hybrid model)
         start = [f'"$MPIRUN" -np $((SLURM_JOB_NUM_NODES * {tasks})) --map-by ppr:{_shell_value(tasks)}:node '
-                 '--bind-to none '
+                 '--bind-to none ' + (f"{inside} " if inside else "") +
                  f'"$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
     body = [*start_budget.loop_head(), *start, *start_budget.decide()]
     return "\n".join([*start_budget.functions(torchrun=launcher == "torchrun"),
@@ -703,6 +744,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="export (repeatable)")
     p.add_argument("--sweep", action="append", default=[], metavar="SETTING=V1,V2",
                    help="job array over the product of the values (repeatable)")
+    p.add_argument("--container", default=d.container, metavar="IMAGE", help="run each job step in this image "
+                   "(a .sif, a SquashFS or directory image, or a registry reference such as "
+                   "nvcr.io/nvidia/pytorch:25.01-py3); CONTAINER_IMAGE at submit time overrides it")
+    p.add_argument("--container-runtime", default=d.container_runtime, choices=containers.RUNTIMES,
+                   help="default: the runtime this login node has")
+    p.add_argument("--container-mounts", action="append", default=[], metavar="SRC[:DST]",
+                   help="a folder the image must see besides the checkout: the data, the staging folder (repeatable)")
     p.add_argument("--no-requeue", dest="requeue", action="store_false", help="no signal, no requeue")
     p.add_argument("--signal", default=d.signal, help="requeue signal sent to the batch script")
     p.add_argument("--write-examples", action="store_true", help="regenerate the committed slurm/*.sh")
@@ -733,6 +781,7 @@ def spec_from_args(argv: Sequence[str]) -> JobSpec:
     ns["train_args"] = tuple(train[1:] if train[:1] == ["--"] else train)
     ns["modules"] = tuple(ns.pop("module"))
     ns["setup"] = tuple(ns["setup"])
+    ns["container_mounts"] = tuple(ns["container_mounts"])
     ns["env"] = tuple(_pairs(ns.pop("env"), "--env"))
     ns["sweep"] = tuple((k, tuple(v.split(","))) for k, v in _pairs(ns.pop("sweep"), "--sweep"))
     recipe = _recipe_epochs(ns["train_args"])
