@@ -782,6 +782,8 @@ def spec_from_args(argv: Sequence[str]) -> JobSpec:
     ns["modules"] = tuple(ns.pop("module"))
     ns["setup"] = tuple(ns["setup"])
     ns["container_mounts"] = tuple(ns["container_mounts"])
+    if ns["container"] and not ns["container_runtime"]:  # detected once here, not at every use of the spec
+        ns["container_runtime"] = containers.detect()
     ns["env"] = tuple(_pairs(ns.pop("env"), "--env"))
     ns["sweep"] = tuple((k, tuple(v.split(","))) for k, v in _pairs(ns.pop("sweep"), "--sweep"))
     recipe = _recipe_epochs(ns["train_args"])

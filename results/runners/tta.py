@@ -276,7 +276,8 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
 def run_ours(args: argparse.Namespace, data: Path) -> dict:
     _require_split(data, "test", "ours")
     target, budget_s, runs = protocol_target(args.records, data.name, args.image_size)
-    trial = counted_trial(args)
+    tried = _tuning_runs(args) if args.recipe == "gpu" else []  # the records file read once for both uses
+    trial = counted_trial(args, tried)
     flags = [*RECIPES[args.recipe], *scoring_flags(args.image_size), *trial]
     log.info("ours: seed %d, target %.2f %% top-1 and budget %.0f s (main.py's medians over %d counted runs); "
              "recipe %s", args.seed, target, budget_s, len(runs), " ".join(flags))
@@ -289,7 +290,7 @@ def run_ours(args: argparse.Namespace, data: Path) -> dict:
     metrics.update(budget_s=round(budget_s, 2), best_top1_in_budget=tta_protocol.best_within(lines.curve, budget_s),
                    images_seen=sum(e.get("train_samples", 0) for e in run_json.get("epochs", [])) or None)
     point = _point(OURS_PROGRAM, data, args, recipe_flags=flags, recipe=settings, declared=DECLARED,
-                   tuned_on=tuned_on(args, trial), target_from=[r.sweep for r in runs], recipe_name=args.recipe,
+                   tuned_on=tuned_on(args, trial, tried), target_from=[r.sweep for r in runs], recipe_name=args.recipe,
                    scoring=scoring(settings["val_resize_size"], settings["val_crop_size"]))
     return _record(sweep, point, metrics, followed, lines.curve, "the engine", engine_time_to_accuracy=engine_tta,
                    engine_status=run_json.get("status"), engine_startup=run_json.get("startup"), log=str(log_file))
@@ -341,19 +342,20 @@ def pick_trial(args: argparse.Namespace) -> List[str]:
     test_data = fashion_mnist.cache_name(args.train_per_class, args.val_per_class, "test")
     within = args.within_s or protocol_target(args.records, test_data, args.image_size)[1]
     scaled = within * (1 - fashion_mnist.HELD_OUT)  # the tuning split trains on the other nine tenths
-    best = max(tried, key=lambda r: tta_protocol.best_within(r.curve or [], scaled) or 0.0)
+    scores = {r.sweep: tta_protocol.best_within(r.curve or [], scaled) or 0.0 for r in tried}
+    best = max(tried, key=lambda r: scores[r.sweep])
     log.info("pick: %s scored %s %% within %.0f s on the tuning split (%.0f s on the test split), best of %d",
-             shlex.join(best.point.trial or []) or "(the recipe)", tta_protocol.best_within(best.curve or [], scaled),
-             scaled, within, len(tried))
+             shlex.join(best.point.trial or []) or "(the recipe)", scores[best.sweep], scaled, within, len(tried))
     return list(best.point.trial or [])
 
 
-def counted_trial(args: argparse.Namespace) -> List[str]:
+def counted_trial(args: argparse.Namespace, tried: Optional[List[Record]] = None) -> List[str]:
     """The --trial a counted run of the recipe takes: none for the cpu recipe (its values are the recipe); for
     the gpu recipe, tuned on this machine first, one that this machine's tuning split has seen (so that nothing
-    is tuned on the test split)."""
+    is tuned on the test split). TRIED: this machine's tuning runs of the recipe, where already read."""
     trial = shlex.split(args.trial)
-    if args.recipe == "gpu" and not _tuning_runs(args):
+    tried = _tuning_runs(args) if tried is None and args.recipe == "gpu" else tried
+    if args.recipe == "gpu" and not tried:
         raise BenchError("the gpu recipe has not been tuned on this machine: run --phase tune --recipe gpu with "
                          "its trials first, then --phase pick (results/gpu_session.sh ttagpu does all three)")
     if not trial:
@@ -361,19 +363,19 @@ def counted_trial(args: argparse.Namespace) -> List[str]:
     if args.recipe != "gpu":
         raise BenchError("--trial on a counted run changes the recipe: tune on the tuning split (--phase tune), "
                          "then change RECIPE_FLAGS, or use --recipe gpu, whose count takes a picked trial")
-    if trial not in [list(r.point.trial or []) for r in _tuning_runs(args)]:
+    if trial not in [list(r.point.trial or []) for r in tried or []]:
         raise BenchError(f"--trial {args.trial!r} was not tried on this machine's tuning split; run --phase tune "
                          "with it first, then --phase pick")
     return trial
 
 
-def tuned_on(args: argparse.Namespace, trial: List[str]) -> dict:
+def tuned_on(args: argparse.Namespace, trial: List[str], tried: Optional[List[Record]] = None) -> dict:
     """What the counted run's recipe was chosen on: the cpu recipe's records and decisions, or for the gpu recipe
     this machine's tuning runs of it and the rule that picked TRIAL from them."""
     if args.recipe == "cpu":
         return TUNED_ON
     return {"split": "tuning", "held_out": fashion_mnist.held_out_note(),
-            "records": [r.sweep for r in _tuning_runs(args)],
+            "records": [r.sweep for r in (_tuning_runs(args) if tried is None else tried)],
             "decisions": [f"{GPU_TUNED_ON_NOTE}: {shlex.join(trial) or '(the recipe as it is)'}"]}
 
 
