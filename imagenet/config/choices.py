@@ -43,9 +43,15 @@ MODELS = (
 )
 
 # imagenet.train.optim's optimizers and imagenet.train.schedules.KINDS (a unit test checks they agree).
-OPTIMIZERS = ("sgd", "lars", "lamb")
+OPTIMIZERS = ("sgd", "sgd_nesterov", "rmsprop", "adamw", "lars", "lamb")
 # The layerwise ones leave norm and bias parameters out of weight decay (MLPerf's LARS skip list).
 LAYERWISE_OPTIMIZERS = ("lars", "lamb")
-LR_SCHEDULES = ("step", "cosine", "poly", "ramp")
+LR_SCHEDULES = ("step", "cosine", "poly", "ramp", "exponential")
+# torchvision's references/classification/train.py names for them: accepted as they are written.
+LR_SCHEDULE_ALIASES = {"steplr": "step", "cosineannealinglr": "cosine", "exponentiallr": "exponential"}
+# --auto-augment: torchvision's train.py names (ra: RandAugment, ta_wide: TrivialAugmentWide, augmix:
+# AugMix, else an AutoAugmentPolicy value); imagenet.data.augment builds them.
+AUTO_AUGMENT_POLICIES = ("ta_wide", "ra", "augmix", "imagenet", "cifar10", "svhn")
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 # The models whose residual blocks --zero-init-residual zeroes (torchvision's zero_init_residual).
 RESIDUAL_MODELS = tuple(m for m in MODELS if m.startswith(("resnet", "resnext", "wide_resnet")))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, NoReturn, Optional, Sequence
@@ -17,6 +18,7 @@ from launch import environment
 
 from .. import recipes
 from . import batch as batches
+from . import torchvision_cli
 from .choices import LAYERWISE_OPTIMIZERS
 from .errors import ConfigError
 from .sections import SECTIONS, Settings, setting_fields
@@ -56,6 +58,7 @@ def build_parser(variant: str, explicit: bool = False) -> argparse.ArgumentParse
             parser.add_argument(*flags, dest=f.name, default=default, **meta)
         else:
             parser.add_argument(flags[0], default=default, **meta)
+    torchvision_cli.add_to(parser)
     parser.add_argument("--print-config", action="store_true", default=argparse.SUPPRESS if explicit else False,
                         help="print the resolved settings (after the recipe, the flags and the launcher's world "
                              "size) as one JSON document and exit, touching neither the data nor the network")
@@ -78,7 +81,7 @@ def _default(setting: dataclasses.Field) -> Any:
 
 def _normalised(values: Dict[str, Any]) -> Dict[str, Any]:
     """Values as the settings hold them: --desired-acc 75 means 0.75, lists become tuples."""
-    out = dict(values)
+    out = torchvision_cli.normalised(values)
     if out.get("desired_acc") is not None and out["desired_acc"] > 1:
         out["desired_acc"] = out["desired_acc"] / 100.0
     for name in ("lr_steps", "train_crop_scale"):
@@ -142,6 +145,8 @@ def parse_command(argv: Optional[Sequence[str]] = None, variant: str = "ddp", *,
     given = vars(build_parser(variant, explicit=True).parse_args(argv))
     print_config = bool(given.pop("print_config", False))
     defaults = {f.name: _default(f) for _, f in setting_fields()}
+    if torchvision_cli.is_torchvision(argv if argv is not None else sys.argv[1:]):
+        defaults.update(torchvision_cli.DIALECT_DEFAULTS)  # its --lr is the global batch's; recipes and flags win
     if variant != "any":
         given["variant"] = variant
     recipe = _recipe(given.get("recipe", defaults["recipe"]))
@@ -151,6 +156,7 @@ def parse_command(argv: Optional[Sequence[str]] = None, variant: str = "ddp", *,
     batch = _resolve_batch(flags, launcher or environment.detect())
     values = {**defaults, **_file_values(recipe, batch.global_batch), **_file_values(config_file, batch.global_batch),
               **_normalised(given)}
+    torchvision_cli.step_milestones(values, given)
     if values["opt_level"] is None:  # the variant's default level, written down for run.json
         values["opt_level"] = "O1" if values["variant"] == "amp" else "O0"
     if values["opt"] in LAYERWISE_OPTIMIZERS:  # they skip norms and biases as MLPerf's LARS: run.json says so

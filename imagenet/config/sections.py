@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 from .. import recipes
-from .choices import COMPILE_MODES, DIST_BACKENDS, LR_SCHEDULES, OPT_LEVELS, OPTIMIZERS, VARIANTS
+from .choices import (AUTO_AUGMENT_POLICIES, COMPILE_MODES, DIST_BACKENDS, INTERPOLATIONS, LR_SCHEDULE_ALIASES,
+                      LR_SCHEDULES, OPT_LEVELS, OPTIMIZERS, VARIANTS)
 from .batch import Batch
 
 # Steps per epoch left out of the steady-state throughput (loader start, allocator, autotune); here, in
@@ -58,6 +59,26 @@ class DataSettings:
     mixup_alpha: float = _opt(0.0, "--mixup-alpha", help="Mixup's Beta parameter (0: off); with --cutmix-alpha "
                               "each batch gets one of the two", type=float)
     cutmix_alpha: float = _opt(0.0, "--cutmix-alpha", help="CutMix's Beta parameter (0: off)", type=float)
+    auto_augment: Optional[str] = _opt(None, "--auto-augment", help="a per-image augmentation policy after the crop "
+                                       "and flip, as torchvision's train.py names them: ta_wide (TrivialAugmentWide), "
+                                       "ra (RandAugment), augmix (AugMix), imagenet, cifar10 or svhn (AutoAugment's "
+                                       "policies); every backend, drawn from the sample's seed",
+                                       choices=AUTO_AUGMENT_POLICIES)
+    ra_magnitude: int = _opt(9, "--ra-magnitude", help="RandAugment's magnitude, of 31 bins (torchvision's scale; "
+                             "timm's m of 10 is m x 3 here)", type=int)
+    ra_magnitude_std: float = _opt(0.0, "--ra-magnitude-std", help="RandAugment: draw each image's magnitude from a "
+                                   "normal distribution with this spread around --ra-magnitude (timm's mstd, x 3 "
+                                   "on this scale; 0: fixed)", type=float)
+    augmix_severity: int = _opt(3, "--augmix-severity", help="AugMix's severity (1-10)", type=int)
+    random_erase: float = _opt(0.0, "--random-erase", help="probability of erasing a random rectangle of each "
+                               "training image to the mean pixel (torchvision's RandomErasing after normalising)",
+                               type=float)
+    interpolation: str = _opt("bilinear", "--interpolation", help="resampling of the training crop, the validation "
+                              "resize and the augmentation policy's geometric ops", choices=INTERPOLATIONS)
+    ra_sampler: bool = _opt(False, "--ra-sampler", help="repeated augmentation: each image appears --ra-reps times "
+                            "an epoch, on different ranks, each with its own augmentation (an epoch stays one "
+                            "dataset's worth of steps)", action="store_true")
+    ra_reps: int = _opt(3, "--ra-reps", help="repetitions of each image with --ra-sampler", type=int)
     workers: int = _opt(4, "-j", "--workers", help="data-loading worker processes per training process (per NODE "
                         "with --dist-url, divided among its processes, rounded up, as in pytorch/examples)",
                         type=int)
@@ -91,13 +112,20 @@ class DataSettings:
 @dataclass(frozen=True)
 class ModelSettings:
     """Which network, and how it starts."""
-    arch: str = _opt("resnet18", "-a", "--arch", help="torchvision model name (the list: docs/configuration.md)",
+    arch: str = _opt("resnet18", "-a", "--arch", "--model", help="torchvision model name (the list: "
+                     "docs/configuration.md)",
                      metavar="ARCH")
     pretrained: bool = _opt(False, "--pretrained", help="start from torchvision's pretrained weights",
                             action="store_true")
     zero_init_residual: bool = _opt(False, "--zero-init-residual", help="zero the last BatchNorm weight of each "
                                     "residual block, so each block starts as the identity (Goyal et al. 2017)",
                                     action="store_true")
+    weights: Optional[str] = _opt(None, "--weights", help="start from torchvision's weights by their enum name "
+                                  "(e.g. ResNet50_Weights.IMAGENET1K_V2, or IMAGENET1K_V2 for -a's own)",
+                                  metavar="WEIGHTS")
+    drop_path_rate: float = _opt(0.0, "--drop-path-rate", "--drop-path", help="stochastic depth on residual "
+                                 "networks: each block's residual branch is dropped per sample with a probability "
+                                 "rising linearly over the blocks to this (timm's rule; 0: off)", type=float)
     model_ema: bool = _opt(False, "--model-ema", help="keep an exponential moving average of the weights, "
                            "checkpointed with the model", action="store_true")
     eval_weights: Optional[str] = _opt(None, "--eval-weights", choices=("model", "ema"), help="the weights the "
@@ -123,14 +151,24 @@ class OptimSettings:
                      "(scaled linearly, see --lr-scaling)", type=float)
     lr_scaling: str = _opt("linear", "--lr-scaling", help="linear: lr * global_batch / 256; none: use --lr "
                            "as given", choices=("linear", "none"))
-    opt: str = _opt("sgd", "--opt", help="optimizer: sgd (momentum), lars (MLPerf's; norm and bias "
-                    "parameters unadapted), lamb", choices=OPTIMIZERS)
+    opt: str = _opt("sgd", "--opt", help="optimizer: sgd (momentum), sgd_nesterov, rmsprop and adamw (as "
+                    "torchvision's train.py builds them), lars (MLPerf's; norm and bias parameters unadapted), lamb",
+                    choices=OPTIMIZERS)
     lars_coefficient: float = _opt(0.001, "--lars-coefficient", help="LARS trust coefficient (eeta)", type=float)
     accum_steps: int = _opt(1, "--accum-steps", help="micro-batches per optimizer step: the global batch is "
                             "-b x processes x this; see docs/recipes.md for what differs with BatchNorm", type=int)
-    lr_schedule: str = _opt("step", "--lr-schedule", "--lr-scheduler", help="per step: step (x0.1 at --lr-steps), "
-                            "cosine, poly (MLPerf: --lr-power, --lr-end) or ramp (FFCV: linear up to "
-                            "--lr-peak-epoch, then down to 0)", choices=LR_SCHEDULES)
+    lr_schedule: str = _opt("step", "--lr-schedule", "--lr-scheduler", help="per step: step (x --lr-gamma at "
+                            "--lr-steps), cosine (down to --lr-min), poly (MLPerf: --lr-power, --lr-end), ramp "
+                            "(FFCV: linear up to --lr-peak-epoch, then down to 0) or exponential (x --lr-gamma each "
+                            "epoch); torchvision's steplr, cosineannealinglr and exponentiallr name the same",
+                            choices=LR_SCHEDULES + tuple(LR_SCHEDULE_ALIASES))
+    lr_step_size: Optional[int] = _opt(None, "--lr-step-size", help="the step schedule every N epochs (torchvision's "
+                                       "StepLR): sets --lr-steps to N, 2N, ... below --epochs", type=int)
+    lr_gamma: float = _opt(0.1, "--lr-gamma", help="the step and exponential schedules' factor", type=float)
+    lr_min: float = _opt(0.0, "--lr-min", help="the cosine schedule's last LR (torchvision's eta_min)", type=float)
+    lr_warmup_method: str = _opt("linear", "--lr-warmup-method", help="warm-up: linear (from --lr-warmup-decay x "
+                                 "the peak up to it) or constant (--lr-warmup-decay x the peak throughout)",
+                                 choices=("linear", "constant"))
     lr_warmup_decay: Optional[float] = _opt(None, "--lr-warmup-decay", help="the warm-up's start factor of the "
                                             "peak LR (default: (step+1)/warm-up steps)", type=float)
     lr_warmup_from_base: bool = _opt(False, "--lr-warmup-from-base", help="start the warm-up at --lr (the LR "
@@ -151,6 +189,16 @@ class OptimSettings:
                                "the device supports it, else torch's choice",
                                choices=("auto", "fused", "foreach", "default"))
     weight_decay: float = _opt(1e-4, "--wd", "--weight-decay", help="weight decay", type=float)
+    bias_weight_decay: Optional[float] = _opt(None, "--bias-weight-decay", help="weight decay of biases (default: "
+                                              "0 with --no-bn-wd, else --wd)", type=float)
+    clip_grad_norm: Optional[float] = _opt(None, "--clip-grad-norm", help="clip the gradients' global L2 norm to "
+                                           "this before each step (after unscaling; default: no clipping)",
+                                           type=float)
+    bce_loss: bool = _opt(False, "--bce-loss", help="binary cross-entropy on one-hot (or mixed) targets instead of "
+                          "softmax cross-entropy, as timm's ResNet strikes back recipes", action="store_true")
+    bce_target_thresh: Optional[float] = _opt(None, "--bce-target-thresh", help="with --bce-loss: targets above "
+                                              "this become 1, the rest 0 (timm's; default: keep the soft targets)",
+                                              type=float)
     no_bn_wd: bool = _opt(False, "--no-bn-wd", help="no weight decay on BatchNorm and bias parameters (always "
                           "so with --opt lars or lamb, which skip them as MLPerf's LARS)", action="store_true")
     norm_weight_decay: Optional[float] = _opt(None, "--norm-weight-decay", help="weight decay of normalisation "
@@ -206,7 +254,8 @@ class PerfSettings:
                              "--compile. reduce-overhead adds CUDA graphs (fewer kernel launches per step); "
                              "max-autotune also benchmarks kernel choices (minutes of compiling)",
                              choices=COMPILE_MODES)
-    deterministic: bool = _opt(False, "--deterministic", help="deterministic kernels (slower)",
+    deterministic: bool = _opt(False, "--deterministic", "--use-deterministic-algorithms",
+                               help="deterministic kernels (slower)",
                                action="store_true")
     cuda_graph: bool = _opt(False, "--cuda-graph", help="replay the whole training step (forward, backward, "
                             "optimizer) as one CUDA graph captured after a few eager steps, without compiling; "
@@ -287,7 +336,7 @@ class LoggingSettings:
                                       "slowest rank and its host when its step or data-wait time exceeds the "
                                       "median by this fraction of a step (0.2: 20%%); 0: never",
                                       type=float)
-    log_dir: Optional[str] = _opt(None, "--log-dir", help="run folder for TensorBoard, checkpoints and "
+    log_dir: Optional[str] = _opt(None, "--log-dir", "--output-dir", help="run folder for TensorBoard, checkpoints and "
                                   "run.json (default runs/<date>_<host>_<arch>_gpux<world>_b<batch>_<prec>)")
 
 
@@ -301,7 +350,7 @@ class RunSettings:
                                  "flags given here", metavar="FILE")
     seed: Optional[int] = _opt(None, "--seed", help="seed everything; with --deterministic, bit-exact "
                                "reruns and resumes", type=int)
-    evaluate: bool = _opt(False, "-e", "--evaluate", help="validate only", action="store_true")
+    evaluate: bool = _opt(False, "-e", "--evaluate", "--test-only", help="validate only", action="store_true")
     variant: str = _opt("ddp", "--variant", help="nd | dp | ddp | amp (set by the entry scripts)",
                         choices=VARIANTS)
 

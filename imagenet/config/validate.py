@@ -101,6 +101,15 @@ def _check_schedule(settings: Settings) -> None:
     if optim.lr_warmup_from_base and (optim.lr_warmup_decay is not None or optim.lr_scaling != "linear"):
         raise ConfigError("--lr-warmup-from-base starts the warm-up at --lr below the linearly scaled peak: drop "
                           "--lr-warmup-decay, and use --lr-scaling linear")
+    if optim.lr_gamma <= 0 or optim.lr_min < 0:
+        raise ConfigError(f"--lr-gamma {optim.lr_gamma:g} must be positive and --lr-min {optim.lr_min:g} at least 0")
+    if optim.clip_grad_norm is not None and optim.clip_grad_norm <= 0:
+        raise ConfigError(f"--clip-grad-norm is the largest gradient norm, > 0 (got {optim.clip_grad_norm:g})")
+    if optim.bias_weight_decay is not None and optim.bias_weight_decay < 0:
+        raise ConfigError(f"--bias-weight-decay must be >= 0 (got {optim.bias_weight_decay:g})")
+    if optim.bce_target_thresh is not None and not (optim.bce_loss and 0 < optim.bce_target_thresh < 1):
+        raise ConfigError(f"--bce-target-thresh {optim.bce_target_thresh:g} binarises --bce-loss's targets: give a "
+                          "value in (0, 1) with --bce-loss")
     _check_layerwise_decay(settings)
 
 
@@ -121,7 +130,14 @@ def _check_model_extras(settings: Settings) -> None:
                           f"{model.model_ema_decay:g} in [0, 1)")
     if model.eval_weights == "ema" and not model.model_ema:
         raise ConfigError("--eval-weights ema scores the average of the weights: add --model-ema or drop it")
-    if model.zero_init_residual and model.pretrained:
+    if model.weights and model.pretrained:
+        raise ConfigError(f"--weights {model.weights} and --pretrained both pick starting weights: give one")
+    if not 0 <= model.drop_path_rate < 1:
+        raise ConfigError(f"--drop-path-rate is a probability in [0, 1) (got {model.drop_path_rate:g})")
+    if model.drop_path_rate and model.arch not in RESIDUAL_MODELS:
+        raise ConfigError(f"--drop-path-rate drops residual branches of resnet*, resnext* and wide_resnet* here, "
+                          f"not of {model.arch}")
+    if model.zero_init_residual and (model.pretrained or model.weights):
         raise ConfigError("--zero-init-residual initialises a new model; drop it or --pretrained")
     if model.zero_init_residual and model.arch not in RESIDUAL_MODELS:
         raise ConfigError(f"--zero-init-residual needs a residual network (resnet*, resnext*, wide_resnet*), "
@@ -141,6 +157,7 @@ def _check_sizes(settings: Settings) -> None:
     if data.mixup_alpha < 0 or data.cutmix_alpha < 0:
         raise ConfigError(f"--mixup-alpha {data.mixup_alpha:g} / --cutmix-alpha {data.cutmix_alpha:g} must be "
                           ">= 0 (0 turns each off)")
+    _check_augmentation(settings)
     if (data.min_res is None) != (data.max_res is None):
         raise ConfigError("progressive resizing needs both --min-res and --max-res (or neither)")
     if data.min_res is None:
@@ -151,6 +168,26 @@ def _check_sizes(settings: Settings) -> None:
     if data.data_backend in BATCH_DATA_BACKENDS:
         raise ConfigError(f"--min-res/--max-res: the {data.data_backend} backend fixes its resize size when its "
                           "pipeline is built; use --data-backend fast, device or pil for progressive resizing")
+
+
+def _check_augmentation(settings: Settings) -> None:
+    """The per-image policy, random erasing and repeated augmentation (imagenet/data/augment.py)."""
+    data = settings.data
+    if not 0 <= data.ra_magnitude <= 30 or data.ra_magnitude_std < 0:
+        raise ConfigError(f"--ra-magnitude {data.ra_magnitude} is a bin of 0-30 and --ra-magnitude-std "
+                          f"{data.ra_magnitude_std:g} must be >= 0")
+    if not 1 <= data.augmix_severity <= 10:
+        raise ConfigError(f"--augmix-severity must be 1-10 (got {data.augmix_severity})")
+    if not 0 <= data.random_erase <= 1:
+        raise ConfigError(f"--random-erase is a probability in [0, 1] (got {data.random_erase:g})")
+    if data.ra_reps < 1:
+        raise ConfigError(f"--ra-reps must be at least 1 (got {data.ra_reps})")
+    if data.data_backend == "dali" and data.auto_augment in ("augmix", "cifar10", "svhn"):
+        raise ConfigError(f"--auto-augment {data.auto_augment}: DALI has no such policy (it has ta_wide, ra and "
+                          "imagenet); use one of them or --data-backend fast")
+    if data.data_backend == "dali" and data.ra_magnitude_std:
+        raise ConfigError("--ra-magnitude-std: DALI's RandAugment takes one magnitude; drop it or use "
+                          "--data-backend fast")
 
 
 def _check_precision(settings: Settings) -> None:

@@ -20,9 +20,10 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ..common.errors import DataError
 from . import decode, sources
+from .decode.augment import Augmentation
 from .decode.base import Transform
 from .decode.device import collate
-from .samplers import ResumableSampler, ShardSampler
+from .samplers import RepeatedAugmentationSampler, ResumableSampler, ShardSampler
 from .scan import scan_dataset_once
 
 log = logging.getLogger(__name__)
@@ -155,8 +156,7 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device) -> Tupl
                         f"({batch.per_process} x {world_size} processes); lower -b")
     backend = decode.get_backend(data.data_backend)
     seeded = seed is not None and backend.per_sample  # a batch backend draws from its own seeded generator
-    train_sampler = ResumableSampler(range(len(samples["train"])), num_replicas=world_size, rank=rank,
-                                     shuffle=True, seed=seed or 0, drop_last=False, seeded=seeded)
+    train_sampler = _train_sampler(data, len(samples["train"]), rank, world_size, seed, seeded)
     val_sampler = ShardSampler(len(samples["val"]), rank, world_size)
     if backend.per_sample:
         train, val = _sample_loaders(cfg, backend, samples, train_sampler, val_sampler, device)
@@ -165,13 +165,27 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device) -> Tupl
     return train, val, len(classes)
 
 
+def _train_sampler(data, length: int, rank: int, world_size: int, seed: Optional[int],
+                   seeded: bool) -> ResumableSampler:
+    """The training sampler: every image once an epoch, or --ra-reps times with --ra-sampler."""
+    if data.ra_sampler:
+        return RepeatedAugmentationSampler(range(length), num_replicas=world_size, rank=rank, shuffle=True,
+                                           seed=seed or 0, seeded=seeded, repetitions=data.ra_reps)
+    return ResumableSampler(range(length), num_replicas=world_size, rank=rank, shuffle=True, seed=seed or 0,
+                            drop_last=False, seeded=seeded)
+
+
 def _sample_loaders(cfg, backend: decode.Backend, samples, train_sampler, val_sampler, device: torch.device):
     """DataLoaders over :class:`ImageFiles` decoded by a per-sample backend."""
     data, batch = cfg.data, cfg.batch
-    train_set = ImageFiles(samples["train"], backend.transform(True, data.image_size, None, data.train_crop_scale),
+    augment = Augmentation.of(data)
+    train_set = ImageFiles(samples["train"], backend.transform(True, data.image_size, None, data.train_crop_scale,
+                                                               augment),
                            data.skip_bad_images, resized=functools.partial(backend.transform, True, resize_size=None,
-                                                                           crop_scale=data.train_crop_scale))
-    val_set = ImageFiles(samples["val"], backend.transform(False, val_crop_size(data), data.val_resize_size),
+                                                                           crop_scale=data.train_crop_scale,
+                                                                           augment=augment))
+    val_set = ImageFiles(samples["val"], backend.transform(False, val_crop_size(data), data.val_resize_size,
+                                                           augment=Augmentation(interpolation=data.interpolation)),
                          data.skip_bad_images)
     pin = device.type == "cuda"
     return (_loader(train_set, train_sampler, batch.per_process, batch.workers, pin, True, cfg.run.seed),

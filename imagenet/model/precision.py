@@ -205,9 +205,10 @@ def cast_model(model: nn.Module, dtype: torch.dtype, keep_bn_fp32: bool) -> nn.M
 class NativePrecision:
     """torch.autocast + our loss scaler + fp32 master weights for O2."""
 
-    def __init__(self, spec: PrecisionSpec, device: torch.device):
+    def __init__(self, spec: PrecisionSpec, device: torch.device, clip_grad_norm: Optional[float] = None):
         self.spec = spec
         self.device = device
+        self.clip_grad_norm = clip_grad_norm
         self.scaler = LossScaler(spec.loss_scale, device=device)
         self.model_params: List[nn.Parameter] = []
         self.masters: List[nn.Parameter] = []
@@ -257,10 +258,12 @@ class NativePrecision:
         fused optimizer a device tensor (reading it is a host sync, so the loop does not)."""
         grads = self._optimizer_grads(optimizer)
         if not self.scaler.active:
+            clip_gradients(optimizer, self.clip_grad_norm)
             optimizer.step()
             self._copy_masters_to_model()
             return True
         found_inf = self.scaler.unscale(grads)
+        clip_gradients(optimizer, self.clip_grad_norm)  # on unscaled gradients; an overflowed step is skipped
         if skips_on_device(optimizer):
             zero_momentum_buffers(optimizer)
             optimizer.grad_scale, optimizer.found_inf = None, found_inf  # grads are unscaled already
@@ -310,8 +313,9 @@ class NativePrecision:
 class ApexPrecision:
     """NVIDIA Apex AMP (``amp.initialize`` / ``amp.scale_loss``), for Apex releases <= 25.05."""
 
-    def __init__(self, spec: PrecisionSpec, device: torch.device):
+    def __init__(self, spec: PrecisionSpec, device: torch.device, clip_grad_norm: Optional[float] = None):
         self.spec = spec
+        self.clip_grad_norm = clip_grad_norm
         self.amp = apex_amp()
         if self.amp is None:
             raise PrecisionError(APEX_HINT)
@@ -334,6 +338,8 @@ class ApexPrecision:
             scaled.backward()
 
     def step(self, optimizer) -> bool:
+        if self.clip_grad_norm is not None:  # Apex's documented way: its fp32 master gradients, unscaled
+            torch.nn.utils.clip_grad_norm_(self.amp.master_params(optimizer), self.clip_grad_norm)
         optimizer.step()  # Apex turns this into a no-op after an overflow
         return True
 
@@ -362,5 +368,15 @@ class ApexPrecision:
 Precision = Union[NativePrecision, ApexPrecision]  # one interface: the loop never asks which
 
 
-def build(spec: PrecisionSpec, device: torch.device) -> Precision:
-    return ApexPrecision(spec, device) if spec.backend == "apex" else NativePrecision(spec, device)
+def build(spec: PrecisionSpec, device: torch.device, clip_grad_norm: Optional[float] = None) -> Precision:
+    """The precision of SPEC; CLIP_GRAD_NORM: clip the gradients' global norm to it before each step."""
+    kind = ApexPrecision if spec.backend == "apex" else NativePrecision
+    return kind(spec, device, clip_grad_norm)
+
+
+def clip_gradients(optimizer: torch.optim.Optimizer, max_norm: Optional[float]) -> None:
+    """Scale the gradients of OPTIMIZER's parameters so that their global L2 norm is at most MAX_NORM
+    (None: leave them). torch's foreach kernels, no host sync, so a CUDA graph can hold it."""
+    if max_norm is not None:
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        torch.nn.utils.clip_grad_norm_(params, max_norm)

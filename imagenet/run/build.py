@@ -21,7 +21,7 @@ import torch
 from ..common import files, startup
 from ..model import ema, network, precision
 from . import distributed, preemption, sysinfo
-from ..train import checkpoint, mixing, optim, tblog
+from ..train import checkpoint, losses, mixing, optim, tblog
 from ..data import decode, loader, staging
 from ..data.resolution import ResolutionRamp
 from ..data.normalize import DeviceNormalizer
@@ -151,7 +151,8 @@ def _data(cfg: Settings, info: distributed.DistInfo) -> tuple:
 
 def _model(cfg, info: distributed.DistInfo, num_classes: int, channels_last: bool) -> torch.nn.Module:
     """The network on the device (CFG: the model section)."""
-    model = network.build(cfg.arch, num_classes, cfg.pretrained, cfg.zero_init_residual)
+    model = network.build(cfg.arch, num_classes, cfg.pretrained, cfg.zero_init_residual, cfg.weights,
+                          cfg.drop_path_rate)
     return network.prepare(model, info.device, channels_last, _use_sync_bn(cfg, info))
 
 
@@ -181,7 +182,7 @@ def build(cfg: Settings, info: distributed.DistInfo) -> Built:
     lr = optim.peak_lr(cfg.optim, cfg.batch.global_batch)
     warmup = optim.warmup_epochs(cfg.optim, lr)
     optimizer = optim.build_optimizer(model, cfg.optim, lr)
-    prec = precision.build(spec, info.device)
+    prec = precision.build(spec, info.device, cfg.optim.clip_grad_norm)
     model, optimizer = prec.setup(model, optimizer)
     steps = steps_per_epoch(len(train_loader), cfg)
     scheduler = optim.build_scheduler(optimizer, cfg.optim, steps, warmup, lr)
@@ -194,7 +195,7 @@ def build(cfg: Settings, info: distributed.DistInfo) -> Built:
     parts = Parts(model=_compiled(wrapped, cfg.perf) if cfg.perf.use_compile else wrapped, raw_model=model,
                   eval_model=wrapped if isinstance(wrapped, torch.nn.DataParallel) else model,
                   optimizer=optimizer, scheduler=scheduler, precision=prec,
-                  criterion=torch.nn.CrossEntropyLoss(label_smoothing=cfg.optim.label_smoothing).to(info.device),
+                  criterion=losses.build(cfg.optim).to(info.device),
                   train_loader=train_loader, val_loader=val_loader,
                   normalizer=DeviceNormalizer(info.device, channels_last),
                   record=_record(cfg, info, spec, run_dir, data_root, lr),

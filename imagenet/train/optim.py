@@ -1,4 +1,4 @@
-"""The optimizer (SGD, LARS or LAMB), its parameter groups, and the per-step LR schedule.
+"""The optimizer (SGD, Nesterov SGD, RMSprop, AdamW, LARS or LAMB), its parameter groups, and the per-step LR schedule.
 
 The learning rate follows Goyal et al. (2017): ``lr = base_lr * global_batch / 256`` with a linear
 warm-up (5 epochs by default when that exceeds the base rate; from the base rate with
@@ -31,15 +31,17 @@ def warmup_epochs(cfg, lr: float) -> float:
 
 
 def param_groups(model: nn.Module, weight_decay: float, no_bn_wd: bool, norm_weight_decay: Optional[float] = None,
-                 adapt_weights_only: bool = False) -> List[dict]:
+                 adapt_weights_only: bool = False, bias_weight_decay: Optional[float] = None) -> List[dict]:
     """Parameter groups: weights; normalisation layers (``--norm-weight-decay``, else 0 with
-    ``--no-bn-wd``, else ``--wd``); biases (0 with ``--no-bn-wd``). ``adapt`` (LARS and LAMB's
+    ``--no-bn-wd``, else ``--wd``); biases (``--bias-weight-decay``, else 0 with ``--no-bn-wd``, else
+    ``--wd``). ``adapt`` (LARS and LAMB's
     trust ratio) is False for norms and biases when ADAPT_WEIGHTS_ONLY, as MLPerf's skip list.
     Kinds with the same settings share a group: plain SGD keeps the one group it always had."""
     kinds = {"weight": (weight_decay, True),
              "norm": (0.0 if no_bn_wd and norm_weight_decay is None else
                       weight_decay if norm_weight_decay is None else norm_weight_decay, not adapt_weights_only),
-             "bias": (0.0 if no_bn_wd else weight_decay, not adapt_weights_only)}
+             "bias": (bias_weight_decay if bias_weight_decay is not None else 0.0 if no_bn_wd else weight_decay,
+                      not adapt_weights_only)}
     groups: dict = {}
     for module in model.modules():
         for name, p in module.named_parameters(recurse=False):
@@ -80,14 +82,20 @@ def impl_kwargs(impl: str, params: List[torch.Tensor]) -> dict:
 def build_optimizer(model: nn.Module, cfg, lr: float) -> torch.optim.Optimizer:
     """--opt's optimizer (CFG: the optimisation settings) at peak LR."""
     layerwise_opt = cfg.opt in ("lars", "lamb")
-    groups = param_groups(model, cfg.weight_decay, cfg.no_bn_wd, cfg.norm_weight_decay, layerwise_opt)
+    groups = param_groups(model, cfg.weight_decay, cfg.no_bn_wd, cfg.norm_weight_decay, layerwise_opt,
+                          cfg.bias_weight_decay)
+    if cfg.opt == "rmsprop":  # torchvision's train.py: TensorFlow's epsilon and decay
+        return torch.optim.RMSprop(groups, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, eps=0.0316,
+                                   alpha=0.9)
+    if cfg.opt == "adamw":
+        return torch.optim.AdamW(groups, lr=lr, weight_decay=cfg.weight_decay)
     if cfg.opt == "lars":
         return layerwise.Lars(groups, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
                               coefficient=cfg.lars_coefficient)
     if cfg.opt == "lamb":
         return layerwise.Lamb(groups, lr=lr, weight_decay=cfg.weight_decay)
     impl = impl_kwargs(getattr(cfg, "optimizer_impl", "default"), [p for g in groups for p in g["params"]])
-    optimizer = torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, **impl)
+    optimizer = torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.opt == "sgd_nesterov", **impl)
     if impl:
         # load_state_dict adopts the checkpoint's group settings, fused/foreach included; the flag wins.
         optimizer.register_load_state_dict_post_hook(lambda opt: [g.update(impl) for g in opt.param_groups])
@@ -107,7 +115,9 @@ def schedule(cfg, warmup: float, lr: float) -> schedules.Schedule:
     return schedules.Schedule(cfg.lr_schedule, epochs=cfg.epochs, warmup_epochs=warmup,
                               warmup_start=warmup_start(cfg, lr), milestones=tuple(cfg.lr_steps),
                               power=cfg.lr_power, end_factor=cfg.lr_end / lr if lr > 0 else 0.0,
-                              peak_epoch=cfg.lr_peak_epoch)
+                              peak_epoch=cfg.lr_peak_epoch, gamma=cfg.lr_gamma,
+                              warmup_method=cfg.lr_warmup_method,
+                              cosine_end=min(cfg.lr_min / lr, 1.0) if lr > 0 else 0.0)
 
 
 def lr_factor(iteration: int, steps_per_epoch: int, cfg, warmup: float, lr: float = 1.0) -> float:

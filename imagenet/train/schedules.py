@@ -7,7 +7,9 @@ PolynomialLR, SequentialLR) keep state that a requeue with another global batch 
 and ``PolynomialLR`` has no end LR; hence these few formulas, each written after its source:
 
 - ``step``: x ``gamma`` at each of ``milestones`` (whole epochs), pytorch/examples imagenet/main.py.
-- ``cosine``: half a cosine from the peak after warm-up to 0 at the last epoch.
+- ``cosine``: half a cosine from the peak after warm-up to ``cosine_end`` (torchvision's
+  ``--lr-min`` over the peak) at the last epoch.
+- ``exponential``: x ``gamma`` per whole epoch after warm-up (torchvision's ExponentialLR).
 - ``poly``: MLPerf ResNet-50's ``PolynomialDecayWithWarmup`` (mlcommons/training,
   ``image_classification/tensorflow2/lars_util.py``): after ``W`` warm-up steps, with
   ``D = total_steps - W + 1`` and ``t = iteration - W``:
@@ -19,7 +21,8 @@ and ``PolynomialLR`` has no end LR; hence these few formulas, each written after
 Warm-up (``step``, ``cosine``, ``poly``): linear over ``warmup_epochs``. With a start factor ``s``
 (torchvision's ``--lr-warmup-decay``; MLPerf's is 0) the multiplier at iteration ``i`` is
 ``s + (1 - s) * i / W``; without one, ``(i + 1) / W`` (this project's long-standing rule, which
-reaches the peak on the last warm-up step).
+reaches the peak on the last warm-up step). torchvision's ``--lr-warmup-method constant`` holds ``s``
+for the whole warm-up instead.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-KINDS = ("step", "cosine", "poly", "ramp")
+KINDS = ("step", "cosine", "poly", "ramp", "exponential")
 
 
 @dataclass(frozen=True)
@@ -37,12 +40,14 @@ class Schedule:
     epochs: float
     warmup_epochs: float = 0.0
     warmup_start: Optional[float] = None
+    warmup_method: str = "linear"
     milestones: Sequence[int] = (30, 60, 80)
     gamma: float = 0.1
     power: float = 2.0
     end_factor: float = 0.0
     peak_epoch: float = 2.0
     ramp_start: float = 1e-4
+    cosine_end: float = 0.0
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -55,11 +60,16 @@ def lr_factor(iteration: int, steps_per_epoch: int, schedule: Schedule) -> float
         return _ramp(iteration, steps_per_epoch, schedule)
     warmup_steps = schedule.warmup_epochs * steps_per_epoch
     if warmup_steps > 0 and iteration < warmup_steps:
+        if schedule.warmup_method == "constant":
+            return schedule.warmup_start if schedule.warmup_start is not None else 1.0
         return _warmup(iteration, warmup_steps, schedule.warmup_start)
     epoch = iteration / steps_per_epoch
     if schedule.kind == "cosine":
         progress = (epoch - schedule.warmup_epochs) / max(schedule.epochs - schedule.warmup_epochs, 1e-8)
-        return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+        end = schedule.cosine_end
+        return end + (1 - end) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    if schedule.kind == "exponential":
+        return schedule.gamma ** int(epoch - schedule.warmup_epochs)
     if schedule.kind == "poly":
         return _poly(iteration - warmup_steps, schedule.epochs * steps_per_epoch - warmup_steps + 1, schedule)
     return schedule.gamma ** sum(1 for milestone in schedule.milestones if int(epoch) >= milestone)

@@ -41,7 +41,7 @@ BAD = [('[values]\nlr_step = [30, 60]\n', "sets 'lr_step', which is no setting; 
        ('[values]\nepochs = 9.5\n', "epochs must be an integer (got 9.5)"),
        ('[values]\nno_bn_wd = 1\n', "no_bn_wd must be true or false (got 1)"),
        ('[values]\nlr_steps = 30\n', "lr_steps must be a list of integers (got 30)"),
-       ('[values]\nopt = "adamw"\n', "opt 'adamw' is not one of sgd, lars, lamb"),
+       ('[values]\nopt = "adam"\n', "opt 'adam' is not one of sgd, sgd_nesterov, rmsprop, adamw, lars, lamb"),
        ('[values]\nbatch_size = 512\n', "sets batch_size, which sizes the global batch or picks the files"),
        ('[valeus]\nlr = 0.1\n', "has 'valeus', which is not part of the format; did you mean [values]?"),
        ('[[by_global_batch]]\nglobal_batch = 256\nlrr = 0.1\n', "row global_batch = 256, sets 'lrr'"),

@@ -48,7 +48,7 @@ def test_train_crops_match_the_fast_backend(photos, box, flip):
         buf = open(path, "rb").read()
         expected = fast.render(buf, jpeg.jpeg_frame(buf), box, flip)
         batch = device.EncodedBatch([torch.frombuffer(bytearray(buf), dtype=torch.uint8)],
-                                           torch.tensor([[*box, int(flip), 224, 1]]), [path])
+                                           torch.tensor([[*box, int(flip), 224, -1, 1]]), [path])
         got = batch.decode(CPU)[0]
         diff = (got.int() - expected.int()).abs()
         assert got.shape == expected.shape == (3, 224, 224) and got.dtype == torch.uint8

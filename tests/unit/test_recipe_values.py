@@ -206,4 +206,4 @@ def test_bad_component_settings_fail_in_one_line(argv, message):
 
 def test_schedule_and_optimizer_choices_match_the_engine():
     assert choices.LR_SCHEDULES == schedules.KINDS
-    assert set(choices.OPTIMIZERS) == {"sgd", "lars", "lamb"}
+    assert set(choices.OPTIMIZERS) == {"sgd", "sgd_nesterov", "rmsprop", "adamw", "lars", "lamb"}

@@ -60,7 +60,8 @@ def test_the_row_published_nearest_the_global_batch_on_a_log_scale(monkeypatch):
 
 def test_unknown_recipe_is_one_line_listing_the_known_ones():
     with pytest.raises(config.ConfigError,
-                       match=r"^unknown --recipe 'mlperff'; known recipes: examples, ffcv-16, .*, goyal, mlperf$"):
+                       match=r"^unknown --recipe 'mlperff'; known recipes: examples, ffcv-16, .*, goyal, mlperf, "
+                             r"rsb-a1, rsb-a2, rsb-a3, torchvision-v2$"):
         config.parse(["--dummy", "--recipe", "mlperff"], environ={})
 
 

@@ -218,6 +218,7 @@ def test_a_recipe_sets_the_scripts_epochs_unless_the_generator_is_told() -> None
 def test_managed_flags_are_every_spelling_the_trainers_accept():
     """Read from the settings, so a new spelling of a managed setting is refused without a second list."""
     assert generate.managed_flags() == {
-        "-a": "--arch", "--arch": "--arch", "--epochs": "--epochs", "-b": "--batch-size", "--b": "--batch-size",
+        "-a": "--arch", "--arch": "--arch", "--model": "--arch",
+        "--output-dir": "--log-dir", "--epochs": "--epochs", "-b": "--batch-size", "--b": "--batch-size",
         "--batch-size": "--batch-size", "-j": "--workers", "--workers": "--workers", "--log-dir": "--log-dir",
         "--resume": "(always --resume auto)", "--variant": "--variant", "--stage-dir": "--stage-dir"}

@@ -2,15 +2,17 @@
 
 ``--data-backend NAME`` picks one. A backend is one of two kinds:
 
-- a per-sample transform, ``transform(train, image_size, resize_size=None, crop_scale=CROP_SCALE)`` -> ``Transform``
-  (encoded bytes -> one CHW image; validation resizes the short side to RESIZE_SIZE, by default
-  image_size * 256 / 224, and centre-crops IMAGE_SIZE): the loader runs it in DataLoader workers
+- a per-sample transform, ``transform(train, image_size, resize_size=None, crop_scale=CROP_SCALE,
+  augment=NONE)`` -> ``Transform`` (encoded bytes -> one CHW image; validation resizes the short
+  side to RESIZE_SIZE, by default image_size * 256 / 224, and centre-crops IMAGE_SIZE; AUGMENT:
+  the policy, erasing and interpolation of :mod:`.augment`): the loader runs it in DataLoader workers
   on each sample its sampler chooses
   (``pil``, ``baseline``, ``fast``, ``device``);
 - a batch backend, ``loaders(cfg, samples, train_sampler, val_sampler, rank, device)`` -> (train,
   val): it decodes whole batches itself, over the same samplers (``dali``).
 
-Which file holds what: :mod:`.base` (the transform signature, ImageNet's constants), :mod:`.pil`
+Which file holds what: :mod:`.base` (the transform signature, ImageNet's constants), :mod:`.augment`
+(the per-image augmentation policies and random erasing), :mod:`.pil`
 (``pil``, ``baseline``), :mod:`.jpeg` (JPEG header, row and region decoding; the C region decoder
 ``_jpeg_region.c`` beside it), :mod:`.fast`, :mod:`.device`, :mod:`.dali`.
 """
@@ -21,6 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from ...common.errors import DataError
 from . import dali, device, fast, jpeg, pil
+from .augment import NONE, Augmentation
 from .base import CROP_SCALE, Transform
 
 
@@ -68,10 +71,10 @@ def per_sample_names() -> List[str]:
 
 
 def transform(name: str, train: bool, image_size: int, resize_size: Optional[int] = None,
-              crop_scale: Tuple[float, float] = CROP_SCALE) -> Transform:
+              crop_scale: Tuple[float, float] = CROP_SCALE, augment: Augmentation = NONE) -> Transform:
     """The per-sample transform of backend NAME; DataError for a batch backend (dali)."""
     backend = get_backend(name)
     if not backend.per_sample:
         raise DataError(f"--data-backend {name} decodes whole batches, not single samples; "
                         f"choose one of: {', '.join(per_sample_names())}")
-    return backend.transform(train, image_size, resize_size, crop_scale)
+    return backend.transform(train, image_size, resize_size, crop_scale, augment)

@@ -16,6 +16,13 @@ What runs where:
   aspect 3/4-4/3, 10 tries, then a centred fallback) and decodes only that region (nvJPEG's
   region-of-interest decode on a GPU: ``device="mixed"``); then an antialiased linear resize to
   size x size and a horizontal flip with probability 1/2 (torchvision's statistics).
+- **Augmentation** (``--auto-augment``, ``--random-erase``): DALI's own ``auto_aug`` module
+  (``trivial_augment_wide``, ``rand_augment``, ``auto_augment_image_net``: torchvision's operations,
+  31 magnitude bins and the ImageNet policy), which needs a pipeline with conditionals; AugMix and
+  the CIFAR-10 and SVHN policies are not in DALI, and the settings refuse them. Erasing is
+  ``fn.erase`` of one rectangle drawn as torchvision's (area 2-33 %, aspect 0.3-3.3, placed
+  uniformly) in a single try, clamped to the image where torchvision would try again, filled with
+  the mean pixel.
 - **Validation**: full decode, shorter side resized to the validation resize size (default
   size*256/224), centre crop.
 - **Output**: uint8 NHWC from DALI, handed to the training loop as an NCHW view with channels-last
@@ -31,7 +38,9 @@ run reads the same samples in the same order but draws other crops than an unint
 """
 from __future__ import annotations
 
+import math
 import os
+import warnings
 from typing import Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -39,6 +48,7 @@ import torch
 
 from ...common.errors import DataError
 from ..sources import FolderIndex
+from .augment import MEAN_PIXEL, NONE, Augmentation
 from .base import CROP_RATIO, CROP_SCALE, val_resize
 
 PACKAGES = "nvidia-dali-cuda130 (CUDA 13) or nvidia-dali-cuda120 (CUDA 12)"
@@ -106,40 +116,86 @@ class EpochSource:
         return images, labels
 
 
+def _interp(mode: str):
+    from nvidia.dali import types
+
+    return {"bilinear": types.INTERP_LINEAR, "bicubic": types.INTERP_CUBIC, "nearest": types.INTERP_NN}[mode]
+
+
 def _graph(source: EpochSource, train: bool, image_size: int, gpu: bool, resize_size: Optional[int] = None,
-           crop_scale: Tuple[float, float] = CROP_SCALE):
+           crop_scale: Tuple[float, float] = CROP_SCALE, augment: Augmentation = NONE):
     """The DALI operators of one epoch (called inside a pipeline definition)."""
     from nvidia.dali import fn, types
 
     jpegs, labels = fn.external_source(source=source, num_outputs=2, batch=True, batch_info=True, parallel=True,
                                        dtype=[types.UINT8, types.INT64])
     decoder = "mixed" if gpu else "cpu"
+    interp = _interp(augment.interpolation)
     if train:
         images = fn.decoders.image_random_crop(jpegs, device=decoder, output_type=types.RGB,
                                                random_area=list(crop_scale), random_aspect_ratio=list(CROP_RATIO),
                                                num_attempts=10, adjust_orientation=False)
-        images = fn.resize(images, size=[image_size, image_size], interp_type=types.INTERP_LINEAR, antialias=True)
+        images = fn.resize(images, size=[image_size, image_size], interp_type=interp, antialias=True)
         images = fn.flip(images, horizontal=fn.random.coin_flip(probability=0.5))
+        images = _augmented(images, augment, image_size)
     else:
         # the stored frame, EXIF orientation ignored, as every other backend (see decode/device.py)
         images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB, adjust_orientation=False)
-        images = fn.resize(images, resize_shorter=resize_size or val_resize(image_size),
-                           interp_type=types.INTERP_LINEAR, antialias=True)
+        images = fn.resize(images, resize_shorter=resize_size or val_resize(image_size), interp_type=interp,
+                           antialias=True)
         images = fn.crop(images, crop=[image_size, image_size])
     return images, labels
 
 
+def _augmented(images, augment: Augmentation, size: int):
+    """The --auto-augment policy and --random-erase, from DALI's auto_aug module and fn.erase."""
+    from nvidia.dali.auto_aug import auto_augment, rand_augment, trivial_augment
+
+    interp = _interp("nearest" if augment.interpolation == "nearest" else "bilinear")  # warp_affine has no cubic
+    shape = (size, size)
+    # DALI's own policies call its deprecated experimental ops, and it forces their warnings on: kept
+    # out of the user's log by recording them here
+    with warnings.catch_warnings(record=True):
+        if augment.policy == "ta_wide":
+            images = trivial_augment.trivial_augment_wide(images, shape=shape, interp_type=interp)
+        elif augment.policy == "ra":
+            images = rand_augment.rand_augment(images, n=2, m=augment.magnitude, shape=shape, interp_type=interp)
+        elif augment.policy == "imagenet":
+            images = auto_augment.auto_augment_image_net(images, shape=shape, interp_type=interp)
+    return _erased(images, augment.erase) if augment.erase > 0 else images
+
+
+def _erased(images, probability: float):
+    """One rectangle per image, with PROBABILITY, drawn as torchvision's RandomErasing in one try."""
+    from nvidia.dali import fn
+    from nvidia.dali import math as dali_math
+
+    ratio = dali_math.exp(fn.random.uniform(range=[math.log(0.3), math.log(3.3)]))
+    area = fn.random.uniform(range=[0.02, 0.33])
+    height = dali_math.min(dali_math.sqrt(area * ratio), 1.0)
+    width = dali_math.min(dali_math.sqrt(area / ratio), 1.0)
+    top = fn.random.uniform(range=[0.0, 1.0]) * (1.0 - height)
+    left = fn.random.uniform(range=[0.0, 1.0]) * (1.0 - width)
+    erase = fn.random.coin_flip(probability=probability)  # 0: a rectangle of no size
+    return fn.erase(images, anchor=fn.stack(top, left), shape=fn.stack(height * erase, width * erase),
+                    axis_names="HW", normalized=True, fill_value=MEAN_PIXEL)
+
+
 def build_pipeline(source: EpochSource, train: bool, image_size: int, device: torch.device, workers: int,
-                   seed: int, resize_size: Optional[int] = None, crop_scale: Tuple[float, float] = CROP_SCALE):
+                   seed: int, resize_size: Optional[int] = None, crop_scale: Tuple[float, float] = CROP_SCALE,
+                   augment: Augmentation = NONE):
     """A built DALI pipeline for one epoch of SOURCE (CPU operators when DEVICE is not a GPU)."""
     dali = require_dali()
     gpu = device.type == "cuda"
-    pipe = dali.pipeline.Pipeline(batch_size=source.batch_size, num_threads=max(1, workers),
-                                  device_id=device.index if gpu else None, seed=seed,
-                                  py_num_workers=max(1, workers), py_start_method="spawn",
-                                  prefetch_queue_depth=PREFETCH, exec_dynamic=True)
-    with pipe:
-        pipe.set_outputs(*_graph(source, train, image_size, gpu, resize_size, crop_scale))
+
+    # the auto_aug policies choose operations with DALI conditionals, which only pipeline_def enables
+    @dali.pipeline_def(enable_conditionals=augment.policy is not None)
+    def epoch():
+        return _graph(source, train, image_size, gpu, resize_size, crop_scale, augment)
+
+    pipe = epoch(batch_size=source.batch_size, num_threads=max(1, workers), device_id=device.index if gpu else None,
+                 seed=seed, py_num_workers=max(1, workers), py_start_method="spawn", prefetch_queue_depth=PREFETCH,
+                 exec_dynamic=True)
     pipe.build()
     return pipe
 
@@ -196,9 +252,9 @@ class DaliLoader:
     def __init__(self, read: Callable[[int], Tuple[bytes, int]], sampler, batch_size: int, train: bool,
                  image_size: int, device: torch.device, workers: int, seed: Optional[int], rank: int,
                  max_batches: int = 0, resize_size: Optional[int] = None,
-                 crop_scale: Tuple[float, float] = CROP_SCALE):
+                 crop_scale: Tuple[float, float] = CROP_SCALE, augment: Augmentation = NONE):
         require_dali()
-        self.resize_size, self.crop_scale = resize_size, crop_scale
+        self.resize_size, self.crop_scale, self.augment = resize_size, crop_scale, augment
         self.read, self.sampler, self.batch_size = read, sampler, batch_size
         self.train, self.image_size, self.device = train, image_size, device
         self.workers, self.seed, self.rank, self.max_batches = workers, seed, rank, max_batches
@@ -216,7 +272,7 @@ class DaliLoader:
         self.close()
         self.source = EpochSource(self.read, self.sampler, self.batch_size, self.train, self.max_batches, epoch, skip)
         self.pipe = build_pipeline(self.source, self.train, self.image_size, self.device, self.workers,
-                                   self._seed(epoch), self.resize_size, self.crop_scale)
+                                   self._seed(epoch), self.resize_size, self.crop_scale, self.augment)
 
     def _end_epoch(self) -> None:
         """The pipeline has reached the end of the epoch just consumed: take its StopIteration, reset."""
@@ -263,7 +319,8 @@ def dali_loaders(cfg, samples, train_sampler, val_sampler, rank: int, device: to
     make = lambda split, sampler, train, size, max_batches, resize=None: DaliLoader(  # noqa: E731
         FileReader(samples[split]), sampler, cfg.batch.per_process, train, size, device,
         cfg.batch.workers, cfg.run.seed, rank, max_batches, resize,
-        data.train_crop_scale if train else CROP_SCALE)
+        data.train_crop_scale if train else CROP_SCALE,
+        Augmentation.of(data) if train else Augmentation(interpolation=data.interpolation))
     # --steps-per-epoch counts optimizer steps, each of accum_steps micro-batches
     return (make("train", train_sampler, True, data.image_size, data.steps_per_epoch * cfg.batch.accum_steps),
             make("val", val_sampler, False, data.val_crop_size or data.image_size, data.val_steps,

@@ -28,6 +28,8 @@ A backend is called as ``transform(data, name)`` on an image's encoded bytes (re
        several times faster than PIL's resize), and the output stays uint8: a quarter of the bytes
        through worker pipes; :class:`imagenet.data.normalize.DeviceNormalizer` normalises on the device.
 
+    6. ``--auto-augment`` and ``--random-erase`` then run on the uint8 output (:mod:`.augment`).
+
     Validation decodes in full (no DCT scaling) and resizes + centre-crops on uint8.
     Outputs differ from the baseline's only by resampling error on the same box (tests check it).
 
@@ -44,6 +46,7 @@ import torch
 from PIL import Image
 from torchvision.transforms.v2 import functional as TF
 
+from .augment import NONE, Augmentation, uint8_ops
 from .base import CROP_RATIO, CROP_SCALE, Transform, val_resize
 from .jpeg import (JpegFrame, decode_box, decode_hwc, dct_reduction, jpeg_frame, open_reduced,
                    region_decoder_available, with_rows)
@@ -112,10 +115,12 @@ def crop_box(height: int, width: int, uniforms: Sequence[float], scale: Tuple[fl
 
 
 class FastTrain:
-    """RandomResizedCrop + horizontal flip, decoding only the rows (and DCT scale) the crop needs."""
+    """RandomResizedCrop + horizontal flip, decoding only the rows (and DCT scale) the crop needs; then
+    the augmentation policy and random erasing, if any."""
 
-    def __init__(self, image_size: int, crop_scale: Tuple[float, float] = CROP_SCALE):
+    def __init__(self, image_size: int, crop_scale: Tuple[float, float] = CROP_SCALE, augment: Augmentation = NONE):
         self.size, self.crop_scale = image_size, crop_scale
+        self.mode, self.ops = augment.interpolation, uint8_ops(augment)
 
     @staticmethod
     def sample(height: int, width: int,
@@ -129,8 +134,10 @@ class FastTrain:
         frame = jpeg_frame(buf)
         if frame is None:  # not a JPEG (or an odd one): decode fully, augment the same way
             im = _rgb(Image.open(io.BytesIO(buf)))
-            return self.render_decoded(im, *self.sample(im.height, im.width, self.crop_scale))
-        return self.render(buf, frame, *self.sample(frame.height, frame.width, self.crop_scale))
+            out = self.render_decoded(im, *self.sample(im.height, im.width, self.crop_scale))
+        else:
+            out = self.render(buf, frame, *self.sample(frame.height, frame.width, self.crop_scale))
+        return self.ops(out) if self.ops is not None else out
 
     def render(self, buf: bytes, frame: JpegFrame, box: Tuple[int, int, int, int], flip: bool) -> torch.Tensor:
         """The output for a given box and flip: the box alone (region decoder), else the rows down to
@@ -156,15 +163,16 @@ class FastTrain:
         """An HWC uint8 crop resized to a CHW output, then flipped: the filter is symmetric, so this
         equals flipping first, and the output is usually the smaller image to flip. The crop is made
         contiguous first: the channels-last layout the resize's vectorised kernel needs."""
-        out = resize_uint8(crop.contiguous().permute(2, 0, 1), self.size, self.size)
+        out = resize_uint8(crop.contiguous().permute(2, 0, 1), self.size, self.size, self.mode)
         return out.flip(2) if flip else out
 
 
-def resize_uint8(chw: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """Antialiased bilinear resize of a uint8 CHW image (torch's vectorised uint8 path for
-    channels-last input; the same filter as PIL's and torchvision's) to a contiguous CHW tensor."""
-    out = torch.nn.functional.interpolate(chw.unsqueeze(0), size=(height, width), mode="bilinear",
-                                          align_corners=False, antialias=True)
+def resize_uint8(chw: torch.Tensor, height: int, width: int, mode: str = "bilinear") -> torch.Tensor:
+    """Antialiased bilinear (or bicubic; nearest: no filter) resize of a uint8 CHW image (torch's
+    vectorised uint8 path for channels-last input; the same filters as PIL's and torchvision's) to a
+    contiguous CHW tensor."""
+    smooth = {"antialias": True, "align_corners": False} if mode != "nearest" else {}
+    out = torch.nn.functional.interpolate(chw.unsqueeze(0), size=(height, width), mode=mode, **smooth)
     return out[0].contiguous()
 
 
@@ -175,14 +183,14 @@ class FastVal:
     its accuracy is compared with published numbers, so it stays within rounding of the baseline.
     """
 
-    def __init__(self, image_size: int, resize_size: Optional[int] = None):
-        self.size = image_size
+    def __init__(self, image_size: int, resize_size: Optional[int] = None, mode: str = "bilinear"):
+        self.size, self.mode = image_size, mode
         self.resize = resize_size or val_resize(image_size)
 
     def __call__(self, buf: bytes, name: str = "") -> torch.Tensor:
         hwc = decode_hwc(buf)  # None for what is not a JPEG, too: simplejpeg rejects it
         chw = hwc.permute(2, 0, 1) if hwc is not None else _as_tensor(_rgb(Image.open(io.BytesIO(buf))))
-        out = resize_uint8(chw, *resized_hw(chw.shape[1], chw.shape[2], self.resize))
+        out = resize_uint8(chw, *resized_hw(chw.shape[1], chw.shape[2], self.resize), self.mode)
         return TF.center_crop(out, [self.size, self.size]).contiguous()
 
 
@@ -202,13 +210,15 @@ _told_no_region_decoder = False
 
 
 def fast_backend(train: bool, image_size: int, resize_size: Optional[int] = None,
-                 crop_scale: Tuple[float, float] = CROP_SCALE) -> Transform:
-    """Decode only what is needed; uint8 CHW output."""
+                 crop_scale: Tuple[float, float] = CROP_SCALE, augment: Augmentation = NONE) -> Transform:
+    """Decode only what is needed; uint8 CHW output (validation uses only AUGMENT's interpolation)."""
     global _told_no_region_decoder
     if not region_decoder_available() and not _told_no_region_decoder:
         _told_no_region_decoder = True  # once per process: the cause is the same for every loader
         log.warning("the fast backend runs without its region decoder (imagenet/data/decode/_jpeg_region.c is "
                     "not built: `pip install -e .` with a C compiler and libjpeg-turbo's headers, e.g. "
                     "libjpeg-dev); it decodes the rows down to each crop instead, at a lower rate per core")
-    return FastTrain(image_size, crop_scale) if train else FastVal(image_size, resize_size)
+    if train:
+        return FastTrain(image_size, crop_scale, augment)
+    return FastVal(image_size, resize_size, augment.interpolation)
 

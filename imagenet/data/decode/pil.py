@@ -10,6 +10,7 @@ from PIL import Image
 from torchvision import transforms
 from torchvision.transforms import v2
 
+from .augment import NONE, Augmentation, policy, uint8_ops
 from .base import CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, Transform, val_resize
 
 
@@ -30,26 +31,32 @@ class _Composed:
 
 
 def baseline_backend(train: bool, image_size: int, resize_size: Optional[int] = None,
-                     crop_scale: Tuple[float, float] = CROP_SCALE) -> Transform:
+                     crop_scale: Tuple[float, float] = CROP_SCALE, augment: Augmentation = NONE) -> Transform:
     """pytorch/examples imagenet/main.py's transforms on ImageFolder's loader; float output. Validation
-    resizes the short side to RESIZE_SIZE (default: image_size * 256 / 224), then crops IMAGE_SIZE."""
+    resizes the short side to RESIZE_SIZE (default: image_size * 256 / 224), then crops IMAGE_SIZE.
+    AUGMENT's policy and erasing go where torchvision's reference puts them: the policy on the PIL
+    image after the flip, erasing (to 0, the mean) after normalising."""
     normalize = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    mode = augment.mode
     if train:
-        ops = transforms.Compose([transforms.RandomResizedCrop(image_size, scale=crop_scale),
-                                  transforms.RandomHorizontalFlip(), transforms.ToTensor(), normalize])
+        ops = [transforms.RandomResizedCrop(image_size, scale=crop_scale, interpolation=mode),
+               transforms.RandomHorizontalFlip(), policy(augment, tensor=False), transforms.ToTensor(), normalize,
+               transforms.RandomErasing(p=augment.erase, value=0) if augment.erase > 0 else None]
     else:
-        ops = transforms.Compose([transforms.Resize(resize_size or val_resize(image_size)),
-                                  transforms.CenterCrop(image_size), transforms.ToTensor(), normalize])
-    return _Composed(ops)
+        ops = [transforms.Resize(resize_size or val_resize(image_size), interpolation=mode),
+               transforms.CenterCrop(image_size), transforms.ToTensor(), normalize]
+    return _Composed(transforms.Compose([op for op in ops if op is not None]))
 
 
 def pil_backend(train: bool, image_size: int, resize_size: Optional[int] = None,
-                crop_scale: Tuple[float, float] = CROP_SCALE) -> Transform:
-    """PIL decode + torchvision v2 transforms, producing uint8 CHW tensors (validation as baseline's)."""
+                crop_scale: Tuple[float, float] = CROP_SCALE, augment: Augmentation = NONE) -> Transform:
+    """PIL decode + torchvision v2 transforms, producing uint8 CHW tensors (validation as baseline's);
+    AUGMENT's policy and erasing on the uint8 crop."""
+    mode = augment.mode
     if train:
-        ops = v2.Compose([v2.RandomResizedCrop(image_size, scale=crop_scale, antialias=True), v2.RandomHorizontalFlip(),
-                         v2.PILToTensor()])
+        ops = [v2.RandomResizedCrop(image_size, scale=crop_scale, interpolation=mode, antialias=True),
+               v2.RandomHorizontalFlip(), v2.PILToTensor(), uint8_ops(augment)]
     else:
-        ops = v2.Compose([v2.Resize(resize_size or val_resize(image_size), antialias=True), v2.CenterCrop(image_size),
-                         v2.PILToTensor()])
-    return _Composed(ops)
+        ops = [v2.Resize(resize_size or val_resize(image_size), interpolation=mode, antialias=True),
+               v2.CenterCrop(image_size), v2.PILToTensor()]
+    return _Composed(v2.Compose([op for op in ops if op is not None]))
