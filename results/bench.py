@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from imagenet.common.variants import SCRIPTS
+from imagenet.config.choices import AUTO_AUGMENT_POLICIES
 from results import report
 from results.core import records
 from results.core.kinds import from_dict
@@ -189,6 +190,8 @@ def _add_pipeline(sub, common: argparse.ArgumentParser) -> None:
                         "(lockstep rounds; ratio to the baseline backend)")
     pl.add_argument("--data", help="ImageFolder root with train/ (default: the generated ImageNet-like JPEGs)")
     pl.add_argument("--images", type=int, default=256, help="images per pass")
+    pl.add_argument("--auto-augment", choices=AUTO_AUGMENT_POLICIES, help="a policy after every backend's crop "
+                    "(the training split), e.g. ta_wide: the fast backend's against torchvision's PIL pipeline")
     add_flags(pl, workers=[0, 2], backends=["baseline", "fast"], rounds=3, image_size=224, batch=32)
 
 

@@ -14,6 +14,7 @@ from results.analysis.parameters import parameter_count
 from results.core import records
 from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.kinds import from_dict
+from imagenet.data.decode.augment import Augmentation
 from results.core.setups import BASELINE_SETUP, group_key
 from results.runners import allreduce_bench, common, io_bench, overlap_bench, pipeline_bench as pipelines, train_bench
 from results.runners.procs import run_ranks
@@ -151,9 +152,11 @@ def run_pipeline(args: argparse.Namespace) -> List[dict]:
     sweep = common.new_sweep("pipeline", args)
     common.progress(1, 1, f"pipeline {', '.join(args.backends)}: {len(samples)} images, workers {args.workers}, "
                     f"{args.rounds} round(s)")
-    results = pipelines.bench(samples, args.backends, args.workers, args.image_size, args.batch, args.rounds)
+    augment = Augmentation(policy=args.auto_augment)
+    results = pipelines.bench(samples, args.backends, args.workers, args.image_size, args.batch, args.rounds, augment)
+    policy = {"auto_augment": args.auto_augment} if args.auto_augment else {}  # older records: no policy
     for row in pipelines.record(sweep, results, "backend", image_size=args.image_size, batch_size=args.batch,
-                                images=len(samples), data=str(root)):
+                                images=len(samples), data=str(root), **policy):
         ratio = row["ratio_per_core"]
         log.info("    %-8s %-5s workers=%d  %.0f images/s per core%s", row["backend"], row["split"],
                  row["workers"], row["images_per_cpu_s"], f", {ratio:.2f}x baseline" if ratio else "")

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 
 from imagenet.common import cputime
 from imagenet.data import decode
+from imagenet.data.decode.augment import NONE, Augmentation
 from imagenet.data.loader import ImageFiles
 from imagenet.data.scan import scan_dataset
 from results.core.records import group_by
@@ -56,7 +57,7 @@ class Measurement:
 
 
 def measure(label: str, variant: Variant, train: bool, image_size: int, workers: int,
-            batch_size: int, seed: int = 0) -> Measurement:
+            batch_size: int, seed: int = 0, augment: Augmentation = NONE) -> Measurement:
     """Steady-state pass over every sample through a DataLoader.
 
     workers=0 loads in this process on one thread. With workers, a first pass starts them (fork,
@@ -64,7 +65,7 @@ def measure(label: str, variant: Variant, train: bool, image_size: int, workers:
     CPU time of the workers and of this process, which receives the batches.
     """
     source, backend = variant
-    dataset = ImageFiles(source, decode.transform(backend, train, image_size))
+    dataset = ImageFiles(source, decode.transform(backend, train, image_size, augment=augment))
     torch.manual_seed(seed)
     with torch_threads(1):  # per core means one core: no intra-op threads in the measured process
         loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=False,
@@ -79,12 +80,13 @@ def measure(label: str, variant: Variant, train: bool, image_size: int, workers:
 
 
 def measure_in_process(variants: Dict[str, Variant], train: bool, image_size: int,
-                       batch_size: int, seed: int = 0) -> List[Measurement]:
+                       batch_size: int, seed: int = 0, augment: Augmentation = NONE) -> List[Measurement]:
     """workers=0, all variants in lockstep: batch k of each, back to back, timed by this thread's CPU
     clock, so the machine's busy and quiet moments fall on every variant alike."""
     backends = list(variants)
     with torch_threads(1):
-        sets = [ImageFiles(src, decode.transform(b, train, image_size)) for src, b in variants.values()]
+        sets = [ImageFiles(src, decode.transform(b, train, image_size, augment=augment))
+                for src, b in variants.values()]
         iters = [iter(DataLoader(s, batch_size=batch_size)) for s in sets]
         cpu, wall, images = [0.0] * len(backends), [0.0] * len(backends), [0] * len(backends)
         for _ in range(-(-min(len(s) for s in sets) // batch_size)):
@@ -99,23 +101,24 @@ def measure_in_process(variants: Dict[str, Variant], train: bool, image_size: in
 
 
 def bench(samples, backends: Sequence[str], workers: Sequence[int], image_size: int,
-          batch_size: int, rounds: int) -> List[Measurement]:
+          batch_size: int, rounds: int, augment: Augmentation = NONE) -> List[Measurement]:
     """Every backend over the same samples (see bench_variants)."""
-    return bench_variants({b: (samples, b) for b in backends}, workers, image_size, batch_size, rounds)
+    return bench_variants({b: (samples, b) for b in backends}, workers, image_size, batch_size, rounds, augment)
 
 
 def bench_variants(variants: Dict[str, Variant], workers: Sequence[int], image_size: int, batch_size: int,
-                   rounds: int) -> List[Measurement]:
+                   rounds: int, augment: Augmentation = NONE) -> List[Measurement]:
     """Rounds of every variant back to back (in lockstep in process), so slow phases of a shared
-    machine hit all alike."""
+    machine hit all alike; AUGMENT (a policy, erasing) applies to the training split of every one."""
     results = []
     for r in range(rounds):
         for split in ("train", "val"):
             for w in workers:
                 if w == 0:
-                    ms = measure_in_process(variants, split == "train", image_size, batch_size, seed=r)
+                    ms = measure_in_process(variants, split == "train", image_size, batch_size, seed=r,
+                                            augment=augment)
                 else:
-                    ms = [measure(label, v, split == "train", image_size, w, batch_size, seed=r)
+                    ms = [measure(label, v, split == "train", image_size, w, batch_size, seed=r, augment=augment)
                           for label, v in variants.items()]
                 for m in ms:
                     m = dataclasses.replace(m, round=r)
