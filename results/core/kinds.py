@@ -93,9 +93,11 @@ class OverlapPoint:
 
 @dataclass(frozen=True)
 class PipelinePoint:
-    """Also the shards_pipeline kind's (``variant`` there names the source: folder or shards)."""
+    """Also the shards_pipeline kind's (``variant`` there names the source: folder or shards).
+    ``auto_augment``: the policy every backend applied after its crop (None: none)."""
 
     backend: Text = None
+    auto_augment: Text = None
     batch_size: Optional[int] = None
     data: Text = None
     image_size: Optional[int] = None

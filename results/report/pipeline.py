@@ -14,13 +14,13 @@ def steady_pipeline_table(steady: Sequence[Record], env: Environments) -> str:
     """The lockstep, steady-state records (``results.bench pipeline``): the per-core ratio that counts."""
     if not steady:
         return "_(no steady-state pipeline records yet: run `python -m results.bench pipeline`)_\n"
-    rows = [[r.point.backend, r.point.split, r.point.workers, r.point.image_size,
+    rows = [[r.point.backend, r.point.auto_augment or "-", r.point.split, r.point.workers, r.point.image_size,
              r.point.images, r.metrics.rounds, r.metrics.cpu_ms_per_image,
              r.metrics.images_per_cpu_s, r.metrics.images_per_s,
              comparisons.times(r.metrics.ratio_per_core),
              (f"{comparisons.times(r.metrics.ratio_min)}-{comparisons.times(r.metrics.ratio_max)}"
               if r.metrics.ratio_min else "-"), r.host_load_1m, env.id(r), r.source]
-            for r in sorted(steady, key=lambda r: (r.sweep, r.point.split, r.point.workers,
+            for r in sorted(steady, key=lambda r: (r.sweep, r.point.auto_augment or "", r.point.split, r.point.workers,
                                                    r.point.backend))]
     return md_table("pipeline.steady_columns", rows)
 

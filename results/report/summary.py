@@ -30,8 +30,9 @@ def summary_section(train: Sequence[Record], io: Sequence[Record], overlap: Sequ
     ratios = [r for r in steady if r.metrics.ratio_per_core and r.point.backend != "baseline"]
     for r in newest_sweep(ratios):
         m = r.metrics
+        policy = f", {r.point.auto_augment} after the crop" if r.point.auto_augment else ""
         lines.append(prose("summary.steady", p=r.point, m=m, ratio=times(m.ratio_per_core), low=times(m.ratio_min),
-                           high=times(m.ratio_max), load=_load(r)))
+                           high=times(m.ratio_max), load=_load(r), policy=policy))
     # the engine's default backend; the other backends are in the section's table and figure
     pipe = [x for x in comparisons.pipeline_rows(io)
             if x["per_core_ratio"] and x["record"].point.backend == "fast"]
