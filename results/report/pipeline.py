@@ -14,7 +14,7 @@ def steady_pipeline_table(steady: Sequence[Record], env: Environments) -> str:
     """The lockstep, steady-state records (``results.bench pipeline``): the per-core ratio that counts."""
     if not steady:
         return "_(no steady-state pipeline records yet: run `python -m results.bench pipeline`)_\n"
-    rows = [[r.point.backend, r.point.auto_augment or "-", r.point.split, r.point.workers, r.point.image_size,
+    rows = [[r.point.backend, _policy(r.point), r.point.split, r.point.workers, r.point.image_size,
              r.point.images, r.metrics.rounds, r.metrics.cpu_ms_per_image,
              r.metrics.images_per_cpu_s, r.metrics.images_per_s,
              comparisons.times(r.metrics.ratio_per_core),
@@ -23,6 +23,11 @@ def steady_pipeline_table(steady: Sequence[Record], env: Environments) -> str:
             for r in sorted(steady, key=lambda r: (r.sweep, r.point.auto_augment or "", r.point.split, r.point.workers,
                                                    r.point.backend))]
     return md_table("pipeline.steady_columns", rows)
+
+
+def _policy(point) -> str:
+    """The policy a point's images went through: the sweep's, on the training split only."""
+    return point.auto_augment if point.auto_augment and point.split == "train" else "-"
 
 
 def pipeline_section(io: Sequence[Record], steady: Sequence[Record], env: Environments, fig_dir: Path) -> str:

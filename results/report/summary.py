@@ -30,7 +30,8 @@ def summary_section(train: Sequence[Record], io: Sequence[Record], overlap: Sequ
     ratios = [r for r in steady if r.metrics.ratio_per_core and r.point.backend != "baseline"]
     for r in newest_sweep(ratios):
         m = r.metrics
-        policy = f", {r.point.auto_augment} after the crop" if r.point.auto_augment else ""
+        augmented = r.point.auto_augment and r.point.split == "train"  # validation has no policy
+        policy = f", {r.point.auto_augment} after the crop" if augmented else ""
         lines.append(prose("summary.steady", p=r.point, m=m, ratio=times(m.ratio_per_core), low=times(m.ratio_min),
                            high=times(m.ratio_max), load=_load(r), policy=policy))
     # the engine's default backend; the other backends are in the section's table and figure
