@@ -2,7 +2,7 @@
 import sys
 
 if __name__ == "__main__":
-    from imagenet.run import preemption  # first: a stop signal during the slow imports must not be lost
+    from imagenet.process import preemption  # first: a stop signal during the slow imports must not be lost
 
     preemption.install_early()
     from imagenet.run.cli import main

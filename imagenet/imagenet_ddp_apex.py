@@ -8,7 +8,7 @@ if __package__ in (None, ""):  # run as a file: import the project package, not 
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 if __name__ == "__main__":
-    from imagenet.run import preemption  # first: a stop signal during the slow imports must not be lost
+    from imagenet.process import preemption  # first: a stop signal during the slow imports must not be lost
 
     preemption.install_early()
     from imagenet.run.cli import main

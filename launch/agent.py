@@ -12,7 +12,7 @@ disposition and lose every stop signal until they install their handler (imports
 So the agent BLOCKS them and resets them to their default action. Blocked signals stay pending,
 and the signal mask is inherited across fork and exec: a worker keeps any stop signal that comes
 while it starts, and gets it the moment it installs its handler and unblocks them
-(``imagenet.run.preemption``). The agent itself never receives them; SLURM's SIGKILL still ends it.
+(``imagenet.process.preemption``). The agent itself never receives them; SLURM's SIGKILL still ends it.
 Start it from ``bash -c 'trap "" USR2 TERM; exec python -m launch.agent ...'`` so no signal can
 kill it during its own interpreter start-up (ignored until blocked here).
 """
@@ -22,7 +22,7 @@ import runpy
 import signal
 import sys
 
-STOP_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)  # imagenet.run.preemption's list
+STOP_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)  # imagenet.process.preemption's list
 USAGE = "usage: python -m launch.agent MODULE [ARGS...]  (e.g. torch.distributed.run --nproc_per_node=4 ...)"
 
 

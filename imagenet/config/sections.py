@@ -6,7 +6,7 @@ Flag names follow pytorch/examples imagenet/main.py (``-a -j -b --epochs --lr --
 ``--opt-level``, ``--local_rank``). The command line stays flat: every field name is unique across
 the sections, so a flag (or a recipe value) names its setting without naming the section. Adding a
 setting is one field in one section below. Runtime facts (rank, device) are never stored here:
-they live in :class:`imagenet.run.distributed.DistInfo`; the batch a launch resolves lives in
+they live in :class:`imagenet.process.group.DistInfo`; the batch a launch resolves lives in
 :class:`imagenet.config.batch.Batch`.
 """
 from __future__ import annotations

@@ -78,13 +78,13 @@ def scan_dataset_once(root: str, rank: int) -> Tuple[List[str], Index]:
     GPFS) at start-up; one is enough. The index is numpy arrays, so the broadcast pickles a few
     buffers, not millions of tuples. A failed scan is broadcast instead of the result, so every rank
     stops with the same DataError line rather than waiting on a broadcast that never comes. With
-    nccl the pickled lists travel through the current CUDA device, set by distributed.pick_device.
+    nccl the pickled lists travel through the current CUDA device, set by imagenet.run.distributed.pick_device.
     """
     # imported here: only this function needs torch; the shard writer and prepare command lines import
     # this module for scan_dataset and start 1.4 CPU seconds sooner without it
-    from ..run import distributed
+    from ..process import group
 
-    if not distributed.initialized():
+    if not group.initialized():
         return scan_dataset(root)
     outcome, failure = None, None
     if rank == 0:
@@ -94,7 +94,7 @@ def scan_dataset_once(root: str, rank: int) -> Tuple[List[str], Index]:
             failure = e
             outcome = (DataError(str(e)) if isinstance(e, DataError)
                        else RuntimeError(f"rank 0 could not scan {root}: {type(e).__name__}: {one_line(e)}"))
-    root0, outcome = distributed.broadcast_object((root, outcome))
+    root0, outcome = group.broadcast_object((root, outcome))
     if failure is not None:
         raise failure
     if isinstance(outcome, Exception):

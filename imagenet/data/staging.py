@@ -127,19 +127,19 @@ def stage_data(cfg, info) -> str:
     copy with --stage-dir (a collective)."""
     if cfg.dummy or not cfg.stage_dir:
         return cfg.root
-    from ..run import distributed  # here, not at the top: the command line below runs without torch
+    from ..process import group  # here, not at the top: the command line below runs without torch
 
     dest, error = None, None
     try:  # any failure, on any rank, must reach the collective below: the other ranks wait there
         dest = destination(cfg.root, expand(cfg.stage_dir))
-        if info.local_rank == 0 or not distributed.initialized():
+        if info.local_rank == 0 or not group.initialized():
             stage(cfg.root, dest, cfg.stage_verify, hold=True)
     except (StagingError, OSError) as e:
         error = one_line(e) if isinstance(e, StagingError) else f"cannot stage {cfg.root} to {dest}: {e}"
-        if distributed.initialized():
+        if group.initialized():
             error = f"{socket.gethostname()}: {error}"
     # Everyone waits here for every node's copier; the errors travel with the wait.
-    errors = [e for e in distributed.all_gather_object(error) if e]
+    errors = [e for e in group.all_gather_object(error) if e]
     if errors:
         raise StagingError(error or errors[0])
     if not (dest / MARKER).is_file():
@@ -154,12 +154,12 @@ def release_data(cfg, info, finished: bool) -> None:
     it. A failure to remove is a warning: the training itself is over."""
     if cfg.dummy or not cfg.stage_dir or not finished:
         return
-    from ..run import distributed  # here, not at the top: the command line below runs without torch
+    from ..process import group  # here, not at the top: the command line below runs without torch
 
     # Every process of the job has finished reading the copy. Each node decides for itself after
     # the wait ('$TMPDIR' may be /dev/shm on one node only): every rank must reach the collective.
-    distributed.all_gather_object(None)
-    if (info.local_rank == 0 or not distributed.initialized()) and cleanup_wanted(cfg.stage_cleanup, cfg.stage_dir):
+    group.all_gather_object(None)
+    if (info.local_rank == 0 or not group.initialized()) and cleanup_wanted(cfg.stage_cleanup, cfg.stage_dir):
         dest = destination(cfg.root, expand(cfg.stage_dir))
         try:
             remove_copy(dest)

@@ -2,4 +2,4 @@
 group, build the run's parts and start the loop.
 
 imagenet/run/README.md has a line per module. This file imports nothing: the entry scripts import
-``imagenet.run.preemption`` before torch, and ``imagenet.run.cli`` parses without it."""
+``imagenet.process.preemption`` before torch, and ``imagenet.run.cli`` parses without it."""

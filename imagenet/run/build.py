@@ -20,7 +20,8 @@ import torch
 
 from ..common import files, startup
 from ..model import ema, network, precision
-from . import distributed, preemption, sysinfo
+from ..process import group, preemption
+from . import distributed, sysinfo
 from ..train import checkpoint, losses, mixing, optim, tblog
 from ..data import decode, loader, staging
 from ..data.resolution import ResolutionRamp
@@ -52,7 +53,7 @@ def _run_dir(cfg, info, spec) -> Path:
         return Path(cfg.logging.log_dir)
     name = (f"{datetime.datetime.now():%Y%m%d-%H%M%S}_{socket.gethostname()}_{cfg.model.arch}_gpux{info.world_size}"
             f"_b{cfg.batch.per_process}_{spec.label}")
-    return Path(distributed.broadcast_object(str(Path("runs") / name)))  # every rank: rank 0's name
+    return Path(group.broadcast_object(str(Path("runs") / name)))  # every rank: rank 0's name
 
 
 def _use_sync_bn(cfg, info) -> bool:
@@ -140,7 +141,7 @@ def _resolution(data):
     return ResolutionRamp(data.min_res, data.max_res, data.start_ramp, data.end_ramp)
 
 
-def _data(cfg: Settings, info: distributed.DistInfo) -> tuple:
+def _data(cfg: Settings, info: group.DistInfo) -> tuple:
     """(the dataset folder read, (train loader, val loader, classes)). Collectives: rank 0 scans the
     dataset and broadcasts it (the group exists: processes._run inits it first); with --stage-dir every
     node reads its own copy of DATA (staging waits for every node's copier)."""
@@ -149,7 +150,7 @@ def _data(cfg: Settings, info: distributed.DistInfo) -> tuple:
     return root, loader.build_loaders(data_cfg, info.rank, info.world_size, info.device)
 
 
-def _model(cfg, info: distributed.DistInfo, num_classes: int, channels_last: bool) -> torch.nn.Module:
+def _model(cfg, info: group.DistInfo, num_classes: int, channels_last: bool) -> torch.nn.Module:
     """The network on the device (CFG: the model section)."""
     model = network.build(cfg.arch, num_classes, cfg.pretrained, cfg.zero_init_residual, cfg.weights,
                           cfg.drop_path_rate)
@@ -160,7 +161,7 @@ def _model(cfg, info: distributed.DistInfo, num_classes: int, channels_last: boo
 class Built:
     """One run, built: the loop's parts and what starting the loop needs besides."""
     cfg: Settings                   # validated, its batch resolved for this launch
-    info: distributed.DistInfo
+    info: group.DistInfo
     parts: Parts
     lr: float                       # the peak learning rate, scaled to the global batch
     warmup_epochs: float
@@ -169,7 +170,7 @@ class Built:
     checkpoint: Optional[dict] = None  # its weights are in the model already; run() loads the rest
 
 
-def build(cfg: Settings, info: distributed.DistInfo) -> Built:
+def build(cfg: Settings, info: group.DistInfo) -> Built:
     """The run's parts, in the order the module docstring gives; collectives: every rank calls it."""
     _seed_everything(cfg.run.seed, cfg.perf.deterministic)
     spec = precision.resolve(cfg.precision, info.device, cfg.batch.accum_steps > 1)
@@ -207,7 +208,7 @@ def build(cfg: Settings, info: distributed.DistInfo) -> Built:
     return Built(cfg, info, parts, lr, warmup, steps, resume, ckpt)
 
 
-def _record(cfg: Settings, info: distributed.DistInfo, spec: precision.PrecisionSpec, run_dir: Path, data_root: str,
+def _record(cfg: Settings, info: group.DistInfo, spec: precision.PrecisionSpec, run_dir: Path, data_root: str,
             lr: float) -> RunRecord:
     """run.json as the run starts (rank 0 writes it)."""
     return RunRecord(run_dir, info.is_primary, config=cfg.to_dict(), data_root=data_root,

@@ -1,6 +1,7 @@
-"""Process-group set-up and the few collectives the engine needs.
+"""Process-group set-up, its time bounds and the one-line messages for a group that fails.
 
-:class:`DistInfo` is this process's place in the job (rank, device, backend). It comes either from
+:class:`imagenet.process.group.DistInfo` is this process's place in the job (rank, device, backend),
+and the collectives the engine uses live beside it, below the rooms that use them. It comes either from
 the launcher's environment (torchrun, ``torch.distributed.launch``, SLURM, MPI: see
 ``launch.environment``) or, for the node-level ``--dist-url`` style of pytorch/examples, from
 the node rank and the index of the process spawned on that node.
@@ -18,14 +19,15 @@ import os
 import re
 import socket
 import time
-from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import List, Optional
 
 import torch
 import torch.distributed as dist
 
 from launch import environment
 
+from ..process import group
+from ..process.group import DistInfo
 from . import sysinfo
 
 log = logging.getLogger(__name__)
@@ -33,31 +35,6 @@ log = logging.getLogger(__name__)
 
 class DistError(RuntimeError):
     """The process group cannot be formed; the message says what to check."""
-
-
-@dataclass(frozen=True)
-class DistInfo:
-    rank: int
-    local_rank: int
-    world_size: int
-    local_world_size: int
-    node_rank: int
-    environment: str
-    device: torch.device
-    backend: Optional[str] = None     # None: no process group (one process)
-    init_method: Optional[str] = None
-
-    @property
-    def is_primary(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.backend is not None
-
-    @property
-    def nodes(self) -> int:
-        return max(1, self.world_size // max(self.local_world_size, 1))
 
 
 def pick_device(local_rank: int, gpu: Optional[int] = None) -> torch.device:
@@ -126,8 +103,7 @@ def init(info: DistInfo, timeout_s: float) -> None:
         dist.barrier(device_ids=[info.device.index])
     else:
         dist.barrier()
-    global _hosts
-    _hosts = all_gather_object(socket.gethostname())  # to name a lost peer later without asking it
+    group.gather_hosts()
 
 
 def _attempt_store(info: DistInfo, timeout: datetime.timedelta) -> Optional["dist.Store"]:
@@ -143,18 +119,12 @@ def _attempt_store(info: DistInfo, timeout: datetime.timedelta) -> Optional["dis
     return dist.PrefixStore(f"hpc_imagenet/attempt_{attempt}", store)
 
 
-_hosts: List[str] = []  # rank -> host name, gathered once at init
 _PEER_ADDRESS = re.compile(r"\[?(\d{1,3}(?:\.\d{1,3}){3})\]?:\d+")
 # Words of the backends' errors for a peer that died or stopped answering. gloo raises "Application
 # timeout caused pair closure" from DDP's backward when its own timeout closes the connection before
 # the wait does (seen on the test cluster with a node's link down); it names no backend.
 _COMM_FAILURE = ("gloo", "nccl", "connection closed", "connection reset", "timed out waiting", "broken pipe",
                  "pair closure")
-
-
-def hosts() -> List[str]:
-    """Every rank's host name, in rank order (gathered once at init; this host alone without a group)."""
-    return list(_hosts) if _hosts else [socket.gethostname()]
 
 
 def _is_comm_failure(exc: BaseException) -> bool:
@@ -172,15 +142,16 @@ def lost_peer_message(exc: BaseException, rank: int) -> Optional[str]:
     [10.0.0.12]:4242"), at worst nothing ("Timed out waiting 30000ms for recv operation"); this names
     the peer's host when the message holds its address, else the hosts of the other ranks.
     """
-    if not _is_comm_failure(exc) or not _hosts:
+    known = group.gathered_hosts()
+    if not _is_comm_failure(exc) or not known:
         return None
     text = " ".join(str(exc).split())
-    me = _hosts[rank] if rank < len(_hosts) else socket.gethostname()
+    me = known[rank] if rank < len(known) else socket.gethostname()
     found = _PEER_ADDRESS.search(text)
     if found:
         peer = _host_of(found.group(1))
     else:
-        others = sorted({h for h in _hosts if h != me}) or ["another process on this node"]
+        others = sorted({h for h in known if h != me}) or ["another process on this node"]
         peer = ", ".join(others[:8]) + (f" (+{len(others) - 8} more)" if len(others) > 8 else "")
     reason = _short_reason(text)
     return (f"rank {rank} on {me} lost contact with {peer} during a collective ({reason}); check that "
@@ -189,7 +160,7 @@ def lost_peer_message(exc: BaseException, rank: int) -> Optional[str]:
 
 def set_collective_timeout(seconds: float) -> None:
     """From now on a collective of the default group fails after SECONDS without progress."""
-    if not initialized():
+    if not group.initialized():
         return
     timeout = datetime.timedelta(seconds=seconds)
     setter = getattr(dist, "set_timeout", None)  # torch >= 2.10; the private one since 2.3
@@ -221,14 +192,15 @@ def hang_message(exc: BaseException, rank: int, timeout_s: float) -> Optional[st
     not a collective's timeout, or the store cannot tell; "": another rank (the lowest that arrived)
     prints the line."""
     text = " ".join(str(exc).split()).lower()
-    if "timed out" not in text and "timeout" not in text or not _is_comm_failure(exc) or not _hosts:
+    known = group.gathered_hosts()
+    if "timed out" not in text and "timeout" not in text or not _is_comm_failure(exc) or not known:
         return None
     missing = missing_ranks(rank, grace_s=min(60.0, max(5.0, timeout_s / 4)))
     if not missing:
         return None
-    if rank != min(r for r in range(len(_hosts)) if r not in missing):
+    if rank != min(r for r in range(len(known)) if r not in missing):
         return ""
-    named = ", ".join(f"{r} ({_hosts[r]})" for r in missing[:16]) + (
+    named = ", ".join(f"{r} ({known[r]})" for r in missing[:16]) + (
         f" (+{len(missing) - 16} more)" if len(missing) > 16 else "")
     return (f"a training collective made no progress for {timeout_s:.0f}s (--collective-timeout): rank(s) "
             f"{named} did not arrive (stopped, hung or unreachable); check those processes, then restart "
@@ -247,64 +219,3 @@ def _short_reason(text: str) -> str:
     return text[:160] + ("..." if len(text) > 160 else "")
 
 
-def initialized() -> bool:
-    """True when a process group exists (False in a single-process run)."""
-    return dist.is_available() and dist.is_initialized()
-
-
-def cleanup() -> None:
-    if initialized():
-        dist.destroy_process_group()
-
-
-def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
-    if initialized():
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-    return tensor
-
-
-def any_rank(flag: bool, device: torch.device) -> bool:
-    """True on every rank when FLAG is true on any (one small collective)."""
-    if not initialized():
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
-
-
-def broadcast_object(obj: Any) -> Any:
-    """Rank 0's value of OBJ on every rank."""
-    if not initialized():
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def all_gather_object(obj: Any) -> list:
-    """OBJ from every rank, in rank order; also a barrier that carries a value (an error, say)."""
-    if not initialized():
-        return [obj]
-    out: list = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def all_gather_float(value: float, device: torch.device) -> list:
-    """VALUE from every rank, in rank order."""
-    return [row[0] for row in all_gather_floats([value], device)]
-
-
-def all_gather_floats(values: List[float], device: torch.device) -> List[List[float]]:
-    """VALUES (the same count on every rank) from every rank, in rank order: one small collective."""
-    if not initialized():
-        return [list(values)]
-    mine = torch.tensor(values, dtype=torch.float64, device=device)
-    out = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(out, mine)
-    return [t.tolist() for t in torch.stack(out).cpu()]
-
-
-def barrier(device: torch.device) -> None:
-    if initialized():
-        dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)

@@ -26,6 +26,7 @@ from launch import environment
 
 from .. import config
 from ..model import network, precision
+from ..process import group
 from . import distributed
 from ..train import checkpoint
 from ..data import staging
@@ -48,14 +49,14 @@ def _setup_logging(primary: bool) -> None:
 _group_made = False
 
 
-def _run(cfg: config.Settings, info: distributed.DistInfo) -> int:
+def _run(cfg: config.Settings, info: group.DistInfo) -> int:
     from . import build  # imported late: the spawning parent never needs it
 
     global _group_made
     _setup_logging(info.is_primary)
     distributed.init(info, cfg.dist.dist_timeout)
     startup.mark("process group")
-    _group_made = distributed.initialized()
+    _group_made = group.initialized()
     try:
         return _elastic_exit(build.run(build.build(cfg, info)))
     except Exception as e:
@@ -67,7 +68,7 @@ def _run(cfg: config.Settings, info: distributed.DistInfo) -> int:
             print(f"error: {lost}", file=sys.stderr, flush=True)  # not a traceback per rank
         return EXIT_LOST_PEER
     finally:
-        distributed.cleanup()
+        group.cleanup()
 
 
 def _elastic_exit(code: int) -> int:

@@ -12,7 +12,7 @@ from typing import Dict, Optional
 
 import torch
 
-from ..run import distributed
+from ..process import group
 
 
 def topk_correct(output: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> torch.Tensor:
@@ -41,7 +41,7 @@ class EpochMeter:
 
     def global_(self) -> Dict[str, float]:
         """Metrics over every rank (all-reduce of the sums: each sample counted once)."""
-        return _as_metrics(distributed.all_reduce_sum(self.sums.clone()).tolist())
+        return _as_metrics(group.all_reduce_sum(self.sums.clone()).tolist())
 
 
 def _as_metrics(sums) -> Dict[str, float]:

@@ -19,7 +19,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import List, Optional, Sequence
 
-from ..run import distributed
+from ..process import group
 
 
 @dataclass
@@ -48,7 +48,7 @@ class StragglerWatch:
 
     @classmethod
     def for_run(cls, threshold: float) -> "StragglerWatch":
-        return cls(distributed.hosts(), threshold)
+        return cls(group.hosts(), threshold)
 
     def observe(self, times: List[Sequence[float]]) -> Optional[str]:
         """TIMES: (step_ms, data_ms) per rank for one interval. A line naming the slowest rank when it

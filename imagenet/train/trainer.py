@@ -25,7 +25,7 @@ from typing import Any, List, Optional
 import torch
 
 from ..common import cputime, startup
-from ..run import distributed, preemption
+from ..process import group, preemption
 from . import checkpoint, cuda_graph, profiling, time_to_accuracy
 from . import checkpoint_writer
 from .accumulation import accumulate
@@ -39,7 +39,7 @@ from ..model.precision import Precision
 from ..config import WARMUP_STEPS
 from .metrics import EpochMeter, StepBreakdown, StepClock, StepTimes, peak_memory_bytes, synchronize
 from ..common.exit_codes import EXIT_PREEMPTED
-from ..run.preemption import StopSignal
+from ..process.preemption import StopSignal
 from .runrecord import RunRecord
 from .stragglers import StragglerWatch
 from .tblog import NullLogger
@@ -107,7 +107,7 @@ def steps_per_epoch(train_batches: int, cfg) -> int:
 
 
 class Trainer:
-    def __init__(self, cfg, info: distributed.DistInfo, parts: Parts, stop: StopSignal):
+    def __init__(self, cfg, info: group.DistInfo, parts: Parts, stop: StopSignal):
         self.cfg, self.info, self.p, self.stop = cfg, info, parts, stop
         self.state = TrainState(epoch=cfg.optim.start_epoch)
         self.throughput = Throughput()
@@ -178,8 +178,8 @@ class Trainer:
         sched.base_lrs = peak
         sched.last_epoch = s.epoch * self.steps_per_epoch + s.step_in_epoch
         lrs = [base * f(sched.last_epoch) for base, f in zip(peak, sched.lr_lambdas)]
-        for group, base, lr in zip(self.p.optimizer.param_groups, peak, lrs):
-            group["initial_lr"], group["lr"] = base, lr
+        for param_group, base, lr in zip(self.p.optimizer.param_groups, peak, lrs):
+            param_group["initial_lr"], param_group["lr"] = base, lr
         sched._last_lr = lrs
         self.console.say(f"=> global batch {saved_batch} -> {self.global_batch}: resuming at sample {samples} of "
                          f"epoch {s.epoch} (step {s.step_in_epoch}/{self.steps_per_epoch}); peak lr {peak[0]:.4g} for "
@@ -359,7 +359,7 @@ class Trainer:
         mine = self.stop.pending(self.stop_dir)
         minutes = self.cfg.checkpoint.checkpoint_every_minutes
         due = minutes > 0 and time.monotonic() - self.last_checkpoint >= 60 * minutes
-        rows = distributed.all_gather_floats([float(mine), float(due), *times], self.info.device)
+        rows = group.all_gather_floats([float(mine), float(due), *times], self.info.device)
         line = self.stragglers.observe([row[2:] for row in rows])
         if line:
             self.console.warn(line)
@@ -376,7 +376,7 @@ class Trainer:
     def _stop_requested(self) -> bool:
         """True on every rank when any rank got a stop signal (rank 0 also looks for the stop file)."""
         mine = self.stop.pending(self.stop_dir)
-        return distributed.any_rank(mine, self.info.device)
+        return group.any_rank(mine, self.info.device)
 
     def _preempt(self, epoch: int, done: int, clock: StepClock) -> None:
         self.console.end_progress()  # the stop's messages start on a line of their own
@@ -392,7 +392,7 @@ class Trainer:
         preemption.clear_stop_file(self.stop_dir)
         # No rank may exit before rank 0's checkpoint is on disk: launchers kill the rest of the job
         # as soon as one process ends, which would cut the save short.
-        distributed.barrier(self.info.device)
+        group.barrier(self.info.device)
         self.console.say(f"\nstop signal ({self.stop.name}): checkpoint saved at epoch {epoch} step {step}; "
                          "restart with --resume auto to continue")
 
@@ -507,19 +507,19 @@ class Trainer:
         budget = self.cfg.optim.time_budget_minutes
         if budget is None:
             return False
-        return distributed.any_rank(self.state.elapsed_s >= 60.0 * budget, self.info.device)
+        return group.any_rank(self.state.elapsed_s >= 60.0 * budget, self.info.device)
 
     def _core_s(self) -> float:
         """CPU seconds of every rank's process tree so far, summed (one small collective), plus
         those of earlier attempts of a resumed run."""
-        now = sum(distributed.all_gather_float(cputime.process_tree_cpu_s(), self.info.device))
+        now = sum(group.all_gather_float(cputime.process_tree_cpu_s(), self.info.device))
         return self.core_s_before + now
 
     def _weight_checksums(self) -> List[float]:
         """One number per rank summarising its weights: equal when DDP kept the replicas in sync."""
         with torch.no_grad():
             local = sum(float(p.double().sum() + p.double().pow(2).sum()) for p in self.p.raw_model.parameters())
-        return distributed.all_gather_float(local, self.info.device)
+        return group.all_gather_float(local, self.info.device)
 
     def _write_record(self, status: str, **final_extra: Any) -> None:
         s = self.state

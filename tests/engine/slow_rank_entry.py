@@ -12,7 +12,7 @@ import time
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 
 if __name__ == "__main__":
-    from imagenet.run import preemption
+    from imagenet.process import preemption
 
     preemption.install_early()
     from torch.utils.data import dataloader

@@ -19,7 +19,8 @@ import torch
 from imagenet import config
 from imagenet.run import build, distributed
 from imagenet.train import metrics, optim, trainer
-from imagenet.run.distributed import DistInfo
+from imagenet.process import group
+from imagenet.process.group import DistInfo
 from tests.helpers import TINY, free_port, read_run
 
 CPU = torch.device("cpu")
@@ -123,7 +124,7 @@ def _one_process_group() -> Iterator[DistInfo]:
     try:
         yield info
     finally:
-        distributed.cleanup()
+        group.cleanup()
 
 
 def _grads_after_one_step(ddp: torch.nn.Module) -> List[torch.Tensor]:

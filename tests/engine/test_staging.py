@@ -272,7 +272,7 @@ def test_stage_cleanup_keeps_the_copy_for_a_stopped_run_and_removes_it_when_the_
     """A run stopped for a requeue (the stop file the batch scripts write) keeps the node's copy for
     its next start, which reuses it; the run that finishes removes it, leaving the private folder."""
     from imagenet.train.trainer import EXIT_PREEMPTED
-    from imagenet.run.preemption import STOP_FILE
+    from imagenet.process.preemption import STOP_FILE
 
     run_dir, stage_dir = tmp_path / "run", tmp_path / "stage"
     dest = destination(str(src), stage_dir)

@@ -125,9 +125,10 @@ def test_worker_errors_become_one_line():
 def test_a_gloo_peer_loss_becomes_the_lost_contact_line(monkeypatch, gloo_error):
     """Both ways gloo reports a peer that stopped answering (which one depends on timing: the second
     came out of DDP's backward on the test cluster with a node's link down)."""
+    from imagenet.process import group
     from imagenet.run import distributed
 
-    monkeypatch.setattr(distributed, "_hosts", ["node1", "node2"])
+    monkeypatch.setattr(group, "_hosts", ["node1", "node2"])
     line = distributed.lost_peer_message(RuntimeError(gloo_error), 0)
     assert line is not None and line.startswith("rank 0 on node1 lost contact with node2 during a collective")
     assert distributed.lost_peer_message(RuntimeError("CUDA out of memory"), 0) is None

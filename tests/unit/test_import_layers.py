@@ -146,3 +146,14 @@ def test_the_engine_never_imports_results():
     bad = [f"{a} -> {b}" for a, bs in graph.items() if a.split(".")[0] in ("imagenet", "launch")
            for b in bs if b.split(".")[0] == "results"]
     assert not bad, bad
+
+
+def test_the_loop_and_the_data_path_never_import_the_room_that_assembles_them():
+    """run/ builds train/ and data/; what they need of the process (its group, the stop signal) is in
+    process/, below all three, which imports none of them."""
+    graph = import_graph()
+    rooms = lambda m: m.split(".")[1] if m.startswith("imagenet.") and m.count(".") >= 1 else None  # noqa: E731
+    bad = [f"{a} -> {b}" for a, bs in graph.items() if rooms(a) in ("train", "data") for b in bs if rooms(b) == "run"]
+    bad += [f"{a} -> {b}" for a, bs in graph.items() if rooms(a) == "process"
+            for b in bs if rooms(b) in ("run", "train", "data")]
+    assert not bad, bad
