@@ -63,20 +63,15 @@ def looks_local(image: str) -> bool:
 
 
 def check(runtime: str, image: str, mounts: Sequence[str], data: str, stage_dir: Optional[str], launcher: str,
-          mpi_starter: str, which=shutil.which) -> None:
-    """ContainerError for a setting that would fail on the cluster: the runtime missing here, a local image that
-    is not there, a folder the job reads that no mount brings in, a launcher the runtime cannot wrap."""
+          mpi_starter: str, which=shutil.which, here: bool = True) -> None:
+    """ContainerError for a setting that would fail on the cluster: the runtime missing here (HERE: the file is
+    generated on the login node it will run from; the committed examples are not), a local image that is not
+    there, a folder the job reads that no mount brings in, a launcher the runtime cannot wrap."""
     if runtime not in RUNTIMES:
         raise ContainerError(f"--container-runtime {runtime} is not known; use one of {', '.join(RUNTIMES)}")
-    if runtime == "pyxis":
-        if not _srun_has_pyxis(which):
-            raise ContainerError("--container-runtime pyxis: this node's srun has no --container-image (the Pyxis "
-                                 "plugin); generate on a login node of a cluster that has it, or pick another "
-                                 "runtime")
-    elif not which(COMMANDS[runtime]):
-        raise ContainerError(f"--container-runtime {runtime}: {COMMANDS[runtime]} is not on this node's PATH; load "
-                             f"it (module load {runtime}) or pick the runtime this cluster has")
-    if looks_local(image) and not os.path.exists(os.path.expanduser(image)):
+    if here:
+        _check_present(runtime, which)
+    if here and looks_local(image) and not os.path.exists(os.path.expanduser(image)):
         raise ContainerError(f"--container {image} does not exist; build or pull the image first (docs/slurm.md: "
                              "Containers) or give a registry reference")
     if runtime == "pyxis" and launcher == "mpi" and mpi_starter == "mpirun":
@@ -86,6 +81,18 @@ def check(runtime: str, image: str, mounts: Sequence[str], data: str, stage_dir:
         if path and not path.startswith("$") and not _mounted(path, mounts):
             raise ContainerError(f"{label} {path} is not under any --container-mounts folder (nor the checkout), so "
                                  f"the image would not see it; add --container-mounts {path}")
+
+
+def _check_present(runtime: str, which) -> None:
+    """The runtime's command on this node (Pyxis: srun with --container-image)."""
+    if runtime == "pyxis":
+        if not _srun_has_pyxis(which):
+            raise ContainerError("--container-runtime pyxis: this node's srun has no --container-image (the Pyxis "
+                                 "plugin); generate on a login node of a cluster that has it, or pick another "
+                                 "runtime")
+    elif not which(COMMANDS[runtime]):
+        raise ContainerError(f"--container-runtime {runtime}: {COMMANDS[runtime]} is not on this node's PATH; load "
+                             f"it (module load {runtime}) or pick the runtime this cluster has")
 
 
 def _mounted(path: str, mounts: Sequence[str]) -> bool:
@@ -117,6 +124,8 @@ def settings(runtime: str, image: str, mounts: Sequence[str]) -> list:
     default = ",".join(["$REPO", *mounts])
     lines = [f"CONTAINER_IMAGE=${{CONTAINER_IMAGE:-{image}}}  # {runtime}",
              f'CONTAINER_MOUNTS=${{CONTAINER_MOUNTS:-"{default}"}}  # SRC[:DST],... (the checkout first)']
+    if runtime == "charliecloud":
+        lines.append('export USER="${USER:-$(id -un)}"  # ch-run will not start without $USER')
     if runtime in ("podman-hpc", "charliecloud"):  # one flag per mount
         flag, name = ("-v", "CONTAINER_VOLUMES") if runtime == "podman-hpc" else ("-b", "CONTAINER_BINDS")
         lines += [f"{name}=()", 'IFS=, read -ra mounts <<< "$CONTAINER_MOUNTS"',

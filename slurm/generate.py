@@ -50,7 +50,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from imagenet.common.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
 from imagenet.common.files import write_text
 from imagenet.recipes import RECIPES, named_in
-from imagenet.run.preemption import STOP_FILE  # the file name the trainers look for (no torch import)
+from imagenet.process.preemption import STOP_FILE  # the file name the trainers look for (no torch import)
 from imagenet.common.variants import SCRIPTS, SINGLE_PROCESS, VARIANTS
 from launch.environment import PORT_BASE, PORT_SPAN  # one port formula for Python and the scripts
 from slurm import containers, start_budget
@@ -131,6 +131,9 @@ class JobSpec:
     container_runtime: Optional[str] = None  # default: the one this login node has
     container_mounts: Tuple[str, ...] = ()  # SRC[:DST] mounted besides the checkout
     command: Tuple[str, ...] = field(default=(), compare=False)  # how it was generated, for the header
+    # generated on the login node that will submit it (its container runtime is checked); not so for the
+    # committed examples, which are written for clusters that have the runtimes this machine may lack
+    on_login_node: bool = field(default=True, compare=False)
 
     # ---- derived views
 
@@ -357,7 +360,7 @@ def _check_container(spec: JobSpec) -> None:
             raise GenerateError(f"{label} {value!r} must be one path or reference without spaces or commas")
     try:
         containers.check(spec.resolved_runtime, spec.container, spec.container_mounts, spec.data, spec.stage_dir,
-                         spec.resolved_launcher, spec.mpi_starter)
+                         spec.resolved_launcher, spec.mpi_starter, here=spec.on_login_node)
     except containers.ContainerError as e:
         raise GenerateError(str(e)) from None
 
@@ -767,8 +770,9 @@ def _pairs(items: Sequence[str], flag: str) -> List[Tuple[str, str]]:
     return out
 
 
-def spec_from_args(argv: Sequence[str]) -> JobSpec:
-    """Parse a generator command line (the same one the header records) into a JobSpec."""
+def spec_from_args(argv: Sequence[str], on_login_node: bool = True) -> JobSpec:
+    """Parse a generator command line (the same one the header records) into a JobSpec (ON_LOGIN_NODE: see
+    JobSpec)."""
     parser = build_parser()
 
     def reject(message: str) -> None:
@@ -789,7 +793,7 @@ def spec_from_args(argv: Sequence[str]) -> JobSpec:
     recipe = _recipe_epochs(ns["train_args"])
     if recipe is not None and "--epochs" not in argv[:len(argv) - len(train)]:
         ns["epochs"] = recipe  # EPOCHS is passed as --epochs, which would win over the recipe's own
-    return JobSpec(**ns, command=tuple(argv))
+    return JobSpec(**ns, command=tuple(argv), on_login_node=on_login_node)
 
 
 def _recipe_epochs(train_args: Sequence[str]) -> Optional[int]:
@@ -799,6 +803,9 @@ def _recipe_epochs(train_args: Sequence[str]) -> Optional[int]:
     return recipe.epochs if recipe is not None else None
 
 
+NGC_IMAGE_APPTAINER = "docker://nvcr.io/nvidia/pytorch:25.01-py3"  # apptainer pulls and converts it once per node
+NGC_IMAGE_PYXIS = "nvcr.io#nvidia/pytorch:25.01-py3"  # enroot's spelling: registry#image
+NGC_IMAGE_CHARLIECLOUD = "/path/to/images/pytorch-25.01"  # ch-convert nvcr.io/nvidia/pytorch:25.01-py3 DIR
 # The committed examples: name -> generator arguments. test_slurm_generate regenerates each one.
 EXAMPLES: Dict[str, List[str]] = {
     "ddp_4node": ["--name", "ddp_4node", "--nodes", "4", "--gpus-per-node", "4", "--variant", "amp",
@@ -816,12 +823,26 @@ EXAMPLES: Dict[str, List[str]] = {
                   "--launcher", "mpi", "--module", "openmpi", "--venv", ".venv", "--env", "NCCL_DEBUG=WARN"],
     "ddp_2node_staged": ["--name", "ddp_2node_staged", "--nodes", "2", "--gpus-per-node", "4", "--variant", "ddp",
                          "--launcher", "torchrun", "--venv", ".venv", "--stage-dir", "$TMPDIR"],
+    # NVIDIA's NGC PyTorch image (PyTorch, NCCL, cuDNN and DALI built together), as Apptainer and Pyxis run it;
+    # the data folder is mounted at the same path, the checkout always is
+    "ddp_4node_apptainer": ["--name", "ddp_4node_apptainer", "--nodes", "4", "--gpus-per-node", "4", "--variant",
+                            "amp", "--launcher", "torchrun", "--container", NGC_IMAGE_APPTAINER,
+                            "--container-runtime", "apptainer", "--container-mounts", "/path/to/imagenet",
+                            "--env", "NCCL_DEBUG=WARN", "--", "--opt-level", "O1", "--channels-last"],
+    "ddp_4node_charliecloud": ["--name", "ddp_4node_charliecloud", "--nodes", "4", "--gpus-per-node", "4",
+                               "--variant", "amp", "--launcher", "torchrun", "--container", NGC_IMAGE_CHARLIECLOUD,
+                               "--container-runtime", "charliecloud", "--container-mounts", "/path/to/imagenet",
+                               "--env", "NCCL_DEBUG=WARN", "--", "--opt-level", "O1", "--channels-last"],
+    "ddp_4node_pyxis": ["--name", "ddp_4node_pyxis", "--nodes", "4", "--gpus-per-node", "4", "--variant", "amp",
+                        "--launcher", "torchrun", "--container", NGC_IMAGE_PYXIS, "--container-runtime", "pyxis",
+                        "--container-mounts", "/path/to/imagenet", "--env", "NCCL_DEBUG=WARN",
+                        "--", "--opt-level", "O1", "--channels-last"],
 }
 EXAMPLES_DIR = Path(__file__).resolve().parent
 
 
 def render_example(name: str) -> str:
-    return render(spec_from_args(EXAMPLES[name]))
+    return render(spec_from_args(EXAMPLES[name], on_login_node=False))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -143,3 +143,18 @@ def md_rows(md, header):
             break
         rows.append(dict(zip(keys, (c.strip() for c in line.strip("|").split("|")))))
     return rows
+
+
+# torchvision's reference command, with the script swapped: torchvision's ResNet-50 recipe (IMAGENET1K_V2)
+TORCHVISION_COMMAND = (
+    "--model resnet50 --batch-size 128 --lr 0.5 --lr-scheduler cosineannealinglr --lr-warmup-epochs 5 "
+    "--lr-warmup-method linear --auto-augment ta_wide --epochs 600 --random-erase 0.1 --weight-decay 0.00002 "
+    "--norm-weight-decay 0.0 --label-smoothing 0.1 --mixup-alpha 0.2 --cutmix-alpha 1.0 --train-crop-size 176 "
+    "--model-ema --val-resize-size 232 --ra-sampler --ra-reps 4").split()
+
+
+def container_exports(image: Path) -> list:
+    """sbatch --export settings that run a batch file's training in IMAGE (the test cluster's container image)
+    with this checkout's venv: the image's Python, the venv's packages on PYTHONPATH."""
+    site = Path(sys.prefix) / "lib" / f"python3.{sys.version_info.minor}" / "site-packages"
+    return [f"CONTAINER_IMAGE={image}", "PYTHON=python3", f"PYTHONPATH={site}:{REPO}"]

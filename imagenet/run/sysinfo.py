@@ -3,10 +3,16 @@
 Stored next to every number (run.json, benchmark records) so any figure can be traced and rerun:
 versions of everything that decides the speed (torch, CUDA, the GPU driver, the decoding and AMP
 libraries, the region decoder, the MPI library), devices, host and code revision.
+
+``python -m imagenet.run.sysinfo`` prints it: the check of an environment or a site image
+(images/README.md); ``--require-gpu`` exits 1 where torch sees no GPU (a runtime that does not pass
+the GPUs in), ``--json`` prints the dict.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json
 import importlib.metadata
 import importlib.util
 import logging
@@ -207,3 +213,29 @@ def collect(nodes: Optional[int] = None) -> dict:
         "command": " ".join(_repo_relative(arg) for arg in sys.argv),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
     }
+
+
+def main(argv: Optional[list] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m imagenet.run.sysinfo", description="what this environment (or "
+                                 "image) carries for training: versions, devices, the optional libraries")
+    ap.add_argument("--json", action="store_true", help="the whole record as one JSON object")
+    ap.add_argument("--require-gpu", action="store_true", help="exit 1 when torch sees no CUDA GPU")
+    args = ap.parse_args(argv)
+    info = collect()
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        libs = ", ".join(f"{k} {v or '-'}" for k, v in info["libraries"].items())
+        print(f"python {info['python']}, torch {info['torch']} (CUDA {info['cuda'] or '-'}, cuDNN "
+              f"{info['cudnn'] or '-'}, NCCL {info['nccl'] or '-'}); GPUs: {info['gpu_count']} "
+              f"{info['gpu_name'] or ''}".rstrip())
+        print(f"libraries: {libs}; fast backend's C decoder: {'built' if info['region_decoder_built'] else 'missing'}")
+    if args.require_gpu and not info["cuda_available"]:
+        print("error: torch sees no CUDA GPU here; in a container, pass the GPUs in (apptainer --nv, podman-hpc "
+              "--gpu, ch-fromhost --nvidia on a Charliecloud image, Pyxis: enroot's NVIDIA hook)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

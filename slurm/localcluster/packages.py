@@ -44,6 +44,8 @@ SETS: Dict[str, Tuple[str, ...]] = {
     "build": ("gcc", "libc6-dev", "libjpeg-dev"),  # the fast backend's C region decoder (setup.py)
     "slurm": PACKAGES, "accounting": ACCOUNTING_PACKAGES, "openmpi": OPENMPI_PACKAGES,
     "fashion-mnist": (FASHION_MNIST_PACKAGE,),
+    # the container tier: Charliecloud's ch-run, and debootstrap for the image it runs (localcluster/image.py)
+    "containers": ("charliecloud-runtime", "debootstrap"),
 }
 
 APT_LOCK_WAIT_S = 600

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from slurm.localcluster import REQUIRE_ENV, ClusterUnavailable, SlurmCluster
-from slurm.localcluster.scenarios.jobs import scenario_data
+from slurm.localcluster import image as test_image
+from slurm.localcluster.commands import ClusterError
+from slurm.localcluster.scenarios.jobs import REPO, scenario_data
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +36,16 @@ def slurm_cluster():
 def data(tmp_path_factory) -> Path:
     """192 training images: 12 steps per epoch for 2 processes of batch 8."""
     return scenario_data(tmp_path_factory.mktemp("requeue_data"))
+
+
+@pytest.fixture(scope="session")
+def container_image() -> Path:
+    """The cached container image of the test cluster (slurm/localcluster/image.py, built on first use), with a
+    mount point for the checkout. Where it cannot be built the tests skip, unless CI requires the cluster tier."""
+    try:
+        return test_image.ensure([str(REPO)])
+    except ClusterError as exc:
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"the container tier is required ({REQUIRE_ENV} is set) but its image is unavailable: {exc}")
+        pytest.skip(f"no container image: {exc}")
+
