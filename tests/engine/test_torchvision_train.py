@@ -3,8 +3,7 @@
 backends (device, dali), whose augmentation runs outside the loader's per-sample transform."""
 import pytest
 
-from tests.helpers import BIN, explain, read_run, run, script
-from tests.unit.test_torchvision_recipe import TORCHVISION_COMMAND
+from tests.helpers import BIN, TORCHVISION_COMMAND, explain, read_run, run, script
 from tests.warm_start import warm_python
 
 # after the command, so that these win (argparse keeps the last): a small model, 32 px, 2 short epochs

@@ -26,16 +26,8 @@ from imagenet.data.decode.augment import Augmentation
 from imagenet.data.samplers import RepeatedAugmentationSampler, sample_seeds
 from imagenet.model import network, precision
 from imagenet.train import losses, optim, schedules
-from tests.helpers import child_env, photo, script
+from tests.helpers import TORCHVISION_COMMAND, child_env, photo, script
 from tests.warm_start import warm_python
-
-# the command, with the script swapped: torchvision's ResNet-50 recipe (IMAGENET1K_V2)
-TORCHVISION_COMMAND = (
-    "--model resnet50 --batch-size 128 --lr 0.5 --lr-scheduler cosineannealinglr --lr-warmup-epochs 5 "
-    "--lr-warmup-method linear --auto-augment ta_wide --epochs 600 --random-erase 0.1 --weight-decay 0.00002 "
-    "--norm-weight-decay 0.0 --label-smoothing 0.1 --mixup-alpha 0.2 --cutmix-alpha 1.0 --train-crop-size 176 "
-    "--model-ema --val-resize-size 232 --ra-sampler --ra-reps 4").split()
-
 
 def _torchrun_env(world: int) -> dict:
     return {"RANK": "0", "WORLD_SIZE": str(world), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": str(min(world, 8)),
