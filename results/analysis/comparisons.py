@@ -19,8 +19,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from results.core.kinds import Record
 from results.core.records import group_by
-from results.core.setups import (BASELINE_SETUP, CKPT_EVERY_STEPS, CKPT_OFF_SETUP, CKPT_ON_SETUP,
-                                 LOG_EVERY_STEP_SETUP, LOG_QUIET_SETUP)
+from results.core.setups import BASELINE_SETUP
 
 PIPELINE_BASELINE = "baseline"
 IO_KEYS = ("cache", "workers", "image_size", "batch_size")
@@ -90,41 +89,6 @@ def jpeg_vs_synthetic_rows(train: Sequence[Record]) -> List[dict]:
     return [{"record": r, "synthetic": synthetic[key(r)],
              "fraction": r.metrics.images_per_s / synthetic[key(r)].metrics.images_per_s}
             for r in usable if r.point.data != "dummy" and key(r) in synthetic]
-
-
-def logging_rows(train: Sequence[Record]) -> List[dict]:
-    """Step time logging every step against logging only per epoch, same sweep/data/model/batch."""
-    usable = [r for r in train if r.point.setup in (LOG_QUIET_SETUP, LOG_EVERY_STEP_SETUP)]
-    return [{"record": loud, "quiet": quiet, "overhead": loud.metrics.step_time_ms / quiet.metrics.step_time_ms - 1.0}
-            for quiet, loud in _setup_pairs(usable, LOG_QUIET_SETUP, LOG_EVERY_STEP_SETUP)]
-
-
-def checkpoint_rows(train: Sequence[Record]) -> List[dict]:
-    """Step time with periodic background checkpoints against epoch-end checkpoints only, same
-    sweep/data/model/batch; the stall and bytes per periodic checkpoint."""
-    usable = [r for r in train if r.point.setup in (CKPT_OFF_SETUP, CKPT_ON_SETUP)
-              and r.status == "ok" and r.metrics.checkpoint_periodic is not None]
-    rows = []
-    for off, on in _setup_pairs(usable, CKPT_OFF_SETUP, CKPT_ON_SETUP):
-        if not on.metrics.checkpoint_periodic:
-            continue
-        m, periodic = on.metrics, on.metrics.checkpoint_periodic
-        # the epoch-end save is in both runs; what the periodic ones added:
-        stall_ms = (m.checkpoint_stall_ms_mean * m.checkpoint_saves
-                    - off.metrics.checkpoint_stall_ms_mean * off.metrics.checkpoint_saves) / periodic
-        every = m.checkpoint_every_steps or CKPT_EVERY_STEPS  # records older than that metric
-        rows.append({"record": on, "off": off, "every_steps": every,
-                     "overhead": m.step_time_ms / off.metrics.step_time_ms - 1.0,
-                     "stall_ms": stall_ms,
-                     # the same run's own split, free of the load changing between the two runs
-                     "stall_share": stall_ms / (every * m.step_time_ms),
-                     "bytes": (m.checkpoint_bytes_written - off.metrics.checkpoint_bytes_written) / periodic})
-    return rows
-
-
-def stall_share(stall_ms: float, interval_s: float) -> float:
-    """The fraction of training time a checkpoint's stall takes at one checkpoint per INTERVAL_S."""
-    return stall_ms / 1000.0 / interval_s
 
 
 def multinode_records(train: Sequence[Record]) -> List[dict]:

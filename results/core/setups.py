@@ -16,9 +16,6 @@ BASELINE_SETUP = "baseline"
 LOG_QUIET_SETUP = "engine-log-epoch"
 LOG_EVERY_STEP_SETUP = "engine-log-step"
 CKPT_OFF_SETUP, CKPT_ON_SETUP, CKPT_EVERY_STEPS = "engine-ckpt-epoch", "engine-ckpt-steps", 20
-# The report prints a checkpoint's stall as a share of this interval: the generated batch files'
-# (slurm.generate.CHECKPOINT_EVERY_MINUTES; a unit test holds the two equal).
-CKPT_REPORT_MINUTES = 10
 
 
 @dataclass(frozen=True)

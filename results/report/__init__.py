@@ -42,7 +42,6 @@ from results.report.model import hal_model, model_section
 from results.report.pipeline import pipeline_section
 from results.report.steps import step_section
 from results.report.storage import storage_section
-from results.report.summary import summary_section
 from results.report.training import multinode_section, throughput_section, time_section
 
 __all__ = ["build", "main", "ReportError", "Environments", "fmt", "pct", "load_reference", "hal_model",
@@ -59,11 +58,6 @@ def problems_section(recs: Sequence[Record], problems: Sequence[records.Problem]
                  bad=md_table("results.unusable_columns", bad))
 
 
-def commands_section(recs: Sequence[Record]) -> str:
-    rows = [[r.source, f"`{r.command or r.environment.command}`"] for r in recs]
-    return prose("results.commands", table=md_table("results.commands_columns", rows)) + "\n"
-
-
 def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE) -> Tuple[Path, List]:
     """Write figures and RESULTS.md; returns (RESULTS.md path, problems)."""
     loaded = records.load_by_file(record_paths)
@@ -78,7 +72,7 @@ def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE
     overlap, steady, storage = by_kind(recs, "overlap"), by_kind(recs, "pipeline"), by_kind(recs, "storage")
     env = Environments()
     problems = list(problems)
-    body = [summary_section(train, io, overlap, steady), pipeline_section(io, steady, env, fig_dir),
+    body = [pipeline_section(io, steady, env, fig_dir),
             step_section(train, env, fig_dir),
             step_section(train, env, fig_dir, gpu=True), gpu_step.targets_section(train),
             gpu_step.profile_section(train), amp_parity.parity_section(train),
@@ -92,7 +86,8 @@ def build(record_paths: Sequence[Path], out_dir: Path, ref_dir: Path = REFERENCE
             data_scale.section(recs), prepare.section(recs), faults.section(recs),
             *([tta] if (tta := time_to_accuracy.section(recs, fig_dir, ref_dir)) else [])]
     body = [targets.section(recs, train), clusters_section(loaded, out_dir), questions_section(body), *body]
-    tail = [problems_section(recs, problems, env), "## Environments\n\n" + env.table(), commands_section(recs)]
+    # each record keeps its command line (environment.command); the report no longer repeats them
+    tail = [problems_section(recs, problems, env), "## Environments\n\n" + env.table()]
     head = prose("results.head", records=len(recs), ok=sum(r.status == "ok" for r in recs),
                  failed=sum(r.status != "ok" for r in recs), unusable=len(problems),
                  files=", ".join(f"`{_rel(p)}`" for p in record_paths)) + "\n"
