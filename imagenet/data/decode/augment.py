@@ -49,6 +49,11 @@ class Augmentation:
                    data.random_erase, data.interpolation)
 
     @property
+    def active(self) -> bool:
+        """Whether anything runs after the crop (a policy or erasing)."""
+        return self.policy is not None or self.erase > 0
+
+    @property
     def mode(self) -> InterpolationMode:
         return InterpolationMode(self.interpolation)
 

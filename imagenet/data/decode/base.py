@@ -13,6 +13,12 @@ CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
 Transform = Callable[[bytes, str], torch.Tensor]  # (encoded image, its name for messages) -> CHW image
 
 
+def resample_options(mode: str) -> dict:
+    """torch's interpolate options for MODE as torchvision resizes: antialiased for bilinear and bicubic,
+    no filter for nearest (which takes neither option)."""
+    return {} if mode == "nearest" else {"antialias": True, "align_corners": False}
+
+
 def val_resize(image_size: int) -> int:
     """The short side validation resizes to before the centre crop (256 for 224, as ImageNet)."""
     return int(round(image_size * 256 / 224))

@@ -32,7 +32,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from ...common.errors import DataError
 from .augment import NONE, Augmentation, uint8_ops
-from .base import CROP_SCALE, val_resize
+from .base import CROP_SCALE, resample_options, val_resize
 from .fast import FastTrain, resized_hw
 from .jpeg import JpegFrame, jpeg_frame
 
@@ -148,8 +148,8 @@ def _transform(image: torch.Tensor, row: Sequence[int], mode: str = "bilinear") 
 def _resize(image: torch.Tensor, height: int, width: int, mode: str = "bilinear") -> torch.Tensor:
     """Antialiased bilinear (or bicubic, or nearest) resize of a uint8 CHW image; through float, which
     every device supports."""
-    smooth = {"antialias": True, "align_corners": False} if mode != "nearest" else {}
-    out = torch.nn.functional.interpolate(image.unsqueeze(0).float(), size=(height, width), mode=mode, **smooth)
+    out = torch.nn.functional.interpolate(image.unsqueeze(0).float(), size=(height, width), mode=mode,
+                                          **resample_options(mode))
     return out[0].round_().clamp_(0, 255).to(torch.uint8)
 
 
@@ -159,7 +159,7 @@ class EncodedTrain:
 
     def __init__(self, image_size: int, crop_scale: Tuple[float, float] = CROP_SCALE, augment: Augmentation = NONE):
         self.size, self.crop_scale, self.augment = image_size, crop_scale, augment
-        self.augments = uint8_ops(augment) is not None
+        self.augments = augment.active
 
     def __call__(self, buf: bytes, name: str = "") -> EncodedImage:
         buf, frame = _device_jpeg(buf)

@@ -47,7 +47,7 @@ from PIL import Image
 from torchvision.transforms.v2 import functional as TF
 
 from .augment import NONE, Augmentation, uint8_ops
-from .base import CROP_RATIO, CROP_SCALE, Transform, val_resize
+from .base import CROP_RATIO, CROP_SCALE, Transform, resample_options, val_resize
 from .jpeg import (JpegFrame, decode_box, decode_hwc, dct_reduction, jpeg_frame, open_reduced,
                    region_decoder_available, with_rows)
 
@@ -171,8 +171,7 @@ def resize_uint8(chw: torch.Tensor, height: int, width: int, mode: str = "biline
     """Antialiased bilinear (or bicubic; nearest: no filter) resize of a uint8 CHW image (torch's
     vectorised uint8 path for channels-last input; the same filters as PIL's and torchvision's) to a
     contiguous CHW tensor."""
-    smooth = {"antialias": True, "align_corners": False} if mode != "nearest" else {}
-    out = torch.nn.functional.interpolate(chw.unsqueeze(0), size=(height, width), mode=mode, **smooth)
+    out = torch.nn.functional.interpolate(chw.unsqueeze(0), size=(height, width), mode=mode, **resample_options(mode))
     return out[0].contiguous()
 
 
