@@ -76,7 +76,7 @@ lint: setup-dev
 	$(PY) -m ruff check .
 
 # Benchmarks (results/): `make bench` measures a small all-kinds preset here and writes the report;
-# `make report` regenerates results/RESULTS.md + figures from the committed records alone.
+# `make report` regenerates results/RESULTS.md, the tags' reports and the studies' write-ups from the committed records alone.
 bench: setup-dev
 	$(PY) -m results.bench quick --fresh
 
@@ -91,6 +91,9 @@ bench-cluster: setup-dev
 
 report: setup-dev
 	$(PY) -m results.report
+	$(PY) -m studies.published_model
+	$(PY) -m studies.fashion_mnist_race report
+	$(PY) -m studies.benches report
 
 clean:
 	rm -rf $(VENV) runs data .pytest_cache

@@ -1,11 +1,10 @@
-"""Benchmark harness: ``python -m results.bench
-train|io|allreduce|overlap|pipeline|region|quick|scaling|shards|prepare|faults|time-to-accuracy ...``.
+"""Benchmark harness: ``python -m results.bench train|io|allreduce|pipeline|quick|scaling|shards|faults ...``.
 
 The one command line on top of results/ (results/README.md lists the runner of each kind): it parses,
 picks the runner and, where the kind ends with one, writes the report. Each measured point appends one
 JSON record to ``results/records/<tag>.jsonl`` (see :mod:`results.core.records`); a point that fails is
-recorded as failed with the reason, and the sweep goes on. ``train``, ``io``, ``allreduce``, ``overlap``
-and ``pipeline`` run here (:mod:`results.runners.local`); ``quick``, the preset behind ``make bench``, is
+recorded as failed with the reason, and the sweep goes on. ``train``, ``io``, ``allreduce`` and
+``pipeline`` run here (:mod:`results.runners.local`); ``quick``, the preset behind ``make bench``, is
 a small but complete set of those on a CPU machine in a few minutes, then the report. What each kind
 measures: ``python -m results.bench KIND --help``.
 """
@@ -27,8 +26,7 @@ from results.core import records
 from results.core.kinds import from_dict
 from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.setups import CPU_SETUPS, SETUPS
-from results.runners import (data_scale_bench, faults_bench, local, prepare_bench, region_bench, scaling, slurm_queue,
-                             train_bench, tta)
+from results.runners import data_scale_bench, faults_bench, local, scaling, slurm_queue, train_bench
 from results.runners.common import BenchError, add_flags, progress
 from slurm.generate import GenerateError
 
@@ -50,7 +48,6 @@ def run_quick(args: argparse.Namespace) -> int:
               "--epochs", "6", "--steps-per-epoch", "8", "--val-steps", "1"]
     steps = [
         ["allreduce", "--world-sizes", "2", "--max-bytes", str(16 << 20), *common],
-        ["overlap", "--world-sizes", "2", "--bucket-cap-mb", "1", "25", *common],
         ["io", "--classes", "4", "--per-class", "32", "--images", "128", "--workers", "0", "2",
          "--readers", "2", "--batch", "16", *common],
         # the pipelines' steady-state cost per image on the same files (the io points include start-up)
@@ -123,9 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "and sweep ids start with it (default: local; quick: quick; scaling: scaling)")
     common.add_argument("--records", type=Path, help="records file (default results/records/<tag>.jsonl)")
     common.add_argument("-v", "--verbose", action="store_true")
-    for add in (_add_train, _add_io, _add_allreduce, _add_overlap, _add_pipeline, _add_quick, scaling.add_parser,
-                data_scale_bench.add_parser, prepare_bench.add_parser, faults_bench.add_parser,
-                region_bench.add_parser, tta.add_parser):
+    for add in (_add_train, _add_io, _add_allreduce, _add_pipeline, _add_quick, scaling.add_parser,
+                data_scale_bench.add_parser, faults_bench.add_parser):
         add(sub, common)
     return p
 
@@ -179,12 +175,6 @@ def _add_allreduce(sub, common: argparse.ArgumentParser) -> None:
     add_flags(r, world_sizes=[2], factor=4)
 
 
-def _add_overlap(sub, common: argparse.ArgumentParser) -> None:
-    o = sub.add_parser("overlap", parents=[common], help="exposed DDP all-reduce time per step (gloo, this host)")
-    o.add_argument("--steps", type=int, default=10, help="timed steps of each kind (interleaved)")
-    add_flags(o, world_sizes=[2], arch="resnet18", batch=16, image_size=64, bucket_cap_mb=[25.0])
-
-
 def _add_pipeline(sub, common: argparse.ArgumentParser) -> None:
     pl = sub.add_parser("pipeline", parents=[common], help="steady-state decode cost per image of each backend "
                         "(lockstep rounds; ratio to the baseline backend)")
@@ -200,7 +190,7 @@ def _add_quick(sub, common: argparse.ArgumentParser) -> None:
     q.add_argument("--fresh", action="store_true", help="replace this tag's earlier records and runs")
 
 
-DEFAULT_TAGS = {"quick": "quick", "scaling": "scaling", "faults": "faults", "time-to-accuracy": tta.DEFAULT_TAG}
+DEFAULT_TAGS = {"quick": "quick", "scaling": "scaling", "faults": "faults"}
 
 
 def resolve_tag(args: argparse.Namespace) -> None:
@@ -237,9 +227,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rc = faults_bench.run(a)
             return rc or (report.main([]) if a.report else 0)
         out = {"train": local.run_train, "io": local.run_io, "allreduce": local.run_allreduce,
-               "overlap": local.run_overlap, "pipeline": local.run_pipeline, "shards": data_scale_bench.run,
-               "region": region_bench.run, "time-to-accuracy": tta.run,
-               "prepare": lambda a: prepare_bench.run(a, SCRATCH_DIR)}[a.cmd](a)
+               "pipeline": local.run_pipeline, "shards": data_scale_bench.run}[a.cmd](a)
     except (BenchError, slurm_queue.SlurmError, GenerateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

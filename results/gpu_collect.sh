@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # File a GPU lease's output (the folder results/gpu_session.sh wrote as $OUT) into the checkout:
-# records appended to results/records/<tag>.jsonl (each record once), run folders under results/runs/.
+# records appended to results/records/<tag>.jsonl (each record once; the race's tta-*.jsonl to the study's
+# studies/fashion_mnist_race/records/), run folders under results/runs/.
 # Both are made portable on the way in, as the harness keeps them: no machine paths, and run folders
 # with only what the report reads (run.json and the TensorBoard scalars).
 #
 #   results/gpu_collect.sh <folder> [<folder> ...]      then: make report
-#   DEST=DIR files into DIR/records and DIR/runs instead of results/ (the tests file into a temporary folder)
+#   DEST=DIR files into DIR/records and DIR/runs instead of results/, RACE_DEST=DIR the race's records into DIR
+#   (the tests file into a temporary folder)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 DEST=${DEST:-results}
+RACE_DEST=${RACE_DEST:-studies/fashion_mnist_race/records}
 mkdir -p "$DEST/records" "$DEST/runs"
 [ $# -gt 0 ] || { echo "usage: results/gpu_collect.sh <folder with <tag>.jsonl and runs-*.tgz> ..." >&2; exit 2; }
 for dir in "$@"; do
@@ -19,7 +22,10 @@ for dir in "$@"; do
     for tgz in "$dir"/runs-*.tgz; do [ -e "$tgz" ] && tar xzf "$tgz" -C "$unpacked"; done
     for src in "$dir"/*.jsonl; do
         [ -e "$src" ] || continue
-        dst=$DEST/records/$(basename "$src")
+        case $(basename "$src") in
+            tta-*) mkdir -p "$RACE_DEST"; dst=$RACE_DEST/$(basename "$src") ;;  # the race study's records
+            *) dst=$DEST/records/$(basename "$src") ;;
+        esac
         touch "$dst"
         # a record is identified by its sweep and point name: append only the ones not filed yet
         "$PY" - "$src" "$dst" <<'PYEOF'

@@ -22,7 +22,7 @@
 #     parity     native vs Apex amp, O1 and O2, same seed and steps: the final losses side by side
 #     batch      engine-fp16 at batch 256, 384 and 512
 #     steptimes  engine-fp16 fed from the JPEGs with --step-times: the per-step spread behind the scaling
-#                model's straggler term (python -m results.scaling_model --check)
+#                model's straggler term (python -m studies.published_model --check)
 #     tta        the time-to-accuracy protocol on one GPU with the CPU's recipe (docs/time-to-accuracy.md): TTA_PAIRS (3) pairs of
 #                main.py then this engine, seeds 1..N, TTA_WORKERS loader workers for both (default WORKERS);
 #                carried: the four Fashion-MNIST files in .fmnist/ and a pytorch/examples checkout in .examples/
@@ -210,7 +210,7 @@ stage_steptimes() {  # one GPU, loader-fed like the published clusters; each ste
 stage_tta() {  # one pair per seed; main.py unseeded: on a GPU its --seed turns on cuDNN's deterministic mode
     local seed first=${TTA_FIRST_SEED:-1}
     for seed in $(seq "$first" $(( first + ${TTA_PAIRS:-3} - 1 ))); do
-        $PY -m results.bench time-to-accuracy --phase both --seed "$seed" --unseeded-examples \
+        $PY -m studies.fashion_mnist_race run --phase both --seed "$seed" --unseeded-examples \
             --workers "${TTA_WORKERS:-$WORKERS}" --examples "${TTA_EXAMPLES:-.examples}" \
             --fashion-mnist "${TTA_SOURCE:-.fmnist}" --cache "$LEASE_DIR/tta-data" --work "$OUT/tta-work" \
             --tag "tta-$TAG" --records "$OUT/tta-$TAG.jsonl" --recipe cpu ${TTA_FLAGS:-} || return
@@ -235,15 +235,15 @@ stage_ttagpu() {  # the GPU recipe, tuned and counted in one lease: TTA_TRIALS o
     local seed trial best first=${TTA_FIRST_SEED:-1}
     local common=(--recipe gpu --workers "${TTA_WORKERS:-$WORKERS}" --fashion-mnist "${TTA_SOURCE:-.fmnist}"
                   --cache "$LEASE_DIR/tta-data" --work "$OUT/tta-work" --tag "tta-$TAG" --records "$OUT/tta-$TAG.jsonl")
-    local trials=${TTA_TRIALS:-$($PY -c "from results.runners.tta import GPU_TRIALS; print(chr(10).join(GPU_TRIALS))")}
+    local trials=${TTA_TRIALS:-$($PY -c "from studies.fashion_mnist_race.runner import GPU_TRIALS; print(chr(10).join(GPU_TRIALS))")}
     while IFS= read -r trial; do
-        $PY -m results.bench time-to-accuracy --phase tune --seed 0 --trial "$trial" "${common[@]}" || return
+        $PY -m studies.fashion_mnist_race run --phase tune --seed 0 --trial "$trial" "${common[@]}" || return
     done <<< "$trials"
     # main.py's budget on this machine is not known before its runs: the last lease's (54 s on an H200)
-    best=$($PY -m results.bench time-to-accuracy --phase pick --within-s "${TTA_WITHIN_S:-54}" "${common[@]}") || return
+    best=$($PY -m studies.fashion_mnist_race run --phase pick --within-s "${TTA_WITHIN_S:-54}" "${common[@]}") || return
     echo "ttagpu: picked trial '$best'"
     for seed in $(seq "$first" $(( first + ${TTA_PAIRS:-3} - 1 ))); do
-        $PY -m results.bench time-to-accuracy --phase both --seed "$seed" --unseeded-examples \
+        $PY -m studies.fashion_mnist_race run --phase both --seed "$seed" --unseeded-examples \
             --examples "${TTA_EXAMPLES:-.examples}" --trial "$best" "${common[@]}" || return
     done
 }

@@ -12,12 +12,11 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from launch.environment import free_port  # noqa: F401  (tests import it from here)
 from results.core import records
-from results.runners.fashion_mnist import FILES, SOURCE_DIR
 from slurm.localcluster.packages import FASHION_MNIST_PACKAGE, can_install, install
 from slurm.localcluster.scenarios.jobs import ARCH as TINY_ARCH
-
-from launch.environment import free_port  # noqa: F401  (tests import it from here)
+from studies.fashion_mnist_race.fashion_mnist import FILES, SOURCE_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 TIERS = ("unit", "engine", "launch", "cluster")  # the folders of tests/, fastest first

@@ -58,9 +58,10 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-# What the harness itself writes into the checkout while it measures (records, kept run folders, the
-# report): changes there do not make the measured code differ from its commit
-HARNESS_OUTPUTS = ("results/records", "results/runs", "results/figures", "results/RESULTS.md", "results/reports")
+# What the harness and the studies write into the checkout while they measure (records, kept run folders, the
+# reports, git pathspec globs): changes there do not make the measured code differ from its commit
+HARNESS_OUTPUTS = ("results/records", "results/runs", "results/RESULTS.md", "results/reports", "studies/*/records/**",
+                   "studies/*/RESULTS.md", "studies/*/figures/**")
 
 
 def git_commit(root: Path = REPO_ROOT) -> Optional[str]:
@@ -71,7 +72,7 @@ def git_commit(root: Path = REPO_ROOT) -> Optional[str]:
                              text=True, timeout=10)
         if out.returncode != 0:
             return None
-        outside = [f":(exclude){path}" for path in HARNESS_OUTPUTS]
+        outside = [f":(exclude,glob){path}" for path in HARNESS_OUTPUTS]
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", ".",
                                 *outside], capture_output=True, text=True, timeout=10).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "")

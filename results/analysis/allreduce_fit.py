@@ -33,3 +33,8 @@ def fit_alpha_beta(rows: Sequence[AllreduceMetrics]) -> Optional[Dict[str, float
         return None
     smallest = min(rows, key=lambda r: r.bytes)
     return {"alpha_s": smallest.time_us * 1e-6, "busbw_bytes_per_s": 1.0 / slope, "world_size": n}
+
+
+def hop_latency(allreduce_time_s: float, world_size: int) -> float:
+    """Per-hop latency from a small all-reduce's time measured on ``world_size`` ranks."""
+    return allreduce_time_s / (2 * (world_size - 1))

@@ -1,17 +1,9 @@
 """Ratios against the baselines, computed from records only (the report prints, never types, them).
 
-- Data pipeline: each loader backend's images per CPU second (images/s per busy core) divided by
-  the ``baseline`` backend's (pytorch/examples: PIL + ToTensor/Normalize) in the same io sweep,
-  cache state, worker count and image size: same files, same order, same train augmentation.
 - Training step: each ``--setups`` point's ms/step and images/s against the ``baseline`` setup of
   the same sweep, data, model, image size, batch and process count.
-- Logging overhead: ms/step logging at every step over ms/step logging once per epoch, minus one.
-- Checkpoint overhead: ms/step with a background checkpoint every few steps over ms/step with
-  checkpoints at the epoch end only, minus one; the training thread's stall per checkpoint as a
-  share of the steps between two checkpoints (within one run, so a host load that changed between
-  the two runs does not enter it), the bytes each checkpoint wrote, and the stall's share at a
-  given interval.
-- Multi-node: the SLURM sweeps' images/s and efficiency per node count.
+- Real JPEGs against synthetic data: the same setup's images/s on both, in one sweep.
+- Multi-node: the SLURM sweeps' train records, by sweep and node count.
 """
 from __future__ import annotations
 
@@ -21,8 +13,6 @@ from results.core.kinds import Record
 from results.core.records import group_by
 from results.core.setups import BASELINE_SETUP
 
-PIPELINE_BASELINE = "baseline"
-IO_KEYS = ("cache", "workers", "image_size", "batch_size")
 STEP_KEYS = ("data", "arch", "image_size", "batch_size", "world_size", "nodes")
 
 
@@ -35,27 +25,6 @@ def _groups(recs: Sequence[Record], keys: Tuple[str, ...]) -> List[List[Record]]
     """RECS of one sweep and the same KEYS together, the groups in a fixed order."""
     groups = group_by(recs, lambda r: (r.sweep,) + r.point_values(keys))
     return [members for _, members in sorted(groups.items(), key=lambda kv: str(kv[0]))]
-
-
-def _setup_pairs(recs: Sequence[Record], first: str, second: str) -> List[Tuple[Record, Record]]:
-    """(FIRST's record, SECOND's record) of each step group (STEP_KEYS) that ran both setups."""
-    by_setup = [{r.point.setup: r for r in reversed(members)} for members in _groups(recs, STEP_KEYS)]  # first wins
-    return [(s[first], s[second]) for s in by_setup if first in s and second in s]
-
-
-def pipeline_rows(io: Sequence[Record]) -> List[dict]:
-    """One row per single-reader io record with CPU accounting, with its ratios to the baseline."""
-    usable = [r for r in io if r.point.readers == 1 and r.metrics.images_per_cpu_s is not None]
-    rows = []
-    for members in _groups(usable, IO_KEYS):
-        base = next((r for r in members if r.point.backend == PIPELINE_BASELINE), None)
-        for r in sorted(members, key=lambda r: r.point.backend):
-            m = r.metrics
-            rows.append({"record": r, "baseline": base,
-                         "per_core_ratio": (m.images_per_cpu_s / base.metrics.images_per_cpu_s
-                                            if base else None),
-                         "wall_ratio": m.images_per_s / base.metrics.images_per_s if base else None})
-    return rows
 
 
 def step_rows(train: Sequence[Record]) -> List[dict]:
@@ -89,9 +58,3 @@ def jpeg_vs_synthetic_rows(train: Sequence[Record]) -> List[dict]:
     return [{"record": r, "synthetic": synthetic[key(r)],
              "fraction": r.metrics.images_per_s / synthetic[key(r)].metrics.images_per_s}
             for r in usable if r.point.data != "dummy" and key(r) in synthetic]
-
-
-def multinode_records(train: Sequence[Record]) -> List[dict]:
-    """Train records that ran as SLURM jobs, by sweep then node count."""
-    recs = [r for r in train if r.runner == "slurm"]
-    return sorted(recs, key=lambda r: (r.sweep, r.metrics.nodes or 0, r.metrics.world_size))

@@ -82,16 +82,6 @@ class AllreducePoint:
 
 
 @dataclass(frozen=True)
-class OverlapPoint:
-    arch: Text = None
-    backend: Text = None
-    batch_size: Optional[int] = None
-    bucket_cap_mb: Optional[float] = None
-    image_size: Optional[int] = None
-    world_size: Optional[int] = None
-
-
-@dataclass(frozen=True)
 class PipelinePoint:
     """Also the shards_pipeline kind's (``variant`` there names the source: folder or shards).
     ``auto_augment``: the policy every backend applied after its crop (None: none)."""
@@ -136,61 +126,10 @@ class IndexMemoryPoint:
 
 
 @dataclass(frozen=True)
-class RegionDecodePoint:
-    boxes: Text = None
-    data: Text = None
-    decoder: Text = None
-    images: Optional[int] = None
-
-
-@dataclass(frozen=True)
-class PreparePoint:
-    classes: Optional[int] = None
-    data: Text = None
-    format: Text = None
-    per_class: Optional[int] = None
-    shard_mb: Optional[float] = None
-    val_per_class: Optional[int] = None
-    workers: Optional[int] = None
-
-
-@dataclass(frozen=True)
 class FaultPoint:
     fault: Text = None
     launcher: Text = None
     nodes: Optional[int] = None
-
-
-@dataclass(frozen=True)
-class TimeToAccuracyPoint:
-    """A run of the time-to-accuracy benchmark (results.runners.tta); ``protocol`` absent: a run made
-    before the protocol."""
-
-    program: Text = None
-    arch: Text = None
-    data: Text = None
-    image_size: Optional[int] = None
-    train_images: Optional[int] = None
-    split: Text = None  # what val/ held: test or tuning
-    seed: Optional[int] = None  # None: main.py run unseeded
-    protocol: Optional[int] = None
-    scoring: Text = None
-    workers: Optional[int] = None
-    declared: Text = None  # the weights the engine was scored on
-    tuned_on: Value = None
-    target_from: Value = None  # the examples sweeps that fixed the target and budget
-    trial: Value = None  # a tuning trial's flags
-    recipe: Value = None
-    recipe_flags: Value = None
-    recipe_name: Text = None  # the engine's recipe: cpu or gpu (records before the gpu recipe: cpu)
-    epochs_planned: Optional[int] = None
-    examples_commit: Text = None
-    examples_main_digest: Text = None  # main.py's SHA-256 (12 digits): its version where no git history came along
-    changed_in_copy: Value = None
-    gpus: Optional[int] = None
-    processes: Optional[int] = None
-    setup: Text = None
-    variant: Text = None
 
 
 # ---------------------------------------------------------------- metrics: what a point measured
@@ -267,18 +206,6 @@ class AllreduceMetrics:
 
 
 @dataclass(frozen=True)
-class OverlapMetrics:
-    step_time_ms: Req = None
-    step_no_allreduce_ms: Req = None
-    exposed_comm_ms: Req = None
-    allreduce_alone_ms: Req = None
-    world_size: Req = None
-    grad_bytes: Optional[int] = None
-    hidden_fraction: Optional[float] = None
-    steps: Optional[int] = None
-
-
-@dataclass(frozen=True)
 class PipelineMetrics:
     """Also the shards_pipeline kind's: the same bench over shard files."""
 
@@ -333,56 +260,6 @@ class IndexMemoryMetrics:
 
 
 @dataclass(frozen=True)
-class RegionDecodeMetrics:
-    images_per_cpu_s: Req = None
-    cpu_ms_per_image: Req = None
-    rounds: Req = None
-    ratio_per_core: Req = None
-    ratio_min: Optional[float] = None
-    ratio_max: Optional[float] = None
-
-
-@dataclass(frozen=True)
-class PrepareMetrics:
-    images_per_s: Req = None
-    mb_per_s: Req = None
-    elapsed_s: Req = None
-    images: Req = None
-    read_mb_per_s: Req = None
-    bytes: Optional[int] = None
-    cpu_s: Optional[float] = None
-    files: Optional[int] = None
-    written_bytes: Optional[int] = None
-
-
-@dataclass(frozen=True)
-class TimeToAccuracyMetrics:
-    """time_to_target_s (and epochs_/core_s_to_target) are None when the target was not reached."""
-
-    target_top1: Req = None
-    best_top1: Req = None
-    wall_s: Req = None
-    core_s: Req = None
-    epochs: Req = None
-    eval_every: Req = None
-    time_to_target_s: Optional[float] = None
-    epochs_to_target: Optional[float] = None
-    core_s_to_target: Optional[float] = None
-    best_top1_in_budget: Optional[float] = None
-    budget_s: Optional[float] = None
-    final_top1: Optional[float] = None  # a tuning trial's last evaluation
-    images_seen: Optional[int] = None
-    eval_s: Optional[float] = None
-    start_s: Optional[float] = None  # from the start to the end of the first training step
-    other_cpu_share: Optional[float] = None
-    counted: Optional[bool] = None  # the machine was otherwise quiet
-    world_size: Optional[int] = None
-    load_1m_mean: Optional[float] = None
-    load_1m_max: Optional[float] = None
-    cores: Optional[int] = None
-
-
-@dataclass(frozen=True)
 class FaultMetrics:
     survived: Req = None
     steps_trained_twice: Req = None
@@ -396,14 +273,16 @@ class FaultMetrics:
 # A new kind: its point and metrics classes above, one entry here, a runner that records it, a report section.
 KINDS: Dict[str, Tuple[type, type]] = {
     "train": (TrainPoint, TrainMetrics), "io": (IoPoint, IoMetrics),
-    "allreduce": (AllreducePoint, AllreduceMetrics), "overlap": (OverlapPoint, OverlapMetrics),
+    "allreduce": (AllreducePoint, AllreduceMetrics),
     "pipeline": (PipelinePoint, PipelineMetrics), "storage": (StoragePoint, StorageMetrics),
     "shards_pipeline": (PipelinePoint, PipelineMetrics), "data_opens": (DataOpensPoint, DataOpensMetrics),
     "index_memory": (IndexMemoryPoint, IndexMemoryMetrics), "fault": (FaultPoint, FaultMetrics),
-    "region_decode": (RegionDecodePoint, RegionDecodeMetrics), "prepare": (PreparePoint, PrepareMetrics),
-    "time_to_accuracy": (TimeToAccuracyPoint, TimeToAccuracyMetrics),
-    "tta_tuning": (TimeToAccuracyPoint, TimeToAccuracyMetrics),  # a recipe trial on the tuning split, not a benchmark
 }
+
+
+def register(kind: str, point: type, metrics: type) -> None:
+    """A kind defined outside the harness (a study's): its records validate and read typed like the harness's."""
+    KINDS[kind] = (point, metrics)
 
 
 # ---------------------------------------------------------------- the record

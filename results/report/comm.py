@@ -1,11 +1,10 @@
-"""Report sections: all-reduce bandwidth (with the fit the scaling model uses) and DDP overlap."""
+"""Report section: all-reduce bandwidth, with the latency/bandwidth fit the scaling model uses."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from results.analysis import scaling_model
-from results.analysis.allreduce_fit import fit_alpha_beta
+from results.analysis.allreduce_fit import fit_alpha_beta, hop_latency
 from results.core.kinds import Record
 from results.report import figures
 from results.report.common import Environments, md_table, prose, sorted_groups
@@ -28,20 +27,8 @@ def allreduce_section(ar: Sequence[Record], env: Environments, fig_dir: Path) ->
                   r.source] for r in rs]
         fit = fit_alpha_beta([r.metrics for r in rs])
         if fit:
-            fits.append([label, fit["alpha_s"] * 1e6, scaling_model.hop_latency(fit["alpha_s"], n) * 1e6,
+            fits.append([label, fit["alpha_s"] * 1e6, hop_latency(fit["alpha_s"], n) * 1e6,
                          fit["busbw_bytes_per_s"] / 1e9])
     figures.allreduce(fig_dir / "allreduce.png", series, "All-reduce bandwidth (nccl-tests definitions)")
     return prose("comm.allreduce", table=md_table("comm.allreduce_columns", rows),
                  fits=md_table("comm.fit_columns", fits))
-
-
-def overlap_section(recs: Sequence[Record], env: Environments) -> str:
-    """Exposed all-reduce per DDP step (results/runners/overlap_bench.py), one row per record."""
-    rows = [[p.arch, p.image_size, p.batch_size, p.world_size, p.bucket_cap_mb, figures.size_label(m.grad_bytes),
-             m.step_time_ms, m.step_no_allreduce_ms, m.exposed_comm_ms, m.allreduce_alone_ms,
-             f"{100 * m.hidden_fraction:.0f}%", r.host_load_1m, env.id(r), r.source]
-            for r in sorted(recs, key=lambda r: (r.sweep, r.point.world_size, r.point.bucket_cap_mb))
-            for p, m in [(r.point, r.metrics)]]
-    if not rows:
-        return "## DDP communication overlap\n\nNo overlap records yet: `python -m results.bench overlap`.\n"
-    return prose("comm.overlap", table=md_table("comm.overlap_columns", rows))

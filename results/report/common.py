@@ -6,17 +6,18 @@ import functools
 import hashlib
 import json
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from imagenet.recipes import named_in
 from results.core import records
 from results.core.kinds import Record, TrainPoint
-from results.core.setups import GROUP_KEYS, IMAGENET_TRAIN_IMAGES
+from results.core.setups import IMAGENET_TRAIN_IMAGES
 
 RESULTS = records.RESULTS_DIR
 REPO = RESULTS.parent
 REFERENCE = records.REFERENCE_DIR
 TEXT = Path(__file__).with_name("text")  # the sections' words, one markdown file per section module
+TEXT_DIRS = [TEXT]  # where prose() looks for text/FILE.md; a study adds its own folder (add_words)
 WHOLE_LINE = ("#", "![", "|", "{", "<")  # a text line starting so is a line of its own in the report
 NEW_LINE = ("- ", *WHOLE_LINE)  # ... and one starting so is not the rest of the paragraph above it
 
@@ -32,7 +33,8 @@ def _blocks(file: str) -> Dict[str, str]:
     otherwise; a block's trailing blank lines are dropped."""
     blocks: Dict[str, List[str]] = {}
     lines: List[str] = []
-    for line in (TEXT / f"{file}.md").read_text().splitlines():
+    path = next((d / f"{file}.md" for d in TEXT_DIRS if (d / f"{file}.md").exists()), TEXT / f"{file}.md")
+    for line in path.read_text().splitlines():
         if line.startswith("<!-- ") and line.endswith(" -->"):
             lines = blocks.setdefault(line[5:-4], [])
         elif lines and lines[-1] and line and not (lines[-1].startswith(WHOLE_LINE) or line.startswith(NEW_LINE)):
@@ -40,6 +42,13 @@ def _blocks(file: str) -> Dict[str, str]:
         else:
             lines.append(line)
     return {name: "\n".join(b).rstrip("\n") for name, b in blocks.items()}
+
+
+def add_words(folder: Path) -> None:
+    """Let prose() read FOLDER's text files too (a study's sections keep their words beside them)."""
+    if folder not in TEXT_DIRS:
+        TEXT_DIRS.append(folder)
+        _blocks.cache_clear()
 
 
 def prose(name: str, /, **values: object) -> str:
@@ -108,16 +117,6 @@ class Environments:
         return md_table(["env", *ENV_COLUMNS], rows)
 
 
-def load_reference(ref_dir: Path = REFERENCE) -> Tuple[dict, dict]:
-    try:
-        pub = json.loads((ref_dir / "published_resnet50.json").read_text())
-        links = json.loads((ref_dir / "links.json").read_text())
-    except (OSError, ValueError) as e:
-        raise ReportError(f"cannot read the reference data in {ref_dir} ({e}); restore results/reference/ "
-                          "from git") from None
-    return pub, links
-
-
 def data_label(data: object) -> str:
     return "synthetic" if data == "dummy" else Path(str(data)).name
 
@@ -128,17 +127,6 @@ def recipe_label(point: TrainPoint) -> str:
     return f", recipe {name}" if name else ""
 
 
-def train_group_label(record: Record, multi_sweep: bool) -> str:
-    p = record.point
-    prec = record.metrics.precision_label or p.precision
-    label = f"{p.variant} {p.arch} {prec} b{p.batch_size}/proc, {data_label(p.data)}{recipe_label(p)}"
-    if p.setup:
-        label = f"{p.setup}: {label}"
-    if record.runner == "slurm":
-        label += f", SLURM {p.procs_per_node or 1} proc/node"
-    return f"{label} [{record.sweep}]" if multi_sweep else label
-
-
 def plain_local(record: Record) -> bool:
     """A local sweep point that is not a --setups comparison (learning curves, the scaling model)."""
     return not record.point.setup and record.local
@@ -147,12 +135,6 @@ def plain_local(record: Record) -> bool:
 def sorted_groups(items: Sequence, key: Callable, order: Callable) -> Dict:
     """ITEMS grouped by KEY, the groups in key order, each sorted by ORDER."""
     return {k: sorted(v, key=order) for k, v in sorted(records.group_by(items, key).items())}
-
-
-def train_groups(train: Sequence[Record]) -> Dict[str, List[dict]]:
-    """Series of one sweep and one setting, sorted by world size."""
-    multi = len({r.sweep for r in train}) > len({r.point_values(GROUP_KEYS) for r in train})
-    return sorted_groups(train, lambda r: train_group_label(r, multi), lambda r: r.metrics.world_size)
 
 
 def train_hours(images_per_s: float, epochs: int = 1) -> float:

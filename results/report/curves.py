@@ -1,4 +1,5 @@
-"""Report section: learning curves from the runs' TensorBoard events (the engine's rank 0 writes them)."""
+"""Learning curves from the runs' TensorBoard events (the engine's rank 0 writes them), for the report's
+curves section."""
 from __future__ import annotations
 
 import logging
@@ -8,7 +9,7 @@ from typing import Callable, Dict, List, Sequence, Tuple
 from results.core import records
 from results.core.kinds import Record
 from results.report import figures
-from results.report.common import REPO, Environments, data_label, md_table, plain_local, prose
+from results.report.common import REPO, data_label, plain_local
 
 CURVES = {"top1_train": ("Top1/train", "train top-1 (%)"), "top1_val": ("Top1/val", "validation top-1 (%)"),
           "top5_train": ("Top5/train", "train top-5 (%)"), "top5_val": ("Top5/val", "validation top-5 (%)")}
@@ -63,13 +64,3 @@ def epoch_rows(runs: Sequence[Tuple[str, Record, dict]], tail: Callable[[Record]
         for e in sorted({s for v in val.values() for s in v}):
             rows.append([label, e, *(val[tag].get(e) for tag, _ in CURVES.values()), *tail(r)])
     return rows
-
-
-def curves_section(train: Sequence[Record], env: Environments, fig_dir: Path, problems: List) -> str:
-    runs = curve_runs(train, problems)
-    for name, (tag, ylabel) in CURVES.items():
-        figures.curves(fig_dir / f"{name}.png", curve_series(runs, tag), ylabel, f"{ylabel.split(' (')[0]} per epoch "
-                       "(TensorBoard events of rank 0)")
-    rows = epoch_rows(runs, lambda r: [env.id(r), r.run_dir])
-    figs = "\n".join(f"![{n}](figures/{n}.png)" for n in CURVES)
-    return prose("curves.section", figures=figs, table=md_table("curves.columns", rows))

@@ -1,98 +1,171 @@
-"""Report sections: training throughput and time vs processes, and the multi-node (SLURM) points."""
+"""Report sections of training records: throughput against GPUs (ideal line, efficiency labels) with the time
+to train 90 epochs, where a step's time goes, and the learning curves (runs that trained past one epoch).
+
+One series per configuration (repeated points, of one sweep or several, are folded into their mean with the
+standard deviation drawn as an error bar, so a repeated node count never zig-zags), named for a reader, and
+one panel per hardware kind.
+"""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from results.analysis import comparisons
 from results.analysis.efficiency import efficiencies
+from results.analysis.spread import Point, aggregate
 from results.core.kinds import Record
-from results.report import figures
-from results.report.cluster import scaling_panels, train_series
+from results.core.records import group_by
 from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report.common import Environments, md_table, mib, pct, prose, train_groups, train_hours
+from results.report import figures
+from results.report.common import data_label, fmt, gpu_axis, md_table, pct, prose, recipe_label, train_hours
+from results.report.curves import CURVES, curve_runs, curve_series, epoch_rows
+
+EPOCHS = 90  # the seed's (and HAL's published) time-to-train: 90 ImageNet epochs
 
 
-def _scaling(train: Sequence[Record]) -> dict:
-    """Series measured at more than one process count, repeats folded (see results.report.cluster)."""
-    return {k: v for k, v in train_series(train).items() if len(v) > 1}
+def hardware(record: Record) -> str:
+    """What one process ran on: the GPU model, or the CPU model for CPU-only points."""
+    e = record.environment
+    if e.gpu_count and e.gpu_name:
+        return str(e.gpu_name)
+    return f"CPU: {e.cpu_model or 'unknown'}"
 
 
-GPU_KINDS = ("V100", "A100", "H100")  # the published series name their GPU
+def series_name(record: Record) -> str:
+    """A configuration, as a reader names it: setup or variant, model, precision, batch, data, launcher."""
+    p, m = record.point, record.metrics
+    name = p.setup or p.variant
+    prec = m.precision_label or p.precision
+    data = data_label(p.data) + ("" if p.data == "dummy" else f" ({p.workers or 0} loader workers)")
+    launcher = f", SLURM {p.procs_per_node or 1} proc/node" if record.runner == "slurm" else ""
+    return (f"{name}: {p.arch} {p.image_size}px {prec}, batch {p.batch_size}/GPU, {data}{launcher}"
+            f"{recipe_label(p)}")
 
 
-def _published_panels(series: Sequence[figures.Series], decorate, ylabel: str) -> List[dict]:
-    """One panel of published series per GPU kind, each series with its ideal line (DECORATE)."""
-    return [{"title": f"published ResNet-50 on {kind} (reference)", "xlabel": "GPUs", "ylabel": ylabel,
-             "series": decorate(mine), "xlog": True, "ylog": True}
-            for kind in GPU_KINDS if (mine := [s for s in series if kind in s["label"]])]
+def train_series(train: Sequence[Record]) -> Dict[Tuple[str, str], List[Point]]:
+    """(hardware, name) -> images/s per world size, repeats folded; profiled runs are no speeds."""
+    groups = group_by([r for r in train if not r.profiled], lambda r: (hardware(r), series_name(r)))
+    return {k: aggregate(v, lambda r: r.metrics.world_size, lambda r: r.metrics.images_per_s)
+            for k, v in sorted(groups.items())}
 
 
-def published_throughput(pub: dict) -> List[figures.Series]:
-    out = []
-    for i, run in enumerate(pub["hal_2020"]["runs"]):
-        out.append({"label": f"HAL 2020 V100 ({run['label']}, Apex O2)", "x": run["gpus"],
-                    "y": run["train_img_per_s"], "color": figures.palette(i)})
-    for j, (cfg, pts) in enumerate(sorted(pub["nvidia_dle_2021"]["train_img_per_s"].items())):
-        xs = sorted(int(k) for k in pts)
-        out.append({"label": f"NVIDIA DLE 2021 {cfg}", "x": xs, "y": [pts[str(x)] for x in xs],
-                    "color": figures.palette(i + 1 + j), "style": "s-"})
-    return out
+def ids(pt: Point) -> str:
+    return ", ".join(r.source for r in pt.records)
 
 
-def throughput_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir: Path) -> str:
-    # single-point series (the --setups comparisons) have no scaling to show: their own sections draw them
-    thr, _ = scaling_panels(_scaling(train))
-    figures.report_panels(fig_dir / "training_throughput.png", [*thr, *_published_panels(
-        published_throughput(pub), figures.with_ideal, "training throughput (images/s)")],
-        "Training throughput: one panel per hardware kind (mean and std of repeats); dotted: ideal; "
-        "labels: scaling efficiency", ncols=2)
-    rows = [[label, m.world_size, m.nodes, m.images_per_s, m.images_per_s_per_process, m.step_time_ms, m.data_time_ms,
-             m.compute_time_ms, mib(m.peak_memory_bytes), m.epoch_time_s, pct(m.scaling_efficiency),
-             m.baseline_world_size, m.measured_steps, m.warmup_steps, r.host_load_1m, env.id(r), r.source]
-            for label, members in train_groups(train).items() for r in members for m in [r.metrics]]
-    return prose("training.throughput", table=md_table("training.throughput_columns", rows),
-                 published=published_throughput_table(pub),
-                 notes="".join(f"Note recorded with points: {n}. " for n in sorted({r.note for r in train if r.note})))
+def _std(pt: Point) -> Optional[float]:
+    return pt.std if pt.n > 1 else None
 
 
-def published_throughput_table(pub: dict) -> str:
-    rows = [[s["label"], x, y, y / x, pct(e)] for s in published_throughput(pub)
-            for x, y, e in zip(s["x"], s["y"], efficiencies(s["x"], s["y"]))]
-    return prose("training.published", table=md_table("training.published_columns", rows),
-                 hal=pub["hal_2020"]["source"], dle=pub["nvidia_dle_2021"]["source"]) + "\n"
+def efficiency(pts: Sequence[Point]) -> List[float]:
+    return efficiencies([p.x for p in pts], [p.mean for p in pts])
 
 
-def time_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir: Path) -> str:
-    epochs = pub["hal_2020"]["runs"][0]["epochs"]  # compare like with like: the published 90-epoch runs
-    published = [{"label": f"HAL 2020 V100 ({run['label']}), {run['epochs']} epochs", "x": run["gpus"],
-                  "y": [t / 3600 for t in run["train_time_s"]], "color": figures.palette(i)}
-                 for i, run in enumerate(pub["hal_2020"]["runs"])]
-    ml = pub["mlperf_training_v3_0_resnet50"]["time_to_train_min"]
-    xs = sorted(int(k) for k in ml)
-    published.append({"label": "MLPerf v3.0 H100 (to 75.9% top-1)", "x": xs, "y": [ml[str(x)] / 60 for x in xs],
-                      "color": figures.palette(3), "style": "s-"})
-    _, hours = scaling_panels(_scaling(train))
-    figures.report_panels(fig_dir / "training_time.png", [*hours, *_published_panels(
-        published, lambda series: figures.with_ideal(series, time=True), "time to train (hours)")],
-        f"Time to train {epochs} ImageNet epochs: one panel per hardware kind; dotted: ideal; labels (published): "
-        "efficiency", ncols=2)
-    rows = [[label, m.world_size, m.epoch_time_s, r.point.steps_per_epoch, train_hours(m.images_per_s),
-             train_hours(m.images_per_s, epochs), env.id(r), r.source]
-            for label, members in train_groups(train).items() for r in members for m in [r.metrics]]
-    pub_rows = [[s["label"], x, y] for s in published for x, y in zip(s["x"], s["y"])]
-    return prose("training.time", images=IMAGENET_TRAIN_IMAGES, epochs=epochs,
-                 table=md_table("training.time_columns", rows, epochs=epochs),
-                 published=md_table("training.published_time_columns", pub_rows),
-                 hal=pub["hal_2020"]["source"], mlperf=pub["mlperf_training_v3_0_resnet50"]["source"]) + "\n"
+def main_series(series: Dict[Tuple[str, str], List[Point]]) -> Optional[Tuple[Tuple[str, str], List[Point]]]:
+    """The series the model is checked on: the most GPU counts, then the largest."""
+    scaling = [(k, v) for k, v in series.items() if len(v) > 1]
+    return max(scaling, key=lambda kv: (len(kv[1]), kv[1][-1].x, kv[0])) if scaling else None
 
 
-def multinode_section(train: Sequence[Record], env: Environments) -> str:
-    recs = comparisons.multinode_records(train)
-    rows = [[r.sweep, r.metrics.nodes, r.metrics.world_size, r.environment.hostname,
-             r.metrics.backend, r.metrics.images_per_s, r.metrics.images_per_s_per_process,
-             r.metrics.step_time_ms, r.metrics.data_time_ms, r.metrics.compute_time_ms,
-             pct(r.metrics.scaling_efficiency), r.environment.slurm_job_id,
-             r.host_load_1m, env.id(r), r.source] for r in recs]
-    notes = "".join(f"\n{n}.\n" for n in sorted({r.note for r in recs if r.note}))
-    return prose("training.multinode", notes=notes, table=md_table("training.multinode_columns", rows))
+def scaling_panels(scaling: Dict[Tuple[str, str], List[Point]]) -> Tuple[List[dict], List[dict]]:
+    """(throughput panels, time-to-train panels): one panel per hardware kind, one line per series with
+    its spread, its ideal line and efficiency labels (figures.with_ideal)."""
+    thr, hours = [], []
+    for hw in sorted({hw for hw, _ in scaling}):
+        s_thr, s_hours = [], []
+        for i, ((h, name), pts) in enumerate(k for k in scaling.items() if k[0][0] == hw):
+            c, xs = figures.palette(i), [p.x for p in pts]
+            s_thr.append(figures.spread(name, pts, color=c, label_above=i % 2 == 1))
+            h90 = [train_hours(p.mean, EPOCHS) for p in pts]
+            s_hours.append({"label": name, "x": xs, "y": h90, "err": [h * p.std / p.mean for h, p in zip(h90, pts)],
+                            "color": c, "label_above": i % 2 == 1})
+        thr.append({"title": hw, "xlabel": gpu_axis(hw), "ylabel": "training throughput (images/s)",
+                    "series": figures.with_ideal(s_thr), "xlog": True, "ymin0": True})
+        hours.append({"title": hw, "xlabel": gpu_axis(hw), "ylabel": f"time to train {EPOCHS} epochs (hours)",
+                      "series": figures.with_ideal(s_hours, time=True), "xlog": True, "ymin0": True})
+    return thr, hours
+
+
+def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path) -> str:
+    scaling = {k: v for k, v in series.items() if len(v) > 1}
+    if not scaling:
+        return _configurations_section(series, fig_dir)
+    thr, hours = scaling_panels(scaling)
+    figures.report_panels(fig_dir / "training_throughput.png", thr, "Training throughput (mean, std of repeats); "
+                          "dotted: ideal; labels: efficiency")
+    figures.report_panels(fig_dir / "training_time.png", hours, f"Time to train {EPOCHS} ImageNet epochs at the "
+                          "measured rate; dotted: ideal")
+    rows, trows = [], []
+    for (hw, name), pts in scaling.items():
+        for p, e in zip(pts, efficiency(pts)):
+            nodes = p.records[0].metrics.nodes
+            rows.append([name, hw, int(p.x), nodes, p.n, p.mean, _std(p), p.mean / p.x, pct(e), ids(p)])
+            trows.append([name, int(p.x), train_hours(p.mean), train_hours(p.mean, EPOCHS), ids(p)])
+    singles = {k: v for k, v in series.items() if len(v) == 1}
+    more = ("\nConfigurations measured at one GPU count only (no scaling to draw):\n\n" + _config_table(singles)
+            if singles else "")
+    return prose("training.throughput", epochs=EPOCHS, images=IMAGENET_TRAIN_IMAGES,
+                 table=md_table("training.throughput_columns", rows) + more,
+                 hours=md_table("training.hours_columns", trows, epochs=EPOCHS))
+
+
+def bound_by(metrics) -> str:
+    """What held a step, from the medians of where its time went (TrainMetrics)."""
+    wait, host, device = metrics.data_wait_ms, metrics.host_ms, metrics.device_ms
+    if wait >= 0.25 * (wait + host):
+        return "the loader"
+    if device is None:
+        return "the CPU's arithmetic"
+    return "the GPU's arithmetic" if device > 1.2 * host else "the host (the GPU waits for its launches)"
+
+
+def breakdown_section(train: Sequence[Record]) -> str:
+    """Where each point's steady step went: medians of waiting for the loader, the host's loop and the step's
+    span on the GPU's stream (imagenet.train.metrics.StepBreakdown)."""
+    measured = [r for r in train if r.ok and r.metrics.host_ms is not None]
+    if not measured:
+        return ""
+    rows = [[series_name(r), hardware(r), r.metrics.step_time_ms, r.metrics.data_wait_ms, r.metrics.host_ms,
+             r.metrics.device_ms, bound_by(r.metrics), r.source] for r in measured]
+    header = ("configuration", "hardware", "step (ms, mean)", "waiting for data (ms)", "host in the loop (ms)",
+              "GPU stream span (ms)", "held by", "record")
+    return ("## Where a step goes\n\nMedians over each run's steady steps: waiting for the loader's next batch, the "
+            "host's time in the loop with the batch in hand (on a CPU, the step's arithmetic itself), and on a GPU "
+            "the step's span on the device's stream between CUDA events. A span close to the host's time means the "
+            "GPU waited for the host's launches.\n\n" + md_table(header, rows) + "\n")
+
+
+def _config_table(series: Dict[Tuple[str, str], List[Point]]) -> str:
+    rows = [[name, hw, int(p.x), p.n, p.mean, _std(p), train_hours(p.mean, EPOCHS), ids(p)]
+            for (hw, name), pts in series.items() for p in pts]
+    return md_table("training.config_columns", rows, epochs=EPOCHS)
+
+
+def _configurations_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path) -> str:
+    """No series spans GPU counts: one bar per configuration instead of a scaling line."""
+    if not series:
+        return ""
+    items = sorted(series.items(), key=lambda kv: -kv[1][0].mean)
+    hw = sorted({h for h, _ in series})
+    figures.hbars(fig_dir / "training_throughput.png", [name for (_, name), _ in items],
+                  [pts[0].mean for _, pts in items], [pts[0].std for _, pts in items], "training throughput (images/s)",
+                  f"{' / '.join(hw)}: {int(items[0][1][0].x)} GPU(s), mean and std of repeats",
+                  [fmt(pts[0].mean) + (f" ± {fmt(pts[0].std)} (n={pts[0].n})" if pts[0].n > 1 else "")
+                   for _, pts in items])
+    return prose("training.configurations", epochs=EPOCHS, images=IMAGENET_TRAIN_IMAGES,
+                 table=_config_table(dict(items)))
+
+
+def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
+    runs = [t for t in curve_runs([r for r in train if (r.point.epochs or 1) > 1], []) if t[2]]
+    if not runs:
+        return ""
+    panels = []
+    for metric in ("top1", "top5"):
+        panel_series = [s for split in ("train", "val") for s in curve_series(
+            runs, CURVES[f"{metric}_{split}"][0], f", {split}", style="o-" if split == "train" else "s--")]
+        panels.append({"title": f"{metric.replace('top', 'top-')} accuracy per epoch", "xlabel": "epoch",
+                       "ylabel": f"{metric.replace('top', 'top-')} (%)", "series": panel_series, "ymin0": True})
+    figures.report_panels(fig_dir / "learning_curves.png", panels, "Learning curves (TensorBoard events of rank 0; "
+                          "solid: train, dashed: validation)")
+    rows = epoch_rows(runs, lambda r: [r.source])
+    return prose("training.curves", table=md_table("training.curves_columns", rows))

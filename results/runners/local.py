@@ -1,5 +1,5 @@
 """The bench kinds that run on this machine: ``train`` (also ``--submit slurm``, one job per point),
-``io``, ``allreduce``, ``overlap`` and ``pipeline``. Each measured point appends one record; a point
+``io``, ``allreduce`` and ``pipeline``. Each measured point appends one record; a point
 that fails is recorded as failed with the reason, and the sweep goes on."""
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import shutil
 from dataclasses import asdict
 from typing import List, Optional
 
+from imagenet.data.decode.augment import Augmentation
 from results.analysis.efficiency import with_efficiency
 from results.analysis.parameters import parameter_count
 from results.core import records
-from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.kinds import from_dict
-from imagenet.data.decode.augment import Augmentation
+from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.setups import BASELINE_SETUP, group_key
-from results.runners import allreduce_bench, common, io_bench, overlap_bench, pipeline_bench as pipelines, train_bench
+from results.runners import allreduce_bench, common, io_bench, train_bench
+from results.runners import pipeline_bench as pipelines
 from results.runners.procs import run_ranks
 
 log = logging.getLogger(__name__)
@@ -124,22 +125,6 @@ def run_allreduce(args: argparse.Namespace) -> List[dict]:
         for row in rows:
             sweep.add({"backend": backend, "world_size": n, "bytes": row["bytes"], "transport": "local"},
                       {} if error else row, "failed" if error else "ok", error)
-    return sweep.done
-
-
-def run_overlap(args: argparse.Namespace) -> List[dict]:
-    sweep = common.new_sweep("overlap", args)
-    points = [(n, mb) for n in args.world_sizes for mb in args.bucket_cap_mb]
-    for i, (n, mb) in enumerate(points, 1):
-        common.progress(i, len(points), f"overlap {args.arch}, {n} processes, buckets {mb:g} MB")
-        point = {"backend": "gloo", "world_size": n, "arch": args.arch, "batch_size": args.batch,
-                 "image_size": args.image_size, "bucket_cap_mb": mb}
-        try:
-            m = run_ranks(n, overlap_bench.measure_in_group, (args.arch, args.batch, args.image_size, args.steps, mb))
-        except Exception as e:  # a failed point is recorded with why, and the sweep goes on
-            sweep.add(point, {}, "failed", common.last_line(str(e)))
-        else:
-            sweep.add(point, m)
     return sweep.done
 
 

@@ -23,7 +23,7 @@ def dummy_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def fashion_cache(tmp_path_factory) -> Path:
     """A cache folder for slices of the real Fashion-MNIST (Debian's package, installed where missing);
-    each slice is converted once per session (results.runners.fashion_mnist reuses a finished one)."""
+    each slice is converted once per session (studies.fashion_mnist_race.fashion_mnist reuses a finished one)."""
     from tests.helpers import fashion_mnist_dir
 
     fashion_mnist_dir()

@@ -1,6 +1,6 @@
 """python -m imagenet.prepare on a small download in ImageNet's official layout (real tar files, real JPEGs).
 
-The download (results/runners/archive_set.py) is a tar of per-class tars, a flat validation tar and a devkit
+The download (studies/benches/archive_set.py) is a tar of per-class tars, a flat validation tar and a devkit
 whose meta.mat comes from scipy.io.savemat (shuffled IDs, WordNet inner nodes), or Kaggle's label
 files; it includes ImageNet's odd files (a PNG under a .JPEG name, a CMYK JPEG). Checked: every
 sample is byte-identical to its source image with the right class; the shards are the very files
@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from imagenet.common.errors import DataError
 from imagenet.data import archives, demo, prepare, sources
 from imagenet.data.scan import scan_dataset
-from imagenet.common.errors import DataError
-from results.runners import archive_set
+from studies.benches import archive_set
 from tests.engine import dali_colours
 from tests.engine.load import cpu_burners
 from tests.helpers import PYTHON, child_env, explain, read_run, run, script

@@ -5,10 +5,11 @@ from pathlib import Path
 import pytest
 
 from results import bench
+from studies.benches import command as benches
 from results.analysis.efficiency import with_efficiency
 from results.core import kinds, records
-from results.runners import common, local, train_bench
 from results.report import curves as report_curves
+from results.runners import common, local, train_bench
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,7 +74,7 @@ def test_region_records_compare_the_c_decoder_with_nvimgcodec(tmp_path):
     out, data = tmp_path / "r.jsonl", tmp_path / "jpegs"
     from results.runners import jpegs
     jpegs.ensure_dataset(data, classes=2, train_per_class=4, val_per_class=1)
-    assert bench.main(["region", "--data", str(data), "--images", "8", "--rounds", "2", "--records", str(out),
+    assert benches.main(["region", "--data", str(data), "--images", "8", "--rounds", "2", "--records", str(out),
                        "--tag", "t"]) == 0
     recs = {r["point"]["decoder"]: r for r in _read(out)}
     assert set(recs) == {"c-libjpeg-turbo", "nvimgcodec-cpu"}
@@ -86,7 +87,7 @@ def test_region_records_compare_the_c_decoder_with_nvimgcodec(tmp_path):
 
 
 def test_region_boxes_are_training_boxes():
-    from results.runners import region_bench
+    from studies.benches import region as region_bench
     boxes = region_bench.training_boxes([(500, 375)] * 200, seed=0)
     assert boxes == region_bench.training_boxes([(500, 375)] * 200, seed=0)
     for top, left, h, w in boxes:

@@ -1,13 +1,13 @@
-"""``results.bench prepare`` on a tiny generated download: records that validate and carry no machine
-paths, one per format x workers, and the report section that shows them."""
-from results import report
+"""``python -m studies.benches prepare`` on a tiny generated download: records that validate and carry no
+machine paths, one per format x workers, and the write-up section that shows them."""
 from results.core import records
+from studies.benches import report
 from tests.helpers import REPO, explain, python
 
 
 def test_prepare_bench_records_and_report(tmp_path):
     rec = tmp_path / "r.jsonl"
-    proc = python("-m", "results.bench", "prepare", "--classes", "2", "--per-class", "3", "--val-per-class", "1",
+    proc = python("-m", "studies.benches", "prepare", "--classes", "2", "--per-class", "3", "--val-per-class", "1",
                   "--workers", "1", "2", "--shard-size", "0.2", "--records", rec, "--work-dir", tmp_path / "work",
                   timeout=900)
     assert proc.returncode == 0, explain(proc)
@@ -22,5 +22,5 @@ def test_prepare_bench_records_and_report(tmp_path):
     text = rec.read_text()
     assert str(tmp_path) not in text and str(REPO) not in text  # no machine paths
     assert not (tmp_path / "work" / "prepare-out").exists()  # each output removed after its measurement
-    path, _ = report.build([rec], tmp_path / "out")
+    path = report.build([rec], tmp_path)
     assert "## Preparing ImageNet" in path.read_text() and "r.jsonl:4" in path.read_text()

@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from results import bench
-from results.core import records
-from results.runners import examples_main, fashion_mnist, tta
 from imagenet.run import sysinfo
 from imagenet.train import time_to_accuracy
+from studies.fashion_mnist_race import command as race
+from results.core import records
+from studies.fashion_mnist_race import examples_main, fashion_mnist
+from studies.fashion_mnist_race import runner as tta
 from tests.helpers import explain, read_run, script, tb_scalars
 from tests.warm_start import warm_python
 
@@ -59,7 +60,7 @@ def test_ours_phase_records_time_to_the_target(fashion_cache, tmp_path):
             # 1 % would read as 100 %: --desired-acc takes 1 as a fraction)
             {"target_top1": best, "best_top1": best, "wall_s": 0.06, "core_s": 0.1, "epochs": 1, "eval_every": 1,
              "counted": counted}, {"machine_id": sysinfo.machine_id()}))  # this machine's: its target counts here
-    assert bench.main(["time-to-accuracy", "--phase", "ours", "--recipe", "cpu", "--cache", str(fashion_cache),
+    assert race.main(["run", "--phase", "ours", "--recipe", "cpu", "--cache", str(fashion_cache),
                        "--train-per-class", "40", "--val-per-class", "10", "--records", str(out),
                        "--work", str(tmp_path / "work"), "--seed", "5"]) == 0
     rec = json.loads(out.read_text().splitlines()[-1])
@@ -102,7 +103,7 @@ def test_tuning_runs_on_held_out_training_photographs_without_the_test_files(fas
     for name in fashion_mnist.FILES["train"]:  # the test photographs are not there to be read
         (source / name).symlink_to(fashion_mnist.SOURCE_DIR / name)
     out = tmp_path / "r.jsonl"
-    assert bench.main(["time-to-accuracy", "--phase", "tune", "--recipe", "cpu", "--fashion-mnist", str(source),
+    assert race.main(["run", "--phase", "tune", "--recipe", "cpu", "--fashion-mnist", str(source),
                        "--cache", str(tmp_path / "cache"), "--train-per-class", "40", "--val-per-class", "10",
                        "--trial", "--epochs 2 --lr-peak-epoch 0.5 --wd 5e-4 --eval-every 2", "--records", str(out),
                        "--work", str(tmp_path / "work"), "--keep-checkpoints"]) == 0

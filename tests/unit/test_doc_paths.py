@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("imagenet", "launch", "slurm", "results", "tests", "docs")
+PACKAGES = ("imagenet", "launch", "slurm", "results", "studies", "tests", "docs")
 PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*\w\.(?:py|sh|md|jsonl|json|c))" % "|".join(PACKAGES))
 # Paths named on purpose that are not this repository's files.
 ELSEWHERE = {
@@ -22,17 +22,19 @@ ELSEWHERE = {
 # Paths the committed records name as they were when measured: the generated reports quote the records'
 # notes, and a record is never rewritten. The local cluster lived in tests/ then (now slurm/localcluster/).
 RECORDED = {"tests/slurm_cluster.py"}
-GENERATED = ("results/RESULTS.md", "results/reports/")  # made from the records by `make report`
+GENERATED = ("results/RESULTS.md", "results/reports/", "studies/published_model/RESULTS.md",
+             "studies/fashion_mnist_race/RESULTS.md", "studies/benches/RESULTS.md")  # made by `make report`
 # The report's words (markdown templates): their links resolve where the report is written, and are
 # checked there, in the generated RESULTS.md and reports/<tag>/README.md
-TEMPLATES = "results/report/text/"
+TEMPLATES = ("results/report/text/", "studies/published_model/text/", "studies/fashion_mnist_race/text/",
+             "studies/benches/text/")
 SCRATCH = "results/scratch/"  # the harness's ignored work area: records name their run folders there
 SKIP_DIRS = {".venv", ".git", "runs", "data", "node_modules", "build"}  # build: setuptools output (pip wheel .)
 LINK = re.compile(r"\]\(([^()\s]+)\)")  # the target of [text](target)
 FENCE = "```"
 # Packages whose README has a line per module (a module is named as `name.py` or by its path from the
 # README's folder).
-MODULE_LINES = ("imagenet", "launch", "results", "slurm", "tests")
+MODULE_LINES = ("imagenet", "launch", "results", "slurm", "studies", "tests")
 
 
 def _documents() -> Iterator[Path]:

@@ -33,6 +33,7 @@ def _lease(tmp_path: Path) -> Path:
 def _collect(dest: Path, *folders: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *map(str, folders)], capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "DEST": str(dest),
+                               "RACE_DEST": str(dest / "race"),
                                "PYTHONPATH": str(REPO)})
 
 
@@ -41,14 +42,14 @@ def test_a_lease_is_filed_once_and_portable(tmp_path):
     first = _collect(dest, lease)
     assert first.returncode == 0, first.stderr
     assert "2 new record(s)" in first.stdout and "kept gpu-x-train-1/point" in first.stdout
-    filed = (dest / "records" / "tta-gpu-x.jsonl").read_text()
+    filed = (dest / "race" / "tta-gpu-x.jsonl").read_text()  # the race's records go to its study
     assert len(filed.splitlines()) == 2 and "/home/someone" not in filed
     kept = dest / "runs" / "gpu-x-train-1" / "point"
     assert sorted(p.name for p in kept.iterdir()) == ["run.json"]  # no checkpoint
     assert "/home/someone" not in (kept / "run.json").read_text()
     again = _collect(dest, lease)  # filing the same folder twice adds nothing
     assert again.returncode == 0 and "0 new record(s)" in again.stdout
-    assert (dest / "records" / "tta-gpu-x.jsonl").read_text() == filed
+    assert (dest / "race" / "tta-gpu-x.jsonl").read_text() == filed
 
 
 def test_a_folder_that_is_not_there_is_refused(tmp_path):

@@ -1,4 +1,5 @@
-"""Imports point one way: no import cycle among the product packages, and results/ in its layers.
+"""Imports point one way: no import cycle among the product packages and the studies, results/ in its layers,
+and no product package importing a study.
 
 Read from the source with ``ast`` (nothing is imported), so an import placed inside a function to
 dodge a cycle counts like any other. An edge ``a -> b`` is recorded for every ``import b`` /
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Set
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("imagenet", "launch", "slurm", "results")
+PRODUCT = ("imagenet", "launch", "slurm", "results", "studies")  # studies/ is checked with them: it imports them
 
 # results/: what each layer may import (see results/README.md). The top (results.bench and the
 # command-line aliases) may import every layer; nothing imports the top.
@@ -156,4 +157,12 @@ def test_the_loop_and_the_data_path_never_import_the_room_that_assembles_them():
     bad = [f"{a} -> {b}" for a, bs in graph.items() if rooms(a) in ("train", "data") for b in bs if rooms(b) == "run"]
     bad += [f"{a} -> {b}" for a, bs in graph.items() if rooms(a) == "process"
             for b in bs if rooms(b) in ("run", "train", "data")]
+    assert not bad, bad
+
+
+def test_nothing_in_the_product_imports_a_study():
+    """studies/ stands on the harness and the engine; the toolkit a user installs never reaches into it."""
+    graph = import_graph()
+    bad = [f"{a} -> {b}" for a, bs in graph.items() if a.split(".")[0] != "studies"
+           for b in bs if b.split(".")[0] == "studies"]
     assert not bad, bad

@@ -1,16 +1,18 @@
 """One cluster's report from fixture records: repeats folded into one clean line with its spread, one
-panel per hardware kind, the summary's numbers, and the scaling model's binding term."""
+panel per hardware kind, the summary's numbers; and the published-model study's binding term for the tag."""
 import math
 import re
 
-from results.analysis import cluster_model, scaling_model
 from results.analysis.spread import aggregate
 from results.core import kinds, records
-from results.report import cluster
+from results.report import cluster, training
+from studies.published_model import cluster_model, cluster_section
+from studies.published_model import formulas as scaling_model
 from tests.helpers import REPORT_ENV as ENV
 from tests.helpers import md_rows as _rows
 from tests.helpers import train_record as _train
 from tests.helpers import write_records as _write
+
 
 def _ar(nbytes, t_us):
     m = {"bytes": nbytes, "time_us": t_us, "algbw_gbps": nbytes / t_us / 1e3, "busbw_gbps": nbytes / t_us / 1e3,
@@ -23,7 +25,7 @@ def test_repeated_node_counts_fold_into_one_line_with_their_spread(tmp_path):
     recs = [_train("c-train-1", n, r) for n, r in ((1, 100.0), (2, 180.0), (4, 300.0))]
     recs += [_train("c-train-2", n, r) for n, r in ((1, 110.0), (2, 190.0), (4, 340.0))]
     readme, head = cluster.build_tag("c", _write(tmp_path / "c.jsonl", recs), tmp_path / "c")
-    series = cluster.train_series(records.load_typed([tmp_path / "c.jsonl"])[0])
+    series = training.train_series(records.load_typed([tmp_path / "c.jsonl"])[0])
     assert len(series) == 1  # one configuration: one line, not one per sweep
     pts = next(iter(series.values()))
     assert [p.x for p in pts] == [1, 2, 4] and [p.n for p in pts] == [2, 2, 2]  # x strictly increasing: no zig-zag
@@ -34,18 +36,19 @@ def test_repeated_node_counts_fold_into_one_line_with_their_spread(tmp_path):
     assert head["best"][0] == "320 images/s" and head["efficiency"][0] == "76.2%"
     text = readme.read_text()
     assert "**320 images/s**" in text and "**76.2%**" in text
-    assert "compute (all-reduce not measured)" in text  # no allreduce records under this tag
+    assert {p.name for p in (tmp_path / "c").glob("*.png")} == {"training_throughput.png", "training_time.png"}
+    _, binding = cluster_section.model_section("c", series, [], [], [], tmp_path / "study")
+    assert binding == "compute (all-reduce not measured)"  # no allreduce records under this tag
     # no time-to-accuracy figure: ResNet-18 at 64 px is not what the cited recipe reached its target with
-    assert {p.name for p in (tmp_path / "c").glob("*.png")} == {"training_throughput.png", "training_time.png",
-                                                                "scaling_model.png"}
+    assert {p.name for p in (tmp_path / "study").glob("*.png")} == {"scaling_model-c.png"}
 
 
 def test_each_hardware_kind_gets_its_own_panel(tmp_path):
     other = dict(ENV, cpu_model="Other CPU")
     recs = ([_train("c-train-1", n, 100.0 * n) for n in (1, 2)]
             + [_train("c-train-2", n, 50.0 * n, other) for n in (1, 2)])
-    series = cluster.train_series(records.load_typed([_write(tmp_path / "c.jsonl", recs)])[0])
-    thr, hours = cluster.scaling_panels(series)
+    series = training.train_series(records.load_typed([_write(tmp_path / "c.jsonl", recs)])[0])
+    thr, hours = training.scaling_panels(series)
     assert [p["title"] for p in thr] == ["CPU: Other CPU", "CPU: Test CPU"] == [p["title"] for p in hours]
     assert all(len([s for s in p["series"] if s["label"] != "_nolegend_"]) == 2 for p in thr)  # line + ideal
 
@@ -54,9 +57,11 @@ def test_the_tags_allreduce_records_feed_the_models_binding_term(tmp_path):
     # a slow link: 25 MB takes 0.5 s, far longer than the 0.16 s step
     recs = [_train("c-train-1", n, 100.0 * n * (0.9 if n > 1 else 1)) for n in (1, 2)]
     recs += [_ar(b, 20.0 + b / 50.0) for b in (1 << 10, 1 << 16, 1 << 20, 25 << 20)]
-    readme, head = cluster.build_tag("c", _write(tmp_path / "c.jsonl", recs), tmp_path / "c")
-    assert head["binding"] == "all-reduce"
-    rows = _rows(readme.read_text(), "| GPUs | measured images/s")
+    typed = records.load_typed([_write(tmp_path / "c.jsonl", recs)])[0]
+    text, binding = cluster_section.model_section("c", training.train_series(records.by_kind(typed, "train")),
+                                                  records.by_kind(typed, "allreduce"), [], [], tmp_path)
+    assert binding == "all-reduce"
+    rows = _rows(text, "| GPUs | measured images/s")
     assert rows[0]["binding"] == "compute" and rows[1]["binding"] == "all-reduce"
     assert float(rows[1]["exposed all-reduce (ms/step)"]) > 100
 
@@ -69,11 +74,11 @@ def test_aggregate_keeps_single_points_without_spread():
 
 def test_a_series_trained_with_a_recipe_names_it():
     plain = _train("c-1", 1, 100.0)
-    assert "recipe" not in cluster.series_name(kinds.from_dict(plain))
+    assert "recipe" not in training.series_name(kinds.from_dict(plain))
     for flags in (["--recipe", "ffcv-16"], ["--recipe=ffcv-16"]):
         with_recipe = _train("c-1", 1, 100.0)
         with_recipe["point"]["extra_args"] = ["--lr", "1.7", *flags]
-        assert cluster.series_name(kinds.from_dict(with_recipe)).endswith(", recipe ffcv-16")
+        assert training.series_name(kinds.from_dict(with_recipe)).endswith(", recipe ffcv-16")
 
 
 def test_a_miss_past_ten_percent_names_the_term_that_misses():
@@ -104,8 +109,8 @@ def test_where_a_step_goes_names_what_held_it():
         return kinds.from_dict({**rec, "_source": f"t.jsonl:{sweep}"})
     recs = [point("loader", 30.0, 10.0, None), point("cpu", 0.5, 20.0, None),
             point("launches", 0.2, 12.0, 12.5, "H200"), point("gpu", 0.2, 3.0, 12.5, "H200")]
-    text = cluster.breakdown_section(recs)
+    text = training.breakdown_section(recs)
     held = {row["record"].split(":")[1]: row["held by"] for row in _rows(text, "| configuration")}
     assert held == {"loader": "the loader", "cpu": "the CPU's arithmetic",
                     "launches": "the host (the GPU waits for its launches)", "gpu": "the GPU's arithmetic"}
-    assert cluster.breakdown_section([point("old", None, None, None)]) == ""  # records from before the breakdown
+    assert training.breakdown_section([point("old", None, None, None)]) == ""  # records from before the breakdown

@@ -1,13 +1,17 @@
-"""Ratios against the baselines come from the records: the pipeline per-core ratio, the step-time
-speed-up, and the multi-node efficiencies printed in RESULTS.md match values computed here by hand."""
+"""Ratios against the baselines come from the records: the loader's images per core, the step-time speed-up
+and the pipeline's ratio printed in a tag's report, and the multi-node efficiencies of the published-model
+study, match values computed here by hand."""
 import json
 
 import pytest
 from PIL import Image
 
 from results import report
+from results.analysis.efficiency import with_efficiency
 from results.core import records
+from results.report.common import Environments
 from results.runners import io_bench
+from studies.published_model.published_section import multinode_section
 
 ENV = {"hostname": "vm", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.x", "gpu_count": 0, "nodes": 1}
 
@@ -52,8 +56,8 @@ def built(tmp_path_factory):
              for n, ms in ((1, 200.0), (2, 250.0), (4, 400.0))]
     path = tmp / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    md, problems = report.build([path], tmp / "out")
-    return tmp, md.read_text(), problems
+    _, problems = report.build([path], tmp / "out")
+    return tmp, (tmp / "out" / "reports" / "r" / "README.md").read_text(), problems, records.load_typed([path])[0]
 
 
 def _row(text: str, *cells: str) -> str:
@@ -62,17 +66,15 @@ def _row(text: str, *cells: str) -> str:
     return rows[0]
 
 
-def test_pipeline_ratio_per_core_from_cpu_seconds(built):
-    _, text, problems = built
+def test_loader_images_per_core_from_cpu_seconds(built):
+    _, text, problems, _ = built
     assert not problems
-    # per core: (64 / 0.25) / (64 / 0.64) = 2.56; wall: 210 / 100 = 2.10
-    row = _row(text, "fast", "warm", "0", "224")
-    assert "| 2.56x |" in row and "| 2.10x |" in row and "| 256 |" in row
-    assert "| 2.00x |" in _row(text, "fast", "warm", "2", "224")  # 0.80 / 0.40 CPU seconds
+    assert _row(text, "fast, warm cache", "0", "1").endswith("| 210 | 23.1 | 256 | r.jsonl:2 |")  # 64 / 0.25 CPU s
+    assert _row(text, "baseline, warm cache", "2", "1").endswith("| 150 | 16.5 | 80 | r.jsonl:3 |")  # 64 / 0.80
 
 
 def test_step_speedups_against_the_baseline_setup(built):
-    _, text, _ = built
+    _, text, _, _ = built
     assert "| 1.60x |" in _row(text, "engine", "synthetic")  # 400 / 250 ms
     assert "| 0.80x |" in _row(text, "engine-bf16", "synthetic")  # slower than the baseline is shown as such
     assert "| 2.50x |" in _row(text, "engine", "jpegs")
@@ -80,13 +82,13 @@ def test_step_speedups_against_the_baseline_setup(built):
 
 
 def test_multinode_efficiency_and_figures(built):
-    tmp, text, _ = built
+    tmp, _, _, typed = built
     # per-node rate 80, 64, 40 images/s against 80 at one node: the multi-node table's efficiency column
-    section = text.split("## Multi-node scaling (SLURM)", 1)[1].split("\n## ", 1)[0]
+    section = multinode_section(with_efficiency(records.by_kind(typed, "train")), Environments())
     assert [_row(section, str(n), f"{rate:g}").count(f"| {eff} |") for n, rate, eff in
             ((1, 80, "100.0%"), (2, 128, "80.0%"), (4, 160, "50.0%"))] == [1, 1, 1]
-    for name in ("pipeline_per_core", "step_time", "training_throughput"):
-        with Image.open(tmp / "out" / "figures" / f"{name}.png") as im:
+    for name in ("step_time", "training_throughput"):
+        with Image.open(tmp / "out" / "reports" / "r" / f"{name}.png") as im:
             assert im.size[0] > 400 and im.getextrema() != ((255, 255), (255, 255), (255, 255), (255, 255))
 
 
@@ -114,9 +116,9 @@ def test_gpu_targets_and_jpeg_fraction_against_the_fastest_matching_synthetic_ru
             _gpu_train("engine-fp16", "/d/jpegs", 50.0, "g-train-3")]
     path = tmp_path / "g.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    md, problems = report.build([path], tmp_path / "out")
-    text = md.read_text()
-    assert not problems and "figures/step_time_gpu.png" in text
+    _, problems = report.build([path], tmp_path / "out")
+    text = (tmp_path / "out" / "reports" / "g" / "README.md").read_text()
+    assert not problems and "(step_time_gpu.png)" in text
     # 150/40 = 3.75x at 6400 images/s and 150/50 = 3.00x at 5120 both meet the targets
     assert "| 3.75x | yes | yes | g.jsonl:2 |" in text and "| 3.00x | yes | yes | g.jsonl:4 |" in text
     # JPEG 5120 images/s against the faster synthetic run (6400), not the newer one: 80.0%, below 90%
@@ -135,7 +137,7 @@ def test_steady_state_pipeline_ratio_per_core_and_its_range(tmp_path):
     recs = [_steady("baseline", 3.0, 1.0, (1.0, 1.0)), _steady("fast", 1.4, 2.1, (1.9, 2.3))]
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    md, problems = report.build([path], tmp_path / "out")
-    text = md.read_text()
+    _, problems = report.build([path], tmp_path / "out")
+    text = (tmp_path / "out" / "reports" / "p" / "README.md").read_text()
     assert not problems
-    assert "| 2.10x | 1.90x-2.30x |" in _row(text, "fast", "train", "0", "224", "256", "3")
+    assert "| 2.10x | 1.90x-2.30x |" in _row(text, "fast, train", "0", "3")

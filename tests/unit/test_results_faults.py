@@ -1,4 +1,4 @@
-"""RESULTS.md's fault table: one row per fault and launcher of the newest sweep; recovered without
+"""The faults report's table: one row per fault and launcher of the newest sweep; recovered without
 a user, median and maximum times to detect and to training again, the most work lost, the
 checkpoints lost; failed runs listed with their error."""
 from results import report
@@ -28,9 +28,9 @@ def test_table_rows_come_from_the_newest_sweep(tmp_path):
     path = tmp_path / "faults.jsonl"
     for r in recs:
         records.append(path, r)
-    out, problems = report.build([path], tmp_path)
+    _, problems = report.build([path], tmp_path)
     assert not problems
-    text = out.read_text()
+    text = (tmp_path / "reports" / "faults" / "README.md").read_text()
     assert "## Fault tolerance" in text
     rows = {(r[0], r[1]): r for r in faults_report.rows(records.load_typed([path])[0])}
     # injected, recovered, detect median/max, to training again median/max, steps lost, seconds lost, checkpoints lost

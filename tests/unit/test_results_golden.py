@@ -1,5 +1,5 @@
-"""Golden files: RESULTS.md and a per-cluster report regenerate from the committed records exactly as
-committed (as submitit's golden sbatch tests compare a generated script with a stored one). A change
+"""Golden files: RESULTS.md, every tag's report and every study's write-up regenerate from the committed
+records exactly as committed (as submitit's golden sbatch tests compare a generated script with a stored one). A change
 to the report code that changes its output fails here until the committed report is regenerated
 (`make report`), so the committed report never drifts from the code and records beside it."""
 import difflib
@@ -88,7 +88,19 @@ class NoTorch(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, NoTorch())
 sys.argv = ["python -m results.report", *sys.argv[1:]]
-runpy.run_module("results.report", run_name="__main__", alter_sys=True)
+try:
+    runpy.run_module("results.report", run_name="__main__", alter_sys=True)
+except SystemExit as done:
+    if done.code:
+        raise
+from studies.benches import report as benches
+from studies.fashion_mnist_race import report as race
+from studies.published_model import report as published
+
+out = __import__("pathlib").Path(sys.argv[sys.argv.index("--out") + 1])
+for name, study in (("published_model", published), ("fashion_mnist_race", race), ("benches", benches)):
+    (out / "studies" / name).mkdir(parents=True)
+    study.build(out_dir=out / "studies" / name)
 """
 
 
@@ -98,3 +110,15 @@ def test_report_regenerates_identically_without_torch(regenerated):
     assert (regenerated / "RESULTS.md").read_bytes() == (RESULTS / "RESULTS.md").read_bytes()
     for committed in RESULTS.glob("reports/*/README.md"):
         assert (regenerated / committed.relative_to(RESULTS)).read_bytes() == committed.read_bytes()
+
+
+STUDIES = REPO / "studies"
+
+
+def test_every_study_write_up_regenerates_identically_without_torch(regenerated):
+    """Each study's RESULTS.md and its figures, from its committed records (and the harness's), without torch."""
+    for name in ("published_model", "fashion_mnist_race", "benches"):
+        got, want = regenerated / "studies" / name / "RESULTS.md", STUDIES / name / "RESULTS.md"
+        assert got.read_text() == want.read_text(), f"{want} is stale; run `make report`:\n" + _diff(got, want)
+        shown = {line.split("(")[1].rstrip(")") for line in want.read_text().splitlines() if line.startswith("![")}
+        assert shown == {f"figures/{p.name}" for p in (regenerated / "studies" / name).glob("figures/*.png")}

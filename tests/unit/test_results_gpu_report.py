@@ -1,12 +1,13 @@
-"""RESULTS.md's GPU sections from fixture records: the Apex/native parity table, whose per-step losses
+"""The GPU sections from fixture records: the one-off benches' Apex/native parity table, whose per-step losses
 are real TensorBoard event files (written with torch's SummaryWriter, as the engine's rank 0 writes
-them, and read back with TensorBoard's reader), and the kernel-bound verdict of a compiled profile.
+them, and read back with TensorBoard's reader), and a tag's report's kernel-bound verdict of a compiled profile.
 """
 from pathlib import Path
 from typing import List
 
 from results.core import kinds, records
-from results.report import amp_parity, gpu_step
+from results.report import gpu_step
+from studies.benches import amp_parity
 
 GPU_ENV = {"hostname": "gpu1", "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1, "nodes": 1}
 

@@ -1,4 +1,5 @@
-"""The report: fixture records + real TensorBoard event files -> PNGs and RESULTS.md that match.
+"""The report: fixture records + real TensorBoard event files -> RESULTS.md and the tag's report, whose tables
+and PNGs match the records; the published-model study's write-up from the same records.
 
 Records are built with the harness's own record constructor, and the learning-curve runs are
 written with torch's SummaryWriter, the way the engine's rank 0 writes them.
@@ -11,13 +12,15 @@ import pytest
 from PIL import Image
 
 from results import report
-from results.analysis import scaling_model as sm
 from results.core import records
+from results.report.common import Environments, fmt
+from studies.published_model import formulas as sm
+from studies.published_model import load_reference, report as model_report
+from studies.published_model.model_section import hal_model, model_section
 
 ENV = {"hostname": "node1", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.x", "gpu_name": None,
        "gpu_count": 0, "nodes": 1, "git_commit": "abc123", "command": "bench"}
-FIGURES = ("training_throughput", "training_time", "IO", "top1_train", "top1_val", "top5_train", "top5_val",
-           "allreduce", "scaling_model")
+FIGURES = ("training_throughput", "training_time", "IO_loader", "learning_curves", "allreduce")  # the tag's
 
 
 def _events(run_dir: Path, world: int, epochs: int = 3) -> None:
@@ -93,14 +96,16 @@ def built(tmp_path_factory):
         partial = dict(recs[0], metrics={"world_size": 1})  # an ok record without its numbers
         f.write(json.dumps(partial) + "\n")
     md, problems = report.build([path], tmp / "out")
-    return tmp, recs, md, problems
+    tag = tmp / "out" / "reports" / "fixture" / "README.md"
+    study = model_report.build([path], tmp / "study")
+    return tmp, recs, md, problems, tag, study
 
 
 def test_figures_are_valid_nonempty_pngs(built):
     tmp = built[0]
-    for name in FIGURES:
-        png = tmp / "out" / "figures" / f"{name}.png"
-        assert png.stat().st_size > 10_000, name
+    for png in [tmp / "out" / "reports" / "fixture" / f"{name}.png" for name in FIGURES] + [
+            tmp / "study" / "figures" / "scaling_model.png"]:
+        assert png.stat().st_size > 10_000, png
         with Image.open(png) as im:
             im.verify()
             assert im.format == "PNG" and im.size[0] > 500
@@ -118,60 +123,65 @@ def _table_rows(md: str, header_start: str):
     return rows
 
 
+def test_results_md_links_the_tag_and_counts_its_failures(built):
+    md = built[2].read_text()
+    assert "[fixture](reports/fixture/README.md)" in md
+    row = _table_rows(md, "report | nodes x hardware")[0]
+    assert row["failed points / unusable lines"] == "1 / 2" and row["best training throughput"].startswith("180 ")
+
+
 def test_throughput_table_matches_records(built):
-    _, recs, md_path, _ = built
-    rows = _table_rows(md_path.read_text(), "series | processes | nodes | images/s")
+    _, recs, _, _, tag, _ = built
+    rows = _table_rows(tag.read_text(), "series | hardware | GPUs")
     train = [r for r in recs if r["kind"] == "train" and r["status"] == "ok"]
     assert len(rows) == len(train)
     for row, rec in zip(rows, sorted(train, key=lambda r: r["metrics"]["world_size"])):
-        assert row["images/s"] == report.fmt(rec["metrics"]["images_per_s"])
-        assert row["ms/step"] == report.fmt(rec["metrics"]["step_time_ms"])
-        assert int(row["processes"]) == rec["metrics"]["world_size"]
+        assert row["images/s"] == fmt(rec["metrics"]["images_per_s"])
+        assert int(row["GPUs"]) == rec["metrics"]["world_size"]
     # 180 images/s on 2 vs 100 on 1 -> 90% efficiency against the smallest point
-    assert rows[1]["scaling efficiency"] == "90.0%"
+    assert rows[1]["efficiency"] == "90.0%"
 
 
 def test_io_and_allreduce_tables_match_records(built):
-    _, recs, md_path, _ = built
-    md = md_path.read_text()
-    io_rows = _table_rows(md, "backend | cache | workers")
+    _, recs, _, _, tag, _ = built
+    md = tag.read_text()
+    io_rows = _table_rows(md, "backend, cache | workers")
     io = [r for r in recs if r["kind"] == "io"]
     assert len(io_rows) == len(io)
-    got = {(r["backend"], r["cache"], r["workers"], r["readers"]): r["images/s"] for r in io_rows}
+    got = {(r["backend, cache"], r["workers"], r["readers"]): r["images/s"] for r in io_rows}
     for r in io:
         p = r["point"]
-        key = (p["backend"], p["cache"], str(p["workers"]), str(p["readers"]))
-        assert got[key] == report.fmt(r["metrics"]["images_per_s"])
+        key = (f"{p['backend']}, {p['cache']} cache", str(p["workers"]), str(p["readers"]))
+        assert got[key] == fmt(r["metrics"]["images_per_s"])
     ar_rows = _table_rows(md, "series | bytes | size")
-    assert [r["busbw (GB/s)"] for r in ar_rows] == [report.fmt(r["metrics"]["busbw_gbps"]) for r in recs
+    assert [r["busbw (GB/s)"] for r in ar_rows] == [fmt(r["metrics"]["busbw_gbps"]) for r in recs
                                                     if r["kind"] == "allreduce"]
 
 
 def test_learning_curves_come_from_the_event_files(built):
-    md = built[2].read_text()
-    rows = _table_rows(md, "run | epoch")
+    rows = _table_rows(built[4].read_text(), "run | epoch")
     assert len(rows) == 6  # 2 runs x 3 epochs
     first = rows[0]
-    assert first["epoch"] == "0" and first["train top-1 (%)"] == report.fmt(10.0 + 1)  # base + 10*0 + world
+    assert first["epoch"] == "0" and first["train top-1 (%)"] == fmt(10.0 + 1)  # base + 10*0 + world
 
 
 def test_failed_malformed_and_partial_records_are_reported(built):
-    _, _, md_path, problems = built
-    md = md_path.read_text()
+    _, _, md_path, problems, tag, _ = built
+    md = tag.read_text()
     reasons = [p.reason for p in problems]
     assert any("not valid JSON" in r for r in reasons)
     assert any("lacks numeric metric" in r and "images_per_s" in r for r in reasons)
     assert "boom" in md and "not valid JSON" in md and "lacks numeric metric" in md
-    assert re.search(r"records \(\d+ ok, 1 failed, 2 unusable\)", md)
+    assert re.search(r"records \(\d+ ok, 1 failed, 2 unusable\)", md_path.read_text())
 
 
 def test_every_record_names_its_environment(built):
-    md = built[2].read_text()
-    assert "| E1 | node1 | Test CPU |" in md
+    md = built[4].read_text()
+    assert "| E1 | node1 | Test CPU |" in md and "| Test CPU | 2 |" in md
 
 
 def test_scaling_model_is_checked_against_published_tables(built):
-    md = built[2].read_text()
+    md = built[5].read_text()
     rows = _table_rows(md, "measured | GPUs | measured images/s")
     hal = [r for r in rows if r["measured"].startswith("HAL")]
     assert len(hal) == 6 and hal[0]["error"] == "0.0%"  # calibrated on the smallest published point
@@ -179,17 +189,17 @@ def test_scaling_model_is_checked_against_published_tables(built):
 
 
 def test_scaling_model_uses_the_newest_overlap_record(built):
-    _, recs, md_path, _ = built
-    md = md_path.read_text()
+    _, recs, _, _, _, study = built
+    md = study.read_text()
     line = 1 + next(i for i, r in enumerate(recs) if r is OVERLAP[0])  # its line in fixture.jsonl
     assert f"Measured overlap: h = 25.0%, the hidden fraction of overlap record fixture.jsonl:{line} " in md
     assert "30 ms of the 40 ms gradient all-reduce stayed exposed" in md
-    pub, links = report.load_reference()
-    hal = report.hal_model(pub, links, 0.25)[0]
+    pub, links = load_reference()
+    hal = hal_model(pub, links, 0.25)[0]
     rows = [r for r in _table_rows(md, "measured | GPUs | measured images/s") if r["measured"].startswith("HAL")]
     for r in rows:
         n = int(r["GPUs"])
-        assert r["predicted (measured overlap)"] == report.fmt(sm.predict(hal, n, 0.25)["images_per_s"])
+        assert r["predicted (measured overlap)"] == fmt(sm.predict(hal, n, 0.25)["images_per_s"])
     pred = [r for r in _table_rows(md, "scenario | GPUs | comm ms/step") if r["scenario"].startswith("this machine")]
     for r in pred:  # exposed = comm minus the measured quarter, as long as backward is longer than that
         exposed = float(r["exposed ms/step (measured overlap)"])
@@ -197,8 +207,8 @@ def test_scaling_model_uses_the_newest_overlap_record(built):
 
 
 def test_scaling_model_without_overlap_records_assumes_all_exposed(tmp_path):
-    pub, links = report.load_reference()
-    md = report.model_section([], [], [], pub, links, report.Environments(), tmp_path)
+    pub, links = load_reference()
+    md = model_section([], [], [], pub, links, Environments(), tmp_path)
     assert "no overlap records, so the model uses h = 0 (all communication exposed, the conservative assumption)" in md
     rows = _table_rows(md, "measured | GPUs | measured images/s")
     assert rows and all(r["predicted (measured overlap)"] == r["predicted (no overlap)"] for r in rows)
@@ -211,8 +221,8 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
     assert len(err) == 1 and "does not exist" in err[0]
 
 
-def _storage(nodes, readers, mb_per_s, fmt):
-    point = {"nodes": nodes, "readers_per_node": readers, "format": fmt, "data": "imagenet", "seconds": 30}
+def _storage(nodes, readers, mb_per_s, fmt_name):
+    point = {"nodes": nodes, "readers_per_node": readers, "format": fmt_name, "data": "imagenet", "seconds": 30}
     elapsed = 2.0
     m = {"elapsed_s": elapsed, "bytes": int(mb_per_s * 1e6 * elapsed), "files": 1000 * nodes, "nodes": nodes,
          "readers": nodes * readers, "mb_per_s": mb_per_s, "files_per_s": 500.0 * nodes,
@@ -225,9 +235,10 @@ def test_storage_section_has_a_row_per_record_and_a_series_per_format(tmp_path):
     recs = [_storage(n, 2, 100.0 * n, f) for f in ("imagefolder", "shards") for n in (1, 2)]
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    md = report.build([path], tmp_path / "out")[0].read_text()
-    rows = _table_rows(md, "series | nodes | readers/node")
-    assert [(r["series"], r["nodes"], r["MB/s"], r["MB/s per node"], r["note"]) for r in rows] == [
-        (f"{f}, 2 reader(s)/node, cache as-is", str(n), report.fmt(100.0 * n), report.fmt(100.0), "shared page cache")
-        for f in ("imagefolder", "shards") for n in (1, 2)]
-    assert (tmp_path / "out" / "figures" / "storage.png").stat().st_size > 10_000
+    report.build([path], tmp_path / "out")
+    md = (tmp_path / "out" / "reports" / "s" / "README.md").read_text()
+    rows = _table_rows(md, "series | readers/node | nodes")
+    assert [(r["series"], r["nodes"], r["MB/s"], r["MB/s per node"]) for r in rows] == [
+        (f"{f}, cache as-is", str(n), fmt(100.0 * n), fmt(100.0)) for f in ("imagefolder", "shards") for n in (1, 2)]
+    assert "shared page cache" in md
+    assert (tmp_path / "out" / "reports" / "s" / "IO.png").stat().st_size > 10_000

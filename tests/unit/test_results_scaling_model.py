@@ -6,13 +6,15 @@ from dataclasses import replace
 
 import pytest
 
-from results.analysis import scaling_model as sm, whole_step as ws
+from results.analysis import allreduce_fit
 from results.analysis.allreduce_fit import bus_factor, fit_alpha_beta
 from results.core import kinds
 from results.core.kinds import AllreduceMetrics
-from results.scaling_model import __main__ as check_cli
-from results.report import whole_step as ws_report
 from results.runners.allreduce_bench import sizes
+from studies.published_model import __main__ as check_cli
+from studies.published_model import formulas as sm
+from studies.published_model import whole_step as ws
+from studies.published_model import whole_step_section as ws_report
 
 # t_c = 0.1 s, batch 32, 100 MB of gradients, 10 GB/s inside a node of 2, 1 GB/s between nodes,
 # no latency, one bucket per 1 GB (a single all-reduce call).
@@ -106,7 +108,7 @@ def test_bus_factor_and_fit_like_nccl_tests():
     fit = fit_alpha_beta(rows)
     assert fit["busbw_bytes_per_s"] == pytest.approx(2e9, rel=1e-6)
     assert fit["alpha_s"] == pytest.approx(rows[0].time_us * 1e-6)
-    assert sm.hop_latency(fit["alpha_s"], 4) == pytest.approx(fit["alpha_s"] / 6)
+    assert allreduce_fit.hop_latency(fit["alpha_s"], 4) == pytest.approx(fit["alpha_s"] / 6)
 
 
 def test_relative_error_sign():
@@ -218,7 +220,7 @@ def test_with_batch_keeps_compute_per_image():
 # ---------------------------------------------------------------- the check against published points
 
 def _reference():
-    from results.report import load_reference
+    from studies.published_model import load_reference
     return load_reference()
 
 
@@ -349,6 +351,7 @@ def test_predictions_do_not_depend_on_points_above_four_gpus():
 
 def test_step_times_recorder_on_cpu():
     import torch
+
     from imagenet.train.metrics import StepTimes
     st = StepTimes(torch.device("cpu"), enabled=True, limit=3)
     st.mark(counted=False)

@@ -1,7 +1,5 @@
-"""Predicted time to accuracy: the arithmetic in closed form, the check against published times (every
-point printed with its terms and error), and the per-cluster report's sections with and without
-time_to_accuracy records."""
-import json
+"""Predicted time to accuracy (the published-model study): the arithmetic in closed form, the check against
+published times (every point printed with its terms and error), and the prediction for one tag."""
 import math
 import re
 import runpy
@@ -9,12 +7,12 @@ import sys
 
 import pytest
 
-from results.analysis import scaling_model as sm
-from results.analysis import time_to_accuracy as tta
-from results.core import kinds, records
-from results.report import cluster, predicted_tta
-from results.scaling_model import __main__ as command
-from tests.helpers import REPORT_ENV as ENV
+from results.core import records
+from studies.published_model import REFERENCE, cluster_section
+from studies.published_model import __main__ as command
+from studies.published_model import formulas as sm
+from studies.published_model import predicted_tta
+from studies.published_model import time_to_train as tta
 from tests.helpers import md_rows as _rows
 from tests.helpers import train_record as _train
 from tests.helpers import write_records as _write
@@ -94,7 +92,7 @@ def test_a_point_inside_the_published_rounding_counts_as_within():
 
 
 def test_the_check_prints_every_published_point_with_its_terms_and_error(capsys):
-    code = command.run_time_check([records.RECORDS_DIR], records.REFERENCE_DIR)
+    code = command.run_time_check([records.RECORDS_DIR], REFERENCE)
     out = capsys.readouterr().out
     ref = predicted_tta.reference()
     lines = {line.split("  ")[0]: line for line in out.splitlines()}
@@ -117,32 +115,24 @@ def test_the_check_prints_every_published_point_with_its_terms_and_error(capsys)
 
 
 def test_without_an_h100_record_the_check_names_the_measurement_it_needs(capsys):
-    command.run_time_check([], records.REFERENCE_DIR)
+    command.run_time_check([], REFERENCE)
     out = capsys.readouterr().out
     assert "MLPerf v4.0 NVIDIA eos, 1 node: not predicted. Missing: one H100's ResNet-50 images/s" in out
 
 
 def test_the_command_line_runs_the_check(capsys, tmp_path, monkeypatch):
-    # python -m results.scaling_model --check-time-to-accuracy --records (none), in this process
-    monkeypatch.setattr(sys, "argv", ["results.scaling_model", "--check-time-to-accuracy", "--records"])
+    # python -m studies.published_model --check-time-to-accuracy --records (none), in this process
+    monkeypatch.setattr(sys, "argv", ["studies.published_model", "--check-time-to-accuracy", "--records"])
     with pytest.raises(SystemExit) as done:
-        runpy.run_module("results.scaling_model", run_name="__main__")
+        runpy.run_module("studies.published_model", run_name="__main__")
     assert done.value.code in (0, 1)
     assert capsys.readouterr().out.splitlines()[2].split()[:2] == ["published", "hardware"]
-    monkeypatch.setattr(sys, "argv", ["results.scaling_model", "--check-time-to-accuracy", "--records",
+    monkeypatch.setattr(sys, "argv", ["studies.published_model", "--check-time-to-accuracy", "--records",
                                       str(tmp_path / "absent")])
     with pytest.raises(SystemExit) as done:
-        runpy.run_module("results.scaling_model", run_name="__main__")
+        runpy.run_module("studies.published_model", run_name="__main__")
     assert done.value.code == 2
     assert "does not exist" in capsys.readouterr().err
-
-
-def _tta_record(gpus, seconds, source):
-    return {"kind": "time_to_accuracy", "status": "ok", "sweep": "t-1", "time": "2026-01-01T00:00:00+00:00",
-            "environment": ENV, "_source": source,
-            "point": {"program": "engine", "arch": "resnet18", "gpus": gpus},
-            "metrics": {"target_top1": 91.6, "best_top1": 92.4, "time_to_target_s": seconds, "epochs_to_target": 6,
-                        "images_seen": 600_000, "wall_s": 2000.0, "core_s": 4000.0, "epochs": 10, "eval_every": 1}}
 
 
 def _resnet50(sweep, nodes, rate):
@@ -153,11 +143,14 @@ def _resnet50(sweep, nodes, rate):
     return rec
 
 
+def _tag_section(tmp_path, recs) -> str:
+    """The study's prediction for one tag of RECS (a records file c.jsonl), figures in tmp_path/c."""
+    return cluster_section.section([_write(tmp_path / "c.jsonl", recs)], tmp_path / "c")
+
+
 def test_cluster_report_predicts_only_where_the_cited_recipe_reached_the_target(tmp_path):
     recs = [_resnet50("c-train-1", n, r) for n, r in ((1, 100.0), (2, 200.0), (4, 400.0))]
-    readme, _ = cluster.build_tag("c", _write(tmp_path / "c.jsonl", recs), tmp_path / "c")
-    text = readme.read_text()
-    assert "top-1 vs GPUs" not in text  # no time_to_accuracy records: the measured section is absent
+    text = _tag_section(tmp_path, recs)
     rows = _rows(text, "| GPUs | global batch | predicted images/s | epochs")
     # global batch 256 n: only 8 GPUs (2,048) lies within the published runs' 1,600-57,344
     assert [(r["GPUs"], r["epochs"]) for r in rows] == [("1", "-"), ("2", "-"), ("4", "-"), ("8", "35.0")]
@@ -165,36 +158,13 @@ def test_cluster_report_predicts_only_where_the_cited_recipe_reached_the_target(
     # t_c = 256 / 100 s with free communication: 35 epochs at 100 n images/s, 9 passes at 300 n
     want_h = (35 * 1_281_167 / (100 * 8) + 9 * 50_000 / (300 * 8)) / 3600
     assert float(rows[-1]["time to 75.9 % (h)"]) == pytest.approx(want_h, rel=1e-3)
-    assert (tmp_path / "c" / predicted_tta.FIGURE).exists()
+    assert (tmp_path / "c" / "time_to_accuracy-c.png").exists()
 
 
 def test_cluster_report_says_why_it_predicts_nothing_for_another_model(tmp_path):
     recs = [_train("c-train-1", n, r) for n, r in ((1, 100.0), (2, 200.0), (4, 400.0))]  # ResNet-18 at 64 px
-    readme, _ = cluster.build_tag("c", _write(tmp_path / "c.jsonl", recs), tmp_path / "c")
-    text = readme.read_text()
+    text = _tag_section(tmp_path, recs)
     assert ("No prediction: the measured configuration trains resnet18 at 64 px, and the cited recipe (MLPerf "
             "Training ResNet-50 (LARS), target 75.9 % top-1) reaches its target with resnet50 at 224 px only") in text
     assert "| GPUs | global batch | predicted images/s | epochs" not in text
-    assert not (tmp_path / "c" / predicted_tta.FIGURE).exists()
-
-
-def test_cluster_report_shows_measured_time_to_target_vs_gpus(tmp_path):
-    recs = [_train("c-train-1", n, r) for n, r in ((1, 100.0), (2, 200.0))]
-    loaded = [dict(r, _source=f"c.jsonl:{i + 1}") for i, r in enumerate(recs)]
-    loaded += [_tta_record(2, None, "c.jsonl:4"), _tta_record(1, 1234.5, "c.jsonl:3")]
-    typed = [kinds.from_dict(r) for r in loaded]
-    readme, _ = cluster.build_tag("c", tmp_path / "c.jsonl", tmp_path / "c", loaded=(typed, []))
-    text = readme.read_text()
-    assert "## Time to 91.6 % top-1 vs GPUs" in text
-    rows = _rows(text, "| run | GPUs")
-    assert [(r["GPUs"], r["time to target (s)"], r["record"]) for r in rows] == [
-        ("1", "1234", "c.jsonl:3"), ("2", "not reached", "c.jsonl:4")]
-    assert "## Other records" not in text  # the kind is drawn, not listed as unknown
-
-
-def test_from_record_reads_gpus_from_the_metrics_first():
-    r = _tta_record(4, 10.0, "x:1")
-    r["metrics"]["world_size"] = 8
-    assert predicted_tta.from_record(kinds.from_dict(r))["gpus"] == 8
-    assert predicted_tta.from_record(kinds.from_dict(_tta_record(None, 10.0, "x:1")))["gpus"] == 1
-    assert json.dumps(predicted_tta.from_record(kinds.from_dict(r)))  # a plain dict: the lead joins fields to it
+    assert not (tmp_path / "c" / "time_to_accuracy-c.png").exists()

@@ -17,12 +17,13 @@ from PIL import Image
 from imagenet import config
 from imagenet.run import sysinfo
 from imagenet.train import time_to_accuracy
-from results import bench
-from results.analysis import tta_protocol
+from studies.fashion_mnist_race import command as race
 from results.core import kinds, records
-from results.report import time_to_accuracy as tta_report
-from results.runners import examples_main, fashion_mnist, follow, tta
 from results.runners.common import BenchError
+from studies.fashion_mnist_race import examples_main, fashion_mnist, follow
+from studies.fashion_mnist_race import protocol as tta_protocol
+from studies.fashion_mnist_race import report as tta_report
+from studies.fashion_mnist_race import runner as tta
 
 # main.py's three size lines as the real file spells them, then lines printed the way its
 # ProgressMeter prints them; the stand-in also says where its copy lives and which sizes it got.
@@ -86,7 +87,7 @@ def test_convert_writes_an_image_folder_once(idx_dir, tmp_path):
 
 
 def test_missing_files_say_how_to_get_them(tmp_path, capsys):
-    rc = bench.main(["time-to-accuracy", "--fashion-mnist", str(tmp_path), "--cache", str(tmp_path / "c"),
+    rc = race.main(["run", "--fashion-mnist", str(tmp_path), "--cache", str(tmp_path / "c"),
                      "--records", str(tmp_path / "r.jsonl")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1
@@ -123,7 +124,7 @@ def test_unknown_main_py_is_refused(examples_checkout, tmp_path):
 
 
 def _run_examples(idx_dir, checkout, tmp_path, epochs="3", *more):
-    rc = bench.main(["time-to-accuracy", "--phase", "examples", "--examples", str(checkout),
+    rc = race.main(["run", "--phase", "examples", "--examples", str(checkout),
                      "--fashion-mnist", str(idx_dir), "--cache", str(tmp_path / "cache"),
                      "--work", str(tmp_path / "work"), "--records", str(tmp_path / "r.jsonl"),
                      "--examples-epochs", epochs, *more])
@@ -170,7 +171,7 @@ def test_examples_phase_failure_is_recorded(idx_dir, examples_checkout, tmp_path
 
 
 def test_ours_phase_needs_an_examples_record(idx_dir, tmp_path, capsys):
-    rc = bench.main(["time-to-accuracy", "--phase", "ours", "--fashion-mnist", str(idx_dir), "--cache",
+    rc = race.main(["run", "--phase", "ours", "--fashion-mnist", str(idx_dir), "--cache",
                      str(tmp_path / "cache"), "--records", str(tmp_path / "none.jsonl")])
     assert rc == 2 and "or --phase examples first, on a quiet machine" in capsys.readouterr().err
 
@@ -382,7 +383,7 @@ def test_a_killed_benchmark_stops_the_program_it_runs(idx_dir, tmp_path):
     (checkout / "imagenet" / "main.py").write_text(FAKE_MAIN.replace(
         "import os, sys\n", f"import os, sys, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
                            "time.sleep(600)\n", 1))
-    harness = subprocess.Popen([sys.executable, "-m", "results.bench", "time-to-accuracy", "--phase", "examples",
+    harness = subprocess.Popen([sys.executable, "-m", "studies.fashion_mnist_race", "run", "--phase", "examples",
                                 "--examples", str(checkout), "--fashion-mnist", str(idx_dir), "--cache",
                                 str(tmp_path / "cache"), "--work", str(tmp_path / "work"), "--records",
                                 str(tmp_path / "r.jsonl"), "--examples-epochs", "1"], cwd=tta.REPO)
@@ -475,21 +476,21 @@ def test_the_gpu_recipe_counts_the_trial_its_machine_picked_on_the_tuning_split(
                                  machine_id="another-boot")  # another machine's trial is not this one's to pick
     records.append(out, {**{k: v for k, v in elsewhere.raw.items() if k != "_source"},
                          "point": {**elsewhere.raw["point"], "trial": ["--lr", "9"], "recipe_name": "gpu"}})
-    pick = ["time-to-accuracy", "--phase", "pick", "--recipe", "gpu", "--records", str(out)]
+    pick = ["run", "--phase", "pick", "--recipe", "gpu", "--records", str(out)]
     # within 50 s on the test split, 45 s on the tuning split's nine tenths: --epochs 16's 91.5 % is the best
-    assert bench.main([*pick, "--within-s", "50"]) == 0 and capsys.readouterr().out.strip() == "--epochs 16"
-    assert bench.main([*pick, "--within-s", "80"]) == 0 and capsys.readouterr().out.strip() == "-b 512 --epochs 20"
-    args = bench.build_parser().parse_args(["time-to-accuracy", "--records", str(out), "--recipe", "gpu", "--trial",
+    assert race.main([*pick, "--within-s", "50"]) == 0 and capsys.readouterr().out.strip() == "--epochs 16"
+    assert race.main([*pick, "--within-s", "80"]) == 0 and capsys.readouterr().out.strip() == "-b 512 --epochs 20"
+    args = race.build_parser().parse_args(["run", "--records", str(out), "--recipe", "gpu", "--trial",
                                       "--epochs 16"])
     assert tta.counted_trial(args) == ["--epochs", "16"]
     assert tta.tuned_on(args, ["--epochs", "16"])["records"] == ["tune-0", "tune-1", "tune-2"]
-    untuned = bench.build_parser().parse_args(["time-to-accuracy", "--records", str(tmp_path / "none.jsonl"),
+    untuned = race.build_parser().parse_args(["run", "--records", str(tmp_path / "none.jsonl"),
                                                "--recipe", "gpu"])
     with pytest.raises(BenchError, match="the gpu recipe has not been tuned on this machine"):
         tta.counted_trial(untuned)
     for recipe, trial, says in (("gpu", "--lr 9", "was not tried on this machine's tuning split"),
                                 ("cpu", "--epochs 16", "changes the recipe")):
-        args = bench.build_parser().parse_args(["time-to-accuracy", "--records", str(out), "--recipe", recipe,
+        args = race.build_parser().parse_args(["run", "--records", str(out), "--recipe", recipe,
                                                 "--trial", trial])
         with pytest.raises(BenchError, match=says):
             tta.counted_trial(args)

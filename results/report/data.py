@@ -1,0 +1,95 @@
+"""Report sections of data records: shared storage seen from the nodes, the loader on one node (no model),
+and the decoding backends' cost per core against the baseline."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+from results.analysis import comparisons
+from results.analysis.spread import aggregate
+from results.core.kinds import Record
+from results.core.records import group_by
+from results.report import figures
+from results.report.common import md_table, prose, sorted_groups
+from results.report.storage import format_name, reader_panels
+
+
+def spread(pt) -> Optional[float]:
+    """A point's standard deviation where it was repeated."""
+    return pt.std if pt.n > 1 else None
+
+
+def _ids(pt) -> str:
+    return ", ".join(r.source for r in pt.records)
+
+
+def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
+    if not storage:
+        return ""
+    readers = sorted({r.point.readers_per_node for r in storage})
+    panels = reader_panels(storage, [(metric, what, f"{what} read, all nodes")
+                                     for metric, what in (("mb_per_s", "MB/s"), ("files_per_s", "files/s"))])
+    figures.report_panels(fig_dir / "IO.png", panels, "I/O from the nodes: whole files read from shared storage "
+                          "(mean and std of repeats)", ncols=len(readers), shared_legend=True)
+    rows = []
+    for (name, k), rs in sorted(group_by(storage, lambda r: (format_name(r), r.point.readers_per_node)).items()):
+        files = aggregate(rs, lambda r: r.point.nodes, lambda r: r.metrics.files_per_s)
+        for p, f in zip(aggregate(rs, lambda r: r.point.nodes, lambda r: r.metrics.mb_per_s), files):
+            rows.append([name, k, int(p.x), p.n, p.mean, spread(p), p.mean / p.x, f.mean, spread(f),
+                         p.records[0].metrics.bytes_per_file, _ids(p)])
+    notes = "".join(f"- {n}\n" for n in sorted({r.note for r in storage if r.note}))
+    return prose("data.storage", notes=f"\nNotes recorded with these points:\n\n{notes}" if notes else "",
+                 table=md_table("data.storage_columns", rows))
+
+
+def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
+    if not io:
+        return ""
+    groups = group_by(io, lambda r: f"{r.point.backend}, {r.point.cache} cache")
+    panels = []
+    for key, xlabel, pick in (("workers", "DataLoader workers (one reader)", lambda r: r.point.readers == 1),
+                              ("readers", "reader processes on one node", lambda r: r.point.readers > 1
+                               or r.point.workers == 0)):
+        for metric, ylabel in (("images_per_s", "images (files)/s"), ("mb_per_s", "MB/s of file bytes")):
+            s = []
+            for i, (name, rs) in enumerate(sorted(groups.items())):
+                pts = aggregate([r for r in rs if pick(r)], lambda r, key=key: getattr(r.point, key),
+                                lambda r, metric=metric: getattr(r.metrics, metric))
+                if len(pts) > 1:
+                    s.append(figures.spread(name, pts, color=figures.palette(i // 2),
+                                            style="o-" if "cold" in name else "s--"))
+            panels.append({"title": f"{ylabel} vs {key}", "xlabel": xlabel, "ylabel": ylabel, "series": s,
+                           "ymin0": True})
+    panels = [p for p in panels if p["series"]]
+    if panels:
+        figures.report_panels(fig_dir / "IO_loader.png", panels, "Data loading on one node, no model "
+                              "(decode + augment to the image size)", ncols=2,
+                              shared_legend=len({tuple(s["label"] for s in p["series"]) for p in panels}) == 1)
+    rows = [[name, r.point.workers, r.point.readers, r.metrics.images_per_s, r.metrics.mb_per_s,
+             r.metrics.images_per_cpu_s, r.source]
+            for name, rs in sorted(groups.items())
+            for r in sorted(rs, key=lambda r: (r.point.readers, r.point.workers))]
+    fig = "![IO loader](IO_loader.png)\n\n" if panels else ""
+    return prose("data.loader", figure=fig, table=md_table("data.loader_columns", rows))
+
+
+def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
+    ratios = [r for r in steady if r.point.backend != "baseline" and r.metrics.ratio_per_core]
+    if not ratios:
+        return ""
+    groups = sorted_groups(ratios, lambda r: f"{r.point.backend}, {r.point.split}", lambda r: r.point.workers)
+    s = []
+    for i, (name, rs) in enumerate(groups.items()):
+        y = [r.metrics.ratio_per_core for r in rs]
+        s.append({"label": name, "x": [r.point.workers for r in rs], "y": y, "color": figures.palette(i),
+                  "err_lo": [v - r.metrics.ratio_min for v, r in zip(y, rs)],
+                  "err_hi": [r.metrics.ratio_max - v for v, r in zip(y, rs)]})
+    figures.report_panels(fig_dir / "pipeline.png", [{"title": "images/s per core vs the baseline backend",
+                                                      "xlabel": "DataLoader workers", "ylabel": "x the baseline",
+                                                      "series": s, "ymin0": True}],
+                          "Decode + augment, backends in lockstep rounds (median; bars: range over rounds)")
+    rows = [[name, r.point.workers, r.metrics.rounds, comparisons.times(r.metrics.ratio_per_core),
+             f"{comparisons.times(r.metrics.ratio_min)}-{comparisons.times(r.metrics.ratio_max)}",
+             r.metrics.images_per_cpu_s, r.source]
+            for name, rs in groups.items() for r in rs]
+    return prose("data.pipeline", table=md_table("data.pipeline_columns", rows))

@@ -1,0 +1,18 @@
+"""One-off benches, each run for one question with a handful of records.
+
+- :mod:`.region`: decoding a crop box, the C region decoder against nvImageCodec's;
+- :mod:`.overlap`: the all-reduce time DDP leaves exposed per step;
+- :mod:`.prepare` (with :mod:`.archive_set`): importing ImageNet's archives, on a generated download.
+
+``python -m studies.benches KIND ...`` runs one and appends to ``records/``; ``python -m studies.benches
+report`` writes ``RESULTS.md`` here.
+"""
+from pathlib import Path
+
+from results.report.common import add_words
+
+HERE = Path(__file__).resolve().parent
+RECORDS = HERE / "records"
+add_words(HERE / "text")
+
+from studies.benches import kinds  # noqa: E402,F401  (registers this study's record kinds)

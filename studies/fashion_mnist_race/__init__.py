@@ -1,0 +1,16 @@
+"""Time to a target top-1 on real photographs: pytorch/examples' main.py against the engine on Fashion-MNIST.
+
+``python -m studies.fashion_mnist_race run ...`` races the two programs (:mod:`.runner`) and appends to
+``records/``; ``python -m studies.fashion_mnist_race report`` writes ``RESULTS.md`` here. The protocol (which
+runs count, the goal they set) is :mod:`.protocol`; the sections' words are in ``text/``.
+"""
+from pathlib import Path
+
+from results.report.common import add_words
+
+HERE = Path(__file__).resolve().parent
+RECORDS = HERE / "records"
+REFERENCE = HERE / "reference"
+add_words(HERE / "text")
+
+from studies.fashion_mnist_race import kinds  # noqa: E402,F401  (registers this study's record kinds)

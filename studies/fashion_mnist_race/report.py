@@ -1,0 +1,194 @@
+"""The race's write-up (``studies/fashion_mnist_race/RESULTS.md``), from the records of ``python -m
+studies.fashion_mnist_race run``: pytorch/examples' main.py and this engine on Fashion-MNIST under the protocol of
+docs/time-to-accuracy.md (the arithmetic: :mod:`studies.fashion_mnist_race.protocol`).
+
+It shows every protocol run, counted or not, each measured against the final target and budget (the
+medians of main.py's counted runs); the medians and ranges of the counted runs with the goals' verdicts;
+the counted runs' curves; the tuning trials that chose the recipe; and the single runs made before
+the protocol, marked as such.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Optional, Sequence
+
+from imagenet.common.files import write_text
+from results.core import records
+from results.core.kinds import Record
+from results.core.records import group_by
+from results.report import figures
+from results.report.common import fmt, md_table, prose
+from studies.fashion_mnist_race import HERE, RECORDS, REFERENCE, protocol
+from studies.fashion_mnist_race.protocol import EXAMPLES_PROGRAM, OURS_PROGRAM, Goal, Spread
+
+HEADING = "Time to accuracy on real photographs (Fashion-MNIST)"
+GOAL_RATIO = 3.0  # the benchmark's goal: time to the target at least 3x shorter than main.py's
+GOAL_TOP1 = 92.0  # ...and, in main.py's wall time, at least this top-1 (the table's ResNet18: 94.9 %)
+NAMES = {EXAMPLES_PROGRAM: "main.py", OURS_PROGRAM: "this engine"}
+
+
+def section(recs: Sequence[Record], fig_dir: Path, ref_dir: Path = REFERENCE) -> str:
+    machines = group_by([r for program in NAMES for r in protocol.protocol_runs(recs, program)], protocol.machine)
+    tuning = [r for r in recs if r.kind == protocol.TUNING_KIND and r.ok]
+    earlier = protocol.earlier_runs(recs)
+    if not (machines or tuning or earlier):
+        return ""
+    out = [f"## {HEADING}\n", prose("time_to_accuracy.protocol") + "\n"]
+    for machine, runs in machines.items():
+        out.append(_machine(machine, runs, fig_dir, len(machines) > 1))
+    out += [_pooled(hardware, runs) for hardware, runs in group_by(
+        [r for runs in machines.values() for r in runs], protocol.hardware).items()
+        if len({protocol.machine(r) for r in runs}) > 1]
+    if not machines:
+        out.append("No run under the protocol yet.\n")
+    out += [_tuning(tuning), _earlier(earlier), published_table(ref_dir)]
+    return "\n".join(part for part in out if part)
+
+
+def _machine(machine: str, recs: Sequence[Record], fig_dir: Path, titled: bool) -> str:
+    """One machine's runs: a machine's times compare only with the same machine's."""
+    runs = {program: [r for r in recs if r.point.program == program] for program in NAMES}
+    fixed = protocol.goal(protocol.counted(runs[EXAMPLES_PROGRAM]))
+    slug = re.sub(r"[^a-z0-9]+", "-", machine.lower()).strip("-")
+    name = f"time_to_accuracy-{slug}.png" if titled else "time_to_accuracy.png"
+    when = sorted({r.time[:10] for r in recs})
+    dates = when[0] if len(when) == 1 else f"{when[0]} to {when[-1]}"
+    named = machine if machine.endswith(dates) else f"{machine} ({dates})"  # older records' names hold the day
+    parts = [f"### On {named}\n" if titled else f"On {named}.\n",
+             _figure(runs, fixed, fig_dir / name), _runs_table(runs, fixed), _summary(runs, fixed)]
+    return "\n".join(part for part in parts if part)
+
+
+def _figure(runs: dict, fixed: Optional[Goal], path: Path) -> str:
+    series = [{"label": f"{NAMES[program]} seed {r.point.seed}", "x": [p["wall_s"] / 60 for p in r.curve],
+               "y": [p["top1"] for p in r.curve], "color": figures.palette(i), "alpha": 0.8}
+              for i, program in enumerate(NAMES) for r in protocol.counted(runs[program])]
+    if not series:
+        return "No counted run yet (every run so far shared the machine): no figure.\n"
+    size = next(r.point.image_size for program in NAMES for r in runs[program])
+    title = f"ResNet-18 on Fashion-MNIST at {size} px: counted runs"
+    fig = figures.time_to_accuracy(path, series, fixed and fixed.target, fixed and fixed.budget_s / 60, title)
+    return f"![time to accuracy]({fig.relative_to(path.parent.parent).as_posix()})\n"
+
+
+def _runs_table(runs: dict, fixed: Optional[Goal]) -> str:
+    rows = [_run_row(program, r, fixed, protocol.superseded(r, runs[program])) for program in NAMES
+            for r in runs[program]]
+    lead = (prose("time_to_accuracy.target", target=fmt(fixed.target), budget=fmt(fixed.budget_s), runs=fixed.runs)
+            if fixed else "No counted main.py run yet: no target, no budget.") + "\n\n"
+    return lead + md_table("time_to_accuracy.runs_columns", rows)
+
+
+def _run_row(program: str, run: Record, fixed: Optional[Goal], superseded: bool) -> list:
+    m = run.metrics
+    measured = protocol.measure(run, fixed.target, fixed.budget_s) if fixed else None
+    share, same_scoring = m.other_cpu_share, protocol.one_scoring(run)
+    counted = f"{'yes' if protocol.counts(run, superseded) else 'no'} " \
+              f"({fmt(100 * share) if share is not None else '-'} %)"
+    counted += ", an earlier recipe" if superseded else ""
+    counted += "" if same_scoring else f", validated at resize {protocol.validation_resize(run)}"
+    return [NAMES[program], fmt(run.point.seed), counted, fmt(m.start_s),
+            fmt(measured and measured.time_to_target_s), fmt(measured and measured.core_s_to_target),
+            fmt(measured and measured.best_in_budget), fmt(m.best_top1), fmt(m.epochs), fmt(m.wall_s),
+            run.point.declared or "model", run.source]
+
+
+def _spread(spread: Spread) -> str:
+    if spread.median is None:
+        return "-"
+    return f"{fmt(spread.median)} ({fmt(spread.low)}-{fmt(spread.high)})"
+
+
+def _summary(runs: dict, fixed: Optional[Goal]) -> str:
+    if fixed is None:
+        return ""
+    spreads = {program: _spreads(protocol.counted(runs[program]), fixed) for program in NAMES}
+    rows = [[NAMES[p], len(protocol.counted(runs[p])), *(_spread(spreads[p][key]) for key in ("wall", "cpu", "best",
+                                                                                            "start"))] for p in NAMES]
+    table = md_table("time_to_accuracy.summary_columns", rows)
+    return ("Medians (min-max) over the counted runs:\n\n" + table + "\n"
+            + _verdicts(spreads, {p: len(protocol.counted(runs[p])) for p in NAMES}))
+
+
+def _spreads(counted: Sequence[Record], fixed: Goal) -> dict:
+    measured = [protocol.measure(r, fixed.target, fixed.budget_s) for r in counted]
+    to_target = [protocol.to_target(r, m) for r, m in zip(counted, measured)]
+    return {"wall": Spread.of([wall for wall, _ in to_target]), "cpu": Spread.of([cpu for _, cpu in to_target]),
+            "missed": sum(m.time_to_target_s is None for m in measured),
+            "best": Spread.of([m.best_in_budget for m in measured]),
+            "start": Spread.of([r.metrics.start_s for r in counted])}
+
+
+def _verdicts(spreads: dict, counts: dict) -> str:
+    ours, examples = spreads[OURS_PROGRAM], spreads[EXAMPLES_PROGRAM]
+    wall = protocol.ratio(examples["wall"].median, ours["wall"].median)
+    cpu = protocol.ratio(examples["cpu"].median, ours["cpu"].median)
+    best = ours["best"].median
+    lines = [prose("time_to_accuracy.goals", wall=_ratio(wall), cpu=_ratio(cpu), ratio=GOAL_RATIO, top1=GOAL_TOP1,
+                   wall_verdict=_verdict(wall, GOAL_RATIO), cpu_verdict=_verdict(cpu, GOAL_RATIO), best=fmt(best),
+                   best_verdict=_verdict(best, GOAL_TOP1))]
+    short = [f"{NAMES[p]} {n} of {protocol.MIN_RUNS}" for p, n in counts.items() if n < protocol.MIN_RUNS]
+    if short:
+        lines.append(prose("time_to_accuracy.provisional", runs=protocol.MIN_RUNS, short=", ".join(short)))
+    else:  # the target is main.py's median best, so about half of its own runs miss it
+        lines += [prose("time_to_accuracy.missed", missed=spreads[p]["missed"], name=NAMES[p])
+                  for p in NAMES if spreads[p]["missed"]]
+    return "\n".join(lines) + "\n"
+
+
+def _pooled(hardware: str, recs: Sequence[Record]) -> str:
+    """Every machine of one HARDWARE pooled into one target and budget: shown beside the per-machine results for
+    comparison only, since one VM's or lease's speed is not another's."""
+    runs = {program: [r for r in recs if r.point.program == program] for program in NAMES}
+    fixed = protocol.goal(protocol.counted(runs[EXAMPLES_PROGRAM]))
+    machines = len({protocol.machine(r) for r in recs})
+    return prose("time_to_accuracy.pooled", hardware=hardware, machines=machines) + "\n\n" + _summary(runs, fixed)
+
+
+def _ratio(value: Optional[float]) -> str:
+    return f"**{value:.2f}**" if value is not None else "-"
+
+
+def _verdict(value: Optional[float], goal: float) -> str:
+    if value is None:
+        return "not measured"
+    return "met" if value >= goal else "not met"
+
+
+def _tuning(tuning: Sequence[Record]) -> str:
+    if not tuning:
+        return ""
+    rows = [[" ".join(r.point.trial or []) or "(the recipe)", fmt(r.point.seed), fmt(r.metrics.epochs),
+             fmt(r.metrics.final_top1), fmt(r.metrics.best_top1), fmt(r.metrics.wall_s),
+             fmt(protocol.validation_resize(r)), r.source]
+            for r in sorted(tuning, key=lambda r: r.time)]
+    return prose("time_to_accuracy.tuning", table=md_table("time_to_accuracy.tuning_columns", rows))
+
+
+def _earlier(earlier: Sequence[Record]) -> str:
+    if not earlier:
+        return ""
+    rows = [[NAMES.get(r.point.program, r.point.program), fmt(r.metrics.best_top1), fmt(r.metrics.time_to_target_s),
+             fmt(r.metrics.wall_s), r.source] for r in earlier]
+    return prose("time_to_accuracy.earlier", table=md_table("time_to_accuracy.earlier_columns", rows))
+
+
+def published_table(ref_dir: Path = REFERENCE) -> str:
+    """The data set's published accuracies, cited as its package README gives them."""
+    path = ref_dir / "fashion_mnist.json"
+    if not path.exists():
+        return ""
+    ref = json.loads(path.read_text())
+    rows = [[r["classifier"], r["preprocessing"], f"{100 * r['accuracy']:.1f}"] for r in ref["rows"]]
+    return prose("time_to_accuracy.published", ref=ref, table=md_table("time_to_accuracy.published_columns", rows))
+
+
+def build(record_paths: Sequence[Path] = (RECORDS,), out_dir: Path = HERE, ref_dir: Path = REFERENCE) -> Path:
+    """Write OUT_DIR/RESULTS.md and its figures from the race's records."""
+    recs = records.load_typed(list(record_paths))[0]
+    path = out_dir / "RESULTS.md"
+    body = section(recs, out_dir / "figures", ref_dir) or "No records yet.\n"
+    write_text(path, prose("time_to_accuracy.head") + "\n" + body)
+    return path

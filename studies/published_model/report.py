@@ -1,0 +1,44 @@
+"""The study's write-up (``studies/published_model/RESULTS.md``): this project's training points beside the
+published runs, the scaling model fed by them, the whole-step model against every published point, and the
+model's prediction for each cluster of the harness's records."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from imagenet.common.files import write_text
+from results.analysis.efficiency import with_efficiency
+from results.core import records
+from results.core.records import RECORDS_DIR, by_kind
+from results.report.common import Environments, prose
+from studies.benches import RECORDS as BENCH_RECORDS
+from studies.published_model import (
+    HERE,
+    REFERENCE,
+    cluster_section,
+    load_reference,
+    published_section,
+    whole_step_section,
+)
+from studies.published_model.model_section import model_section
+
+RECORDS = (RECORDS_DIR, BENCH_RECORDS)  # the harness's records, and the overlap bench's (the hidden fraction)
+
+
+def build(record_paths: Sequence[Path] = RECORDS, out_dir: Path = HERE, ref_dir: Path = REFERENCE) -> Path:
+    """Write OUT_DIR/RESULTS.md and its figures."""
+    recs = with_efficiency(records.load_typed(list(record_paths))[0])
+    pub, links = load_reference(ref_dir)
+    train, ar, overlap = by_kind(recs, "train"), by_kind(recs, "allreduce"), by_kind(recs, "overlap")
+    env, fig_dir = Environments(), out_dir / "figures"
+    files = sorted(RECORDS_DIR.glob("*.jsonl")) if RECORDS_DIR in map(Path, record_paths) else []  # one per cluster
+    body = [published_section.throughput_section(train, pub, env, fig_dir),
+            published_section.time_section(train, pub, env, fig_dir),
+            published_section.multinode_section(train, env),
+            model_section(train, ar, overlap, pub, links, env, fig_dir),
+            whole_step_section.section(train, by_kind(recs, "pipeline"), overlap, pub, links, fig_dir,
+                                       by_kind(recs, "storage")),
+            cluster_section.section(files, fig_dir)]
+    path = out_dir / "RESULTS.md"
+    write_text(path, "\n".join([prose("model.head"), *[b for b in body if b], "## Environments\n\n" + env.table()]))
+    return path
