@@ -1,5 +1,6 @@
 """CPU seconds (user + system) of this process and everything it started, for time-to-accuracy's
-core-seconds: the figure that other work sharing the cores hardly changes.
+core-seconds: the figure that other work sharing the cores hardly changes; and the whole machine's, to
+tell how much of it other processes used while a measurement ran (:class:`OtherWork`).
 
 The kernel's rusage counts this process and the children it has waited for; the data loader's
 persistent workers are still running, so their time is read from ``/proc/<pid>/stat`` (their own
@@ -12,9 +13,11 @@ from __future__ import annotations
 import os
 import resource
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# /proc/stat's first line: user nice system idle iowait irq softirq steal (guest time is within user)
+BUSY_FIELDS, IDLE_FIELDS = (0, 1, 2, 5, 6, 7), (3, 4)
 
 
 def process_tree_cpu_s() -> float:
@@ -57,3 +60,35 @@ def _all_stats() -> Dict[int, tuple]:
         ticks = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime (stat fields 14-17)
         out[int(entry.name)] = (int(fields[1]), ticks / _TICKS)
     return out
+
+
+def machine_cpu_s() -> Tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, all cores, from /proc/stat."""
+    ticks = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    busy, idle = sum(ticks[i] for i in BUSY_FIELDS), sum(ticks[i] for i in IDLE_FIELDS)
+    return busy / _TICKS, (busy + idle) / _TICKS
+
+
+class OtherWork:
+    """The share of the machine's CPU time that processes outside this one's tree (itself, its children,
+    ended or running) used since the last :meth:`mark`: 0 on a quiet machine, whatever a measurement's own
+    processes load it with. None where the machine's counters cannot be read."""
+
+    def __init__(self) -> None:
+        self.mark()
+
+    def mark(self) -> None:
+        self._start = self._now()
+
+    def share(self) -> Optional[float]:
+        now, start = self._now(), self._start
+        if now is None or start is None or now[1] - start[1] <= 0:
+            return None
+        return max(0.0, (now[0] - start[0]) - (now[2] - start[2])) / (now[1] - start[1])
+
+    @staticmethod
+    def _now() -> Optional[Tuple[float, float, float]]:
+        try:
+            return (*machine_cpu_s(), process_tree_cpu_s())
+        except (OSError, ValueError):  # not Linux
+            return None

@@ -20,6 +20,7 @@ Req = Annotated[Optional[float], "required"]  # a number every ok record of the 
 Num = Annotated[Optional[float], "number"]  # a number where recorded
 Text = Optional[str]
 Value = Optional[Any]  # any JSON value
+QUIET_SHARE = 0.10  # a point counts when other processes used at most this share of the machine's CPU time
 
 
 def required(cls: type) -> Tuple[str, ...]:
@@ -332,6 +333,8 @@ class Record:
     error: Text = None
     source: str = ""  # file:line, set by the loader
     host_load_1m: Optional[float] = None
+    other_cpu_share: Optional[float] = None  # of the machine's CPU time, used by processes not the point's
+    not_counted: Text = None  # why a point taken on a crowded machine is no measurement (set once, by the migration)
     runner: Text = None  # "slurm" for points that ran as SLURM jobs
     note: Text = None
     command: Text = None
@@ -358,6 +361,12 @@ class Record:
     def profiled(self) -> bool:
         """A --profile-steps run: its steps were slowed by the profiler, so it is no speed measurement."""
         return "--profile-steps" in (getattr(self.point, "extra_args", None) or [])
+
+    def counted(self, quiet_share: float = QUIET_SHARE) -> bool:
+        """A measurement, not noise: other processes used at most QUIET_SHARE of the machine's CPU while it
+        ran (where measured), and no older record was marked crowded. Uncounted points stay out of figures."""
+        crowded = self.other_cpu_share is not None and self.other_cpu_share > quiet_share
+        return not (crowded or self.not_counted)
 
     @property
     def on_gpu(self) -> bool:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from imagenet.common import cputime
 from imagenet.common.files import append_line
 from results.core.kinds import KINDS, Record, from_dict, numeric, required
 
@@ -142,13 +143,17 @@ class Sweep:
         self.kind, self.path, self.environment = kind, path, environment
         self.id = new_sweep_id(kind, tag)
         self.done: List[dict] = []
+        self.others = cputime.OtherWork()  # the machine's other work since the previous point ended
 
     def add(self, point: Dict[str, Any], metrics: Dict[str, Any], status: str = "ok", error: Optional[str] = None,
             kind: Optional[str] = None, **extra: Any) -> dict:
-        """Record one point (of KIND where the sweep writes more than its own kind)."""
-        record = make_record(kind or self.kind, self.id, point, metrics, self.environment, status, error, **extra)
+        """Record one point (of KIND where the sweep writes more than its own kind), measured on this machine by
+        this process and its children since the previous point (their other_cpu_share)."""
+        record = make_record(kind or self.kind, self.id, point, metrics, self.environment, status, error,
+                             other_cpu_share=self.others.share(), **extra)
         append(self.path, record)
         self.done.append(record)
+        self.others.mark()
         return record
 
 

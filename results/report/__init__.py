@@ -20,6 +20,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from imagenet.common.files import write_text
 from results.core import records
+from results.core.kinds import QUIET_SHARE
 from results.core.records import by_kind
 from results.report import cluster, targets
 from results.report.common import REPO, RESULTS, ReportError, md_table, prose
@@ -29,8 +30,9 @@ __all__ = ["build", "main", "ReportError"]
 log = logging.getLogger(__name__)
 
 
-def build(record_paths: Sequence[Path], out_dir: Path) -> Tuple[Path, List]:
-    """Write RESULTS.md and every tag's report; returns (RESULTS.md path, problems)."""
+def build(record_paths: Sequence[Path], out_dir: Path, quiet_share: float = QUIET_SHARE) -> Tuple[Path, List]:
+    """Write RESULTS.md and every tag's report, points of a machine busier than QUIET_SHARE left out of their
+    figures; returns (RESULTS.md path, problems)."""
     loaded = records.load_by_file(record_paths)
     recs, problems = [r for _, good, _ in loaded for r in good], [pr for _, _, bad in loaded for pr in bad]
     if not recs and not problems:
@@ -39,7 +41,8 @@ def build(record_paths: Sequence[Path], out_dir: Path) -> Tuple[Path, List]:
     head = prose("results.head", records=len(recs), ok=sum(r.status == "ok" for r in recs),
                  failed=sum(r.status != "ok" for r in recs), unusable=len(problems),
                  files=", ".join(f"`{_rel(p)}`" for p in record_paths)) + "\n"
-    body = [head, targets.section(recs, by_kind(recs, "train")), clusters_section(loaded, out_dir),
+    counted = [r for r in recs if r.counted(quiet_share)]
+    body = [head, targets.section(counted, by_kind(counted, "train")), clusters_section(loaded, out_dir, quiet_share),
             prose("results.studies")]
     path = out_dir / "RESULTS.md"
     write_text(path, "\n".join(body))
@@ -47,15 +50,16 @@ def build(record_paths: Sequence[Path], out_dir: Path) -> Tuple[Path, List]:
     return path, problems
 
 
-def clusters_section(loaded: Sequence[Tuple[Path, List[dict], List]], out_dir: Path) -> str:
+def clusters_section(loaded: Sequence[Tuple[Path, List[dict], List]], out_dir: Path, quiet_share: float) -> str:
     """Write one report per records file (tag) under out_dir/reports/ and a table linking them."""
     rows = []
     for f, good, bad in loaded:
-        _, h = cluster.build_tag(f.stem, f, out_dir / "reports" / f.stem, loaded=(good, bad))
+        _, h = cluster.build_tag(f.stem, f, out_dir / "reports" / f.stem, (good, bad), quiet_share)
         best, eff = h["best"], h["efficiency"]
         rows.append([f"[{f.stem}](reports/{f.stem}/README.md)", f"{h['nodes']} x {h['hardware']}",
                      ", ".join(h["kinds"]), f"{best[0]} ({best[2]})" if best else "-",
-                     f"{eff[0]} at {eff[1]}" if eff else "-", f"{h['records'] - h['ok']} / {len(bad)}"])
+                     f"{eff[0]} at {eff[1]}" if eff else "-",
+                     f"{h['records'] - h['ok']} / {h['uncounted']} / {len(bad)}"])
     return prose("results.clusters", table=md_table("results.clusters_columns", rows))
 
 
@@ -73,6 +77,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS, help="where RESULTS.md and reports/ go (default results)")
     ap.add_argument("--tag", help="only the report of this tag: results/records/TAG.jsonl (or the one --records "
                     "file) -> OUT/reports/TAG/README.md and its figures")
+    ap.add_argument("--quiet-share", type=float, default=QUIET_SHARE, help="a point counts when other processes "
+                    "used at most this share of the machine's CPU while it ran (default 0.1; 1 counts every point)")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if a.tag:
@@ -85,9 +91,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if a.tag:
             if len(a.records) != 1 or Path(a.records[0]).is_dir():
                 raise ReportError("--tag takes one records file; pass --records FILE.jsonl or none")
-            cluster.build_tag(a.tag, Path(a.records[0]), a.out / "reports" / a.tag)
+            cluster.build_tag(a.tag, Path(a.records[0]), a.out / "reports" / a.tag, quiet_share=a.quiet_share)
             return 0
-        _, problems = build(a.records, a.out)
+        _, problems = build(a.records, a.out, a.quiet_share)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

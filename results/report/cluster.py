@@ -17,23 +17,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from imagenet.common.files import write_text
 from results.analysis.efficiency import with_efficiency
 from results.core import records
-from results.core.kinds import Record
+from results.core.kinds import QUIET_SHARE, Record
 from results.core.records import by_kind, group_by
 from results.report import data_scale, faults, gpu_step
 from results.report.comm import allreduce_section
 from results.report.common import Environments, fmt, md_table, pct, prose
 from results.report.data import loader_section, pipeline_section, storage_section
 from results.report.steps import step_section
-from results.report.training import (
-    breakdown_section,
-    curves_section,
-    efficiency,
-    hardware,
-    ids,
-    main_series,
-    throughput_section,
-    train_series,
-)
+from results.report.training import (breakdown_section, curves_section, efficiency, hardware, ids, main_series,
+                                     throughput_section, train_series)
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +34,12 @@ def _unit(hw: str) -> str:
     return "process(es)" if hw.startswith("CPU") else "GPU(s)"
 
 
-def headline(recs: Sequence[Record], series) -> Dict[str, object]:
+def headline(recs: Sequence[Record], series, quiet_share: float = QUIET_SHARE) -> Dict[str, object]:
     """What the summary paragraph (and RESULTS.md's table of clusters) says about one tag."""
     ok = [r for r in recs if r.status == "ok"]
     out: Dict[str, object] = {
         "records": len(recs), "ok": len(ok), "kinds": sorted({r.kind for r in ok}),
+        "uncounted": sum(not r.counted(quiet_share) for r in recs),
         "hardware": " / ".join(sorted({hardware(r) for r in ok})) or "unknown hardware",
         "nodes": max((r.nodes for r in ok), default=1),
         "cores": "/".join(sorted({str(r.environment.cpu_count) for r in ok if r.environment.cpu_count})),
@@ -92,6 +85,15 @@ def _as_recorded(values: Dict[str, object], shown) -> str:
     return ", ".join(f"{k}={fmt(v)}" for k, v in sorted(values.items()) if shown(v))
 
 
+def uncounted_section(recs: Sequence[Record], quiet_share: float) -> str:
+    """Points taken while other processes crowded the machine: kept, listed here, left out of every figure."""
+    rows = [[r.kind, _as_recorded(r.recorded("point"), lambda v: v not in (None, [], "")),
+             r.not_counted or f"other processes used {pct(r.other_cpu_share)} of the CPU", r.host_load_1m, r.source]
+            for r in recs if not r.counted(quiet_share)]
+    return prose("cluster.uncounted", share=pct(quiet_share), table=md_table("cluster.uncounted_columns", rows)) \
+        if rows else ""
+
+
 def failed_section(recs: Sequence[Record], problems: Sequence[records.Problem]) -> str:
     """Failed points with the last line of why, and the records file's lines that could not be used."""
     failed = [[r.kind, r.sweep, (r.error or "").splitlines()[-1][:160] if r.error else "-",
@@ -118,13 +120,13 @@ def environments(recs: Sequence[Record], env: Environments) -> str:
 
 # ---------------------------------------------------------------- the report
 
-def build_tag(tag: str, records_file: Path, out_dir: Path,
-              loaded: Optional[Tuple[List[dict], List]] = None) -> Tuple[Path, Dict[str, object]]:
+def build_tag(tag: str, records_file: Path, out_dir: Path, loaded: Optional[Tuple[List[dict], List]] = None,
+              quiet_share: float = QUIET_SHARE) -> Tuple[Path, Dict[str, object]]:
     """Write ``out_dir/README.md`` and its figures from one records file (LOADED: its records and unusable
     lines, where the caller has read it already); returns the README's path and the headline (hardware,
     best throughput, efficiency at the largest scale)."""
-    recs, problems = loaded if loaded is not None else records.load_typed([records_file])
-    recs = with_efficiency(recs)
+    every, problems = loaded if loaded is not None else records.load_typed([records_file])
+    recs = with_efficiency([r for r in every if r.counted(quiet_share)])  # a crowded machine's: listed, not drawn
     train, env = by_kind(recs, "train"), Environments()
     series = train_series(train)
     shards = data_scale.section(recs) if any(r.kind in ("shards_pipeline", "data_opens", "index_memory")
@@ -137,8 +139,9 @@ def build_tag(tag: str, records_file: Path, out_dir: Path,
             storage_section(by_kind(recs, "storage"), out_dir), loader_section(by_kind(recs, "io"), out_dir),
             pipeline_section(by_kind(recs, "pipeline"), out_dir),
             allreduce_section(ar, env, out_dir) if (ar := by_kind(recs, "allreduce")) else "",
-            shards, faults.section(recs), other_section(recs), failed_section(recs, problems)]
-    top = headline(recs, series)
+            shards, faults.section(recs), other_section(recs), uncounted_section(every, quiet_share),
+            failed_section(recs, problems)]
+    top = headline(every, series, quiet_share)
     head = prose("cluster.head", tag=tag, file=records_file.name, unusable=len(problems), summary=summary(tag, top))
     text = "\n".join([head, *[b for b in body if b], environments(recs, env)])
     out_dir.mkdir(parents=True, exist_ok=True)

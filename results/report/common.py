@@ -15,7 +15,6 @@ from results.core.setups import IMAGENET_TRAIN_IMAGES
 
 RESULTS = records.RESULTS_DIR
 REPO = RESULTS.parent
-REFERENCE = records.REFERENCE_DIR
 TEXT = Path(__file__).with_name("text")  # the sections' words, one markdown file per section module
 TEXT_DIRS = [TEXT]  # where prose() looks for text/FILE.md; a study adds its own folder (add_words)
 WHOLE_LINE = ("#", "![", "|", "{", "<")  # a text line starting so is a line of its own in the report

@@ -71,7 +71,7 @@ def _log_y_ticks(ax) -> None:
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
 
 
-def _axes(path: Path, series: Sequence[Series], title: str, empty: str, xlabel: str, ylabel: str,
+def axes(path: Path, series: Sequence[Series], title: str, empty: str, xlabel: str, ylabel: str,
           size: tuple = (6.4, 4.4), setup=None, which: str = "major") -> Path:
     """One axes of SERIES (SETUP(ax) after drawing them: scales, ticks, marks), or the text EMPTY without any."""
     fig, ax = plt.subplots(figsize=size)
@@ -87,12 +87,6 @@ def _axes(path: Path, series: Sequence[Series], title: str, empty: str, xlabel: 
         ax.legend(fontsize=8)
     ax.set_title(title, fontsize=10)
     return _save(fig, path)
-
-
-def curves(path: Path, series: Sequence[Series], ylabel: str, title: str) -> Path:
-    """Learning curve: metric against epoch, one line per run."""
-    return _axes(path, series, title, "no TensorBoard events found for the recorded runs", "epoch", ylabel,
-                 setup=lambda ax: ax.xaxis.get_major_locator().set_params(integer=True))
 
 
 def _panels(panels: Sequence[Dict[str, object]], ncols: int, height: float = 4.2):
@@ -146,7 +140,7 @@ def allreduce(path: Path, series: Sequence[Series], title: str) -> Path:
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: size_label(v)))
         for label in ax.get_xticklabels():
             label.set_rotation(30)
-    return _axes(path, series, title, "no allreduce records", "message size", "bandwidth (GB/s, 1e9 bytes/s)",
+    return axes(path, series, title, "no allreduce records", "message size", "bandwidth (GB/s, 1e9 bytes/s)",
                  size=(6.8, 4.4), setup=setup, which="both")
 
 
@@ -285,15 +279,3 @@ def hbars(path: Path, labels: Sequence[str], means: Sequence[float], stds: Seque
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(title, fontsize=10)
     return _save(fig, path, layout=False, bbox_inches="tight")
-
-
-def time_to_accuracy(path: Path, series: Sequence[Series], target: Optional[float], budget_min: Optional[float],
-                     title: str) -> Path:
-    """Top-1 against wall minutes, one line per program, with the target and the time budget marked."""
-    def marks(ax) -> None:
-        if target is not None:
-            ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.2f} %")
-        if budget_min is not None:
-            ax.axvline(budget_min, color="grey", linestyle=":", linewidth=1, label=f"budget {budget_min:.1f} min")
-    return _axes(path, series, title, "", "wall time since the start (minutes, evaluation included)",
-                 "validation top-1 (%)", setup=marks)

@@ -9,6 +9,7 @@ import shutil
 from dataclasses import asdict
 from typing import List, Optional
 
+from imagenet.common import cputime
 from imagenet.data.decode.augment import Augmentation
 from results.analysis.efficiency import with_efficiency
 from results.analysis.parameters import parameter_count
@@ -45,9 +46,12 @@ def run_train(args: argparse.Namespace) -> List[dict]:
     sweep = records.new_sweep_id("train", args.tag)
     params = {p.arch: parameter_count(p.arch) for p in pts}
     done: List[dict] = []
+    others = cputime.OtherWork()  # a local point's processes are this one's children; a SLURM job's are not
     for i, p in enumerate(pts, 1):
         common.progress(i, len(pts), f"train {p.name} ({runner.name})")
+        others.mark()
         rec = _train_point(p, runner, sweep, params[p.arch], args)
+        rec["other_cpu_share"] = others.share() if args.submit == "local" else None
         done.append(rec)
         # the newest point's scaling efficiency, in its record: the baseline ran first, so it is final
         m = with_efficiency([from_dict(r) for r in done])[-1].metrics

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 from imagenet.common import cputime
+from imagenet.common.cputime import machine_cpu_s
+from results.core import kinds
 from results.runners.common import BenchError
 
 SAMPLE_EVERY_S = 15.0
 PROGRESS_EVERY_S = 60.0  # a watched program's progress lines are logged at most this often
-QUIET_SHARE = 0.10  # a run counts when other processes used at most this share of the machine's CPU time
-# /proc/stat's first line: user nice system idle iowait irq softirq steal (guest time is within user)
-BUSY_FIELDS, IDLE_FIELDS = (0, 1, 2, 5, 6, 7), (3, 4)
+QUIET_SHARE = kinds.QUIET_SHARE  # a run counts when other processes used at most this share of the machine's CPU
 
 
 def children_cpu_s() -> float:
@@ -37,14 +37,6 @@ def children_cpu_s() -> float:
     (their own waited-for children, such as data-loading workers, included)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def machine_cpu_s() -> tuple:
-    """(busy, total) CPU seconds of the whole machine since boot, all cores, from /proc/stat."""
-    ticks = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    busy, idle = sum(ticks[i] for i in BUSY_FIELDS), sum(ticks[i] for i in IDLE_FIELDS)
-    hertz = os.sysconf("SC_CLK_TCK")
-    return busy / hertz, (busy + idle) / hertz
 
 
 def own_cpu_s() -> float:

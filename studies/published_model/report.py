@@ -12,14 +12,8 @@ from results.core import records
 from results.core.records import RECORDS_DIR, by_kind
 from results.report.common import Environments, prose
 from studies.benches import RECORDS as BENCH_RECORDS
-from studies.published_model import (
-    HERE,
-    REFERENCE,
-    cluster_section,
-    load_reference,
-    published_section,
-    whole_step_section,
-)
+from studies.published_model import (HERE, REFERENCE, cluster_section, load_reference, published_section,
+                                     whole_step_section)
 from studies.published_model.model_section import model_section
 
 RECORDS = (RECORDS_DIR, BENCH_RECORDS)  # the harness's records, and the overlap bench's (the hidden fraction)
@@ -27,7 +21,7 @@ RECORDS = (RECORDS_DIR, BENCH_RECORDS)  # the harness's records, and the overlap
 
 def build(record_paths: Sequence[Path] = RECORDS, out_dir: Path = HERE, ref_dir: Path = REFERENCE) -> Path:
     """Write OUT_DIR/RESULTS.md and its figures."""
-    recs = with_efficiency(records.load_typed(list(record_paths))[0])
+    recs = with_efficiency([r for r in records.load_typed(list(record_paths))[0] if r.counted()])
     pub, links = load_reference(ref_dir)
     train, ar, overlap = by_kind(recs, "train"), by_kind(recs, "allreduce"), by_kind(recs, "overlap")
     env, fig_dir = Environments(), out_dir / "figures"

@@ -20,7 +20,8 @@ ELSEWHERE = {
     "results/records/mycluster.jsonl", "results/reports/mycluster/README.md",  # what a user's own tag writes
 }
 # Paths the committed records name as they were when measured: the generated reports quote the records'
-# notes, and a record is never rewritten. The local cluster lived in tests/ then (now slurm/localcluster/).
+# notes, and what a record measured is never rewritten. The local cluster lived in tests/ then (now
+# slurm/localcluster/).
 RECORDED = {"tests/slurm_cluster.py"}
 GENERATED = ("results/RESULTS.md", "results/reports/", "studies/published_model/RESULTS.md",
              "studies/fashion_mnist_race/RESULTS.md", "studies/benches/RESULTS.md")  # made by `make report`
