@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from results.core.records import group_by
 
@@ -26,6 +26,16 @@ class Point:
     @property
     def n(self) -> int:
         return len(self.records)
+
+    @property
+    def spread(self) -> Optional[float]:
+        """The standard deviation where the point was repeated (None for a single record)."""
+        return self.std if self.n > 1 else None
+
+    @property
+    def sources(self) -> str:
+        """The records behind it, as a table names them (file:line, ...)."""
+        return ", ".join(r.source for r in self.records)
 
 
 def aggregate(recs: Sequence[dict], x_of: Callable[[dict], float], y_of: Callable[[dict], float]) -> List[Point]:

@@ -84,8 +84,8 @@ class AllreducePoint:
 
 @dataclass(frozen=True)
 class PipelinePoint:
-    """Also the shards_pipeline kind's (``variant`` there names the source: folder or shards).
-    ``auto_augment``: the policy every backend applied after its crop (None: none)."""
+    """``backend`` names what decoded; ``variant``, where set, the source and backend of the shards bench (fast+folder,
+    fast+shards, ...). ``auto_augment``: the policy every backend applied after its crop (None: none)."""
 
     backend: Text = None
     auto_augment: Text = None
@@ -208,7 +208,6 @@ class AllreduceMetrics:
 
 @dataclass(frozen=True)
 class PipelineMetrics:
-    """Also the shards_pipeline kind's: the same bench over shard files."""
 
     images_per_cpu_s: Req = None
     images_per_s: Req = None
@@ -276,7 +275,7 @@ KINDS: Dict[str, Tuple[type, type]] = {
     "train": (TrainPoint, TrainMetrics), "io": (IoPoint, IoMetrics),
     "allreduce": (AllreducePoint, AllreduceMetrics),
     "pipeline": (PipelinePoint, PipelineMetrics), "storage": (StoragePoint, StorageMetrics),
-    "shards_pipeline": (PipelinePoint, PipelineMetrics), "data_opens": (DataOpensPoint, DataOpensMetrics),
+    "data_opens": (DataOpensPoint, DataOpensMetrics),
     "index_memory": (IndexMemoryPoint, IndexMemoryMetrics), "fault": (FaultPoint, FaultMetrics),
 }
 

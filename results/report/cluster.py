@@ -24,7 +24,7 @@ from results.report.comm import allreduce_section
 from results.report.common import Environments, fmt, md_table, pct, prose
 from results.report.data import loader_section, pipeline_section, storage_section
 from results.report.steps import step_section
-from results.report.training import (breakdown_section, curves_section, efficiency, hardware, ids, main_series,
+from results.report.training import (breakdown_section, curves_section, efficiency, hardware, main_series,
                                      throughput_section, train_series)
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def headline(recs: Sequence[Record], series, quiet_share: float = QUIET_SHARE) -
     if best:
         (hw, name), p = best
         out["best"] = (f"{fmt(p.mean)} images/s", f"{name}, {int(p.x)} {_unit(hw)}" + (f", mean of {p.n}" if p.n > 1
-                                                                                        else ""), ids(p))
+                                                                                        else ""), p.sources)
     main = main_series(series)
     if main:
         (hw, name), pts = main
@@ -69,7 +69,7 @@ def summary(tag: str, headline: Dict[str, object]) -> str:
     return " ".join(part for part in parts if part) + "\n"
 
 
-DRAWN = ("train", "storage", "io", "pipeline", "allreduce", "shards_pipeline", "data_opens", "index_memory",
+DRAWN = ("train", "storage", "io", "pipeline", "allreduce", "data_opens", "index_memory",
          "fault")  # the kinds the sections above present
 
 
@@ -129,8 +129,8 @@ def build_tag(tag: str, records_file: Path, out_dir: Path, loaded: Optional[Tupl
     recs = with_efficiency([r for r in every if r.counted(quiet_share)])  # a crowded machine's: listed, not drawn
     train, env = by_kind(recs, "train"), Environments()
     series = train_series(train)
-    shards = data_scale.section(recs) if any(r.kind in ("shards_pipeline", "data_opens", "index_memory")
-                                                       for r in recs) else ""
+    shards = data_scale.section(recs) if data_scale.shards_pipeline(recs) or any(
+        r.kind in ("data_opens", "index_memory") for r in recs) else ""
     steps = [r for r in train if r.point.setup]  # the --setups comparisons: the engine against the baseline
     body = [throughput_section(series, out_dir), breakdown_section(train),
             *([step_section(steps, env, out_dir, gpu=gpu) for gpu in sorted({r.on_gpu for r in steps})]),

@@ -1,26 +1,37 @@
-"""Report sections of data records: shared storage seen from the nodes, the loader on one node (no model),
-and the decoding backends' cost per core against the baseline."""
+"""Report sections of data records: shared storage seen from the nodes (whole files read by ``results.bench
+scaling --io``: one series per data format and readers per node, against the node count), the loader on one
+node (no model), and the decoding backends' cost per core against the baseline."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Sequence, Tuple
 
 from results.analysis import comparisons
 from results.analysis.spread import aggregate
 from results.core.kinds import Record
-from results.core.records import group_by
+from results.core.records import group_by, newest_sweep
 from results.report import figures
-from results.report.common import md_table, prose, sorted_groups
-from results.report.storage import format_name, reader_panels
+from results.report.common import md_table, prose
 
 
-def spread(pt) -> Optional[float]:
-    """A point's standard deviation where it was repeated."""
-    return pt.std if pt.n > 1 else None
+def format_name(record: Record) -> str:
+    """A storage record's series: its data format and cache (sweeps of one format fold into it)."""
+    return f"{record.point.format}, cache {record.point.cache or 'as-is'}"
 
 
-def _ids(pt) -> str:
-    return ", ".join(r.source for r in pt.records)
+def format_series(recs: Sequence[Record], metric: str) -> List[figures.Series]:
+    """METRIC against nodes, one line per data format and cache: sweeps of one format fold, repeats too."""
+    groups = group_by(recs, format_name)
+    return [figures.spread(name, aggregate(rs, lambda r: r.point.nodes, lambda r: getattr(r.metrics, metric)),
+                           color=figures.palette(i)) for i, (name, rs) in enumerate(sorted(groups.items()))]
+
+
+def reader_panels(recs: Sequence[Record], specs: Sequence[Tuple[str, str, str]]) -> List[dict]:
+    """A panel per (metric, title, ylabel) of SPECS and per readers per node: the metric against nodes, by format."""
+    readers = sorted({r.point.readers_per_node for r in recs})
+    return [{"title": f"{title}, {k} reader(s) per node", "xlabel": "nodes", "ylabel": ylabel, "ylog": True,
+             "series": format_series([r for r in recs if r.point.readers_per_node == k], metric)}
+            for metric, title, ylabel in specs for k in readers]
 
 
 def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
@@ -35,8 +46,8 @@ def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
     for (name, k), rs in sorted(group_by(storage, lambda r: (format_name(r), r.point.readers_per_node)).items()):
         files = aggregate(rs, lambda r: r.point.nodes, lambda r: r.metrics.files_per_s)
         for p, f in zip(aggregate(rs, lambda r: r.point.nodes, lambda r: r.metrics.mb_per_s), files):
-            rows.append([name, k, int(p.x), p.n, p.mean, spread(p), p.mean / p.x, f.mean, spread(f),
-                         p.records[0].metrics.bytes_per_file, _ids(p)])
+            rows.append([name, k, int(p.x), p.n, p.mean, p.spread, p.mean / p.x, f.mean, f.spread,
+                         p.records[0].metrics.bytes_per_file, p.sources])
     notes = "".join(f"- {n}\n" for n in sorted({r.note for r in storage if r.note}))
     return prose("data.storage", notes=f"\nNotes recorded with these points:\n\n{notes}" if notes else "",
                  table=md_table("data.storage_columns", rows))
@@ -73,11 +84,19 @@ def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
     return prose("data.loader", figure=fig, table=md_table("data.loader_columns", rows))
 
 
+def _decoder(record: Record) -> str:
+    """What a pipeline point decoded with, and from where: its backend, or the shards bench's source and backend."""
+    p = record.point
+    return ", ".join(str(v) for v in (p.variant or p.backend, p.split, p.auto_augment) if v)
+
+
 def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
-    ratios = [r for r in steady if r.point.backend != "baseline" and r.metrics.ratio_per_core]
+    """Each decoder's images/s per core against the baseline's, the newest sweep of each, against workers."""
+    ratios = [r for r in steady if not _decoder(r).startswith("baseline") and r.metrics.ratio_per_core]
     if not ratios:
         return ""
-    groups = sorted_groups(ratios, lambda r: f"{r.point.backend}, {r.point.split}", lambda r: r.point.workers)
+    groups = {k: sorted(newest_sweep(rs), key=lambda r: r.point.workers)
+              for k, rs in sorted(group_by(ratios, _decoder).items())}
     s = []
     for i, (name, rs) in enumerate(groups.items()):
         y = [r.metrics.ratio_per_core for r in rs]

@@ -99,8 +99,14 @@ def memory_table(rows: Sequence[dict]) -> str:
     return md_table("data_scale.memory_columns", out)
 
 
+def shards_pipeline(recs: Sequence[Record]) -> list:
+    """The shards bench's pipeline points: each names its source and backend (``variant``)."""
+    return [r for r in by_kind(recs, "pipeline") if r.point.variant]
+
+
 def section(recs: Sequence[Record]) -> str:
-    pipe, opens, mem = (newest_sweep(by_kind(recs, k)) for k in ("shards_pipeline", "data_opens", "index_memory"))
+    pipe = newest_sweep(shards_pipeline(recs))
+    opens, mem = (newest_sweep(by_kind(recs, k)) for k in ("data_opens", "index_memory"))
     if not (pipe or opens or mem):
         return "## Data at scale: shards\n\n_(no records yet: run `python -m results.bench shards`)_\n"
     return prose("data_scale.section", pipeline=pipeline_table(pipe) + per_image_budget(pipe),

@@ -73,7 +73,7 @@ def _jpeg_rows(train: Sequence[Record]) -> List[List[str]]:
 
 
 def _pipeline_rows(recs: Sequence[Record]) -> List[List[str]]:
-    newest = newest_sweep(by_kind(recs, "shards_pipeline"))
+    newest = newest_sweep(data_scale.shards_pipeline(recs))
     rows = []
     for variant, goal in data_scale.TARGETS.items():
         mine = [r for r in newest if r.point.variant == variant and r.point.split == "train"]

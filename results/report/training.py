@@ -48,14 +48,6 @@ def train_series(train: Sequence[Record]) -> Dict[Tuple[str, str], List[Point]]:
             for k, v in sorted(groups.items())}
 
 
-def ids(pt: Point) -> str:
-    return ", ".join(r.source for r in pt.records)
-
-
-def _std(pt: Point) -> Optional[float]:
-    return pt.std if pt.n > 1 else None
-
-
 def efficiency(pts: Sequence[Point]) -> List[float]:
     return efficiencies([p.x for p in pts], [p.mean for p in pts])
 
@@ -98,8 +90,8 @@ def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path
     for (hw, name), pts in scaling.items():
         for p, e in zip(pts, efficiency(pts)):
             nodes = p.records[0].metrics.nodes
-            rows.append([name, hw, int(p.x), nodes, p.n, p.mean, _std(p), p.mean / p.x, pct(e), ids(p)])
-            trows.append([name, int(p.x), train_hours(p.mean), train_hours(p.mean, EPOCHS), ids(p)])
+            rows.append([name, hw, int(p.x), nodes, p.n, p.mean, p.spread, p.mean / p.x, pct(e), p.sources])
+            trows.append([name, int(p.x), train_hours(p.mean), train_hours(p.mean, EPOCHS), p.sources])
     singles = {k: v for k, v in series.items() if len(v) == 1}
     more = ("\nConfigurations measured at one GPU count only (no scaling to draw):\n\n" + _config_table(singles)
             if singles else "")
@@ -135,7 +127,7 @@ def breakdown_section(train: Sequence[Record]) -> str:
 
 
 def _config_table(series: Dict[Tuple[str, str], List[Point]]) -> str:
-    rows = [[name, hw, int(p.x), p.n, p.mean, _std(p), train_hours(p.mean, EPOCHS), ids(p)]
+    rows = [[name, hw, int(p.x), p.n, p.mean, p.spread, train_hours(p.mean, EPOCHS), p.sources]
             for (hw, name), pts in series.items() for p in pts]
     return md_table("training.config_columns", rows, epochs=EPOCHS)
 

@@ -2,7 +2,7 @@
 
 Three records kinds (see results/core/records.py):
 
-``shards_pipeline``
+``pipeline`` (with ``variant``: the source and backend)
     Images/s per core of the fast backend reading the same ImageNet-like JPEGs (results/runners/jpegs.py) from
     the ImageFolder, from shards of the original bytes and from shards re-encoded at ``--max-side``,
     in lockstep with the baseline backend on the ImageFolder (results/runners/pipeline_bench.py), so every
@@ -243,7 +243,7 @@ def run(args) -> List[dict]:
         common.progress(1, 3, f"shards pipeline: {', '.join(sets)}, {args.images} images, {args.rounds} rounds")
         results = pipeline_bench.bench_variants(pipeline_variants(sets, args.images), args.workers, args.image_size,
                                                 args.batch, args.rounds)
-        pipeline_bench.record(sweep, results, "variant", "shards_pipeline", image_size=args.image_size,
+        pipeline_bench.record(sweep, results, "variant", "pipeline", image_size=args.image_size,
                               images=args.images, data=str(root))
     if "opens" in args.parts:
         sets = shard_sets(root, [], args.shard_size)

@@ -61,10 +61,11 @@ class Measured:
 def pipeline_rates(pipeline: Sequence[Record]) -> Tuple[Tuple[str, float, str], ...]:
     """Images per core-second of each backend, 224 px train crops, from its newest pipeline record(s).
 
-    The lowest rate of that record time's records (workers 0 and more): the capacity is not overstated.
+    The lowest rate of that record time's records (workers 0 and more): the capacity is not overstated. The shards
+    bench's points (a source and backend named by ``variant``, no ``backend``) are not a backend's.
     """
     out = []
-    for backend in sorted({r.point.backend for r in pipeline}):
+    for backend in sorted({r.point.backend for r in pipeline if r.point.backend}):
         rs = [r for r in pipeline if r.point.backend == backend and r.point.image_size == 224
               and (r.point.split or "train") == "train" and r.metrics.images_per_cpu_s]
         if rs:

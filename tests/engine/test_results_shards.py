@@ -18,8 +18,8 @@ def test_shards_bench_records_and_report(tmp_path):
     recs, problems = records.load([rec])
     assert not problems
     kinds = {r["kind"] for r in recs}
-    assert kinds == {"shards_pipeline", "data_opens", "index_memory"}
-    variants = {r["point"]["variant"] for r in recs if r["kind"] == "shards_pipeline"}
+    assert kinds == {"pipeline", "data_opens", "index_memory"}
+    variants = {r["point"]["variant"] for r in recs if r["kind"] == "pipeline"}
     assert variants == {"baseline", "fast+folder", "fast+shards", "fast+shards-max320"}
     opens = {r["point"]["source"]: r["metrics"] for r in recs if r["kind"] == "data_opens"}
     assert opens["folder"]["images"] == opens["shards"]["images"] == 3 * 16
