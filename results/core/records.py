@@ -143,17 +143,21 @@ class Sweep:
         self.kind, self.path, self.environment = kind, path, environment
         self.id = new_sweep_id(kind, tag)
         self.done: List[dict] = []
-        self.others = cputime.OtherWork()  # the machine's other work since the previous point ended
+        self.others, self.share = cputime.OtherWork(), None  # the machine's other work since the last measured point
 
     def add(self, point: Dict[str, Any], metrics: Dict[str, Any], status: str = "ok", error: Optional[str] = None,
             kind: Optional[str] = None, **extra: Any) -> dict:
         """Record one point (of KIND where the sweep writes more than its own kind), measured on this machine by
-        this process and its children since the previous point (their other_cpu_share)."""
+        this process and its children since the previous point; points recorded together (no time between them)
+        were measured together and share their other_cpu_share."""
+        share = self.others.share()
+        if share is not None:
+            self.share = share
+            self.others.mark()
         record = make_record(kind or self.kind, self.id, point, metrics, self.environment, status, error,
-                             other_cpu_share=self.others.share(), **extra)
+                             other_cpu_share=self.share, **extra)
         append(self.path, record)
         self.done.append(record)
-        self.others.mark()
         return record
 
 

@@ -23,6 +23,8 @@ def test_other_work_is_the_machines_busy_time_less_this_process_tree(monkeypatch
     monkeypatch.setattr(cputime, "machine_cpu_s", lambda: next(machine))
     monkeypatch.setattr(cputime, "process_tree_cpu_s", lambda: next(tree))
     assert cputime.OtherWork().share() == pytest.approx(0.10)
+    machine, tree = iter([(100.0, 400.0), (100.2, 400.5)]), iter([10.0, 10.1])  # half a CPU second: noise
+    assert cputime.OtherWork().share() is None
 
 
 def test_a_busy_process_outside_the_tree_is_other_work():
@@ -54,8 +56,11 @@ def test_a_crowded_point_is_listed_and_left_out_of_the_figures(tmp_path):
 
 
 def test_a_sweep_measures_each_points_other_work(tmp_path):
+    """A point's share is measured over its stretch; points recorded together (as a lockstep bench records its
+    backends) share it, instead of a share over the milliseconds between two appends."""
     sweep = records.Sweep("io", "t", tmp_path / "r.jsonl", ENV)
     point = {"backend": "pil", "workers": 0, "readers": 1, "cache": "warm"}
-    rec = sweep.add(point, {}, "failed", "boom")
-    assert 0.0 <= rec["other_cpu_share"] <= 1.0 and records.load([tmp_path / "r.jsonl"])[0][0]["other_cpu_share"] \
-        == rec["other_cpu_share"]
+    subprocess.run([sys.executable, "-c", BUSY.format(s=1.0)], check=True)  # the point's own work, a child's
+    first, second = sweep.add(point, {}, "failed", "boom"), sweep.add(point, {}, "failed", "boom")
+    assert 0.0 <= first["other_cpu_share"] <= 1.0 and second["other_cpu_share"] == first["other_cpu_share"]
+    assert [r["other_cpu_share"] for r in records.load([tmp_path / "r.jsonl"])[0]] == [first["other_cpu_share"]] * 2
