@@ -35,7 +35,7 @@ def _unit(hw: str) -> str:
 
 
 def headline(recs: Sequence[Record], series, quiet_share: float = QUIET_SHARE) -> Dict[str, object]:
-    """What the summary paragraph (and RESULTS.md's table of clusters) says about one tag."""
+    """What the summary paragraph (and RESULTS.md's table of tags) says about one tag."""
     ok = [r for r in recs if r.status == "ok"]
     out: Dict[str, object] = {
         "records": len(recs), "ok": len(ok), "kinds": sorted({r.kind for r in ok}),

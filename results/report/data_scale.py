@@ -1,4 +1,4 @@
-"""RESULTS.md section "Data at scale": shards vs ImageFolder, from ``python -m results.bench shards`` records.
+"""Report section "Data at scale": shards vs ImageFolder, from ``python -m results.bench shards`` records.
 
 Everything shown is a recorded number or arithmetic on recorded numbers.
 """

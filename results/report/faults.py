@@ -1,4 +1,4 @@
-"""RESULTS.md's fault-tolerance table, from the ``fault`` records of ``python -m results.bench faults``.
+"""A tag's fault-tolerance table, from the ``fault`` records of ``python -m results.bench faults``.
 
 One row per fault and launcher of the newest sweep (the bench runs every scenario in one sweep; older
 sweeps, whose scenarios or behaviour may since have changed, stay in the records file only): how

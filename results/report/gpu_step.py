@@ -1,4 +1,4 @@
-"""RESULTS.md sections "One GPU: throughput targets" and "Where the GPU step's time goes".
+"""Report sections "One GPU: throughput targets" and "Where the GPU step's time goes".
 
 The targets: ResNet-50 with AMP on synthetic data at >= 6000 images/s and >= 3.3x the plain fp32
 loop (``baseline``) of the same sweep; real JPEGs at >= 95 % of the synthetic figure with the

@@ -1,7 +1,7 @@
 """Report section: the whole-step scaling model against every published point (figure, inputs, check table).
 
 The model's inputs and the check are ``studies.published_model.whole_step``; this module puts them in words and
-tables, for RESULTS.md and for ``python -m studies.published_model --check``.
+tables, for the study's write-up and for ``python -m studies.published_model --check``.
 """
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def _hal_time_to_train(pub: dict) -> Optional[Tuple[int, float]]:
 
 def section(train: Sequence[Record], pipeline: Sequence[Record], overlap: Sequence[Record], pub: dict, links: dict,
             fig_dir: Path, storage: Sequence[Record] = ()) -> str:
-    """Markdown for RESULTS.md (after the compute + all-reduce model) and figures/scaling_model_terms.png."""
+    """Markdown for the write-up (after the compute + all-reduce model) and figures/scaling_model_terms.png."""
     got = whole_step.measured(train, pipeline, overlap)
     cs = whole_step.cases(pub, links, got)
     rows = whole_step.check_rows(cs)
