@@ -72,12 +72,11 @@ def machine_cpu_s() -> Tuple[float, float]:
 class OtherWork:
     """The share of the machine's CPU time that processes outside this one's tree (itself, its children,
     ended or running) used since the last :meth:`mark`: 0 on a quiet machine, whatever a measurement's own
-    processes load it with. None where the machine's counters cannot be read, or over less than MIN_S of the
-    machine's CPU time (its counters tick every 10 ms: a shorter stretch is noise)."""
+    processes load it with. None where the machine's counters cannot be read, or over less than MIN_S seconds
+    of the machine's CPU time (default 1: its counters tick every 10 ms, a stretch of a few ticks is noise)."""
 
-    MIN_S = 1.0
-
-    def __init__(self) -> None:
+    def __init__(self, min_s: float = 1.0) -> None:
+        self.min_s = min_s
         self.mark()
 
     def mark(self) -> None:
@@ -85,7 +84,7 @@ class OtherWork:
 
     def share(self) -> Optional[float]:
         now, start = self._now(), self._start
-        if now is None or start is None or now[1] - start[1] < self.MIN_S:
+        if now is None or start is None or now[1] - start[1] < self.min_s or now[1] <= start[1]:
             return None
         return max(0.0, (now[0] - start[0]) - (now[2] - start[2])) / (now[1] - start[1])
 

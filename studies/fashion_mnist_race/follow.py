@@ -9,7 +9,8 @@ machine was.
 How much else ran is measured, not guessed from the load average (a program's own loader workers
 load 2 cores past 4): ``other_cpu_share`` is the machine's busy CPU time over the run (``/proc/stat``,
 all cores) less the run's own process tree and this harness's process, as a share of the machine's
-CPU time (wall seconds x cores). A benchmark counts a run only when it is at most ``QUIET_SHARE``.
+CPU time (wall seconds x cores): :class:`imagenet.common.cputime.OtherWork`, the harness's own measure.
+A benchmark counts a run only when it is at most ``QUIET_SHARE``.
 """
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 from imagenet.common import cputime
-from imagenet.common.cputime import machine_cpu_s
 from results.core import kinds
 from results.runners.common import BenchError
 
@@ -37,27 +37,6 @@ def children_cpu_s() -> float:
     (their own waited-for children, such as data-loading workers, included)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def own_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-class OtherWork:
-    """``with OtherWork() as w:`` then ``w.share(run_cpu_s)``: the share of the machine's CPU time
-    that processes other than the run (RUN_CPU_S, its process tree) and this one used meanwhile."""
-
-    def __enter__(self) -> "OtherWork":
-        (self._busy, self._total), self._own = machine_cpu_s(), own_cpu_s()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        (busy, total), own = machine_cpu_s(), own_cpu_s()
-        self.busy_s, self.total_s, self.own_s = busy - self._busy, total - self._total, own - self._own
-
-    def share(self, run_cpu_s: float) -> float:
-        return max(0.0, self.busy_s - run_cpu_s - self.own_s) / self.total_s if self.total_s > 0 else 0.0
 
 
 class LoadSampler:
@@ -122,7 +101,8 @@ def follow(cmd: Sequence[str], cwd: Path, log_file: Path, on_line: Callable[[Mom
     start = time.monotonic()
     log_file.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with open(log_file, "w", encoding="utf-8") as out, LoadSampler() as sampler, OtherWork() as other:
+    other = cputime.OtherWork(min_s=0.0)  # the machine's busy time less this process, the run, their children
+    with open(log_file, "w", encoding="utf-8") as out, LoadSampler() as sampler:
         proc = subprocess.Popen(list(cmd), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=env)
         try:
@@ -141,5 +121,6 @@ def follow(cmd: Sequence[str], cwd: Path, log_file: Path, on_line: Callable[[Mom
             result.returncode = proc.wait()
     result.wall_s = time.monotonic() - start
     result.core_s = children_cpu_s() - cpu0
-    result.load = {**sampler.summary(), "other_cpu_share": round(other.share(result.core_s), 4)}
+    share = other.share()
+    result.load = {**sampler.summary(), "other_cpu_share": None if share is None else round(share, 4)}
     return result

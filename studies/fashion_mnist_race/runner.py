@@ -448,7 +448,8 @@ def tta_metrics(curve: List[dict], target: float, followed: Followed, train_imag
             "best_top1": max((p["top1"] for p in curve), default=0.0), "wall_s": round(followed.wall_s, 2),
             "core_s": round(followed.core_s, 2), "epochs": epochs, "images_seen": epochs * train_images,
             "eval_s": round(eval_s, 2), "eval_every": eval_every, "start_s": start_s, **followed.load,
-            "counted": followed.load.get("other_cpu_share", 1.0) <= quiet_share}
+            "counted": (followed.load["other_cpu_share"] or 0.0) <= quiet_share
+            and followed.load["other_cpu_share"] is not None}  # unmeasured: not counted
 
 
 def _settings(run_json: dict) -> dict:

@@ -23,8 +23,18 @@ def test_other_work_is_the_machines_busy_time_less_this_process_tree(monkeypatch
     monkeypatch.setattr(cputime, "machine_cpu_s", lambda: next(machine))
     monkeypatch.setattr(cputime, "process_tree_cpu_s", lambda: next(tree))
     assert cputime.OtherWork().share() == pytest.approx(0.10)
+    # the race's run: 90 busy seconds of 200, the run's 68 and the harness's 2 leave 20 for others, a tenth
+    machine, tree = iter([(100.0, 400.0), (190.0, 600.0)]), iter([1.0, 71.0])
+    assert cputime.OtherWork().share() == pytest.approx(0.10)
+    machine, tree = iter([(100.0, 400.0), (190.0, 600.0)]), iter([1.0, 103.0])  # the tree used more than was busy
+    assert cputime.OtherWork().share() == 0.0
     machine, tree = iter([(100.0, 400.0), (100.2, 400.5)]), iter([10.0, 10.1])  # half a CPU second: noise
     assert cputime.OtherWork().share() is None
+
+
+def test_the_machine_time_is_read_from_proc_stat():
+    busy, total = cputime.machine_cpu_s()
+    assert 0 < busy < total
 
 
 def test_a_busy_process_outside_the_tree_is_other_work():

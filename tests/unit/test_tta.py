@@ -20,7 +20,7 @@ from imagenet.train import time_to_accuracy
 from studies.fashion_mnist_race import command as race
 from results.core import kinds, records
 from results.runners.common import BenchError
-from studies.fashion_mnist_race import examples_main, fashion_mnist, follow
+from studies.fashion_mnist_race import examples_main, fashion_mnist
 from studies.fashion_mnist_race import protocol as tta_protocol
 from studies.fashion_mnist_race import report as tta_report
 from studies.fashion_mnist_race import runner as tta
@@ -262,22 +262,6 @@ def test_the_harness_reads_the_declared_weights_and_the_first_step():
     lines(moment, " * Epoch 3: val top1 89.00  top5 99.90  loss 0.4  (10000 images)  train 500.0 img/s")
     assert lines.start_s == 100.0
     assert [(p["epoch"], p["top1"], p["weights"]) for p in lines.curve] == [(3, 87.5, "ema"), (4, 89.0, "model")]
-
-
-def test_other_work_is_the_machines_busy_time_less_the_run_and_the_harness(monkeypatch):
-    machine = iter([(100.0, 400.0), (190.0, 600.0)])  # (busy, total) CPU seconds at the start and the end
-    own = iter([1.0, 3.0])
-    monkeypatch.setattr(follow, "machine_cpu_s", lambda: next(machine))
-    monkeypatch.setattr(follow, "own_cpu_s", lambda: next(own))
-    with follow.OtherWork() as other:
-        pass
-    # 90 busy seconds of 200: the run's 68 and the harness's 2 leave 20 for others, a tenth of the machine
-    assert other.share(68.0) == pytest.approx(0.10) and other.share(100.0) == 0.0
-
-
-def test_the_machine_time_is_read_from_proc_stat():
-    busy, total = follow.machine_cpu_s()
-    assert 0 < busy < total
 
 
 class _Moment:
