@@ -199,7 +199,7 @@ def resolve_tag(args: argparse.Namespace) -> None:
     args.records = args.records or records.RECORDS_DIR / f"{args.tag}.jsonl"
 
 
-def _validate(args: argparse.Namespace) -> None:
+def validate_counts(args: argparse.Namespace) -> None:
     """Counts that cannot work, as one line naming the flag."""
     for name, low in (("procs", 1), ("nodes", 1), ("batch", 1), ("readers", 1), ("images", 1),
                       ("workers", 0), ("reader_workers", 0), ("threads", 1), ("world_sizes", 2), ("rounds", 1)):
@@ -215,7 +215,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO, format="%(message)s")
     resolve_tag(a)
     try:
-        _validate(a)
+        validate_counts(a)
         if a.cmd == "quick":
             return run_quick(a)
         if a.cmd == "scaling":

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from results import bench
 from results.core.kinds import from_dict
 from results.report.common import ReportError
 from results.runners.common import BenchError
@@ -44,6 +45,7 @@ def main(prog: str, doc: str, measurements: Dict[str, Measurement], records_dir:
         if a.cmd == "report":
             logging.info("wrote %s", report())
             return 0
+        bench.validate_counts(a)  # the harness's checks of counts (--world-sizes 1, --rounds 0, ...)
         a.tag = a.tag or default_tags.get(a.cmd, a.cmd)
         a.records = a.records or records_dir / f"{a.tag}.jsonl"
         out = measurements[a.cmd][1](a)

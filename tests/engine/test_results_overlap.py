@@ -6,6 +6,12 @@ from studies.benches import command as benches, report
 RESNET18_PARAMS = 11_689_512
 
 
+def test_one_process_is_refused_in_one_line(tmp_path, capsys):
+    assert benches.main(["overlap", "--records", str(tmp_path / "r.jsonl"), "--world-sizes", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--world-sizes 1 is not allowed" in err[0] and not (tmp_path / "r.jsonl").exists()
+
+
 def test_overlap_point_is_recorded_and_reported(tmp_path):
     records_file = tmp_path / "r.jsonl"
     assert benches.main(["overlap", "--records", str(records_file), "--world-sizes", "2", "--steps", "2",
