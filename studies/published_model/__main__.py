@@ -23,7 +23,7 @@ from studies.published_model import whole_step_section as text
 
 def _inputs(record_paths: Sequence[Path], ref_dir: Path) -> Tuple[List[dict], dict, dict, whole_step.Measured]:
     """(records, published numbers, cited links, the model's measured inputs)."""
-    recs = records.load_typed(record_paths)[0] if record_paths else []
+    recs = [r for r in records.load_typed(record_paths)[0] if r.counted()] if record_paths else []
     pub, links = load_reference(ref_dir)
     return recs, pub, links, whole_step.measured(by_kind(recs, "train"), by_kind(recs, "pipeline"),
                                                  by_kind(recs, "overlap"))
@@ -69,8 +69,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--check", action="store_true", help="compare with the published points (exit 1 on a miss)")
     ap.add_argument("--check-time-to-accuracy", action="store_true",
                     help="compare predicted with published times to train (exit 1 on a miss)")
-    ap.add_argument("--records", nargs="*", type=Path, default=[records.RECORDS_DIR],
-                    help="record files or folders of *.jsonl (default results/records; none: no measured inputs)")
+    ap.add_argument("--records", nargs="*", type=Path, default=list(report.RECORDS),
+                    help="record files or folders of *.jsonl (default: results/records and the benches' records, as "
+                         "the write-up reads; none: no measured inputs)")
     ap.add_argument("--reference", type=Path, default=REFERENCE, help="published data and cited links")
     args = ap.parse_args(argv)
     if not (args.check or args.check_time_to_accuracy):

@@ -4,9 +4,9 @@ lacked (:mod:`studies.published_model.cluster_model` does the arithmetic)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from results.core import records
+from results.core.kinds import Record
 from results.core.records import by_kind
 from results.report import figures
 from results.report.common import fmt, gpu_axis, md_table, pct, prose
@@ -15,12 +15,11 @@ from studies.published_model import cluster_model, predicted_tta
 from studies.published_model.cluster_model import predict_cluster
 
 
-def section(record_files: Sequence[Path], fig_dir: Path) -> str:
-    """One subsection per records file whose training points the model can predict."""
+def section(tags: Dict[str, Sequence[Record]], fig_dir: Path) -> str:
+    """One subsection per tag (its records file's counted records) whose training points the model can predict."""
     parts: List[str] = []
-    for f in record_files:
-        recs = records.load_typed([f])[0]
-        text, _ = model_section(f.stem, train_series(by_kind(recs, "train")), by_kind(recs, "allreduce"),
+    for tag, recs in tags.items():
+        text, _ = model_section(tag, train_series(by_kind(recs, "train")), by_kind(recs, "allreduce"),
                                 by_kind(recs, "overlap"), by_kind(recs, "storage"), fig_dir)
         parts += [text] if text else []
     return "\n".join([prose("cluster_section.heading"), *parts]) if parts else ""

@@ -21,18 +21,19 @@ RECORDS = (RECORDS_DIR, BENCH_RECORDS)  # the harness's records, and the overlap
 
 def build(record_paths: Sequence[Path] = RECORDS, out_dir: Path = HERE, ref_dir: Path = REFERENCE) -> Path:
     """Write OUT_DIR/RESULTS.md and its figures."""
-    recs = with_efficiency([r for r in records.load_typed(list(record_paths))[0] if r.counted()])
+    loaded = records.load_by_file(record_paths)  # read once: the whole, and each cluster's (tag's) file
+    recs = with_efficiency([r for _, good, _ in loaded for r in good if r.counted()])
     pub, links = load_reference(ref_dir)
     train, ar, overlap = by_kind(recs, "train"), by_kind(recs, "allreduce"), by_kind(recs, "overlap")
     env, fig_dir = Environments(), out_dir / "figures"
-    files = sorted(RECORDS_DIR.glob("*.jsonl")) if RECORDS_DIR in map(Path, record_paths) else []  # one per cluster
+    tags = {f.stem: [r for r in good if r.counted()] for f, good, _ in loaded if f.parent == RECORDS_DIR}
     body = [published_section.throughput_section(train, pub, env, fig_dir),
             published_section.time_section(train, pub, env, fig_dir),
             published_section.multinode_section(train, env),
             model_section(train, ar, overlap, pub, links, env, fig_dir),
             whole_step_section.section(train, by_kind(recs, "pipeline"), overlap, pub, links, fig_dir,
                                        by_kind(recs, "storage")),
-            cluster_section.section(files, fig_dir)]
+            cluster_section.section(tags, fig_dir)]
     path = out_dir / "RESULTS.md"
     write_text(path, "\n".join([prose("model.head"), *[b for b in body if b], "## Environments\n\n" + env.table()]))
     return path

@@ -120,6 +120,12 @@ def test_without_an_h100_record_the_check_names_the_measurement_it_needs(capsys)
     assert "MLPerf v4.0 NVIDIA eos, 1 node: not predicted. Missing: one H100's ResNet-50 images/s" in out
 
 
+def test_the_check_reads_the_records_the_write_up_reads(capsys):
+    """Without --records the check's overlap input is the benches' overlap record, as in the write-up."""
+    command.main(["--check"])
+    assert re.search(r"Overlap: h = \d+% from overlap\.jsonl:\d+", capsys.readouterr().out)
+
+
 def test_the_command_line_runs_the_check(capsys, tmp_path, monkeypatch):
     # python -m studies.published_model --check-time-to-accuracy --records (none), in this process
     monkeypatch.setattr(sys, "argv", ["studies.published_model", "--check-time-to-accuracy", "--records"])
@@ -145,7 +151,7 @@ def _resnet50(sweep, nodes, rate):
 
 def _tag_section(tmp_path, recs) -> str:
     """The study's prediction for one tag of RECS (a records file c.jsonl), figures in tmp_path/c."""
-    return cluster_section.section([_write(tmp_path / "c.jsonl", recs)], tmp_path / "c")
+    return cluster_section.section({"c": records.load_typed([_write(tmp_path / "c.jsonl", recs)])[0]}, tmp_path / "c")
 
 
 def test_cluster_report_predicts_only_where_the_cited_recipe_reached_the_target(tmp_path):
