@@ -107,7 +107,7 @@ def warmup_start(cfg, lr: float) -> Optional[float]:
     (the rate for 256 images) with --lr-warmup-from-base, else --lr-warmup-decay (None: from (step + 1) /
     warm-up steps)."""
     if cfg.warmup_lr is not None and lr > 0:
-        return min(cfg.warmup_lr / lr, 1.0)
+        return cfg.warmup_lr / lr  # above 1 when the peak is below it: timm's warm-up then falls to the peak
     if cfg.lr_warmup_from_base and lr > 0:
         return min(cfg.lr / lr, 1.0)
     return cfg.lr_warmup_decay

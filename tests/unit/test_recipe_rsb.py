@@ -132,6 +132,15 @@ def test_a1_lr_per_epoch_is_timms_warm_up_then_cosine_from_epoch_0():
     assert lr(599, 9) == pytest.approx(cosine(599))
 
 
+def test_below_warmup_lr_the_warm_up_falls_to_the_peak_as_timms():
+    settings = _settings(["--recipe", "rsb-a1", "-b", "4"])  # 32 images: a peak of 7.8e-5, below warmup_lr 1e-4
+    peak = optim.peak_lr(settings.optim, settings.batch.global_batch)
+    lr = [peak * optim.lr_factor(epoch * 10, 10, settings.optim, 5.0, peak) for epoch in (0, 1, 5)]
+    assert peak == pytest.approx(0.000625 * 32 / 256)
+    assert lr == pytest.approx([1e-4, 1e-4 + (peak - 1e-4) / 5,
+                                1e-6 + 0.5 * (peak - 1e-6) * (1 + math.cos(math.pi * 5 / 600))])
+
+
 def test_lamb_divides_the_gradients_by_their_global_norm_over_max_grad_norm():
     def stepped(grads, max_norm, lr=0.01):
         params = [torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(3))]
