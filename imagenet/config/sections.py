@@ -171,8 +171,8 @@ class OptimSettings:
     lr_min: float = _opt(0.0, "--lr-min", "--min-lr", help="the cosine schedule's floor, an absolute LR "
                          "(torchvision's eta_min, timm's --min-lr)", type=float)
     warmup_lr: Optional[float] = _opt(None, "--warmup-lr", help="the absolute LR the linear warm-up starts from, "
-                                      "going linearly to the peak (timm's; default: (step+1)/warm-up steps of the peak, "
-                                      "see --lr-warmup-decay)", type=float)
+                                      "going linearly to the peak (timm's; default: (step+1)/warm-up steps of the "
+                                      "peak, see --lr-warmup-decay)", type=float)
     lr_per_epoch: bool = _opt(False, "--lr-per-epoch", help="hold the LR for a whole epoch at the schedule's value "
                               "at its start, as timm's and torchvision's schedulers step (default: per step)",
                               action="store_true")
