@@ -66,11 +66,12 @@ def node_level(distributed: bool, dist_url: Optional[str], multiprocessing_distr
 
 def resolve(batch_size: int, workers: int, *, distributed: bool, dist_url: Optional[str],
             multiprocessing_distributed: bool, nodes: int, procs_per_node: Optional[int],
-            launcher: environment.ClusterEnvironment, accum_steps: int = 1) -> Batch:
+            launcher: environment.ClusterEnvironment, accum_steps: int = 1, no_accel: bool = False) -> Batch:
     """The one Batch of this launch. Raises ConfigError when -b cannot be shared by the node's
-    processes, or when a one-process variant was started as many. LAUNCHER: this process's, detected once."""
+    processes, or when a one-process variant was started as many. LAUNCHER: this process's, detected once.
+    NO_ACCEL (--no-accel): a CPU run, one process per node on the node-level launch (main.py's)."""
     if node_level(distributed, dist_url, multiprocessing_distributed, launcher):
-        procs = procs_per_node or local_gpus(launcher.env) or 1
+        procs = procs_per_node or (1 if no_accel else local_gpus(launcher.env) or 1)
         if batch_size < procs:
             raise ConfigError(f"-b {batch_size} is the batch per node on this launch (--dist-url), shared by its "
                              f"{procs} processes: use -b {procs} or more")

@@ -127,7 +127,8 @@ def _resolve_batch(values: Mapping[str, Any], launcher: environment.ClusterEnvir
                            dist_url=values["dist_url"],
                            multiprocessing_distributed=values["multiprocessing_distributed"],
                            nodes=values["world_size"], procs_per_node=values["procs_per_node"], launcher=launcher,
-                           accum_steps=max(1, values["accum_steps"]))  # validate() names a bad --accum-steps
+                           accum_steps=max(1, values["accum_steps"]),  # validate() names a bad --accum-steps
+                           no_accel=values["no_accel"])
 
 
 def _assemble(values: Mapping[str, Any], batch: batches.Batch) -> Settings:

@@ -75,6 +75,9 @@ class DataSettings:
                                type=float)
     interpolation: str = _opt("bilinear", "--interpolation", help="resampling of the training crop, the validation "
                               "resize and the augmentation policy's geometric ops", choices=INTERPOLATIONS)
+    val_interpolation: Optional[str] = _opt(None, "--val-interpolation", help="resampling of the validation resize "
+                                            "alone (timm evaluates its ResNet strikes back weights bicubic; default: "
+                                            "--interpolation)", choices=INTERPOLATIONS)
     ra_sampler: bool = _opt(False, "--ra-sampler", help="repeated augmentation: each image appears --ra-reps times "
                             "an epoch, on different ranks, each with its own augmentation (an epoch stays one "
                             "dataset's worth of steps)", action="store_true")
@@ -165,7 +168,18 @@ class OptimSettings:
     lr_step_size: Optional[int] = _opt(None, "--lr-step-size", help="the step schedule every N epochs (torchvision's "
                                        "StepLR): sets --lr-steps to N, 2N, ... below --epochs", type=int)
     lr_gamma: float = _opt(0.1, "--lr-gamma", help="the step and exponential schedules' factor", type=float)
-    lr_min: float = _opt(0.0, "--lr-min", help="the cosine schedule's last LR (torchvision's eta_min)", type=float)
+    lr_min: float = _opt(0.0, "--lr-min", "--min-lr", help="the cosine schedule's floor, an absolute LR "
+                         "(torchvision's eta_min, timm's --min-lr)", type=float)
+    warmup_lr: Optional[float] = _opt(None, "--warmup-lr", help="the absolute LR the linear warm-up starts from, "
+                                      "going linearly to the peak (timm's; default: (step+1)/warm-up steps of the "
+                                      "peak, see --lr-warmup-decay)", type=float)
+    lr_per_epoch: bool = _opt(False, "--lr-per-epoch", help="hold the LR for a whole epoch at the schedule's value "
+                              "at its start, as timm's and torchvision's schedulers step (default: per step)",
+                              action="store_true")
+    cosine_from_start: bool = _opt(False, "--cosine-from-start", help="the cosine runs over all --epochs from epoch "
+                                   "0 and the warm-up replaces its first epochs (timm's CosineLRScheduler without "
+                                   "--warmup-prefix); default: the cosine starts where the warm-up ends",
+                                   action="store_true")
     lr_warmup_method: str = _opt("linear", "--lr-warmup-method", help="warm-up: linear (from --lr-warmup-decay x "
                                  "the peak up to it) or constant (--lr-warmup-decay x the peak throughout)",
                                  choices=("linear", "constant"))
@@ -191,6 +205,10 @@ class OptimSettings:
     weight_decay: float = _opt(1e-4, "--wd", "--weight-decay", help="weight decay", type=float)
     bias_weight_decay: Optional[float] = _opt(None, "--bias-weight-decay", help="weight decay of biases (default: "
                                               "0 with --no-bn-wd, else --wd)", type=float)
+    lamb_max_grad_norm: Optional[float] = _opt(None, "--lamb-max-grad-norm", help="with --opt lamb: divide every "
+                                               "gradient by max(1, global norm / this) inside the step, as timm's "
+                                               "Lamb does with its max_grad_norm (1.0 by default there; default "
+                                               "here: no clipping)", type=float)
     clip_grad_norm: Optional[float] = _opt(None, "--clip-grad-norm", help="clip the gradients' global L2 norm to "
                                            "this before each step (after unscaling; default: no clipping)",
                                            type=float)
@@ -203,7 +221,9 @@ class OptimSettings:
                           "so with --opt lars or lamb, which skip them as MLPerf's LARS)", action="store_true")
     norm_weight_decay: Optional[float] = _opt(None, "--norm-weight-decay", help="weight decay of normalisation "
                                               "layers (default: 0 with --no-bn-wd, else --wd; SGD only)", type=float)
-    label_smoothing: float = _opt(0.0, "--label-smoothing", help="cross-entropy label smoothing", type=float)
+    label_smoothing: float = _opt(0.0, "--label-smoothing", help="label smoothing: the targets "
+                                  "become (1 - e) x target + e / classes; with Mixup/CutMix the mixed targets, before "
+                                  "--bce-target-thresh (timm's)", type=float)
     desired_acc: Optional[float] = _opt(None, "--desired-acc", help="stop once validation top-1 reaches this "
                                         "(0.75 or 75 both mean 75%%)", type=float)
     eval_every: int = _opt(1, "--eval-every", help="validate every N epochs and after the last one (MLPerf "
@@ -288,6 +308,9 @@ class DistSettings:
     local_rank: Optional[int] = _opt(None, "--local-rank", "--local_rank", help="set by "
                                      "torch.distributed.launch (LOCAL_RANK is read too)", type=int)
     gpu: Optional[int] = _opt(None, "--gpu", help="GPU id to use (single-process variants)", type=int)
+    no_accel: bool = _opt(False, "--no-accel", help="train on the CPU even where a GPU is visible (pytorch/examples' "
+                          "'disables accelerator'); the --dist-url launch then starts one process per node",
+                          action="store_true")
     ddp_bucket_cap_mb: Optional[float] = _opt(None, "--ddp-bucket-cap-mb", help="DDP gradient bucket size in "
                                               "MB (default: torch's 25); fewer, larger all-reduces vs earlier "
                                               "overlap with backward", type=float)

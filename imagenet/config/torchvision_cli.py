@@ -12,8 +12,9 @@ beside the engine's). What this module adds:
   line that uses a spelling only torchvision has (:data:`DIALECT_FLAGS`, or a schedule named as
   torchvision names it) gets torchvision's defaults for those two, under any recipe and flag.
 
-One difference stays: torchvision steps its schedule once per epoch, the engine per step (smooth
-warm-up and decay, an exact mid-epoch resume); the two agree at every epoch boundary.
+One difference stays by default: torchvision steps its schedule once per epoch, the engine per step
+(smooth warm-up and decay, an exact mid-epoch resume); the two agree at every epoch boundary, and
+``--lr-per-epoch`` holds each epoch at its boundary's value as torchvision does.
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from .sections import Settings, setting_fields
 # Settings a recipe or --config file may not set: they size the global batch that the file's values
 # depend on, or pick the files themselves; the command line decides them.
 COMMAND_LINE_ONLY = ("batch_size", "accum_steps", "workers", "world_size", "rank", "dist_url",
-                     "multiprocessing_distributed", "procs_per_node", "variant", "recipe", "config")
+                     "multiprocessing_distributed", "procs_per_node", "no_accel", "variant", "recipe", "config")
 # A flag's type -> what a file's value must be, in words, and the Python types TOML gives for it.
 FILE_KINDS = {int: ("an integer", (int,)), float: ("a number", (int, float)), None: ("a string", (str,))}
 
@@ -111,6 +111,26 @@ def _check_schedule(settings: Settings) -> None:
         raise ConfigError(f"--bce-target-thresh {optim.bce_target_thresh:g} binarises --bce-loss's targets: give a "
                           "value in (0, 1) with --bce-loss")
     _check_layerwise_decay(settings)
+    _check_timm_schedule(settings)
+
+
+def _check_timm_schedule(settings: Settings) -> None:
+    """timm's schedule and LAMB settings (imagenet/train/schedules.py, imagenet/train/layerwise.py)."""
+    optim = settings.optim
+    if optim.warmup_lr is not None:
+        if optim.warmup_lr < 0:
+            raise ConfigError(f"--warmup-lr is the LR the warm-up starts from, >= 0 (got {optim.warmup_lr:g})")
+        if optim.lr_warmup_decay is not None or optim.lr_warmup_from_base:
+            raise ConfigError("--warmup-lr, --lr-warmup-decay and --lr-warmup-from-base each set where the warm-up "
+                              "starts: give one")
+    if optim.cosine_from_start and optim.lr_schedule != "cosine":
+        raise ConfigError(f"--cosine-from-start shapes the cosine schedule, not --lr-schedule {optim.lr_schedule}: "
+                          "drop it or use --lr-schedule cosine")
+    if optim.lamb_max_grad_norm is not None and (optim.opt != "lamb" or optim.lamb_max_grad_norm <= 0):
+        raise ConfigError(f"--lamb-max-grad-norm {optim.lamb_max_grad_norm:g} is LAMB's clipping norm: give a value "
+                          "> 0 with --opt lamb (other optimizers: --clip-grad-norm)")
+    if not 0 <= optim.label_smoothing < 1:
+        raise ConfigError(f"--label-smoothing is a fraction in [0, 1) (got {optim.label_smoothing:g})")
 
 
 def _check_layerwise_decay(settings: Settings) -> None:

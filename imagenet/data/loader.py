@@ -185,7 +185,7 @@ def _sample_loaders(cfg, backend: decode.Backend, samples, train_sampler, val_sa
                                                                            crop_scale=data.train_crop_scale,
                                                                            augment=augment))
     val_set = ImageFiles(samples["val"], backend.transform(False, val_crop_size(data), data.val_resize_size,
-                                                           augment=Augmentation(interpolation=data.interpolation)),
+                                                           augment=Augmentation.for_val(data)),
                          data.skip_bad_images)
     pin = device.type == "cuda"
     return (_loader(train_set, train_sampler, batch.per_process, batch.workers, pin, True, cfg.run.seed),

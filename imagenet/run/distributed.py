@@ -37,7 +37,10 @@ class DistError(RuntimeError):
     """The process group cannot be formed; the message says what to check."""
 
 
-def pick_device(local_rank: int, gpu: Optional[int] = None) -> torch.device:
+def pick_device(local_rank: int, gpu: Optional[int] = None, no_accel: bool = False) -> torch.device:
+    """This process's device: its GPU, or the CPU where there is none or with NO_ACCEL (--no-accel)."""
+    if no_accel:
+        return torch.device("cpu")
     if not torch.cuda.is_available():
         if local_rank == 0:  # once per node: GPUs this torch cannot use are worth one line
             sysinfo.warn_if_gpus_unusable()
@@ -65,9 +68,9 @@ def from_environment(cfg, env: environment.ClusterEnvironment) -> DistInfo:
     local_rank, gpu_index = env.local_rank, env.device_index
     if cfg.dist.local_rank is not None and env.name == "single":
         local_rank = gpu_index = cfg.dist.local_rank  # an old torch.distributed.launch that passes only --local_rank
-    env.validate(torch.cuda.device_count())
+    env.validate(0 if cfg.dist.no_accel else torch.cuda.device_count())
     # SLURM's --gpus-per-task=1 leaves each task one visible GPU: its index is 0, not the local rank.
-    device = pick_device(gpu_index, cfg.dist.gpu if not cfg.distributed else None)
+    device = pick_device(gpu_index, cfg.dist.gpu if not cfg.distributed else None, cfg.dist.no_accel)
     multi = cfg.distributed and env.world_size > 1
     backend = pick_backend(cfg.dist.dist_backend, device) if multi else None
     # torchrun's workers must join the agent's store through env://; other launchers give an address.
@@ -79,7 +82,7 @@ def from_environment(cfg, env: environment.ClusterEnvironment) -> DistInfo:
 def for_spawned(dist, local_index: int, procs_per_node: int) -> DistInfo:
     """Layout of process LOCAL_INDEX spawned on node --rank by the --dist-url launch (DIST: the
     settings' dist section)."""
-    device = pick_device(local_index)
+    device = pick_device(local_index, no_accel=dist.no_accel)
     return DistInfo(rank=dist.rank * procs_per_node + local_index, local_rank=local_index,
                     world_size=dist.world_size * procs_per_node, local_world_size=procs_per_node,
                     node_rank=dist.rank, environment="dist-url", device=device,

@@ -117,7 +117,7 @@ def _spawn_node(cfg: config.Settings) -> int:
     """pytorch/examples' node-level launch: one process per local GPU (1 on a CPU node); the
     settings' Batch already holds the per-process batch and workers."""
     procs, node = cfg.batch.node_processes, cfg.optim
-    visible = torch.cuda.device_count()
+    visible = 0 if cfg.dist.no_accel else torch.cuda.device_count()
     if cfg.dist.procs_per_node is None and visible and visible != procs:
         raise config.ConfigError(f"torch sees {visible} GPU(s) but the driver lists {procs}; "
                                  f"pass --procs-per-node {visible}")

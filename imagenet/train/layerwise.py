@@ -25,12 +25,14 @@ the same parameters.
 LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning") is written here too, for the
 same reason: Adam's bias-corrected update plus weight decay, scaled per tensor by ``|w| / |update|``
 (1 where either is 0), for the parameters with ``adapt``; the others take the Adam step with no
-decay. Unlike timm's ``Lamb`` it does not clip the global gradient norm first (timm's
-``max_grad_norm=1.0`` default) and never clips the trust ratio.
+decay. With ``max_grad_norm`` it first divides every gradient by ``max(1, global norm /
+max_grad_norm)``, the norm taken over all parameters of all groups, as timm's ``Lamb`` does
+(``timm/optim/lamb.py``, ``_get_clip_grad_norm``; 1.0 there by default, None here so that a run
+asks for it); it never clips the trust ratio (timm's ``trust_clip`` off).
 """
 from __future__ import annotations
 
-from typing import Iterable, Tuple
+from typing import Iterable, Optional, Tuple
 
 import torch
 
@@ -118,16 +120,37 @@ class Lamb(_Layerwise):
     """LAMB: a per-tensor trust ratio on Adam's step (see the module docstring).
 
     Group options: ``lr``, ``betas``, ``eps``, ``weight_decay``, ``adapt`` (False: Adam's step without
-    weight decay or trust ratio).
+    weight decay or trust ratio). ``max_grad_norm`` (None: off) clips the global gradient norm first.
     """
 
     def __init__(self, params: Iterable, lr: float, betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
-                 weight_decay: float = 0.01):
-        if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= beta < 1 for beta in betas):
-            raise ValueError(f"LAMB needs lr, eps, weight_decay >= 0 and betas in [0, 1) (got lr {lr}, betas "
-                             f"{betas}, eps {eps}, weight_decay {weight_decay})")
+                 weight_decay: float = 0.01, max_grad_norm: Optional[float] = None):
+        if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= beta < 1 for beta in betas) or (
+                max_grad_norm is not None and max_grad_norm <= 0):
+            raise ValueError(f"LAMB needs lr, eps, weight_decay >= 0, betas in [0, 1) and max_grad_norm None or > 0 "
+                             f"(got lr {lr}, betas {betas}, eps {eps}, weight_decay {weight_decay}, max_grad_norm "
+                             f"{max_grad_norm})")
+        self.max_grad_norm = max_grad_norm
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
                                   "adapt": True})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self.max_grad_norm is not None:
+            self._clip_global_norm(self.max_grad_norm)
+        super().step()
+        return loss
+
+    def _clip_global_norm(self, max_norm: float) -> None:
+        """Divide every gradient by max(1, global norm / MAX_NORM), on the device (no host sync)."""
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        if grads:
+            divisor = (torch.linalg.vector_norm(_norms(grads)) / max_norm).clamp_(min=1.0)
+            torch._foreach_div_(grads, [divisor] * len(grads))
 
     def _update_group(self, params: list, group: dict) -> None:
         beta1, beta2 = group["betas"]

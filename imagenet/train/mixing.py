@@ -5,7 +5,9 @@ As torchvision's references/classification/train.py: with both ``--mixup-alpha``
 the normalised batch on the training device (v2's ``MixUp``/``CutMix`` take a batch of images and
 integer labels and return the mixed images and soft labels), after the loader, so every data
 backend gets them. The loss takes the soft labels (``CrossEntropyLoss`` accepts class
-probabilities, label smoothing included); accuracy counts the label with the largest weight.
+probabilities, label smoothing included; ``--bce-loss`` smooths them before its threshold, which is
+timm's smoothing inside the mix: see :mod:`imagenet.train.losses`); accuracy counts the label with the
+largest weight.
 """
 from __future__ import annotations
 

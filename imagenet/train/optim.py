@@ -93,7 +93,7 @@ def build_optimizer(model: nn.Module, cfg, lr: float) -> torch.optim.Optimizer:
         return layerwise.Lars(groups, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
                               coefficient=cfg.lars_coefficient)
     if cfg.opt == "lamb":
-        return layerwise.Lamb(groups, lr=lr, weight_decay=cfg.weight_decay)
+        return layerwise.Lamb(groups, lr=lr, weight_decay=cfg.weight_decay, max_grad_norm=cfg.lamb_max_grad_norm)
     impl = impl_kwargs(getattr(cfg, "optimizer_impl", "default"), [p for g in groups for p in g["params"]])
     optimizer = torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.opt == "sgd_nesterov", **impl)
     if impl:
@@ -103,8 +103,11 @@ def build_optimizer(model: nn.Module, cfg, lr: float) -> torch.optim.Optimizer:
 
 
 def warmup_start(cfg, lr: float) -> Optional[float]:
-    """The warm-up's start as a factor of the peak LR: Goyal et al.'s from --lr (the rate for 256 images)
-    with --lr-warmup-from-base, else --lr-warmup-decay (None: from (step + 1) / warm-up steps)."""
+    """The warm-up's start as a factor of the peak LR: timm's absolute --warmup-lr, Goyal et al.'s from --lr
+    (the rate for 256 images) with --lr-warmup-from-base, else --lr-warmup-decay (None: from (step + 1) /
+    warm-up steps)."""
+    if cfg.warmup_lr is not None and lr > 0:
+        return cfg.warmup_lr / lr  # above 1 when the peak is below it: timm's warm-up then falls to the peak
     if cfg.lr_warmup_from_base and lr > 0:
         return min(cfg.lr / lr, 1.0)
     return cfg.lr_warmup_decay
@@ -117,7 +120,8 @@ def schedule(cfg, warmup: float, lr: float) -> schedules.Schedule:
                               power=cfg.lr_power, end_factor=cfg.lr_end / lr if lr > 0 else 0.0,
                               peak_epoch=cfg.lr_peak_epoch, gamma=cfg.lr_gamma,
                               warmup_method=cfg.lr_warmup_method,
-                              cosine_end=min(cfg.lr_min / lr, 1.0) if lr > 0 else 0.0)
+                              cosine_end=min(cfg.lr_min / lr, 1.0) if lr > 0 else 0.0,
+                              per_epoch=cfg.lr_per_epoch, cosine_from_start=cfg.cosine_from_start)
 
 
 def lr_factor(iteration: int, steps_per_epoch: int, cfg, warmup: float, lr: float = 1.0) -> float:

@@ -23,6 +23,13 @@ Warm-up (``step``, ``cosine``, ``poly``): linear over ``warmup_epochs``. With a 
 ``s + (1 - s) * i / W``; without one, ``(i + 1) / W`` (this project's long-standing rule, which
 reaches the peak on the last warm-up step). torchvision's ``--lr-warmup-method constant`` holds ``s``
 for the whole warm-up instead.
+
+timm's ``CosineLRScheduler`` as its ``train.py`` builds it (``timm/scheduler/cosine_lr.py``,
+``_get_lr``; ``timm/scheduler/scheduler_factory.py``): with ``cosine_from_start`` the cosine is
+``end + (1 - end) * 0.5 * (1 + cos(pi * epoch / epochs))`` over the whole run, counted from epoch 0
+(its ``warmup_prefix`` is off), and the warm-up, from its ``warmup_lr`` (``s`` = warmup_lr / peak),
+replaces the first ``warmup_epochs`` of it; ``per_epoch`` holds each epoch at the value of its first
+step, as timm steps its scheduler once per epoch (``t_in_epochs``, ``lr_scheduler.step(epoch + 1)``).
 """
 from __future__ import annotations
 
@@ -48,6 +55,8 @@ class Schedule:
     peak_epoch: float = 2.0
     ramp_start: float = 1e-4
     cosine_end: float = 0.0
+    per_epoch: bool = False  # one value per epoch, the one at its first step (timm's, torchvision's stepping)
+    cosine_from_start: bool = False  # the cosine counts from epoch 0, not from the warm-up's end (timm's)
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -56,6 +65,8 @@ class Schedule:
 
 def lr_factor(iteration: int, steps_per_epoch: int, schedule: Schedule) -> float:
     """Multiplier of the peak LR at ITERATION (0-based, over the whole run)."""
+    if schedule.per_epoch:
+        iteration -= iteration % steps_per_epoch
     if schedule.kind == "ramp":
         return _ramp(iteration, steps_per_epoch, schedule)
     warmup_steps = schedule.warmup_epochs * steps_per_epoch
@@ -65,7 +76,8 @@ def lr_factor(iteration: int, steps_per_epoch: int, schedule: Schedule) -> float
         return _warmup(iteration, warmup_steps, schedule.warmup_start)
     epoch = iteration / steps_per_epoch
     if schedule.kind == "cosine":
-        progress = (epoch - schedule.warmup_epochs) / max(schedule.epochs - schedule.warmup_epochs, 1e-8)
+        start = 0.0 if schedule.cosine_from_start else schedule.warmup_epochs
+        progress = (epoch - start) / max(schedule.epochs - start, 1e-8)
         end = schedule.cosine_end
         return end + (1 - end) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
     if schedule.kind == "exponential":

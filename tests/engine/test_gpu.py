@@ -25,6 +25,16 @@ def test_each_variant_trains_on_cuda(name, jpeg_data, tmp_path):
     assert record["dist"]["device"] == "cuda" and record["environment"]["gpu_count"] >= 1
 
 
+def test_no_accel_trains_on_the_cpu_beside_a_gpu(jpeg_data, tmp_path):
+    """pytorch/examples' --no-accel ('disables accelerator') with its node-level launch: one CPU process, gloo."""
+    proc = python(script("imagenet_ddp.py"), *TINY, "--no-accel", "--multiprocessing-distributed", "--dist-url",
+                  f"tcp://127.0.0.1:{free_port()}", "--world-size", "1", "--rank", "0", "--epochs", "1",
+                  "--log-dir", tmp_path, jpeg_data)
+    assert proc.returncode == 0, explain(proc)
+    dist = read_run(tmp_path)["dist"]
+    assert dist["device"] == "cpu" and dist["world_size"] == 1
+
+
 def test_ddp_under_torchrun_on_one_gpu(jpeg_data, tmp_path):
     proc = run([BIN / "torchrun", "--standalone", "--nproc_per_node=1", script("imagenet_ddp.py"), *GPU_TINY,
                 "--dist-backend", "nccl", "--epochs", "1", "--log-dir", tmp_path, jpeg_data])

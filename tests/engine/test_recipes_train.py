@@ -1,6 +1,8 @@
 """Every recipe trains a few steps on real JPEGs, validating on its cadence, and run.json names it; --print-config under
-torchrun's variables for 64 ranks shows MLPerf's recipe at a global batch of 13,312."""
+torchrun's variables for 64 ranks shows MLPerf's recipe at a global batch of 13,312; an RSB run follows timm's
+per-epoch cosine from epoch 0, down to its floor."""
 import json
+import math
 
 import pytest
 
@@ -35,3 +37,14 @@ def test_mlperf_print_config_for_64_torchrun_ranks():
     doc = json.loads(proc.stdout)
     assert doc["optim"]["opt"] == "lars" and doc["optim"]["lr_schedule"] == "poly"
     assert doc["optim"]["label_smoothing"] == 0.1 and doc["batch"]["global_batch"] == 13312
+
+
+def test_rsb_run_steps_timms_cosine_from_epoch_0_once_per_epoch(jpeg_data, tmp_path):
+    # the peak at 0.005 whatever the tiny batch, a 1-epoch warm-up from timm's 1e-4, 3 epochs of 2 steps
+    run = warm_python(script("imagenet_nd.py"), *SMALL, "--recipe", "rsb-a1", "--lr-scaling", "none", "--lr", "0.005",
+                      "--warmup-epochs", "1", "--steps-per-epoch", "2", "--log-dir", tmp_path, jpeg_data)
+    assert run.returncode == 0, explain(run)
+    rows = read_run(tmp_path)["epochs"]
+    # each row's LR is the one set for the next epoch: timm's cosine at t = 1, 2 of 3, then its floor
+    cosine = [1e-6 + 0.5 * (0.005 - 1e-6) * (1 + math.cos(math.pi * t / 3)) for t in (1, 2, 3)]
+    assert [row["lr"] for row in rows] == pytest.approx(cosine)

@@ -48,6 +48,11 @@ class Augmentation:
         return cls(data.auto_augment, data.ra_magnitude, data.ra_magnitude_std, data.augmix_severity,
                    data.random_erase, data.interpolation)
 
+    @classmethod
+    def for_val(cls, data) -> "Augmentation":
+        """Validation's: no policy, the resize's interpolation (--val-interpolation, else --interpolation)."""
+        return cls(interpolation=data.val_interpolation or data.interpolation)
+
     @property
     def active(self) -> bool:
         """Whether anything runs after the crop (a policy or erasing)."""

@@ -320,7 +320,7 @@ def dali_loaders(cfg, samples, train_sampler, val_sampler, rank: int, device: to
         FileReader(samples[split]), sampler, cfg.batch.per_process, train, size, device,
         cfg.batch.workers, cfg.run.seed, rank, max_batches, resize,
         data.train_crop_scale if train else CROP_SCALE,
-        Augmentation.of(data) if train else Augmentation(interpolation=data.interpolation))
+        Augmentation.of(data) if train else Augmentation.for_val(data))
     # --steps-per-epoch counts optimizer steps, each of accum_steps micro-batches
     return (make("train", train_sampler, True, data.image_size, data.steps_per_epoch * cfg.batch.accum_steps),
             make("val", val_sampler, False, data.val_crop_size or data.image_size, data.val_steps,
