@@ -31,7 +31,7 @@
 #     graph      engine fp16/bf16 eager against the whole step as one CUDA graph (--cuda-graph), ResNet-50 synthetic
 #     smallstep  the Fashion-MNIST race's step (ResNet-18, 32 px, batch 256, one epoch of 234 steps from its JPEGs):
 #                the step breakdown eager and graphed (the record's data_wait_ms, host_ms, device_ms)
-#     ttagpu     the GPU recipe (--recipe gpu) tuned and counted in one lease: TTA_TRIALS (the runner's GPU_TRIALS)
+#     ttagpu     the GPU recipe (--recipe gpu) tuned and counted in one lease: TTA_TRIALS (the recipe's GPU_TRIALS)
 #                on the tuning split, the one best within TTA_WITHIN_S (54) picked, then TTA_PAIRS (3) pairs of
 #                main.py and the engine with it; ~4 trials of ~1 min and 3 pairs of ~2 min: run it alone,
 #                STAGE_LIMIT=590 (the same carried files as tta)
@@ -231,11 +231,11 @@ stage_smallstep() {  # the Fashion-MNIST race's step (ResNet-18, 32 px, batch 25
 }
 
 stage_ttagpu() {  # the GPU recipe, tuned and counted in one lease: TTA_TRIALS on the tuning split (default: the
-    # runner's GPU_TRIALS, one a line), the best within TTA_WITHIN_S picked, then TTA_PAIRS pairs counting it
+    # recipe's GPU_TRIALS, one a line), the best within TTA_WITHIN_S picked, then TTA_PAIRS pairs counting it
     local seed trial best first=${TTA_FIRST_SEED:-1}
     local common=(--recipe gpu --workers "${TTA_WORKERS:-$WORKERS}" --fashion-mnist "${TTA_SOURCE:-.fmnist}"
                   --cache "$LEASE_DIR/tta-data" --work "$OUT/tta-work" --tag "tta-$TAG" --records "$OUT/tta-$TAG.jsonl")
-    local trials=${TTA_TRIALS:-$($PY -c "from studies.fashion_mnist_race.runner import GPU_TRIALS; print(chr(10).join(GPU_TRIALS))")}
+    local trials=${TTA_TRIALS:-$($PY -c "from studies.fashion_mnist_race.recipe import GPU_TRIALS; print(chr(10).join(GPU_TRIALS))")}
     while IFS= read -r trial; do
         $PY -m studies.fashion_mnist_race run --phase tune --seed 0 --trial "$trial" "${common[@]}" || return
     done <<< "$trials"
