@@ -86,9 +86,10 @@ def why_not_counted(run: Record, superseded_recipe: bool) -> List[str]:
     share = run.metrics.other_cpu_share
     reasons = [] if run.metrics.counted else [f"others used {fmt_share(share)} of the CPU"]
     reasons += [] if one_scoring(run) else [f"validated at resize {validation_resize(run)}"]
-    reasons += [] if clean_tree(run) else ["changed code"]
     reasons += ["an earlier recipe"] if superseded_recipe else []
-    return reasons + (round_rules_broken(run) if (run.point.protocol or 0) >= PROTOCOL else [])
+    if (run.point.protocol or 0) >= PROTOCOL:
+        return reasons + round_rules_broken(run)  # its dirty tree among them
+    return reasons + ([] if clean_tree(run) else ["changed code"])
 
 
 def fmt_share(share: Optional[float]) -> str:
