@@ -22,7 +22,7 @@ from imagenet.run import sysinfo
 from results.core import records
 from results.core.kinds import from_dict
 from results.runners.common import BenchError
-from studies.fashion_mnist_race import headline, runner
+from studies.fashion_mnist_race import examples_main, headline, runner
 from studies.fashion_mnist_race.protocol import EXAMPLES_EPOCHS, LOADER_WORKERS
 
 log = logging.getLogger(__name__)
@@ -63,9 +63,10 @@ def preflight(args: argparse.Namespace, root: Optional[Path] = None) -> None:
     if sysinfo.machine_id() is None:
         raise BenchError(f"no boot id in {sysinfo.BOOT_ID}: a round's records must name their machine's boot; run "
                          "the round on Linux")
-    if args.examples is None:
-        raise BenchError("a round runs main.py: pass --examples DIR, a pytorch/examples checkout "
-                         "(git clone https://github.com/pytorch/examples DIR)")
+    if args.examples is None or not (args.examples / examples_main.MAIN_PY).is_file():
+        found = "" if args.examples is None else f" ({args.examples} has no {examples_main.MAIN_PY})"
+        raise BenchError(f"a round runs main.py: pass --examples DIR, a pytorch/examples checkout{found} (git clone "
+                         "https://github.com/pytorch/examples DIR)")
     if args.workers not in (None, LOADER_WORKERS) or args.unseeded_examples or args.trial:
         raise BenchError("a round runs main.py at its defaults, seeded, and both programs with its "
                          f"{LOADER_WORKERS} loader workers: drop --workers, --unseeded-examples and --trial (the "
