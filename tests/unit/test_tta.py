@@ -578,6 +578,10 @@ def test_a_round_refuses_a_dirty_tree_before_anything_runs(idx_dir, examples_che
     (clean_repo / "studies" / "x" / "records" / "r.jsonl").write_text("{}\n")
     protocol_round.require_clean_tree(clean_repo)
     for flags, says in ((["--workers", "2"], "drop --workers"), (["--unseeded-examples"], "drop --workers"),
-                        (["--examples-epochs", "3"], "for the protocol's 10 epochs")):
+                        (["--examples-epochs", "3"], "for the protocol's 10 epochs"),
+                        (["--recipe", "gpu", "--tune=--epochs 16"], "pass --within-s S"),
+                        (["--examples", str(tmp_path / "nowhere")], "has no imagenet/main.py")):
         assert _round(idx_dir, examples_checkout, tmp_path, *flags) == 2 and says in capsys.readouterr().err
+    monkeypatch.setattr(sysinfo, "machine_id", lambda: None)
+    assert _round(idx_dir, examples_checkout, tmp_path) == 2 and "no boot id" in capsys.readouterr().err
     assert not (tmp_path / "r.jsonl").exists()
