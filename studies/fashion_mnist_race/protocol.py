@@ -70,9 +70,9 @@ def clean_tree(run: Record) -> bool:
 
 
 def counted(runs: Sequence[Record]) -> List[Record]:
-    """One program's runs that count: quiet, scored as main.py is, and of its current recipe (the newest
-    run's): a retuned recipe starts its count again, and the runs of the recipes before it stay on record,
-    uncounted."""
+    """One program's runs that count: quiet, scored as main.py is, of its current recipe (the newest run's: a
+    retuned recipe starts its count again, and the runs of the recipes before it stay on record, uncounted),
+    and from the protocol round on, keeping the round's rules for one run (:func:`round_rules_broken`)."""
     return [r for r in runs if counts(r, superseded(r, runs))]
 
 
