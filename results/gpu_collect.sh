@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # File a GPU lease's output (the folder results/gpu_session.sh wrote as $OUT) into the checkout:
 # records appended to results/records/<tag>.jsonl (each record once; the race's tta-*.jsonl to the study's
-# studies/fashion_mnist_race/records/), run folders under results/runs/.
+# studies/fashion_mnist_race/records/, followed by the race's headline check on them), run folders under results/runs/.
 # Both are made portable on the way in, as the harness keeps them: no machine paths, and run folders
 # with only what the report reads (run.json and the TensorBoard scalars).
 #
@@ -38,6 +38,8 @@ for record in new:  # one atomic line each (made portable): a crash leaves whole
     append(dst, record)
 print(f"{src}: {len(new)} new record(s) -> {dst}")
 PYEOF
+        # a race round's records: whether they make the headline, and if not, which rule they break (filed either way)
+        case $(basename "$src") in tta-*) "$PY" -m studies.fashion_mnist_race check --records "$dst" || true ;; esac
     done
     "$PY" - "$unpacked" "$DEST/runs" <<'PYEOF'
 import sys

@@ -23,18 +23,20 @@
 #     batch      engine-fp16 at batch 256, 384 and 512
 #     steptimes  engine-fp16 fed from the JPEGs with --step-times: the per-step spread behind the scaling
 #                model's straggler term (python -m studies.published_model --check)
-#     tta        the time-to-accuracy protocol on one GPU with the CPU's recipe (docs/time-to-accuracy.md): TTA_PAIRS (3) pairs of
-#                main.py then this engine, seeds 1..N, TTA_WORKERS loader workers for both (default WORKERS);
+#     tta        the time-to-accuracy protocol round on one GPU with the CPU's recipe (docs/time-to-accuracy.md), one
+#                command: TTA_PAIRS (3) pairs of main.py then this engine, alternating, seeds TTA_FIRST_SEED (1) on,
+#                both seeded, main.py at its defaults and 4 loader workers for both (the protocol's; no --workers);
 #                carried: the four Fashion-MNIST files in .fmnist/ and a pytorch/examples checkout in .examples/
-#                (both git-ignored; no registry on the machine); records in $OUT/tta-$TAG.jsonl, each run's
-#                as it ends; a pair took ~2.5 min on an H200 (2026-11-27), so give 3 pairs STAGE_LIMIT=540
+#                (both git-ignored; no registry on the machine); records in $OUT/tta-$TAG.jsonl, each run's as it
+#                ends; ~2.5 min a pair on an H200 (2026-11-28, 14 workers), so STAGE_LIMIT=540
 #     graph      engine fp16/bf16 eager against the whole step as one CUDA graph (--cuda-graph), ResNet-50 synthetic
 #     smallstep  the Fashion-MNIST race's step (ResNet-18, 32 px, batch 256, one epoch of 234 steps from its JPEGs):
 #                the step breakdown eager and graphed (the record's data_wait_ms, host_ms, device_ms)
-#     ttagpu     the GPU recipe (--recipe gpu) tuned and counted in one lease: TTA_TRIALS (the runner's GPU_TRIALS)
-#                on the tuning split, the one best within TTA_WITHIN_S (54) picked, then TTA_PAIRS (3) pairs of
-#                main.py and the engine with it; ~4 trials of ~1 min and 3 pairs of ~2 min: run it alone,
-#                STAGE_LIMIT=590 (the same carried files as tta)
+#     ttagpu     the protocol round with the GPU recipe (--recipe gpu), tuned and counted in one command: TTA_TRIALS
+#                (default: the recipe as it is and --epochs 16, one a line) on the tuning split, the one best within
+#                TTA_WITHIN_S (54: main.py's budget on the last lease) picked, then TTA_PAIRS (3) pairs as in tta;
+#                ~1 min a trial and ~2.5 min a pair: about 10 minutes, run it alone with STAGE_LIMIT=590 (the same
+#                carried files as tta)
 #   default: env synthetic tests jpeg
 #
 # Records go to $OUT/<tag>.jsonl and the kept run folders to $OUT/runs-<stage>.tgz, so a lease that
@@ -207,15 +209,13 @@ stage_steptimes() {  # one GPU, loader-fed like the published clusters; each ste
     bench_train steptimes "$JPEG_ROOT" "$JPEG_STEPS" --setups engine-fp16 --extra=--step-times
 }
 
-stage_tta() {  # one pair per seed; main.py unseeded: on a GPU its --seed turns on cuDNN's deterministic mode
-    local seed first=${TTA_FIRST_SEED:-1}
-    for seed in $(seq "$first" $(( first + ${TTA_PAIRS:-3} - 1 ))); do
-        $PY -m studies.fashion_mnist_race run --phase both --seed "$seed" --unseeded-examples \
-            --workers "${TTA_WORKERS:-$WORKERS}" --examples "${TTA_EXAMPLES:-.examples}" \
-            --fashion-mnist "${TTA_SOURCE:-.fmnist}" --cache "$LEASE_DIR/tta-data" --work "$OUT/tta-work" \
-            --tag "tta-$TAG" --records "$OUT/tta-$TAG.jsonl" --recipe cpu ${TTA_FLAGS:-} || return
-    done
+tta_round() {  # tta_round <flags...>: the protocol round in one command (studies.fashion_mnist_race run --phase round)
+    $PY -m studies.fashion_mnist_race run --phase round --pairs "${TTA_PAIRS:-3}" --seed "${TTA_FIRST_SEED:-1}" \
+        --examples "${TTA_EXAMPLES:-.examples}" --fashion-mnist "${TTA_SOURCE:-.fmnist}" --cache "$LEASE_DIR/tta-data" \
+        --work "$OUT/tta-work" --tag "tta-$TAG" --records "$OUT/tta-$TAG.jsonl" "$@" ${TTA_FLAGS:-}
 }
+
+stage_tta() { tta_round --recipe cpu; }  # main.py seeded: its --seed also sets cuDNN's deterministic mode, as for its users
 
 stage_graph() {  # the whole step in one CUDA graph against eager and compiled, ResNet-50 synthetic, no compiling
     bench_train graph dummy "$STEPS" --setups engine-fp16 engine-bf16 engine-bf16-graph engine-fp16-graph
@@ -230,22 +230,11 @@ stage_smallstep() {  # the Fashion-MNIST race's step (ResNet-18, 32 px, batch 25
         --workers "${SMALL_WORKERS:-$WORKERS}"
 }
 
-stage_ttagpu() {  # the GPU recipe, tuned and counted in one lease: TTA_TRIALS on the tuning split (default: the
-    # runner's GPU_TRIALS, one a line), the best within TTA_WITHIN_S picked, then TTA_PAIRS pairs counting it
-    local seed trial best first=${TTA_FIRST_SEED:-1}
-    local common=(--recipe gpu --workers "${TTA_WORKERS:-$WORKERS}" --fashion-mnist "${TTA_SOURCE:-.fmnist}"
-                  --cache "$LEASE_DIR/tta-data" --work "$OUT/tta-work" --tag "tta-$TAG" --records "$OUT/tta-$TAG.jsonl")
-    local trials=${TTA_TRIALS:-$($PY -c "from studies.fashion_mnist_race.runner import GPU_TRIALS; print(chr(10).join(GPU_TRIALS))")}
-    while IFS= read -r trial; do
-        $PY -m studies.fashion_mnist_race run --phase tune --seed 0 --trial "$trial" "${common[@]}" || return
-    done <<< "$trials"
+stage_ttagpu() {  # the GPU recipe tuned on the tuning split first (TTA_TRIALS, one a line), then counted, one command
+    local trial tune=()
+    while IFS= read -r trial; do tune+=("--tune=$trial"); done <<< "${TTA_TRIALS:-$(printf '%s\n' '' '--epochs 16')}"
     # main.py's budget on this machine is not known before its runs: the last lease's (54 s on an H200)
-    best=$($PY -m studies.fashion_mnist_race run --phase pick --within-s "${TTA_WITHIN_S:-54}" "${common[@]}") || return
-    echo "ttagpu: picked trial '$best'"
-    for seed in $(seq "$first" $(( first + ${TTA_PAIRS:-3} - 1 ))); do
-        $PY -m studies.fashion_mnist_race run --phase both --seed "$seed" --unseeded-examples \
-            --examples "${TTA_EXAMPLES:-.examples}" --trial "$best" "${common[@]}" || return
-    done
+    tta_round --recipe gpu "${tune[@]}" --within-s "${TTA_WITHIN_S:-54}"
 }
 
 stage_logging() { bench_train logging dummy "$STEPS" --setups engine-log-epoch engine-log-step; }
@@ -264,7 +253,7 @@ for s in $stages; do
     fi
     echo "=== stage $s ($(date -u +%H:%M:%S))"
     timeout "${STAGE_LIMIT:-400}" bash -c "$(declare -p OUT PY ARCH BATCH STEPS IMAGE WORKERS JPEG_ROOT JPEG_STEPS \
-        JPEG_CLASSES JPEG_PER_CLASS APEX_SRC LEASE_DIR TAG RECORDS gpu_name); $(declare -f bench_train detect_apex stage_$s); stage_$s" \
+        JPEG_CLASSES JPEG_PER_CLASS APEX_SRC LEASE_DIR TAG RECORDS gpu_name); $(declare -f bench_train detect_apex tta_round stage_$s); stage_$s" \
         || { echo "=== stage $s failed or timed out (rc $?)"
              pkill -9 -f "imagenet/imagenet_" || true; }  # a timed-out trainer treats TERM as preemption
 done

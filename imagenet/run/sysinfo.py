@@ -64,20 +64,30 @@ HARNESS_OUTPUTS = ("results/records", "results/runs", "results/RESULTS.md", "res
                    "studies/*/RESULTS.md", "studies/*/figures/**")
 
 
+def changed_files(root: Path = REPO_ROOT, untracked: bool = False) -> Optional[list]:
+    """The files of ROOT's checkout that differ from its commit outside HARNESS_OUTPUTS (with UNTRACKED, files
+    git neither tracks nor ignores too), as git names them; None where ROOT is no git checkout."""
+    outside = [f":(exclude,glob){path}" for path in HARNESS_OUTPUTS]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                              f"--untracked-files={'normal' if untracked else 'no'}", "--", ".", *outside],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [line[3:] for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else None
+
+
 def git_commit(root: Path = REPO_ROOT) -> Optional[str]:
     """The checkout's commit, with ``-dirty`` when tracked files differ from it outside HARNESS_OUTPUTS (a
     sweep's own earlier records do not make its next run's tree dirty)."""
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=10)
-        if out.returncode != 0:
-            return None
-        outside = [f":(exclude,glob){path}" for path in HARNESS_OUTPUTS]
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                *outside], capture_output=True, text=True, timeout=10).stdout.strip()
-        return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("-dirty" if changed_files(root) else "")
 
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -99,16 +109,35 @@ def _repo_relative(arg: str) -> str:
     return arg[len(root):] if arg.startswith(root) else arg
 
 
+# What a measurement runs from the checkout: the engine and its launchers, the harness and the studies (a study's
+# runner patches and times the programs it compares); the harness's scratch folder holds data, not code
+SOURCE_DIRS = ("imagenet", "launch", "results", "studies")
+SOURCE_SUFFIXES = (".py", ".sh", ".c")
+NOT_SOURCE = ("results/scratch",)
+
+
 def source_digest(root: Path = REPO_ROOT) -> str:
-    """SHA-256 (first 12 hex digits) of the engine's and launchers' Python sources.
+    """SHA-256 (first 12 hex digits) of the sources a measurement runs (SOURCE_DIRS' Python, shell and C files).
 
     Identifies the code that ran where the checkout's git state cannot: a copy sent to another
-    machine keeps whatever .git it had, so its commit may predate the files.
+    machine keeps whatever .git it had, so its commit may predate the files. Records made before it
+    covered results/ and studies/ hashed imagenet/ and launch/'s Python files alone.
     """
     h = hashlib.sha256()
-    for path in sorted(p for pkg in ("imagenet", "launch") for p in (root / pkg).rglob("*.py")):
+    for path in sorted(_sources(root)):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:12]
+
+
+def _sources(root: Path) -> list:
+    """SOURCE_DIRS' source files under ROOT; NOT_SOURCE is not walked (the scratch folder holds the photographs)."""
+    found = []
+    for top in SOURCE_DIRS:
+        for folder, dirs, files in os.walk(root / top):
+            here = Path(folder)
+            dirs[:] = [d for d in dirs if (here / d).relative_to(root).as_posix() not in NOT_SOURCE]
+            found += [here / f for f in files if Path(f).suffix in SOURCE_SUFFIXES]
+    return found
 
 
 def nvidia_driver(proc: Optional[Path] = None) -> Optional[str]:

@@ -1,8 +1,11 @@
 """Time to a target top-1 on real photographs: pytorch/examples' main.py against the engine on Fashion-MNIST.
 
 ``python -m studies.fashion_mnist_race run ...`` races the two programs (:mod:`.runner`) and appends to
-``records/``; ``python -m studies.fashion_mnist_race report`` writes ``RESULTS.md`` here. The protocol (which
-runs count, the goal they set) is :mod:`.protocol`; the sections' words are in ``text/``.
+``records/`` (``run --phase round``: the protocol round in one go, :mod:`.protocol_round`);
+``python -m studies.fashion_mnist_race report`` writes ``RESULTS.md`` here, and ``... check`` prints the headline
+recomputed from the records (exit 1 while no round keeps every rule: :mod:`.headline`). The protocol (which runs
+count, the goal they set) is :mod:`.protocol`; the engine's recipes are :mod:`.recipe`; the sections' words are in
+``text/``.
 """
 from pathlib import Path
 

@@ -105,6 +105,13 @@ class MainLines:
             log.info("examples: %s (%.0f s)", " ".join(line.split()[:3]), now)
 
 
+def flags(epochs: int, seed: Optional[int] = None, workers: Optional[int] = None) -> List[str]:
+    """main.py's command line after its data folder: EPOCHS, its --seed where SEED is given, its -j where WORKERS is
+    (the record keeps it: the protocol round gives main.py nothing but its epochs and the seed)."""
+    return ["--epochs", str(epochs), *(["--seed", str(seed)] if seed is not None else []),
+            *(["-j", str(workers)] if workers is not None else [])]
+
+
 def run(examples_dir: Path, data: Path, image_size: int, epochs: int, log_file: Path,
         timeout_s: Optional[float] = None, seed: Optional[int] = None,
         workers: Optional[int] = None) -> Tuple[MainLines, Followed]:
@@ -113,9 +120,7 @@ def run(examples_dir: Path, data: Path, image_size: int, epochs: int, log_file: 
     line goes to LOG_FILE."""
     with tempfile.TemporaryDirectory(prefix="examples-main-") as work:
         script = patched_copy(examples_dir, image_size, Path(work))
-        cmd = [sys.executable, "-u", str(script), str(Path(data).resolve()), "--epochs", str(epochs),
-               *(["--seed", str(seed)] if seed is not None else []),
-               *(["-j", str(workers)] if workers is not None else [])]
+        cmd = [sys.executable, "-u", str(script), str(Path(data).resolve()), *flags(epochs, seed, workers)]
         log.info("examples: %s", " ".join(cmd[1:]))
         lines = MainLines()
         return lines, follow(cmd, Path(work), log_file, lines, timeout_s)

@@ -32,6 +32,8 @@ class TimeToAccuracyPoint:
     epochs_planned: Optional[int] = None
     examples_commit: Text = None
     examples_main_digest: Text = None  # main.py's SHA-256 (12 digits): its version where no git history came along
+    examples_flags: Value = None  # main.py's command line after its data folder (the protocol round's records on)
+    round: Text = None  # the protocol round the run belongs to (``run --phase round``), None outside one
     changed_in_copy: Value = None
     gpus: Optional[int] = None
     processes: Optional[int] = None

@@ -4,7 +4,11 @@ budget they fix, each run measured against them from its curve, and medians with
 A run counts when it follows the protocol (its point names the protocol version), finished, the
 machine was otherwise quiet (``metrics.counted``, from ``other_cpu_share``) and its code was its commit's
 (:func:`clean_tree`); an engine run counts only under the engine's current recipe (its newest run's) and
-when it was scored as main.py is (the same validation resize: :func:`one_scoring`).
+when it was scored as main.py is (the same validation resize: :func:`one_scoring`). From the protocol round
+(``PROTOCOL`` 3) on, a run counts only when it also keeps the round's rules (:func:`round_rules_broken`): seeded,
+its boot named, its code clean and digested, main.py's version known and main.py at its own defaults, both
+programs with main.py's loader workers. The rules of a whole round (alternation, one boot, 3 + 3) are
+:mod:`studies.fashion_mnist_race.headline`'s. Records of the versions before (``HISTORY``) are the write-up's history.
 
 Times compare only within one machine (:func:`machine`: one boot of one machine, so two VMs of the same
 size, or two leases of one GPU, are two machines): main.py's counted runs on a machine fix that
@@ -23,15 +27,21 @@ from results.core.kinds import Record
 
 KIND = "time_to_accuracy"
 TUNING_KIND = "tta_tuning"
-PROTOCOL = 2
+PROTOCOL = 3  # the protocol round: runs made by ``run --phase round`` under every rule of item 1 of the protocol
+HISTORY = (2,)  # the versions before: shown in the write-up as history, never the headline
 EXAMPLES_PROGRAM = "pytorch/examples imagenet/main.py"
 OURS_PROGRAM = "hpc-imagenet"
+NAMES = {EXAMPLES_PROGRAM: "main.py", OURS_PROGRAM: "this engine"}  # as the write-up names them
+GOAL_RATIO = 3.0  # the benchmark's goal: time to the target at least 3x shorter than main.py's
+GOAL_TOP1 = 92.0  # ...and, in main.py's wall time, at least this top-1 (the table's ResNet18: 94.9 %)
 MIN_RUNS = 3  # counted runs of each program before the medians are the benchmark's result
+LOADER_WORKERS = 4  # main.py's default -j, given to both programs alike
+EXAMPLES_EPOCHS = 10  # main.py's epochs under the protocol (its own default, 90, is ImageNet's)
 
 
-def protocol_runs(recs: Sequence[Record], program: str) -> List[Record]:
-    """PROGRAM's ok protocol records, counted or not, oldest first."""
-    return sorted((r for r in recs if r.kind == KIND and r.ok and r.point.protocol == PROTOCOL
+def protocol_runs(recs: Sequence[Record], program: str, version: int = PROTOCOL) -> List[Record]:
+    """PROGRAM's ok records of protocol VERSION, counted or not, oldest first."""
+    return sorted((r for r in recs if r.kind == KIND and r.ok and r.point.protocol == version
                    and r.point.program == program), key=lambda r: r.time)
 
 
@@ -60,15 +70,57 @@ def clean_tree(run: Record) -> bool:
 
 
 def counted(runs: Sequence[Record]) -> List[Record]:
-    """One program's runs that count: quiet, scored as main.py is, and of its current recipe (the newest
-    run's): a retuned recipe starts its count again, and the runs of the recipes before it stay on record,
-    uncounted."""
+    """One program's runs that count: quiet, scored as main.py is, of its current recipe (the newest run's: a
+    retuned recipe starts its count again, and the runs of the recipes before it stay on record, uncounted),
+    and from the protocol round on, keeping the round's rules for one run (:func:`round_rules_broken`)."""
     return [r for r in runs if counts(r, superseded(r, runs))]
 
 
 def counts(run: Record, superseded_recipe: bool) -> bool:
     """The rule :func:`counted` applies to one run, for a table that shows every run."""
-    return bool(run.metrics.counted) and one_scoring(run) and clean_tree(run) and not superseded_recipe
+    return not why_not_counted(run, superseded_recipe)
+
+
+def why_not_counted(run: Record, superseded_recipe: bool) -> List[str]:
+    """Why RUN does not count, one phrase a reason (none: it counts)."""
+    share = run.metrics.other_cpu_share
+    reasons = [] if run.metrics.counted else [f"others used {fmt_share(share)} of the CPU"]
+    reasons += [] if one_scoring(run) else [f"validated at resize {validation_resize(run)}"]
+    reasons += ["an earlier recipe"] if superseded_recipe else []
+    if (run.point.protocol or 0) >= PROTOCOL:
+        return reasons + round_rules_broken(run)  # its dirty tree among them
+    return reasons + ([] if clean_tree(run) else ["changed code"])
+
+
+def fmt_share(share: Optional[float]) -> str:
+    return "an unmeasured share" if share is None else f"{100 * share:.0f} %"
+
+
+def round_rules_broken(run: Record) -> List[str]:
+    """The protocol round's rules RUN breaks, one phrase each: a run of the round is seeded, names its boot, ran
+    from a clean tree with its source digest, and ran with main.py's loader workers; main.py's runs name its version
+    and give it nothing but the protocol's epochs and the seed."""
+    env, point = run.environment, run.point
+    broken = [] if point.seed is not None else ["unseeded"]
+    broken += [] if env.machine_id else ["no machine id (boot)"]
+    broken += [f"dirty tree ({env.git_commit})"] if (env.git_commit or "").endswith("-dirty") else []
+    broken += [] if env.source_digest else ["no source digest"]
+    workers = (point.recipe or {}).get("workers")
+    broken += [] if workers == LOADER_WORKERS else [f"{workers} loader workers, not {LOADER_WORKERS}"]
+    if point.program == EXAMPLES_PROGRAM:
+        broken += [] if point.examples_commit or point.examples_main_digest else ["main.py's version unknown"]
+        broken += [] if at_defaults(point.examples_flags) else \
+            [f"main.py not at its defaults (given {' '.join(point.examples_flags or ['nothing recorded'])})"]
+    return broken
+
+
+def at_defaults(flags: Optional[Sequence[str]]) -> bool:
+    """Whether FLAGS, main.py's command line after its data folder, leave it at its defaults: the protocol's
+    ``--epochs`` and a ``--seed``, nothing else (None: not recorded, unknown)."""
+    if flags is None:
+        return False
+    given = dict(zip(flags[::2], flags[1::2]))
+    return len(flags) == 4 and given.keys() == {"--epochs", "--seed"} and given["--epochs"] == str(EXAMPLES_EPOCHS)
 
 
 def examples_resize(image_size: int) -> int:
@@ -167,3 +219,14 @@ def best_within(curve: Sequence[dict], budget_s: float) -> Optional[float]:
 
 def ratio(slow: Optional[float], fast: Optional[float]) -> Optional[float]:
     return slow / fast if slow is not None and fast else None
+
+
+def spreads(counted_runs: Sequence[Record], fixed: Goal) -> dict:
+    """One program's counted runs against the final target and budget: time to the target in wall and CPU seconds,
+    how many missed it, the best top-1 within the budget and the start, each as a :class:`Spread`."""
+    measured = [measure(r, fixed.target, fixed.budget_s) for r in counted_runs]
+    to = [to_target(r, m) for r, m in zip(counted_runs, measured)]
+    return {"wall": Spread.of([wall for wall, _ in to]), "cpu": Spread.of([cpu for _, cpu in to]),
+            "missed": sum(m.time_to_target_s is None for m in measured),
+            "best": Spread.of([m.best_in_budget for m in measured]),
+            "start": Spread.of([r.metrics.start_s for r in counted_runs])}

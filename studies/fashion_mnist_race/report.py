@@ -2,10 +2,12 @@
 studies.fashion_mnist_race run``: pytorch/examples' main.py and this engine on Fashion-MNIST under the protocol of
 docs/time-to-accuracy.md (the arithmetic: :mod:`studies.fashion_mnist_race.protocol`).
 
-It shows every protocol run, counted or not, each measured against the final target and budget (the
-medians of main.py's counted runs); the medians and ranges of the counted runs with the goals' verdicts;
-the counted runs' curves; the tuning trials that chose the recipe; and the single runs made before
-the protocol, marked as such.
+It opens with the headline (:mod:`studies.fashion_mnist_race.headline`: the newest protocol round that keeps every
+rule, or that none does yet), then shows every run of the current protocol, counted or not, each measured against
+its machine's final target and budget (the medians of main.py's counted runs there); the medians and ranges of the
+counted runs with the goals' verdicts; the counted runs' curves; the runs of the protocol's earlier versions as
+history, in the same form; the tuning trials that chose the recipe; and the single runs made before the protocol,
+marked as such.
 """
 from __future__ import annotations
 
@@ -20,34 +22,44 @@ from results.core.kinds import Record
 from results.core.records import group_by
 from results.report import figures
 from results.report.common import fmt, md_table, prose
-from studies.fashion_mnist_race import HERE, RECORDS, REFERENCE, protocol
-from studies.fashion_mnist_race.protocol import EXAMPLES_PROGRAM, OURS_PROGRAM, Goal, Spread
+from studies.fashion_mnist_race import HERE, RECORDS, REFERENCE, headline, protocol
+from studies.fashion_mnist_race.protocol import (EXAMPLES_PROGRAM, GOAL_RATIO, GOAL_TOP1, NAMES, OURS_PROGRAM, Goal,
+                                                 Spread)
 
 HEADING = "Time to accuracy on real photographs (Fashion-MNIST)"
-GOAL_RATIO = 3.0  # the benchmark's goal: time to the target at least 3x shorter than main.py's
-GOAL_TOP1 = 92.0  # ...and, in main.py's wall time, at least this top-1 (the table's ResNet18: 94.9 %)
-NAMES = {EXAMPLES_PROGRAM: "main.py", OURS_PROGRAM: "this engine"}
 
 
 def section(recs: Sequence[Record], fig_dir: Path, ref_dir: Path = REFERENCE) -> str:
-    machines = group_by([r for program in NAMES for r in protocol.protocol_runs(recs, program)], protocol.machine)
+    current = _by_machine(recs, protocol.PROTOCOL)
+    history = {version: _by_machine(recs, version) for version in protocol.HISTORY}
     tuning = [r for r in recs if r.kind == protocol.TUNING_KIND and r.ok]
     earlier = protocol.earlier_runs(recs)
-    if not (machines or tuning or earlier):
+    if not (current or any(history.values()) or tuning or earlier):
         return ""
-    out = [f"## {HEADING}\n", prose("time_to_accuracy.protocol") + "\n"]
-    for machine, runs in machines.items():
-        out.append(_machine(machine, runs, fig_dir, len(machines) > 1))
-    out += [_pooled(hardware, runs) for hardware, runs in group_by(
-        [r for runs in machines.values() for r in runs], protocol.hardware).items()
-        if len({protocol.machine(r) for r in runs}) > 1]
-    if not machines:
-        out.append("No run under the protocol yet.\n")
+    out = [f"## {HEADING}\n", prose("time_to_accuracy.protocol") + "\n", headline.words(recs)]
+    out += _machines(current, fig_dir) if current else ["No run of the protocol round yet.\n"]
+    for version, machines in history.items():
+        out += [prose("time_to_accuracy.history", version=version) + "\n", *_machines(machines, fig_dir, "History: ")] \
+            if machines else []
     out += [_tuning(tuning), _earlier(earlier), published_table(ref_dir)]
     return "\n".join(part for part in out if part)
 
 
-def _machine(machine: str, recs: Sequence[Record], fig_dir: Path, titled: bool) -> str:
+def _by_machine(recs: Sequence[Record], version: int) -> dict:
+    """Protocol VERSION's runs of both programs, by machine."""
+    return group_by([r for program in NAMES for r in protocol.protocol_runs(recs, program, version)], protocol.machine)
+
+
+def _machines(machines: dict, fig_dir: Path, prefix: str = "") -> list:
+    """Each machine's section, then every machine of one kind pooled where there are several (PREFIX before each
+    heading: the history's)."""
+    out = [_machine(machine, runs, fig_dir, len(machines) > 1, prefix) for machine, runs in machines.items()]
+    return out + [_pooled(hardware, runs, prefix) for hardware, runs in group_by(
+        [r for runs in machines.values() for r in runs], protocol.hardware).items()
+        if len({protocol.machine(r) for r in runs}) > 1]
+
+
+def _machine(machine: str, recs: Sequence[Record], fig_dir: Path, titled: bool, prefix: str = "") -> str:
     """One machine's runs: a machine's times compare only with the same machine's."""
     runs = {program: [r for r in recs if r.point.program == program] for program in NAMES}
     fixed = protocol.goal(protocol.counted(runs[EXAMPLES_PROGRAM]))
@@ -56,7 +68,7 @@ def _machine(machine: str, recs: Sequence[Record], fig_dir: Path, titled: bool) 
     when = sorted({r.time[:10] for r in recs})
     dates = when[0] if len(when) == 1 else f"{when[0]} to {when[-1]}"
     named = machine if machine.endswith(dates) else f"{machine} ({dates})"  # older records' names hold the day
-    parts = [f"### On {named}\n" if titled else f"On {named}.\n",
+    parts = [f"### {prefix}On {named}\n" if titled else f"{prefix}On {named}.\n",
              _figure(runs, fixed, fig_dir / name), _runs_table(runs, fixed), _summary(runs, fixed)]
     return "\n".join(part for part in parts if part)
 
@@ -101,6 +113,8 @@ def _run_row(program: str, run: Record, fixed: Optional[Goal], superseded: bool)
               f"({fmt(100 * share) if share is not None else '-'} %)"
     counted += ", an earlier recipe" if superseded else ""
     counted += "" if same_scoring else f", validated at resize {protocol.validation_resize(run)}"
+    counted += "".join(f", {rule}" for rule in protocol.round_rules_broken(run)) \
+        if (run.point.protocol or 0) >= protocol.PROTOCOL else ""
     return [NAMES[program], fmt(run.point.seed), counted, fmt(m.start_s),
             fmt(measured and measured.time_to_target_s), fmt(measured and measured.core_s_to_target),
             fmt(measured and measured.best_in_budget), fmt(m.best_top1), fmt(m.epochs), fmt(m.wall_s),
@@ -116,21 +130,12 @@ def _spread(spread: Spread) -> str:
 def _summary(runs: dict, fixed: Optional[Goal]) -> str:
     if fixed is None:
         return ""
-    spreads = {program: _spreads(protocol.counted(runs[program]), fixed) for program in NAMES}
+    spreads = {program: protocol.spreads(protocol.counted(runs[program]), fixed) for program in NAMES}
     rows = [[NAMES[p], len(protocol.counted(runs[p])), *(_spread(spreads[p][key]) for key in ("wall", "cpu", "best",
                                                                                             "start"))] for p in NAMES]
     table = md_table("time_to_accuracy.summary_columns", rows)
     return ("Medians (min-max) over the counted runs:\n\n" + table + "\n"
             + _verdicts(spreads, {p: len(protocol.counted(runs[p])) for p in NAMES}))
-
-
-def _spreads(counted: Sequence[Record], fixed: Goal) -> dict:
-    measured = [protocol.measure(r, fixed.target, fixed.budget_s) for r in counted]
-    to_target = [protocol.to_target(r, m) for r, m in zip(counted, measured)]
-    return {"wall": Spread.of([wall for wall, _ in to_target]), "cpu": Spread.of([cpu for _, cpu in to_target]),
-            "missed": sum(m.time_to_target_s is None for m in measured),
-            "best": Spread.of([m.best_in_budget for m in measured]),
-            "start": Spread.of([r.metrics.start_s for r in counted])}
 
 
 def _verdicts(spreads: dict, counts: dict) -> str:
@@ -150,13 +155,14 @@ def _verdicts(spreads: dict, counts: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pooled(hardware: str, recs: Sequence[Record]) -> str:
+def _pooled(hardware: str, recs: Sequence[Record], prefix: str = "") -> str:
     """Every machine of one HARDWARE pooled into one target and budget: shown beside the per-machine results for
     comparison only, since one VM's or lease's speed is not another's."""
     runs = {program: [r for r in recs if r.point.program == program] for program in NAMES}
     fixed = protocol.goal(protocol.counted(runs[EXAMPLES_PROGRAM]))
     machines = len({protocol.machine(r) for r in recs})
-    return prose("time_to_accuracy.pooled", hardware=hardware, machines=machines) + "\n\n" + _summary(runs, fixed)
+    return prose("time_to_accuracy.pooled", prefix=prefix, hardware=hardware, machines=machines) + "\n\n" + \
+        _summary(runs, fixed)
 
 
 def _ratio(value: Optional[float]) -> str:

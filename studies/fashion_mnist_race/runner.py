@@ -42,9 +42,11 @@ from results.core.kinds import Record, from_dict
 from results.core.records import RESULTS_DIR, SCRATCH_DIR
 from results.runners.common import BenchError, last_line, new_sweep
 from studies.fashion_mnist_race import examples_main, fashion_mnist
+from studies.fashion_mnist_race.recipe import DECLARED, GPU_TUNED_ON_NOTE, RECIPES, TUNED_ON
 from studies.fashion_mnist_race import protocol as tta_protocol
 from studies.fashion_mnist_race.follow import PROGRESS_EVERY_S, QUIET_SHARE, Followed, Moment, follow
-from studies.fashion_mnist_race.protocol import EXAMPLES_PROGRAM, KIND, OURS_PROGRAM, PROTOCOL, TUNING_KIND
+from studies.fashion_mnist_race.protocol import (EXAMPLES_EPOCHS, EXAMPLES_PROGRAM, KIND, OURS_PROGRAM, PROTOCOL,
+                                                 TUNING_KIND)
 
 log = logging.getLogger(__name__)
 
@@ -53,88 +55,6 @@ DEFAULT_TAG = "tta"
 # feature map evenly down to 1x1 (28 px rounds at three stages), and the size the first manual
 # trials of both programs used, so their timings carry over. It costs (32/28)^2 = 1.3x the compute.
 IMAGE_SIZE = 32
-EXAMPLES_EPOCHS = 10
-# This project's recipe for the ours phase, in one place to tune, and only on the tuning split (phase
-# tune, records of kind tta_tuning). The run also gets --image-size, --seed, --desired-acc (main.py's
-# median best), --time-budget-minutes (main.py's median wall time) and main.py's validation
-# (scoring_flags: one scoring for both programs).
-RECIPE_FLAGS = [
-    "-b", "256", "--lr", "0.3",  # 0.3 at batch 256 after linear scaling (main.py: 0.1 at 256)
-    "--lr-scheduler", "ramp", "--lr-peak-epoch", "1", "--warmup-epochs", "0",  # FFCV's ramp: up to epoch 1...
-    # ...then linearly to 0 at the last epoch, sized to main.py's budget on the cores the counted runs
-    # use: 11 epochs of ~60 s (60,000 photographs, an evaluation included) end within its ~743 s
-    "--epochs", "11",
-    # 0.08 cuts 28-px photos to a few pixels (the main.py gap's first cause); 0.7 beat 0.4 and 0.85 in 10 epochs
-    "--train-crop-scale", "0.7", "1",
-    "--label-smoothing", "0.1", "--no-bn-wd", "--zero-init-residual", "--wd", "5e-5",  # FFCV's ResNet-18 values
-    # torchvision's EMA of the weights, its horizon under an epoch (adjusted decay 1 - 2e-4 * 256 * 8 / 11:
-    # ~27 updates of 8 steps); the run is scored on the average alone (DECLARED), evaluated once a point
-    "--model-ema", "--model-ema-steps", "8", "--model-ema-decay", "0.9998", "--eval-weights", "ema",
-    "--eval-every", "1", "-j", "2",
-]
-DECLARED = "ema"  # the weights the runs are scored on: --eval-weights above
-# What RECIPE_FLAGS were chosen on: the tuning split, and the tuning records that chose them (their sweeps,
-# studies/fashion_mnist_race/records/tta.jsonl; trials of the recipe, seed 0)
-TUNED_ON = {
-    "split": "tuning", "held_out": fashion_mnist.held_out_note(),
-    "records": ["tta-tune-20261127T124236Z-eab3", "tta-tune-20261127T130930Z-97aa", "tta-tune-20261127T132108Z-d4ec",
-                "tta-tune-20261127T152532Z-f09e", "tta-tune-20261127T153602Z-b0c4", "tta-tune-20261127T182449Z-d034",
-                "tta-tune-20261127T183505Z-8f40", "tta-tune-20261128T114131Z-0680", "tta-tune-20261128T115143Z-ce7e",
-                "tta-tune-20261128T123310Z-223f", "tta-tune-20261128T124402Z-603c", "tta-tune-20261128T125548Z-9ca7",
-                "tta-tune-20261128T155702Z-e2d2", "tta-tune-20261128T161008Z-d74e",
-                "tta-tune-20261128T162115Z-81fa", "tta-tune-20261128T220833Z-a1cd", "tta-tune-20261128T222619Z-e739"],
-    "decisions": [
-        "fp32 kept over bf16 (on a CPU with AVX-512 BF16 and AMX-BF16, one VM, seed 0): --opt-level O1 --amp-dtype "
-        "bfloat16 --channels-last scored 91.02 % after 11 epochs in 1,041 s, the recipe 90.65 % in 907 s; bf16's "
-        "epochs took ~95 s against ~82 s, and by the recipe's 907 s it had scored 90.58 % (epoch 9): behind; the "
-        "step alone runs 0.84x (NCHW) to 0.92x (channels-last) of fp32's rate there (cpu-bf16.jsonl)",
-        "-b 256 --epochs 11 (was -b 128 --epochs 10; validated at resize 36 from here on): 31.40/83.82/87.32/"
-        "88.38/89.02/89.33/89.95/90.23/90.52/90.72/90.88 % after epochs 1-11 in 589 s, against the batch-128 "
-        "recipe's 90.58 % after 10 epochs in 609 s: half the steps, each epoch ~10 % shorter, so 11 epochs fit "
-        "the budget; 12 epochs scored 91.08 % but would end within ~2 % of the budget on the test split's "
-        "60,000 photographs; --wd 5e-4 scored 90.43 % and progressive resizing (24 px for 6 of 13 epochs) "
-        "90.57 % in 644 s",
-        "the recipe kept after three more trials: --channels-last with 12 epochs scored 91.05 % in 623 s "
-        "(51.7 s an epoch against 53.4 s), still 12 epochs of ~60 s on the test split, ~98 % of the budget; "
-        "--lr 0.5 scored 52.50/82.82/87.08/88.02/88.58/88.83/89.70/90.07/90.38/90.70/90.90 %, level with 0.3 "
-        "at the end and behind it from epoch 2 to 10; --label-smoothing 0 scored 90.28 %, behind 0.1 from "
-        "epoch 3 on",
-        "--train-crop-scale 0.7 1 (was 0.4 1): 24.38/82.82/86.60/87.83/88.72/89.07/89.45/89.80/90.08/90.32 % "
-        "after epochs 1-10, against 0.4's 89.48 % and 0.85's 66.02/82.67/86.25/87.62/88.50/88.85/89.07/89.48/"
-        "89.80/89.98 %: 0.7 ahead of 0.85 from epoch 2 on and of 0.4 at every evaluation after the first",
-        "--epochs 10 (was 14, sized for slower cores): main.py's budget holds 10 epochs here; the ramp to 0 at "
-        "epoch 10 scored 40.70/80.47/84.92/86.58/87.50/87.95/88.37/88.92/89.15/89.48 % after epochs 1-10, the "
-        "14-epoch ramp stopped there 18.55/72.80/82.47/85.32/87.02/87.72/88.23/88.60/88.87/89.20 %: ahead at "
-        "every evaluation",
-        "--eval-weights ema: the average scored 79.52/84.62/86.45/87.73 % after epochs 1-4, the raw weights "
-        "77.22/81.50/84.63/87.63 %: ahead at every evaluation, so it is declared",
-        "--wd 5e-5 kept: 5e-4 scored 78.98/84.22/85.92/87.73 %, behind until the last epoch and level there",
-    ],
-}
-
-
-
-def replaced(flags: List[str], **values: str) -> List[str]:
-    """FLAGS with the value after each ``--NAME`` (underscores as dashes) replaced, in place."""
-    out = list(flags)
-    for name, value in values.items():
-        out[out.index("--" + name.replace("_", "-")) + 1] = value
-    return out
-
-
-# The GPU's recipe: the CPU recipe's values where a GPU gives no reason to change them, with a GPU's
-# precision and memory layout (bf16 needs no loss scaling), sized to main.py's budget there: on one H200
-# (2026-11-28) main.py took 54 s and the CPU recipe's epochs ~3 s each, its 11 epochs ending 9-10 s early.
-# Not tuned on a GPU yet: results/gpu_session.sh's ttagpu stage tries GPU_TRIALS on the tuning split, picks the
-# trial that scores best within the budget (phase pick), and counts the recipe with it in the same lease.
-GPU_RECIPE_FLAGS = [*replaced(RECIPE_FLAGS, epochs="14"), "--channels-last", "--opt-level", "O1",
-                    "--amp-dtype", "bfloat16"]
-GPU_TRIALS = ["", "--epochs 16", "-b 512 --lr 0.6 --epochs 16", "-b 512 --lr 0.6 --epochs 20"]
-RECIPES = {"cpu": RECIPE_FLAGS, "gpu": GPU_RECIPE_FLAGS}
-GPU_TUNED_ON_NOTE = ("the GPU recipe with the trial that scored best within main.py's budget on the tuning split, "
-                     "on the same machine (phase pick; results/gpu_session.sh ttagpu)")
-
-
 REPO = RESULTS_DIR.parent
 ENGINE = REPO / "imagenet" / "imagenet_ddp.py"
 BOUND = 2.0  # the ours run is stopped past this multiple of main.py's wall time (it stops itself at 1x)...
@@ -149,12 +69,20 @@ EXAMPLES_NOTE = ("main.py's step decay (LR x0.1 every 30 epochs) does not fire w
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("run", parents=[common],
                        help="time to a target top-1 on Fashion-MNIST: pytorch/examples main.py vs this engine")
-    p.add_argument("--phase", choices=("examples", "ours", "both", "tune", "pick"), default="both",
-                   help="examples: main.py's 10 epochs on the test split (its counted runs set the target "
-                        "and the budget); ours: this engine against them; both: one after the other, same "
-                        "seed; tune: this engine on the tuning split (held-out training photographs), "
-                        "with --trial's flags on top of the recipe; pick: print the --trial of this machine's "
-                        "tuning runs of the recipe that scored best within --within-s")
+    p.add_argument("--phase", choices=("round", "examples", "ours", "both", "tune", "pick"), default="both",
+                   help="round: the protocol round in one go, the only runs the headline is taken from (--tune's "
+                        "trials on the tuning split first, then --pairs pairs of main.py and this engine, "
+                        "alternating, seeds --seed on, each from a clean tree); examples: main.py's 10 epochs on "
+                        "the test split (its counted runs set the target and the budget); ours: this engine "
+                        "against them; both: one after the other, same seed; tune: this engine on the tuning "
+                        "split (held-out training photographs), with --trial's flags on top of the recipe; pick: "
+                        "print the --trial of this machine's tuning runs of the recipe that scored best within "
+                        "--within-s")
+    p.add_argument("--pairs", type=int, default=tta_protocol.MIN_RUNS, metavar="N", help="round: pairs of runs, "
+                   f"main.py then the engine, seeds --seed to --seed + N - 1 (default {tta_protocol.MIN_RUNS})")
+    p.add_argument("--tune", action="append", default=[], metavar="FLAGS", help="round: a trial run on the tuning "
+                   "split before the counted runs (repeat for more; \"\" is the recipe as it is); the gpu recipe's "
+                   "counted runs take the one that scored best within --within-s")
     p.add_argument("--recipe", choices=tuple(RECIPES), help="the engine's recipe: cpu (tuned on 2 cores) or gpu "
                    "(default: gpu where torch sees a CUDA GPU); the gpu recipe's counted runs take the --trial "
                    "that phase pick chose on this machine's tuning split")
@@ -164,8 +92,9 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                    "run of a program takes another")
     p.add_argument("--trial", default="", metavar="FLAGS", help="tune: engine flags tried on top of the recipe "
                    "(e.g. \"--wd 5e-4 --epochs 4\")")
-    p.add_argument("--workers", type=int, metavar="N", help="loader workers of both programs (default: each "
-                   "its own, main.py 4, the recipe 2); on a GPU machine, as many as it allows, the same for both")
+    p.add_argument("--workers", type=int, metavar="N", help="loader workers of both programs outside a round "
+                   f"(default: main.py's own, {tta_protocol.LOADER_WORKERS}, which the recipe passes too); a run given "
+                   "another number does not count")
     p.add_argument("--unseeded-examples", action="store_true", help="run main.py without --seed: on a GPU its "
                    "--seed also turns on cuDNN's deterministic mode, which slows it (recorded as seed null)")
     p.add_argument("--quiet-share", type=float, default=QUIET_SHARE, help="a run counts when other processes "
@@ -189,13 +118,12 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> List[dict]:
+    """One phase (``round`` is :mod:`studies.fashion_mnist_race.protocol_round`'s, above the phases)."""
     args.recipe = args.recipe or default_recipe()
     if args.phase == "pick":  # reads the records alone
         print(shlex.join(pick_trial(args)), flush=True)
         return []
-    split = "tuning" if args.phase == "tune" else "test"
-    data = fashion_mnist.convert(args.fashion_mnist, args.cache, args.train_per_class, args.val_per_class, split)
-    log.info("data: %s (%s split; %s)", data, split, ", ".join(fashion_mnist.classes_of(data)))
+    data = data_for(args, "tuning" if args.phase == "tune" else "test")
     if args.phase == "tune":
         return [run_tuning(args, data)]
     out: List[dict] = []
@@ -206,6 +134,13 @@ def run(args: argparse.Namespace) -> List[dict]:
     return out
 
 
+def data_for(args: argparse.Namespace, split: str) -> Path:
+    """The ImageFolder whose val/ holds SPLIT (converted once, reused after)."""
+    data = fashion_mnist.convert(args.fashion_mnist, args.cache, args.train_per_class, args.val_per_class, split)
+    log.info("data: %s (%s split; %s)", data, split, ", ".join(fashion_mnist.classes_of(data)))
+    return data
+
+
 def scoring_flags(image_size: int) -> List[str]:
     """The engine's validation as main.py's: resize the short side to int(size x 256/224), then centre-crop
     SIZE. Passed, not left to the engine's default, which rounds (37 at 32 px, where main.py resizes to 36)."""
@@ -213,9 +148,14 @@ def scoring_flags(image_size: int) -> List[str]:
 
 
 def _point(program: str, data: Path, args: argparse.Namespace, **fields) -> dict:
+    """A run's point; main.py's version (where --examples names it) and the round (where it runs in one) on every
+    run's."""
+    examples = {} if args.examples is None else {"examples_commit": _commit(args.examples),
+                                                  "examples_main_digest": examples_main.digest(args.examples)}
     return {"program": program, "arch": "resnet18", "data": data.name, "image_size": args.image_size,
             "train_images": fashion_mnist.counts_of(data)["train"], "split": fashion_mnist.val_split_of(data),
-            "seed": args.seed, "protocol": PROTOCOL, "workers": args.workers, **fields}
+            "seed": args.seed, "protocol": PROTOCOL, "workers": args.workers, "round": getattr(args, "round", None),
+            **examples, **fields}
 
 
 def scoring(resize: Optional[int], crop: Optional[int]) -> str:
@@ -260,11 +200,11 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
     lines, followed = examples_main.run(args.examples, data, args.image_size, args.examples_epochs, log_file,
                                         timeout_s=args.timeout_minutes * 60, seed=seed, workers=args.workers)
     recipe = {**examples_main.DEFAULTS, **({"workers": args.workers} if args.workers is not None else {})}
-    replaced = examples_main.size_replacements(args.image_size)
-    point = _point(EXAMPLES_PROGRAM, data, args, examples_commit=_commit(args.examples),
-                   examples_main_digest=examples_main.digest(args.examples), epochs_planned=args.examples_epochs,
-                   seed=seed, eval_every=1, recipe=recipe, changed_in_copy=[f"{old} -> {new}" for old, new in replaced],
-                   scoring=scoring(*examples_main.validation_sizes(replaced)))
+    sizes = examples_main.size_replacements(args.image_size)
+    point = _point(EXAMPLES_PROGRAM, data, args, epochs_planned=args.examples_epochs, seed=seed, eval_every=1,
+                   examples_flags=examples_main.flags(args.examples_epochs, seed, args.workers), recipe=recipe,
+                   changed_in_copy=[f"{old} -> {new}" for old, new in sizes],
+                   scoring=scoring(*examples_main.validation_sizes(sizes)))
     best = max((p["top1"] for p in lines.curve), default=0.0)
     metrics = tta_metrics(lines.curve, best, followed, point["train_images"], lines.eval_s, 1, lines.start_s,
                           args.quiet_share)
@@ -275,7 +215,8 @@ def run_examples(args: argparse.Namespace, data: Path) -> dict:
 
 def run_ours(args: argparse.Namespace, data: Path) -> dict:
     _require_split(data, "test", "ours")
-    target, budget_s, runs = protocol_target(args.records, data.name, args.image_size)
+    target, budget_s, runs = protocol_target(args.records, data.name, args.image_size,
+                                             round_id=getattr(args, "round", None))
     tried = _tuning_runs(args) if args.recipe == "gpu" else []  # the records file read once for both uses
     trial = counted_trial(args, tried)
     flags = [*RECIPES[args.recipe], *scoring_flags(args.image_size), *trial]
@@ -362,7 +303,7 @@ def counted_trial(args: argparse.Namespace, tried: Optional[List[Record]] = None
         return []
     if args.recipe != "gpu":
         raise BenchError("--trial on a counted run changes the recipe: tune on the tuning split (--phase tune), "
-                         "then change RECIPE_FLAGS, or use --recipe gpu, whose count takes a picked trial")
+                         "then change RECIPE_FLAGS (recipe.py), or use --recipe gpu, whose count takes a picked trial")
     if trial not in [list(r.point.trial or []) for r in tried or []]:
         raise BenchError(f"--trial {args.trial!r} was not tried on this machine's tuning split; run --phase tune "
                          "with it first, then --phase pick")
@@ -420,15 +361,16 @@ class EngineLines:
             log.info("ours: %s (%.0f s)", line.strip()[:60], now)
 
 
-def protocol_target(path: Path, data: str, image_size: int,
-                    machine_id: Optional[str] = None) -> Tuple[float, float, List[Record]]:
+def protocol_target(path: Path, data: str, image_size: int, machine_id: Optional[str] = None,
+                    round_id: Optional[str] = None) -> Tuple[float, float, List[Record]]:
     """(target, budget_s, runs): main.py's median best top-1 and median wall time over its counted
     runs on DATA at IMAGE_SIZE in PATH so far on this machine (MACHINE_ID: this boot's, by default), and
-    those runs: another machine's times say nothing of this one's."""
+    those runs: another machine's times say nothing of this one's. In a round (ROUND_ID), that round's alone."""
     machine_id = machine_id or sysinfo.machine_id()
     recs = records.load_typed([path])[0] if Path(path).exists() else []
     runs = [r for r in tta_protocol.counted(tta_protocol.protocol_runs(recs, EXAMPLES_PROGRAM))
-            if r.point.data == data and r.point.image_size == image_size and r.environment.machine_id == machine_id]
+            if r.point.data == data and r.point.image_size == image_size and r.environment.machine_id == machine_id
+            and (round_id is None or r.point.round == round_id)]
     fixed = tta_protocol.goal(runs)
     if fixed is None:
         raise BenchError(f"no counted examples run for {data} at {image_size} px on this machine (boot {machine_id}) "

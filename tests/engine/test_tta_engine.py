@@ -12,6 +12,7 @@ from imagenet.train import time_to_accuracy
 from studies.fashion_mnist_race import command as race
 from results.core import records
 from studies.fashion_mnist_race import examples_main, fashion_mnist
+from studies.fashion_mnist_race import recipe as tta_recipe
 from studies.fashion_mnist_race import runner as tta
 from tests.helpers import explain, read_run, script, tb_scalars
 from tests.warm_start import warm_python
@@ -25,7 +26,7 @@ def test_engine_learns_real_photographs(fashion_cache, tmp_path):
     # the recipe's EMA averages over about an epoch; over these 125 steps an average that old would
     # still be near its start, so decay 0.99 here: adjusted to batch 32 x 8 steps / 2 epochs, each update
     # takes the weights as they are (the scored model is still the average, evaluated alone)
-    proc = warm_python(script("imagenet_ddp.py"), data, "--image-size", "32", *tta.RECIPE_FLAGS, "-b", "32",
+    proc = warm_python(script("imagenet_ddp.py"), data, "--image-size", "32", *tta_recipe.RECIPE_FLAGS, "-b", "32",
                   "--model-ema-decay", "0.99",
                   "--epochs", "2", "--eval-every", "2", "-j", "1", "--desired-acc", "99", "--log-dir", tmp_path / "run",
                   timeout=600)
@@ -55,11 +56,14 @@ def test_ours_phase_records_time_to_the_target(fashion_cache, tmp_path):
     for sweep, best, counted in examples:
         records.append(out, records.make_record(
             "time_to_accuracy", sweep, {"program": tta.EXAMPLES_PROGRAM, "data": data.name, "image_size": 32,
-                                        "protocol": tta.PROTOCOL, "seed": 0},
+                                        "protocol": tta.PROTOCOL, "seed": 0, "recipe": {"workers": 4},
+                                        "examples_main_digest": "d1g35t",
+                                        "examples_flags": ["--epochs", "10", "--seed", "0"]},
             # main.py's best here is a target every evaluation reaches (one epoch may score below chance;
             # 1 % would read as 100 %: --desired-acc takes 1 as a fraction)
             {"target_top1": best, "best_top1": best, "wall_s": 0.06, "core_s": 0.1, "epochs": 1, "eval_every": 1,
-             "counted": counted}, {"machine_id": sysinfo.machine_id()}))  # this machine's: its target counts here
+             "counted": counted},
+            {"machine_id": sysinfo.machine_id(), "source_digest": "5ource"}))  # this machine's: its target counts here
     assert race.main(["run", "--phase", "ours", "--recipe", "cpu", "--cache", str(fashion_cache),
                        "--train-per-class", "40", "--val-per-class", "10", "--records", str(out),
                        "--work", str(tmp_path / "work"), "--seed", "5"]) == 0
@@ -84,7 +88,7 @@ def test_ours_phase_records_time_to_the_target(fashion_cache, tmp_path):
     assert rec["engine_startup"]["total_s"] == pytest.approx(sum(stage["s"] for stage in stages), abs=0.01)
     assert rec["environment"]["machine_id"] == sysinfo.machine_id()
     assert rec["point"]["recipe"]["scaled_lr"] == 0.3  # 0.3 per 256 at batch 256
-    assert rec["point"]["recipe_flags"] == [*tta.RECIPE_FLAGS, *tta.scoring_flags(32)]
+    assert rec["point"]["recipe_flags"] == [*tta_recipe.RECIPE_FLAGS, *tta.scoring_flags(32)]
     # one scoring: the engine validated as main.py's copy does (Resize(36), CenterCrop(32)), not at its own
     # default (37 at 32 px)
     assert ("transforms.Resize(256)", "transforms.Resize(36)") in examples_main.size_replacements(32)

@@ -42,6 +42,7 @@ def test_a_lease_is_filed_once_and_portable(tmp_path):
     first = _collect(dest, lease)
     assert first.returncode == 0, first.stderr
     assert "2 new record(s)" in first.stdout and "kept gpu-x-train-1/point" in first.stdout
+    assert "**No headline yet.**" in first.stdout  # the race's check on what was filed: these two make no round
     filed = (dest / "race" / "tta-gpu-x.jsonl").read_text()  # the race's records go to its study
     assert len(filed.splitlines()) == 2 and "/home/someone" not in filed
     kept = dest / "runs" / "gpu-x-train-1" / "point"

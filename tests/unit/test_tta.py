@@ -18,9 +18,11 @@ from imagenet import config
 from imagenet.run import sysinfo
 from imagenet.train import time_to_accuracy
 from studies.fashion_mnist_race import command as race
+from studies.fashion_mnist_race import headline, protocol_round
 from results.core import kinds, records
-from results.runners.common import BenchError
+from results.runners.common import BenchError, new_sweep
 from studies.fashion_mnist_race import examples_main, fashion_mnist
+from studies.fashion_mnist_race import recipe as tta_recipe
 from studies.fashion_mnist_race import protocol as tta_protocol
 from studies.fashion_mnist_race import report as tta_report
 from studies.fashion_mnist_race import runner as tta
@@ -147,6 +149,11 @@ def test_examples_phase_records_main_py_curve(idx_dir, examples_checkout, tmp_pa
     assert 0 < m["start_s"] <= rec["curve"][0]["wall_s"] and 0 <= m["other_cpu_share"] <= 1
     assert m["counted"] == (m["other_cpu_share"] <= 0.10)
     assert len(rec["point"]["changed_in_copy"]) == 3 and "does not fire" in rec["notes"][0]
+    # what the protocol round's rules read: main.py's command line, its version, its loader workers, the boot, the code
+    assert rec["point"]["examples_flags"] == ["--epochs", "3", "--seed", "0"] and rec["point"]["round"] is None
+    assert rec["point"]["examples_main_digest"] == examples_main.digest(examples_checkout)
+    assert rec["point"]["recipe"]["workers"] == 4 and rec["environment"]["machine_id"] == sysinfo.machine_id()
+    assert rec["environment"]["source_digest"] == sysinfo.source_digest()
     log_text = next((tmp_path / "work").glob("*/main.log")).read_text()
     # main.py ran as the copy with 32/36/32 in place of 224/256/224
     assert "sizes transforms.RandomResizedCrop(32) transforms.Resize(36) transforms.CenterCrop(32)" in log_text
@@ -280,18 +287,24 @@ def test_eval_every_and_budget_are_checked():
     assert (cfg.optim.eval_every, cfg.optim.time_budget_minutes) == (4, 1.5)
 
 
-SCORED_AS_MAIN = {"val_resize_size": 36, "val_crop_size": 32}  # an engine run's resolved validation, as main.py's
+# an engine run's resolved validation, as main.py's, and main.py's loader workers
+SCORED_AS_MAIN = {"val_resize_size": 36, "val_crop_size": 32, "workers": 4}
 
 
 def _protocol_record(program, sweep, seed, curve=(), counted=True, kind="time_to_accuracy", recipe=SCORED_AS_MAIN,
-                     machine_id=None, git_commit="abc123", platform="Linux-6.1-x86_64-with-glibc2.36", **metrics):
-    point = {"program": program, "data": "fashion-mnist", "image_size": 32, "seed": seed, "protocol": tta.PROTOCOL,
+                     machine_id="boot-0", git_commit="abc123", platform="Linux-6.1-x86_64-with-glibc2.36",
+                     protocol=tta.PROTOCOL, **metrics):
+    """A protocol record that keeps the protocol round's rules for one run, unless told otherwise."""
+    examples = {"recipe": {"workers": 4}, "examples_main_digest": "d1g35t", "examples_flags": [
+        "--epochs", "10", "--seed", str(seed)]}
+    point = {"program": program, "data": "fashion-mnist", "image_size": 32, "seed": seed, "protocol": protocol,
              "split": "test", "declared": "ema" if program == tta.OURS_PROGRAM else "model", "trial": ["--wd", "5e-4"],
-             **({"recipe": recipe} if program == tta.OURS_PROGRAM else {})}
+             **({"recipe": recipe} if program == tta.OURS_PROGRAM else examples)}
     values = {"target_top1": 0.0, "best_top1": max((p["top1"] for p in curve), default=0.0), "wall_s": 0.0,
               "core_s": 0.0, "epochs": len(curve), "eval_every": 1, "start_s": 10.0 + seed,
               "other_cpu_share": 0.02 if counted else 0.35, "counted": counted, **metrics}
-    environment = {"machine_id": machine_id, "git_commit": git_commit, "platform": platform, "cpu_count": 2}
+    environment = {"machine_id": machine_id, "git_commit": git_commit, "source_digest": "5ource", "platform": platform,
+                   "cpu_count": 2}
     rec = records.make_record(kind, sweep, point, values, environment, curve=list(curve))
     return kinds.from_dict({**rec, "_source": f"t.jsonl:{sweep}"})
 
@@ -337,14 +350,15 @@ def test_report_marks_the_runs_before_the_protocol(tmp_path):
                               {"target_top1": 86.57, "best_top1": 91.4, "time_to_target_s": 502.7, "wall_s": 1735.0,
                                "core_s": 1.0, "epochs": 14, "eval_every": 1}, {})
     text = tta_report.section([kinds.from_dict({**old, "_source": "tta.jsonl:4"})], tmp_path / "figures")
-    assert "No run under the protocol yet." in text and "Before the protocol (not counted" in text
+    assert "No run of the protocol round yet." in text and "Before the protocol (not counted" in text
     assert "| this engine | 91.4 | 502.7 | 1735 | tta.jsonl:4 |" in text
     assert "| ResNet18 | normalisation" in text and "haven't yet tested" in text
 
 
 def test_a_retuned_recipe_starts_its_count_again():
     def run(sweep, when, flags, program=tta.OURS_PROGRAM):
-        rec = records.make_record("time_to_accuracy", sweep, {"program": program, "protocol": tta.PROTOCOL,
+        # protocol 2's records (the rule holds in every version; the round's own rules are tested elsewhere)
+        rec = records.make_record("time_to_accuracy", sweep, {"program": program, "protocol": 2,
                                                               "image_size": 32, "recipe_flags": flags,
                                                               "recipe": SCORED_AS_MAIN}, {"counted": True}, {})
         return kinds.from_dict({**rec, "time": when, "_source": f"t.jsonl:{sweep}"})
@@ -392,7 +406,8 @@ def test_an_engine_run_counts_only_when_validated_as_main_py_is(tmp_path):
                                                                                "--val-crop-size", "32"]
     assert ("transforms.Resize(256)", "transforms.Resize(36)") in examples_main.size_replacements(32)
     as_main = _protocol_record(tta.OURS_PROGRAM, "ours-36", 1, _curve((100, 90.0)))
-    default = _protocol_record(tta.OURS_PROGRAM, "ours-37", 2, _curve((100, 90.0)), recipe={"val_resize_size": None})
+    default = _protocol_record(tta.OURS_PROGRAM, "ours-37", 2, _curve((100, 90.0)),
+                               recipe={"val_resize_size": None, "workers": 4})
     assert tta_protocol.validation_resize(default) == 37 and tta_protocol.validation_resize(as_main) == 36
     assert tta_protocol.counted([as_main, default]) == [as_main]
     examples = _protocol_record(tta.EXAMPLES_PROGRAM, "ex", 1, _curve((200, 85.0)))
@@ -419,7 +434,8 @@ def test_times_compare_within_one_machine_and_the_pool_is_shown_beside(tmp_path)
     assert "**2.40** in wall time" in text  # pooled: main.py's median 600 s over the engine's median 250 s
     assert (tmp_path / "figures" / "time_to_accuracy-2-cpu-cores-boot-fastboot.png").stat().st_size > 0
     # records from before the boot id: told apart by kernel build and day
-    old = _protocol_record(tta.EXAMPLES_PROGRAM, "old", 0, platform="Linux-6.18.44-fc-v657-x86_64-with-glibc2.39")
+    old = _protocol_record(tta.EXAMPLES_PROGRAM, "old", 0, platform="Linux-6.18.44-fc-v657-x86_64-with-glibc2.39",
+                           machine_id=None)
     assert tta_protocol.machine(old) == f"2 CPU cores, kernel 6.18.44-fc-v657-x86_64, {old.time[:10]}"
 
 
@@ -428,7 +444,8 @@ def test_a_run_from_changed_code_does_not_count():
     dirty = _protocol_record(tta.OURS_PROGRAM, "dirty", 2, _curve((100, 90.0)), machine_id="b1",
                              git_commit="abc-dirty")
     # before the boot id was recorded the dirty flag also counted the sweep's own records file (audited instead)
-    older = _protocol_record(tta.OURS_PROGRAM, "older", 3, _curve((100, 90.0)), git_commit="abc-dirty")
+    older = _protocol_record(tta.OURS_PROGRAM, "older", 3, _curve((100, 90.0)), git_commit="abc-dirty",
+                             machine_id=None, protocol=2)
     assert tta_protocol.counted([clean, dirty, older]) == [clean, older]
 
 
@@ -447,8 +464,8 @@ def test_the_record_names_what_ran(tmp_path, examples_checkout):
 
 def test_the_gpu_recipe_counts_the_trial_its_machine_picked_on_the_tuning_split(tmp_path, capsys):
     out, here = tmp_path / "r.jsonl", sysinfo.machine_id()
-    assert tta.replaced(["-b", "256", "--epochs", "11"], epochs="14") == ["-b", "256", "--epochs", "14"]
-    assert tta.GPU_RECIPE_FLAGS[tta.GPU_RECIPE_FLAGS.index("--epochs") + 1] == "14"
+    assert tta_recipe.replaced(["-b", "256", "--epochs", "11"], epochs="14") == ["-b", "256", "--epochs", "14"]
+    assert tta_recipe.GPU_RECIPE_FLAGS[tta_recipe.GPU_RECIPE_FLAGS.index("--epochs") + 1] == "14"
     tried = {"": _curve((30, 90.0), (50, 91.0)), "--epochs 16": _curve((30, 89.0), (45, 91.5), (60, 92.5)),
              "-b 512 --epochs 20": _curve((40, 88.0), (70, 93.0))}  # 93 % only after the budget
     for i, (trial, curve) in enumerate(tried.items()):
@@ -478,3 +495,93 @@ def test_the_gpu_recipe_counts_the_trial_its_machine_picked_on_the_tuning_split(
                                                 "--trial", trial])
         with pytest.raises(BenchError, match=says):
             tta.counted_trial(args)
+
+
+@pytest.fixture
+def clean_repo(tmp_path, monkeypatch):
+    """A real git checkout with one commit, standing in for this one: the round checks its tree, and the records
+    name its commit (this checkout may carry uncommitted work while the tests run)."""
+    repo = tmp_path / "repo"
+    (repo / "studies").mkdir(parents=True)
+    (repo / "studies" / "a.py").write_text("x = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    real_commit = sysinfo.git_commit
+    monkeypatch.setattr(tta, "REPO", repo)
+    monkeypatch.setattr(sysinfo, "git_commit", lambda root=repo: real_commit(root))
+    return repo
+
+
+def _stand_in_engine(args, data):
+    """The engine's counted run, stood in for (its training is no unit test's to run: the real phase is
+    tests/engine/test_tta_engine.py's): recorded as run_ours records it, reaching the round's target at once."""
+    target, budget_s, _ = tta.protocol_target(args.records, data.name, args.image_size, round_id=args.round)
+    curve = [{"epoch": 1, "wall_s": 1.0, "core_s": 2.0, "top1": target}]
+    point = tta._point(tta.OURS_PROGRAM, data, args, recipe=SCORED_AS_MAIN, declared="ema", recipe_flags=["-j", "4"])
+    metrics = {"target_top1": target, "best_top1": target, "wall_s": 1.0, "core_s": 2.0, "epochs": 1, "eval_every": 1,
+               "time_to_target_s": 1.0, "budget_s": budget_s, "counted": True, "other_cpu_share": 0.0}
+    return new_sweep("ours", args).add(point, metrics, kind=tta.KIND, curve=curve)
+
+
+def _round(idx_dir, checkout, tmp_path, *more):
+    return race.main(["run", "--phase", "round", "--recipe", "cpu", "--examples", str(checkout), "--seed", "1",
+                      "--fashion-mnist", str(idx_dir), "--cache", str(tmp_path / "cache"), "--records",
+                      str(tmp_path / "r.jsonl"), "--work", str(tmp_path / "w"), "--quiet-share", "1", *more])
+
+
+def test_a_round_alternates_the_programs_and_its_records_make_the_headline(idx_dir, examples_checkout, tmp_path,
+                                                                          clean_repo, monkeypatch, capsys):
+    monkeypatch.setitem(protocol_round.PHASES, "ours", _stand_in_engine)
+    assert protocol_round.plan(2, 5) == [("examples", 5), ("ours", 5), ("examples", 6), ("ours", 6)]
+    assert _round(idx_dir, examples_checkout, tmp_path) == 0
+    written = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [(r["point"]["program"], r["point"]["seed"]) for r in written] == \
+        [(program, seed) for seed in (1, 2, 3) for program in (tta.EXAMPLES_PROGRAM, tta.OURS_PROGRAM)]
+    assert len({r["point"]["round"] for r in written}) == 1 and written[0]["point"]["round"].startswith("tta-round-")
+    main_py = [r for r in written if r["point"]["program"] == tta.EXAMPLES_PROGRAM]
+    assert [r["point"]["examples_flags"] for r in main_py] == [["--epochs", "10", "--seed", str(s)] for s in (1, 2, 3)]
+    assert {r["point"]["examples_main_digest"] for r in written} == {examples_main.digest(examples_checkout)}
+    assert {r["environment"]["git_commit"] for r in written} == {sysinfo.git_commit(clean_repo)}  # clean: no -dirty
+    recs = records.load_typed([tmp_path / "r.jsonl"])[0]
+    assert headline.round_problems(headline.round_runs(recs, written[0]["point"]["round"])) == []
+    capsys.readouterr()
+    assert race.main(["check", "--records", str(tmp_path / "r.jsonl")]) == 0
+    assert "**The headline** (protocol round `tta-round-" in capsys.readouterr().out
+
+
+def test_a_round_stops_at_a_failed_run_and_keeps_what_it_wrote(idx_dir, examples_checkout, tmp_path, clean_repo,
+                                                               monkeypatch, capsys):
+    monkeypatch.setitem(protocol_round.PHASES, "ours", _stand_in_engine)
+    monkeypatch.setenv("FAKE_MAIN_EXIT", "3")
+    assert _round(idx_dir, examples_checkout, tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "the round stopped: main.py (seed 1) failed: main.py exited 3" in err
+    written = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in written] == ["failed"]
+
+
+def test_a_round_refuses_a_dirty_tree_before_anything_runs(idx_dir, examples_checkout, tmp_path, clean_repo,
+                                                           monkeypatch, capsys):
+    monkeypatch.setitem(protocol_round.PHASES, "ours", _stand_in_engine)
+    (clean_repo / "studies" / "a.py").write_text("x = 2\n")  # a tracked file changed
+    (clean_repo / "studies" / "new.py").write_text("")  # a file git neither tracks nor ignores
+    (clean_repo / "studies" / "race").mkdir()
+    assert _round(idx_dir, examples_checkout, tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "the tree differs from its commit in studies/a.py, studies/new.py" in err
+    assert "git stash -u" in err and not (tmp_path / "r.jsonl").exists()
+    subprocess.run(["git", "-C", str(clean_repo), "checkout", "-q", "--", "."], check=True)
+    (clean_repo / "studies" / "new.py").unlink()
+    (clean_repo / "studies" / "x" / "records").mkdir(parents=True)  # what the harness writes does not count
+    (clean_repo / "studies" / "x" / "records" / "r.jsonl").write_text("{}\n")
+    protocol_round.require_clean_tree(clean_repo)
+    for flags, says in ((["--workers", "2"], "drop --workers"), (["--unseeded-examples"], "drop --workers"),
+                        (["--examples-epochs", "3"], "for the protocol's 10 epochs"),
+                        (["--recipe", "gpu", "--tune=--epochs 16"], "pass --within-s S"),
+                        (["--examples", str(tmp_path / "nowhere")], "has no imagenet/main.py")):
+        assert _round(idx_dir, examples_checkout, tmp_path, *flags) == 2 and says in capsys.readouterr().err
+    monkeypatch.setattr(sysinfo, "machine_id", lambda: None)
+    assert _round(idx_dir, examples_checkout, tmp_path) == 2 and "no boot id" in capsys.readouterr().err
+    assert not (tmp_path / "r.jsonl").exists()
