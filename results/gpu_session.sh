@@ -247,15 +247,21 @@ if [[ " $stages " == *" jpeg "* || " $stages " == *" fewcores "* || " $stages " 
         --val-per-class 4 --processes "${GEN_PROCS:-$WORKERS}" > "$OUT/jpegs.log" 2>&1 &
     gen_pid=$!
 fi
+stage_sid=
+# the script stopped (Ctrl-C, the lease's end): its running stage goes with it
+trap '[[ -n $stage_sid ]] && pkill -9 -s "$stage_sid"; exit 130' INT TERM
 for s in $stages; do
     if [[ ($s == jpeg || $s == fewcores || $s == steptimes) && -n $gen_pid ]]; then
         wait "$gen_pid"; gen_pid=; echo "JPEGs: $(tail -1 "$OUT/jpegs.log")"
     fi
     echo "=== stage $s ($(date -u +%H:%M:%S))"
-    timeout "${STAGE_LIMIT:-400}" bash -c "$(declare -p OUT PY ARCH BATCH STEPS IMAGE WORKERS JPEG_ROOT JPEG_STEPS \
-        JPEG_CLASSES JPEG_PER_CLASS APEX_SRC LEASE_DIR TAG RECORDS gpu_name); $(declare -f bench_train detect_apex tta_round stage_$s); stage_$s" \
-        || { echo "=== stage $s failed or timed out (rc $?)"
-             pkill -9 -f "imagenet/imagenet_" || true; }  # a timed-out trainer treats TERM as preemption
+    # each stage in a session of its own, so that what is left of a failed one is killed and nothing else on the
+    # machine is: a timed-out trainer treats TERM as preemption, so KILL follows 20 s later
+    setsid timeout -k 20 "${STAGE_LIMIT:-400}" bash -c "$(declare -p OUT PY ARCH BATCH STEPS IMAGE WORKERS JPEG_ROOT \
+        JPEG_STEPS JPEG_CLASSES JPEG_PER_CLASS APEX_SRC LEASE_DIR TAG RECORDS gpu_name); $(declare -f bench_train \
+        detect_apex tta_round stage_$s); stage_$s" &
+    stage_sid=$!
+    wait "$stage_sid" || { echo "=== stage $s failed or timed out (rc $?)"; pkill -9 -s "$stage_sid" || true; }
 done
 echo "=== done ($(date -u +%H:%M:%S))"
 $PY - "$RECORDS" <<'PYEOF'
