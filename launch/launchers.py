@@ -47,8 +47,8 @@ class Node:
 
     nnodes: str
     nproc: str  # training processes on this node
-    master_addr: str
-    master_port: str
+    master_addr: Optional[str] = None  # None (torchrun): one node on its own, at a free port (--standalone)
+    master_port: Optional[str] = None
     node_rank: Optional[str] = None  # None: not told here (c10d: by arrival; a batch file: on each node)
     rdzv_id: Optional[str] = None  # for a launcher with c10d: meet at this rendezvous, node ranks by arrival
 
@@ -91,6 +91,8 @@ def _url_host(addr: str) -> str:
 
 def _torchrun_flags(node: Node) -> List[str]:
     head = [f"--nnodes={node.nnodes}", f"--nproc-per-node={node.nproc}"]
+    if node.master_addr is None:
+        return [*head, "--standalone"]
     if node.rdzv_id is not None:
         return [*head, f"--rdzv-id={node.rdzv_id}", "--rdzv-backend=c10d",
                 f"--rdzv-endpoint={node.master_addr}:{node.master_port}"]

@@ -86,8 +86,9 @@ def test_every_batch_file_launcher_can_be_started_there():
             assert entry.agent and entry.flags and (entry.c10d or entry.node_rank_flag), name
 
 
-def test_the_batch_files_torchrun_meets_at_a_c10d_rendezvous_and_the_typed_one_by_node_rank():
+def test_torchrun_meets_at_c10d_in_batch_files_by_node_rank_when_typed_and_alone_for_the_harness():
     torchrun = launchers.get("torchrun")
+    assert torchrun.flags(launchers.Node("1", "2")) == ["--nnodes=1", "--nproc-per-node=2", "--standalone"]
     c10d = torchrun.flags(launchers.Node("2", "4", "h", "1", rdzv_id="9"))
     assert c10d == ["--nnodes=2", "--nproc-per-node=4", "--rdzv-id=9", "--rdzv-backend=c10d", "--rdzv-endpoint=h:1"]
     assert torchrun.node_command(launchers.Node("2", "4", "h", "1", node_rank="1"), "/venv/python", ("t.py",)) == [
