@@ -69,11 +69,13 @@ class Launcher:
     console: Optional[str] = None  # the agent's console script (torchrun), used when the nodes run plain python
     flags: Optional[Flags] = None  # the command line for one node (None: none; started job-wide or by others)
     hostfile: bool = False  # `python -m launch.manual` prints one mpirun line for a hostfile's nodes instead
-    node_rank_flag: Optional[str] = None  # the flag that tells the agent its node's rank
+    node_rank_flag: Optional[str] = None  # the flag that tells the agent its node's rank (without c10d)
     script_flags: Tuple[str, ...] = ()  # flags it passes the script itself: the script's own arguments must not
     c10d: bool = False  # can meet at a c10d rendezvous (Node.rdzv_id): node ranks by arrival
     batch: Optional[str] = None  # NODE, PROCESS or None (see the module docstring)
-    restarts_workers: bool = False  # the agent restarts failed workers itself (a batch file's start budget bounds it)
+    # the agent restarts failed workers itself and takes torchrun's --max-restarts and --no-python, with which a
+    # batch file bounds those restarts by its start budget (slurm/start_budget.py)
+    restarts_workers: bool = False
 
     def node_command(self, node: Node, python: str, script: Tuple[str, ...]) -> List[str]:
         """The argv to run on one node (SCRIPT: the training script and its arguments)."""
