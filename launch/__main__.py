@@ -3,6 +3,7 @@
 Run it the way training would run (``srun python -m launch``, ``torchrun ... -m launch``,
 ``mpirun ... python -m launch``) to see every rank's layout and whether it passes validation,
 before spending a GPU-hour on a job that cannot rendezvous. Exit status 2 when it does not.
+``python -m launch --list`` prints the launcher table (:mod:`launch.launchers`) instead.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import socket
 import sys
 from typing import Optional, Sequence
 
-from launch import environment
+from launch import environment, launchers
 
 
 def gpu_count() -> int:
@@ -23,11 +24,29 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
+def table() -> str:
+    """One line per launcher, in detection order: name, variables that recognise it, how ranks meet, where usable."""
+    lines = []
+    for entry in launchers.REGISTRY.values():
+        env = entry.environment
+        names = dict.fromkeys(env.VARS[role][0] for role in env.REQUIRED) if env is not None else {}
+        recognised = " + ".join(names) or "-"
+        where = [w for w, yes in (("launch.manual", entry.name in launchers.by_hand()),
+                                  ("slurm.generate", entry.name in launchers.in_batch_files())) if yes]
+        lines.append(f"{entry.name}: {entry.summary}\n    recognised by: {recognised}; ranks meet {entry.meets}; "
+                     f"commands from: {', '.join(where) or '-'}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch", description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, help="GPUs per node to validate against (default: what torch sees)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a line of text")
+    parser.add_argument("--list", action="store_true", help="print the launchers this package knows, then exit")
     args = parser.parse_args(argv)
+    if args.list:
+        sys.stdout.write(table())
+        return 0
     host = socket.gethostname()
     env: Optional[environment.ClusterEnvironment] = None
     error: Optional[str] = None

@@ -21,14 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from launch import launchers
+from launch.ports import DEFAULT_PORT
 log = logging.getLogger(__name__)
 
-LAUNCHERS = ("torchrun", "launch", "dist-url", "mpi")
+MPI = next(name for name in launchers.by_hand() if launchers.get(name).hostfile)  # the default with --hostfile
 MPI_FLAVOURS = ("openmpi", "mpich")
-DEFAULT_PORT = 29500
-# flags the per-node commands set themselves; the same flags among the script's args would clash
-_NODE_FLAGS = {"dist-url": ("--dist-url", "--world-size", "--rank", "--procs-per-node"),
-               "launch": ("--local-rank", "--local_rank")}
 
 
 class ManualError(ValueError):
@@ -61,22 +59,13 @@ def _url_host(addr: str) -> str:
 
 
 def node_command(plan: Plan, node: int) -> List[str]:
-    """The argv to run on node NODE (0 is the master)."""
-    script, args = plan.script[0], list(plan.script[1:])
-    if plan.launcher == "torchrun":
-        # a chosen Python (--python) runs torchrun as a module, so the nodes need no torchrun on PATH
-        runner = ["torchrun"] if plan.python == "python" else [plan.python, "-m", "torch.distributed.run"]
-        return [*runner, f"--nnodes={plan.nnodes}", f"--nproc-per-node={plan.procs}", f"--node-rank={node}",
-                f"--master-addr={plan.master_addr}", f"--master-port={plan.master_port}", script, *args]
-    if plan.launcher == "launch":  # the seed tutorial's form, flag spelling included
-        return [plan.python, "-m", "torch.distributed.launch", f"--nproc_per_node={plan.procs}",
-                f"--nnodes={plan.nnodes}", f"--node_rank={node}", f"--master_addr={plan.master_addr}",
-                f"--master_port={plan.master_port}", script, *args]
-    if plan.launcher == "dist-url":  # pytorch/examples: the script spawns one process per GPU itself
-        per_node = ["--procs-per-node", str(plan.nproc_per_node)] if plan.nproc_per_node else []
-        return [plan.python, script, "--dist-url", f"tcp://{_url_host(plan.master_addr)}:{plan.master_port}",
-                "--world-size", str(plan.nnodes), "--rank", str(node), *per_node, *args]
-    raise ManualError(f"no per-node command for --launcher {plan.launcher}")
+    """The argv to run on node NODE (0 is the master): the launcher table's command for one node."""
+    entry = launchers.get(plan.launcher)
+    if entry.flags is None:
+        raise ManualError(f"no per-node command for --launcher {plan.launcher}")
+    layout = launchers.Node(str(plan.nnodes), str(plan.nproc_per_node or ""), plan.master_addr,
+                            str(plan.master_port), node_rank=str(node))
+    return entry.node_command(layout, plan.python, plan.script)
 
 
 def check_command(plan: Plan) -> List[str]:
@@ -186,9 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes (GPUs) per node (dist-url default: the script uses every GPU)")
     p.add_argument("--master-addr", "--master_addr", help="node 0's address as the other nodes see it")
     p.add_argument("--master-port", "--master_port", type=int, default=DEFAULT_PORT, help="a free port on node 0")
-    p.add_argument("--launcher", choices=LAUNCHERS,
-                   help="torchrun (default), launch (python -m torch.distributed.launch), dist-url "
-                        "(the script's --dist-url/--world-size/--rank), mpi (needs --hostfile)")
+    p.add_argument("--launcher", choices=launchers.by_hand(),
+                   help="; ".join(f"{n}: {launchers.get(n).summary}" for n in launchers.by_hand())
+                   + f". Default: torchrun ({MPI}, one mpirun line, with --hostfile)")
     p.add_argument("--hostfile", help="one host per line: print an mpirun line for them")
     p.add_argument("--mpi", choices=MPI_FLAVOURS, default="openmpi", help="hostfile syntax and launcher")
     p.add_argument("--mpi-hostfile", default="hostfile.mpi", help="name of the hostfile the mpirun line uses")
@@ -207,18 +196,19 @@ def _script(args: argparse.Namespace, launcher: str) -> Tuple[str, ...]:
     if not script:
         raise ManualError("no training script: end the command with -- SCRIPT ARGS, e.g. "
                           "-- imagenet/imagenet_ddp.py -a resnet50 /data/imagenet")
-    for flag in _NODE_FLAGS.get(launcher, ()):
+    for flag in launchers.get(launcher).script_flags:
         if any(a == flag or a.startswith(flag + "=") for a in script[1:]):
             raise ManualError(f"remove {flag} from the script's arguments: the per-node commands set it")
     return tuple(script)
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
-    launcher = args.launcher or ("mpi" if args.hostfile else "torchrun")
+    launcher = args.launcher or (MPI if args.hostfile else "torchrun")
     hosts = read_hostfile(args.hostfile) if args.hostfile else ()
-    if launcher == "mpi" and not hosts:
-        raise ManualError("--launcher mpi needs --hostfile FILE (one host per line)")
-    if hosts and launcher != "mpi":
+    entry = launchers.get(launcher)
+    if entry.hostfile and not hosts:
+        raise ManualError(f"--launcher {launcher} needs --hostfile FILE (one host per line)")
+    if hosts and not entry.hostfile:
         raise ManualError(f"--hostfile prints an mpirun line; drop --launcher {launcher} or the hostfile")
     nnodes = args.nnodes or len(hosts)
     if hosts and nnodes != len(hosts):
@@ -227,7 +217,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         raise ManualError("--nnodes must be at least 1 (the number of machines)")
     if args.nproc_per_node is not None and args.nproc_per_node < 1:
         raise ManualError("--nproc-per-node must be at least 1 (usually the GPUs per node)")
-    if args.nproc_per_node is None and launcher != "dist-url":
+    if args.nproc_per_node is None and (entry.hostfile or entry.agent):
         raise ManualError("--nproc-per-node is required: the number of GPUs on each node")
     if not 0 < args.master_port < 65536:
         raise ManualError(f"--master-port {args.master_port} is not in 1-65535")
@@ -241,7 +231,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
 
 def render(args: argparse.Namespace) -> str:
     plan = plan_from_args(args)
-    if plan.launcher == "mpi":
+    if launchers.get(plan.launcher).hostfile:
         return render_mpi(plan, args.mpi_hostfile)
     if args.node is not None:
         if not 0 <= args.node < plan.nnodes:

@@ -30,7 +30,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launch.environment import LOOPBACK, MPI_MARKER, derive_port, free_port
+from launch.envs.torchrun import MPI_MARKER
+from launch.ports import LOOPBACK, derive_port, free_port
 
 log = logging.getLogger(__name__)
 

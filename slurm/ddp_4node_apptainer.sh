@@ -134,10 +134,11 @@ while :; do
     LAUNCH=$((LAUNCH + 1))
     start_budget
     note_start "$ALLOCATION:$LAUNCH:0" loop
-    srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 apptainer exec --nv --bind "$CONTAINER_MOUNTS" --pwd "$PWD" "$CONTAINER_IMAGE" bash -c 'trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.run "$@"' "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node="$PROCS_PER_NODE" \
-        --max-restarts=$((left > 1 ? left - 1 : 0)) --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d \
-        --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \
-        --no-python bash -c 'eval "$BUDGET_FUNCTIONS"; key=$ALLOCATION:$LAUNCH:${TORCHELASTIC_RESTART_COUNT:-0}; start_budget; note_start "$key" "rank$RANK"; if [ "${TORCHELASTIC_RESTART_COUNT:-0}" -gt 0 ] && [ "$(grep -m 1 "^$key " "$STARTS_LOG" | cut -d " " -f 4)" = "rank$RANK" ]; then echo "$(date -Is) torchrun restarts the workers (its restart $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS in this launch): $(budget_note)"; fi; exec "$0" -u "$@"' "$PYTHON" imagenet/imagenet_ddp_apex.py "${TRAIN_ARGS[@]}" &
+    srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 apptainer exec --nv --bind "$CONTAINER_MOUNTS" --pwd "$PWD" "$CONTAINER_IMAGE" bash -c 'trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.run "$@"' "$PYTHON" \
+        --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node="$PROCS_PER_NODE" --rdzv-id="$SLURM_JOB_ID" \
+        --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR":"$MASTER_PORT" \
+        --max-restarts=$((left > 1 ? left - 1 : 0)) --no-python bash -c 'eval "$BUDGET_FUNCTIONS"; key=$ALLOCATION:$LAUNCH:${TORCHELASTIC_RESTART_COUNT:-0}; start_budget; note_start "$key" "rank$RANK"; if [ "${TORCHELASTIC_RESTART_COUNT:-0}" -gt 0 ] && [ "$(grep -m 1 "^$key " "$STARTS_LOG" | cut -d " " -f 4)" = "rank$RANK" ]; then echo "$(date -Is) torchrun restarts the workers (its restart $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS in this launch): $(budget_note)"; fi; exec "$0" -u "$@"' "$PYTHON" \
+        imagenet/imagenet_ddp_apex.py "${TRAIN_ARGS[@]}" &
     launcher_pid=$!
     # a trapped signal interrupts `wait` (status 128 + the signal), also when the launcher ends
     # during the trap (then bash has already reaped it): wait again, bash keeps its status

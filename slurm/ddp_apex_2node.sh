@@ -129,8 +129,9 @@ while :; do
     LAUNCH=$((LAUNCH + 1))
     start_budget
     note_start "$ALLOCATION:$LAUNCH:0" loop
-    srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 bash -c 'trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.launch --node_rank="$SLURM_NODEID" "$@"' "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node="$PROCS_PER_NODE" \
-        --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" \
+    srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 bash -c 'trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.launch --node_rank="$SLURM_NODEID" "$@"' "$PYTHON" \
+        --nproc_per_node="$PROCS_PER_NODE" --nnodes="$SLURM_JOB_NUM_NODES" --master_addr="$MASTER_ADDR" \
+        --master_port="$MASTER_PORT" \
         imagenet/imagenet_ddp_apex.py "${TRAIN_ARGS[@]}" &
     launcher_pid=$!
     # a trapped signal interrupts `wait` (status 128 + the signal), also when the launcher ends

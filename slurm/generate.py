@@ -43,6 +43,7 @@ import itertools
 import re
 import shlex
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -52,10 +53,10 @@ from imagenet.common.files import write_text
 from imagenet.recipes import RECIPES, named_in
 from imagenet.process.preemption import STOP_FILE  # the file name the trainers look for (no torch import)
 from imagenet.common.variants import SCRIPTS, SINGLE_PROCESS, VARIANTS
-from launch.environment import PORT_BASE, PORT_SPAN  # one port formula for Python and the scripts
+from launch import launchers
+from launch.ports import PORT_BASE, PORT_SPAN  # one port formula for Python and the scripts
 from slurm import containers, start_budget
 
-LAUNCHERS = ("torchrun", "srun", "mpi", "launch")
 MPI_STARTERS = ("mpirun", "srun")
 SIGNALS = ("USR1", "USR2")
 # Settings a user overrides with `sbatch --export=ALL,NAME=value`; the generator owns these flags.
@@ -142,6 +143,10 @@ class JobSpec:
         return self.launcher or ("srun" if self.variant in SINGLE_PROCESS else "torchrun")
 
     @property
+    def launcher_entry(self) -> launchers.Launcher:
+        return launchers.get(self.resolved_launcher)
+
+    @property
     def resolved_runtime(self) -> Optional[str]:
         """The container runtime: the one given, else the one this login node has (None: no container)."""
         if self.container is None:
@@ -167,7 +172,7 @@ class JobSpec:
     def tasks(self) -> int:
         if self.tasks_per_node is not None:
             return self.tasks_per_node
-        return 1 if self.resolved_launcher in ("torchrun", "launch") else self.procs
+        return 1 if self.launcher_entry.batch == launchers.NODE else self.procs
 
     @property
     def procs_per_task(self) -> int:
@@ -224,18 +229,19 @@ def _check_layout(spec: JobSpec) -> None:
         raise GenerateError(f"--gpus-per-node must be 0 (CPU) or more (got {spec.gpus_per_node})")
     if spec.variant not in VARIANTS:
         raise GenerateError(f"unknown variant {spec.variant!r}; choose one of {', '.join(VARIANTS)}")
-    if spec.resolved_launcher not in LAUNCHERS:
-        raise GenerateError(f"unknown launcher {spec.resolved_launcher!r}; choose one of {', '.join(LAUNCHERS)}")
+    if spec.resolved_launcher not in launchers.in_batch_files():
+        raise GenerateError(f"unknown launcher {spec.resolved_launcher!r}; choose one of "
+                            f"{', '.join(launchers.in_batch_files())}")
     if spec.single_process:
         _check_single(spec)
         return
     if spec.procs_per_node is not None and spec.gpus_per_node and spec.procs_per_node != spec.gpus_per_node:
         raise GenerateError(f"--procs-per-node {spec.procs_per_node} does not match --gpus-per-node "
                             f"{spec.gpus_per_node}: DDP runs one process per GPU")
-    if spec.resolved_launcher in ("torchrun", "launch") and spec.tasks != 1:
+    if spec.launcher_entry.batch == launchers.NODE and spec.tasks != 1:
         raise GenerateError(f"the {spec.resolved_launcher} launcher runs one task per node that starts "
                             f"{spec.procs} processes; drop --tasks-per-node {spec.tasks} (or use --launcher srun)")
-    if spec.resolved_launcher in ("srun", "mpi") and spec.tasks != spec.procs:
+    if spec.launcher_entry.batch == launchers.PROCESS and spec.tasks != spec.procs:
         what = f"--gpus-per-node {spec.gpus_per_node}" if spec.gpus_per_node else f"--procs-per-node {spec.procs}"
         raise GenerateError(f"--tasks-per-node {spec.tasks} does not match {what}: the {spec.resolved_launcher} "
                             f"launcher starts one task per GPU, so use --tasks-per-node {spec.procs}")
@@ -481,7 +487,7 @@ def _procs_per_node(spec: JobSpec) -> List[str]:
         return []
     if spec.gpus_per_node:
         allocated, how = "SLURM_GPUS_ON_NODE", "one per GPU of the allocation"
-    elif spec.resolved_launcher in ("srun", "mpi"):
+    elif spec.launcher_entry.batch == launchers.PROCESS:
         allocated, how = "SLURM_NTASKS_PER_NODE", "one per task of the allocation"
     else:
         return [f"PROCS_PER_NODE=${{PROCS_PER_NODE:-{spec.procs}}}  # training processes per node"]
@@ -491,7 +497,7 @@ def _procs_per_node(spec: JobSpec) -> List[str]:
 def _per_node(spec: JobSpec, tasks: bool) -> str:
     """How many tasks (TASKS) or processes a node gets, in shell arithmetic: the allocation's
     PROCS_PER_NODE where the script sets it, else the file's fixed count."""
-    if spec.single_process or (tasks and spec.resolved_launcher in ("torchrun", "launch")):
+    if spec.single_process or (tasks and spec.launcher_entry.batch == launchers.NODE):
         return str(spec.tasks if tasks else spec.procs)
     return "PROCS_PER_NODE"
 
@@ -644,12 +650,10 @@ def _launch(spec: JobSpec) -> str:
     srun = (f'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * {tasks})) '
             f'--ntasks-per-node={_shell_value(tasks)} --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1'
             + (f" {flags}" if flags else "") + (f" {inside}" if inside else ""))
-    if launcher == "srun":
+    if spec.launcher_entry.batch == launchers.NODE:
+        start = _agent(spec, srun, script)
+    elif launcher == "srun":
         start = [f'{srun} "$PYTHON" {script} "${{TRAIN_ARGS[@]}}" &']
-    elif launcher == "torchrun":
-        start = _torchrun(spec, srun, script)
-    elif launcher == "launch":
-        start = _dist_launch(spec, srun, script)
     elif spec.mpi_starter == "srun":
         start = [f'{srun.replace("srun ", "srun --mpi=pmix ", 1)} "$PYTHON" -m launch.mpi {script} '
                  '"${TRAIN_ARGS[@]}" &']
@@ -660,35 +664,35 @@ def _launch(spec: JobSpec) -> str:
                  '--bind-to none ' + (f"{inside} " if inside else "") +
                  f'"$PYTHON" -m launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
     body = [*start_budget.loop_head(), *start, *start_budget.decide()]
-    return "\n".join([*start_budget.functions(torchrun=launcher == "torchrun"),
+    return "\n".join([*start_budget.functions(agent_restarts=spec.launcher_entry.restarts_workers),
                       "", f"# ---- launch ({launcher}); a failed training starts again from the newest checkpoint",
                       "# within the start budget; a preempted one is requeued instead (see the end)",
                       *_train_args(spec), "while :; do", *("    " + line for line in body), "done"])
 
 
-# The agent (torchrun / torch.distributed.launch) must not act on the requeue signal or SIGTERM:
-# SLURM already delivers them to every training process. launch.agent blocks them (its workers
-# inherit them blocked and pending until their handler is in place, see launch/agent.py); the
-# trap only covers the agent's own interpreter start-up.
+# The agent (torchrun, torch.distributed.launch: a NODE launcher of launch.launchers) must not act on
+# the requeue signal or SIGTERM: SLURM already delivers them to every training process. launch.agent
+# blocks them (its workers inherit them blocked and pending until their handler is in place, see
+# launch/agent.py); the trap only covers the agent's own interpreter start-up.
 _AGENT_WRAP = 'trap "" {sig} TERM; exec "$0" -m launch.agent {module} {node_rank}"$@"'
 
 
-def _torchrun(spec: JobSpec, srun: str, script: str) -> List[str]:
-    wrap = _AGENT_WRAP.format(sig=spec.signal, module="torch.distributed.run", node_rank="")
-    procs = _shell_value(_per_node(spec, tasks=False))
-    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={procs} \\',
-            f'    {start_budget.TORCHRUN_RESTARTS} --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d \\',
-            '    --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" \\',
-            f'    --no-python bash -c {_q(start_budget.WORKER_WRAP)} "$PYTHON" {script} "${{TRAIN_ARGS[@]}}" &']
-
-
-def _dist_launch(spec: JobSpec, srun: str, script: str) -> List[str]:
-    wrap = _AGENT_WRAP.format(sig=spec.signal, module="torch.distributed.launch",
-                              node_rank='--node_rank="$SLURM_NODEID" ')
-    procs = _shell_value(_per_node(spec, tasks=False))
-    return [f'{srun} bash -c {_q(wrap)} "$PYTHON" --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node={procs} \\',
-            '    --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" \\',
-            f'    {script} "${{TRAIN_ARGS[@]}}" &']
+def _agent(spec: JobSpec, srun: str, script: str) -> List[str]:
+    """One task per node runs the launcher's agent, which starts that node's processes. With c10d the nodes
+    meet by arrival; otherwise each task reads its node's rank where it runs (SLURM_NODEID, expanded
+    inside the task's shell, not in this script's)."""
+    entry = spec.launcher_entry
+    rank = "" if entry.c10d else f'{entry.node_rank_flag}="$SLURM_NODEID" '
+    wrap = _AGENT_WRAP.format(sig=spec.signal, module=entry.agent, node_rank=rank)
+    node = launchers.Node('"$SLURM_JOB_NUM_NODES"', _shell_value(_per_node(spec, tasks=False)), '"$MASTER_ADDR"',
+                          '"$MASTER_PORT"', rdzv_id='"$SLURM_JOB_ID"' if entry.c10d else None)
+    lines = [f'{srun} bash -c {_q(wrap)} "$PYTHON" \\',
+             *(f"    {line} \\" for line in textwrap.wrap(" ".join(entry.flags(node)), 100, break_long_words=False,
+                                                           break_on_hyphens=False))]
+    if entry.restarts_workers:  # within the start budget; each worker notes its start before Python (torchrun's flags)
+        lines.append(f'    {start_budget.TORCHRUN_RESTARTS} --no-python bash -c {_q(start_budget.WORKER_WRAP)} '
+                     '"$PYTHON" \\')
+    return [*lines, f'    {script} "${{TRAIN_ARGS[@]}}" &']
 
 
 def _finish(spec: JobSpec) -> str:

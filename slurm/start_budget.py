@@ -38,9 +38,10 @@ CHECKPOINT = "checkpoint.pth.tar"
 DEFAULT_MAX_STARTS = 10
 
 
-def functions(torchrun: bool) -> List[str]:
-    """The budget's settings and shell functions, defined once before the launch loop (and passed
-    on to torchrun's workers, which count torchrun's own restarts with them)."""
+def functions(agent_restarts: bool) -> List[str]:
+    """The budget's settings and shell functions, defined once before the launch loop (and, when the
+    launcher's agent restarts its workers itself, as torchrun does (launch.launchers' ``restarts_workers``),
+    passed on to its workers, which count the agent's restarts with them)."""
     lines = [
         "", "# ---- start budget (slurm/start_budget.py): each start of the training is a line of STARTS_LOG,",
         "# with the newest checkpoint it began from. A failed training starts again while both bounds allow:",
@@ -83,7 +84,7 @@ def functions(torchrun: bool) -> List[str]:
         "}",
         'mkdir -p "$LOG_DIR" && : >> "$STARTS_LOG" || { echo "error: cannot write $STARTS_LOG: submit from a '
         f'checkout you can write, or pass --export=ALL,LOG_DIR=/a/writable/folder" >&2; exit {EXIT_USAGE}; }}']
-    if torchrun:
+    if agent_restarts:
         lines += ["# torchrun's workers get the functions as a plain variable: an exported function would not",
                   "# survive a /bin/sh between here and them (a site's python wrapper, say)",
                   "BUDGET_FUNCTIONS=`declare -f checkpoint_id note_start start_budget budget_note`",

@@ -148,7 +148,7 @@ class TrainingTask:
 
 def _export_rendezvous(env) -> None:
     """Under SLURM the trainer reads SLURM's own variables; elsewhere (local executor) give it torch's."""
-    from launch.environment import derive_port
+    from launch.ports import derive_port
 
     os.environ.setdefault("MASTER_ADDR", env.hostnames[0] if env.num_nodes > 1 else "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(derive_port(str(env.job_id).split("_")[0])))

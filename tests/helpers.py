@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from launch.environment import free_port  # noqa: F401  (tests import it from here)
+from launch.ports import free_port  # noqa: F401  (tests import it from here)
 from results.core import records
 from slurm.localcluster.packages import FASHION_MNIST_PACKAGE, can_install, install
 from slurm.localcluster.scenarios.jobs import ARCH as TINY_ARCH

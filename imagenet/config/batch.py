@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-from launch import environment
+from launch import environment, launchers
 
 from .errors import ConfigError
 
@@ -61,7 +61,7 @@ def local_gpus(environ: Optional[Mapping[str, str]] = None) -> int:
 def node_level(distributed: bool, dist_url: Optional[str], multiprocessing_distributed: bool,
                launcher: environment.ClusterEnvironment) -> bool:
     """pytorch/examples' launch: this script spawns the node's processes itself (no launcher ran it)."""
-    return distributed and bool(dist_url or multiprocessing_distributed) and launcher.name == "single"
+    return distributed and bool(dist_url or multiprocessing_distributed) and launcher.name == launchers.SINGLE
 
 
 def resolve(batch_size: int, workers: int, *, distributed: bool, dist_url: Optional[str],
@@ -77,8 +77,8 @@ def resolve(batch_size: int, workers: int, *, distributed: bool, dist_url: Optio
                              f"{procs} processes: use -b {procs} or more")
         per_process = batch_size // procs
         processes = max(nodes, 1) * procs
-        return Batch(processes, per_process, per_process * processes * accum_steps, -(-workers // procs), "dist-url",
-                     procs, accum_steps)
+        return Batch(processes, per_process, per_process * processes * accum_steps, -(-workers // procs),
+                     launchers.DIST_URL, procs, accum_steps)
     if not distributed and launcher.world_size > 1:
         raise ConfigError(f"this variant runs as one process, but {launcher.name} started {launcher.world_size}; "
                           "use imagenet/imagenet_ddp.py for multi-process training")

@@ -24,7 +24,7 @@ from typing import List, Optional
 import torch
 import torch.distributed as dist
 
-from launch import environment
+from launch import environment, launchers
 
 from ..process import group
 from ..process.group import DistInfo
@@ -66,15 +66,14 @@ def pick_backend(requested: Optional[str], device: torch.device) -> str:
 def from_environment(cfg, env: environment.ClusterEnvironment) -> DistInfo:
     """Layout from ENV, the launcher the settings' batch was resolved for (single process when there is none)."""
     local_rank, gpu_index = env.local_rank, env.device_index
-    if cfg.dist.local_rank is not None and env.name == "single":
+    if cfg.dist.local_rank is not None and launchers.of(env).name == launchers.SINGLE:
         local_rank = gpu_index = cfg.dist.local_rank  # an old torch.distributed.launch that passes only --local_rank
     env.validate(0 if cfg.dist.no_accel else torch.cuda.device_count())
     # SLURM's --gpus-per-task=1 leaves each task one visible GPU: its index is 0, not the local rank.
     device = pick_device(gpu_index, cfg.dist.gpu if not cfg.distributed else None, cfg.dist.no_accel)
     multi = cfg.distributed and env.world_size > 1
     backend = pick_backend(cfg.dist.dist_backend, device) if multi else None
-    # torchrun's workers must join the agent's store through env://; other launchers give an address.
-    init = "env://" if env.name == "torchrun" else f"tcp://{env.master_addr}:{env.master_port}"
+    init = launchers.init_method(env)  # torchrun's workers join the agent's store; the others, rank 0's address
     return DistInfo(env.rank, local_rank, env.world_size, env.local_world_size, env.node_rank, env.name,
                     device, backend, init if multi else None)
 
@@ -85,7 +84,7 @@ def for_spawned(dist, local_index: int, procs_per_node: int) -> DistInfo:
     device = pick_device(local_index, no_accel=dist.no_accel)
     return DistInfo(rank=dist.rank * procs_per_node + local_index, local_rank=local_index,
                     world_size=dist.world_size * procs_per_node, local_world_size=procs_per_node,
-                    node_rank=dist.rank, environment="dist-url", device=device,
+                    node_rank=dist.rank, environment=launchers.DIST_URL, device=device,
                     backend=pick_backend(dist.dist_backend, device), init_method=dist.dist_url)
 
 

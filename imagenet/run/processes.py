@@ -22,7 +22,7 @@ import threading
 
 import torch
 
-from launch import environment
+from launch import environment, launchers
 
 from .. import config
 from ..model import network, precision
@@ -143,6 +143,6 @@ def start(cfg: config.Settings, launcher: environment.ClusterEnvironment) -> int
 
 
 def _start(cfg: config.Settings, launcher: environment.ClusterEnvironment) -> int:
-    if cfg.batch.launcher == "dist-url":
+    if cfg.batch.launcher == launchers.DIST_URL:
         return _spawn_node(cfg)
     return _run(cfg, distributed.from_environment(cfg, launcher))

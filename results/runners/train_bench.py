@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Tuple
 
 from imagenet.common.files import atomic_write, write_text
 from imagenet.common.variants import SCRIPTS, SINGLE_PROCESS
+from launch import launchers
 from results.core import records
 from results.core.records import RESULTS_DIR, portable
 from results.core.setups import SETUPS
@@ -132,9 +133,9 @@ class LocalRunner:
     def run(self, point: TrainPoint, log_dir: Path) -> Outcome:
         if point.nodes != 1:
             raise RuntimeError(f"{point.nodes} nodes cannot run locally; use --submit slurm on a cluster")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={point.procs_per_node}", str(REPO / SCRIPTS_RUN[point.variant]),
-               *engine_args(point, log_dir)]
+        node = launchers.Node("1", str(point.procs_per_node))  # one node on its own (torchrun --standalone)
+        cmd = launchers.get("torchrun").node_command(node, sys.executable, (str(REPO / SCRIPTS_RUN[point.variant]),
+                                                                             *engine_args(point, log_dir)))
         log_path, t0 = log_dir / "bench.log", time.monotonic()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "w") as out:

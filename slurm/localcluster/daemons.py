@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Dict, Mapping, Sequence
 
-from launch.environment import free_port
+from launch.ports import free_port
 from slurm.localcluster.commands import sbin_path, sh, wait_for
 from slurm.localcluster.network import Layout
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.environment import free_port
+from launch.ports import free_port
 from tests.helpers import PYTHON, REPO
 from tests.launch.support import Job, assert_trained, clean_env, run_jobs, train_args
 from slurm.localcluster import SlurmCluster

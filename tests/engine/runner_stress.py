@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from imagenet.data import archives, shards, staging
+from imagenet.data import archives, shards, staging_files, staging_listing
 from imagenet.data.shards import Job, Options
 from imagenet.common.errors import DataError
 
@@ -40,11 +40,11 @@ def copy_source(folder: Path):
     """A folder of small files to stage, and a listing that also names one it lacks (its copy
     raises on one of the copying threads while the others copy)."""
     folder.mkdir()
-    rels = [f"{i:04d}.bin" for i in range(2 * staging.BATCH)]
+    rels = [f"{i:04d}.bin" for i in range(2 * staging_files.BATCH)]
     for rel in rels:
         (folder / rel).write_bytes(b"x" * 100)
-    rels.insert(staging.BATCH + 5, "gone.bin")
-    return folder, rels, staging.Listing({rel: (100, 0) for rel in rels}, set())
+    rels.insert(staging_files.BATCH + 5, "gone.bin")
+    return folder, rels, staging_listing.Listing({rel: (100, 0) for rel in rels}, set())
 
 
 def raises(call, expected: str) -> bool:
@@ -66,8 +66,8 @@ def main(argv) -> int:
                                                                   archives.check_md5), "not the published"),
         "shards": lambda i: raises(lambda: shards.run_jobs(shard_jobs(root / f"shards-{i}", photo), 2,
                                                            shards.write_shard), "cannot read image"),
-        "staging threads": lambda i: raises(lambda: staging._copy_all(many, root / f"copy-{i}", rels, listing, 3600.0),
-                                            "gone.bin"),
+        "staging threads": lambda i: raises(
+            lambda: staging_files.copy_all(many, root / f"copy-{i}", rels, listing, 3600.0), "gone.bin"),
     }
     for name, check in checks.items():
         passed, t0 = 0, time.monotonic()

@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from imagenet import config
-from imagenet.data import demo, scan, staging
+from imagenet.data import demo, scan, staging, staging_files
 from imagenet.data.staging import MARKER, StagingError, destination, stage
 from tests.helpers import BIN, PYTHON, REPO, TINY, child_env, explain, read_run, run, script
 
@@ -70,7 +70,7 @@ def test_partial_copy_is_completed_and_leftovers_removed(src: Path, tmp_path: Pa
     missing = sorted((dest / "train" / "class_001").iterdir())[:3]
     for path in missing:
         path.unlink()
-    (dest / "train" / "class_001" / ("x.JPEG" + staging.TMP_SUFFIX)).write_bytes(b"half")
+    (dest / "train" / "class_001" / ("x.JPEG" + staging_files.TMP_SUFFIX)).write_bytes(b"half")
     again = stage(str(src), dest)
     assert not again.reused and again.bytes_copied == sum(len((src / p.relative_to(dest)).read_bytes())
                                                           for p in missing)
@@ -117,12 +117,12 @@ def test_verify_catches_same_size_corruption(src: Path, tmp_path: Path) -> None:
 def test_progress_lines_on_long_copies(tmp_path: Path, capsys) -> None:
     src = tmp_path / "many"
     src.mkdir()
-    for i in range(3 * staging.BATCH):
+    for i in range(3 * staging_files.BATCH):
         (src / f"{i:04d}.bin").write_bytes(b"x" * 100)
     stage(str(src), destination(str(src), tmp_path / "stage"), progress_every=0.0)
     lines = [line for line in capsys.readouterr().out.splitlines() if "staging: " in line]
     assert len(lines) == 2, lines  # after the first and second of three batches; the last gives the summary
-    assert f"staging: {staging.BATCH}/{3 * staging.BATCH} files, 6.2 KiB of 18.8 KiB (33%), " in lines[0]
+    assert f"staging: {staging_files.BATCH}/{3 * staging_files.BATCH} files, 6.2 KiB of 18.8 KiB (33%), " in lines[0]
 
 
 def test_stage_dir_expands_variables_per_process(monkeypatch) -> None:

@@ -86,7 +86,7 @@ def _thesis_intact(node: Path) -> None:
 PLANT_FAKE_COPY = """
 import json, os, sys
 from pathlib import Path
-from imagenet.data import staging
+from imagenet.data import staging, staging_listing, staging_node
 data, folder = Path(sys.argv[1]), Path(sys.argv[2])
 os.makedirs(folder, exist_ok=True)
 os.chmod(folder, 0o777)
@@ -101,8 +101,8 @@ for path in sorted(data.rglob("*")):
     target.write_bytes(bytes(body))
     st = path.stat()
     os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
-listing = staging._list_source(data)
-(copy / staging.MARKER).write_text(json.dumps({"format": staging.FORMAT, "listing": listing.digest()}))
+listing = staging_listing.list_source(data)
+(copy / staging.MARKER).write_text(json.dumps({"format": staging_node.FORMAT, "listing": listing.digest()}))
 (folder / (sys.argv[3] + ".lock")).write_text("")
 os.symlink(sys.argv[4], copy / "train" / "thesis-link")
 """

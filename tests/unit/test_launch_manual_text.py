@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from launch import manual
-from launch.environment import free_port
+from launch.ports import free_port
 from tests.helpers import PYTHON, REPO
 from tests.launch.support import clean_env, commands, printed
 

@@ -43,7 +43,7 @@ def test_committed_file_is_valid_bash(path: Path) -> None:
 def test_ddp_4node_is_what_the_users_expect() -> None:
     text = (REPO / "slurm" / "ddp_4node.sh").read_text()
     for line in ("#SBATCH --nodes=4", "#SBATCH --gpus-per-node=4", "#SBATCH --ntasks-per-node=1",
-                 "#SBATCH --requeue", '--nproc_per_node="$PROCS_PER_NODE"', "--rdzv_backend=c10d",
+                 "#SBATCH --requeue", '--nproc-per-node="$PROCS_PER_NODE"', "--rdzv-backend=c10d",
                  "imagenet/imagenet_ddp_apex.py"):
         assert line in text
 
