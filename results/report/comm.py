@@ -7,7 +7,8 @@ from typing import Dict, List, Sequence, Tuple
 from results.analysis.allreduce_fit import fit_alpha_beta, hop_latency
 from results.core.kinds import Record
 from results.report import figures
-from results.report.common import Environments, md_table, prose, sorted_groups
+from results.core.records import by_kind
+from results.report.common import Environments, Page, md_table, prose, sorted_groups
 
 
 def allreduce_groups(ar: Sequence[Record]) -> Dict[Tuple[str, str, int], List[dict]]:
@@ -32,3 +33,8 @@ def allreduce_section(ar: Sequence[Record], env: Environments, fig_dir: Path) ->
     figures.allreduce(fig_dir / "allreduce.png", series, "All-reduce bandwidth (nccl-tests definitions)")
     return prose("comm.allreduce", table=md_table("comm.allreduce_columns", rows),
                  fits=md_table("comm.fit_columns", fits))
+
+
+def draw(recs: Sequence[Record], page: Page) -> str:
+    ar = by_kind(recs, "allreduce")
+    return allreduce_section(ar, page.env, page.out_dir) if ar else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
@@ -19,6 +20,14 @@ TEXT = Path(__file__).with_name("text")  # the sections' words, one markdown fil
 TEXT_DIRS = [TEXT]  # where prose() looks for text/FILE.md; a study adds its own folder (add_words)
 WHOLE_LINE = ("#", "![", "|", "{", "<")  # a text line starting so is a line of its own in the report
 NEW_LINE = ("- ", *WHOLE_LINE)  # ... and one starting so is not the rest of the paragraph above it
+
+
+@dataclass
+class Page:
+    """What every section of one tag's report shares: the environment ids its rows name, its figure folder."""
+
+    env: Environments
+    out_dir: Path
 
 
 class ReportError(RuntimeError):

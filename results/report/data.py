@@ -9,9 +9,9 @@ from typing import List, Sequence, Tuple
 from results.analysis import comparisons
 from results.analysis.spread import aggregate
 from results.core.kinds import Record
-from results.core.records import group_by, newest_sweep
+from results.core.records import by_kind, group_by, newest_sweep
 from results.report import figures
-from results.report.common import md_table, prose
+from results.report.common import Page, md_table, prose
 
 
 def format_name(record: Record) -> str:
@@ -112,3 +112,15 @@ def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
              r.metrics.images_per_cpu_s, r.source]
             for name, rs in groups.items() for r in rs]
     return prose("data.pipeline", table=md_table("data.pipeline_columns", rows))
+
+
+def draw_storage(recs: Sequence[Record], page: Page) -> str:
+    return storage_section(by_kind(recs, "storage"), page.out_dir)
+
+
+def draw_loader(recs: Sequence[Record], page: Page) -> str:
+    return loader_section(by_kind(recs, "io"), page.out_dir)
+
+
+def draw_pipeline(recs: Sequence[Record], page: Page) -> str:
+    return pipeline_section(by_kind(recs, "pipeline"), page.out_dir)

@@ -10,7 +10,7 @@ from imagenet.data import DEFAULT_SHARD_MB
 from results.core.kinds import DataOpensMetrics, Record
 from results.core.records import by_kind, newest_sweep
 from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report.common import md_table, mib, prose
+from results.report.common import Page, md_table, mib, prose
 
 TARGETS = {"fast+shards": 2.0, "fast+shards-max320": 3.0}  # per-core goals vs the baseline (train split)
 SHARD_MB = DEFAULT_SHARD_MB  # the converter's default --shard-size
@@ -111,3 +111,9 @@ def section(recs: Sequence[Record]) -> str:
         return "## Data at scale: shards\n\n_(no records yet: run `python -m results.bench shards`)_\n"
     return prose("data_scale.section", pipeline=pipeline_table(pipe) + per_image_budget(pipe),
                  opens=opens_table(opens), memory=memory_table(mem))
+
+
+def draw(recs: Sequence[Record], page: Page) -> str:
+    """The shards section, where the tag holds a shards bench's records."""
+    wanted = shards_pipeline(recs) or any(r.kind in ("data_opens", "index_memory") for r in recs)
+    return section(recs) if wanted else ""

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from results.core.kinds import Record
 from results.core.records import group_by
-from results.report.common import md_table, prose
+from results.report.common import Page, md_table, prose
 
 
 def _newest_sweep(recs: Sequence[Record]) -> Dict[Tuple[str, str], List[dict]]:
@@ -69,3 +69,7 @@ def section(recs: Sequence[Record]) -> str:
         text += f"\n{len(failed)} fault run(s) failed: " + "; ".join(
             f"{r.point.fault}: {r.error}" for r in failed) + "\n"
     return text
+
+
+def draw(recs: Sequence[Record], page: Page) -> str:
+    return section(recs)

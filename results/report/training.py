@@ -13,11 +13,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from results.analysis.efficiency import efficiencies
 from results.analysis.spread import Point, aggregate
 from results.core.kinds import Record
-from results.core.records import group_by
+from results.core.records import by_kind, group_by
 from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report import figures
-from results.report.common import data_label, fmt, gpu_axis, md_table, pct, prose, recipe_label, train_hours
+from results.report import figures, gpu_step
+from results.report.common import Page, data_label, fmt, gpu_axis, md_table, pct, prose, recipe_label, train_hours
 from results.report.curves import CURVES, curve_runs, curve_series, epoch_rows
+from results.report.steps import step_section
 
 EPOCHS = 90  # the seed's (and HAL's published) time-to-train: 90 ImageNet epochs
 
@@ -161,3 +162,14 @@ def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
                           "solid: train, dashed: validation)")
     rows = epoch_rows(runs, lambda r: [r.source])
     return prose("training.curves", table=md_table("training.curves_columns", rows))
+
+
+def draw(recs: Sequence[Record], page: Page) -> str:
+    """The train kind's part of a tag's report: throughput against GPUs, where a step goes, the step against
+    the baseline (the --setups comparisons), one GPU's targets and profile, the learning curves."""
+    train = by_kind(recs, "train")
+    steps = [r for r in train if r.point.setup]
+    parts = [throughput_section(train_series(train), page.out_dir), breakdown_section(train),
+             *[step_section(steps, page.env, page.out_dir, gpu=gpu) for gpu in sorted({r.on_gpu for r in steps})],
+             gpu_step.targets_section(train), gpu_step.profile_section(train), curves_section(train, page.out_dir)]
+    return "\n".join(p for p in parts if p)
