@@ -67,16 +67,22 @@ def summary(tag: str, headline: Dict[str, object]) -> str:
     return " ".join(part for part in parts if part) + "\n"
 
 
+OTHER_COLUMNS = ("kind", "point", "metrics", "record")
+
+
 def other_section(recs: Sequence[Record]) -> str:
     """Records of kinds no section draws: their points and numeric metrics, as recorded."""
     rows = [[r.kind, _as_recorded(r.recorded("point"), lambda v: v not in (None, [], "")),
              _as_recorded(r.recorded("metrics"), lambda v: isinstance(v, (int, float))), r.source]
             for r in recs if r.ok and r.kind not in drawn()]
-    return prose("cluster.other", table=md_table("cluster.other_columns", rows)) if rows else ""
+    return prose("cluster.other", table=md_table(OTHER_COLUMNS, rows)) if rows else ""
 
 
 def _as_recorded(values: Dict[str, object], shown) -> str:
     return ", ".join(f"{k}={fmt(v)}" for k, v in sorted(values.items()) if shown(v))
+
+
+UNCOUNTED_COLUMNS = ("kind", "point", "why", "host load (1 min)", "record")
 
 
 def uncounted_section(recs: Sequence[Record], quiet_share: float) -> str:
@@ -84,8 +90,12 @@ def uncounted_section(recs: Sequence[Record], quiet_share: float) -> str:
     rows = [[r.kind, _as_recorded(r.recorded("point"), lambda v: v not in (None, [], "")),
              r.not_counted or f"other processes used {pct(r.other_cpu_share)} of the CPU", r.host_load_1m, r.source]
             for r in recs if not r.counted(quiet_share)]
-    return prose("cluster.uncounted", share=pct(quiet_share), table=md_table("cluster.uncounted_columns", rows)) \
+    return prose("cluster.uncounted", share=pct(quiet_share), table=md_table(UNCOUNTED_COLUMNS, rows)) \
         if rows else ""
+
+
+FAILED_COLUMNS = ("kind", "sweep", "why (last line)", "record")
+UNUSABLE_COLUMNS = ("line", "problem")
 
 
 def failed_section(recs: Sequence[Record], problems: Sequence[records.Problem]) -> str:
@@ -93,8 +103,8 @@ def failed_section(recs: Sequence[Record], problems: Sequence[records.Problem]) 
     failed = [[r.kind, r.sweep, (r.error or "").splitlines()[-1][:160] if r.error else "-",
                r.source] for r in recs if r.status != "ok"]
     bad = [[p.line, p.reason] for p in problems]
-    return prose("cluster.failed", table=md_table("cluster.failed_columns", failed),
-                 bad=md_table("cluster.unusable_columns", bad)) if failed or bad else ""
+    return prose("cluster.failed", table=md_table(FAILED_COLUMNS, failed),
+                 bad=md_table(UNUSABLE_COLUMNS, bad)) if failed or bad else ""
 
 
 ENV_KEYS = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "torch", "torchvision", "cuda", "nccl", "python")

@@ -15,6 +15,11 @@ def allreduce_groups(ar: Sequence[Record]) -> Dict[Tuple[str, str, int], List[di
     return sorted_groups(ar, lambda r: (r.sweep, r.point.backend, r.metrics.world_size), lambda r: r.metrics.bytes)
 
 
+ALLREDUCE_COLUMNS = ("series", "bytes", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "iterations", "env",
+                     "record")
+FIT_COLUMNS = ("series", "small-message time (us)", "per-hop latency (us)", "fitted busbw (GB/s)")
+
+
 def allreduce_section(ar: Sequence[Record], env: Environments, fig_dir: Path) -> str:
     groups = allreduce_groups(ar)
     series, rows, fits = [], [], []
@@ -31,8 +36,8 @@ def allreduce_section(ar: Sequence[Record], env: Environments, fig_dir: Path) ->
             fits.append([label, fit["alpha_s"] * 1e6, hop_latency(fit["alpha_s"], n) * 1e6,
                          fit["busbw_bytes_per_s"] / 1e9])
     figures.allreduce(fig_dir / "allreduce.png", series, "All-reduce bandwidth (nccl-tests definitions)")
-    return prose("comm.allreduce", table=md_table("comm.allreduce_columns", rows),
-                 fits=md_table("comm.fit_columns", fits))
+    return prose("comm.allreduce", table=md_table(ALLREDUCE_COLUMNS, rows),
+                 fits=md_table(FIT_COLUMNS, fits))
 
 
 def draw(recs: Sequence[Record], page: Page) -> str:
