@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from imagenet.data import DEFAULT_SHARD_MB
-from results.core.kinds import DataOpensMetrics, Record
+from results.core.kinds import DATA_OPENS, INDEX_MEMORY, DataOpensMetrics, Record
 from results.core.records import by_kind, newest_sweep
 from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.report.common import Page, md_table, mib, prose
@@ -126,7 +126,7 @@ def shards_pipeline(recs: Sequence[Record]) -> list:
 
 def section(recs: Sequence[Record]) -> str:
     pipe = newest_sweep(shards_pipeline(recs))
-    opens, mem = (newest_sweep(by_kind(recs, k)) for k in ("data_opens", "index_memory"))
+    opens, mem = (newest_sweep(by_kind(recs, k.name)) for k in (DATA_OPENS, INDEX_MEMORY))
     if not (pipe or opens or mem):
         return "## Data at scale: shards\n\n_(no records yet: run `python -m results.bench shards`)_\n"
     return prose("data_scale.section", pipeline=pipeline_table(pipe) + per_image_budget(pipe),
@@ -135,5 +135,5 @@ def section(recs: Sequence[Record]) -> str:
 
 def draw(recs: Sequence[Record], page: Page) -> str:
     """The shards section, where the tag holds a shards bench's records."""
-    wanted = shards_pipeline(recs) or any(r.kind in ("data_opens", "index_memory") for r in recs)
+    wanted = shards_pipeline(recs) or any(r.kind in (DATA_OPENS.name, INDEX_MEMORY.name) for r in recs)
     return section(recs) if wanted else ""
