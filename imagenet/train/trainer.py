@@ -1,11 +1,14 @@
 """The training loop: train_epoch, validate and fit, the same for all four variants.
 
 What differs between variants (the parallel wrapper, the precision backend) is built elsewhere and
-handed in as :class:`Parts`; the loop only calls their common methods. The host waits for the
-device only at print boundaries and epoch ends. Those are also the safe points where every rank
-agrees whether a preemption signal asked it to stop: at a print boundary inside an epoch (a
-checkpoint is saved there) and right after each end-of-epoch checkpoint, so a signal that comes in
-an epoch's last print interval or during validation is acted on before the next epoch starts.
+handed in as :class:`Parts`; the loop only calls their common methods. One optimizer step is
+:mod:`imagenet.train.step`'s, the validation pass and an epoch's lines :mod:`imagenet.train.evaluation`'s,
+the progress a requeue keeps :mod:`imagenet.train.progress`'s; this module decides when each happens and
+what is saved. The host waits for the device only at print boundaries and epoch ends. Those are also
+the safe points where every rank agrees whether a preemption signal asked it to stop: at a print
+boundary inside an epoch (a checkpoint is saved there) and right after each end-of-epoch checkpoint,
+so a signal that comes in an epoch's last print interval or during validation is acted on before the
+next epoch starts.
 
 A print boundary has one small all-gather (:meth:`Trainer._boundary`) that carries, from every
 rank: its stop flag, whether --checkpoint-every-minutes has elapsed on its clock (so every rank

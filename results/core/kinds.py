@@ -8,6 +8,10 @@ The metrics classes are also the schema :func:`results.core.records.validate` ch
 :data:`Req` must be a number in every ok record of its kind, one typed :data:`Num` must be a number
 where present.
 
+Each of the harness's kinds is declared here once (:func:`results.core.registry.declare`, at the end of the
+classes): its point and metrics classes, the units of its new metric names and the report section that
+draws it; a study declares its own kinds the same way.
+
 The JSON on disk is unchanged: ``Record.raw`` keeps the object as read, for the report's "as
 recorded" tables and for the runners' tests, which read records as dicts.
 """

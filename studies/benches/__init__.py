@@ -15,4 +15,4 @@ HERE = Path(__file__).resolve().parent
 RECORDS = HERE / "records"
 words = Words(HERE / "text")  # this study's words, read by its sections alone
 
-from studies.benches import kinds  # noqa: E402,F401  (registers this study's record kinds)
+from studies.benches import kinds  # noqa: E402,F401  (declares this study's record kinds)
