@@ -80,6 +80,9 @@ def declare(kind: Kind) -> Kind:
     if known is not None and known != kind:
         raise DeclarationError(f"record kind {kind.name!r} is declared twice, differently ({known} and {kind}); "
                                "rename one of them")
+    if kind.section is not None and kind.section.count(":") != 1:
+        raise DeclarationError(f"record kind {kind.name!r}: section {kind.section!r} is not 'module:function'; "
+                               "name the report section as results.report.MODULE:FUNCTION")
     clashes = [f"{n}: {UNITS[n]!r} vs {u!r}" for n, u in kind.units.items() if UNITS.get(n, u) != u]
     if clashes:
         raise DeclarationError(f"record kind {kind.name!r} gives metric(s) another unit than already declared "

@@ -71,4 +71,6 @@ def test_a_name_or_a_unit_declared_twice_differently_is_an_error(toy):
         declare(Kind("toy", ToyPoint, ToyPoint))
     with pytest.raises(DeclarationError, match="step_time_ms: 'ms' vs 's'"):
         declare(Kind("toy2", ToyPoint, ToyMetrics, units={"step_time_ms": "s"}))
+    with pytest.raises(DeclarationError, match="is not 'module:function'"):
+        declare(Kind("toy2", ToyPoint, ToyMetrics, section="toy_section"))
     assert "toy2" not in registry.names()
