@@ -1,11 +1,14 @@
 """The training loop: train_epoch, validate and fit, the same for all four variants.
 
 What differs between variants (the parallel wrapper, the precision backend) is built elsewhere and
-handed in as :class:`Parts`; the loop only calls their common methods. The host waits for the
-device only at print boundaries and epoch ends. Those are also the safe points where every rank
-agrees whether a preemption signal asked it to stop: at a print boundary inside an epoch (a
-checkpoint is saved there) and right after each end-of-epoch checkpoint, so a signal that comes in
-an epoch's last print interval or during validation is acted on before the next epoch starts.
+handed in as :class:`Parts`; the loop only calls their common methods. One optimizer step is
+:mod:`imagenet.train.step`'s, the validation pass and an epoch's lines :mod:`imagenet.train.evaluation`'s,
+the progress a requeue keeps :mod:`imagenet.train.progress`'s; this module decides when each happens and
+what is saved. The host waits for the device only at print boundaries and epoch ends. Those are also
+the safe points where every rank agrees whether a preemption signal asked it to stop: at a print
+boundary inside an epoch (a checkpoint is saved there) and right after each end-of-epoch checkpoint,
+so a signal that comes in an epoch's last print interval or during validation is acted on before the
+next epoch starts.
 
 A print boundary has one small all-gather (:meth:`Trainer._boundary`) that carries, from every
 rank: its stop flag, whether --checkpoint-every-minutes has elapsed on its clock (so every rank
@@ -18,34 +21,34 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional
 
 import torch
 
-from ..common import cputime, startup
-from ..process import group, preemption
-from . import checkpoint, cuda_graph, profiling, time_to_accuracy
-from . import checkpoint_writer
-from .accumulation import accumulate
-from .mixing import Mix, hard_labels
-from ..common import terminal
+from ..common import cputime, startup, terminal
+from ..common.exit_codes import EXIT_PREEMPTED
+from ..config import WARMUP_STEPS
 from ..data.loader import Batches, set_epoch
 from ..data.normalize import DeviceNormalizer
 from ..data.resolution import ResolutionRamp
 from ..model.ema import WeightAverage
 from ..model.precision import Precision
-from ..config import WARMUP_STEPS
-from .metrics import EpochMeter, StepBreakdown, StepClock, StepTimes, peak_memory_bytes, synchronize
-from ..common.exit_codes import EXIT_PREEMPTED
+from ..process import group, preemption
 from ..process.preemption import StopSignal
+from . import checkpoint, checkpoint_writer, evaluation, profiling, time_to_accuracy
+from .metrics import EpochMeter, StepBreakdown, StepClock, StepTimes, synchronize
+from .mixing import Mix, hard_labels
+from .progress import Throughput, TrainState
 from .runrecord import RunRecord
+from .step import Stepper
 from .stragglers import StragglerWatch
 from .tblog import NullLogger
 
-log = logging.getLogger(__name__)
+__all__ = ["EXIT_PREEMPTED", "Parts", "Trainer", "TrainState", "Throughput", "steps_per_epoch"]
 
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -69,36 +72,6 @@ class Parts:
     resolution: Optional[ResolutionRamp] = None  # the train size per epoch (progressive resizing)
 
 
-@dataclass
-class TrainState:
-    """Progress that must survive a requeue, next to the model/optimizer/scheduler state."""
-    epoch: int = 0
-    step_in_epoch: int = 0
-    best_top1: float = 0.0
-    elapsed_s: float = 0.0
-    history: List[dict] = field(default_factory=list)
-
-
-@dataclass
-class Throughput:
-    """Steady-state training throughput of this rank, summed over epochs."""
-    images: int = 0
-    seconds: float = 0.0
-    data_s: float = 0.0
-    steps: int = 0
-    warmup_steps: int = 0
-
-    def as_dict(self, world_size: int, device: torch.device) -> dict:
-        per_proc = self.images / self.seconds if self.seconds > 0 else None
-        step_ms = 1000 * self.seconds / self.steps if self.steps else None
-        data_ms = 1000 * self.data_s / self.steps if self.steps else None
-        return {"images_per_s": per_proc * world_size if per_proc else None,
-                "images_per_s_per_process": per_proc, "step_time_ms": step_ms, "data_time_ms": data_ms,
-                "compute_time_ms": step_ms - data_ms if step_ms is not None else None,
-                "warmup_steps": self.warmup_steps, "measured_steps": self.steps,
-                "peak_memory_bytes": peak_memory_bytes(device)}
-
-
 def steps_per_epoch(train_batches: int, cfg) -> int:
     """Optimizer steps per epoch from the loader's TRAIN_BATCHES (micro-batches when accumulating),
     cut to --steps-per-epoch (CFG: the settings)."""
@@ -107,6 +80,8 @@ def steps_per_epoch(train_batches: int, cfg) -> int:
 
 
 class Trainer:
+    """The loop over one run's PARTS: train_epoch, validate, fit and evaluate, with its checkpoints."""
+
     def __init__(self, cfg, info: group.DistInfo, parts: Parts, stop: StopSignal):
         self.cfg, self.info, self.p, self.stop = cfg, info, parts, stop
         self.state = TrainState(epoch=cfg.optim.start_epoch)
@@ -120,7 +95,7 @@ class Trainer:
                                         info.device, lambda summary: parts.record.update(profile=summary))
         self.step_times = StepTimes(info.device, cfg.logging.step_times)
         self.breakdown = StepBreakdown(info.device)
-        self.graph_step = self._graph_step() if cfg.perf.cuda_graph else None
+        self.stepper = Stepper(cfg, info, parts, self.console)
         self.writer = checkpoint_writer.for_rank(info.is_primary, parts.run_dir, cfg.checkpoint.keep_checkpoints)
         self.last_checkpoint = time.monotonic()
         self.periodic_saves = 0
@@ -204,52 +179,6 @@ class Trainer:
         self.periodic_saves += 1
 
     # ---------------------------------------------------------------- one training epoch
-    def _forward_loss(self, images: torch.Tensor, target: torch.Tensor):
-        p = self.p
-        images = p.precision.cast_input(p.normalizer(images))
-        target = target.to(self.info.device, non_blocking=True)
-        if p.mix is not None:
-            images, target = p.mix(images, target)  # soft labels from here on
-        with p.precision.autocast():
-            output = p.model(images)
-        return p.criterion(output.float(), target), output, target
-
-    def _graph_step(self) -> Optional[cuda_graph.GraphStep]:
-        """--cuda-graph's replayed step, or None (eager) with one line saying why the run does not allow it."""
-        p = self.p
-        why = cuda_graph.why_not(self.cfg, self.info.device, self.info.world_size, self.cfg.optim.opt,
-                                 p.precision.spec.loss_scale, bool(p.optimizer.defaults.get("fused")))
-        if why:
-            self.console.warn(cuda_graph.fallback_line(why))
-            return None
-        return cuda_graph.GraphStep(self._whole_step, lambda batch: cuda_graph.to_device(batch, self.info.device),
-                                    p.optimizer)
-
-    def _whole_step(self, images: torch.Tensor, target: torch.Tensor) -> tuple:
-        """Zero the gradients, forward, backward and step on one batch: what --cuda-graph captures."""
-        p = self.p
-        p.precision.zero_grad(p.optimizer)
-        loss, output, target = self._forward_loss(images, target)
-        p.precision.backward(loss, p.optimizer)
-        p.precision.step(p.optimizer)
-        return loss, output, target
-
-    def _step(self, batches: List[tuple]) -> List[tuple]:
-        """One optimizer step over BATCHES (micro-batches when accumulating); their (loss, output,
-        target) triples."""
-        p = self.p
-        if self.graph_step is not None:
-            results = self.graph_step(batches[0])
-        else:
-            p.precision.zero_grad(p.optimizer)
-            results = accumulate(p.model, batches, self._forward_loss,
-                                 lambda loss: p.precision.backward(loss, p.optimizer))
-            p.precision.step(p.optimizer)
-        p.scheduler.step()
-        if p.ema is not None:
-            p.ema.after_step(p.raw_model, p.scheduler.last_epoch - 1)  # the global step just taken
-        return results
-
     def train_epoch(self, epoch: int) -> Optional[dict]:
         """Train one epoch; None when a stop signal interrupted it (after saving a checkpoint)."""
         p, cfg = self.p, self.cfg
@@ -272,7 +201,7 @@ class Trainer:
                 startup.mark("loader workers started, first batch")
             self.breakdown.ready(counted=step - first >= warm)
             clock.data_ready()
-            results = self._step(batches)
+            results = self.stepper.step(batches)
             self.profiler.step()
             for loss, output, target in results:
                 meter.update(loss, output, hard_labels(target))
@@ -311,14 +240,9 @@ class Trainer:
                 "data_time_s": clock.data_s, "lr": p.optimizer.param_groups[0]["lr"]}
 
     def _count_steady(self, start: Optional[float], data_s: float, steps: int, warm: int) -> None:
-        if start is None or steps <= 0:
-            return
-        t = self.throughput
-        t.seconds += time.perf_counter() - start
-        t.images += steps * self.cfg.batch.per_process_step
-        t.steps += steps
-        t.data_s += data_s
-        t.warmup_steps += warm
+        if start is not None and steps > 0:
+            self.throughput.count(time.perf_counter() - start, data_s, steps,
+                                  steps * self.cfg.batch.per_process_step, warm)
 
     def _report(self, epoch: int, done: int, loss: torch.Tensor, meter: EpochMeter, interval,
                 clock: StepClock) -> tuple:
@@ -397,45 +321,16 @@ class Trainer:
                          "restart with --resume auto to continue")
 
     # ---------------------------------------------------------------- validation
-    @torch.no_grad()
     def validate(self, model: Optional[torch.nn.Module] = None) -> dict:
         """Validate MODEL (default: the trained model)."""
-        p = self.p
-        model = p.eval_model if model is None else model
-        model.eval()
-        meter, start = EpochMeter(self.info.device), time.perf_counter()
-        for i, (images, target) in enumerate(p.val_loader):
-            if self.cfg.data.val_steps and i >= self.cfg.data.val_steps:
-                break
-            images = p.precision.cast_input(p.normalizer(images))
-            target = target.to(self.info.device, non_blocking=True)
-            with p.precision.autocast():
-                output = model(images)
-            meter.update(p.criterion(output.float(), target), output, target)
-        stats = meter.global_()
-        wall = time.perf_counter() - start
-        return {"val_loss": stats["loss"], "val_top1": stats["top1"], "val_top5": stats["top5"],
-                "val_images_per_s": stats["samples"] / wall if wall > 0 else None, "val_time_s": wall,
-                "val_samples": stats["samples"]}
+        return evaluation.validate(self.p.eval_model if model is None else model, self.p, self.info.device,
+                                   self.cfg.data.val_steps)
 
     # ---------------------------------------------------------------- the run
     def _log_epoch(self, epoch: int, row: dict) -> None:
-        scalars = {"Loss/train": row["train_loss"], "Top1/train": row["train_top1"], "Top5/train": row["train_top5"],
-                   "Lr": row["lr"], "Throughput/train": row["train_images_per_s"], "Time/train": row["train_time_s"]}
-        if "val_top1" in row:
-            scalars.update({"Loss/val": row["val_loss"], "Top1/val": row["val_top1"], "Top5/val": row["val_top5"],
-                            "Throughput/val": row["val_images_per_s"], "Time/val": row["val_time_s"]})
-        self.p.tb.scalars(scalars, epoch)
+        self.p.tb.scalars(evaluation.epoch_scalars(row), epoch)
         self.p.tb.flush()
-        if "val_top1" not in row:
-            self.console.say(f" * Epoch {epoch}: train top1 {row['train_top1']:.2f}  loss {row['train_loss']:.4f}  "
-                             f"train {row['train_images_per_s']:.1f} img/s (validation every "
-                             f"{self.cfg.optim.eval_every} epochs)")
-        else:
-            scored = "  (ema)" if row["val_weights"] == "ema" else ""
-            self.console.say(f" * Epoch {epoch}: val top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}  "
-                             f"loss {row['val_loss']:.4f}  ({row['val_samples']} images)  train "
-                             f"{row['train_images_per_s']:.1f} img/s{scored}")
+        self.console.say(evaluation.epoch_line(epoch, row, self.cfg.optim.eval_every))
 
     def _validate_declared(self) -> dict:
         """One evaluation, of the weights the run is scored on (--eval-weights): the same at every
@@ -542,7 +437,6 @@ class Trainer:
 
     def evaluate(self) -> int:
         row = self.validate()
-        self.console.say(f" * Evaluation: top1 {row['val_top1']:.2f}  top5 {row['val_top5']:.2f}  "
-                         f"loss {row['val_loss']:.4f}  ({row['val_samples']} images)")
+        self.console.say(evaluation.evaluation_line(row))
         self.p.record.update(status="evaluated", evaluation=row)
         return 0

@@ -8,6 +8,10 @@ The metrics classes are also the schema :func:`results.core.records.validate` ch
 :data:`Req` must be a number in every ok record of its kind, one typed :data:`Num` must be a number
 where present.
 
+Each of the harness's kinds is declared here once (:func:`results.core.registry.declare`, at the end of the
+classes): its point and metrics classes, the units of its new metric names and the report section that
+draws it; a study declares its own kinds the same way.
+
 The JSON on disk is unchanged: ``Record.raw`` keeps the object as read, for the report's "as
 recorded" tables and for the runners' tests, which read records as dicts.
 """
@@ -15,6 +19,8 @@ recorded" tables and for the runners' tests, which read records as dicts.
 
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, Dict, Mapping, Optional, Tuple, get_type_hints
+
+from results.core.registry import KINDS, Kind, declare, register  # noqa: F401  (register: a study's kinds)
 
 Req = Annotated[Optional[float], "required"]  # a number every ok record of the kind carries
 Num = Annotated[Optional[float], "number"]  # a number where recorded
@@ -270,19 +276,17 @@ class FaultMetrics:
     seconds_lost: Optional[float] = None
 
 
-# A new kind: its point and metrics classes above, one entry here, a runner that records it, a report section.
-KINDS: Dict[str, Tuple[type, type]] = {
-    "train": (TrainPoint, TrainMetrics), "io": (IoPoint, IoMetrics),
-    "allreduce": (AllreducePoint, AllreduceMetrics),
-    "pipeline": (PipelinePoint, PipelineMetrics), "storage": (StoragePoint, StorageMetrics),
-    "data_opens": (DataOpensPoint, DataOpensMetrics),
-    "index_memory": (IndexMemoryPoint, IndexMemoryMetrics), "fault": (FaultPoint, FaultMetrics),
-}
-
-
-def register(kind: str, point: type, metrics: type) -> None:
-    """A kind defined outside the harness (a study's): its records validate and read typed like the harness's."""
-    KINDS[kind] = (point, metrics)
+# The harness's kinds, each declared once (results.core.registry): a new kind is its two classes above and one
+# declaration here (its units, the report section that draws it); the lists of kinds are derived from these.
+TRAIN = declare(Kind("train", TrainPoint, TrainMetrics, section="results.report.training:draw"))
+STORAGE = declare(Kind("storage", StoragePoint, StorageMetrics, section="results.report.data:draw_storage"))
+IO = declare(Kind("io", IoPoint, IoMetrics, section="results.report.data:draw_loader"))
+PIPELINE = declare(Kind("pipeline", PipelinePoint, PipelineMetrics, section="results.report.data:draw_pipeline"))
+ALLREDUCE = declare(Kind("allreduce", AllreducePoint, AllreduceMetrics, section="results.report.comm:draw"))
+DATA_OPENS = declare(Kind("data_opens", DataOpensPoint, DataOpensMetrics, section="results.report.data_scale:draw"))
+INDEX_MEMORY = declare(Kind("index_memory", IndexMemoryPoint, IndexMemoryMetrics,
+                            section="results.report.data_scale:draw"))
+FAULT = declare(Kind("fault", FaultPoint, FaultMetrics, section="results.report.faults:draw"))
 
 
 # ---------------------------------------------------------------- the record
@@ -397,8 +401,8 @@ def _build(cls: type, values: Mapping[str, Any]) -> Any:
 def from_dict(rec: Mapping[str, Any]) -> Record:
     """The typed record of a record dict: one the loaders validated (:func:`results.core.records.validate`),
     or one a runner just made."""
-    point_cls, metrics_cls = KINDS[rec["kind"]]
+    kind = KINDS[rec["kind"]]
     shared = {k: v for k, v in rec.items() if k in _SHARED}
     shared["environment"] = _build(Environment, rec.get("environment") or {})
-    return Record(point=_build(point_cls, rec["point"]), metrics=_build(metrics_cls, rec["metrics"]),
+    return Record(point=_build(kind.point, rec["point"]), metrics=_build(kind.metrics, rec["metrics"]),
                   source=rec.get("_source", ""), raw=rec, **shared)

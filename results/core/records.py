@@ -4,7 +4,8 @@ A record keeps the numbers next to everything needed to trust and rerun them: th
 parameters, the environment (:func:`imagenet.run.sysinfo.collect`), the command, and the units.
 Failed points are records too (``status: "failed"`` plus ``error``), so a sweep's gaps are visible.
 
-Each kind is typed in :mod:`results.core.kinds` (a frozen dataclass for its point and its metrics);
+Each kind is declared in :mod:`results.core.kinds` (a frozen dataclass for its point and its metrics, one
+:class:`~results.core.registry.Kind` with its units and report section);
 :func:`validate` checks a record's fields (:data:`FIELDS`) and its metrics against its kind's class,
 and the loaders return :class:`~results.core.kinds.Record` objects, so a field's name is written
 once. Reading is strict but forgiving: a line that is not JSON, or a record that fails
@@ -25,7 +26,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from imagenet.common import cputime
 from imagenet.common.files import append_line
-from results.core.kinds import KINDS, Record, from_dict, numeric, required
+from results.core.kinds import Record, from_dict, numeric, required
+from results.core.registry import KINDS, units_for
 
 log = logging.getLogger(__name__)
 
@@ -38,46 +40,8 @@ RUNS_DIR = RESULTS_DIR / "runs"  # kept: run.json + TensorBoard events behind th
 STATUSES = ("ok", "failed")
 
 
-# The kinds, their points and metrics are typed in results.core.kinds; the JSON fields every record has:
+# The kinds are declared in results.core.registry; the JSON fields every record has:
 FIELDS = ("schema", "kind", "status", "sweep", "time", "point", "metrics", "environment")
-
-# Units of the metric names used across kinds; stored in every record so a reader needs no code.
-_NAMES_BY_UNIT = {
-    "ms": ("step_time_ms", "data_time_ms", "compute_time_ms", "data_wait_ms", "host_ms", "device_ms",
-           "step_no_allreduce_ms", "exposed_comm_ms", "allreduce_alone_ms", "checkpoint_stall_ms_mean",
-           "checkpoint_stall_ms_max"),
-    "s": ("epoch_time_s", "elapsed_s", "checkpoint_write_s_mean", "wall_s"),
-    "bytes": ("peak_memory_bytes", "rchar", "read_bytes", "bytes", "grad_bytes", "checkpoint_bytes_written",
-              "bytes_per_file", "rank_rss_bytes", "rank_index_bytes", "written_bytes"),
-    "bytes (max over workers)": ("worker_private_bytes", "worker_pss_bytes", "worker_rss_bytes"),
-    "MB/s (1e6 bytes)": ("mb_per_s", "mb_per_s_per_node", "min_node_mb_per_s", "storage_mb_per_s", "read_mb_per_s"),
-    "GB/s (1e9 bytes)": ("algbw_gbps", "busbw_gbps"),
-    "images/s": ("images_per_s", "images_per_s_per_process"),
-    "files/s": ("files_per_s", "files_per_s_per_node"),
-    "%": ("top1", "top5", "target_top1", "best_top1", "best_top1_in_budget"),
-    "fraction": ("scaling_efficiency", "hidden_fraction"),
-    "x": ("ratio_min", "ratio_max"),
-    "checkpoints": ("checkpoint_saves", "checkpoint_periodic", "checkpoints_lost"),
-    "steps": ("checkpoint_every_steps", "steps_trained_twice"),
-    "epochs": ("epochs", "epochs_to_target", "eval_every"),
-    "cores": ("cores_busy", "cores"),
-    "load average (1 min)": ("load_1m_mean", "load_1m_max"),
-}
-UNITS = {name: unit for unit, names in _NAMES_BY_UNIT.items() for name in names} | {
-    "syscr": "read syscalls", "time_us": "us", "cpu_s": "CPU s (user + system)", "cpu_ms_per_image": "CPU ms",
-    "images_per_cpu_s": "images per CPU second (images/s per busy core)",
-    "ratio_per_core": "x (vs the baseline backend)", "rounds": "rounds", "files": "files",
-    "opens": "files opened (strace openat)", "dataset_opens": "files opened (dataset counter)",
-    "shards": "shard files", "opening_processes": "processes (that opened a data file)",
-    "max_opens_per_file": "opens (most of one file by one process)", "workers": "processes",
-    "touched": "chunks of 65536 entries", "survived": "1 = the run finished after the fault",
-    "detect_s": "s (fault injected -> the job or process ended)", "time_to_target_s": "s (wall, evaluation included)",
-    "core_s": "CPU s (user + system, the whole process tree)",
-    "core_s_to_target": "CPU s (user + system, the whole process tree, at the evaluation that reached it)",
-    "budget_s": "s (main.py's wall time)", "images_seen": "images", "eval_s": "s (evaluation wall time, counted in)",
-    "device_hours": "GPU hours (wall x GPUs)", "samples": "samples",
-}
-
 
 @dataclass
 class Problem:
@@ -102,7 +66,7 @@ def make_record(kind: str, sweep: str, point: Dict[str, Any], metrics: Dict[str,
         raise ValueError(f"bad record kind/status {kind!r}/{status!r}")
     rec = {"schema": SCHEMA, "kind": kind, "status": status, "error": error, "sweep": sweep,
            "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "point": point,
-           "metrics": metrics, "units": {k: UNITS[k] for k in metrics if k in UNITS}, "environment": environment,
+           "metrics": metrics, "units": units_for(metrics), "environment": environment,
            "host_load_1m": _load()}  # a busy shared node explains outliers
     rec.update(extra)
     return rec
@@ -178,7 +142,7 @@ def validate(rec: Any) -> Optional[str]:
     if not isinstance(rec["metrics"], dict) or not isinstance(rec["point"], dict):
         return "point and metrics must be objects"
     if rec["status"] == "ok":
-        _, typed = KINDS[rec["kind"]]
+        typed = KINDS[rec["kind"]].metrics
         lacking = [m for m in numeric(typed) if not _is_number(rec["metrics"].get(m))
                    and (m in required(typed) or m in rec["metrics"])]
         if lacking:

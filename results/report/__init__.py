@@ -50,6 +50,10 @@ def build(record_paths: Sequence[Path], out_dir: Path, quiet_share: float = QUIE
     return path, problems
 
 
+CLUSTERS_COLUMNS = ("report", "nodes x hardware", "kinds of points", "best training throughput",
+                    "efficiency at the largest scale", "failed points / not counted / unusable lines")
+
+
 def clusters_section(loaded: Sequence[Tuple[Path, List[dict], List]], out_dir: Path, quiet_share: float) -> str:
     """Write one report per records file (tag) under out_dir/reports/ and a table linking them."""
     rows = []
@@ -60,7 +64,7 @@ def clusters_section(loaded: Sequence[Tuple[Path, List[dict], List]], out_dir: P
                      ", ".join(h["kinds"]), f"{best[0]} ({best[2]})" if best else "-",
                      f"{eff[0]} at {eff[1]}" if eff else "-",
                      f"{h['records'] - h['ok']} / {h['uncounted']} / {len(bad)}"])
-    return prose("results.clusters", table=md_table("results.clusters_columns", rows))
+    return prose("results.clusters", table=md_table(CLUSTERS_COLUMNS, rows))
 
 
 def _rel(path: Path) -> str:

@@ -2,14 +2,16 @@
 
     python -m results.report --tag mycluster      # results/records/mycluster.jsonl -> results/reports/mycluster/
 
-What a user publishes about their cluster, laid out as the seed's report: a summary paragraph, then one
-section per kind of record the tag holds (each from its own module: training, the step against the baseline,
-the GPU profile, learning curves, storage, the loader, the decoding backends, all-reduce, shards, faults),
-then records of kinds no section draws, failed points and the environments. Each figure is followed by its
+What a user publishes about their cluster, laid out as the seed's report: a summary paragraph, then the
+sections of the declared record kinds (results.core.registry: each kind names the section that draws it, in
+its own module: training, the step against the baseline, the GPU profile, learning curves, storage, the
+loader, the decoding backends, all-reduce, shards, faults), then records of kinds no section draws, failed
+points and the environments. Each figure is followed by its
 table; only the figures the records support are drawn. Output is deterministic (no timestamps).
 """
 from __future__ import annotations
 
+import importlib
 import logging
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -19,13 +21,9 @@ from results.analysis.efficiency import with_efficiency
 from results.core import records
 from results.core.kinds import QUIET_SHARE, Record
 from results.core.records import by_kind, group_by
-from results.report import data_scale, faults, gpu_step
-from results.report.comm import allreduce_section
-from results.report.common import Environments, fmt, md_table, pct, prose
-from results.report.data import loader_section, pipeline_section, storage_section
-from results.report.steps import step_section
-from results.report.training import (breakdown_section, curves_section, efficiency, hardware, main_series,
-                                     throughput_section, train_series)
+from results.core.registry import drawn, sections
+from results.report.common import Environments, Page, ReportError, fmt, md_table, pct, prose
+from results.report.training import efficiency, hardware, main_series, train_series
 
 log = logging.getLogger(__name__)
 
@@ -69,20 +67,22 @@ def summary(tag: str, headline: Dict[str, object]) -> str:
     return " ".join(part for part in parts if part) + "\n"
 
 
-DRAWN = ("train", "storage", "io", "pipeline", "allreduce", "data_opens", "index_memory",
-         "fault")  # the kinds the sections above present
+OTHER_COLUMNS = ("kind", "point", "metrics", "record")
 
 
 def other_section(recs: Sequence[Record]) -> str:
     """Records of kinds no section draws: their points and numeric metrics, as recorded."""
     rows = [[r.kind, _as_recorded(r.recorded("point"), lambda v: v not in (None, [], "")),
              _as_recorded(r.recorded("metrics"), lambda v: isinstance(v, (int, float))), r.source]
-            for r in recs if r.ok and r.kind not in DRAWN]
-    return prose("cluster.other", table=md_table("cluster.other_columns", rows)) if rows else ""
+            for r in recs if r.ok and r.kind not in drawn()]
+    return prose("cluster.other", table=md_table(OTHER_COLUMNS, rows)) if rows else ""
 
 
 def _as_recorded(values: Dict[str, object], shown) -> str:
     return ", ".join(f"{k}={fmt(v)}" for k, v in sorted(values.items()) if shown(v))
+
+
+UNCOUNTED_COLUMNS = ("kind", "point", "why", "host load (1 min)", "record")
 
 
 def uncounted_section(recs: Sequence[Record], quiet_share: float) -> str:
@@ -90,8 +90,12 @@ def uncounted_section(recs: Sequence[Record], quiet_share: float) -> str:
     rows = [[r.kind, _as_recorded(r.recorded("point"), lambda v: v not in (None, [], "")),
              r.not_counted or f"other processes used {pct(r.other_cpu_share)} of the CPU", r.host_load_1m, r.source]
             for r in recs if not r.counted(quiet_share)]
-    return prose("cluster.uncounted", share=pct(quiet_share), table=md_table("cluster.uncounted_columns", rows)) \
+    return prose("cluster.uncounted", share=pct(quiet_share), table=md_table(UNCOUNTED_COLUMNS, rows)) \
         if rows else ""
+
+
+FAILED_COLUMNS = ("kind", "sweep", "why (last line)", "record")
+UNUSABLE_COLUMNS = ("line", "problem")
 
 
 def failed_section(recs: Sequence[Record], problems: Sequence[records.Problem]) -> str:
@@ -99,8 +103,8 @@ def failed_section(recs: Sequence[Record], problems: Sequence[records.Problem]) 
     failed = [[r.kind, r.sweep, (r.error or "").splitlines()[-1][:160] if r.error else "-",
                r.source] for r in recs if r.status != "ok"]
     bad = [[p.line, p.reason] for p in problems]
-    return prose("cluster.failed", table=md_table("cluster.failed_columns", failed),
-                 bad=md_table("cluster.unusable_columns", bad)) if failed or bad else ""
+    return prose("cluster.failed", table=md_table(FAILED_COLUMNS, failed),
+                 bad=md_table(UNUSABLE_COLUMNS, bad)) if failed or bad else ""
 
 
 ENV_KEYS = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "torch", "torchvision", "cuda", "nccl", "python")
@@ -120,6 +124,16 @@ def environments(recs: Sequence[Record], env: Environments) -> str:
 
 # ---------------------------------------------------------------- the report
 
+def section_of(name: str):
+    """The section function a kind's declaration names (``"module:function"``, results.core.registry)."""
+    module, _, function = name.partition(":")
+    try:
+        return getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as e:
+        raise ReportError(f"the report section {name!r} of a declared record kind cannot be loaded ({e}); fix "
+                          "the kind's section= in its declaration") from None
+
+
 def build_tag(tag: str, records_file: Path, out_dir: Path, loaded: Optional[Tuple[List[dict], List]] = None,
               quiet_share: float = QUIET_SHARE) -> Tuple[Path, Dict[str, object]]:
     """Write ``out_dir/README.md`` and its figures from one records file (LOADED: its records and unusable
@@ -127,21 +141,11 @@ def build_tag(tag: str, records_file: Path, out_dir: Path, loaded: Optional[Tupl
     best throughput, efficiency at the largest scale)."""
     every, problems = loaded if loaded is not None else records.load_typed([records_file])
     recs = with_efficiency([r for r in every if r.counted(quiet_share)])  # a crowded machine's: listed, not drawn
-    train, env = by_kind(recs, "train"), Environments()
-    series = train_series(train)
-    shards = data_scale.section(recs) if data_scale.shards_pipeline(recs) or any(
-        r.kind in ("data_opens", "index_memory") for r in recs) else ""
-    steps = [r for r in train if r.point.setup]  # the --setups comparisons: the engine against the baseline
-    body = [throughput_section(series, out_dir), breakdown_section(train),
-            *([step_section(steps, env, out_dir, gpu=gpu) for gpu in sorted({r.on_gpu for r in steps})]),
-            gpu_step.targets_section(train), gpu_step.profile_section(train),
-            curves_section(train, out_dir),
-            storage_section(by_kind(recs, "storage"), out_dir), loader_section(by_kind(recs, "io"), out_dir),
-            pipeline_section(by_kind(recs, "pipeline"), out_dir),
-            allreduce_section(ar, env, out_dir) if (ar := by_kind(recs, "allreduce")) else "",
-            shards, faults.section(recs), other_section(recs), uncounted_section(every, quiet_share),
-            failed_section(recs, problems)]
-    top = headline(every, series, quiet_share)
+    env = Environments()
+    page = Page(env, out_dir)
+    body = [*(section_of(name)(recs, page) for name in sections()), other_section(recs),
+            uncounted_section(every, quiet_share), failed_section(recs, problems)]
+    top = headline(every, train_series(by_kind(recs, "train")), quiet_share)
     head = prose("cluster.head", tag=tag, file=records_file.name, unusable=len(problems), summary=summary(tag, top))
     text = "\n".join([head, *[b for b in body if b], environments(recs, env)])
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -7,11 +7,17 @@ from typing import Dict, List, Sequence, Tuple
 from results.analysis.allreduce_fit import fit_alpha_beta, hop_latency
 from results.core.kinds import Record
 from results.report import figures
-from results.report.common import Environments, md_table, prose, sorted_groups
+from results.core.records import by_kind
+from results.report.common import Environments, Page, md_table, prose, sorted_groups
 
 
 def allreduce_groups(ar: Sequence[Record]) -> Dict[Tuple[str, str, int], List[dict]]:
     return sorted_groups(ar, lambda r: (r.sweep, r.point.backend, r.metrics.world_size), lambda r: r.metrics.bytes)
+
+
+ALLREDUCE_COLUMNS = ("series", "bytes", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "iterations", "env",
+                     "record")
+FIT_COLUMNS = ("series", "small-message time (us)", "per-hop latency (us)", "fitted busbw (GB/s)")
 
 
 def allreduce_section(ar: Sequence[Record], env: Environments, fig_dir: Path) -> str:
@@ -30,5 +36,10 @@ def allreduce_section(ar: Sequence[Record], env: Environments, fig_dir: Path) ->
             fits.append([label, fit["alpha_s"] * 1e6, hop_latency(fit["alpha_s"], n) * 1e6,
                          fit["busbw_bytes_per_s"] / 1e9])
     figures.allreduce(fig_dir / "allreduce.png", series, "All-reduce bandwidth (nccl-tests definitions)")
-    return prose("comm.allreduce", table=md_table("comm.allreduce_columns", rows),
-                 fits=md_table("comm.fit_columns", fits))
+    return prose("comm.allreduce", table=md_table(ALLREDUCE_COLUMNS, rows),
+                 fits=md_table(FIT_COLUMNS, fits))
+
+
+def draw(recs: Sequence[Record], page: Page) -> str:
+    ar = by_kind(recs, "allreduce")
+    return allreduce_section(ar, page.env, page.out_dir) if ar else ""

@@ -2,9 +2,9 @@
 record selection and the reference data."""
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
@@ -12,48 +12,44 @@ from imagenet.recipes import named_in
 from results.core import records
 from results.core.kinds import Record, TrainPoint
 from results.core.setups import IMAGENET_TRAIN_IMAGES
+from results.report.words import Words
 
 RESULTS = records.RESULTS_DIR
 REPO = RESULTS.parent
 TEXT = Path(__file__).with_name("text")  # the sections' words, one markdown file per section module
-TEXT_DIRS = [TEXT]  # where prose() looks for text/FILE.md; a study adds its own folder (add_words)
-WHOLE_LINE = ("#", "![", "|", "{", "<")  # a text line starting so is a line of its own in the report
-NEW_LINE = ("- ", *WHOLE_LINE)  # ... and one starting so is not the rest of the paragraph above it
+WORDS = Words(TEXT)
+_ADDED: List[Words] = []  # the folders add_words() let prose() read besides the harness's
+
+
+@dataclass
+class Page:
+    """What every section of one tag's report shares: the environment ids its rows name, its figure folder."""
+
+    env: Environments
+    out_dir: Path
 
 
 class ReportError(RuntimeError):
     """Bad input; one line naming the problem and the fix."""
 
 
-@functools.lru_cache(maxsize=None)
-def _blocks(file: str) -> Dict[str, str]:
-    """The blocks of text/FILE.md, each under a line `<!-- name -->`. The lines of a paragraph join with a
-    space (so the file wraps, the report has one line per paragraph) unless NEW_LINE or WHOLE_LINE says
-    otherwise; a block's trailing blank lines are dropped."""
-    blocks: Dict[str, List[str]] = {}
-    lines: List[str] = []
-    path = next((d / f"{file}.md" for d in TEXT_DIRS if (d / f"{file}.md").exists()), TEXT / f"{file}.md")
-    for line in path.read_text().splitlines():
-        if line.startswith("<!-- ") and line.endswith(" -->"):
-            lines = blocks.setdefault(line[5:-4], [])
-        elif lines and lines[-1] and line and not (lines[-1].startswith(WHOLE_LINE) or line.startswith(NEW_LINE)):
-            lines[-1] += " " + line
-        else:
-            lines.append(line)
-    return {name: "\n".join(b).rstrip("\n") for name, b in blocks.items()}
-
-
 def add_words(folder: Path) -> None:
-    """Let prose() read FOLDER's text files too (a study's sections keep their words beside them)."""
-    if folder not in TEXT_DIRS:
-        TEXT_DIRS.append(folder)
-        _blocks.cache_clear()
+    """Let prose() read FOLDER's text files too (a study that has no :class:`Words` of its own yet); a file
+    name that another folder already gives is an error, never a silent choice between the two."""
+    added = Words(folder)
+    if any(w.folder == added.folder for w in _ADDED):
+        return
+    clash = sorted(f.stem for f in added.folder.glob("*.md") if any(w.has(f.stem) for w in (WORDS, *_ADDED)))
+    if clash:
+        raise ReportError(f"the words {', '.join(clash)} in {folder} clash with files of the same name already "
+                          "read by prose(); rename them, or give the study its own results.report.words.Words")
+    _ADDED.append(added)
 
 
 def prose(name: str, /, **values: object) -> str:
-    """The words NAME ("file.block": block of text/file.md) with VALUES in its {fields} (str.format)."""
-    file, block = name.split(".")
-    return _blocks(file)[block].format(**values)
+    """The harness's words NAME ("file.block": block of text/file.md) with VALUES in its {fields} (str.format)."""
+    words = next((w for w in _ADDED if w.has(name.split(".")[0])), WORDS)
+    return words(name, **values)
 
 
 def fmt(value: object) -> str:
@@ -75,16 +71,17 @@ def pct(value: Optional[float]) -> str:
     return f"{100 * value + 0.0:.1f}%".replace("-0.0%", "0.0%")  # no negative zero from rounding
 
 
-def columns(name: str, /, **values: object) -> List[str]:
-    """The column names of the header block NAME (a line `| a | b |`, VALUES in its {fields}, as prose)."""
-    return prose(name, **values)[2:-2].split(" | ")
+def columns(headers: Union[str, Sequence[str]], /, **values: object) -> List[str]:
+    """The column names HEADERS (written beside the section), VALUES in their {fields}; a str names a header
+    block (a line `| a | b |`) of prose() instead, for a study whose headers are still in its text files."""
+    if isinstance(headers, str):
+        return prose(headers, **values)[2:-2].split(" | ")
+    return [h.format(**values) for h in headers] if values else list(headers)
 
 
 def md_table(headers: Union[str, Sequence[str]], rows: Sequence[Sequence[object]], **values: object) -> str:
-    """Markdown of ROWS under HEADERS: the column names, or the name of a text block that is the header line
-    (`| a | b |`, VALUES in its {fields}, as prose)."""
-    if isinstance(headers, str):
-        headers = columns(headers, **values)
+    """Markdown of ROWS under HEADERS (:func:`columns`: VALUES fill their {fields})."""
+    headers = columns(headers, **values)
     if not rows:
         return "_(no rows)_\n"
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]

@@ -9,9 +9,9 @@ from typing import List, Sequence, Tuple
 from results.analysis import comparisons
 from results.analysis.spread import aggregate
 from results.core.kinds import Record
-from results.core.records import group_by, newest_sweep
+from results.core.records import by_kind, group_by, newest_sweep
 from results.report import figures
-from results.report.common import md_table, prose
+from results.report.common import Page, md_table, prose
 
 
 def format_name(record: Record) -> str:
@@ -34,6 +34,10 @@ def reader_panels(recs: Sequence[Record], specs: Sequence[Tuple[str, str, str]])
             for metric, title, ylabel in specs for k in readers]
 
 
+STORAGE_COLUMNS = ("series", "readers/node", "nodes", "repeats", "MB/s", "std", "MB/s per node", "files/s", "std",
+                   "bytes/file", "records")
+
+
 def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
     if not storage:
         return ""
@@ -50,7 +54,10 @@ def storage_section(storage: Sequence[Record], fig_dir: Path) -> str:
                          p.records[0].metrics.bytes_per_file, p.sources])
     notes = "".join(f"- {n}\n" for n in sorted({r.note for r in storage if r.note}))
     return prose("data.storage", notes=f"\nNotes recorded with these points:\n\n{notes}" if notes else "",
-                 table=md_table("data.storage_columns", rows))
+                 table=md_table(STORAGE_COLUMNS, rows))
+
+
+LOADER_COLUMNS = ("backend, cache", "workers", "readers", "images/s", "MB/s", "images/s per core", "record")
 
 
 def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
@@ -81,13 +88,17 @@ def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
             for name, rs in sorted(groups.items())
             for r in sorted(rs, key=lambda r: (r.point.readers, r.point.workers))]
     fig = "![IO loader](IO_loader.png)\n\n" if panels else ""
-    return prose("data.loader", figure=fig, table=md_table("data.loader_columns", rows))
+    return prose("data.loader", figure=fig, table=md_table(LOADER_COLUMNS, rows))
 
 
 def _decoder(record: Record) -> str:
     """What a pipeline point decoded with, and from where: its backend, or the shards bench's source and backend."""
     p = record.point
     return ", ".join(str(v) for v in (p.variant or p.backend, p.split, p.auto_augment) if v)
+
+
+PIPELINE_COLUMNS = ("backend, split", "workers", "rounds", "per core vs baseline (median)", "range",
+                    "images/s per core", "record")
 
 
 def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
@@ -111,4 +122,16 @@ def pipeline_section(steady: Sequence[Record], fig_dir: Path) -> str:
              f"{comparisons.times(r.metrics.ratio_min)}-{comparisons.times(r.metrics.ratio_max)}",
              r.metrics.images_per_cpu_s, r.source]
             for name, rs in groups.items() for r in rs]
-    return prose("data.pipeline", table=md_table("data.pipeline_columns", rows))
+    return prose("data.pipeline", table=md_table(PIPELINE_COLUMNS, rows))
+
+
+def draw_storage(recs: Sequence[Record], page: Page) -> str:
+    return storage_section(by_kind(recs, "storage"), page.out_dir)
+
+
+def draw_loader(recs: Sequence[Record], page: Page) -> str:
+    return loader_section(by_kind(recs, "io"), page.out_dir)
+
+
+def draw_pipeline(recs: Sequence[Record], page: Page) -> str:
+    return pipeline_section(by_kind(recs, "pipeline"), page.out_dir)

@@ -7,13 +7,18 @@ from __future__ import annotations
 from typing import Sequence
 
 from imagenet.data import DEFAULT_SHARD_MB
-from results.core.kinds import DataOpensMetrics, Record
+from results.core.kinds import DATA_OPENS, INDEX_MEMORY, DataOpensMetrics, Record
 from results.core.records import by_kind, newest_sweep
 from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report.common import md_table, mib, prose
+from results.report.common import Page, md_table, mib, prose
 
 TARGETS = {"fast+shards": 2.0, "fast+shards-max320": 3.0}  # per-core goals vs the baseline (train split)
 SHARD_MB = DEFAULT_SHARD_MB  # the converter's default --shard-size
+
+
+PIPELINE_COLUMNS = ("variant (backend+source)", "split", "workers", "images", "rounds", "CPU ms/image",
+                    "images/s per core", "ratio vs baseline on the folder (median of rounds)", "ratio range", "target",
+                    "host load (1 min)", "record")
 
 
 def pipeline_table(rows: Sequence[dict]) -> str:
@@ -27,7 +32,7 @@ def pipeline_table(rows: Sequence[dict]) -> str:
                     f"{m.ratio_min:.2f}-{m.ratio_max:.2f}" if m.ratio_min else "-",
                     "-" if target is None else f"{target:.0f}x: {'met' if ratio and ratio >= target else 'not met'}",
                     r.host_load_1m, r.source])
-    return md_table("data_scale.pipeline_columns", out)
+    return md_table(PIPELINE_COLUMNS, out)
 
 
 def per_image_budget(rows: Sequence[dict]) -> str:
@@ -46,6 +51,12 @@ def per_image_budget(rows: Sequence[dict]) -> str:
                  saved=folder.cpu_ms_per_image - shard.cpu_ms_per_image) + "\n"
 
 
+OPENS_COLUMNS = ("source", "loader workers", "epochs", "images read (all epochs)",
+                 "files opened under the data folder (strace, all processes)", "processes that opened one",
+                 "most opens of one file by one process", "files opened (dataset counter, workers 0)", "shard files",
+                 "MB read per epoch (rchar)", "read syscalls", "record")
+
+
 def opens_table(rows: Sequence[dict]) -> str:
     out = []
     for r in sorted(rows, key=lambda r: r.point.source):
@@ -54,7 +65,7 @@ def opens_table(rows: Sequence[dict]) -> str:
         out.append([p.source, p.workers, epochs, m.images, m.opens, m.opening_processes,
                     m.max_opens_per_file, m.dataset_opens, m.shards,
                     m.rchar / 1e6 / epochs, m.syscr, r.source])
-    text = md_table("data_scale.opens_columns", out)
+    text = md_table(OPENS_COLUMNS, out)
     by = {r.point.source: r.metrics for r in rows}
     folder, shards = by.get("folder"), by.get("shards")
     if folder and shards and shards.opens and folder.opens:
@@ -69,6 +80,11 @@ SCALE_WORKERS = 8           # --workers per rank
 SCALE_EPOCHS = 90           # --epochs default (pytorch/examples' ResNet schedule)
 SCALE_NODES = (1, 2, 4, 8)  # 8 nodes = the seed's 64-GPU runs
 TARGET_FEWER = 1000         # goal: 1,000x fewer opens per epoch and node
+
+
+AT_SCALE_COLUMNS = ("nodes", "GPUs (ranks)", "ImageFolder: opens per node per epoch",
+                    "shards: opens per node per epoch (run average)", "fewer opens", "{target_fewer:,}x target",
+                    "smallest shard size for {target_fewer:,}x (MB)")
 
 
 def at_scale(folder: DataOpensMetrics, shards: DataOpensMetrics) -> str:
@@ -88,7 +104,11 @@ def at_scale(folder: DataOpensMetrics, shards: DataOpensMetrics) -> str:
     return prose("data_scale.at_scale", shards=shards, epochs=shards.epochs or 1, images=IMAGENET_TRAIN_IMAGES,
                  kb=mean / 1e3, shard_mb=SHARD_MB, n_shards=n_shards, ranks=SCALE_RANKS_PER_NODE, workers=SCALE_WORKERS,
                  per_node_run=per_node_run, shard_epoch=shard_epoch, epochs_run=SCALE_EPOCHS,
-                 table=md_table("data_scale.at_scale_columns", rows, target_fewer=TARGET_FEWER))
+                 table=md_table(AT_SCALE_COLUMNS, rows, target_fewer=TARGET_FEWER))
+
+
+MEMORY_COLUMNS = ("index", "samples", "rank: MiB for the index", "rank RSS MiB", "loader workers",
+                  "per worker: private MiB (copy-on-write)", "per worker: PSS MiB", "per worker: RSS MiB", "record")
 
 
 def memory_table(rows: Sequence[dict]) -> str:
@@ -96,7 +116,7 @@ def memory_table(rows: Sequence[dict]) -> str:
             mib(r.metrics.rank_rss_bytes), r.metrics.workers, mib(r.metrics.worker_private_bytes),
             mib(r.metrics.worker_pss_bytes), mib(r.metrics.worker_rss_bytes), r.source]
            for r in sorted(rows, key=lambda r: ["list", "folder", "shards"].index(r.point.index))]
-    return md_table("data_scale.memory_columns", out)
+    return md_table(MEMORY_COLUMNS, out)
 
 
 def shards_pipeline(recs: Sequence[Record]) -> list:
@@ -106,8 +126,14 @@ def shards_pipeline(recs: Sequence[Record]) -> list:
 
 def section(recs: Sequence[Record]) -> str:
     pipe = newest_sweep(shards_pipeline(recs))
-    opens, mem = (newest_sweep(by_kind(recs, k)) for k in ("data_opens", "index_memory"))
+    opens, mem = (newest_sweep(by_kind(recs, k.name)) for k in (DATA_OPENS, INDEX_MEMORY))
     if not (pipe or opens or mem):
         return "## Data at scale: shards\n\n_(no records yet: run `python -m results.bench shards`)_\n"
     return prose("data_scale.section", pipeline=pipeline_table(pipe) + per_image_budget(pipe),
                  opens=opens_table(opens), memory=memory_table(mem))
+
+
+def draw(recs: Sequence[Record], page: Page) -> str:
+    """The shards section, where the tag holds a shards bench's records."""
+    wanted = shards_pipeline(recs) or any(r.kind in (DATA_OPENS.name, INDEX_MEMORY.name) for r in recs)
+    return section(recs) if wanted else ""

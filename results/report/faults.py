@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from results.core.kinds import Record
 from results.core.records import group_by
-from results.report.common import md_table, prose
+from results.report.common import Page, md_table, prose
 
 
 def _newest_sweep(recs: Sequence[Record]) -> Dict[Tuple[str, str], List[dict]]:
@@ -58,14 +58,23 @@ def rows(recs: Sequence[Record]) -> List[list]:
     return out
 
 
+COLUMNS = ("fault", "launcher", "nodes", "injected", "recovered without a user", "detect median (s)", "detect max (s)",
+           "to training again median (s)", "to training again max (s)", "steps lost (max)", "seconds lost (max)",
+           "checkpoints lost", "records")
+
+
 def section(recs: Sequence[Record]) -> str:
     """The markdown section ("" when no fault was recorded)."""
     faults = [r for r in recs if r.kind == "fault"]
     if not faults:
         return ""
     failed = [r for r in faults if r.status != "ok"]
-    text = prose("faults.section", table=md_table("faults.columns", rows(faults)))
+    text = prose("faults.section", table=md_table(COLUMNS, rows(faults)))
     if failed:
         text += f"\n{len(failed)} fault run(s) failed: " + "; ".join(
             f"{r.point.fault}: {r.error}" for r in failed) + "\n"
     return text
+
+
+def draw(recs: Sequence[Record], page: Page) -> str:
+    return section(recs)

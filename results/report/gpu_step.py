@@ -42,6 +42,9 @@ def _synthetic_reference(train: Sequence[Record], record: Record) -> Optional[di
     return max(same, key=lambda s: s.metrics.images_per_s, default=None)
 
 
+TARGETS_COLUMNS = ("setup", "batch", "images/s", "vs baseline", "peak GiB", ">= {rate:g}", ">= {speedup:g}x", "record")
+
+
 def targets_section(train: Sequence[Record]) -> str:
     gpu = [r for r in train if r.on_gpu and not r.profiled]
     if not gpu:
@@ -56,7 +59,7 @@ def targets_section(train: Sequence[Record]) -> str:
                                         share=pct(best.metrics.images_per_s / TARGET_IMAGES_PER_S)) + "\n"
     return prose("gpu_step.targets", rate=TARGET_IMAGES_PER_S, speedup=TARGET_SPEEDUP, fastest=fastest,
                  jpeg=_jpeg_table(train),
-                 table=md_table("gpu_step.targets_columns", rows, rate=TARGET_IMAGES_PER_S, speedup=TARGET_SPEEDUP))
+                 table=md_table(TARGETS_COLUMNS, rows, rate=TARGET_IMAGES_PER_S, speedup=TARGET_SPEEDUP))
 
 
 def jpeg_rows(train: Sequence[Record]) -> List[dict]:
@@ -76,6 +79,10 @@ def jpeg_rows(train: Sequence[Record]) -> List[dict]:
     return rows
 
 
+JPEG_COLUMNS = ("loader", "setup", "workers", "JPEG images/s", "synthetic images/s", "fraction", ">= {fraction}",
+                "record")
+
+
 def _jpeg_table(train: Sequence[Record]) -> str:
     rows = []
     for x in jpeg_rows(train):
@@ -88,11 +95,14 @@ def _jpeg_table(train: Sequence[Record]) -> str:
                      fmt(ref.metrics.images_per_s) if ref else "-", pct(fraction) if fraction else "-",
                      bool(fraction) and fraction >= TARGET_JPEG_FRACTION, r.source])
     fraction = pct(TARGET_JPEG_FRACTION)
-    return prose("gpu_step.jpeg", fraction=fraction, table=md_table("gpu_step.jpeg_columns", rows, fraction=fraction))
+    return prose("gpu_step.jpeg", fraction=fraction, table=md_table(JPEG_COLUMNS, rows, fraction=fraction))
 
 
 def _families(profile: dict) -> Dict[str, float]:
     return {name: f["ms_per_step"] for name, f in profile["families"].items()}
+
+
+PROFILE_COLUMNS = ("ms/step", "calls/step", "family", "kernel")
 
 
 def profile_section(train: Sequence[Record]) -> str:
@@ -111,7 +121,7 @@ def profile_section(train: Sequence[Record]) -> str:
         top = [[fmt(k["ms_per_step"]), f"{k['calls_per_step']:g}", k["family"], f"`{k['name'][:110]}`"]
                for k in p["top_kernels"][:8]]
         out += (f"\nTop kernels of `{r.point.setup}` ({r.source}):\n\n"
-                + md_table("gpu_step.profile_columns", top))
+                + md_table(PROFILE_COLUMNS, top))
     return out + _kernel_bound(runs, train) + _bf16_gap(runs)
 
 

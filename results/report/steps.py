@@ -11,6 +11,11 @@ from results.report import figures, gpu_step
 from results.report.common import Environments, data_label, md_table, pct, prose
 
 
+COLUMNS = ("setup", "data", "model", "image size", "batch/proc", "processes", "ms/step", "data ms/step",
+           "compute ms/step", "images/s", "speed-up vs baseline (ms/step)", "images/s vs baseline", "measured steps",
+           "host load (1 min)", "env", "record")
+
+
 def step_section(train: Sequence[Record], env: Environments, fig_dir: Path, gpu: bool = False) -> str:
     rows = [x for x in comparisons.step_rows(train) if x["record"].on_gpu == gpu]
     if gpu and not rows:
@@ -40,12 +45,18 @@ def step_section(train: Sequence[Record], env: Environments, fig_dir: Path, gpu:
               r.metrics.measured_steps, r.host_load_1m, env.id(r), r.source] for x in rows for r in [x["record"]]]
     return prose("steps.section", title="GPU training step" if gpu else "Training step", figure=figure, about=about,
                  where=prose(f"steps.where_{'gpu' if gpu else 'cpu'}"), targets=gpu_targets(train) if gpu else "",
-                 table=md_table("steps.columns", table))
+                 table=md_table(COLUMNS, table))
 
 
 # The first targets for one H100: ResNet-50 AMP on synthetic data against the fp32 NCHW baseline at the
 # same batch, and the real-JPEG pipeline against the same setup on synthetic data.
 TARGET_SPEEDUP, TARGET_IMAGES_PER_S, TARGET_JPEG_FRACTION = 3.0, 5000.0, 0.90
+
+
+TARGETS_COLUMNS = ("setup", "model", "GPU", "images/s", "vs baseline", ">= {speedup:g}x", ">= {rate:g} images/s",
+                   "record")
+JPEG_COLUMNS = ("setup", "data", "loader workers", "JPEG images/s", "synthetic images/s", "fraction", ">= {fraction}",
+                "records")
 
 
 def gpu_targets(train: Sequence[Record]) -> str:
@@ -58,5 +69,5 @@ def gpu_targets(train: Sequence[Record]) -> str:
               x["synthetic"].metrics.images_per_s, pct(x["fraction"]), x["fraction"] >= TARGET_JPEG_FRACTION,
               f"{r.source} vs {x['synthetic'].source}"] for x in jpeg for r in [x["record"]]]
     values = {"speedup": TARGET_SPEEDUP, "rate": TARGET_IMAGES_PER_S, "fraction": pct(TARGET_JPEG_FRACTION)}
-    return prose("steps.targets", **values, table=md_table("steps.targets_columns", rows, **values),
-                 jpeg=md_table("steps.jpeg_columns", jrows, **values))
+    return prose("steps.targets", **values, table=md_table(TARGETS_COLUMNS, rows, **values),
+                 jpeg=md_table(JPEG_COLUMNS, jrows, **values))

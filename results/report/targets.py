@@ -100,6 +100,9 @@ def _opens_rows(recs: Sequence[Record]) -> List[List[str]]:
                  fewer >= data_scale.TARGET_FEWER, f"{folder.source}, {shards.source}")]
 
 
+COLUMNS = ("target", "goal", "best measured", "met", "record")
+
+
 def section(recs: Sequence[Record], train: Sequence[Record]) -> str:
     rows = _gpu_rows(train) + _jpeg_rows(train) + _pipeline_rows(recs) + _opens_rows(recs)
-    return prose("targets.section", table=md_table("targets.columns", rows))
+    return prose("targets.section", table=md_table(COLUMNS, rows))

@@ -13,11 +13,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from results.analysis.efficiency import efficiencies
 from results.analysis.spread import Point, aggregate
 from results.core.kinds import Record
-from results.core.records import group_by
+from results.core.records import by_kind, group_by
 from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report import figures
-from results.report.common import data_label, fmt, gpu_axis, md_table, pct, prose, recipe_label, train_hours
+from results.report import figures, gpu_step
+from results.report.common import Page, data_label, fmt, gpu_axis, md_table, pct, prose, recipe_label, train_hours
 from results.report.curves import CURVES, curve_runs, curve_series, epoch_rows
+from results.report.steps import step_section
 
 EPOCHS = 90  # the seed's (and HAL's published) time-to-train: 90 ImageNet epochs
 
@@ -77,6 +78,11 @@ def scaling_panels(scaling: Dict[Tuple[str, str], List[Point]]) -> Tuple[List[di
     return thr, hours
 
 
+THROUGHPUT_COLUMNS = ("series", "hardware", "GPUs", "nodes", "repeats", "images/s", "std", "images/s per GPU",
+                      "efficiency", "records")
+HOURS_COLUMNS = ("series", "GPUs", "one epoch (h)", "{epochs} epochs (h)", "records")
+
+
 def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path) -> str:
     scaling = {k: v for k, v in series.items() if len(v) > 1}
     if not scaling:
@@ -96,8 +102,8 @@ def throughput_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path
     more = ("\nConfigurations measured at one GPU count only (no scaling to draw):\n\n" + _config_table(singles)
             if singles else "")
     return prose("training.throughput", epochs=EPOCHS, images=IMAGENET_TRAIN_IMAGES,
-                 table=md_table("training.throughput_columns", rows) + more,
-                 hours=md_table("training.hours_columns", trows, epochs=EPOCHS))
+                 table=md_table(THROUGHPUT_COLUMNS, rows) + more,
+                 hours=md_table(HOURS_COLUMNS, trows, epochs=EPOCHS))
 
 
 def bound_by(metrics) -> str:
@@ -126,10 +132,13 @@ def breakdown_section(train: Sequence[Record]) -> str:
             "GPU waited for the host's launches.\n\n" + md_table(header, rows) + "\n")
 
 
+CONFIG_COLUMNS = ("configuration", "hardware", "GPUs", "repeats", "images/s", "std", "{epochs} epochs (h)", "records")
+
+
 def _config_table(series: Dict[Tuple[str, str], List[Point]]) -> str:
     rows = [[name, hw, int(p.x), p.n, p.mean, p.spread, train_hours(p.mean, EPOCHS), p.sources]
             for (hw, name), pts in series.items() for p in pts]
-    return md_table("training.config_columns", rows, epochs=EPOCHS)
+    return md_table(CONFIG_COLUMNS, rows, epochs=EPOCHS)
 
 
 def _configurations_section(series: Dict[Tuple[str, str], List[Point]], fig_dir: Path) -> str:
@@ -147,6 +156,9 @@ def _configurations_section(series: Dict[Tuple[str, str], List[Point]], fig_dir:
                  table=_config_table(dict(items)))
 
 
+CURVES_COLUMNS = ("run", "epoch", "train top-1 (%)", "val top-1 (%)", "train top-5 (%)", "val top-5 (%)", "record")
+
+
 def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
     runs = [t for t in curve_runs([r for r in train if (r.point.epochs or 1) > 1], []) if t[2]]
     if not runs:
@@ -160,4 +172,15 @@ def curves_section(train: Sequence[Record], fig_dir: Path) -> str:
     figures.report_panels(fig_dir / "learning_curves.png", panels, "Learning curves (TensorBoard events of rank 0; "
                           "solid: train, dashed: validation)")
     rows = epoch_rows(runs, lambda r: [r.source])
-    return prose("training.curves", table=md_table("training.curves_columns", rows))
+    return prose("training.curves", table=md_table(CURVES_COLUMNS, rows))
+
+
+def draw(recs: Sequence[Record], page: Page) -> str:
+    """The train kind's part of a tag's report: throughput against GPUs, where a step goes, the step against
+    the baseline (the --setups comparisons), one GPU's targets and profile, the learning curves."""
+    train = by_kind(recs, "train")
+    steps = [r for r in train if r.point.setup]
+    parts = [throughput_section(train_series(train), page.out_dir), breakdown_section(train),
+             *[step_section(steps, page.env, page.out_dir, gpu=gpu) for gpu in sorted({r.on_gpu for r in steps})],
+             gpu_step.targets_section(train), gpu_step.profile_section(train), curves_section(train, page.out_dir)]
+    return "\n".join(p for p in parts if p)

@@ -9,10 +9,10 @@ report`` writes ``RESULTS.md`` here.
 """
 from pathlib import Path
 
-from results.report.common import add_words
+from results.report.words import Words
 
 HERE = Path(__file__).resolve().parent
 RECORDS = HERE / "records"
-add_words(HERE / "text")
+words = Words(HERE / "text")  # this study's words, read by its sections alone
 
-from studies.benches import kinds  # noqa: E402,F401  (registers this study's record kinds)
+from studies.benches import kinds  # noqa: E402,F401  (declares this study's record kinds)

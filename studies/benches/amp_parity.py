@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from results.core.kinds import Record
-from results.report.common import REPO, fmt, md_table, prose
+from results.report.common import REPO, fmt, md_table
 from results.report.curves import read_scalars
+from studies.benches import words
 
 STEP_LOSS = "Step/loss"
 TOLERANCE = 1e-3  # relative, per step: fp16 rounding of the same arithmetic in a different order stays below
@@ -43,6 +44,10 @@ def _pairs(train: Sequence[Record]) -> Dict[Tuple[str, str], Dict[str, dict]]:
     return out
 
 
+COLUMNS = ("GPU", "level", "steps", "identical steps", "largest relative difference", "<= {tolerance:g}",
+           "last loss native / apex", "images/s native / apex", "Apex", "records")
+
+
 def parity_section(train: Sequence[Record]) -> str:
     rows = []
     for (gpu, level), runs in sorted(_pairs(train).items()):
@@ -61,5 +66,5 @@ def parity_section(train: Sequence[Record]) -> str:
                      apex.note or "-", f"{native.source}, {apex.source}"])
     if not rows:
         return ""
-    return prose("amp_parity.section", tolerance=TOLERANCE,
-                 table=md_table("amp_parity.columns", rows, tolerance=TOLERANCE))
+    return words("amp_parity.section", tolerance=TOLERANCE,
+                 table=md_table(COLUMNS, rows, tolerance=TOLERANCE))

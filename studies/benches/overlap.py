@@ -22,7 +22,7 @@ from results.runners import common
 from results.runners.allreduce_bench import slowest
 from results.runners.common import add_flags
 from results.runners.procs import run_ranks
-from studies.published_model import formulas as scaling_model
+from studies.common.overlap import hidden_fraction
 
 
 def _timed_steps(ddp, opt, images, targets, steps: int) -> Dict[str, float]:
@@ -70,7 +70,7 @@ def measure_in_group(arch: str, batch: int, image_size: int, steps: int, bucket_
     alone_ms = slowest(_allreduce_alone(numel)) * 1e3
     exposed = max(step_ms - local_ms, 0.0)
     return {"step_time_ms": step_ms, "step_no_allreduce_ms": local_ms, "exposed_comm_ms": exposed,
-            "allreduce_alone_ms": alone_ms, "hidden_fraction": scaling_model.hidden_fraction(exposed, alone_ms),
+            "allreduce_alone_ms": alone_ms, "hidden_fraction": hidden_fraction(exposed, alone_ms),
             "grad_bytes": numel * 4, "world_size": dist.get_world_size(), "steps": steps}
 
 

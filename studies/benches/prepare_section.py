@@ -7,9 +7,14 @@ from typing import Sequence
 from results.core.kinds import Record
 from results.core.records import by_kind, newest_sweep
 from results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
-from results.report.common import md_table, prose
+from results.report.common import md_table
+from studies.benches import words
 
 IMAGENET_IMAGES = IMAGENET_TRAIN_IMAGES + IMAGENET_VAL_IMAGES  # the images in the ILSVRC 2012 archives
+
+
+COLUMNS = ("format", "workers", "images", "archive MB", "s", "images/s", "MB/s", "CPU ms/image", "plain read MB/s",
+           "ImageNet at this rate (min)", "host load (1 min)", "record")
 
 
 def section(recs: Sequence[Record]) -> str:
@@ -21,4 +26,4 @@ def section(recs: Sequence[Record]) -> str:
     out = [[p.format, p.workers, m.images, m.bytes / 1e6, m.elapsed_s, m.images_per_s, m.mb_per_s,
             1000 * m.cpu_s / m.images, m.read_mb_per_s, IMAGENET_IMAGES / m.images_per_s / 60, r.host_load_1m, r.source]
            for r in sorted(rows, key=lambda r: (r.point.format, r.point.workers)) for m, p in [(r.metrics, r.point)]]
-    return prose("prepare.section", table=md_table("prepare.columns", out))
+    return words("prepare.section", table=md_table(COLUMNS, out))

@@ -11,8 +11,13 @@ from results.core import records
 from results.core.kinds import Record
 from results.core.records import by_kind
 from results.report import figures
-from results.report.common import Environments, md_table, prose
-from studies.benches import HERE, RECORDS, amp_parity, prepare_section
+from results.report.common import Environments, md_table
+from studies.benches import HERE, RECORDS, amp_parity, prepare_section, words
+
+
+OVERLAP_COLUMNS = ("model", "image size", "batch/proc", "processes", "bucket (MB)", "gradient",
+                   "step ms (all-reduce)", "step ms (no all-reduce)", "exposed ms", "all-reduce alone ms", "hidden",
+                   "host load (1 min)", "env", "record")
 
 
 def overlap_section(recs: Sequence[Record], env: Environments) -> str:
@@ -22,14 +27,18 @@ def overlap_section(recs: Sequence[Record], env: Environments) -> str:
              f"{100 * m.hidden_fraction:.0f}%", r.host_load_1m, env.id(r), r.source]
             for r in sorted(recs, key=lambda r: (r.sweep, r.point.world_size, r.point.bucket_cap_mb))
             for p, m in [(r.point, r.metrics)]]
-    return prose("overlap.section", table=md_table("overlap.columns", rows)) if rows else ""
+    return words("overlap.section", table=md_table(OVERLAP_COLUMNS, rows)) if rows else ""
+
+
+REGION_COLUMNS = ("decoder", "images", "rounds", "images per CPU second", "CPU ms per image", "vs the C region decoder",
+                  "host load (1 min)", "env", "record")
 
 
 def region_section(recs: Sequence[Record], env: Environments) -> str:
     """Decoding a crop box per core, each decoder against the C region decoder (:mod:`studies.benches.region`)."""
     rows = [[r.point.decoder, r.point.images, r.metrics.rounds, r.metrics.images_per_cpu_s, r.metrics.cpu_ms_per_image,
              times(r.metrics.ratio_per_core), r.host_load_1m, env.id(r), r.source] for r in recs]
-    return prose("region.section", table=md_table("region.columns", rows)) if rows else ""
+    return words("region.section", table=md_table(REGION_COLUMNS, rows)) if rows else ""
 
 
 def build(record_paths: Sequence[Path] = (RECORDS, records.RECORDS_DIR), out_dir: Path = HERE) -> Path:
@@ -38,7 +47,7 @@ def build(record_paths: Sequence[Path] = (RECORDS, records.RECORDS_DIR), out_dir
     env = Environments()
     body = [overlap_section(by_kind(recs, "overlap"), env), region_section(by_kind(recs, "region_decode"), env),
             prepare_section.section(recs), amp_parity.parity_section(by_kind(recs, "train"))]
-    text = "\n".join([prose("region.head"), *[b for b in body if b], "## Environments\n\n" + env.table()])
+    text = "\n".join([words("region.head"), *[b for b in body if b], "## Environments\n\n" + env.table()])
     path = out_dir / "RESULTS.md"
     write_text(path, text)
     return path

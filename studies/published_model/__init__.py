@@ -10,11 +10,12 @@ import json
 from pathlib import Path
 from typing import Tuple
 
-from results.report.common import ReportError, add_words
+from results.report.common import ReportError
+from results.report.words import Words
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = HERE / "reference"  # published numbers and cited links
-add_words(HERE / "text")
+words = Words(HERE / "text")  # this study's words, read by its sections alone
 
 
 def load_reference(ref_dir: Path = REFERENCE) -> Tuple[dict, dict]:

@@ -70,8 +70,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--check-time-to-accuracy", action="store_true",
                     help="compare predicted with published times to train (exit 1 on a miss)")
     ap.add_argument("--records", nargs="*", type=Path, default=list(report.RECORDS),
-                    help="record files or folders of *.jsonl (default: results/records and the benches' records, as "
-                         "the write-up reads; none: no measured inputs)")
+                    help="record files or folders of *.jsonl (default: results/records and the benches' overlap "
+                         "records, as the write-up reads; none: no measured inputs)")
     ap.add_argument("--reference", type=Path, default=REFERENCE, help="published data and cited links")
     args = ap.parse_args(argv)
     if not (args.check or args.check_time_to_accuracy):

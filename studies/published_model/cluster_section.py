@@ -9,9 +9,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from results.core.kinds import Record
 from results.core.records import by_kind
 from results.report import figures
-from results.report.common import fmt, gpu_axis, md_table, pct, prose
+from results.report.common import fmt, gpu_axis, md_table, pct
 from results.report.training import main_series, train_series
-from studies.published_model import cluster_model, predicted_tta
+from studies.published_model import cluster_model, predicted_tta, words
 from studies.published_model.cluster_model import predict_cluster
 
 
@@ -22,7 +22,11 @@ def section(tags: Dict[str, Sequence[Record]], fig_dir: Path) -> str:
         text, _ = model_section(tag, train_series(by_kind(recs, "train")), by_kind(recs, "allreduce"),
                                 by_kind(recs, "overlap"), by_kind(recs, "storage"), fig_dir)
         parts += [text] if text else []
-    return "\n".join([prose("cluster_section.heading"), *parts]) if parts else ""
+    return "\n".join([words("cluster_section.heading"), *parts]) if parts else ""
+
+
+MODEL_COLUMNS = ("GPUs", "measured images/s", "predicted images/s", "error", "predicted efficiency",
+                 "exposed all-reduce (ms/step)", "straggler wait (ms/step)", "binding")
 
 
 def model_section(tag: str, series, ar, overlap, storage, fig_dir: Path) -> Tuple[str, Optional[str]]:
@@ -31,7 +35,7 @@ def model_section(tag: str, series, ar, overlap, storage, fig_dir: Path) -> Tupl
     if not series:  # no training measured under this tag: nothing for the model to say
         return "", None
     if not main:
-        return prose("cluster_section.single", tag=tag) + "\n", None
+        return words("cluster_section.single", tag=tag) + "\n", None
     (hw, name), pts = main
     recs = [r for p in pts for r in p.records]
     pred, why = predict_cluster(recs, ar, overlap, storage)
@@ -50,9 +54,9 @@ def model_section(tag: str, series, ar, overlap, storage, fig_dir: Path) -> Tupl
              pct(row["efficiency"]), row["exposed_comm_ms"], row["straggler_ms"], row["binding"]] for row in pred.rows]
     largest = max((row for row in pred.rows if row["measured"] is not None), key=lambda row: row["gpus"])
     w, src = pred.whole, pred.sources
-    text = prose("cluster_section.model", tag=tag, figure=figure, name=name, gpus=largest["gpus"],
+    text = words("cluster_section.model", tag=tag, figure=figure, name=name, gpus=largest["gpus"],
                  binding=largest["binding"],
-                 table=md_table("cluster_section.model_columns", rows), misses=_misses(pred), src=src,
+                 table=md_table(MODEL_COLUMNS, rows), misses=_misses(pred), src=src,
                  t_c=fmt(1e3 * w.inputs.step_time_s), grad=fmt(w.inputs.grad_bytes),
                  busbw="-" if w.inputs.busbw_intra == float("inf") else f"{fmt(w.inputs.busbw_intra / 1e9)} GB/s",
                  link=src.get("all-reduce link", "not measured"), h=pct(w.hidden_fraction),
@@ -72,6 +76,6 @@ def _misses(pred) -> str:
         return f"The model agrees with every measured point within {cluster_model.TOLERANCE:.0%}.\n"
     lines = [f"- {m.gpus} {'GPU' if m.gpus == 1 else 'GPUs'}: {pct(m.error)}: a step of {fmt(m.predicted_ms)} ms "
              f"predicted, {fmt(m.measured_ms)} ms measured; {m.term}." for m in found]
-    return prose("cluster_section.misses", tolerance=cluster_model.TOLERANCE, lines="\n".join(lines)) + "\n"
+    return words("cluster_section.misses", tolerance=cluster_model.TOLERANCE, lines="\n".join(lines)) + "\n"
 
 

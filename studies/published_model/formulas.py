@@ -18,7 +18,7 @@ h is an input, not a fit:
   assumption, and the default when nothing was measured.
 - h = 1 (``FULL_OVERLAP``): ideal overlap, t(n) = (1-f) t_c + max(f t_c, t_comm(n)); only the
   part of t_comm longer than backward is exposed (communication cannot start before backward).
-- measured h: ``hidden_fraction`` of an overlap record (results/overlap_bench.py), i.e.
+- measured h: ``hidden_fraction`` of an overlap record (studies/common/overlap.py), i.e.
   1 - exposed / (all-reduce alone) for one model, bucket size and world size. Using it at every
   n assumes that the same share of the all-reduce hides whatever the link and the GPU count; the
   cap f t_c still applies, so a slow link is never hidden by a short backward. The benchmark
@@ -81,13 +81,6 @@ class ModelInputs:
     def global_batch(self, gpus: int) -> int:
         """Images per synchronous step on GPUS."""
         return gpus * self.batch_per_gpu
-
-
-def hidden_fraction(exposed_s: float, allreduce_alone_s: float) -> float:
-    """h from an overlap measurement: 1 - exposed / alone, clamped to [0, 1] (results/overlap_bench.py)."""
-    if allreduce_alone_s <= 0:
-        raise ValueError(f"all-reduce time {allreduce_alone_s!r} must be positive")
-    return min(max(1.0 - exposed_s / allreduce_alone_s, 0.0), 1.0)
 
 
 def comm_time(inputs: ModelInputs, gpus: int) -> float:

@@ -10,17 +10,17 @@ from results.core.kinds import Record
 from results.core.setups import GROUP_KEYS
 from results.report import figures
 from results.report.comm import allreduce_groups
-from results.report.common import Environments, fmt, md_table, pct, plain_local, prose
-from studies.published_model import formulas as scaling_model
+from results.report.common import Environments, fmt, md_table, pct, plain_local
+from studies.published_model import formulas as scaling_model, words
 from studies.published_model.whole_step import model_overlap
 
 
 def overlap_text(hidden_fraction: float, rec: Optional[Record], env: Environments) -> str:
     """One paragraph: which overlap record (if any) fed the model's measured-overlap column."""
     if rec is None:
-        return prose("model.no_overlap")
+        return words("model.no_overlap")
     m = rec.metrics
-    return prose("model.overlap", h=pct(hidden_fraction), rec=rec, p=rec.point, backend=rec.point.backend or "?",
+    return words("model.overlap", h=pct(hidden_fraction), rec=rec, p=rec.point, backend=rec.point.backend or "?",
                  env=env.id(rec), exposed=fmt(m.exposed_comm_ms), alone=fmt(m.allreduce_alone_ms),
                  ratio=fmt(m.exposed_comm_ms / m.allreduce_alone_ms))
 
@@ -113,6 +113,16 @@ def model_section(train: Sequence[Record], ar: Sequence[Record], overlap: Sequen
                        overlap_text(h, h_rec, env))
 
 
+INPUTS_COLUMNS = ("scenario", "t_c {modes[0]} (ms)", "t_c {modes[1]} (ms)", "t_c {modes[2]} (ms)", "batch/GPU",
+                  "gradient MB", "intra busbw (GB/s)", "intra hop latency (us)", "GPUs/node", "inter busbw (GB/s)",
+                  "inter hop latency (us)")
+PRED_COLUMNS = ("scenario", "GPUs", "comm ms/step", "exposed ms/step (measured overlap)", "images/s ({modes[0]})",
+                "efficiency ({modes[0]})", "images/s ({modes[1]})", "efficiency ({modes[1]})", "images/s ({modes[2]})",
+                "efficiency ({modes[2]})")
+CHECK_COLUMNS = ("measured", "GPUs", "measured images/s", "predicted ({modes[0]})", "error", "predicted ({modes[1]})",
+                 "error", "predicted ({modes[2]})", "error")
+
+
 def _model_text(scenarios, hidden, gpus, ours_desc, ours, ours_measured, pub, links, run, h_text) -> str:
     modes = [tag for tag, _ in MODES]
     inputs = [[label, *(m.step_time_s * 1e3 for m in ms), ms[0].batch_per_gpu, ms[0].grad_bytes / 1e6,
@@ -143,9 +153,9 @@ def _model_text(scenarios, hidden, gpus, ours_desc, ours, ours_measured, pub, li
     sources = "\n".join(f"- {k}: {v}" for sec in ("hal_2020", "nvidia_dle_2021") for k, v in links[sec].items()
                         if k.endswith("_source"))
     largest = ", ".join(f"{pct(w)} with {t}" for w, t in zip(worst, modes))
-    return prose("model.section", backward=scaling_model.BACKWARD_FRACTION,
+    return words("model.section", backward=scaling_model.BACKWARD_FRACTION,
                  bucket_mib=scaling_model.DDP_BUCKET_BYTES / (1 << 20), h_text=h_text, ours_desc=ours_desc,
-                 inputs=md_table("model.inputs_columns", inputs, modes=modes), sources=sources,
-                 pred=md_table("model.pred_columns", pred, modes=modes),
-                 check=md_table("model.check_columns", check, modes=modes)
-                 + (f"\n{prose('model.largest', worst=largest)}\n" if hal_rows else ""))
+                 inputs=md_table(INPUTS_COLUMNS, inputs, modes=modes), sources=sources,
+                 pred=md_table(PRED_COLUMNS, pred, modes=modes),
+                 check=md_table(CHECK_COLUMNS, check, modes=modes)
+                 + (f"\n{words('model.largest', worst=largest)}\n" if hal_rows else ""))

@@ -15,8 +15,8 @@ from typing import Optional
 
 from results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
 from results.report import figures
-from results.report.common import gpu_axis, md_table, prose
-from studies.published_model import REFERENCE
+from results.report.common import gpu_axis, md_table
+from studies.published_model import REFERENCE, words
 from studies.published_model import time_to_train as time_to_accuracy
 from studies.published_model.cluster_model import Prediction
 
@@ -31,6 +31,10 @@ def _hours(value: Optional[float]) -> Optional[float]:
     return None if value is None else value / 3600
 
 
+PREDICTED_COLUMNS = ("GPUs", "global batch", "predicted images/s", "epochs", "evaluations", "training (h)",
+                     "evaluation (h)", "time to {target} % (h)")
+
+
 def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[dict] = None,
                       figure: str = FIGURE) -> str:
     """Predicted time to 75.9 % top-1 at each GPU count of the tag's scaling model (its figure and table),
@@ -40,7 +44,7 @@ def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[di
     heading = f"## Predicted time to {time_to_accuracy.MLPERF_TARGET_TOP1} % top-1\n\n"
     p = pred.calibration.point
     if (p.arch, p.image_size) != (recipe["arch"], recipe["image_size"]):  # its epochs say nothing of this model
-        return heading + prose("predicted_tta.not_predictable", p=p, recipe=recipe) + "\n"
+        return heading + words("predicted_tta.not_predictable", p=p, recipe=recipe) + "\n"
     epochs = time_to_accuracy.recipe_rows(recipe)
     low, high = epochs[0].global_batch, epochs[-1].global_batch  # the published runs' range (rows by batch)
     gpus = [row["gpus"] for row in pred.rows]
@@ -60,7 +64,7 @@ def predicted_section(pred: Prediction, hw: str, fig_dir: Path, ref: Optional[di
               r.get("evals"), _hours(r.get("train_s")), _hours(r.get("eval_s")), _hours(r.get("total_s"))]
              for r in rows]
     published = ", ".join(f"{row['global_batch']:,}: {row['epochs']}" for row in recipe["rows"])
-    return heading + (f"![predicted time to accuracy](figures/{figure})\n\n" if drawn else "") + prose(
+    return heading + (f"![predicted time to accuracy](figures/{figure})\n\n" if drawn else "") + words(
         "predicted_tta.predicted", target=time_to_accuracy.MLPERF_TARGET_TOP1, batch=pred.whole.inputs.batch_per_gpu,
         images=IMAGENET_TRAIN_IMAGES, val=IMAGENET_VAL_IMAGES, every=recipe["eval_every"], published=published, low=low,
-        high=high, table=md_table("predicted_tta.predicted_columns", table, target=time_to_accuracy.MLPERF_TARGET_TOP1))
+        high=high, table=md_table(PREDICTED_COLUMNS, table, target=time_to_accuracy.MLPERF_TARGET_TOP1))

@@ -9,9 +9,9 @@ from results.core.kinds import Record
 from results.core.setups import IMAGENET_TRAIN_IMAGES
 from results.report import figures
 from results.core.setups import GROUP_KEYS
-from results.report.common import (Environments, data_label, md_table, mib, pct, prose, recipe_label, sorted_groups,
-                                   train_hours)
+from results.report.common import Environments, data_label, md_table, mib, pct, recipe_label, sorted_groups, train_hours
 from results.report.training import scaling_panels, train_series
+from studies.published_model import words
 
 
 def train_group_label(record: Record, multi_sweep: bool) -> str:
@@ -58,6 +58,12 @@ def published_throughput(pub: dict) -> List[figures.Series]:
     return out
 
 
+THROUGHPUT_COLUMNS = ("series", "processes", "nodes", "images/s", "images/s per process", "ms/step", "data ms/step",
+                      "compute ms/step", "peak memory (MiB)", "epoch time (s)", "scaling efficiency",
+                      "efficiency baseline (processes)", "measured steps", "warm-up steps", "host load (1 min)", "env",
+                      "record")
+
+
 def throughput_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir: Path) -> str:
     # single-point series (the --setups comparisons) have no scaling to show: their own sections draw them
     thr, _ = scaling_panels(_scaling(train))
@@ -69,16 +75,24 @@ def throughput_section(train: Sequence[Record], pub: dict, env: Environments, fi
              m.compute_time_ms, mib(m.peak_memory_bytes), m.epoch_time_s, pct(m.scaling_efficiency),
              m.baseline_world_size, m.measured_steps, m.warmup_steps, r.host_load_1m, env.id(r), r.source]
             for label, members in train_groups(train).items() for r in members for m in [r.metrics]]
-    return prose("published_section.throughput", table=md_table("published_section.throughput_columns", rows),
+    return words("published_section.throughput", table=md_table(THROUGHPUT_COLUMNS, rows),
                  published=published_throughput_table(pub),
                  notes="".join(f"Note recorded with points: {n}. " for n in sorted({r.note for r in train if r.note})))
+
+
+PUBLISHED_COLUMNS = ("series", "GPUs", "images/s", "images/s per GPU", "efficiency vs first point")
 
 
 def published_throughput_table(pub: dict) -> str:
     rows = [[s["label"], x, y, y / x, pct(e)] for s in published_throughput(pub)
             for x, y, e in zip(s["x"], s["y"], efficiencies(s["x"], s["y"]))]
-    return prose("published_section.published", table=md_table("published_section.published_columns", rows),
+    return words("published_section.published", table=md_table(PUBLISHED_COLUMNS, rows),
                  hal=pub["hal_2020"]["source"], dle=pub["nvidia_dle_2021"]["source"]) + "\n"
+
+
+TIME_COLUMNS = ("series", "processes", "measured epoch time (s)", "steps/epoch", "projected ImageNet epoch (h)",
+                "projected {epochs} epochs (h)", "env", "record")
+PUBLISHED_TIME_COLUMNS = ("series", "GPUs", "time to train (h)")
 
 
 def time_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir: Path) -> str:
@@ -99,9 +113,9 @@ def time_section(train: Sequence[Record], pub: dict, env: Environments, fig_dir:
              train_hours(m.images_per_s, epochs), env.id(r), r.source]
             for label, members in train_groups(train).items() for r in members for m in [r.metrics]]
     pub_rows = [[s["label"], x, y] for s in published for x, y in zip(s["x"], s["y"])]
-    return prose("published_section.time", images=IMAGENET_TRAIN_IMAGES, epochs=epochs,
-                 table=md_table("published_section.time_columns", rows, epochs=epochs),
-                 published=md_table("published_section.published_time_columns", pub_rows),
+    return words("published_section.time", images=IMAGENET_TRAIN_IMAGES, epochs=epochs,
+                 table=md_table(TIME_COLUMNS, rows, epochs=epochs),
+                 published=md_table(PUBLISHED_TIME_COLUMNS, pub_rows),
                  hal=pub["hal_2020"]["source"], mlperf=pub["mlperf_training_v3_0_resnet50"]["source"]) + "\n"
 
 
@@ -109,6 +123,11 @@ def multinode_records(train: Sequence[Record]) -> List[dict]:
     """Train records that ran as SLURM jobs, by sweep then node count."""
     recs = [r for r in train if r.runner == "slurm"]
     return sorted(recs, key=lambda r: (r.sweep, r.metrics.nodes or 0, r.metrics.world_size))
+
+
+MULTINODE_COLUMNS = ("sweep", "nodes", "processes", "rank-0 host", "backend", "images/s", "images/s per process",
+                     "ms/step", "data ms/step", "compute ms/step", "scaling efficiency", "SLURM job",
+                     "host load (1 min)", "env", "record")
 
 
 def multinode_section(train: Sequence[Record], env: Environments) -> str:
@@ -119,5 +138,5 @@ def multinode_section(train: Sequence[Record], env: Environments) -> str:
              pct(r.metrics.scaling_efficiency), r.environment.slurm_job_id,
              r.host_load_1m, env.id(r), r.source] for r in recs]
     notes = "".join(f"\n{n}.\n" for n in sorted({r.note for r in recs if r.note}))
-    return prose("published_section.multinode", notes=notes,
-                 table=md_table("published_section.multinode_columns", rows))
+    return words("published_section.multinode", notes=notes,
+                 table=md_table(MULTINODE_COLUMNS, rows))

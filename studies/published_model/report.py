@@ -10,13 +10,14 @@ from imagenet.common.files import write_text
 from results.analysis.efficiency import with_efficiency
 from results.core import records
 from results.core.records import RECORDS_DIR, by_kind
-from results.report.common import Environments, prose
-from studies.benches import RECORDS as BENCH_RECORDS
+from results.report.common import Environments
+from studies.common.overlap import OVERLAP_RECORDS
 from studies.published_model import (HERE, REFERENCE, cluster_section, load_reference, published_section,
                                      whole_step_section)
 from studies.published_model.model_section import model_section
+from studies.published_model import words
 
-RECORDS = (RECORDS_DIR, BENCH_RECORDS)  # the harness's records, and the overlap bench's (the hidden fraction)
+RECORDS = (RECORDS_DIR, OVERLAP_RECORDS)  # the harness's records, and the overlap bench's (the hidden fraction)
 
 
 def build(record_paths: Sequence[Path] = RECORDS, out_dir: Path = HERE, ref_dir: Path = REFERENCE) -> Path:
@@ -35,5 +36,5 @@ def build(record_paths: Sequence[Path] = RECORDS, out_dir: Path = HERE, ref_dir:
                                        by_kind(recs, "storage")),
             cluster_section.section(tags, fig_dir)]
     path = out_dir / "RESULTS.md"
-    write_text(path, "\n".join([prose("model.head"), *[b for b in body if b], "## Environments\n\n" + env.table()]))
+    write_text(path, "\n".join([words("model.head"), *[b for b in body if b], "## Environments\n\n" + env.table()]))
     return path

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
-from results.report.common import columns, prose
-from studies.published_model import formulas as scaling_model
+from studies.published_model import formulas as scaling_model, words
 from studies.published_model import time_to_train as time_to_accuracy
 
-HEADERS = columns("tta_check.columns")
+HEADERS = ("published", "hardware", "GPUs", "global batch", "epochs", "evals", "throughput from", "train px factor",
+           "predicted images/s", "binding", "train s", "eval s", "predicted s", "published s", "error", "within",
+           "at published images/s s")
 
 
 def _s(value: Optional[float]) -> str:
@@ -36,8 +37,8 @@ def table_rows(rows: Sequence[Dict[str, object]]) -> List[List[str]]:
 def summary(rows: Sequence[Dict[str, object]], tolerance: float = scaling_model.CHECK_TOLERANCE) -> str:
     predicted = [r for r in rows if "error" in r]
     bad = time_to_accuracy.failures(rows)
-    return "\n".join([prose("tta_check.summary", ok=len(predicted) - len(bad), predicted=len(predicted),
+    return "\n".join([words("tta_check.summary", ok=len(predicted) - len(bad), predicted=len(predicted),
                             tolerance=100 * tolerance, unpredicted=len(rows) - len(predicted), rows=len(rows)),
-                      *(prose("tta_check.miss", r=r, error=100 * r["error"], total=_s(r["total_s"]),
+                      *(words("tta_check.miss", r=r, error=100 * r["error"], total=_s(r["total_s"]),
                               published=_s(r["published_s"])) for r in bad),
-                      *(prose("tta_check.not_predicted", r=r) for r in rows if "error" not in r)])
+                      *(words("tta_check.not_predicted", r=r) for r in rows if "error" not in r)])

@@ -22,6 +22,7 @@ from results.analysis.parameters import parameter_count
 from results.core.kinds import Record
 from results.core.records import newest_sweep
 from studies.published_model import formulas as scaling_model
+from studies.common.overlap import hidden_fraction
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def model_overlap(overlap: Sequence[Record]) -> Tuple[float, Optional[dict]]:
     sweep = sorted(newest_sweep(usable), key=lambda r: r.time)
     default = [r for r in sweep if (r.point.bucket_cap_mb or 0) * (1 << 20) == scaling_model.DDP_BUCKET_BYTES]
     rec = (default or sweep)[-1]
-    return scaling_model.hidden_fraction(rec.metrics.exposed_comm_ms, rec.metrics.allreduce_alone_ms), rec
+    return hidden_fraction(rec.metrics.exposed_comm_ms, rec.metrics.allreduce_alone_ms), rec
 
 
 def measured(train: Sequence[Record], pipeline: Sequence[Record], overlap: Sequence[Record]) -> Measured:

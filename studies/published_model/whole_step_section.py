@@ -11,8 +11,8 @@ from typing import List, Optional, Sequence, Tuple
 from imagenet.config import WARMUP_STEPS
 from results.core.kinds import Record
 from results.report import figures
-from results.report.common import columns, md_table, prose
-from studies.published_model import formulas as scaling_model
+from results.report.common import md_table
+from studies.published_model import formulas as scaling_model, words
 from studies.published_model import whole_step
 
 
@@ -36,7 +36,10 @@ def table_rows(rows: Sequence[dict]) -> List[List[object]]:
              _storage_s(r, "storage opens"), _ms(r["residual_s"])] for r in rows]
 
 
-HEADERS = columns("whole_step.check_columns")
+HEADERS = ("published", "GPUs", "batch/GPU", "measured images/s", "predicted images/s", "error", "error band",
+           "binding term", "compute ms", "exposed all-reduce ms", "straggler wait ms", "data wait ms",
+           "loader restart ms/step", "storage wait ms", "pipeline ceiling images/s", "timed/all steps", "epoch s",
+           "storage read s/epoch", "storage opens s/epoch", "unexplained ms/step")
 
 
 INPUT_UNITS = {"loader_restart_s": ("s per epoch", ".1f"), "images_per_core_s": ("images/s per loader core", ".0f")}
@@ -56,11 +59,11 @@ def _needs(row: dict) -> str:
 def summary(rows: Sequence[dict], tolerance: float = scaling_model.CHECK_TOLERANCE) -> str:
     """How many points are within the tolerance, and for each miss the measurement it lacks, bracketed."""
     bad = whole_step.failures(rows, tolerance)
-    head = prose("whole_step.within", ok=len(rows) - len(bad), rows=len(rows), tolerance=100 * tolerance,
+    head = words("whole_step.within", ok=len(rows) - len(bad), rows=len(rows), tolerance=100 * tolerance,
                  calibration=sum(r["calibration"] for r in rows))
     if not bad:
-        return head + " " + prose("whole_step.all_within", tolerance=100 * tolerance)
-    return "\n".join([head, prose("whole_step.others"), *(prose("whole_step.miss", r=r, error=100 * r["error"],
+        return head + " " + words("whole_step.all_within", tolerance=100 * tolerance)
+    return "\n".join([head, words("whole_step.others"), *(words("whole_step.miss", r=r, error=100 * r["error"],
                                                                 low=100 * r["error_low"], high=100 * r["error_high"],
                                                                 residual=_ms(r["residual_s"]), needs=_needs(r))
                                                           for r in bad)])
@@ -71,7 +74,7 @@ def dle_bracket(rows: Sequence[dict]) -> str:
     missed = {r["case"] for r in whole_step.failures(rows) if r["case"].startswith("NVIDIA DLE")}
     parts = [f"{r['case']} {r['measured'] / (r['pipeline_images_per_s'] / r['cited_value']):.0f}" for r in rows
              if r["case"] in missed and r["gpus"] == 1 and r["pipeline_images_per_s"] and r["cited_value"]]
-    return " " + prose("whole_step.dle_bracket", parts=", ".join(parts)) if parts else ""
+    return " " + words("whole_step.dle_bracket", parts=", ".join(parts)) if parts else ""
 
 
 def inputs_text(got: whole_step.Measured, links: dict) -> str:
@@ -79,8 +82,8 @@ def inputs_text(got: whole_step.Measured, links: dict) -> str:
              or "none (no pipeline records)")
     steps = ", ".join(f"{d}: {len(s)} steps ({src}), straggler factor E[max of 64]/mean = "
                       f"{scaling_model.straggler_factor(s, 64):.3f}" for d, s, src in got.step_samples) or "none"
-    return prose("whole_step.inputs", rates=rates, steps=steps, h=100 * got.hidden_fraction,
-                 no_gpu="" if got.samples("cuda")[1] else " " + prose("whole_step.no_gpu_steps"),
+    return words("whole_step.inputs", rates=rates, steps=steps, h=100 * got.hidden_fraction,
+                 no_gpu="" if got.samples("cuda")[1] else " " + words("whole_step.no_gpu_steps"),
                  source=f" from {got.overlap_source}" if got.overlap_source else " (no overlap record)")
 
 
@@ -88,18 +91,18 @@ def storage_text(storage: Sequence[Record], links: dict) -> str:
     per_image = links["hal_2020"]["bytes_per_image"]
     got = whole_step.storage_ceiling(storage, per_image)
     if got is None:
-        return prose("whole_step.no_storage")
+        return words("whole_step.no_storage")
     mbps, files, images, src = got
-    return prose("whole_step.storage", src=src, mbps=mbps, files=files, images=images, kb=per_image / 1e3)
+    return words("whole_step.storage", src=src, mbps=mbps, files=files, images=images, kb=per_image / 1e3)
 
 
 def own_runs_text(train: Sequence[Record], restart_s: float, hal_run_s: Optional[Tuple[int, float]] = None) -> str:
     """How this project's timing differs from a loader that restarts every epoch, with the newest record
     that shows what a start costs here (a GPU run on real images with loader workers)."""
-    text = prose("whole_step.own_runs", warmup=WARMUP_STEPS) + " "
+    text = words("whole_step.own_runs", warmup=WARMUP_STEPS) + " "
     if hal_run_s:
         n, t = hal_run_s
-        text += prose("whole_step.hal_restart", restart=restart_s, total=90 * restart_s, n=n, t=t) + " "
+        text += words("whole_step.hal_restart", restart=restart_s, total=90 * restart_s, n=n, t=t) + " "
     firsts = [r for r in train if r.metrics.epochs_run == 1 and r.metrics.epoch_time_s
               and r.point.data not in (None, "dummy") and (r.point.workers or 0) > 0
               and str(r.metrics.device or "").startswith("cuda")]
@@ -108,7 +111,7 @@ def own_runs_text(train: Sequence[Record], restart_s: float, hal_run_s: Optional
         m = r.metrics
         steps = m.measured_steps + m.warmup_steps
         start = m.epoch_time_s - steps * m.step_time_ms / 1e3
-        text += prose("whole_step.start_cost", r=r, m=m, steps=steps, start=start)
+        text += words("whole_step.start_cost", r=r, m=m, steps=steps, start=start)
     return text
 
 
@@ -129,7 +132,7 @@ def section(train: Sequence[Record], pipeline: Sequence[Record], overlap: Sequen
                                                                            "check_configs", "systems", "epoch",
                                                                            "hidden", "cores")))
     restart = sum(whole_step.restart_range(links["hal_2020"])) / 2
-    return prose("whole_step.section", max_gpus=scaling_model.CALIBRATION_MAX_GPUS,
+    return words("whole_step.section", max_gpus=scaling_model.CALIBRATION_MAX_GPUS,
                  tolerance=100 * scaling_model.CHECK_TOLERANCE, inputs=inputs_text(got, links),
                  storage=storage_text(storage, links), own_runs=own_runs_text(train, restart, _hal_time_to_train(pub)),
                  sources=sources, table=md_table(HEADERS, table_rows(rows)),

@@ -18,7 +18,7 @@ import torch
 
 from imagenet import config
 from imagenet.run import build, distributed
-from imagenet.train import metrics, optim, trainer
+from imagenet.train import metrics, optim, step, trainer
 from imagenet.process import group
 from imagenet.process.group import DistInfo
 from tests.helpers import TINY, free_port, read_run
@@ -210,7 +210,7 @@ class SyncTrap:
 def _steps_between_prints(tmp_path, monkeypatch, *flags: str, variant: str = "nd") -> List[str]:
     """Train 6 steps printing only at the end; return the host syncs made inside the steps."""
     trap = SyncTrap(monkeypatch)
-    trap.around(monkeypatch, trainer.Trainer, "_step", hot=True)
+    trap.around(monkeypatch, step.Stepper, "step", hot=True)
     trap.around(monkeypatch, metrics.EpochMeter, "update", hot=True)
     # 16 px: a sync does not depend on the size, and fp16 arithmetic on a CPU is slow (4x less of it)
     argv = ["--dummy", "--dummy-size", "48", "--num-classes", "10", *TINY, "--image-size", "16", "--epochs", "1",
@@ -243,7 +243,7 @@ def test_no_host_sync_in_the_steps(tmp_path, monkeypatch, flags):
 @pytest.mark.parametrize("flags", [(), ("--opt-level", "O1", "--amp-dtype", "float16")], ids=["fp32", "O1-fp16"])
 def test_cuda_sync_debug_mode_in_the_step(tmp_path, monkeypatch, flags):
     """On a GPU, torch itself reports every synchronising CUDA call made inside the steps."""
-    original = trainer.Trainer._step
+    original = step.Stepper.step
 
     def strict_step(self, *args):
         torch.cuda.set_sync_debug_mode("error")
@@ -251,7 +251,7 @@ def test_cuda_sync_debug_mode_in_the_step(tmp_path, monkeypatch, flags):
             return original(self, *args)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    monkeypatch.setattr(trainer.Trainer, "_step", strict_step)
+    monkeypatch.setattr(step.Stepper, "step", strict_step)
     cfg = config.parse(["--dummy", "--dummy-size", "96", "--num-classes", "10", "-a", "resnet18", "--image-size",
                         "32", "-b", "8", "--workers", "0", "--epochs", "1", "-p", "100", "--val-steps", "1",
                         "--log-dir", str(tmp_path), "--amp-backend", "native", *flags], "amp")

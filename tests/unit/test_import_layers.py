@@ -166,3 +166,13 @@ def test_nothing_in_the_product_imports_a_study():
     bad = [f"{a} -> {b}" for a, bs in graph.items() if a.split(".")[0] != "studies"
            for b in bs if b.split(".")[0] == "studies"]
     assert not bad, bad
+
+
+def test_no_study_imports_another():
+    """Studies stand side by side: what two of them share lives below both (studies/common/, studies/cli.py)."""
+    graph = import_graph()
+    study = lambda m: m.split(".")[1] if m.startswith("studies.") else None  # noqa: E731
+    below = (None, "common", "cli")
+    bad = [f"{a} -> {b}" for a, bs in graph.items() if study(a) not in below
+           for b in bs if study(b) not in below and study(b) != study(a)]
+    assert not bad, bad

@@ -50,7 +50,8 @@ def test_cited_parameter_counts_are_torchvisions():
 
 def test_validate_checks_each_kind_against_its_typed_metrics():
     env = {"hostname": "node1"}
-    for kind, (_, typed) in kinds.KINDS.items():
+    for kind, declared in kinds.KINDS.items():
+        typed = declared.metrics
         metrics = {name: 1 for name in kinds.required(typed)}
         assert records.validate(records.make_record(kind, "s", {}, metrics, env)) is None, kind
         first = sorted(kinds.required(typed))[0]

@@ -11,6 +11,7 @@ from results.analysis.allreduce_fit import bus_factor, fit_alpha_beta
 from results.core import kinds
 from results.core.kinds import AllreduceMetrics
 from results.runners.allreduce_bench import sizes
+from studies.common.overlap import hidden_fraction
 from studies.published_model import __main__ as check_cli
 from studies.published_model import formulas as sm
 from studies.published_model import whole_step as ws
@@ -78,11 +79,11 @@ def test_measured_hidden_fraction_by_hand():
 
 
 def test_hidden_fraction_from_an_overlap_measurement():
-    assert sm.hidden_fraction(10.0, 40.0) == pytest.approx(0.75)
-    assert sm.hidden_fraction(84.3, 32.0) == 0.0  # exposed beyond the all-reduce alone: nothing hidden
-    assert sm.hidden_fraction(0.0, 32.0) == 1.0
+    assert hidden_fraction(10.0, 40.0) == pytest.approx(0.75)
+    assert hidden_fraction(84.3, 32.0) == 0.0  # exposed beyond the all-reduce alone: nothing hidden
+    assert hidden_fraction(0.0, 32.0) == 1.0
     with pytest.raises(ValueError):
-        sm.hidden_fraction(1.0, 0.0)
+        hidden_fraction(1.0, 0.0)
 
 
 def test_latency_term_counts_buckets_and_hops():
