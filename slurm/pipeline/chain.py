@@ -146,6 +146,8 @@ def submit(chain: Chain, argv: Sequence[str], dry_run: bool = False, print_=prin
         return old
     texts = scripts(chain)
     names = st.STAGES[st.STAGES.index(first):]
+    if not dry_run:
+        files.make_dirs(layout.logs)  # SLURM cannot start a job whose output folder is missing
     if old and not dry_run:  # jobs of these stages still queued behind a failed one would never run
         slurm_queue.cancel([old["jobs"][n]["id"] for n in names if n in old["jobs"]])
     ids: Dict[str, str] = {}

@@ -6,8 +6,9 @@ the same shard writer, and the same index, written last by ``write_splits`` once
 
 - ``plan`` indexes the archives (headers only) once and keeps the samples in ``jobs/plan.json``, so
   no task scans again; it also fixes the output's ``.shards-plan.json``, before any task writes.
-- ``convert TASK N`` writes shards TASK, TASK+N, TASK+2N... of the plan: a shard already there is
-  kept (not converted again), a killed writer's temp file of its own shards is removed first.
+- ``convert TASK N`` writes shards TASK, TASK+N, TASK+2N... of the plan, in order: a shard already
+  there is kept (read back, not converted again), a killed writer's temp file of its own shards is
+  removed first.
 - ``check`` refuses to index an incomplete output (it names the missing shards), writes the index,
   decodes every sample (``imagenet.data.shards.verify``) and writes ``SHA256SUMS`` of the shards.
 """
@@ -72,11 +73,12 @@ def convert(layout: Layout, task: int, tasks: int, workers: int) -> dict:
     for stale in files.stale_temps(layout.data):  # a killed writer's, of this task's shards only
         if any(stale.name.startswith(f".{job.name}.") for job in mine):
             stale.unlink(missing_ok=True)
-    todo = [job for job in mine if not os.path.exists(os.path.join(job.dst, job.name))]
-    for _ in shards.run_jobs(todo, workers, shards.write_shard):
+    todo = [job.name for job in mine if not os.path.exists(os.path.join(job.dst, job.name))]
+    # every shard of the task, in order: write_shard writes a missing one and reads each back (a kept
+    # shard that is not a whole tar stops the task with a one-line error rather than reaching the index)
+    for _ in shards.run_jobs(mine, workers, shards.write_shard):
         pass
-    return {"shards": len(mine), "written": len(todo), "kept": len(mine) - len(todo),
-            "written_names": [job.name for job in todo]}
+    return {"shards": len(mine), "written": len(todo), "kept": len(mine) - len(todo), "written_names": todo}
 
 
 def check(layout: Layout, workers: int) -> dict:

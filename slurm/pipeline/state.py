@@ -133,7 +133,8 @@ def active(entry: Optional[tuple]) -> Optional[str]:
 @dataclass
 class StageState:
     name: str
-    state: str  # not submitted | pending (...) | running | done | failed | cancelled
+    state: str  # not submitted | pending (...) | running | done | failed | cancelled (the chain's own cancel,
+    #             or a stage after a failed one: those never run)
     detail: str = ""  # progress, or the reason of a failure
     log: str = ""
 
@@ -156,8 +157,6 @@ def marker_stage(layout: Layout, name: str, job: dict, q: Dict[str, tuple]) -> S
     mark = read_marker(layout.marker(name))
     if mark and mark.get("job") == job["id"]:
         return StageState(name, mark["status"], mark.get("detail") or mark.get("error", ""), job["log"])
-    if entry and entry[0] == "CANCELLED":
-        return StageState(name, "cancelled", entry[1] if entry[1] != "None" else "", job["log"])
     return StageState(name, "failed", _ended_without_result(job, entry), job["log"])
 
 
@@ -167,10 +166,9 @@ def array_stage(layout: Layout, job: dict, q: Dict[str, tuple], shards_total: Op
     states: Dict[int, str] = {}
     for task in tasks:
         mark = read_marker(layout.marker("prepare", task))
-        entry = q.get(f"{job['id']}_{task}") or q.get(job["id"])
+        entry = q.get(f"{job['id']}_{task}")
         now = active(entry)
-        states[task] = now or (mark["status"] if mark and mark.get("job") == job["id"] else
-                               "failed" if not (entry and entry[0] == "CANCELLED") else "cancelled")
+        states[task] = now or (mark["status"] if mark and mark.get("job") == job["id"] else "failed")
     written = len(list(layout.data.glob("*.tar"))) if layout.data.is_dir() else 0
     progress = f"{written}/{shards_total} shards written" if shards_total else f"{written} shards written"
     failed = sorted(t for t, s in states.items() if s == "failed")
@@ -179,7 +177,7 @@ def array_stage(layout: Layout, job: dict, q: Dict[str, tuple], shards_total: Op
         why = next((m.get("error") for m in reasons if m and m.get("job") == job["id"] and m.get("error")), None)
         return StageState("prepare", "failed", f"task(s) {','.join(map(str, failed))} failed: "
                           f"{why or _ended_without_result(job, None)}; {progress}", job["log"])
-    for kind in ("running", "pending", "cancelled"):
+    for kind in ("running", "pending"):
         if any(s.startswith(kind) for s in states.values()):
             return StageState("prepare", kind, progress, job["log"])
     return StageState("prepare", "done", progress, job["log"])
@@ -192,16 +190,24 @@ def train_stage(layout: Layout, job: dict, q: Dict[str, tuple], epochs: int) -> 
     """Training: the queue, else run.json's status; progress from run.json and the log's last step line."""
     run = read_marker(layout.run / "run.json") or {}
     now = active(q.get(job["id"]))
-    detail = train_progress(run, Path(job["log"].replace("%j", job["id"])), epochs)
+    detail = train_progress(run, Path(job["log"]), epochs)
     if now:
         return StageState("train", now, detail, job["log"])
     if run.get("status") in FINISHED_RUN:
         return StageState("train", "done", detail, job["log"])
     entry = q.get(job["id"])
-    if entry and entry[0] == "CANCELLED" and not run:
-        return StageState("train", "cancelled", entry[1] if entry[1] != "None" else "", job["log"])
-    why = run.get("error") or (f"run.json says {run['status']!r}" if run.get("status") else None)
+    why = run.get("error") or _error_line(Path(job["log"])) or (
+        f"run.json says {run['status']!r}" if run.get("status") else None)
     return StageState("train", "failed", why or _ended_without_result(job, entry), job["log"])
+
+
+def _error_line(log: Path) -> Optional[str]:
+    """The training's own one-line error, the last 'error: ...' line of its log."""
+    try:
+        lines = log.read_text(errors="replace")[-20000:].splitlines()
+    except OSError:
+        return None
+    return next((line.strip() for line in reversed(lines) if line.strip().startswith("error:")), None)
 
 
 def train_progress(run: dict, log: Path, epochs: int) -> str:

@@ -135,7 +135,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "evaluate": lambda: evaluate(layout, eval_args),
             "export": lambda: export_weights(layout),
             "report": lambda: report(layout, a.tag)}[a.stage]
-    return _run(layout, a.stage, task, work)
+    return _run(layout, "prepare" if a.stage == "convert" else a.stage, task, work)
 
 
 if __name__ == "__main__":
