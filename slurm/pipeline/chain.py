@@ -47,11 +47,20 @@ class Chain:
                 *self.spec.train_args]
 
 
+def with_mounts(spec: JobSpec, archives: Path, out: Path) -> JobSpec:
+    """SPEC with the archives and the output folder mounted in its container (where it has one)."""
+    if not spec.container:
+        return spec
+    extra = [str(p) for p in (archives, out) if str(p) not in spec.container_mounts]
+    return replace(spec, container_mounts=(*spec.container_mounts, *extra))
+
+
 def _step_spec(chain: Chain, name: str, cpus: int, time: str, gpus: int = 0, array: bool = False) -> JobSpec:
     pattern = "%A_%a" if array else "%j"
     return replace(chain.spec, name=f"{chain.spec.name}-{name}", nodes=1, gpus_per_node=gpus, tasks_per_node=1,
                    procs_per_node=None, cpus_per_task=cpus, variant="nd", launcher="srun", requeue=False, sweep=(),
                    time=time, output=str(chain.layout.logs / f"{name}-{pattern}.out"), error=None, stage_dir=None,
+                   data=str(chain.layout.data),
                    train_args=(), command=())
 
 

@@ -52,9 +52,9 @@ def submit(argv: Sequence[str]) -> int:
     a, rest = parser.parse_known_args(list(argv))
     if a.prepare_tasks < 1 or a.prepare_workers < 1 or a.shard_size <= 0:
         parser.error("--prepare-tasks and --prepare-workers must be >= 1 and --shard-size > 0")
-    spec = spec_from_args(rest)
-    validate(spec)
     archives, layout = a.archives.resolve(), Layout(a.out.resolve())
+    spec = ch.with_mounts(spec_from_args(rest), archives, layout.out)
+    validate(spec)
     found = preflight.check_archives(archives, official=not a.any_archives)
     preflight.check_space(layout.out, preflight.needed_bytes(found, official=not a.any_archives), layout.data)
     chain = ch.Chain(archives, layout, spec, a.prepare_tasks, a.prepare_workers, a.prepare_time, a.shard_size, a.tag)

@@ -76,8 +76,10 @@ def report(layout: Layout, tag: str) -> dict:
     log = next(iter(sorted(layout.logs.glob("train-*.out"))), None)
     outcome = train_bench.Outcome(0 if run.get("status") in ("finished", "reached_desired_acc", "time_budget") else 1,
                                   log.read_text(errors="replace")[-4000:] if log else "",
-                                  run.get("environment", {}).get("command", ""), 0.0)
-    record = train_bench.train_record(point, outcome, records.new_sweep_id("train", tag), None, {"runner": "pipeline"},
+                                  run.get("environment", {}).get("command", ""),
+                                  float((run.get("final") or {}).get("elapsed_s") or 0.0))
+    # "slurm": the harness's runner name for a point that ran as a SLURM job
+    record = train_bench.train_record(point, outcome, records.new_sweep_id("train", tag), None, {"runner": "slurm"},
                                       layout.run, layout.report / "run", keep_checkpoints=True)
     path = layout.report / "records" / f"{tag}.jsonl"
     path.unlink(missing_ok=True)  # one run, one record: a rerun of the stage replaces it
@@ -93,11 +95,12 @@ def _point(run: dict, point_type):
     cfg, dist = run.get("config", {}), run.get("dist", {})
     return point_type(variant=cfg.get("run", {}).get("variant", "ddp"),
                       procs_per_node=int(dist.get("local_world_size") or 1), nodes=int(dist.get("nodes") or 1),
-                      batch_size=int(cfg.get("batch", {}).get("batch_size") or 0) or int(run.get("global_batch") or 0),
+                      batch_size=int(cfg.get("batch", {}).get("per_process") or 0),
                       precision=run.get("precision", {}).get("label", "fp32"), data="imagenet shards",
                       arch=cfg.get("model", {}).get("arch", "resnet50"),
                       image_size=int(cfg.get("data", {}).get("image_size") or 224),
-                      epochs=int(cfg.get("optim", {}).get("epochs") or 0), steps_per_epoch=0, val_steps=0)
+                      epochs=int(cfg.get("optim", {}).get("epochs") or 0), steps_per_epoch=0, val_steps=0,
+                      workers=int(cfg.get("batch", {}).get("workers") or 0))
 
 
 def _run(layout: Layout, stage: str, task: Optional[int], work) -> int:

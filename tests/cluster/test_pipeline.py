@@ -10,6 +10,7 @@ real JPEGs, a devkit) to evaluated, exported weights and a report, as real SLURM
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -17,12 +18,16 @@ from typing import Dict, List
 
 import pytest
 import torch
+import torchvision
+from PIL import Image
+from torchvision import transforms
 
-from imagenet.data import demo
+from imagenet.data import demo, sources
 from slurm.localcluster import SlurmCluster
 from slurm.localcluster.commands import wait_for
 from slurm.localcluster.scenarios.jobs import ARCH, VENV
 from slurm.pipeline import cli
+from slurm.pipeline.prepare_tasks import all_jobs
 from slurm.pipeline import state as st
 from studies.benches import archive_set
 
@@ -88,7 +93,6 @@ def test_killed_prepare_task_resumes_alone_and_the_chain_ends_in_weights(on_clus
     prepare = state["jobs"]["prepare"]["id"]
     on_cluster.run(["scontrol", "hold", prepare])  # it waits on the plan anyway: no race
     wait_for("the plan", lambda: (st.read_marker(out / "jobs/markers/plan.json") or {}).get("status") == "done", 60)
-    from slurm.pipeline.prepare_tasks import all_jobs
     names = [job.name for job in all_jobs(st.Layout(out))]
     task0: List[str] = names[0::TASKS]
     os.mkfifo(out / "data" / task0[2])  # task 0 writes its first two shards, then blocks opening this
@@ -121,20 +125,13 @@ def test_killed_prepare_task_resumes_alone_and_the_chain_ends_in_weights(on_clus
 
 def _check_weights(out: Path) -> None:
     """The exported state dict loads strictly into torchvision's model and scores the evaluated top-1."""
-    import torchvision
-
-    from imagenet.data import sources
-
     card = json.loads((out / "export" / "model_card.json").read_text())
     assert set(card["evaluations"]) == {"best", "ema"} and card["epochs"] == 2
     model = torchvision.models.get_model(ARCH, num_classes=3)
     model.load_state_dict(torch.load(out / "export" / "model.pth", weights_only=True), strict=True)
     model.eval()
-    from torchvision import transforms
     tf = transforms.Compose([transforms.Resize(37), transforms.CenterCrop(32), transforms.ToTensor(),
                              transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
-    from PIL import Image
-    import io
     _, index = sources.load_index(str(out / "data"))
     val = index["val"]
     images = torch.stack([tf(Image.open(io.BytesIO(val.read(i))).convert("RGB")) for i in range(len(val))])
