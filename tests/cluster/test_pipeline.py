@@ -160,3 +160,16 @@ def test_bad_input_is_refused_before_submitting(download, tmp_path, capsys):
     assert cli.main(["submit", str(download), str(tmp_path / "out"), *ARGS[1:]]) == 2  # not the published sizes
     assert "not the published" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_cancel_stops_the_chain(on_cluster, download, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["submit", str(download), str(out), *ARGS]) == 0
+    ids = [job["id"] for job in json.loads((out / st.STATE).read_text())["jobs"].values()]
+    assert cli.main(["cancel", str(out)]) == 0
+    stages = _settled(out)
+    assert {s.state for s in stages.values()} <= {"done", "cancelled"} and stages["report"].state == "cancelled"
+    left = on_cluster.run(["squeue", "-h", "-o", "%i %T"]).stdout.split("\n")
+    assert not [line for line in left if line.split(" ")[0] in ids and "PENDING" in line]
+    code, text = _status(capsys, out)
+    assert code == 0 and "by `python -m slurm.pipeline cancel`" in text

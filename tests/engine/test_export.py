@@ -120,3 +120,9 @@ def test_missing_and_damaged_run_folders_are_one_line(exported, tmp_path, capsys
     (damaged / "run.json").unlink()
     assert "run.json does not exist" in _one_line_error(capsys, damaged)
     assert "NAME=RUN_JSON" in _one_line_error(capsys, exported["run"], "--evaluation", "nonsense")
+
+
+def test_wrapper_prefixes_and_the_average_counter_are_dropped():
+    weights = torch.ones(2)
+    state = {"module._orig_mod.fc.weight": weights, "_orig_mod.module.fc.bias": weights, "n_averaged": torch.tensor(3)}
+    assert set(export.clean_state_dict(state, export.EMA_EXTRA)) == {"fc.weight", "fc.bias"}
