@@ -68,7 +68,8 @@ def build(record: dict, ckpt: dict, checkpoint_name: str, weights: Dict[str, dic
         "device": dist.get("device"),
         "precision": record.get("precision", {}).get("label"),
         "wall_hours": wall_s / 3600.0,  # training and validation, as the run's clock counts it
-        "device_hours": wall_s * world / 3600.0,  # GPU hours on GPUs (one device per process)
+        "device_hours": wall_s * world / 3600.0,  # one device per process: GPU hours on GPUs
+        "gpu_hours": wall_s * world / 3600.0 if dist.get("device") == "cuda" else None,
         "commit": env.get("git_commit"),
         "command": env.get("command"),
         "torch": env.get("torch"),

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from imagenet.common import files
+from imagenet.data import DEFAULT_SHARD_MB
 from results.runners import slurm_queue
 from slurm import containers
 from slurm.generate import CPUS_PER_PROCESS, JobSpec, render, render_step
@@ -37,7 +38,7 @@ class Chain:
     prepare_tasks: int = 8
     prepare_workers: int = 8
     prepare_time: str = "4:00:00"
-    shard_mb: float = 100.0
+    shard_mb: float = DEFAULT_SHARD_MB
     tag: str = "pipeline"
 
     @property

@@ -73,7 +73,7 @@ def report(layout: Layout, tag: str) -> dict:
         return {"detail": "no training run to report (the training never started)"}
     run = json.loads(run_json.read_text())
     point = _point(run, train_bench.TrainPoint)
-    log = next(iter(sorted(layout.logs.glob("train-*.out"))), None)
+    log = max(layout.logs.glob("train-*.out"), key=lambda p: p.stat().st_mtime, default=None)  # the last submission's
     outcome = train_bench.Outcome(0 if run.get("status") in ("finished", "reached_desired_acc", "time_budget") else 1,
                                   log.read_text(errors="replace")[-4000:] if log else "",
                                   run.get("environment", {}).get("command", ""),
