@@ -40,8 +40,10 @@ def plan(layout: Layout, archive_dir: Path, workers: int, shard_mb: float = DEFA
     jobs = _jobs(layout, doc)
     layout.data.mkdir(parents=True, exist_ok=True)
     shards.check_plan(layout.data, shards._fingerprint(str(archive_dir), jobs, Options()))
-    return {"classes": len(classes), "shards": sum(len(j) for j in jobs.values()),
-            **{f"{s}_samples": len(samples[s]) for s in sources.SPLITS}}
+    counts = {"classes": len(classes), "shards": sum(len(j) for j in jobs.values()),
+              **{f"{s}_samples": len(samples[s]) for s in sources.SPLITS}}
+    return {**counts, "detail": f"{counts['classes']} classes, {counts['train_samples']} training and "
+                                f"{counts['val_samples']} validation images in {counts['shards']} shards"}
 
 
 def _read_plan(layout: Layout) -> dict:
@@ -96,6 +98,7 @@ def check(layout: Layout, workers: int) -> dict:
         raise DataError(f"the shards hold {counts} samples but the plan has {planned}; delete {layout.data} and run "
                         "the chain again")
     counts["verified"] = shards.verify(str(layout.data), workers)
+    counts["detail"] = f"{counts['verified']} samples decode; the index and {CHECKSUMS} written"
     sums = list(shards.run_jobs([str(layout.data / job.name) for job in jobs], workers, _sha256))
     files.write_text(layout.data / CHECKSUMS, "".join(f"{digest}  {os.path.basename(path)}\n" for path, digest in sums))
     return counts

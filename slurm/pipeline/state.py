@@ -190,7 +190,8 @@ def train_stage(layout: Layout, job: dict, q: Dict[str, tuple], epochs: int) -> 
     """Training: the queue, else run.json's status; progress from run.json and the log's last step line."""
     run = read_marker(layout.run / "run.json") or {}
     now = active(q.get(job["id"]))
-    detail = train_progress(run, Path(job["log"]), epochs)
+    started = run or Path(job["log"]).exists()
+    detail = train_progress(run, Path(job["log"]), epochs) if started else ""
     if now:
         return StageState("train", now, detail, job["log"])
     if run.get("status") in FINISHED_RUN:
