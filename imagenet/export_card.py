@@ -12,6 +12,7 @@ from .recipes import RECIPES
 
 CARD_JSON = "model_card.json"
 CARD_MD = "MODEL_CARD.md"
+CURVE = ("epoch", "train_loss", "train_top1", "val_top1", "val_top5", "lr", "elapsed_s")  # per epoch, from run.json
 
 
 def _scoring(config: dict) -> dict:
@@ -72,9 +73,14 @@ def build(record: dict, ckpt: dict, checkpoint_name: str, weights: Dict[str, dic
         "gpu_hours": wall_s * world / 3600.0 if dist.get("device") == "cuda" else None,
         "commit": env.get("git_commit"),
         "command": env.get("command"),
+        "curve": [{k: row.get(k) for k in CURVE} for row in record.get("epochs", [])],
         "torch": env.get("torch"),
         "torchvision": env.get("torchvision"),
     }
+
+
+def _num(value: Optional[float], spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def _pct(value: Optional[float]) -> str:
@@ -107,7 +113,18 @@ def markdown(card: dict) -> str:
               f"| the recipe's published ResNet-50 top-1 | {_pct(recipe.get('published_top1'))} |", ""]
     files = [f"`{e[kind]['file']}`" for e in card["weights"].values() for kind in ("pth", "safetensors") if kind in e]
     lines += [f"Files: {', '.join(files)} (from `{card['checkpoint']['file']}`).", ""]
+    lines += _curve_lines(card["curve"])
     if recipe.get("sources"):
         lines += ["## Recipe sources", ""] + [f"- {s['cites']}: <{s['url']}> ({s['where']})" for s in recipe["sources"]]
         lines.append("")
     return "\n".join(lines)
+
+
+def _curve_lines(curve: list) -> list:
+    """The per-epoch table (the run's learning curve), or nothing for a run without epochs."""
+    if not curve:
+        return []
+    rows = [f"| {r['epoch'] + 1} | {_num(r['train_loss'])} | {_num(r['train_top1'])} | {_num(r['val_top1'])} | "
+            f"{_num(r['val_top5'])} | {_num(r['lr'], '.4g')} | {_num(r['elapsed_s'], '.0f')} |" for r in curve]
+    return ["## Learning curve", "", "| epoch | train loss | train top-1 | val top-1 | val top-5 | lr | elapsed (s) |",
+            "|---|---|---|---|---|---|---|", *rows, ""]

@@ -90,8 +90,10 @@ def test_model_card_names_the_run(exported):
     assert card["recipe"]["name"] == "examples" and card["recipe"]["sources"]
     assert "imagenet_nd.py" in card["command"] and card["wall_hours"] > 0
     assert set(card["weights"]) == {"model", "ema"}
+    assert [row["val_top1"] for row in card["curve"]] == [row["val_top1"] for row in record["epochs"]]
     md = (exported["out"] / "MODEL_CARD.md").read_text()
     assert "torchvision.models.get_model('resnet18', num_classes=4)" in md and "strict=True" in md
+    assert md.count("\n| 3 | ") == 1  # the learning curve's last epoch
 
 
 def test_card_carries_the_evaluations(exported):
