@@ -7,6 +7,9 @@ real JPEGs, a devkit) to evaluated, exported weights and a report, as real SLURM
   written (the others' files are untouched), and the chain goes on to the end: the exported weights load
   strictly into torchvision's model and give the evaluated top-1 on the validation images; a report.
 - One chain whose training fails: the later stages never run, `status` names the stage and the reason.
+- `cancel` stops a chain; input that cannot work is refused before anything is submitted.
+(That the exported weights reproduce a learned model's top-1 is tests/engine/test_export.py's: this
+chain's 2 tiny epochs barely learn.)
 """
 from __future__ import annotations
 
