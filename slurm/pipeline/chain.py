@@ -160,8 +160,23 @@ def submit(chain: Chain, argv: Sequence[str], dry_run: bool = False, print_=prin
         files.make_dirs(layout.logs)  # SLURM cannot start a job whose output folder is missing
     if old and not dry_run:  # jobs of these stages still queued behind a failed one would never run
         slurm_queue.cancel([old["jobs"][n]["id"] for n in names if n in old["jobs"]])
-    ids: Dict[str, str] = {}
-    jobs = dict(old["jobs"]) if old else {}
+    ids, submitted = _submit_stages(chain, names, texts, tasks, dry_run, print_)
+    if dry_run:
+        return None
+    jobs = {**(old["jobs"] if old else {}), **submitted}
+    state = {"schema": 1, "archives": str(chain.archives), "command": list(argv), "epochs": chain.spec.epochs,
+             "prepare_tasks": chain.prepare_tasks, "jobs": jobs, "cancelled": False}
+    st.save(layout, state)
+    print_(f"submitted {', '.join(f'{n} {ids[n]}' for n in names)}; follow it with "
+           f"`python -m slurm.pipeline status {layout.out}`")
+    return state
+
+
+def _submit_stages(chain: Chain, names: Sequence[str], texts: Dict[str, str], tasks: Sequence[int], dry_run: bool,
+                   print_) -> tuple:
+    """sbatch each stage of NAMES (print only, for a dry run); (their job ids, their state entries). When
+    sbatch refuses one, the jobs this pass submitted are cancelled: a chain is submitted whole or not at all."""
+    layout, ids, jobs = chain.layout, {}, {}
     for name in names:
         script = layout.jobs / f"{name}.sh"
         args = sbatch_args(chain, name, ids, tasks)
@@ -170,18 +185,15 @@ def submit(chain: Chain, argv: Sequence[str], dry_run: bool = False, print_=prin
             ids[name] = f"<{name}>"
             continue
         files.write_text(script, texts[name])
-        job_id = slurm_queue.submit(script, ["--chdir", str(REPO), *args], cwd=REPO)
-        ids[name] = job_id
-        log = str(layout.logs / (f"{name}-{job_id}.out" if name != "prepare" else f"prepare-{job_id}_*.out"))
-        jobs[name] = {"id": job_id, "log": log, **({"tasks": list(tasks)} if name == "prepare" else {})}
-    if dry_run:
-        return None
-    state = {"schema": 1, "archives": str(chain.archives), "command": list(argv), "epochs": chain.spec.epochs,
-             "prepare_tasks": chain.prepare_tasks, "jobs": jobs, "cancelled": False}
-    st.save(layout, state)
-    print_(f"submitted {', '.join(f'{n} {ids[n]}' for n in names)}; follow it with "
-           f"`python -m slurm.pipeline status {layout.out}`")
-    return state
+        try:
+            ids[name] = slurm_queue.submit(script, ["--chdir", str(REPO), *args], cwd=REPO)
+        except slurm_queue.SlurmError:
+            slurm_queue.cancel(list(ids.values()))
+            raise
+        log = f"{name}-{ids[name]}.out" if name != "prepare" else f"prepare-{ids[name]}_*.out"
+        jobs[name] = {"id": ids[name], "log": str(layout.logs / log),
+                      **({"tasks": list(tasks)} if name == "prepare" else {})}
+    return ids, jobs
 
 
 def cancel(layout: Layout, print_=print) -> int:
