@@ -95,7 +95,9 @@ def _load_model_weights(model: torch.nn.Module, ckpt: dict, path: Path, arch: st
     if ckpt.get("arch", arch) != arch:
         raise checkpoint.CheckpointError(f"{path} holds a {ckpt['arch']} model but -a is {arch}; "
                                          f"pass -a {ckpt['arch']} or another checkpoint")
-    state = {k.removeprefix("module."): v for k, v in ckpt.get("model", ckpt.get("state_dict", {})).items()}
+    # a training checkpoint, a {"state_dict": ...} file, or a plain state dict (imagenet.export's .pth)
+    weights = ckpt.get("model", ckpt.get("state_dict", ckpt))
+    state = {k.removeprefix("module."): v for k, v in weights.items()}
     try:
         model.load_state_dict(state)
     except RuntimeError as e:

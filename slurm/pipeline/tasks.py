@@ -1,0 +1,145 @@
+"""What each stage's job runs: ``python -m slurm.pipeline.tasks STAGE OUT [...]``.
+
+Every stage ends by writing its marker (done with its counts, or failed with the one-line reason) and
+exits non-zero on failure, so the next stage's ``afterok`` dependency is never satisfied and
+``status`` can say why. The stages of the weights call the project's own commands: the training
+script's ``--evaluate``, :mod:`imagenet.export`, and the harness's per-tag report (``results.report``)
+of a ``train`` record made from the run's run.json as the harness makes it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from imagenet.common.errors import one_line
+from imagenet.common.variants import SCRIPTS
+
+from . import prepare_tasks
+from .state import Layout, write_marker
+
+REPO = Path(__file__).resolve().parents[2]
+EVALUATED = {"best": "model", "ema": "model_ema"}  # evaluation name -> exported weights' stem
+
+
+def _job_id() -> str:
+    return os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID") or "local"
+
+
+def evaluate(layout: Layout, eval_args: Sequence[str]) -> dict:
+    """Export the weights, then score each (best, EMA) with the training script's --evaluate."""
+    from imagenet import export
+
+    export.export(layout.run, layout.export)
+    scored = {}
+    for name, stem in EVALUATED.items():
+        weights = layout.export / f"{stem}.pth"
+        if not weights.exists():
+            continue
+        log_dir = layout.evaluate / name
+        cmd = [sys.executable, str(REPO / SCRIPTS["nd"]), *eval_args, "--evaluate", "--resume", str(weights),
+               "--log-dir", str(log_dir), str(layout.data)]
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        sys.stdout.write(proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeError(f"evaluating the {name} weights exited {proc.returncode}: {tail[0]}")
+        scored[name] = json.loads((log_dir / "run.json").read_text())["evaluation"]
+    return {"detail": ", ".join(f"{n} top-1 {r['val_top1']:.2f} %" for n, r in scored.items()), **scored}
+
+
+def export_weights(layout: Layout) -> dict:
+    from imagenet import export
+
+    evaluations = [f"{name}={layout.evaluate / name / 'run.json'}" for name in EVALUATED
+                   if (layout.evaluate / name / "run.json").exists()]
+    out = export.export(layout.run, layout.export, evaluations)
+    return {"detail": f"weights and model card in {out}"}
+
+
+def report(layout: Layout, tag: str) -> dict:
+    """The run as a harness ``train`` record in REPORT/records/TAG.jsonl, and that tag's report."""
+    from results.core import records
+    from results.report import main as report_main
+    from results.runners import train_bench
+
+    run_json = layout.run / "run.json"
+    if not run_json.exists():
+        return {"detail": "no training run to report (the training never started)"}
+    run = json.loads(run_json.read_text())
+    point = _point(run, train_bench.TrainPoint)
+    log = max(layout.logs.glob("train-*.out"), key=lambda p: p.stat().st_mtime, default=None)  # the last submission's
+    outcome = train_bench.Outcome(0 if run.get("status") in ("finished", "reached_desired_acc", "time_budget") else 1,
+                                  log.read_text(errors="replace")[-4000:] if log else "",
+                                  run.get("environment", {}).get("command", ""),
+                                  float((run.get("final") or {}).get("elapsed_s") or 0.0))
+    # "slurm": the harness's runner name for a point that ran as a SLURM job
+    record = train_bench.train_record(point, outcome, records.new_sweep_id("train", tag), None, {"runner": "slurm"},
+                                      layout.run, layout.report / "run", keep_checkpoints=True)
+    path = layout.report / "records" / f"{tag}.jsonl"
+    path.unlink(missing_ok=True)  # one run, one record: a rerun of the stage replaces it
+    records.append(path, record)
+    code = report_main(["--tag", tag, "--records", str(path), "--out", str(layout.report)])
+    if code != 0:
+        raise RuntimeError(f"results.report exited {code}")
+    return {"detail": f"{layout.report / 'reports' / tag / 'README.md'} (training {run.get('status')})"}
+
+
+def _point(run: dict, point_type):
+    """The harness's description of the run, from its run.json."""
+    cfg, dist = run.get("config", {}), run.get("dist", {})
+    return point_type(variant=cfg.get("run", {}).get("variant", "ddp"),
+                      procs_per_node=int(dist.get("local_world_size") or 1), nodes=int(dist.get("nodes") or 1),
+                      batch_size=int(cfg.get("batch", {}).get("per_process") or 0),
+                      precision=run.get("precision", {}).get("label", "fp32"), data="imagenet shards",
+                      arch=cfg.get("model", {}).get("arch", "resnet50"),
+                      image_size=int(cfg.get("data", {}).get("image_size") or 224),
+                      epochs=int(cfg.get("optim", {}).get("epochs") or 0), steps_per_epoch=0, val_steps=0,
+                      workers=int(cfg.get("batch", {}).get("workers") or 0))
+
+
+def _run(layout: Layout, stage: str, task: Optional[int], work) -> int:
+    """Run WORK, write the stage's marker either way; the exit status for SLURM."""
+    marker = layout.marker(stage, task)
+    start = time.monotonic()
+    try:
+        result = work()
+    except BaseException as e:  # the marker must say why, whatever it was
+        write_marker(marker, "failed", job=_job_id(), error=f"{type(e).__name__}: {one_line(e)}"[:500])
+        print(f"{stage}: failed: {one_line(e)}", file=sys.stderr)
+        return 1
+    write_marker(marker, "done", job=_job_id(), seconds=time.monotonic() - start, **result)
+    print(f"{stage}: done: {json.dumps(result)[:500]}")
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m slurm.pipeline.tasks", description=__doc__.splitlines()[0])
+    p.add_argument("stage", choices=("plan", "convert", "check", "evaluate", "export", "report"))
+    p.add_argument("out", type=Path)
+    p.add_argument("--archives", type=Path)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--shard-size", type=float)
+    p.add_argument("--tasks", type=int, default=1)
+    p.add_argument("--tag", default="pipeline")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)  # after --: the training flags (evaluate)
+    a, eval_args = p.parse_args(argv[:cut]), argv[cut + 1:]
+    layout = Layout(a.out)
+    task = int(os.environ["SLURM_ARRAY_TASK_ID"]) if a.stage == "convert" else None
+    work = {"plan": lambda: prepare_tasks.plan(layout, a.archives, a.workers, a.shard_size),
+            "convert": lambda: prepare_tasks.convert(layout, task, a.tasks, a.workers),
+            "check": lambda: prepare_tasks.check(layout, a.workers),
+            "evaluate": lambda: evaluate(layout, eval_args),
+            "export": lambda: export_weights(layout),
+            "report": lambda: report(layout, a.tag)}[a.stage]
+    return _run(layout, "prepare" if a.stage == "convert" else a.stage, task, work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
