@@ -274,8 +274,11 @@ class SlurmCluster:
 
     def _write_state(self) -> None:
         lay = self.layout
-        state = {"owner": os.getpid(), "cid": lay.cid, "nodes": lay.nodes, "subnet": lay.subnet,
-                 "base": str(lay.base), "pids": {name: proc.pid for name, proc in self.procs.items()}}
+        # each PID with its start time: the reaper below kills a recorded PID only while it is still that process
+        state = {"owner": os.getpid(), "owner_ticks": daemons.start_ticks(os.getpid()), "cid": lay.cid,
+                 "nodes": lay.nodes, "subnet": lay.subnet, "base": str(lay.base),
+                 "pids": {name: proc.pid for name, proc in self.procs.items()},
+                 "ticks": {name: daemons.start_ticks(proc.pid) for name, proc in self.procs.items()}}
         self._state_file.write_text(json.dumps(state))
 
     def _shape(self) -> Shape:
@@ -350,16 +353,24 @@ def _live_subnets() -> Set[str]:
     return {state["subnet"] for _, state in _recorded_states()}
 
 
+def _owner_alive(state: dict) -> bool:
+    """Whether the process that started a recorded cluster still runs (its PID and start time; a state file
+    written before start times were recorded has the PID alone)."""
+    ticks = state.get("owner_ticks")
+    return daemons.same_process(state["owner"], ticks) if ticks is not None else daemons.pid_alive(state["owner"])
+
+
 def reap_stale() -> None:
     """Remove clusters whose owning process died without tearing down (a killed test run)."""
     if not STATE_DIR.is_dir():
         return
     for path, state in _recorded_states():
-        if daemons.pid_alive(state["owner"]):
+        if _owner_alive(state):
             continue
         log.warning("removing stale local cluster %s left by pid %s", state["cid"], state["owner"])
-        for pid in state.get("pids", {}).values():
-            if daemons.pid_alive(pid):
+        ticks = state.get("ticks", {})
+        for name, pid in state.get("pids", {}).items():
+            if daemons.same_process(pid, ticks.get(name)):  # a reused PID is some other process: left alone
                 network.kill_pid(pid, signal.SIGKILL)
         network.teardown_layout(Layout(state["cid"], state["nodes"], state["subnet"], Path(state["base"])))
         path.unlink(missing_ok=True)

@@ -10,7 +10,7 @@ import secrets
 import socket
 import subprocess
 from pathlib import Path
-from typing import Callable, Dict, Mapping, Sequence
+from typing import Callable, Dict, Mapping, Optional, Sequence
 
 from launch.ports import free_port
 from slurm.localcluster.commands import sbin_path, sh, wait_for
@@ -68,6 +68,22 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+
+
+def start_ticks(pid: int) -> Optional[int]:
+    """When process PID started, in clock ticks since boot (/proc/PID/stat's 22nd field), None where it is gone.
+    A PID with its start time names one process: PIDs are reused within minutes on a busy machine (pid_max
+    32768), so a recorded PID alone may name some later process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])  # after the command's ")": field 3 is index 0
+
+
+def same_process(pid: int, ticks: Optional[int]) -> bool:
+    """Whether PID is still the process that started at TICKS (never, where TICKS was not recorded)."""
+    return ticks is not None and start_ticks(pid) == ticks
 
 
 def start_munge(base: Path, start: Spawn) -> None:
