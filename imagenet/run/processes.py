@@ -54,7 +54,7 @@ def _run(cfg: config.Settings, info: group.DistInfo) -> int:
 
     global _group_made
     _setup_logging(info.is_primary)
-    distributed.init(info, cfg.dist.dist_timeout)
+    distributed.init(info, cfg.dist.dist_timeout, cfg.dist.collective_timeout)
     startup.mark("process group")
     _group_made = group.initialized()
     try:
