@@ -19,7 +19,7 @@ EXTRAS ?=
 STAMP := $(VENV)/.installed-$(TORCH)
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: setup setup-dev test-system-deps demo test test-fast lint bench bench-cluster report clean
+.PHONY: setup setup-dev test-system-deps demo test test-fast test-compat test-images lint bench bench-cluster report clean
 
 # The user's install: the engine and launchers; no MPI implementation, no DALI (see requirements.txt).
 setup: $(STAMP)
@@ -71,6 +71,41 @@ test: test-system-deps setup-dev
 test-fast: setup-dev
 	$(PY) -m pytest -n 2 tests/unit
 
+# The oldest torch of the supported window, as NGC PyTorch 25.01 has it (Python 3.12, torch 2.6.0, torchvision
+# 0.21.0 from PyPI; requirements-compat.txt) in a second venv: the unit tier, the engine tests that differed on
+# it, one DDP training under torchrun and its resume. pyenv's Python 3.12 (COMPAT_PYTHON to give another).
+COMPAT_VENV ?= .venv-compat
+COMPAT_PYTHON ?= $(shell pyenv prefix 3.12 2>/dev/null)/bin/python
+COMPAT_PY := $(COMPAT_VENV)/bin/python
+COMPAT_DATA := data/compat
+COMPAT_RUN := runs/compat
+COMPAT_TRAIN := imagenet/imagenet_ddp.py -a resnet18 --image-size 32 -b 8 --workers 0 --seed 0 -p 1 \
+  --dist-backend gloo --log-dir $(COMPAT_RUN) $(COMPAT_DATA)
+
+$(COMPAT_VENV)/.installed: requirements.txt requirements-compat.txt
+	@[ -x "$(COMPAT_PYTHON)" ] || { echo "error: no Python 3.12 at '$(COMPAT_PYTHON)': pyenv install 3.12, or make test-compat COMPAT_PYTHON=/path/to/python3.12" >&2; exit 2; }
+	$(COMPAT_PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_PY) -m pip install --isolated --disable-pip-version-check -q -r requirements-compat.txt
+	$(COMPAT_PY) -m pip install --isolated --disable-pip-version-check -q -r requirements.txt
+	$(COMPAT_PY) -c "import torch, torchvision; assert torch.__version__.startswith('2.6.0'), torch.__version__"
+	touch $@
+
+test-compat: test-system-deps $(COMPAT_VENV)/.installed
+	PYTHONPATH=$(CURDIR) $(COMPAT_PY) setup.py -q build_ext --inplace
+	PYTHONPATH=$(CURDIR) $(COMPAT_PY) -m pytest -n 2 -q tests/unit
+	PYTHONPATH=$(CURDIR) $(COMPAT_PY) -m pytest -n 0 -q tests/engine/test_engine_errors.py::test_a_stopped_rank_is_named_within_the_collective_timeout \
+	  tests/engine/test_results_bench.py::test_allreduce_records tests/engine/test_torchvision_train.py::test_policies_train_on_the_batch_backends
+	rm -rf $(COMPAT_RUN) && PYTHONPATH=$(CURDIR) $(COMPAT_PY) -m imagenet.demo_data $(COMPAT_DATA) --classes 4 --train-per-class 16 --val-per-class 4
+	PYTHONPATH=$(CURDIR) $(COMPAT_VENV)/bin/torchrun --standalone --nproc_per_node=2 $(COMPAT_TRAIN) --epochs 1
+	PYTHONPATH=$(CURDIR) $(COMPAT_VENV)/bin/torchrun --standalone --nproc_per_node=2 $(COMPAT_TRAIN) --epochs 2 --resume auto | tee $(COMPAT_RUN).log
+	grep -q "resumed from .*: epoch 1, step 0" $(COMPAT_RUN).log && grep -q '"status": "finished"' $(COMPAT_RUN)/run.json
+
+# The container tier in an image like NGC's PyTorch one (torch 2.6 and the project's dependencies inside it, nothing
+# of the host's): Charliecloud on the test cluster's 4 nodes, preempted and resumed. The image (~5 GB) is built on
+# first use and cached (slurm/localcluster/image.py); -rP prints what the jobs did.
+test-images: test-system-deps setup-dev
+	HPC_IMAGENET_TORCH_IMAGE=1 $(PY) -m pytest -n 0 -rP tests/cluster/test_slurm_ngc_image.py
+
 # ruff's checks (rules and line length in pyproject.toml); CI runs it before the tests
 lint: setup-dev
 	$(PY) -m ruff check .
@@ -96,4 +131,4 @@ report: setup-dev
 	$(PY) -m studies.benches report
 
 clean:
-	rm -rf $(VENV) runs data .pytest_cache
+	rm -rf $(VENV) $(COMPAT_VENV) runs data .pytest_cache

@@ -29,6 +29,7 @@ MAX_STARTS=${MAX_STARTS:-10}  # starts of the training in this allocation in all
 MODULES=${MODULES-}  # environment modules to load; MODULES= for none
 CONTAINER_IMAGE=${CONTAINER_IMAGE:-nvcr.io#nvidia/pytorch:25.01-py3}  # pyxis
 CONTAINER_MOUNTS=${CONTAINER_MOUNTS:-"$REPO,/path/to/imagenet"}  # SRC[:DST],... (the checkout first)
+CONTAINER_NAME=${CONTAINER_NAME:-hpc-imagenet-$SLURM_JOB_ID}  # imported once per node and job, reused by every step and after a requeue
 PROCS_PER_NODE=${PROCS_PER_NODE:-${SLURM_GPUS_ON_NODE:-4}}  # training processes per node: one per GPU of the allocation
 
 # ---- software environment
@@ -134,7 +135,7 @@ while :; do
     LAUNCH=$((LAUNCH + 1))
     start_budget
     note_start "$ALLOCATION:$LAUNCH:0" loop
-    srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 --container-image="$CONTAINER_IMAGE" --container-mounts="$CONTAINER_MOUNTS" --container-workdir="$PWD" bash -c 'trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.run "$@"' "$PYTHON" \
+    srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * 1)) --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 --container-image="$CONTAINER_IMAGE" --container-name="$CONTAINER_NAME" --container-mounts="$CONTAINER_MOUNTS" --container-workdir="$PWD" --no-container-mount-home --container-env=MASTER_ADDR,MASTER_PORT,LOG_DIR,STARTS_LOG,ALLOCATION,MAX_RESTARTS,MAX_STARTS,LAUNCH,BUDGET_FUNCTIONS,OMP_NUM_THREADS,TORCH_NCCL_ASYNC_ERROR_HANDLING,TORCH_NCCL_ENABLE_MONITORING,TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC,TORCH_NCCL_DESYNC_DEBUG,NCCL_DEBUG bash -c 'trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.run "$@"' "$PYTHON" \
         --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node="$PROCS_PER_NODE" --rdzv-id="$SLURM_JOB_ID" \
         --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR":"$MASTER_PORT" \
         --max-restarts=$((left > 1 ? left - 1 : 0)) --no-python bash -c 'eval "$BUDGET_FUNCTIONS"; key=$ALLOCATION:$LAUNCH:${TORCHELASTIC_RESTART_COUNT:-0}; start_budget; note_start "$key" "rank$RANK"; if [ "${TORCHELASTIC_RESTART_COUNT:-0}" -gt 0 ] && [ "$(grep -m 1 "^$key " "$STARTS_LOG" | cut -d " " -f 4)" = "rank$RANK" ]; then echo "$(date -Is) torchrun restarts the workers (its restart $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS in this launch): $(budget_note)"; fi; exec "$0" -u "$@"' "$PYTHON" \

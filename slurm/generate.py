@@ -520,11 +520,17 @@ def _setup(spec: JobSpec) -> str:
                   f'--module <mpi>) or pass --export=ALL,MPIRUN=/path/to/mpirun" >&2; {FAIL}; }}']
     if spec.venv:
         lines.append(f'source "$VENV/bin/activate" || {FAIL}')
+    lines += [f"export {k}=${{{k}:-{_q(v)}}}" for k, v in _exports(spec).items()]
+    if spec.container:
+        lines += containers.preflight(spec.resolved_runtime)
+    return "\n".join(lines)
+
+
+def _exports(spec: JobSpec) -> Dict[str, str]:
+    """The variables the software section exports (a container runtime passes them into the image by name)."""
     threads = max(1, spec.cpus // max(spec.procs_per_task, 1))
     nccl = dict(NCCL_WATCHDOG) if spec.gpus_per_node and not spec.single_process else {}
-    env = {"OMP_NUM_THREADS": str(threads), **nccl, **dict(spec.env)}
-    lines += [f"export {k}=${{{k}:-{_q(v)}}}" for k, v in env.items()]
-    return "\n".join(lines)
+    return {"OMP_NUM_THREADS": str(threads), **nccl, **dict(spec.env)}
 
 
 def _modules() -> List[str]:
@@ -635,6 +641,9 @@ def _train_args(spec: JobSpec) -> List[str]:
         lines.append(f"TRAIN_ARGS+=({' '.join(_q(a) for a in spec.train_args)})")
     lines += ["# shellcheck disable=SC2206  # EXTRA_ARGS is split into words on purpose",
               'TRAIN_ARGS+=($EXTRA_ARGS "$DATA")']
+    # in an image that sees host folders elsewhere (Charliecloud's /mnt/N), the training gets those paths
+    for host, inside in containers.image_paths(spec.resolved_runtime).items():
+        lines = [line.replace(host, inside) for line in lines]
     return lines
 
 
@@ -646,7 +655,8 @@ def _launch(spec: JobSpec) -> str:
     # (--kill-on-bad-exit: one failed task ends the step, so a hung rank cannot hold it)
     tasks = _per_node(spec, tasks=True)
     # in a container: srun's own flags (Pyxis) or a command before each task's program (the other runtimes)
-    flags, inside = containers.wrap(spec.resolved_runtime) if spec.container else ("", "")
+    flags, inside = (containers.wrap(spec.resolved_runtime, launcher, spec.gpus_per_node > 0, list(_exports(spec)))
+                     if spec.container else ("", ""))
     srun = (f'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * {tasks})) '
             f'--ntasks-per-node={_shell_value(tasks)} --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1'
             + (f" {flags}" if flags else "") + (f" {inside}" if inside else ""))
@@ -807,9 +817,12 @@ def _recipe_epochs(train_args: Sequence[str]) -> Optional[int]:
     return recipe.epochs if recipe is not None else None
 
 
-NGC_IMAGE_APPTAINER = "docker://nvcr.io/nvidia/pytorch:25.01-py3"  # apptainer pulls and converts it once per node
+# NVIDIA's NGC PyTorch 25.01 (torch 2.6, Python 3.12: the oldest torch the project supports), prepared once by the
+# site as each runtime reads it (docs/slurm.md, "Containers")
+NGC_IMAGE_APPTAINER = "/path/to/images/pytorch-25.01.sif"  # apptainer pull ... docker://nvcr.io/nvidia/pytorch:25.01-py3
 NGC_IMAGE_PYXIS = "nvcr.io#nvidia/pytorch:25.01-py3"  # enroot's spelling: registry#image
-NGC_IMAGE_CHARLIECLOUD = "/path/to/images/pytorch-25.01"  # ch-convert nvcr.io/nvidia/pytorch:25.01-py3 DIR
+NGC_IMAGE_CHARLIECLOUD = "/path/to/images/pytorch-25.01.sqsh"  # ch-convert nvcr.io/nvidia/pytorch:25.01-py3 FILE
+NGC_IMAGE_PODMAN = "nvcr.io/nvidia/pytorch:25.01-py3"  # podman-hpc pull nvcr.io/nvidia/pytorch:25.01-py3
 # The committed examples: name -> generator arguments. test_slurm_generate regenerates each one.
 EXAMPLES: Dict[str, List[str]] = {
     "ddp_4node": ["--name", "ddp_4node", "--nodes", "4", "--gpus-per-node", "4", "--variant", "amp",
@@ -827,20 +840,24 @@ EXAMPLES: Dict[str, List[str]] = {
                   "--launcher", "mpi", "--module", "openmpi", "--venv", ".venv", "--env", "NCCL_DEBUG=WARN"],
     "ddp_2node_staged": ["--name", "ddp_2node_staged", "--nodes", "2", "--gpus-per-node", "4", "--variant", "ddp",
                          "--launcher", "torchrun", "--venv", ".venv", "--stage-dir", "$TMPDIR"],
-    # NVIDIA's NGC PyTorch image (PyTorch, NCCL, cuDNN and DALI built together), as Apptainer and Pyxis run it;
-    # the data folder is mounted at the same path, the checkout always is
+    # NVIDIA's NGC PyTorch image (PyTorch, NCCL, cuDNN and DALI built together), as each runtime runs it; the data
+    # folder is mounted at the same path (Charliecloud: at /mnt/1, a mount point the read-only image has)
     "ddp_4node_apptainer": ["--name", "ddp_4node_apptainer", "--nodes", "4", "--gpus-per-node", "4", "--variant",
                             "amp", "--launcher", "torchrun", "--container", NGC_IMAGE_APPTAINER,
                             "--container-runtime", "apptainer", "--container-mounts", "/path/to/imagenet",
                             "--env", "NCCL_DEBUG=WARN", "--", "--opt-level", "O1", "--channels-last"],
     "ddp_4node_charliecloud": ["--name", "ddp_4node_charliecloud", "--nodes", "4", "--gpus-per-node", "4",
                                "--variant", "amp", "--launcher", "torchrun", "--container", NGC_IMAGE_CHARLIECLOUD,
-                               "--container-runtime", "charliecloud", "--container-mounts", "/path/to/imagenet",
-                               "--env", "NCCL_DEBUG=WARN", "--", "--opt-level", "O1", "--channels-last"],
+                               "--container-runtime", "charliecloud", "--env", "NCCL_DEBUG=WARN",
+                               "--", "--opt-level", "O1", "--channels-last"],
     "ddp_4node_pyxis": ["--name", "ddp_4node_pyxis", "--nodes", "4", "--gpus-per-node", "4", "--variant", "amp",
                         "--launcher", "torchrun", "--container", NGC_IMAGE_PYXIS, "--container-runtime", "pyxis",
                         "--container-mounts", "/path/to/imagenet", "--env", "NCCL_DEBUG=WARN",
                         "--", "--opt-level", "O1", "--channels-last"],
+    "ddp_4node_podman_hpc": ["--name", "ddp_4node_podman_hpc", "--nodes", "4", "--gpus-per-node", "4", "--variant",
+                             "amp", "--launcher", "torchrun", "--container", NGC_IMAGE_PODMAN, "--container-runtime",
+                             "podman-hpc", "--container-mounts", "/path/to/imagenet", "--env", "NCCL_DEBUG=WARN",
+                             "--", "--opt-level", "O1", "--channels-last"],
 }
 EXAMPLES_DIR = Path(__file__).resolve().parent
 

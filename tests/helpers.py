@@ -153,7 +153,9 @@ TORCHVISION_COMMAND = (
 
 
 def container_exports(image: Path) -> list:
-    """sbatch --export settings that run a batch file's training in IMAGE (the test cluster's container image)
-    with this checkout's venv: the image's Python, the venv's packages on PYTHONPATH."""
+    """sbatch --export settings that run a batch file's training in IMAGE (the test cluster's light image) with
+    this checkout's venv: the image's Python, the checkout also bound at its own path (a folder the light image
+    has), the venv's packages on PYTHONPATH."""
     site = Path(sys.prefix) / "lib" / f"python3.{sys.version_info.minor}" / "site-packages"
-    return [f"CONTAINER_IMAGE={image}", "PYTHON=python3", f"PYTHONPATH={site}:{REPO}"]
+    return [f"CONTAINER_IMAGE={image}", "PYTHON=python3", f"PYTHONPATH={site}:{REPO}",
+            f"CONTAINER_MOUNTS={REPO}:{REPO}"]

@@ -48,9 +48,20 @@ def initialized() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def cleanup() -> None:
-    if initialized():
-        dist.destroy_process_group()
+def cleanup() -> bool:
+    """Destroy the process group; False where it is left to the process's exit instead: gloo before torch
+    2.10 (seen with 2.6) can hang for good in the destructor, which joins a worker thread that waits for the
+    interpreter lock the destructor holds (to free the last collective's tensor)."""
+    if not initialized():
+        return True
+    if dist.get_backend() == "gloo" and _torch_before(2, 10):
+        return False
+    dist.destroy_process_group()
+    return True
+
+
+def _torch_before(major: int, minor: int) -> bool:
+    return tuple(int(part) for part in torch.__version__.split(".")[:2]) < (major, minor)
 
 
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:

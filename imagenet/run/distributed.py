@@ -88,14 +88,20 @@ def for_spawned(dist, local_index: int, procs_per_node: int) -> DistInfo:
                     backend=pick_backend(dist.dist_backend, device), init_method=dist.dist_url)
 
 
-def init(info: DistInfo, timeout_s: float) -> None:
+def init(info: DistInfo, timeout_s: float, collective_s: Optional[float] = None) -> None:
+    """Form the group: the rendezvous under TIMEOUT_S; the collectives under it too, until set-up is over
+    (set_collective_timeout), except where the backend cannot be shortened later (see _formed_timeout)."""
     if not info.distributed:
         return
     timeout = datetime.timedelta(seconds=timeout_s)
+    formed = _formed_timeout(info, timeout_s, collective_s)
     try:
         store = _attempt_store(info, timeout)
+        if store is None and formed != timeout:  # the rendezvous keeps the long bound; the collectives get the short
+            store, _, _ = next(dist.rendezvous(info.init_method, rank=info.rank, world_size=info.world_size,
+                                               timeout=timeout))
         where = {"store": store} if store is not None else {"init_method": info.init_method}
-        dist.init_process_group(info.backend, rank=info.rank, world_size=info.world_size, timeout=timeout, **where)
+        dist.init_process_group(info.backend, rank=info.rank, world_size=info.world_size, timeout=formed, **where)
     except (RuntimeError, ValueError, OSError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DistError(f"rank {info.rank} could not join the process group at {info.init_method} within "
@@ -106,6 +112,20 @@ def init(info: DistInfo, timeout_s: float) -> None:
     else:
         dist.barrier()
     group.gather_hosts()
+
+
+def _formed_timeout(info: DistInfo, timeout_s: float, collective_s: Optional[float]) -> datetime.timedelta:
+    """The timeout the group is formed with: TIMEOUT_S, shortened to COLLECTIVE_S once set-up is over. gloo
+    before torch's public dist.set_timeout (torch 2.6 among them) keeps the timeout its connections were made
+    with (torch's private setter changes only new ones), so there the group is formed with COLLECTIVE_S, said
+    once: set-up (staging, the scan) must then finish within it."""
+    if collective_s is None or collective_s >= timeout_s or info.backend != "gloo" or hasattr(dist, "set_timeout"):
+        return datetime.timedelta(seconds=timeout_s)
+    if info.rank == 0:
+        log.warning("torch %s: gloo cannot shorten its timeout once formed (torch 2.10 and later can), so the "
+                    "group runs under --collective-timeout %gs from the start, set-up included (raise it for a "
+                    "long staging copy)", torch.__version__, collective_s)
+    return datetime.timedelta(seconds=collective_s)
 
 
 def _attempt_store(info: DistInfo, timeout: datetime.timedelta) -> Optional["dist.Store"]:

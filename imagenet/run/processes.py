@@ -11,6 +11,10 @@ collection (faulthandler: "Garbage-collecting", no Python frame), seen twice in 
 loaded machine. Finalisation freezes every other thread, and a C++ destructor run by that last
 collection can wait on one of them. Only that last collection is skipped: run.json and TensorBoard are
 closed by the run itself, and a checkpoint write in flight finishes first (``_leave``).
+
+Where destroying the group itself can hang (``group.cleanup``: gloo before torch 2.10, seen with torch 2.6,
+whose destructor joins a worker thread that waits for the interpreter lock the destructor holds), the group
+is left to the system and every exit takes that same way out.
 """
 from __future__ import annotations
 
@@ -47,14 +51,15 @@ def _setup_logging(primary: bool) -> None:
 
 # set once this process has made a process group: its failures leave without finalisation
 _group_made = False
+_group_left = False  # the group was not destroyed (group.cleanup): the process leaves as _leave says
 
 
 def _run(cfg: config.Settings, info: group.DistInfo) -> int:
     from . import build  # imported late: the spawning parent never needs it
 
-    global _group_made
+    global _group_made, _group_left
     _setup_logging(info.is_primary)
-    distributed.init(info, cfg.dist.dist_timeout)
+    distributed.init(info, cfg.dist.dist_timeout, cfg.dist.collective_timeout)
     startup.mark("process group")
     _group_made = group.initialized()
     try:
@@ -68,7 +73,7 @@ def _run(cfg: config.Settings, info: group.DistInfo) -> int:
             print(f"error: {lost}", file=sys.stderr, flush=True)  # not a traceback per rank
         return EXIT_LOST_PEER
     finally:
-        group.cleanup()
+        _group_left = not group.cleanup()
 
 
 def _elastic_exit(code: int) -> int:
@@ -96,7 +101,7 @@ def _leave(code: int) -> int:
     interpreter's finalisation (see the module docstring). What an ordinary exit does before it still
     happens, in its order: the non-daemon threads finish (a checkpoint write in flight), then the
     atexit handlers run (loader workers stopped, logs flushed)."""
-    if _group_made and code in (EXIT_USAGE, EXIT_LOST_PEER):
+    if _group_made and (code in (EXIT_USAGE, EXIT_LOST_PEER) or _group_left):
         for thread in threading.enumerate():
             if thread is not threading.current_thread() and not thread.daemon:
                 thread.join()

@@ -63,14 +63,17 @@ def _rank_main(rank: int, world: int, port: int, backend: str, fn: Callable, arg
 
     try:
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        try:
-            result = fn(*args)
-        finally:
-            dist.destroy_process_group()
+        result = fn(*args)
         if rank == 0:
             queue.put({"result": result})
     except BaseException as e:
         queue.put({"error": f"rank {rank}: {type(e).__name__}: {e}"})
+    # No destroy_process_group: in torch 2.6 it can deadlock (gloo's destructor joins a worker thread that
+    # waits for the GIL to free the last collective's tensor). The helper ends once its message is sent;
+    # the system closes its sockets.
+    queue.close()
+    queue.join_thread()
+    os._exit(0)
 
 
 def run_ranks(world_size: int, fn: Callable, args: tuple, backend: str = "gloo", timeout_s: float = 900) -> Any:

@@ -40,7 +40,7 @@ def _container_script(folder: Path, data: Path, image: Path) -> Path:
             "--cpus-per-task", "1", "--launcher", "torchrun", "--time", "10", "--signal-seconds", "60",
             "--data", str(data), "--arch", ARCH, "--epochs", str(EPOCHS), "--batch-size", "8", "--workers", "0",
             "--output", str(folder / "%x-%j.out"), "--container", str(image), "--container-runtime",
-            "charliecloud", "--container-mounts", str(data), "--", *TRAIN]
+            "charliecloud", "--", *TRAIN]
     path = folder / "container.sh"
     path.write_text(render(spec_from_args(argv)))
     return path

@@ -30,7 +30,8 @@ GENERATED = ("results/RESULTS.md", "results/reports/", "studies/published_model/
 TEMPLATES = ("results/report/text/", "studies/published_model/text/", "studies/fashion_mnist_race/text/",
              "studies/benches/text/")
 SCRATCH = "results/scratch/"  # the harness's ignored work area: records name their run folders there
-SKIP_DIRS = {".venv", ".git", "runs", "data", "node_modules", "build"}  # build: setuptools output (pip wheel .)
+# build: setuptools output (pip wheel .); .venv-compat: make test-compat's venv
+SKIP_DIRS = {".venv", ".venv-compat", ".git", "runs", "data", "node_modules", "build"}
 LINK = re.compile(r"\]\(([^()\s]+)\)")  # the target of [text](target)
 FENCE = "```"
 # Packages whose README has a line per module (a module is named as `name.py` or by its path from the
