@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from imagenet.common import files
-from results.runners.slurm_queue import CLIENT_TIMEOUT_S, QUEUED, RUNNING, SlurmError
+from slurm import client
+from slurm.client import QUEUED, RUNNING
 
 STATE = "pipeline.json"
 STAGES = ("plan", "prepare", "check", "train", "evaluate", "export", "report")
@@ -106,14 +106,7 @@ def read_marker(path: Path) -> Optional[dict]:
 
 def queue() -> Dict[str, tuple]:
     """{job id (array tasks as ID_TASK): (state, reason)} of this user's jobs squeue still knows."""
-    try:
-        out = subprocess.run(["squeue", "-h", "--me", "--states=all", "-r", "-o", "%i|%T|%r"], capture_output=True,
-                             text=True, timeout=CLIENT_TIMEOUT_S)
-    except FileNotFoundError:
-        raise SlurmError("squeue is not on PATH; run this on a SLURM login node (or load the slurm module)") from None
-    if out.returncode != 0:
-        raise SlurmError(f"squeue failed: {out.stderr.strip()[:200]}")
-    return {f[0]: (f[1], f[2]) for f in (line.split("|", 2) for line in out.stdout.splitlines()) if len(f) == 3}
+    return client.queue()
 
 
 def active(entry: Optional[tuple]) -> Optional[str]:
