@@ -54,7 +54,7 @@ def run(cmd: Sequence[str], cwd: Optional[Path] = None, env: Env = None, stdin: 
         raise SlurmError(f"{cmd[0]} did not answer in {timeout_s:.0f} s; is slurmctld up (scontrol ping)?") from None
     if out.returncode != 0:
         why = (out.stderr or out.stdout).strip().splitlines()[-1:]
-        raise SlurmError(f"{' '.join(map(str, cmd[:2]))} failed: {why}")
+        raise SlurmError(f"{' '.join(map(str, cmd[:2]))} failed: {why[0] if why else f'exit {out.returncode}'}")
     return out.stdout
 
 
@@ -78,6 +78,11 @@ def queue(env: Env = None) -> Dict[str, Tuple[str, str]]:
 def active(env: Env = None) -> Dict[str, Tuple[str, str]]:
     """The entries of :func:`queue` still queued or running."""
     return {j: e for j, e in queue(env).items() if e[0] in QUEUED + RUNNING}
+
+
+def in_queue(job_id: str, env: Env = None) -> bool:
+    """Whether the job (or a task of the array it is) is still queued or running."""
+    return any(j == job_id or j.startswith(f"{job_id}_") for j in active(env))
 
 
 def accounting(job_id: str, env: Env = None) -> List[Dict[str, str]]:
@@ -121,21 +126,29 @@ def states(job_ids: Sequence[str], env: Env = None) -> Dict[str, str]:
 def cancel(job_ids: Sequence[str], timeout_s: float = CLIENT_TIMEOUT_S, env: Env = None) -> None:
     """scancel every job given; those already gone are ignored. A slurmctld that does not answer must
     not hang a Ctrl-C: after TIMEOUT_S the jobs are named for the user to cancel."""
-    if not job_ids:
-        return
+    if job_ids:
+        _scancel(list(job_ids), f"SLURM job(s) {', '.join(job_ids)}", timeout_s, env)
+
+
+def cancel_mine(env: Env = None, full: bool = False, timeout_s: float = CLIENT_TIMEOUT_S) -> None:
+    """scancel every job of this user (``full``: every step's processes too, not only the batch shell's)."""
+    user = getpass.getuser()
+    _scancel([*(["--full"] if full else []), f"--user={user}"], f"every SLURM job of {user}", timeout_s, env)
+
+
+def _scancel(args: List[str], what: str, timeout_s: float, env: Env) -> None:
+    """scancel ARGS; never raises (a cancel is the way out of an error or a Ctrl-C): a hang is logged with
+    the command for the user to type."""
     try:
-        subprocess.run(["scancel", *job_ids], capture_output=True, text=True, timeout=timeout_s,
+        subprocess.run(["scancel", *args], capture_output=True, text=True, timeout=timeout_s,
                        env=None if env is None else dict(env))
     except subprocess.TimeoutExpired:
-        log.error("scancel did not answer in %.0f s; cancel the jobs yourself: scancel %s", timeout_s,
-                  " ".join(job_ids))
+        log.error("scancel did not answer in %.0f s; cancel the jobs yourself: scancel %s", timeout_s, " ".join(args))
         return
-    log.warning("cancelled SLURM job(s) %s", ", ".join(job_ids))
-
-
-def cancel_mine(env: Env = None, full: bool = False) -> None:
-    """scancel every job of this user (``full``: every step's processes too, not only the batch shell's)."""
-    run(["scancel", *(["--full"] if full else []), f"--user={getpass.getuser()}"], env=env)
+    except FileNotFoundError:
+        log.error("scancel is not on PATH; cancel the jobs on a login node: scancel %s", " ".join(args))
+        return
+    log.warning("cancelled %s", what)
 
 
 def signal(job_id: str, name: str, env: Env = None) -> None:
