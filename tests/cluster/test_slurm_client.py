@@ -43,7 +43,8 @@ def test_cancel_and_unknown_jobs(slurm_cluster: SlurmCluster, tmp_path: Path) ->
 
 def test_a_refused_submission_is_one_line(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     with pytest.raises(client.SlurmError, match=r"^sbatch --parsable failed: .*submission failed") as e:
-        client.submit(options=["--nodes=99"], text="#!/bin/sh\ntrue\n", cwd=tmp_path, env=slurm_cluster.env)
+        client.submit(options=["--partition=no-such-partition"], text="#!/bin/sh\ntrue\n", cwd=tmp_path,
+                      env=slurm_cluster.env)
     assert "\n" not in str(e.value)
 
 
