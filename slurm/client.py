@@ -62,7 +62,7 @@ def submit(script: Optional[Path] = None, options: Sequence[str] = (), *, text: 
            cwd: Optional[Path] = None, env: Env = None) -> str:
     """``sbatch --parsable [OPTIONS] SCRIPT`` (or the batch script TEXT on sbatch's standard input); the job id."""
     if (script is None) == (text is None):
-        raise ValueError("submit takes a batch file or a script's text, not both")
+        raise ValueError("submit takes one of a batch file (SCRIPT) and a script's text (TEXT)")
     out = run(["sbatch", "--parsable", *options, *([str(script)] if script else [])], cwd=cwd, env=env, stdin=text)
     return out.strip().split(";")[0]
 
