@@ -26,8 +26,9 @@ from results.core import records
 from results.core.kinds import from_dict
 from results.core.records import RUNS_DIR, SCRATCH_DIR
 from results.core.setups import CPU_SETUPS, SETUPS
-from results.runners import data_scale_bench, faults_bench, local, scaling, slurm_queue, train_bench
+from results.runners import data_scale_bench, faults_bench, local, scaling, train_bench
 from results.runners.common import BenchError, add_flags, progress
+from slurm import client as slurm_client
 from slurm.generate import GenerateError
 
 log = logging.getLogger(__name__)
@@ -228,7 +229,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return rc or (report.main([]) if a.report else 0)
         out = {"train": local.run_train, "io": local.run_io, "allreduce": local.run_allreduce,
                "pipeline": local.run_pipeline, "shards": data_scale_bench.run}[a.cmd](a)
-    except (BenchError, slurm_queue.SlurmError, GenerateError) as e:
+    except (BenchError, slurm_client.SlurmError, GenerateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     failed = sum(not from_dict(r).ok for r in out)

@@ -31,8 +31,9 @@ from results.analysis.parameters import parameter_count
 from results.core import records
 from results.core.kinds import from_dict
 from results.core.records import RUNS_DIR, SCRATCH_DIR, portable
-from results.runners import slurm_queue, storage_bench, train_bench
+from results.runners import storage_bench, train_bench
 from results.runners.common import BenchError, add_flags, environment, record_context
+from slurm import client as slurm_client
 from slurm import generate
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         log.warning("interrupted: every job of the sweep still queued or running was cancelled; rerun the "
                     "same command to resume")
         return 130
-    except slurm_queue.Timeout as e:
+    except slurm_client.Timeout as e:
         log.warning("--timeout: %s, so they were cancelled; rerun the same command to resume", e)
         return 124
     return 1 if failed == len(points) else 0
@@ -165,7 +166,7 @@ def storage_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[in
                     try:
                         m = storage_bench.metrics(scratch, nodes, readers)
                     except (OSError, ValueError) as e:
-                        error = f"{e}; {(slurm_queue.job_output(scratch).splitlines()[-1:] or ['(no job output)'])[0]}"
+                        error = f"{e}; {(slurm_client.job_output(scratch).splitlines()[-1:] or ['(no job output)'])[0]}"
                 return records.make_record("storage", sweep, point, m, env, "failed" if error else "ok", error, **extra)
             script = generate.render_step(spec, storage_bench.job_body(args, k))
             out.append(Point(f"{n} node(s) x {k} reader(s)", scratch, script, finish))
@@ -174,7 +175,7 @@ def storage_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[in
 
 def submit_and_collect(points: List[Point], args: argparse.Namespace) -> int:
     """Submit every point, print each state change, record each point as its job ends; the number
-    of failed points. Interrupted (KeyboardInterrupt) or out of time (slurm_queue.Timeout), every
+    of failed points. Interrupted (KeyboardInterrupt) or out of time (slurm_client.Timeout), every
     job still queued or running is cancelled first; nothing is recorded for those, so a rerun
     redoes them."""
     by_job: Dict[str, Point] = {}
@@ -194,9 +195,9 @@ def submit_and_collect(points: List[Point], args: argparse.Namespace) -> int:
             write_text(path, p.script)
             after = [f"--dependency=afterany:{previous}"] if previous and not args.concurrent else []
             try:
-                p.job = slurm_queue.submit(path, [*after, *train_bench.SlurmRunner.sbatch_argv(p.scratch)],
+                p.job = slurm_client.submit(path, [*after, *train_bench.SlurmRunner.sbatch_argv(p.scratch)],
                                            cwd=train_bench.REPO, env=train_bench.child_env())
-            except slurm_queue.SlurmError as e:  # e.g. more nodes than the partition has: the rest goes on
+            except slurm_client.SlurmError as e:  # e.g. more nodes than the partition has: the rest goes on
                 p.error = str(e)
                 record(p)
                 continue
@@ -204,16 +205,16 @@ def submit_and_collect(points: List[Point], args: argparse.Namespace) -> int:
             previous = p.job
             log.info("%s: submitted job %s", p.label, p.job)
     except BaseException:
-        slurm_queue.cancel(list(by_job))
+        slurm_client.cancel(list(by_job))
         raise
 
     def on_change(job: str, state: str) -> None:
         p = by_job[job]
-        if state == slurm_queue.DONE:
+        if state == slurm_client.DONE:
             record(p)
         else:
             log.info("%s: job %s %s", p.label, job, state)
-    slurm_queue.watch(list(by_job), on_change, args.timeout)
+    slurm_client.wait(list(by_job), on_change, args.timeout)
     return failed
 
 

@@ -26,8 +26,8 @@ from launch import launchers
 from results.core import records
 from results.core.records import RESULTS_DIR, portable
 from results.core.setups import SETUPS
-from results.runners import slurm_queue
 from results.runners.common import environment, last_line, repo_relative
+from slurm import client as slurm_client
 
 log = logging.getLogger(__name__)
 
@@ -190,18 +190,18 @@ class SlurmRunner:
     def outcome(self, log_dir: Path, returncode: int, t0: float) -> Outcome:
         """How the job in LOG_DIR went: its own output (the engine log) is what explains a failure."""
         cmd = " ".join(["sbatch", *self.sbatch_argv(log_dir), str(log_dir / "job.sh")])
-        return Outcome(returncode, slurm_queue.job_output(log_dir), cmd, time.monotonic() - t0)
+        return Outcome(returncode, slurm_client.job_output(log_dir), cmd, time.monotonic() - t0)
 
     def run(self, point: TrainPoint, log_dir: Path) -> Outcome:
         log_dir.mkdir(parents=True, exist_ok=True)
         write_text(log_dir / "job.sh", self.script(point, log_dir))
         t0, rc = time.monotonic(), 0
-        job = slurm_queue.submit(log_dir / "job.sh", self.sbatch_argv(log_dir), cwd=REPO, env=child_env())
+        job = slurm_client.submit(log_dir / "job.sh", self.sbatch_argv(log_dir), cwd=REPO, env=child_env())
         log.info("    submitted SLURM job %s", job)
         try:
-            slurm_queue.watch([job], lambda j, state: log.info("    job %s %s", j, state.lower()
-                                                               if state == slurm_queue.DONE else state), self.timeout_s)
-        except slurm_queue.Timeout:  # the job has been cancelled: none is left queued or running
+            slurm_client.wait([job], lambda j, state: log.info(
+                "    job %s %s", j, state.lower() if state == slurm_client.DONE else state), self.timeout_s)
+        except slurm_client.Timeout:  # the job has been cancelled: none is left queued or running
             rc = 124
         return self.outcome(log_dir, rc, t0)
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
+from slurm import client
 from slurm.localcluster import daemons, network
 from slurm.localcluster.commands import SLURM_SBIN, ClusterError, ClusterUnavailable, sh, which, wait_for
 from slurm.localcluster.config import Shape, write_configs
@@ -174,16 +175,13 @@ class SlurmCluster:
 
     def sacct(self, job_id: str) -> List[Dict[str, str]]:
         """Accounting rows for a job and its steps, every run of a requeued job (-D) oldest first."""
-        fields = "JobIDRaw,JobID,JobName,State,ExitCode,NodeList,Start,End"
-        out = self.run(["sacct", "-n", "-P", "-D", "-j", job_id, "--format", fields]).stdout
-        keys = fields.split(",")
-        return [dict(zip(keys, line.split("|"))) for line in out.splitlines() if line.strip()]
+        return client.accounting(job_id, self.env)
 
     def wait_finished(self, job_id: str, timeout: float = 60, runs: int = 1) -> Dict[str, str]:
         """The job's last accounting row once it left the queue and reached a final state (accounting
         lags the job a little). ``runs``: how many runs to expect (a requeued job has one row each)."""
         def final() -> Optional[Dict[str, str]]:
-            if self.run(["squeue", "-h", "-j", job_id], check=False).stdout.strip():
+            if client.in_queue(job_id, self.env):
                 return None
             rows = [row for row in self.sacct(job_id) if row["JobID"] == job_id]
             done = len(rows) >= runs and rows[-1]["State"].split()[0] in FINAL_STATES
@@ -192,7 +190,7 @@ class SlurmCluster:
 
     def wait_idle(self, timeout: float = 60) -> None:
         """Until no job is queued or running and every node is idle."""
-        wait_for("an empty queue", lambda: not self.run(["squeue", "-h"], check=False).stdout.strip(), timeout)
+        wait_for("an empty queue", lambda: not client.active(self.env), timeout)
         wait_for("idle nodes", self._all_nodes_idle, timeout)
 
     def wait_node_idle(self, node: str, timeout: float = 300) -> None:
@@ -322,11 +320,10 @@ class SlurmCluster:
         return len(states) == self.nodes and all(state == "idle" for state in states.values())
 
     def _drain_jobs(self) -> None:
-        self.run(["scancel", "--full", "--user=root"], check=False)
+        client.cancel_mine(self.env, full=True)
         try:
-            wait_for("cancelled jobs to leave", lambda: not self.run(["squeue", "-h"], check=False).stdout.strip(),
-                     self.kill_wait + 20)
-        except ClusterError as exc:
+            wait_for("cancelled jobs to leave", lambda: not client.active(self.env), self.kill_wait + 20)
+        except (ClusterError, client.SlurmError) as exc:
             log.warning("%s; killing what is left", exc)
 
 

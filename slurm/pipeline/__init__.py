@@ -10,7 +10,7 @@ dependency on the one before (``afterok``; the report ``afterany``, so a failed 
     train     the generated training batch file (requeue, restarts, staging as ever)
     evaluate  the best and the EMA weights on the validation set, one record each
     export    torchvision state dicts, safetensors, the model card (imagenet.export)
-    report    the harness's per-tag report of the run (results.report)
+    report    the harness's per-tag report of the run (its command, python -m results.pipeline_report)
 
 Modules: ``cli`` (the command line), ``chain`` (the batch files and their submission), ``state`` (the
 chain's JSON and each stage's state), ``preflight`` (checks before anything is submitted),

@@ -3,7 +3,8 @@
 Training is the batch file ``slurm.generate`` writes for the given options (``render``), with DATA the
 prepared shards and LOG_DIR the chain's run folder. Every other stage is that spec's directives,
 settings and software setup (``render_step``) on one node, running ``python -m slurm.pipeline.tasks``
-as one job step (inside the container where there is one). Each job depends on the one before
+(the report: the harness's ``python -m results.pipeline_report``) as one job step (inside the container
+where there is one). Each job depends on the one before
 (``afterok``; the report ``afterany`` on training and export) with ``--kill-on-invalid-dep=yes``, so
 when a stage fails SLURM cancels the rest rather than leaving them pending forever.
 
@@ -19,8 +20,7 @@ from typing import Dict, List, Optional, Sequence
 
 from imagenet.common import files
 from imagenet.data import DEFAULT_SHARD_MB
-from results.runners import slurm_queue
-from slurm import containers
+from slurm import client, containers
 from slurm.generate import CPUS_PER_PROCESS, JobSpec, render, render_step
 
 from . import state as st
@@ -65,31 +65,39 @@ def _step_spec(chain: Chain, name: str, cpus: int, time: str, gpus: int = 0, arr
                    train_args=(), command=())
 
 
-def _task_line(spec: JobSpec, stage: str, chain: Chain, *args: str) -> List[str]:
-    """The job step that runs the stage's task (in the container, where the spec has one)."""
+TASKS = "slurm.pipeline.tasks"
+# The report stage is the harness's command: rendered here as a command line, never imported (slurm/ sits
+# below results/)
+REPORT = "results.pipeline_report"
+
+
+def _task_line(spec: JobSpec, stage: str, command: Sequence[str]) -> List[str]:
+    """The job step that runs the stage's COMMAND (python's arguments; in the container, where the spec has one)."""
     flags, inside = containers.wrap(spec.resolved_runtime) if spec.container else ("", "")
     srun = " ".join(x for x in ('srun --ntasks=1 --cpus-per-task="$SLURM_CPUS_PER_TASK"', flags, inside) if x)
-    task = shlex.join(["-m", "slurm.pipeline.tasks", stage, str(chain.layout.out), *args])
     return [f"# the {stage} stage of python -m slurm.pipeline (its marker says how it went)",
-            f'{srun} "$PYTHON" {task}']
+            f'{srun} "$PYTHON" {shlex.join(command)}']
 
 
 def scripts(chain: Chain) -> Dict[str, str]:
     """Each stage's batch file text."""
-    c, w = chain, str(chain.prepare_workers)
+    c, w, out = chain, str(chain.prepare_workers), str(chain.layout.out)
     cpu = c.spec.cpus_per_task or CPUS_PER_PROCESS
     gpus = 1 if c.spec.gpus_per_node else 0
+
+    def task(stage: str, *args: str) -> List[str]:
+        return ["-m", TASKS, stage, out, *args]
     steps = {
         "plan": (_step_spec(c, "plan", c.prepare_workers, "1:00:00"),
-                 ["plan", "--archives", str(c.archives), "--workers", w, "--shard-size", str(c.shard_mb)]),
+                 task("plan", "--archives", str(c.archives), "--workers", w, "--shard-size", str(c.shard_mb))),
         "prepare": (_step_spec(c, "prepare", c.prepare_workers, c.prepare_time, array=True),
-                    ["convert", "--tasks", str(c.prepare_tasks), "--workers", w]),
-        "check": (_step_spec(c, "check", c.prepare_workers, "2:00:00"), ["check", "--workers", w]),
-        "evaluate": (_step_spec(c, "evaluate", cpu, "1:00:00", gpus), ["evaluate", "--", *c.eval_args]),
-        "export": (_step_spec(c, "export", 1, "0:30:00"), ["export"]),
-        "report": (_step_spec(c, "report", 1, "0:30:00"), ["report", "--tag", c.tag]),
+                    task("convert", "--tasks", str(c.prepare_tasks), "--workers", w)),
+        "check": (_step_spec(c, "check", c.prepare_workers, "2:00:00"), task("check", "--workers", w)),
+        "evaluate": (_step_spec(c, "evaluate", cpu, "1:00:00", gpus), task("evaluate", "--", *c.eval_args)),
+        "export": (_step_spec(c, "export", 1, "0:30:00"), task("export")),
+        "report": (_step_spec(c, "report", 1, "0:30:00"), ["-m", REPORT, out, "--tag", c.tag]),
     }
-    texts = {name: render_step(spec, _task_line(spec, args[0], c, *args[1:])) for name, (spec, args) in steps.items()}
+    texts = {name: render_step(spec, _task_line(spec, name, command)) for name, (spec, command) in steps.items()}
     train = replace(c.spec, data=str(c.layout.data), output=str(c.layout.logs / "train-%j.out"), error=None)
     texts["train"] = render(train)
     return {name: texts[name] for name in st.STAGES}
@@ -159,7 +167,7 @@ def submit(chain: Chain, argv: Sequence[str], dry_run: bool = False, print_=prin
     if not dry_run:
         files.make_dirs(layout.logs)  # SLURM cannot start a job whose output folder is missing
     if old and not dry_run:  # jobs of these stages still queued behind a failed one would never run
-        slurm_queue.cancel([old["jobs"][n]["id"] for n in names if n in old["jobs"]])
+        client.cancel([old["jobs"][n]["id"] for n in names if n in old["jobs"]])
     ids, submitted = _submit_stages(chain, names, texts, tasks, dry_run, print_)
     if dry_run:
         return None
@@ -186,9 +194,9 @@ def _submit_stages(chain: Chain, names: Sequence[str], texts: Dict[str, str], ta
             continue
         files.write_text(script, texts[name])
         try:
-            ids[name] = slurm_queue.submit(script, ["--chdir", str(REPO), *args], cwd=REPO)
-        except slurm_queue.SlurmError:
-            slurm_queue.cancel(list(ids.values()))
+            ids[name] = client.submit(script, ["--chdir", str(REPO), *args], cwd=REPO)
+        except client.SlurmError:
+            client.cancel(list(ids.values()))
             raise
         log = f"{name}-{ids[name]}.out" if name != "prepare" else f"prepare-{ids[name]}_*.out"
         jobs[name] = {"id": ids[name], "log": str(layout.logs / log),
@@ -201,7 +209,7 @@ def cancel(layout: Layout, print_=print) -> int:
     if state is None:
         raise PipelineError(f"no chain in {layout.out} (no {st.STATE}); pass the output folder of a submitted chain")
     ids = [job["id"] for job in state["jobs"].values()]
-    slurm_queue.cancel(ids)
+    client.cancel(ids)
     state["cancelled"] = True
     st.save(layout, state)
     print_(f"cancelled jobs {', '.join(ids)}; run the same submit command again to resume")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from imagenet.data import DEFAULT_SHARD_MB
-from results.runners.slurm_queue import SlurmError
+from slurm.client import SlurmError
 from slurm.generate import GenerateError, spec_from_args, validate
 
 from . import chain as ch

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from imagenet.common import files
-from results.runners.slurm_queue import CLIENT_TIMEOUT_S, QUEUED, RUNNING, SlurmError
+from slurm import client
+from slurm.client import QUEUED, RUNNING
 
 STATE = "pipeline.json"
 STAGES = ("plan", "prepare", "check", "train", "evaluate", "export", "report")
@@ -104,18 +104,6 @@ def read_marker(path: Path) -> Optional[dict]:
 
 # ---------------------------------------------------------------- the queue
 
-def queue() -> Dict[str, tuple]:
-    """{job id (array tasks as ID_TASK): (state, reason)} of this user's jobs squeue still knows."""
-    try:
-        out = subprocess.run(["squeue", "-h", "--me", "--states=all", "-r", "-o", "%i|%T|%r"], capture_output=True,
-                             text=True, timeout=CLIENT_TIMEOUT_S)
-    except FileNotFoundError:
-        raise SlurmError("squeue is not on PATH; run this on a SLURM login node (or load the slurm module)") from None
-    if out.returncode != 0:
-        raise SlurmError(f"squeue failed: {out.stderr.strip()[:200]}")
-    return {f[0]: (f[1], f[2]) for f in (line.split("|", 2) for line in out.stdout.splitlines()) if len(f) == 3}
-
-
 def active(entry: Optional[tuple]) -> Optional[str]:
     """'pending (reason)' or 'running' for a job still queued or running, else None."""
     if entry is None:
@@ -148,9 +136,9 @@ def _ended_without_result(job: dict, entry: Optional[tuple]) -> str:
     return f"the job ended without a result ({how}killed, cancelled or out of time); see {job['log']}"
 
 
-def marker_stage(layout: Layout, name: str, job: dict, q: Dict[str, tuple]) -> StageState:
+def marker_stage(layout: Layout, name: str, job: dict, queued: Dict[str, tuple]) -> StageState:
     """A one-job stage (plan, check, evaluate, export, report): its queue entry, else its marker."""
-    entry = q.get(job["id"])
+    entry = queued.get(job["id"])
     now = active(entry)
     if now:
         return StageState(name, now, log=job["log"])
@@ -160,13 +148,13 @@ def marker_stage(layout: Layout, name: str, job: dict, q: Dict[str, tuple]) -> S
     return StageState(name, "failed", _ended_without_result(job, entry), job["log"])
 
 
-def array_stage(layout: Layout, job: dict, q: Dict[str, tuple], shards_total: Optional[int]) -> StageState:
+def array_stage(layout: Layout, job: dict, queued: Dict[str, tuple], shards_total: Optional[int]) -> StageState:
     """The prepare array: done when every task's marker is; else its running/pending/failed tasks."""
     tasks = job["tasks"]
     states: Dict[int, str] = {}
     for task in tasks:
         mark = read_marker(layout.marker("prepare", task))
-        entry = q.get(f"{job['id']}_{task}")
+        entry = queued.get(f"{job['id']}_{task}")
         now = active(entry)
         states[task] = now or (mark["status"] if mark and mark.get("job") == job["id"] else "failed")
     written = len(list(layout.data.glob("*.tar"))) if layout.data.is_dir() else 0
@@ -186,17 +174,17 @@ def array_stage(layout: Layout, job: dict, q: Dict[str, tuple], shards_total: Op
 _STEP = re.compile(r"Epoch: \[(\d+)\]\[\s*(\d+)/(\d+)\]")
 
 
-def train_stage(layout: Layout, job: dict, q: Dict[str, tuple], epochs: int) -> StageState:
+def train_stage(layout: Layout, job: dict, queued: Dict[str, tuple], epochs: int) -> StageState:
     """Training: the queue, else run.json's status; progress from run.json and the log's last step line."""
     run = read_marker(layout.run / "run.json") or {}
-    now = active(q.get(job["id"]))
+    now = active(queued.get(job["id"]))
     started = run or Path(job["log"]).exists()
     detail = train_progress(run, Path(job["log"]), epochs) if started else ""
     if now:
         return StageState("train", now, detail, job["log"])
     if run.get("status") in FINISHED_RUN:
         return StageState("train", "done", detail, job["log"])
-    entry = q.get(job["id"])
+    entry = queued.get(job["id"])
     why = run.get("error") or _error_line(Path(job["log"])) or (
         f"run.json says {run['status']!r}" if run.get("status") else None)
     return StageState("train", "failed", why or _ended_without_result(job, entry), job["log"])
@@ -235,9 +223,9 @@ def _hours(seconds: float) -> str:
     return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}"
 
 
-def stages(layout: Layout, state: dict, q: Optional[Dict[str, tuple]] = None) -> List[StageState]:
+def stages(layout: Layout, state: dict, queued: Optional[Dict[str, tuple]] = None) -> List[StageState]:
     """Every stage's state, in chain order; a stage after a failed one that never ran is 'cancelled'."""
-    q = queue() if q is None else q
+    queued = client.queue() if queued is None else queued
     total = (read_marker(layout.marker("plan")) or {}).get("shards")
     out, broken = [], None
     for name in STAGES:
@@ -245,11 +233,11 @@ def stages(layout: Layout, state: dict, q: Optional[Dict[str, tuple]] = None) ->
         if job is None:
             st = StageState(name, "not submitted")
         elif name == "prepare":
-            st = array_stage(layout, job, q, total)
+            st = array_stage(layout, job, queued, total)
         elif name == "train":
-            st = train_stage(layout, job, q, state["epochs"])
+            st = train_stage(layout, job, queued, state["epochs"])
         else:
-            st = marker_stage(layout, name, job, q)
+            st = marker_stage(layout, name, job, queued)
         if state.get("cancelled") and st.state in ("failed", "cancelled"):
             st = StageState(name, "cancelled", "by `python -m slurm.pipeline cancel`", st.log)
         elif broken and st.state in ("failed", "cancelled") and name != "report":

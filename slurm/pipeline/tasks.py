@@ -3,8 +3,9 @@
 Every stage ends by writing its marker (done with its counts, or failed with the one-line reason) and
 exits non-zero on failure, so the next stage's ``afterok`` dependency is never satisfied and
 ``status`` can say why. The stages of the weights call the project's own commands: the training
-script's ``--evaluate``, :mod:`imagenet.export`, and the harness's per-tag report (``results.report``)
-of a ``train`` record made from the run's run.json as the harness makes it.
+script's ``--evaluate`` and :mod:`imagenet.export`. The report stage is the harness's own command
+(``python -m results.pipeline_report``), which writes its marker with :func:`run_stage`: slurm/ never
+imports the harness.
 """
 from __future__ import annotations
 
@@ -62,48 +63,7 @@ def export_weights(layout: Layout) -> dict:
     return {"detail": f"weights and model card in {out}"}
 
 
-def report(layout: Layout, tag: str) -> dict:
-    """The run as a harness ``train`` record in REPORT/records/TAG.jsonl, and that tag's report."""
-    from results.core import records
-    from results.report import main as report_main
-    from results.runners import train_bench
-
-    run_json = layout.run / "run.json"
-    if not run_json.exists():
-        return {"detail": "no training run to report (the training never started)"}
-    run = json.loads(run_json.read_text())
-    point = _point(run, train_bench.TrainPoint)
-    log = max(layout.logs.glob("train-*.out"), key=lambda p: p.stat().st_mtime, default=None)  # the last submission's
-    outcome = train_bench.Outcome(0 if run.get("status") in ("finished", "reached_desired_acc", "time_budget") else 1,
-                                  log.read_text(errors="replace")[-4000:] if log else "",
-                                  run.get("environment", {}).get("command", ""),
-                                  float((run.get("final") or {}).get("elapsed_s") or 0.0))
-    # "slurm": the harness's runner name for a point that ran as a SLURM job
-    record = train_bench.train_record(point, outcome, records.new_sweep_id("train", tag), None, {"runner": "slurm"},
-                                      layout.run, layout.report / "run", keep_checkpoints=True)
-    path = layout.report / "records" / f"{tag}.jsonl"
-    path.unlink(missing_ok=True)  # one run, one record: a rerun of the stage replaces it
-    records.append(path, record)
-    code = report_main(["--tag", tag, "--records", str(path), "--out", str(layout.report)])
-    if code != 0:
-        raise RuntimeError(f"results.report exited {code}")
-    return {"detail": f"{layout.report / 'reports' / tag / 'README.md'} (training {run.get('status')})"}
-
-
-def _point(run: dict, point_type):
-    """The harness's description of the run, from its run.json."""
-    cfg, dist = run.get("config", {}), run.get("dist", {})
-    return point_type(variant=cfg.get("run", {}).get("variant", "ddp"),
-                      procs_per_node=int(dist.get("local_world_size") or 1), nodes=int(dist.get("nodes") or 1),
-                      batch_size=int(cfg.get("batch", {}).get("per_process") or 0),
-                      precision=run.get("precision", {}).get("label", "fp32"), data="imagenet shards",
-                      arch=cfg.get("model", {}).get("arch", "resnet50"),
-                      image_size=int(cfg.get("data", {}).get("image_size") or 224),
-                      epochs=int(cfg.get("optim", {}).get("epochs") or 0), steps_per_epoch=0, val_steps=0,
-                      workers=int(cfg.get("batch", {}).get("workers") or 0))
-
-
-def _run(layout: Layout, stage: str, task: Optional[int], work) -> int:
+def run_stage(layout: Layout, stage: str, task: Optional[int], work) -> int:
     """Run WORK, write the stage's marker either way; the exit status for SLURM."""
     marker = layout.marker(stage, task)
     start = time.monotonic()
@@ -120,13 +80,12 @@ def _run(layout: Layout, stage: str, task: Optional[int], work) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m slurm.pipeline.tasks", description=__doc__.splitlines()[0])
-    p.add_argument("stage", choices=("plan", "convert", "check", "evaluate", "export", "report"))
+    p.add_argument("stage", choices=("plan", "convert", "check", "evaluate", "export"))
     p.add_argument("out", type=Path)
     p.add_argument("--archives", type=Path)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--shard-size", type=float)
     p.add_argument("--tasks", type=int, default=1)
-    p.add_argument("--tag", default="pipeline")
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)  # after --: the training flags (evaluate)
     a, eval_args = p.parse_args(argv[:cut]), argv[cut + 1:]
@@ -136,9 +95,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             "convert": lambda: prepare_tasks.convert(layout, task, a.tasks, a.workers),
             "check": lambda: prepare_tasks.check(layout, a.workers),
             "evaluate": lambda: evaluate(layout, eval_args),
-            "export": lambda: export_weights(layout),
-            "report": lambda: report(layout, a.tag)}[a.stage]
-    return _run(layout, "prepare" if a.stage == "convert" else a.stage, task, work)
+            "export": lambda: export_weights(layout)}[a.stage]
+    return run_stage(layout, "prepare" if a.stage == "convert" else a.stage, task, work)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,6 @@
 """``results.bench train --submit slurm`` on the test cluster: a 1- and a 2-node gloo point become
 valid records with the job's environment (nodes, rank-0 host, job id) and a 2-node efficiency; a
-point past its timeout is cancelled, and a cancel that slurmctld does not answer gives up and names
-the jobs."""
-import os
-import signal
+point past its timeout is cancelled (the client itself: test_slurm_client.py)."""
 from pathlib import Path
 
 import pytest
@@ -58,21 +55,3 @@ def test_slurm_point_past_its_timeout_is_cancelled_not_left_queued(slurm_cluster
     job = output.stem.removeprefix("slurm-")
     state = slurm_cluster.wait_finished(job)["State"]
     assert state.startswith("CANCELLED"), state  # scancel'd by the harness: nothing stays queued or running
-
-
-def test_ctrl_c_with_slurmctld_not_answering_names_the_jobs_instead_of_hanging(
-        slurm_cluster: SlurmCluster, monkeypatch, caplog) -> None:
-    """A stopped (SIGSTOP) slurmctld: scancel blocks, so cancel gives up after its timeout and tells
-    the user which jobs to cancel, instead of hanging the harness's Ctrl-C."""
-    from results.runners import slurm_queue
-
-    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    monkeypatch.setenv("PATH", slurm_cluster.env["PATH"])
-    pid = int((slurm_cluster.layout.base / "run" / "slurmctld.pid").read_text())
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        slurm_queue.cancel(["987654", "987655"], timeout_s=3)
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    assert "cancel the jobs yourself: scancel 987654 987655" in caplog.text
-    assert "cancelled SLURM job" not in caplog.text

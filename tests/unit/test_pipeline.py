@@ -59,7 +59,8 @@ def test_stages_carry_the_site_options(download, tmp_path):
         text = texts[name]
         assert "#SBATCH --partition=gpu" in text and "#SBATCH --account=proj42" in text and "cuda/12.4" in text
         task = "convert" if name == "prepare" else name
-        assert "#SBATCH --nodes=1" in text and f'"$PYTHON" -m slurm.pipeline.tasks {task}' in text
+        command = f"results.pipeline_report {layout.out} --tag" if name == "report" else f"slurm.pipeline.tasks {task}"
+        assert "#SBATCH --nodes=1" in text and f'"$PYTHON" -m {command}' in text
     assert "#SBATCH --gpus-per-node=1" in texts["evaluate"] and "--gpus-per-node" not in texts["plan"]
     assert "--recipe torchvision-v2" in texts["evaluate"] and "-a resnet50" in texts["evaluate"]
     assert "prepare-%A_%a.out" in texts["prepare"]
@@ -112,11 +113,12 @@ def test_stage_states_from_markers_and_queue(tmp_path):
                                    "check": {"id": "3", "log": log}}}
     st.write_marker(layout.marker("plan"), "done", job="1", shards=4)
     st.write_marker(layout.marker("prepare", 0), "done", job="2")
-    now = {s.name: s for s in st.stages(layout, state, q={"2_1": ("RUNNING", "None"), "3": ("PENDING", "Dependency")})}
+    queued = {"2_1": ("RUNNING", "None"), "3": ("PENDING", "Dependency")}
+    now = {s.name: s for s in st.stages(layout, state, queued=queued)}
     assert now["plan"].state == "done" and now["prepare"].state == "running"
     assert now["prepare"].detail == "0/4 shards written" and now["check"].state == "pending (Dependency)"
     st.write_marker(layout.marker("prepare", 1), "failed", job="2", error="DataError: disk full")
-    now = {s.name: s for s in st.stages(layout, state, q={})}
+    now = {s.name: s for s in st.stages(layout, state, queued={})}
     assert now["prepare"].failed and "task(s) 1 failed: DataError: disk full" in now["prepare"].detail
     assert now["check"].state == "cancelled" and now["train"].state == "not submitted"
     assert json.loads(layout.marker("plan").read_text())["status"] == "done"

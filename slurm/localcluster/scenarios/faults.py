@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from slurm import client
 from slurm.localcluster.cluster import SlurmCluster
 from slurm.localcluster.commands import ClusterUnavailable, wait_for
 from slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, REPO, TRAIN, release_requeued, requeue_script, run_states,
@@ -82,7 +83,7 @@ def fewer_nodes(cluster: SlurmCluster, data: Path, folder: Path, pin: Sequence[s
     run_dir = folder / "run"
     job_id, log = submit_script(cluster, script_path, run_dir, sbatch_args=pin)
     wait_for_progress(log, 0, 2)
-    cluster.run(["scancel", "--batch", "--signal=USR2", job_id])
+    client.signal(job_id, "USR2", env=cluster.env)
     # what an operator types for a pending job: min-max nodes (2 alone leaves the maximum at 4), tasks
     release_requeued(cluster, job_id, "NumNodes=2-2", "NumTasks=2")
     row = cluster.wait_finished(job_id, timeout=300, runs=2)

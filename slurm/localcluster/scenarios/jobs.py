@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from imagenet.data import demo
+from slurm import client
 from slurm.generate import render, spec_from_args
 from slurm.localcluster.cluster import SlurmCluster
 from slurm.localcluster.commands import wait_for
@@ -51,8 +52,7 @@ def submit_script(cluster: SlurmCluster, script: Path, run_dir: Path, *export: s
     ``sbatch_args``: more sbatch options, e.g. ``--nodelist`` to keep concurrent faults apart."""
     settings = ["ALL", f"LOG_DIR={run_dir}", "OMP_NUM_THREADS=1", "OMPI_ALLOW_RUN_AS_ROOT=1",
                 "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", *export]  # mpirun refuses root without the last two
-    job_id = cluster.run(["sbatch", "--parsable", *sbatch_args, "--export", ",".join(settings), str(script)],
-                         cwd=REPO).stdout.strip()
+    job_id = client.submit(script, [*sbatch_args, "--export", ",".join(settings)], cwd=REPO, env=cluster.env)
     log_path = script.parent / f"requeue_{script.stem}-{job_id}.out"  # --output %x-%j.out
     return job_id, lambda: log_path.read_text() if log_path.exists() else ""
 

@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
+from slurm import client
 from slurm.localcluster.cluster import SlurmCluster
 from slurm.localcluster.commands import wait_for
 from slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, REPO, TRAIN, VENV, requeue_script, stand_in_trainer,
@@ -78,8 +79,8 @@ def torchrun_restart(cluster: SlurmCluster, data: Path, folder: Path, pin: Seque
     settings = ["ALL", f"VENV={VENV}", f"LOG_DIR={run_dir}", "OMP_NUM_THREADS=1", f"DATA={data}", f"ARCH={ARCH}",
                 f"EPOCHS={EPOCHS}", "BATCH_SIZE=8", "WORKERS=0", f"EXTRA_ARGS={extra}"]
     out = folder / "ddp_1node-%j.out"
-    job_id = cluster.run(["sbatch", "--parsable", "--time=15", f"--output={out}", *pin, "--export",
-                          ",".join(settings), str(REPO / "slurm" / "ddp_1node.sh")], cwd=REPO).stdout.strip()
+    job_id = client.submit(REPO / "slurm" / "ddp_1node.sh", ["--time=15", f"--output={out}", *pin, "--export",
+                                                             ",".join(settings)], cwd=REPO, env=cluster.env)
     path = Path(str(out).replace("%j", job_id))
 
     def log() -> str:
@@ -163,8 +164,8 @@ def repeating_failure(cluster: SlurmCluster, data: Path, folder: Path, pin: Sequ
     out = folder / "ddp_1node-%j.out"
     settings = ["ALL", f"VENV={VENV}", f"LOG_DIR={run_dir}", f"PYTHON={trainer}", f"DATA={data}",
                 "OMP_NUM_THREADS=1"]
-    job_id = cluster.run(["sbatch", "--parsable", "--time=10", f"--output={out}", *pin, "--export",
-                          ",".join(settings), str(REPO / "slurm" / "ddp_1node.sh")], cwd=REPO).stdout.strip()
+    job_id = client.submit(REPO / "slurm" / "ddp_1node.sh", ["--time=10", f"--output={out}", *pin, "--export",
+                                                             ",".join(settings)], cwd=REPO, env=cluster.env)
     row = cluster.wait_finished(job_id, timeout=360)  # one launch: 4 starts of 4 workers, on a loaded machine
     log = Path(str(out).replace("%j", job_id)).read_text()
     check(row["State"] == "FAILED", f"{row}\n{log[-3000:]}")

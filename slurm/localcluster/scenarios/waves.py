@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Collection, Dict, Optional, Sequence, Tuple, Union
 
+from slurm import client
 from slurm.localcluster.cluster import SlurmCluster
 from slurm.localcluster.scenarios import faults, recovery
 
@@ -72,6 +73,6 @@ def run_wave(cluster: SlurmCluster, data: Path, wave: Wave, folder: Callable[[st
             futures[name] = pool.submit(scenario, cluster, data, folder(name), pin)
     wait(futures.values())
     if any(future.exception() for future in futures.values()):  # a failed scenario may leave its job
-        cluster.run(["scancel", "--user=root"], check=False)
+        client.cancel_mine(cluster.env)
     cluster.wait_idle(timeout=300)
     return futures
