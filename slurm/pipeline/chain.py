@@ -52,6 +52,12 @@ def with_mounts(spec: JobSpec, archives: Path, out: Path) -> JobSpec:
     """SPEC with the archives and the output folder mounted in its container (where it has one)."""
     if not spec.container:
         return spec
+    if spec.resolved_runtime == "charliecloud":
+        # ch-run binds onto the image's /mnt/N (slurm/containers.py), so the stages' host paths are not the
+        # container's; the training file generated alone maps them
+        raise PipelineError("--container-runtime charliecloud: the chain's stages name host paths, which ch-run "
+                            "binds under /mnt/N; use apptainer, pyxis or podman-hpc for the chain, or run "
+                            "the training file of python -m slurm.generate in Charliecloud")
     extra = [str(p) for p in (archives, out) if str(p) not in spec.container_mounts]
     return replace(spec, container_mounts=(*spec.container_mounts, *extra))
 
@@ -73,7 +79,8 @@ REPORT = "results.pipeline_report"
 
 def _task_line(spec: JobSpec, stage: str, command: Sequence[str]) -> List[str]:
     """The job step that runs the stage's COMMAND (python's arguments; in the container, where the spec has one)."""
-    flags, inside = containers.wrap(spec.resolved_runtime) if spec.container else ("", "")
+    runtime = spec.resolved_runtime
+    flags, inside = containers.wrap(runtime, "srun", spec.gpus_per_node > 0) if runtime else ("", "")
     srun = " ".join(x for x in ('srun --ntasks=1 --cpus-per-task="$SLURM_CPUS_PER_TASK"', flags, inside) if x)
     return [f"# the {stage} stage of python -m slurm.pipeline (its marker says how it went)",
             f'{srun} "$PYTHON" {shlex.join(command)}']

@@ -70,7 +70,15 @@ def test_stages_run_in_the_container(download, tmp_path):
     argv = ["--container", "/images/pytorch.sif", "--container-runtime", "apptainer", *SITE]
     texts = ch.scripts(_chain(tmp_path, download, argv, on_login_node=False))  # no apptainer on this machine
     assert f"{download},{tmp_path / 'out'}" in texts["train"]  # both mounted
-    assert 'apptainer exec --nv --bind "$CONTAINER_MOUNTS"' in texts["plan"].split("-m slurm.pipeline.tasks")[0]
+    # the CPU stages run in the image over a clean environment, the GPU's options only where a stage has GPUs
+    assert 'apptainer exec --cleanenv --bind "$CONTAINER_MOUNTS"' in texts["plan"].split("-m slurm.pipeline.tasks")[0]
+    assert "exec --cleanenv --nv --bind" in texts["evaluate"]
+
+
+def test_charliecloud_is_refused_for_the_chain_in_one_line(download, tmp_path):
+    argv = ["--container", "/images/pytorch", "--container-runtime", "charliecloud", *SITE]
+    with pytest.raises(st.PipelineError, match="ch-run binds under /mnt/N; use apptainer, pyxis or podman-hpc"):
+        _chain(tmp_path, download, argv, on_login_node=False)
 
 
 def test_array_ranges():
