@@ -1,0 +1,214 @@
+"""The checks a JobSpec passes before it is rendered: each refusal is one line saying what to change."""
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Dict
+
+from imagenet.common.variants import VARIANTS
+from launch import launchers
+from slurm import containers
+from slurm.generate.spec import GenerateError, JobSpec
+
+MPI_STARTERS = ("mpirun", "srun")
+SIGNALS = ("USR1", "USR2")
+# Settings a user overrides with `sbatch --export=ALL,NAME=value`; the generator owns these flags.
+SETTINGS = ("DATA", "ARCH", "EPOCHS", "BATCH_SIZE", "WORKERS", "LOG_DIR", "EXTRA_ARGS", "STAGE_DIR", "MAX_RESTARTS",
+            "MAX_STARTS", "MODULES")
+SWEEPABLE = ("DATA", "ARCH", "EPOCHS", "BATCH_SIZE", "WORKERS")
+# The training settings the generator sets itself, by their field in the settings, and the generator
+# option to use instead; the training flags that spell each one are read from the settings (managed_flags).
+MANAGED = {"arch": "--arch", "epochs": "--epochs", "batch_size": "--batch-size", "workers": "--workers",
+           "log_dir": "--log-dir", "resume": "(always --resume auto)", "variant": "--variant",
+           "stage_dir": "--stage-dir"}
+_TIME_FORMATS = (  # SLURM's --time forms -> (days, hours, minutes, seconds) group names
+    re.compile(r"(?P<m>\d+)"), re.compile(r"(?P<m>\d+):(?P<s>\d+)"),
+    re.compile(r"(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"), re.compile(r"(?P<d>\d+)-(?P<h>\d+)"),
+    re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+)"), re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"))
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MEM = re.compile(r"\d+[KMGT]?")
+
+
+def parse_time(text: str) -> int:
+    """SLURM time limit -> seconds. Accepts M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+    for pattern in _TIME_FORMATS:
+        m = pattern.fullmatch(text.strip())
+        if m:
+            parts = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+            seconds = (parts.get("d", 0) * 86400 + parts.get("h", 0) * 3600 + parts.get("m", 0) * 60
+                       + parts.get("s", 0))
+            if seconds <= 0:
+                raise GenerateError(f"time limit {text!r} is zero; give at least one minute")
+            return seconds
+    raise GenerateError(f"time limit {text!r} does not parse; use minutes, HH:MM:SS or D-HH:MM:SS (e.g. 24:00:00)")
+
+
+def _no_control(label: str, value: str) -> None:
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise GenerateError(f"{label} {value!r} contains a newline or control character")
+
+
+def _directive_value(label: str, value: str) -> None:
+    # sbatch strips one level of quotes from #SBATCH lines itself; nested quotes cannot be expressed
+    _no_control(label, value)
+    if not value or any(c in value for c in "'\"\\"):
+        raise GenerateError(f"{label} {value!r} must be non-empty and contain no quotes or backslashes")
+
+
+def _check_layout(spec: JobSpec) -> None:
+    if spec.nodes < 1:
+        raise GenerateError(f"--nodes must be at least 1 (got {spec.nodes})")
+    if spec.gpus_per_node < 0:
+        raise GenerateError(f"--gpus-per-node must be 0 (CPU) or more (got {spec.gpus_per_node})")
+    if spec.variant not in VARIANTS:
+        raise GenerateError(f"unknown variant {spec.variant!r}; choose one of {', '.join(VARIANTS)}")
+    if spec.resolved_launcher not in launchers.in_batch_files():
+        raise GenerateError(f"unknown launcher {spec.resolved_launcher!r}; choose one of "
+                            f"{', '.join(launchers.in_batch_files())}")
+    if spec.single_process:
+        _check_single(spec)
+        return
+    if spec.procs_per_node is not None and spec.gpus_per_node and spec.procs_per_node != spec.gpus_per_node:
+        raise GenerateError(f"--procs-per-node {spec.procs_per_node} does not match --gpus-per-node "
+                            f"{spec.gpus_per_node}: DDP runs one process per GPU")
+    if spec.launcher_entry.batch == launchers.NODE and spec.tasks != 1:
+        raise GenerateError(f"the {spec.resolved_launcher} launcher runs one task per node that starts "
+                            f"{spec.procs} processes; drop --tasks-per-node {spec.tasks} (or use --launcher srun)")
+    if spec.launcher_entry.batch == launchers.PROCESS and spec.tasks != spec.procs:
+        what = f"--gpus-per-node {spec.gpus_per_node}" if spec.gpus_per_node else f"--procs-per-node {spec.procs}"
+        raise GenerateError(f"--tasks-per-node {spec.tasks} does not match {what}: the {spec.resolved_launcher} "
+                            f"launcher starts one task per GPU, so use --tasks-per-node {spec.procs}")
+    if spec.mpi_starter not in MPI_STARTERS:
+        raise GenerateError(f"unknown --mpi-starter {spec.mpi_starter!r}; choose mpirun or srun")
+
+
+def _check_single(spec: JobSpec) -> None:
+    if spec.resolved_launcher != "srun":
+        raise GenerateError(f"the {spec.variant} variant is one process; use --launcher srun, "
+                            f"not {spec.resolved_launcher}")
+    if spec.nodes != 1:
+        raise GenerateError(f"the {spec.variant} variant runs on one node; use --nodes 1 (or --variant ddp)")
+    if spec.tasks != 1:
+        raise GenerateError(f"the {spec.variant} variant is one process; drop --tasks-per-node {spec.tasks}")
+    if spec.variant == "nd" and spec.gpus_per_node > 1:
+        raise GenerateError(f"the nd variant uses one GPU; use --gpus-per-node 1 (or --variant dp for "
+                            f"{spec.gpus_per_node})")
+
+
+def _check_values(spec: JobSpec) -> None:
+    for label, value in (("--name", spec.name), ("--partition", spec.partition), ("--account", spec.account),
+                         ("--qos", spec.qos), ("--constraint", spec.constraint), ("--output", spec.output),
+                         ("--error", spec.error), ("--mem", spec.mem), ("--time", spec.time)):
+        if value is not None:
+            _directive_value(label, value)
+    if spec.mem is not None and not _MEM.fullmatch(spec.mem):
+        raise GenerateError(f"--mem {spec.mem!r} must be a number with an optional K/M/G/T suffix (e.g. 64G)")
+    for label, value in (("--module", m) for m in spec.modules):
+        _no_control(label, value)
+        if not value.strip() or any(c.isspace() for c in value):
+            raise GenerateError(f"--module {value!r} must be one module name (repeat --module for more)")
+    for line in spec.setup:
+        _no_control("--setup", line)
+        if not line.strip():
+            raise GenerateError("--setup lines must not be empty")
+    for label, value in (("--venv", spec.venv), ("--conda-env", spec.conda_env), ("--python", spec.python),
+                         ("--data", spec.data), ("--arch", spec.arch), ("--stage-dir", spec.stage_dir)):
+        if value is not None:
+            _no_control(label, value)
+            if not value:
+                raise GenerateError(f"{label} must not be empty")
+    for name, value in spec.env:
+        if not _ENV_NAME.fullmatch(name) or name in SETTINGS:
+            raise GenerateError(f"--env {name!r}: need NAME=VALUE with a shell variable name other than "
+                                f"{', '.join(SETTINGS)}")
+        _no_control(f"--env {name}", value)
+    for arg in spec.train_args:
+        _no_control("training argument", arg)
+    for number, label in ((spec.epochs, "--epochs"), (spec.batch_size, "--batch-size"), (spec.cpus, "--cpus-per-task")):
+        if number < 1:
+            raise GenerateError(f"{label} must be at least 1 (got {number})")
+    if spec.workers < 0:
+        raise GenerateError(f"--workers must be 0 or more (got {spec.workers})")
+    if spec.max_restarts < 0:
+        raise GenerateError(f"--max-restarts must be 0 (restart only after a newer checkpoint) or more "
+                            f"(got {spec.max_restarts})")
+    if spec.max_starts < 1:
+        raise GenerateError(f"--max-starts must be at least 1 (got {spec.max_starts})")
+
+
+def _check_requeue(spec: JobSpec) -> None:
+    limit = parse_time(spec.time)
+    if spec.signal not in SIGNALS:
+        raise GenerateError(f"--signal {spec.signal!r}: choose USR1 or USR2 (the trainers also stop on TERM)")
+    if spec.requeue and not 0 < spec.signal_seconds < min(limit, 65536):
+        raise GenerateError(f"--signal-seconds {spec.signal_seconds} must be between 1 and the time limit "
+                            f"({limit}s) so the trainers can checkpoint before it")
+
+
+def _check_sweep(spec: JobSpec) -> None:
+    for key, values in spec.sweep:
+        if key not in SWEEPABLE:
+            raise GenerateError(f"--sweep {key}: sweep one of {', '.join(SWEEPABLE)} "
+                                "(submit one job per point to vary nodes: python -m slurm.submit --sweep)")
+        if not values or any(not v for v in values):
+            raise GenerateError(f"--sweep {key} needs comma-separated non-empty values")
+        for v in values:
+            _no_control(f"--sweep {key}", v)
+
+
+def managed_flags() -> Dict[str, str]:
+    """Each training flag (every spelling the trainers accept) of a setting the generator sets itself
+    -> the generator option to use instead."""
+    from imagenet import config  # only the flag table; no torch import
+
+    return {flag: MANAGED[f.name] for _, f in config.setting_fields() if f.name in MANAGED
+            for flag in f.metadata["flags"]}
+
+
+def _check_train_args(spec: JobSpec) -> None:
+    managed = managed_flags()
+    for arg in spec.train_args:
+        flag = arg.split("=", 1)[0]
+        if flag in managed:
+            raise GenerateError(f"training flag {flag} is a generator setting: use {managed[flag]} "
+                                "(it becomes a variable sbatch --export can override)")
+    from imagenet import config  # only the flag table; no torch import
+
+    parser = config.build_parser("any")
+
+    def reject(message: str) -> None:
+        raise GenerateError(f"training arguments {shlex.join(spec.train_args)!r}: {message}")
+
+    parser.error = reject  # type: ignore[method-assign]  # argparse would print usage and exit
+    namespace = parser.parse_args([*spec.train_args, "DATA-PLACEHOLDER"])
+    if namespace.root != "DATA-PLACEHOLDER":
+        reject("the dataset goes in --data, not among the training arguments")
+
+
+def _check_container(spec: JobSpec) -> None:
+    if spec.container is None:
+        if spec.container_runtime or spec.container_mounts:
+            raise GenerateError("--container-runtime and --container-mounts need --container IMAGE")
+        return
+    if spec.venv or spec.conda_env:
+        raise GenerateError("a container brings its own Python: drop --venv/--conda-env (or mount one and point "
+                            "--python at it)")
+    for label, value in (("--container", spec.container), *(("--container-mounts", m) for m in spec.container_mounts)):
+        _no_control(label, value)
+        if not value.strip() or "," in value or any(c.isspace() for c in value):
+            raise GenerateError(f"{label} {value!r} must be one path or reference without spaces or commas")
+    try:
+        containers.check(spec.resolved_runtime, spec.container, spec.container_mounts, spec.data, spec.stage_dir,
+                         spec.resolved_launcher, spec.mpi_starter, here=spec.on_login_node)
+    except containers.ContainerError as e:
+        raise GenerateError(str(e)) from None
+
+
+def validate(spec: JobSpec) -> None:
+    """Raise GenerateError (one line) for any spec that cannot make a working script."""
+    _check_layout(spec)
+    _check_values(spec)
+    _check_requeue(spec)
+    _check_sweep(spec)
+    _check_train_args(spec)
+    _check_container(spec)
