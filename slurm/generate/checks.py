@@ -5,10 +5,12 @@ import re
 import shlex
 from typing import Dict
 
-from imagenet.common.variants import VARIANTS
 from launch import launchers
-from slurm import containers
+from slurm import containers, job
 from slurm.generate.spec import GenerateError, JobSpec
+from slurm.job import check_directive, check_signal, check_text, parse_time
+
+__all__ = ["managed_flags", "parse_time", "validate"]
 
 MPI_STARTERS = ("mpirun", "srun")
 SIGNALS = ("USR1", "USR2")
@@ -21,56 +23,21 @@ SWEEPABLE = ("DATA", "ARCH", "EPOCHS", "BATCH_SIZE", "WORKERS")
 MANAGED = {"arch": "--arch", "epochs": "--epochs", "batch_size": "--batch-size", "workers": "--workers",
            "log_dir": "--log-dir", "resume": "(always --resume auto)", "variant": "--variant",
            "stage_dir": "--stage-dir"}
-_TIME_FORMATS = (  # SLURM's --time forms -> (days, hours, minutes, seconds) group names
-    re.compile(r"(?P<m>\d+)"), re.compile(r"(?P<m>\d+):(?P<s>\d+)"),
-    re.compile(r"(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"), re.compile(r"(?P<d>\d+)-(?P<h>\d+)"),
-    re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+)"), re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"))
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_MEM = re.compile(r"\d+[KMGT]?")
 
 
-def parse_time(text: str) -> int:
-    """SLURM time limit -> seconds. Accepts M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
-    for pattern in _TIME_FORMATS:
-        m = pattern.fullmatch(text.strip())
-        if m:
-            parts = {k: int(v) for k, v in m.groupdict().items() if v is not None}
-            seconds = (parts.get("d", 0) * 86400 + parts.get("h", 0) * 3600 + parts.get("m", 0) * 60
-                       + parts.get("s", 0))
-            if seconds <= 0:
-                raise GenerateError(f"time limit {text!r} is zero; give at least one minute")
-            return seconds
-    raise GenerateError(f"time limit {text!r} does not parse; use minutes, HH:MM:SS or D-HH:MM:SS (e.g. 24:00:00)")
-
-
-def _no_control(label: str, value: str) -> None:
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise GenerateError(f"{label} {value!r} contains a newline or control character")
-
-
-def _directive_value(label: str, value: str) -> None:
-    # sbatch strips one level of quotes from #SBATCH lines itself; nested quotes cannot be expressed
-    _no_control(label, value)
-    if not value or any(c in value for c in "'\"\\"):
-        raise GenerateError(f"{label} {value!r} must be non-empty and contain no quotes or backslashes")
-
-
-def _check_layout(spec: JobSpec) -> None:
-    if spec.nodes < 1:
-        raise GenerateError(f"--nodes must be at least 1 (got {spec.nodes})")
-    if spec.gpus_per_node < 0:
-        raise GenerateError(f"--gpus-per-node must be 0 (CPU) or more (got {spec.gpus_per_node})")
-    if spec.variant not in VARIANTS:
-        raise GenerateError(f"unknown variant {spec.variant!r}; choose one of {', '.join(VARIANTS)}")
+def _check_launcher(spec: JobSpec) -> None:
+    """The launcher, tasks per node and MPI starter fit the shape (checked by slurm/job.py before this)."""
     if spec.resolved_launcher not in launchers.in_batch_files():
         raise GenerateError(f"unknown launcher {spec.resolved_launcher!r}; choose one of "
                             f"{', '.join(launchers.in_batch_files())}")
     if spec.single_process:
-        _check_single(spec)
+        if spec.resolved_launcher != "srun":
+            raise GenerateError(f"the {spec.variant} variant is one process; use --launcher srun, "
+                                f"not {spec.resolved_launcher}")
+        if spec.tasks != 1:
+            raise GenerateError(f"the {spec.variant} variant is one process; drop --tasks-per-node {spec.tasks}")
         return
-    if spec.procs_per_node is not None and spec.gpus_per_node and spec.procs_per_node != spec.gpus_per_node:
-        raise GenerateError(f"--procs-per-node {spec.procs_per_node} does not match --gpus-per-node "
-                            f"{spec.gpus_per_node}: DDP runs one process per GPU")
     if spec.launcher_entry.batch == launchers.NODE and spec.tasks != 1:
         raise GenerateError(f"the {spec.resolved_launcher} launcher runs one task per node that starts "
                             f"{spec.procs} processes; drop --tasks-per-node {spec.tasks} (or use --launcher srun)")
@@ -82,49 +49,31 @@ def _check_layout(spec: JobSpec) -> None:
         raise GenerateError(f"unknown --mpi-starter {spec.mpi_starter!r}; choose mpirun or srun")
 
 
-def _check_single(spec: JobSpec) -> None:
-    if spec.resolved_launcher != "srun":
-        raise GenerateError(f"the {spec.variant} variant is one process; use --launcher srun, "
-                            f"not {spec.resolved_launcher}")
-    if spec.nodes != 1:
-        raise GenerateError(f"the {spec.variant} variant runs on one node; use --nodes 1 (or --variant ddp)")
-    if spec.tasks != 1:
-        raise GenerateError(f"the {spec.variant} variant is one process; drop --tasks-per-node {spec.tasks}")
-    if spec.variant == "nd" and spec.gpus_per_node > 1:
-        raise GenerateError(f"the nd variant uses one GPU; use --gpus-per-node 1 (or --variant dp for "
-                            f"{spec.gpus_per_node})")
-
-
 def _check_values(spec: JobSpec) -> None:
-    for label, value in (("--name", spec.name), ("--partition", spec.partition), ("--account", spec.account),
-                         ("--qos", spec.qos), ("--constraint", spec.constraint), ("--output", spec.output),
-                         ("--error", spec.error), ("--mem", spec.mem), ("--time", spec.time)):
+    """The batch file's own values (the shared ones are checked by slurm/job.py)."""
+    for label, value in (("--output", spec.output), ("--error", spec.error)):
         if value is not None:
-            _directive_value(label, value)
-    if spec.mem is not None and not _MEM.fullmatch(spec.mem):
-        raise GenerateError(f"--mem {spec.mem!r} must be a number with an optional K/M/G/T suffix (e.g. 64G)")
+            check_directive(label, value)
     for label, value in (("--module", m) for m in spec.modules):
-        _no_control(label, value)
+        check_text(label, value)
         if not value.strip() or any(c.isspace() for c in value):
             raise GenerateError(f"--module {value!r} must be one module name (repeat --module for more)")
     for line in spec.setup:
-        _no_control("--setup", line)
+        check_text("--setup", line)
         if not line.strip():
             raise GenerateError("--setup lines must not be empty")
     for label, value in (("--venv", spec.venv), ("--conda-env", spec.conda_env), ("--python", spec.python),
                          ("--data", spec.data), ("--arch", spec.arch), ("--stage-dir", spec.stage_dir)):
         if value is not None:
-            _no_control(label, value)
+            check_text(label, value)
             if not value:
                 raise GenerateError(f"{label} must not be empty")
     for name, value in spec.env:
         if not _ENV_NAME.fullmatch(name) or name in SETTINGS:
             raise GenerateError(f"--env {name!r}: need NAME=VALUE with a shell variable name other than "
                                 f"{', '.join(SETTINGS)}")
-        _no_control(f"--env {name}", value)
-    for arg in spec.train_args:
-        _no_control("training argument", arg)
-    for number, label in ((spec.epochs, "--epochs"), (spec.batch_size, "--batch-size"), (spec.cpus, "--cpus-per-task")):
+        check_text(f"--env {name}", value)
+    for number, label in ((spec.epochs, "--epochs"), (spec.batch_size, "--batch-size")):
         if number < 1:
             raise GenerateError(f"{label} must be at least 1 (got {number})")
     if spec.workers < 0:
@@ -137,12 +86,10 @@ def _check_values(spec: JobSpec) -> None:
 
 
 def _check_requeue(spec: JobSpec) -> None:
-    limit = parse_time(spec.time)
     if spec.signal not in SIGNALS:
         raise GenerateError(f"--signal {spec.signal!r}: choose USR1 or USR2 (the trainers also stop on TERM)")
-    if spec.requeue and not 0 < spec.signal_seconds < min(limit, 65536):
-        raise GenerateError(f"--signal-seconds {spec.signal_seconds} must be between 1 and the time limit "
-                            f"({limit}s) so the trainers can checkpoint before it")
+    if spec.requeue:
+        check_signal("--signal-seconds", spec.signal_seconds, spec.time)
 
 
 def _check_sweep(spec: JobSpec) -> None:
@@ -153,25 +100,18 @@ def _check_sweep(spec: JobSpec) -> None:
         if not values or any(not v for v in values):
             raise GenerateError(f"--sweep {key} needs comma-separated non-empty values")
         for v in values:
-            _no_control(f"--sweep {key}", v)
+            check_text(f"--sweep {key}", v)
 
 
 def managed_flags() -> Dict[str, str]:
     """Each training flag (every spelling the trainers accept) of a setting the generator sets itself
     -> the generator option to use instead."""
-    from imagenet import config  # only the flag table; no torch import
-
-    return {flag: MANAGED[f.name] for _, f in config.setting_fields() if f.name in MANAGED
-            for flag in f.metadata["flags"]}
+    return job.managed_flags(MANAGED)
 
 
 def _check_train_args(spec: JobSpec) -> None:
-    managed = managed_flags()
-    for arg in spec.train_args:
-        flag = arg.split("=", 1)[0]
-        if flag in managed:
-            raise GenerateError(f"training flag {flag} is a generator setting: use {managed[flag]} "
-                                "(it becomes a variable sbatch --export can override)")
+    job.check_unmanaged(spec.train_args, MANAGED, "a generator setting",
+                        "it becomes a variable sbatch --export can override")
     from imagenet import config  # only the flag table; no torch import
 
     parser = config.build_parser("any")
@@ -194,7 +134,7 @@ def _check_container(spec: JobSpec) -> None:
         raise GenerateError("a container brings its own Python: drop --venv/--conda-env (or mount one and point "
                             "--python at it)")
     for label, value in (("--container", spec.container), *(("--container-mounts", m) for m in spec.container_mounts)):
-        _no_control(label, value)
+        check_text(label, value)
         if not value.strip() or "," in value or any(c.isspace() for c in value):
             raise GenerateError(f"{label} {value!r} must be one path or reference without spaces or commas")
     try:
@@ -206,7 +146,9 @@ def _check_container(spec: JobSpec) -> None:
 
 def validate(spec: JobSpec) -> None:
     """Raise GenerateError (one line) for any spec that cannot make a working script."""
-    _check_layout(spec)
+    job.check_layout(spec)
+    _check_launcher(spec)
+    job.check_resources(spec)
     _check_values(spec)
     _check_requeue(spec)
     _check_sweep(spec)

@@ -1,4 +1,5 @@
-"""The generator's options: ``build_parser`` (one option per JobSpec field, named as the field) and
+"""The generator's options: ``build_parser`` (one option per JobSpec field, named as the field; the shared
+job description's options come from slurm/job.py, the same as slurm.submit's) and
 ``spec_from_args``, which turns a generator command line (the one each batch file's header records)
 into a JobSpec."""
 from __future__ import annotations
@@ -8,7 +9,8 @@ from typing import List, Optional, Sequence, Tuple
 
 from imagenet.recipes import RECIPES, named_in
 from slurm import containers
-from slurm.generate.spec import CPUS_PER_PROCESS, GenerateError, JobSpec
+from slurm.generate.spec import GenerateError, JobSpec
+from slurm.job import add_options
 
 DESCRIPTION = "sbatch files for N nodes x G GPUs, any variant and launcher, as a pure function of a JobSpec."
 
@@ -17,11 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m slurm.generate", description=DESCRIPTION,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     d = JobSpec()
-    p.add_argument("--name", default=d.name, help="job name (%%x in output paths)")
-    for flag, typ, help_ in (("--nodes", int, "nodes"), ("--gpus-per-node", int, "GPUs per node (0: CPU job)"),
-                             ("--tasks-per-node", int, "SLURM tasks per node (default from the launcher)"),
-                             ("--procs-per-node", int, "training processes per node on CPU nodes"),
-                             ("--cpus-per-task", int, f"default {CPUS_PER_PROCESS} per training process"),
+    add_options(p, d)  # the shared job description's fields: --name, --nodes, ..., --time, --variant
+    for flag, typ, help_ in (("--tasks-per-node", int, "SLURM tasks per node (default from the launcher)"),
                              ("--epochs", int, "EPOCHS default"),
                              ("--batch-size", int, "BATCH_SIZE default, per process"),
                              ("--workers", int, "WORKERS default: loader processes per training process"),
@@ -32,11 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
                              ("--max-starts", int, "MAX_STARTS default: starts of the training in one allocation "
                               "in all, progress or not")):
         p.add_argument(flag, type=typ, default=getattr(d, flag[2:].replace("-", "_")), help=help_)
-    for flag in ("--mem", "--partition", "--account", "--qos", "--constraint", "--output", "--error", "--venv",
-                 "--conda-env", "--launcher"):
+    for flag in ("--output", "--error", "--venv", "--conda-env", "--launcher"):
         p.add_argument(flag, default=getattr(d, flag[2:].replace("-", "_")))
-    p.add_argument("--time", default=d.time, help="time limit (SLURM format)")
-    p.add_argument("--variant", default=d.variant, help="nd | dp | ddp | amp")
     p.add_argument("--mpi-starter", default=d.mpi_starter, help="with --launcher mpi: mpirun or srun")
     p.add_argument("--python", default=d.python, help="PYTHON default (after module/venv setup)")
     p.add_argument("--data", default=d.data, help="DATA default: dataset root")

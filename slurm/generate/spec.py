@@ -1,38 +1,27 @@
-"""The job a batch file describes: :class:`JobSpec` (frozen, every field with its default) and the views
-derived from it (the launcher, processes and tasks per node, CPUs per task, the points of a sweep)."""
+"""The job a batch file describes: :class:`JobSpec`, the shared job description (slurm/job.py: nodes,
+GPUs, processes, CPUs, memory, time, site options, variant, training flags) plus what only a batch file
+has (launcher, software setup, settings users override at submit time, requeue, sweep, container), and
+the views derived from it (the launcher, tasks per node, the points of a sweep)."""
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from imagenet.common.variants import SINGLE_PROCESS
 from launch import launchers
 from slurm import containers, start_budget
+from slurm.job import CPUS_PER_PROCESS, JobError, JobShape
 
-CPUS_PER_PROCESS = 8
+__all__ = ["CPUS_PER_PROCESS", "GenerateError", "JobSpec"]
 
-
-class GenerateError(ValueError):
-    """A JobSpec that cannot make a working script; the message is one line saying what to change."""
+GenerateError = JobError  # a JobSpec that cannot make a working script (one line saying what to change)
 
 
 @dataclass(frozen=True)
-class JobSpec:
+class JobSpec(JobShape):
     """Everything a batch file depends on. Defaults: 1 node x 4 GPUs, DDP, torchrun, requeue on."""
 
-    name: str = "imagenet"  # job name (%x)
-    nodes: int = 1
-    gpus_per_node: int = 4  # 0: a CPU job (give procs_per_node)
     tasks_per_node: Optional[int] = None  # SLURM tasks; default: 1 per node (torchrun/launch) or 1 per process
-    procs_per_node: Optional[int] = None  # training processes per node; default: gpus_per_node (or 1 on CPU)
-    cpus_per_task: Optional[int] = None  # default: 8 per training process in the task
-    mem: Optional[str] = None  # per node, e.g. 64G (0: all of it)
-    time: str = "24:00:00"
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    constraint: Optional[str] = None
     output: Optional[str] = None  # default %x-%j.out (%x-%A_%a.out for sweeps)
     error: Optional[str] = None  # default: with the output
     modules: Tuple[str, ...] = ()  # MODULES default: environment modules to load (MODULES= at submit: none)
@@ -40,7 +29,6 @@ class JobSpec:
     conda_env: Optional[str] = None
     setup: Tuple[str, ...] = ()  # shell lines run before training, e.g. "module load cuda/12" (after modules)
     env: Tuple[Tuple[str, str], ...] = ()  # extra exports (NCCL_*, ...), overridable at submit time
-    variant: str = "ddp"
     launcher: Optional[str] = None  # default: torchrun for ddp/amp, srun for nd/dp
     mpi_starter: str = "mpirun"  # launcher mpi: mpirun (any MPI that knows SLURM) or srun --mpi=pmix
     python: str = "python"
@@ -49,7 +37,6 @@ class JobSpec:
     epochs: int = 90
     batch_size: int = 256  # per process
     workers: int = 8  # loader processes per training process
-    train_args: Tuple[str, ...] = ()  # further imagenet flags, fixed in the file
     stage_dir: Optional[str] = None  # node-local folder DATA is copied to first; expanded by each process
     requeue: bool = True  # checkpoint and requeue when the signal comes before the time limit
     max_restarts: int = 3  # MAX_RESTARTS default: restarts in a row without a newer checkpoint
@@ -65,11 +52,11 @@ class JobSpec:
     # committed examples, which are written for clusters that have the runtimes this machine may lack
     on_login_node: bool = field(default=True, compare=False)
 
-    # ---- derived views
+    # ---- derived views (the shared ones, procs and cpus among them, are JobShape's)
 
     @property
     def resolved_launcher(self) -> str:
-        return self.launcher or ("srun" if self.variant in SINGLE_PROCESS else "torchrun")
+        return self.launcher or ("srun" if self.single_process else "torchrun")
 
     @property
     def launcher_entry(self) -> launchers.Launcher:
@@ -87,36 +74,12 @@ class JobSpec:
         return runtime
 
     @property
-    def single_process(self) -> bool:
-        return self.variant in SINGLE_PROCESS
-
-    @property
-    def procs(self) -> int:
-        """Training processes per node."""
-        if self.single_process:
-            return 1
-        return self.procs_per_node or self.gpus_per_node or 1
-
-    @property
     def tasks(self) -> int:
         if self.tasks_per_node is not None:
             return self.tasks_per_node
         return 1 if self.launcher_entry.batch == launchers.NODE else self.procs
 
     @property
-    def procs_per_task(self) -> int:
-        return self.procs // self.tasks
-
-    @property
-    def cpus(self) -> int:
-        if self.cpus_per_task:
-            return self.cpus_per_task
-        if self.variant == "dp":  # one process drives every GPU of the node
-            return CPUS_PER_PROCESS * max(self.gpus_per_node, 1)
-        return CPUS_PER_PROCESS * max(self.procs_per_task, 1)
-
-    @property
     def sweep_points(self) -> List[Dict[str, str]]:
         keys = [k for k, _ in self.sweep]
         return [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in self.sweep))]
-
