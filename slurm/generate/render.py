@@ -104,9 +104,7 @@ def _directives(spec: JobSpec) -> str:
                                       ("cpus-per-task", spec.cpus)]
     if spec.gpus_per_node:
         opts.append(("gpus-per-node", 1 if spec.variant == "nd" else spec.gpus_per_node))
-    opts += [(k, v) for k, v in (("mem", spec.mem), ("time", spec.time), ("partition", spec.partition),
-                                 ("account", spec.account), ("qos", spec.qos), ("constraint", spec.constraint))
-             if v is not None]
+    opts += spec.site()  # mem, time, partition, account, qos, constraint: the shared description's
     opts.append(("output", spec.output or ("%x-%A_%a.out" if array else "%x-%j.out")))
     if spec.error:
         opts.append(("error", spec.error))
