@@ -9,7 +9,7 @@ from imagenet.common.exit_codes import EXIT_USAGE
 from imagenet.common.files import write_text
 from slurm.generate.examples import EXAMPLES, EXAMPLES_DIR, render_example
 from slurm.generate.options import spec_from_args
-from slurm.generate.render import render
+from slurm.generate.renderer import render
 from slurm.generate.spec import GenerateError
 
 
