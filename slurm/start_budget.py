@@ -24,7 +24,8 @@ other note of that start).
 
 Shell, not Python: it runs in the batch script and in torchrun's workers before the interpreter,
 so it works when Python itself fails at start. In the batch script it runs while the time-limit
-signal's trap is armed, so it substitutes commands with backticks (generate.ARMED_SHELL_NOTE says why).
+signal's trap is armed, so it substitutes commands with backticks (ARMED_SHELL_NOTE in
+slurm/generate/renderer.py says why).
 """
 from __future__ import annotations
 

@@ -1,12 +1,17 @@
 """Submit training from Python with submitit: a SLURM job (one task per GPU), or a local run where
 there is no SLURM; sweeps submit one job per point; preemption checkpoints and requeues.
 
-    python -m slurm.submit --nodes 2 --gpus-per-node 4 --time-min 60 -- -a resnet50 /data/imagenet
+    python -m slurm.submit --nodes 2 --gpus-per-node 4 --time 1:00:00 -- -a resnet50 /data/imagenet
     python -m slurm.submit --sweep nodes=1,2,4 --wait -- -a resnet50 --epochs 1 /data/imagenet
 
     from slurm.submit import Submission, result, submit
     job = submit(Submission(nodes=2, train_args=("-a", "resnet50", "/data/imagenet")))
     print(job.job_id, job.paths.stdout, result(job))
+
+The job's shape and resources (name, nodes, GPUs and processes per node, CPUs, memory, time, partition,
+account, qos, constraint, variant, training flags) are slurm/job.py's description, with its checks and
+options: the same as ``python -m slurm.generate`` takes. ``--time-min``/``time_min`` and
+``--mem-gb``/``mem_gb`` remain as other spellings of ``--time`` and ``--mem``.
 
 Requeue: submitit asks SLURM for SIGUSR2 ``signal_delay_s`` before the time limit (and sends it
 on preemption). The trainer catches it, stops at a safe step, saves its checkpoint in the run
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import signal
 import sys
@@ -26,13 +32,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from imagenet.common.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
-from imagenet.common.variants import SINGLE_PROCESS, VARIANTS
+from slurm.job import JobError, JobShape, add_options, check, check_signal, check_unmanaged
 
 SWEEPABLE = {"nodes": int, "gpus_per_node": int, "procs_per_node": int, "batch_size": int}
+# the trainer's settings a submission sets itself -> what to use instead
+MANAGED = {"log_dir": "log_dir=... (--log-dir of slurm.submit)", "resume": "nothing (always --resume auto)"}
 
-
-class SubmitError(ValueError):
-    """A submission that cannot work; the message is one line saying what to change."""
+SubmitError = JobError  # a submission that cannot work; the message is one line saying what to change
 
 
 class TrainingFailed(RuntimeError):
@@ -40,22 +46,13 @@ class TrainingFailed(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Submission:
-    """One training job. ``train_args`` are the imagenet flags, dataset last, as on the command line."""
+class Submission(JobShape):
+    """One training job: the shared job description (slurm/job.py; ``train_args`` are the imagenet flags,
+    dataset last, as on the command line) plus what submitit needs. ``time_min`` and ``mem_gb`` are the
+    older spellings of ``time`` and ``mem``; when given they set those."""
 
-    train_args: Tuple[str, ...] = ()
-    variant: str = "ddp"
-    nodes: int = 1
     gpus_per_node: int = 0  # 0: CPU nodes (then procs_per_node processes each)
-    procs_per_node: Optional[int] = None
-    cpus_per_task: int = 8
-    mem_gb: Optional[float] = None
-    time_min: int = 60
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    constraint: Optional[str] = None
-    name: str = "imagenet"
+    time: str = "60"  # minutes, or any SLURM time limit
     folder: str = "runs/submitit/%j"  # submitit's logs and pickles
     log_dir: Optional[str] = None  # the run folder (checkpoints, run.json); default runs/submitit/<name>
     cluster: Optional[str] = None  # None: SLURM if sbatch exists, else local; or "slurm", "local", "debug"
@@ -63,16 +60,23 @@ class Submission:
     max_requeues: int = 3
     batch_size: Optional[int] = None  # appended as -b when set (sweeps vary it)
     extra_slurm: Tuple[Tuple[str, str], ...] = field(default=())
+    time_min: Optional[int] = None  # the time limit in minutes: sets time
+    mem_gb: Optional[float] = None  # memory per node in GB: sets mem
 
-    @property
-    def procs(self) -> int:
-        if self.variant in SINGLE_PROCESS:
-            return 1
-        return self.gpus_per_node or self.procs_per_node or 1
+    def __post_init__(self) -> None:
+        if self.time_min is not None:
+            object.__setattr__(self, "time", str(self.time_min))
+        if self.mem_gb is not None:
+            gb = float(self.mem_gb)
+            object.__setattr__(self, "mem", f"{int(gb)}G" if gb.is_integer() else f"{math.ceil(gb * 1024)}M")
 
     @property
     def run_dir(self) -> str:
         return self.log_dir or f"runs/submitit/{self.name}"
+
+    @property
+    def timeout_min(self) -> int:
+        return math.ceil(self.time_seconds / 60)
 
     def argv(self) -> List[str]:
         """The trainer's command line: the given flags plus this submission's run folder and resume."""
@@ -83,19 +87,10 @@ class Submission:
 
 
 def validate(sub: Submission) -> None:
-    if sub.variant not in VARIANTS:
-        raise SubmitError(f"unknown variant {sub.variant!r}; choose one of {', '.join(VARIANTS)}")
-    if sub.nodes < 1:
-        raise SubmitError(f"nodes must be at least 1 (got {sub.nodes})")
-    if sub.variant in SINGLE_PROCESS and sub.nodes != 1:
-        raise SubmitError(f"the {sub.variant} variant runs on one node; use nodes=1 or variant ddp")
-    if sub.gpus_per_node and sub.procs_per_node and sub.procs_per_node != sub.gpus_per_node:
-        raise SubmitError(f"procs_per_node {sub.procs_per_node} does not match gpus_per_node {sub.gpus_per_node}: "
-                          "DDP runs one process per GPU")
-    if sub.time_min < 1 or not 0 < sub.signal_delay_s < sub.time_min * 60:
-        raise SubmitError(f"time_min {sub.time_min} must be >= 1 and signal_delay_s {sub.signal_delay_s} shorter")
-    if any(a in ("--log-dir", "--resume") or a.startswith(("--log-dir=", "--resume=")) for a in sub.train_args):
-        raise SubmitError("--log-dir and --resume are set by the submission (log_dir=..., always --resume auto)")
+    """Raise SubmitError (one line): the shared job checks, then the submission's own."""
+    check(sub)
+    check_signal("--signal-delay-s", sub.signal_delay_s, sub.time)
+    check_unmanaged(sub.train_args, MANAGED, "set by the submission")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,15 +171,12 @@ def make_executor(sub: Submission):
     import submitit
 
     executor = submitit.AutoExecutor(folder=sub.folder, cluster=sub.cluster, slurm_max_num_timeout=sub.max_requeues)
-    params: Dict[str, Any] = dict(name=sub.name, nodes=sub.nodes, tasks_per_node=sub.procs,
-                                  cpus_per_task=sub.cpus_per_task, timeout_min=sub.time_min)
+    params: Dict[str, Any] = dict(name=sub.name, nodes=sub.nodes, tasks_per_node=sub.tasks,
+                                  cpus_per_task=sub.cpus, timeout_min=sub.timeout_min)
     if sub.gpus_per_node:
         params["gpus_per_node"] = sub.gpus_per_node
-    if sub.mem_gb:
-        params["mem_gb"] = sub.mem_gb
-    slurm = {k: v for k, v in (("partition", sub.partition), ("account", sub.account), ("qos", sub.qos),
-                               ("constraint", sub.constraint)) if v}
-    params.update({f"slurm_{k}": v for k, v in slurm.items()})
+    # the site's options as the batch files write them (the time limit is timeout_min, for every executor)
+    params.update({f"slurm_{k}": v for k, v in sub.site() if k != "time"})
     if executor.cluster == "slurm":
         params.update(slurm_signal_delay_s=sub.signal_delay_s,
                       slurm_additional_parameters={"requeue": True, **dict(sub.extra_slurm)})
@@ -232,12 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m slurm.submit", description=__doc__.split("\n")[0],
                                 allow_abbrev=False)
     d = Submission()
-    for name in ("nodes", "gpus_per_node", "procs_per_node", "cpus_per_task", "time_min", "signal_delay_s",
-                 "max_requeues"):
+    add_options(p, d)  # the shared job description's fields: --name, --nodes, ..., --time, --variant
+    for name in ("time_min", "signal_delay_s", "max_requeues"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(d, name))
-    for name in ("variant", "partition", "account", "qos", "constraint", "name", "folder", "log_dir", "cluster"):
+    for name in ("folder", "log_dir", "cluster"):
         p.add_argument(f"--{name.replace('_', '-')}", default=getattr(d, name))
-    p.add_argument("--mem-gb", type=float, default=None)
+    p.add_argument("--mem-gb", type=float, default=None, help="memory per node in GB (the same as --mem NG)")
     p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
                    help=f"one job per point of the product; keys: {', '.join(SWEEPABLE)}")
     p.add_argument("--wait", action="store_true", help="wait for the results and print them")
@@ -255,15 +247,19 @@ def _parse_sweep(items: Sequence[str]) -> Dict[str, List[str]]:
     return sweep
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    ns = vars(parser.parse_args(argv))
+def submission_from_args(argv: Optional[Sequence[str]]) -> Tuple[Submission, List[str], bool]:
+    """A submit command line -> the Submission, its --sweep items and --wait."""
+    ns = vars(build_parser().parse_args(argv))
     train = ns.pop("train_args")
     wait, sweep = ns.pop("wait"), ns.pop("sweep")
+    return Submission(train_args=tuple(train[1:] if train[:1] == ["--"] else train), **ns), sweep, wait
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
-        sub = Submission(train_args=tuple(train[1:] if train[:1] == ["--"] else train), **ns)
+        sub, sweep, wait = submission_from_args(argv)
         jobs = submit_sweep(sub, _parse_sweep(sweep)) if sweep else [submit(sub)]
-    except (SubmitError, ValueError) as e:
+    except ValueError as e:  # SubmitError among them
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     for job in jobs:

@@ -1,5 +1,5 @@
 """The exit statuses of a training process: the one home of a contract read by the batch scripts
-(slurm/generate.py writes them into every loop), slurm.submit, and the trainers themselves.
+(slurm/generate/ writes them into every loop), slurm.submit, and the trainers themselves.
 
 Torch-free on purpose: the generator and the submitter import it without the engine.
 """

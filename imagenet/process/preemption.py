@@ -11,7 +11,7 @@ after the first stop signal: then the process is stuck and exits at once.
 A signal can come before a trainer exists or listens: while the launcher is still starting it, or
 during the imports. So the entry scripts install the handlers before importing anything heavy
 (:func:`install_early`; this also replaces a disposition inherited as ignored, see
-slurm/generate.py), and the generated batch scripts also write :data:`STOP_FILE` into the run
+slurm/generate/), and the generated batch scripts also write :data:`STOP_FILE` into the run
 folder when they get the time-limit signal. Rank 0 looks for that file at every safe point, so a
 stop request reaches trainers that were not listening yet; the file is removed once acted on.
 """

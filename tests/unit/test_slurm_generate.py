@@ -12,6 +12,7 @@ import pytest
 
 from slurm import generate, start_budget
 from slurm.generate import EXAMPLES, GenerateError, JobSpec, render, spec_from_args
+from slurm.generate.renderer import _modules
 from tests.helpers import eval_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ def test_committed_example_matches_the_generator(name: str) -> None:
     path = REPO / "slurm" / f"{name}.sh"
     assert path.exists(), f"slurm/{name}.sh missing: run python -m slurm.generate --write-examples"
     assert path.read_text() == generate.render_example(name), (
-        f"slurm/{name}.sh drifted from slurm/generate.py: run python -m slurm.generate --write-examples")
+        f"slurm/{name}.sh drifted from slurm/generate/: run python -m slurm.generate --write-examples")
 
 
 def test_every_committed_file_is_an_example() -> None:
@@ -98,7 +99,7 @@ def _load_modules(text: str, env: dict, module: str = "") -> subprocess.Complete
     """The settings and module lines of TEXT run by bash with ENV; MODULE: a shell function standing
     in for the site's ``module`` command (none: the node has no module command)."""
     block = text[text.index("# ---- settings"):text.index("# ---- software environment")]
-    probe = module + "\n" + block + "\n".join(generate._modules()) + "\necho loaded\n"
+    probe = module + "\n" + block + "\n".join(_modules()) + "\necho loaded\n"
     return subprocess.run(["bash", "-c", probe], capture_output=True, text=True,
                           env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "42", **env})
 
