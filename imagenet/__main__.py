@@ -2,9 +2,10 @@
 import sys
 
 if __name__ == "__main__":
-    from imagenet.process import preemption  # first: a stop signal during the slow imports must not be lost
+    # first: a stop signal during the slow imports must not be lost
+    from hpc_imagenet.imagenet.process import preemption
 
     preemption.install_early()
-    from imagenet.run.cli import main
+    from hpc_imagenet.imagenet.run.cli import main
 
     sys.exit(main("any"))

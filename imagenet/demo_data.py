@@ -4,7 +4,7 @@ The code is :mod:`imagenet.data.demo`; import from there.
 """
 import sys
 
-from .data.demo import main
+from hpc_imagenet.imagenet.data.demo import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -26,9 +26,9 @@ from typing import Dict, List, Optional
 
 import torch
 
-from .common import files
-from .common.errors import one_line
-from .train import checkpoint
+from hpc_imagenet.imagenet.common import files
+from hpc_imagenet.imagenet.common.errors import one_line
+from hpc_imagenet.imagenet.train import checkpoint
 
 EXPORT_DIR = "export"
 WEIGHTS = {"model": "model", "ema": "model_ema"}  # which weights -> file stem
@@ -166,7 +166,7 @@ def _evaluations(pairs: List[str]) -> Dict[str, dict]:
 def export(run_dir: Path, out: Optional[Path] = None, evaluations: Optional[List[str]] = None,
            safetensors: bool = True) -> Path:
     """Export RUN_DIR into OUT (default RUN_DIR/export); returns OUT."""
-    from . import export_card
+    from hpc_imagenet.imagenet import export_card
 
     run_dir = Path(run_dir)
     path = source_checkpoint(run_dir)
@@ -187,7 +187,7 @@ def export(run_dir: Path, out: Optional[Path] = None, evaluations: Optional[List
 
 
 def main(argv: Optional[list] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m imagenet.export", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m hpc_imagenet.imagenet.export", description=__doc__.splitlines()[0])
     p.add_argument("run_dir", type=Path, help="a training run's folder (its --log-dir)")
     p.add_argument("--out", type=Path, help=f"where to write (default RUN_DIR/{EXPORT_DIR})")
     p.add_argument("--evaluation", action="append", default=[], metavar="NAME=RUN_JSON",
@@ -205,4 +205,5 @@ def main(argv: Optional[list] = None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.imagenet.export import main  # under its one name, not a copy
     sys.exit(main())

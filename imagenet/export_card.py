@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from .data.decode.base import val_resize
-from .recipes import RECIPES
+from hpc_imagenet.imagenet.data.decode.base import val_resize
+from hpc_imagenet.imagenet.recipes import RECIPES
 
 CARD_JSON = "model_card.json"
 CARD_MD = "MODEL_CARD.md"

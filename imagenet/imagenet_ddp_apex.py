@@ -8,9 +8,10 @@ if __package__ in (None, ""):  # run as a file: import the project package, not 
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 if __name__ == "__main__":
-    from imagenet.process import preemption  # first: a stop signal during the slow imports must not be lost
+    # first: a stop signal during the slow imports must not be lost
+    from hpc_imagenet.imagenet.process import preemption
 
     preemption.install_early()
-    from imagenet.run.cli import main
+    from hpc_imagenet.imagenet.run.cli import main
 
     sys.exit(main("amp"))

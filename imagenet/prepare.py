@@ -4,7 +4,7 @@ The code is :mod:`imagenet.data.prepare`; import from there.
 """
 import sys
 
-from .data.prepare import main
+from hpc_imagenet.imagenet.data.prepare import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,7 +4,7 @@ The code is :mod:`imagenet.data.shards`; import from there.
 """
 import sys
 
-from .data.shards import main
+from hpc_imagenet.imagenet.data.shards import main
 
 if __name__ == "__main__":
     sys.exit(main())

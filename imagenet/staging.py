@@ -4,7 +4,7 @@ The code is :mod:`imagenet.data.staging`; import from there.
 """
 import sys
 
-from .data.staging import main
+from hpc_imagenet.imagenet.data.staging import main
 
 if __name__ == "__main__":
     sys.exit(main())

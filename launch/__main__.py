@@ -13,7 +13,7 @@ import socket
 import sys
 from typing import Optional, Sequence
 
-from launch import environment, launchers
+from hpc_imagenet.launch import environment, launchers
 
 
 def gpu_count() -> int:
@@ -31,15 +31,15 @@ def table() -> str:
         env = entry.environment
         names = dict.fromkeys(env.VARS[role][0] for role in env.REQUIRED) if env is not None else {}
         recognised = " + ".join(names) or "-"
-        where = [w for w, yes in (("launch.manual", entry.name in launchers.by_hand()),
-                                  ("slurm.generate", entry.name in launchers.in_batch_files())) if yes]
+        where = [w for w, yes in (("hpc_imagenet.launch.manual", entry.name in launchers.by_hand()),
+                                  ("hpc_imagenet.slurm.generate", entry.name in launchers.in_batch_files())) if yes]
         lines.append(f"{entry.name}: {entry.summary}\n    recognised by: {recognised}; ranks meet {entry.meets}; "
                      f"commands from: {', '.join(where) or '-'}")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launch", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hpc_imagenet.launch", description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, help="GPUs per node to validate against (default: what torch sees)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of a line of text")
     parser.add_argument("--list", action="store_true", help="print the launchers this package knows, then exit")
@@ -70,4 +70,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.launch.__main__ import main  # under its one name, not a copy
     sys.exit(main())

@@ -23,7 +23,8 @@ import signal
 import sys
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)  # imagenet.process.preemption's list
-USAGE = "usage: python -m launch.agent MODULE [ARGS...]  (e.g. torch.distributed.run --nproc_per_node=4 ...)"
+USAGE = ("usage: python -m hpc_imagenet.launch.agent MODULE [ARGS...]  (e.g. torch.distributed.run --nproc_per_node=4 "
+         "...)")
 
 
 def hold_stop_signals() -> None:
@@ -43,4 +44,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.launch.agent import main  # under its one name, not a copy
     sys.exit(main())

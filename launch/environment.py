@@ -27,16 +27,16 @@ import logging
 import os
 from typing import Mapping, Optional
 
-from launch import launchers
-from launch.envs.base import ClusterEnvironment
-from launch.envs.mpi import MPICHEnvironment, OpenMPIEnvironment, PMIxEnvironment
-from launch.envs.pytorchjob import PyTorchJobEnvironment
-from launch.envs.single import SingleProcessEnvironment
-from launch.envs.slurm import SlurmEnvironment
-from launch.envs.torchrun import MPI_MARKER, MpiLaunchEnvironment, TorchElasticEnvironment
-from launch.errors import LaunchError
-from launch.hostlist import expand_hostlist, expand_tasks_per_node
-from launch.ports import DEFAULT_PORT, LOOPBACK, PORT_BASE, PORT_SPAN, derive_port, free_port
+from hpc_imagenet.launch import launchers
+from hpc_imagenet.launch.envs.base import ClusterEnvironment
+from hpc_imagenet.launch.envs.mpi import MPICHEnvironment, OpenMPIEnvironment, PMIxEnvironment
+from hpc_imagenet.launch.envs.pytorchjob import PyTorchJobEnvironment
+from hpc_imagenet.launch.envs.single import SingleProcessEnvironment
+from hpc_imagenet.launch.envs.slurm import SlurmEnvironment
+from hpc_imagenet.launch.envs.torchrun import MPI_MARKER, MpiLaunchEnvironment, TorchElasticEnvironment
+from hpc_imagenet.launch.errors import LaunchError
+from hpc_imagenet.launch.hostlist import expand_hostlist, expand_tasks_per_node
+from hpc_imagenet.launch.ports import DEFAULT_PORT, LOOPBACK, PORT_BASE, PORT_SPAN, derive_port, free_port
 
 __all__ = ["ClusterEnvironment", "DEFAULT_PORT", "LOOPBACK", "LaunchError", "MPICHEnvironment", "MPI_MARKER",
            "MpiLaunchEnvironment", "OpenMPIEnvironment", "PMIxEnvironment", "PORT_BASE", "PORT_SPAN",

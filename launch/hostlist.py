@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import List
 
-from launch.errors import LaunchError
+from hpc_imagenet.launch.errors import LaunchError
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple, Type
 
-from launch.envs.base import ClusterEnvironment
-from launch.envs.mpi import MPICHEnvironment, OpenMPIEnvironment, PMIxEnvironment
-from launch.envs.pytorchjob import PyTorchJobEnvironment
-from launch.envs.single import SingleProcessEnvironment
-from launch.envs.slurm import SlurmEnvironment
-from launch.envs.torchrun import MpiLaunchEnvironment, TorchElasticEnvironment
+from hpc_imagenet.launch.envs.base import ClusterEnvironment
+from hpc_imagenet.launch.envs.mpi import MPICHEnvironment, OpenMPIEnvironment, PMIxEnvironment
+from hpc_imagenet.launch.envs.pytorchjob import PyTorchJobEnvironment
+from hpc_imagenet.launch.envs.single import SingleProcessEnvironment
+from hpc_imagenet.launch.envs.slurm import SlurmEnvironment
+from hpc_imagenet.launch.envs.torchrun import MpiLaunchEnvironment, TorchElasticEnvironment
 
 ENV_INIT = "env://"  # the agent's store: torchrun's workers must join it (their peers' keys live there)
 TCP_INIT = "tcp://"  # rank 0 listens at the environment's master address and port
@@ -118,7 +118,8 @@ def _dist_url_flags(node: Node) -> List[str]:
 
 # In detection order (see the module docstring); dist-url has no environment of its own.
 _BUILTIN = (
-    Launcher("mpi", "mpirun/mpiexec/srun --mpi=pmix + `python -m launch.mpi SCRIPT`: ranks agree over mpi4py",
+    Launcher("mpi",
+             "mpirun/mpiexec/srun --mpi=pmix + `python -m hpc_imagenet.launch.mpi SCRIPT`: ranks agree over mpi4py",
              MpiLaunchEnvironment, meets="at rank 0's address and a port, agreed over MPI by launch.mpi",
              hostfile=True, batch=PROCESS),
     Launcher("torchrun", "torchrun (python -m torch.distributed.run): one agent per node starts its processes",

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from launch import launchers
-from launch.ports import DEFAULT_PORT
+from hpc_imagenet.launch import launchers
+from hpc_imagenet.launch.ports import DEFAULT_PORT
 log = logging.getLogger(__name__)
 
 MPI = next(name for name in launchers.by_hand() if launchers.get(name).hostfile)  # the default with --hostfile
@@ -69,7 +69,8 @@ def node_command(plan: Plan, node: int) -> List[str]:
 
 
 def check_command(plan: Plan) -> List[str]:
-    return [plan.python, "-m", "launch.manual", "--check", f"{_url_host(plan.master_addr)}:{plan.master_port}"]
+    return [plan.python, "-m", "hpc_imagenet.launch.manual", "--check",
+            f"{_url_host(plan.master_addr)}:{plan.master_port}"]
 
 
 def render_nodes(plan: Plan) -> str:
@@ -121,7 +122,7 @@ def mpirun_command(plan: Plan, hostfile: str) -> List[str]:
         head = ["mpirun", "-np", str(n), "--hostfile", hostfile, "--map-by", f"ppr:{per}:node"]
     else:
         head = ["mpiexec", "-n", str(n), "-f", hostfile, "-ppn", str(per)]
-    return [*head, plan.python, "-m", "launch.mpi", *plan.script]
+    return [*head, plan.python, "-m", "hpc_imagenet.launch.mpi", *plan.script]
 
 
 def render_mpi(plan: Plan, hostfile: str) -> str:
@@ -168,7 +169,7 @@ def check_reachable(host: str, port: int, timeout_s: float) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m launch.manual", description="Print the exact command to run on each node.",
+        prog="python -m hpc_imagenet.launch.manual", description="Print the exact command to run on each node.",
         epilog="Everything after -- is the training script and its arguments.")
     p.add_argument("--nnodes", type=int, help="number of nodes (default: the hostfile's length)")
     p.add_argument("--nproc-per-node", "--nproc_per_node", type=int,
@@ -254,4 +255,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.launch.manual import main  # under its one name, not a copy
     sys.exit(main())

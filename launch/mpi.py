@@ -30,12 +30,13 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launch.envs.torchrun import MPI_MARKER
-from launch.ports import LOOPBACK, derive_port, free_port
+from hpc_imagenet.launch.envs.torchrun import MPI_MARKER
+from hpc_imagenet.launch.ports import LOOPBACK, derive_port, free_port
 
 log = logging.getLogger(__name__)
 
-USAGE = "usage: mpirun -np N python -m launch.mpi SCRIPT [ARGS...]  (or: ... python -m launch.mpi -m MODULE [ARGS...])"
+USAGE = ("usage: mpirun -np N python -m hpc_imagenet.launch.mpi SCRIPT [ARGS...]  (or: ... python -m "
+         "hpc_imagenet.launch.mpi -m MODULE [ARGS...])")
 EXIT_USAGE = 2
 # Variables that prove an MPI-capable launcher started this process, and the world size it meant.
 LAUNCHER_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "PALS_SIZE",
@@ -382,4 +383,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.launch.mpi import main  # under its one name, not a copy
     sys.exit(main())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import zlib
 
-from launch.errors import LaunchError
+from hpc_imagenet.launch.errors import LaunchError
 
 DEFAULT_PORT = 29500  # torch's own default, used when nothing better is known
 # Ports derived from a job id land in [PORT_BASE, PORT_BASE + PORT_SPAN): below Linux's ephemeral

@@ -19,17 +19,17 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from imagenet.common.variants import SCRIPTS
-from imagenet.config.choices import AUTO_AUGMENT_POLICIES
-from results import report
-from results.core import records
-from results.core.kinds import from_dict
-from results.core.records import RUNS_DIR, SCRATCH_DIR
-from results.core.setups import CPU_SETUPS, SETUPS
-from results.runners import data_scale_bench, faults_bench, local, scaling, train_bench
-from results.runners.common import BenchError, add_flags, progress
-from slurm import client as slurm_client
-from slurm.generate import GenerateError
+from hpc_imagenet.imagenet.common.variants import SCRIPTS
+from hpc_imagenet.imagenet.config.choices import AUTO_AUGMENT_POLICIES
+from hpc_imagenet.results import report
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.core.kinds import from_dict
+from hpc_imagenet.results.core.records import RUNS_DIR, SCRATCH_DIR
+from hpc_imagenet.results.core.setups import CPU_SETUPS, SETUPS
+from hpc_imagenet.results.runners import data_scale_bench, faults_bench, local, scaling, train_bench
+from hpc_imagenet.results.runners.common import BenchError, add_flags, progress
+from hpc_imagenet.slurm import client as slurm_client
+from hpc_imagenet.slurm.generate import GenerateError
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def report_of(records_file: Path, tag: str) -> int:
 def _demo_data() -> Path:
     """The engine's demo ImageFolder (10 classes of 64x64 shapes), generated once."""
     if not (QUICK_DEMO / "train").is_dir():
-        from imagenet.data import demo
+        from hpc_imagenet.imagenet.data import demo
         demo.main([str(QUICK_DEMO), "--classes", "10", "--train-per-class", "32", "--val-per-class", "8"])
     return QUICK_DEMO
 
@@ -112,7 +112,7 @@ def _size(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     # the docstring's first paragraph (two lines; argparse joins them into one)
-    p = argparse.ArgumentParser(prog="python -m results.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m hpc_imagenet.results.bench", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     common = argparse.ArgumentParser(add_help=False)
     # no default here: parents share their action objects, so a subparser's set_defaults(tag=...)
@@ -238,6 +238,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.results.bench import main  # under its one name, not a copy
     # `kill` stops a benchmark as Ctrl-C does: what it runs is stopped with it, not left running
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     sys.exit(main())

@@ -77,7 +77,7 @@ RECORDS="$OUT/$TAG.jsonl"
 bench_train() {  # bench_train <stage> <data> <steps> <bench train flags...>
     local stage=$1 data=$2 steps=$3 stamp; shift 3
     stamp=$(mktemp)  # this stage's run folders are the ones newer than it
-    $PY -m results.bench train --tag "$TAG" --records "$RECORDS" --procs 1 -a "$ARCH" --batch "$BATCH" \
+    $PY -m hpc_imagenet.results.bench train --tag "$TAG" --records "$RECORDS" --procs 1 -a "$ARCH" --batch "$BATCH" \
         --image-size "$IMAGE" --steps-per-epoch "$steps" --val-steps 2 --workers "$WORKERS" --data "$data" \
         --timeout 300 --note "${NOTE:-one $gpu_name, results/gpu_session.sh stage $stage}" "$@"
     find results/runs -maxdepth 1 -name "$TAG-train-*" -newer "$stamp" -print0 \
@@ -111,7 +111,7 @@ stage_fewcores() {  # 4 loader workers per GPU, as on a node with few cores per 
 
 stage_jpeggen() {  # in the background (setsid), so a later call of the same lease finds the files
     [ -d "$JPEG_ROOT/train" ] && { echo "JPEGs already in $JPEG_ROOT"; return; }
-    setsid nohup taskset -c "${GEN_CPUS:-10-15}" bash -c "rm -rf $JPEG_ROOT.tmp && $PY -m results.runners.jpegs $JPEG_ROOT.tmp \
+    setsid nohup taskset -c "${GEN_CPUS:-10-15}" bash -c "rm -rf $JPEG_ROOT.tmp && $PY -m hpc_imagenet.results.runners.jpegs $JPEG_ROOT.tmp \
         --classes $JPEG_CLASSES --per-class $JPEG_PER_CLASS --val-per-class 4 --processes 6 \
         && mv $JPEG_ROOT.tmp $JPEG_ROOT" > $LEASE_DIR/jpegs.log 2>&1 < /dev/null &
     echo "JPEG generation started in the background into $JPEG_ROOT"
@@ -243,7 +243,7 @@ stages=${*:-env synthetic tests jpeg}
 gen_pid=
 if [[ " $stages " == *" jpeg "* || " $stages " == *" fewcores "* || " $stages " == *" steptimes "* ]] \
     && [[ ! -d "$JPEG_ROOT/train" ]]; then
-    $PY -m results.runners.jpegs "$JPEG_ROOT" --classes "$JPEG_CLASSES" --per-class "$JPEG_PER_CLASS" \
+    $PY -m hpc_imagenet.results.runners.jpegs "$JPEG_ROOT" --classes "$JPEG_CLASSES" --per-class "$JPEG_PER_CLASS" \
         --val-per-class 4 --processes "${GEN_PROCS:-$WORKERS}" > "$OUT/jpegs.log" 2>&1 &
     gen_pid=$!
 fi

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from results.core import records
-from results.report import main as report_main
-from results.runners import train_bench
-from slurm.pipeline.state import FINISHED_RUN, Layout
-from slurm.pipeline.tasks import run_stage
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.report import main as report_main
+from hpc_imagenet.results.runners import train_bench
+from hpc_imagenet.slurm.pipeline.state import FINISHED_RUN, Layout
+from hpc_imagenet.slurm.pipeline.tasks import run_stage
 
 
 def report(layout: Layout, tag: str) -> dict:
@@ -57,7 +57,8 @@ def point_of(run: dict) -> train_bench.TrainPoint:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m results.pipeline_report", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m hpc_imagenet.results.pipeline_report",
+                                description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="the chain's output folder")
     p.add_argument("--tag", default="pipeline", help="the report's tag (OUT/report/reports/TAG/README.md)")
     a = p.parse_args(argv)
@@ -66,4 +67,5 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.results.pipeline_report import main  # under its one name, not a copy
     sys.exit(main())

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from imagenet.common.variants import SINGLE_PROCESS, VARIANTS
+from hpc_imagenet.imagenet.common.variants import SINGLE_PROCESS, VARIANTS
 
 CPUS_PER_PROCESS = 8  # CPUs per training process when --cpus-per-task is not given
 _TIME_FORMATS = (  # SLURM's --time forms -> (days, hours, minutes, seconds) group names
@@ -178,7 +178,7 @@ def check(job: JobShape) -> None:
 def managed_flags(managed: Dict[str, str]) -> Dict[str, str]:
     """Each training flag (every spelling the trainers accept) of a setting in ``managed`` (setting -> what
     to use instead) -> what to use instead."""
-    from imagenet import config  # only the flag table; no torch import
+    from hpc_imagenet.imagenet import config  # only the flag table; no torch import
 
     return {flag: managed[f.name] for _, f in config.setting_fields() if f.name in managed
             for flag in f.metadata["flags"]}

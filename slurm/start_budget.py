@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import List
 
-from imagenet.common.exit_codes import EXIT_USAGE, NO_RESTART
+from hpc_imagenet.imagenet.common.exit_codes import EXIT_USAGE, NO_RESTART
 
 STARTS_LOG = "starts.log"
 # imagenet.train.checkpoint.CHECKPOINT (that module imports torch; a unit test holds the two equal)

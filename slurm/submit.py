@@ -4,7 +4,7 @@ there is no SLURM; sweeps submit one job per point; preemption checkpoints and r
     python -m slurm.submit --nodes 2 --gpus-per-node 4 --time 1:00:00 -- -a resnet50 /data/imagenet
     python -m slurm.submit --sweep nodes=1,2,4 --wait -- -a resnet50 --epochs 1 /data/imagenet
 
-    from slurm.submit import Submission, result, submit
+    from hpc_imagenet.slurm.submit import Submission, result, submit
     job = submit(Submission(nodes=2, train_args=("-a", "resnet50", "/data/imagenet")))
     print(job.job_id, job.paths.stdout, result(job))
 
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from imagenet.common.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
-from slurm.job import JobError, JobShape, add_options, check, check_signal, check_unmanaged
+from hpc_imagenet.imagenet.common.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
+from hpc_imagenet.slurm.job import JobError, JobShape, add_options, check, check_signal, check_unmanaged
 
 SWEEPABLE = {"nodes": int, "gpus_per_node": int, "procs_per_node": int, "batch_size": int}
 # the trainer's settings a submission sets itself -> what to use instead
@@ -110,7 +110,7 @@ class TrainingTask:
         env = submitit.JobEnvironment()
         _export_rendezvous(env)
         submitit_handler = signal.getsignal(signal.SIGUSR2)  # the trainer replaces it while training
-        from imagenet.run.cli import main
+        from hpc_imagenet.imagenet.run.cli import main
 
         code = main(self.variant, self.argv)
         if code == EXIT_PREEMPTED:
@@ -143,7 +143,7 @@ class TrainingTask:
 
 def _export_rendezvous(env) -> None:
     """Under SLURM the trainer reads SLURM's own variables; elsewhere (local executor) give it torch's."""
-    from launch.ports import derive_port
+    from hpc_imagenet.launch.ports import derive_port
 
     os.environ.setdefault("MASTER_ADDR", env.hostnames[0] if env.num_nodes > 1 else "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(derive_port(str(env.job_id).split("_")[0])))
@@ -221,7 +221,7 @@ def submit_sweep(sub: Submission, sweep: Dict[str, Sequence[str]]) -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m slurm.submit", description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="python -m hpc_imagenet.slurm.submit", description=__doc__.split("\n")[0],
                                 allow_abbrev=False)
     d = Submission()
     add_options(p, d)  # the shared job description's fields: --name, --nodes, ..., --time, --variant
@@ -277,4 +277,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.slurm.submit import main  # under its one name, not a copy
     sys.exit(main())

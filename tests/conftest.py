@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from imagenet.data import demo
+from hpc_imagenet.imagenet.data import demo
 from tests.helpers import TIERS
 
 TESTS = Path(__file__).resolve().parent

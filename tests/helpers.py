@@ -12,10 +12,10 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from launch.ports import free_port  # noqa: F401  (tests import it from here)
-from results.core import records
-from slurm.localcluster.packages import FASHION_MNIST_PACKAGE, can_install, install
-from slurm.localcluster.scenarios.jobs import ARCH as TINY_ARCH
+from hpc_imagenet.launch.ports import free_port  # noqa: F401  (tests import it from here)
+from hpc_imagenet.results.core import records
+from hpc_imagenet.slurm.localcluster.packages import FASHION_MNIST_PACKAGE, can_install, install
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH as TINY_ARCH
 from studies.fashion_mnist_race.fashion_mnist import FILES, SOURCE_DIR
 
 REPO = Path(__file__).resolve().parents[1]

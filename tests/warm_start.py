@@ -29,7 +29,7 @@ from typing import Dict, List, Optional
 
 from tests.helpers import PYTHON, REPO, child_env
 
-PRELOAD = ["torch", "torchvision", "imagenet.run.processes"]  # what an entry script imports first
+PRELOAD = ["torch", "torchvision", "hpc_imagenet.imagenet.run.processes"]  # what an entry script imports first
 _context: Optional[multiprocessing.context.BaseContext] = None
 
 

@@ -9,14 +9,15 @@ so a bad command line fails in a fraction of a second, before the rendezvous, th
 the dataset scan.
 docs/configuration.md is the user's page.
 """
-from .batch import Batch, local_gpus
-from .choices import COMPILE_MODES, DATA_BACKENDS, MODELS, OPT_LEVELS, VARIANTS
-from .errors import ConfigError
-from .parser import Command, build_parser, parse, parse_command
-from .sections import (SECTIONS, CheckpointSettings, DataSettings, DistSettings, LoggingSettings, ModelSettings,
+from hpc_imagenet.imagenet.config.batch import Batch, local_gpus
+from hpc_imagenet.imagenet.config.choices import COMPILE_MODES, DATA_BACKENDS, MODELS, OPT_LEVELS, VARIANTS
+from hpc_imagenet.imagenet.config.errors import ConfigError
+from hpc_imagenet.imagenet.config.parser import Command, build_parser, parse, parse_command
+from hpc_imagenet.imagenet.config.sections import (SECTIONS, CheckpointSettings, DataSettings, DistSettings,
+                                                   LoggingSettings, ModelSettings,
                        OptimSettings, PerfSettings, PrecisionSettings, RunSettings, Settings, section_of,
                        setting_fields, WARMUP_STEPS)
-from .validate import validate
+from hpc_imagenet.imagenet.config.validate import validate
 
 __all__ = [
     "Batch", "COMPILE_MODES", "CheckpointSettings", "Command", "ConfigError", "DATA_BACKENDS", "DataSettings",

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-from launch import environment, launchers
+from hpc_imagenet.launch import environment, launchers
 
-from .errors import ConfigError
+from hpc_imagenet.imagenet.config.errors import ConfigError
 
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")  # one entry per GPU the driver manages
 

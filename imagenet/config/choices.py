@@ -7,7 +7,7 @@ here still matches it.
 """
 from __future__ import annotations
 
-from ..common.variants import VARIANTS  # noqa: F401  (the settings import it from here)
+from hpc_imagenet.imagenet.common.variants import VARIANTS  # noqa: F401  (the settings import it from here)
 
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, NoReturn, Optional, Sequence
 
-from launch import environment
+from hpc_imagenet.launch import environment
 
-from .. import recipes
-from . import batch as batches
-from . import torchvision_cli
-from .choices import LAYERWISE_OPTIMIZERS
-from .errors import ConfigError
-from .sections import SECTIONS, Settings, setting_fields
-from .validate import check_recipe, validate
+from hpc_imagenet.imagenet import recipes
+from hpc_imagenet.imagenet.config import batch as batches
+from hpc_imagenet.imagenet.config import torchvision_cli
+from hpc_imagenet.imagenet.config.choices import LAYERWISE_OPTIMIZERS
+from hpc_imagenet.imagenet.config.errors import ConfigError
+from hpc_imagenet.imagenet.config.sections import SECTIONS, Settings, setting_fields
+from hpc_imagenet.imagenet.config.validate import check_recipe, validate
 
 
 class OneLineParser(argparse.ArgumentParser):

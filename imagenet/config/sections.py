@@ -16,10 +16,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from .. import recipes
-from .choices import (AUTO_AUGMENT_POLICIES, COMPILE_MODES, DIST_BACKENDS, INTERPOLATIONS, LR_SCHEDULE_ALIASES,
+from hpc_imagenet.imagenet import recipes
+from hpc_imagenet.imagenet.config.choices import (AUTO_AUGMENT_POLICIES, COMPILE_MODES, DIST_BACKENDS, INTERPOLATIONS,
+                                                  LR_SCHEDULE_ALIASES,
                       LR_SCHEDULES, OPT_LEVELS, OPTIMIZERS, VARIANTS)
-from .batch import Batch
+from hpc_imagenet.imagenet.config.batch import Batch
 
 # Steps per epoch left out of the steady-state throughput (loader start, allocator, autotune); here, in
 # a module without torch, so the report can name it without importing the engine.
@@ -35,7 +36,8 @@ def _opt(default: Any, *flags: str, help: str, **argparse_kwargs: Any):
 class DataSettings:
     """What to train on and how the images reach the model."""
     root: Optional[str] = _opt(None, "root", help="dataset root holding train/ and val/ ImageFolders, or a "
-                               "shard folder written by python -m imagenet.shards", nargs="?", metavar="DIR")
+                               "shard folder written by python -m hpc_imagenet.imagenet.shards", nargs="?",
+                               metavar="DIR")
     dummy: bool = _opt(False, "--dummy", help="synthetic tensors instead of images (compute-only benchmarks)",
                        action="store_true")
     image_size: int = _opt(224, "--image-size", "--train-crop-size", help="training crop size (validation "

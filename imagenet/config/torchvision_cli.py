@@ -21,8 +21,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict, Iterable, Mapping
 
-from .choices import LR_SCHEDULE_ALIASES
-from .errors import ConfigError
+from hpc_imagenet.imagenet.config.choices import LR_SCHEDULE_ALIASES
+from hpc_imagenet.imagenet.config.errors import ConfigError
 
 # torchvision's flags that have no meaning here: the flag -> why, and what to do instead.
 REFUSED = {

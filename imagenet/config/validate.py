@@ -12,11 +12,12 @@ import difflib
 from pathlib import Path
 from typing import Any, Iterable, Optional, Tuple
 
-from ..data.resolution import ResolutionRamp
-from ..recipes import ROW_KEYS, Recipe
-from .choices import BATCH_DATA_BACKENDS, DATA_BACKENDS, LAYERWISE_OPTIMIZERS, MODELS, RESIDUAL_MODELS
-from .errors import ConfigError
-from .sections import Settings, setting_fields
+from hpc_imagenet.imagenet.data.resolution import ResolutionRamp
+from hpc_imagenet.imagenet.recipes import ROW_KEYS, Recipe
+from hpc_imagenet.imagenet.config.choices import (BATCH_DATA_BACKENDS, DATA_BACKENDS, LAYERWISE_OPTIMIZERS, MODELS,
+                                                  RESIDUAL_MODELS)
+from hpc_imagenet.imagenet.config.errors import ConfigError
+from hpc_imagenet.imagenet.config.sections import Settings, setting_fields
 
 # Settings a recipe or --config file may not set: they size the global batch that the file's values
 # depend on, or pick the files themselves; the command line decides them.

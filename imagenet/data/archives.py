@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..common.errors import DataError
-from .shards import Member
+from hpc_imagenet.imagenet.common.errors import DataError
+from hpc_imagenet.imagenet.data.shards import Member
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
 VAL_TAR = "ILSVRC2012_img_val.tar"

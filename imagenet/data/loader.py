@@ -18,13 +18,13 @@ from typing import Callable, Dict, Iterator, Optional, Protocol, Sequence, Tuple
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ..common.errors import DataError
-from . import decode, sources
-from .decode.augment import Augmentation
-from .decode.base import Transform
-from .decode.device import collate
-from .samplers import RepeatedAugmentationSampler, ResumableSampler, ShardSampler
-from .scan import scan_dataset_once
+from hpc_imagenet.imagenet.common.errors import DataError
+from hpc_imagenet.imagenet.data import decode, sources
+from hpc_imagenet.imagenet.data.decode.augment import Augmentation
+from hpc_imagenet.imagenet.data.decode.base import Transform
+from hpc_imagenet.imagenet.data.decode.device import collate
+from hpc_imagenet.imagenet.data.samplers import RepeatedAugmentationSampler, ResumableSampler, ShardSampler
+from hpc_imagenet.imagenet.data.scan import scan_dataset_once
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from .decode.base import IMAGENET_MEAN, IMAGENET_STD
-from .decode.device import EncodedBatch
+from hpc_imagenet.imagenet.data.decode.base import IMAGENET_MEAN, IMAGENET_STD
+from hpc_imagenet.imagenet.data.decode.device import EncodedBatch
 
 
 class DeviceNormalizer:

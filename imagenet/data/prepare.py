@@ -31,10 +31,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..common import files
-from ..common.errors import DataError
-from . import archives, shards, sources
-from .shards import Member, Options
+from hpc_imagenet.imagenet.common import files
+from hpc_imagenet.imagenet.common.errors import DataError
+from hpc_imagenet.imagenet.data import archives, shards, sources
+from hpc_imagenet.imagenet.data.shards import Member, Options
 
 log = logging.getLogger(__name__)
 
@@ -130,14 +130,15 @@ def write_class_folder(job: Tuple[str, str, Tuple[Member, ...], Options]) -> Tup
 # ---------------------------------------------------------------- command line
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m imagenet.prepare",
+    ap = argparse.ArgumentParser(prog="python -m hpc_imagenet.imagenet.prepare",
                                  description="ImageNet's download (train/val tars + devkit or Kaggle labels) "
                                              "straight to shards or an ImageFolder, without extracting")
     ap.add_argument("archives", help=f"folder holding {archives.TRAIN_TAR}, {archives.VAL_TAR} and {archives.DEVKIT} "
                                      f"(or {archives.KAGGLE_MAPPING} + {archives.KAGGLE_VAL})")
     ap.add_argument("dst", help="output folder (new or empty, or an interrupted run to continue)")
     ap.add_argument("--format", choices=("shards", "folder"), default="shards",
-                    help="shards (default, as python -m imagenet.shards writes) or folder (train/<wnid>/, val/<wnid>/)")
+                    help="shards (default, as python -m hpc_imagenet.imagenet.shards writes) or folder "
+                    "(train/<wnid>/, val/<wnid>/)")
     ap.add_argument("--verify-archives", action="store_true",
                     help="first check the archives against ILSVRC 2012's published MD5 sums")
     shards.add_conversion_args(ap)
@@ -149,4 +150,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.imagenet.data.prepare import main  # under its one name, not a copy
     raise SystemExit(main())

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from ..common.errors import DataError, one_line
-from . import sources
+from hpc_imagenet.imagenet.common.errors import DataError, one_line
+from hpc_imagenet.imagenet.data import sources
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -50,7 +50,8 @@ def scan_dataset(root: str) -> Tuple[List[str], Index]:
         d = base / split
         if not d.is_dir():
             raise DataError(f"{d} is missing: the dataset root needs train/ and val/ ImageFolders "
-                            "(class sub-folders of images); python -m imagenet.prepare ARCHIVES DST writes them "
+                            "(class sub-folders of images); python -m hpc_imagenet.imagenet.prepare ARCHIVES DST "
+                            "writes them "
                             "from ImageNet's download")
         if not os.access(d, os.R_OK | os.X_OK):
             raise DataError(f"{d} is not readable by this user; fix its permissions")
@@ -82,7 +83,7 @@ def scan_dataset_once(root: str, rank: int) -> Tuple[List[str], Index]:
     """
     # imported here: only this function needs torch; the shard writer and prepare command lines import
     # this module for scan_dataset and start 1.4 CPU seconds sooner without it
-    from ..process import group
+    from hpc_imagenet.imagenet.process import group
 
     if not group.initialized():
         return scan_dataset(root)

@@ -31,8 +31,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..common import files
-from ..common.errors import DataError
+from hpc_imagenet.imagenet.common import files
+from hpc_imagenet.imagenet.common.errors import DataError
 
 INDEX_NAME = "shards-index.npz"
 FORMAT = "hpc-imagenet-shards/1"
@@ -136,7 +136,8 @@ class ShardIndex(_Samples):
         data = os.pread(self._fd(shard), size, int(self.offset[index]))
         if len(data) != size:
             raise DataError(f"shard {self.shard_path(shard)} ends before sample {index} (got {len(data)} of "
-                            f"{size} bytes): the shard is truncated; re-run python -m imagenet.shards to rewrite it")
+                            f"{size} bytes): the shard is truncated; re-run python -m hpc_imagenet.imagenet.shards to "
+                            f"rewrite it")
         return data
 
     def close(self) -> None:
@@ -176,10 +177,10 @@ def load_index(root: str) -> Tuple[List[str], Dict[str, ShardIndex]]:
             arrays = {k: z[k] for k in z.files if k != "header"}
     except (OSError, ValueError, KeyError) as e:
         raise DataError(f"cannot read shard index {path} ({type(e).__name__}: {e}); re-run "
-                        "python -m imagenet.shards to rewrite it") from None
+                        "python -m hpc_imagenet.imagenet.shards to rewrite it") from None
     if header.get("format") != FORMAT:
         raise DataError(f"{path} is not an index this version reads (format {header.get('format')!r}, expected "
-                        f"{FORMAT!r}); re-run python -m imagenet.shards")
+                        f"{FORMAT!r}); re-run python -m hpc_imagenet.imagenet.shards")
     out = {}
     for split in SPLITS:
         meta = header["splits"].get(split)
@@ -197,7 +198,7 @@ def check_shards(index: ShardIndex, meta: dict) -> None:
     n = len(index.shard_names)
     if len(index.shard) and (index.shard.min() < 0 or index.shard.max() >= n):
         raise DataError(f"shard index in {index.root} names shards that do not exist (ids outside 0..{n - 1}); "
-                        "re-run python -m imagenet.shards")
+                        "re-run python -m hpc_imagenet.imagenet.shards")
     ends = np.zeros(n, dtype=np.int64)
     np.maximum.at(ends, index.shard, index.offset + index.size)
     for i in range(len(index.shard_names)):
@@ -206,8 +207,8 @@ def check_shards(index: ShardIndex, meta: dict) -> None:
             actual = os.stat(path).st_size
         except FileNotFoundError:
             raise DataError(f"shard {path} is missing (the index names it); copy it again or re-run "
-                            "python -m imagenet.shards") from None
+                            "python -m hpc_imagenet.imagenet.shards") from None
         if actual < ends[i] or actual != meta["shard_bytes"][i]:
             raise DataError(f"shard {path} is {actual} bytes but the index expects {meta['shard_bytes'][i]} "
                             f"(samples up to byte {ends[i]}): truncated or not the shard the index was written for; "
-                            "copy it again or re-run python -m imagenet.shards")
+                            "copy it again or re-run python -m hpc_imagenet.imagenet.shards")

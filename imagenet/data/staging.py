@@ -54,11 +54,11 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..common.errors import one_line
-from .staging_files import say
-from .staging_folder import StagingError, user_name
-from .staging_listing import MARKER
-from .staging_node import remove_copy, stage
+from hpc_imagenet.imagenet.common.errors import one_line
+from hpc_imagenet.imagenet.data.staging_files import say
+from hpc_imagenet.imagenet.data.staging_folder import StagingError, user_name
+from hpc_imagenet.imagenet.data.staging_listing import MARKER
+from hpc_imagenet.imagenet.data.staging_node import remove_copy, stage
 
 __all__ = ["MARKER", "StagingError", "cleanup_wanted", "destination", "expand", "main", "release_data",
            "remove_copy", "stage", "stage_data", "user_name"]
@@ -73,7 +73,7 @@ def stage_data(cfg, info) -> str:
     copy with --stage-dir (a collective)."""
     if cfg.dummy or not cfg.stage_dir:
         return cfg.root
-    from ..process import group  # here, not at the top: the command line below runs without torch
+    from hpc_imagenet.imagenet.process import group  # here, not at the top: the command line below runs without torch
 
     dest, error = None, None
     try:  # any failure, on any rank, must reach the collective below: the other ranks wait there
@@ -100,7 +100,7 @@ def release_data(cfg, info, finished: bool) -> None:
     it. A failure to remove is a warning: the training itself is over."""
     if cfg.dummy or not cfg.stage_dir or not finished:
         return
-    from ..process import group  # here, not at the top: the command line below runs without torch
+    from hpc_imagenet.imagenet.process import group  # here, not at the top: the command line below runs without torch
 
     # Every process of the job has finished reading the copy. Each node decides for itself after
     # the wait ('$TMPDIR' may be /dev/shm on one node only): every rank must reach the collective.
@@ -146,7 +146,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ``srun --ntasks-per-node=1``; prints the copy's folder last. Training with the same
     ``--stage-dir DIR`` then finds the copy complete and reuses it. ``--remove`` removes this
     node's copy instead (after the last job that reads it)."""
-    parser = argparse.ArgumentParser(prog="python -m imagenet.staging",
+    parser = argparse.ArgumentParser(prog="python -m hpc_imagenet.imagenet.staging",
                                      description="Copy a dataset folder to node-local storage (or reuse the copy)")
     parser.add_argument("data", help="dataset folder to copy")
     parser.add_argument("stage_dir", metavar="DIR", help="node-local folder ($VARS are expanded here); the copy "
@@ -168,4 +168,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.imagenet.data.staging import main  # under its one name, not a copy
     sys.exit(main())

@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, List, Sequence, TypeVar
 
-from ..common import files
-from ..common.terminal import ProgressLine
-from .staging_folder import StagingError
-from .staging_listing import Listing
+from hpc_imagenet.imagenet.common import files
+from hpc_imagenet.imagenet.common.terminal import ProgressLine
+from hpc_imagenet.imagenet.data.staging_folder import StagingError
+from hpc_imagenet.imagenet.data.staging_listing import Listing
 
 TMP_SUFFIX = ".staging-tmp"  # ends every copy's temp name: a rerun removes leftovers as extra files
 COPY_THREADS = 8

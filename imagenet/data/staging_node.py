@@ -16,10 +16,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, Iterator, List
 
-from ..common import files
-from .staging_files import (PROGRESS_SECONDS, check_space, copy_all, human, mismatched, remove_extra, say)
-from .staging_folder import StagingError, private_folder
-from .staging_listing import MARKER, Listing, list_copy, list_source
+from hpc_imagenet.imagenet.common import files
+from hpc_imagenet.imagenet.data.staging_files import (PROGRESS_SECONDS, check_space, copy_all, human, mismatched,
+                                                      remove_extra, say)
+from hpc_imagenet.imagenet.data.staging_folder import StagingError, private_folder
+from hpc_imagenet.imagenet.data.staging_listing import MARKER, Listing, list_copy, list_source
 
 FORMAT = 2  # 2: the copy lives in the user's private folder; the marker no longer says "verified"
 

@@ -18,19 +18,19 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..common import files, startup
-from ..model import ema, network, precision
-from ..process import group, preemption
-from . import distributed, sysinfo
-from ..train import checkpoint, losses, mixing, optim, tblog
-from ..data import decode, loader, staging
-from ..data.resolution import ResolutionRamp
-from ..data.normalize import DeviceNormalizer
-from ..common.errors import one_line
-from ..common.terminal import NullConsole
-from ..config import Settings
-from ..train.trainer import Parts, Trainer, steps_per_epoch
-from ..train.runrecord import RunRecord
+from hpc_imagenet.imagenet.common import files, startup
+from hpc_imagenet.imagenet.model import ema, network, precision
+from hpc_imagenet.imagenet.process import group, preemption
+from hpc_imagenet.imagenet.run import distributed, sysinfo
+from hpc_imagenet.imagenet.train import checkpoint, losses, mixing, optim, tblog
+from hpc_imagenet.imagenet.data import decode, loader, staging
+from hpc_imagenet.imagenet.data.resolution import ResolutionRamp
+from hpc_imagenet.imagenet.data.normalize import DeviceNormalizer
+from hpc_imagenet.imagenet.common.errors import one_line
+from hpc_imagenet.imagenet.common.terminal import NullConsole
+from hpc_imagenet.imagenet.config import Settings
+from hpc_imagenet.imagenet.train.trainer import Parts, Trainer, steps_per_epoch
+from hpc_imagenet.imagenet.train.runrecord import RunRecord
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,12 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from launch import environment
+from hpc_imagenet.launch import environment
 
-from .. import config
-from ..common import startup
-from ..common.errors import one_line
-from ..common.exit_codes import EXIT_USAGE
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.common import startup
+from hpc_imagenet.imagenet.common.errors import one_line
+from hpc_imagenet.imagenet.common.exit_codes import EXIT_USAGE
 
 
 def main(variant: str = "any", argv: Optional[Sequence[str]] = None) -> int:
@@ -34,7 +34,7 @@ def main(variant: str = "any", argv: Optional[Sequence[str]] = None) -> int:
         print(json.dumps(command.settings.to_dict(), indent=2), flush=True)
         return 0
     startup.mark("settings parsed and checked")
-    from . import processes  # torch, only for a command line known to be good
+    from hpc_imagenet.imagenet.run import processes  # torch, only for a command line known to be good
 
     startup.mark("torch and the engine imported")
 

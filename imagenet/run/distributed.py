@@ -24,11 +24,11 @@ from typing import List, Optional
 import torch
 import torch.distributed as dist
 
-from launch import environment, launchers
+from hpc_imagenet.launch import environment, launchers
 
-from ..process import group
-from ..process.group import DistInfo
-from . import sysinfo
+from hpc_imagenet.imagenet.process import group
+from hpc_imagenet.imagenet.process.group import DistInfo
+from hpc_imagenet.imagenet.run import sysinfo
 
 log = logging.getLogger(__name__)
 

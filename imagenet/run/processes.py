@@ -26,17 +26,17 @@ import threading
 
 import torch
 
-from launch import environment, launchers
+from hpc_imagenet.launch import environment, launchers
 
-from .. import config
-from ..model import network, precision
-from ..process import group
-from . import distributed
-from ..train import checkpoint
-from ..data import staging
-from ..common import startup
-from ..common.errors import DataError, one_line
-from ..common.exit_codes import EXIT_INTERRUPTED, EXIT_LOST_PEER, EXIT_PREEMPTED, EXIT_USAGE
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.model import network, precision
+from hpc_imagenet.imagenet.process import group
+from hpc_imagenet.imagenet.run import distributed
+from hpc_imagenet.imagenet.train import checkpoint
+from hpc_imagenet.imagenet.data import staging
+from hpc_imagenet.imagenet.common import startup
+from hpc_imagenet.imagenet.common.errors import DataError, one_line
+from hpc_imagenet.imagenet.common.exit_codes import EXIT_INTERRUPTED, EXIT_LOST_PEER, EXIT_PREEMPTED, EXIT_USAGE
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ _group_left = False  # the group was not destroyed (group.cleanup): the process 
 
 
 def _run(cfg: config.Settings, info: group.DistInfo) -> int:
-    from . import build  # imported late: the spawning parent never needs it
+    from hpc_imagenet.imagenet.run import build  # imported late: the spawning parent never needs it
 
     global _group_made, _group_left
     _setup_logging(info.is_primary)

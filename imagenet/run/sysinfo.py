@@ -28,7 +28,7 @@ from typing import Dict, Optional
 
 import torch
 
-from launch import mpi as launch_mpi
+from hpc_imagenet.launch import mpi as launch_mpi
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ def libraries() -> Dict[str, Optional[str]]:
 
 def region_decoder_built() -> bool:
     """Whether the fast backend's C region decoder (imagenet/data/decode/_jpeg_region.c) is built here."""
-    return importlib.util.find_spec("imagenet.data.decode._jpeg_region") is not None
+    return importlib.util.find_spec("hpc_imagenet.imagenet.data.decode._jpeg_region") is not None
 
 
 def _gpu_info() -> dict:
@@ -246,7 +246,8 @@ def collect(nodes: Optional[int] = None) -> dict:
 
 
 def main(argv: Optional[list] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m imagenet.run.sysinfo", description="what this environment (or "
+    ap = argparse.ArgumentParser(prog="python -m hpc_imagenet.imagenet.run.sysinfo",
+                                 description="what this environment (or "
                                  "image) carries for training: versions, devices, the optional libraries")
     ap.add_argument("--json", action="store_true", help="the whole record as one JSON object")
     ap.add_argument("--require-gpu", action="store_true", help="exit 1 when torch sees no CUDA GPU")
@@ -268,4 +269,5 @@ def main(argv: Optional[list] = None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.imagenet.run.sysinfo import main  # under its one name, not a copy
     sys.exit(main())

@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..common import files
+from hpc_imagenet.imagenet.common import files
 
 CHECKPOINT = "checkpoint.pth.tar"
 BEST = "model_best.pth.tar"

@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import checkpoint
+from hpc_imagenet.imagenet.train import checkpoint
 
 
 def to_host(obj: Any, reuse: Any = None) -> Any:

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from .metrics import EpochMeter
+from hpc_imagenet.imagenet.train.metrics import EpochMeter
 
 
 @torch.no_grad()

@@ -12,7 +12,7 @@ from typing import Dict, Optional
 
 import torch
 
-from ..process import group
+from hpc_imagenet.imagenet.process import group
 
 
 def topk_correct(output: torch.Tensor, target: torch.Tensor, ks=(1, 5)) -> torch.Tensor:

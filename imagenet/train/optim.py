@@ -13,7 +13,7 @@ from typing import List, Optional
 import torch
 from torch import nn
 
-from . import layerwise, schedules
+from hpc_imagenet.imagenet.train import layerwise, schedules
 
 NORMS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)
 
@@ -71,7 +71,7 @@ def impl_kwargs(impl: str, params: List[torch.Tensor]) -> dict:
     if impl == "default":
         return {}
     if impl == "fused" and not fused_supported(params):
-        from ..config import ConfigError
+        from hpc_imagenet.imagenet.config import ConfigError
 
         device = params[0].device.type if params else "?"
         raise ConfigError(f"--optimizer-impl fused: torch {torch.__version__} has no fused SGD for {device} "

@@ -20,7 +20,7 @@ from typing import Callable, Dict, List
 
 import torch
 
-from ..common import files
+from hpc_imagenet.imagenet.common import files
 
 log = logging.getLogger(__name__)
 

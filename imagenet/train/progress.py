@@ -9,7 +9,7 @@ from typing import List
 
 import torch
 
-from .metrics import peak_memory_bytes
+from hpc_imagenet.imagenet.train.metrics import peak_memory_bytes
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..common import files
+from hpc_imagenet.imagenet.common import files
 
 RUN_JSON = "run.json"
 

@@ -10,8 +10,8 @@ from typing import List, Optional
 
 import torch
 
-from . import cuda_graph
-from .accumulation import accumulate
+from hpc_imagenet.imagenet.train import cuda_graph
+from hpc_imagenet.imagenet.train.accumulation import accumulate
 
 
 class Stepper:

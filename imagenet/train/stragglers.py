@@ -19,7 +19,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import List, Optional, Sequence
 
-from ..process import group
+from hpc_imagenet.imagenet.process import group
 
 
 @dataclass

@@ -27,24 +27,24 @@ from typing import Any, List, Optional
 
 import torch
 
-from ..common import cputime, startup, terminal
-from ..common.exit_codes import EXIT_PREEMPTED
-from ..config import WARMUP_STEPS
-from ..data.loader import Batches, set_epoch
-from ..data.normalize import DeviceNormalizer
-from ..data.resolution import ResolutionRamp
-from ..model.ema import WeightAverage
-from ..model.precision import Precision
-from ..process import group, preemption
-from ..process.preemption import StopSignal
-from . import checkpoint, checkpoint_writer, evaluation, profiling, time_to_accuracy
-from .metrics import EpochMeter, StepBreakdown, StepClock, StepTimes, synchronize
-from .mixing import Mix, hard_labels
-from .progress import Throughput, TrainState
-from .runrecord import RunRecord
-from .step import Stepper
-from .stragglers import StragglerWatch
-from .tblog import NullLogger
+from hpc_imagenet.imagenet.common import cputime, startup, terminal
+from hpc_imagenet.imagenet.common.exit_codes import EXIT_PREEMPTED
+from hpc_imagenet.imagenet.config import WARMUP_STEPS
+from hpc_imagenet.imagenet.data.loader import Batches, set_epoch
+from hpc_imagenet.imagenet.data.normalize import DeviceNormalizer
+from hpc_imagenet.imagenet.data.resolution import ResolutionRamp
+from hpc_imagenet.imagenet.model.ema import WeightAverage
+from hpc_imagenet.imagenet.model.precision import Precision
+from hpc_imagenet.imagenet.process import group, preemption
+from hpc_imagenet.imagenet.process.preemption import StopSignal
+from hpc_imagenet.imagenet.train import checkpoint, checkpoint_writer, evaluation, profiling, time_to_accuracy
+from hpc_imagenet.imagenet.train.metrics import EpochMeter, StepBreakdown, StepClock, StepTimes, synchronize
+from hpc_imagenet.imagenet.train.mixing import Mix, hard_labels
+from hpc_imagenet.imagenet.train.progress import Throughput, TrainState
+from hpc_imagenet.imagenet.train.runrecord import RunRecord
+from hpc_imagenet.imagenet.train.step import Stepper
+from hpc_imagenet.imagenet.train.stragglers import StragglerWatch
+from hpc_imagenet.imagenet.train.tblog import NullLogger
 
 __all__ = ["EXIT_PREEMPTED", "Parts", "Trainer", "TrainState", "Throughput", "steps_per_epoch"]
 

@@ -6,8 +6,8 @@ import logging
 import os
 from typing import ClassVar, Dict, Mapping, Optional, Tuple
 
-from launch.errors import LaunchError
-from launch.ports import DEFAULT_PORT, derive_port
+from hpc_imagenet.launch.errors import LaunchError
+from hpc_imagenet.launch.ports import DEFAULT_PORT, derive_port
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class ClusterEnvironment:
     def _check_master(self) -> None:
         if not self.master_addr:
             raise LaunchError(f"{self.name}: ranks span several nodes and MASTER_ADDR is unset: start "
-                              "through `python -m launch.mpi SCRIPT ...` (it finds rank 0's address) or "
+                              "through `python -m hpc_imagenet.launch.mpi SCRIPT ...` (it finds rank 0's address) or "
                               "export MASTER_ADDR=<rank 0's host> to every rank")
         if not 0 < self.master_port < 65536:
             raise LaunchError(f"{self.name}: master port {self.master_port} is not in 1-65535; set MASTER_PORT")

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional
 
-from launch.envs.base import ClusterEnvironment
-from launch.errors import LaunchError
-from launch.ports import LOOPBACK
+from hpc_imagenet.launch.envs.base import ClusterEnvironment
+from hpc_imagenet.launch.errors import LaunchError
+from hpc_imagenet.launch.ports import LOOPBACK
 
 
 class _MpiFamilyEnvironment(ClusterEnvironment):
@@ -82,5 +82,6 @@ class PMIxEnvironment(_MpiFamilyEnvironment):
         env = dict(os.environ if environ is None else environ)
         if self._lookup(env, "world_size") is None:
             raise LaunchError(f"pmix: PMIX_RANK={env['PMIX_RANK']} but the launcher exports no world size: "
-                              "start through `python -m launch.mpi SCRIPT ...` (it asks MPI) or export WORLD_SIZE")
+                              "start through `python -m hpc_imagenet.launch.mpi SCRIPT ...` (it asks MPI) or export "
+                              "WORLD_SIZE")
         super().__init__(env)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import logging
 from typing import Mapping, Optional
 
-from launch.envs.base import ClusterEnvironment
-from launch.ports import LOOPBACK
+from hpc_imagenet.launch.envs.base import ClusterEnvironment
+from hpc_imagenet.launch.ports import LOOPBACK
 
 log = logging.getLogger(__name__)
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from launch.envs.base import ClusterEnvironment
-from launch.errors import LaunchError
-from launch.hostlist import expand_hostlist, expand_tasks_per_node
-from launch.ports import LOOPBACK
+from hpc_imagenet.launch.envs.base import ClusterEnvironment
+from hpc_imagenet.launch.errors import LaunchError
+from hpc_imagenet.launch.hostlist import expand_hostlist, expand_tasks_per_node
+from hpc_imagenet.launch.ports import LOOPBACK
 
 
 class SlurmEnvironment(ClusterEnvironment):

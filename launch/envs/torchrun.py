@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from launch.envs.base import ClusterEnvironment
-from launch.errors import LaunchError
+from hpc_imagenet.launch.envs.base import ClusterEnvironment
+from hpc_imagenet.launch.errors import LaunchError
 
 MPI_MARKER = "LAUNCH_MPI"  # set by launch.mpi to the MPI library's short name
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Dict, Optional, Sequence
 
-from results.core.kinds import AllreduceMetrics
+from hpc_imagenet.results.core.kinds import AllreduceMetrics
 
 
 def bus_factor(world_size: int) -> float:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-from results.core.kinds import Record
-from results.core.records import group_by
-from results.core.setups import BASELINE_SETUP
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.core.records import group_by
+from hpc_imagenet.results.core.setups import BASELINE_SETUP
 
 STEP_KEYS = ("data", "arch", "image_size", "batch_size", "world_size", "nodes")
 

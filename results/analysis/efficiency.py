@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import List, Sequence
 
-from results.core.kinds import Record
-from results.core.records import group_by
-from results.core.setups import group_key
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.core.records import group_by
+from hpc_imagenet.results.core.setups import group_key
 
 
 def efficiency(count: float, rate: float, base_count: float, base_rate: float) -> float:

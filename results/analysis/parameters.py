@@ -10,7 +10,7 @@ import json
 import logging
 from typing import Optional
 
-from results.core.records import REFERENCE_DIR
+from hpc_imagenet.results.core.records import REFERENCE_DIR
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
-from results.core.records import group_by
+from hpc_imagenet.results.core.records import group_by
 
 
 @dataclass(frozen=True)

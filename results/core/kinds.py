@@ -20,7 +20,7 @@ recorded" tables and for the runners' tests, which read records as dicts.
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, Dict, Mapping, Optional, Tuple, get_type_hints
 
-from results.core.registry import KINDS, Kind, declare, register  # noqa: F401  (register: a study's kinds)
+from hpc_imagenet.results.core.registry import KINDS, Kind, declare, register  # noqa: F401  (register: a study's kinds)
 
 Req = Annotated[Optional[float], "required"]  # a number every ok record of the kind carries
 Num = Annotated[Optional[float], "number"]  # a number where recorded
@@ -278,15 +278,19 @@ class FaultMetrics:
 
 # The harness's kinds, each declared once (results.core.registry): a new kind is its two classes above and one
 # declaration here (its units, the report section that draws it); the lists of kinds are derived from these.
-TRAIN = declare(Kind("train", TrainPoint, TrainMetrics, section="results.report.training:draw"))
-STORAGE = declare(Kind("storage", StoragePoint, StorageMetrics, section="results.report.data:draw_storage"))
-IO = declare(Kind("io", IoPoint, IoMetrics, section="results.report.data:draw_loader"))
-PIPELINE = declare(Kind("pipeline", PipelinePoint, PipelineMetrics, section="results.report.data:draw_pipeline"))
-ALLREDUCE = declare(Kind("allreduce", AllreducePoint, AllreduceMetrics, section="results.report.comm:draw"))
-DATA_OPENS = declare(Kind("data_opens", DataOpensPoint, DataOpensMetrics, section="results.report.data_scale:draw"))
+TRAIN = declare(Kind("train", TrainPoint, TrainMetrics, section="hpc_imagenet.results.report.training:draw"))
+STORAGE = declare(Kind("storage", StoragePoint, StorageMetrics,
+                       section="hpc_imagenet.results.report.data:draw_storage"))
+IO = declare(Kind("io", IoPoint, IoMetrics, section="hpc_imagenet.results.report.data:draw_loader"))
+PIPELINE = declare(Kind("pipeline", PipelinePoint, PipelineMetrics,
+                        section="hpc_imagenet.results.report.data:draw_pipeline"))
+ALLREDUCE = declare(Kind("allreduce", AllreducePoint, AllreduceMetrics,
+                         section="hpc_imagenet.results.report.comm:draw"))
+DATA_OPENS = declare(Kind("data_opens", DataOpensPoint, DataOpensMetrics,
+                          section="hpc_imagenet.results.report.data_scale:draw"))
 INDEX_MEMORY = declare(Kind("index_memory", IndexMemoryPoint, IndexMemoryMetrics,
-                            section="results.report.data_scale:draw"))
-FAULT = declare(Kind("fault", FaultPoint, FaultMetrics, section="results.report.faults:draw"))
+                            section="hpc_imagenet.results.report.data_scale:draw"))
+FAULT = declare(Kind("fault", FaultPoint, FaultMetrics, section="hpc_imagenet.results.report.faults:draw"))
 
 
 # ---------------------------------------------------------------- the record

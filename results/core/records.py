@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from imagenet.common import cputime
-from imagenet.common.files import append_line
-from results.core.kinds import Record, from_dict, numeric, required
-from results.core.registry import KINDS, units_for
+from hpc_imagenet.imagenet.common import cputime
+from hpc_imagenet.imagenet.common.files import append_line
+from hpc_imagenet.results.core.kinds import Record, from_dict, numeric, required
+from hpc_imagenet.results.core.registry import KINDS, units_for
 
 log = logging.getLogger(__name__)
 

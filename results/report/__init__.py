@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from imagenet.common.files import write_text
-from results.core import records
-from results.core.kinds import QUIET_SHARE
-from results.core.records import by_kind
-from results.report import cluster, targets
-from results.report.common import REPO, RESULTS, ReportError, md_table, prose
+from hpc_imagenet.imagenet.common.files import write_text
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.core.kinds import QUIET_SHARE
+from hpc_imagenet.results.core.records import by_kind
+from hpc_imagenet.results.report import cluster, targets
+from hpc_imagenet.results.report.common import REPO, RESULTS, ReportError, md_table, prose
 
 __all__ = ["build", "main", "ReportError"]
 
@@ -36,7 +36,8 @@ def build(record_paths: Sequence[Path], out_dir: Path, quiet_share: float = QUIE
     loaded = records.load_by_file(record_paths)
     recs, problems = [r for _, good, _ in loaded for r in good], [pr for _, _, bad in loaded for pr in bad]
     if not recs and not problems:
-        raise ReportError(f"no records in {', '.join(map(str, record_paths))}; run `python -m results.bench quick` "
+        raise ReportError(f"no records in {', '.join(map(str, record_paths))}; run `python -m "
+                          f"hpc_imagenet.results.bench quick` "
                           "(or `make bench`) first")
     head = prose("results.head", records=len(recs), ok=sum(r.status == "ok" for r in recs),
                  failed=sum(r.status != "ok" for r in recs), unusable=len(problems),
@@ -75,7 +76,7 @@ def _rel(path: Path) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m results.report", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m hpc_imagenet.results.report", description=__doc__.splitlines()[0])
     ap.add_argument("--records", nargs="+", type=Path, default=[records.RECORDS_DIR],
                     help="record files or folders of *.jsonl (default results/records)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where RESULTS.md and reports/ go (default results)")
@@ -91,7 +92,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if missing:
             raise ReportError(f"{missing[0]} does not exist; pass record files or a folder of *.jsonl"
-                              + (f" (or run `python -m results.bench scaling --tag {a.tag}` first)" if a.tag else ""))
+                              + (f" (or run `python -m hpc_imagenet.results.bench scaling --tag {a.tag}` "
+                                 f"first)" if a.tag else ""))
         if a.tag:
             if len(a.records) != 1 or Path(a.records[0]).is_dir():
                 raise ReportError("--tag takes one records file; pass --records FILE.jsonl or none")

@@ -1,6 +1,6 @@
 """``python -m results.report``."""
 import sys
 
-from results.report import main
+from hpc_imagenet.results.report import main
 
 sys.exit(main())

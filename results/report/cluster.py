@@ -16,14 +16,14 @@ import logging
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from imagenet.common.files import write_text
-from results.analysis.efficiency import with_efficiency
-from results.core import records
-from results.core.kinds import QUIET_SHARE, Record
-from results.core.records import by_kind, group_by
-from results.core.registry import drawn, sections
-from results.report.common import Environments, Page, ReportError, fmt, md_table, pct, prose
-from results.report.training import efficiency, hardware, main_series, train_series
+from hpc_imagenet.imagenet.common.files import write_text
+from hpc_imagenet.results.analysis.efficiency import with_efficiency
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.core.kinds import QUIET_SHARE, Record
+from hpc_imagenet.results.core.records import by_kind, group_by
+from hpc_imagenet.results.core.registry import drawn, sections
+from hpc_imagenet.results.report.common import Environments, Page, ReportError, fmt, md_table, pct, prose
+from hpc_imagenet.results.report.training import efficiency, hardware, main_series, train_series
 
 log = logging.getLogger(__name__)
 

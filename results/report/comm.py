@@ -4,11 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from results.analysis.allreduce_fit import fit_alpha_beta, hop_latency
-from results.core.kinds import Record
-from results.report import figures
-from results.core.records import by_kind
-from results.report.common import Environments, Page, md_table, prose, sorted_groups
+from hpc_imagenet.results.analysis.allreduce_fit import fit_alpha_beta, hop_latency
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.report import figures
+from hpc_imagenet.results.core.records import by_kind
+from hpc_imagenet.results.report.common import Environments, Page, md_table, prose, sorted_groups
 
 
 def allreduce_groups(ar: Sequence[Record]) -> Dict[Tuple[str, str, int], List[dict]]:

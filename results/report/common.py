@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
-from imagenet.recipes import named_in
-from results.core import records
-from results.core.kinds import Record, TrainPoint
-from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report.words import Words
+from hpc_imagenet.imagenet.recipes import named_in
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.core.kinds import Record, TrainPoint
+from hpc_imagenet.results.core.setups import IMAGENET_TRAIN_IMAGES
+from hpc_imagenet.results.report.words import Words
 
 RESULTS = records.RESULTS_DIR
 REPO = RESULTS.parent

@@ -6,10 +6,10 @@ import logging
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence, Tuple
 
-from results.core import records
-from results.core.kinds import Record
-from results.report import figures
-from results.report.common import REPO, data_label, plain_local
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.report import figures
+from hpc_imagenet.results.report.common import REPO, data_label, plain_local
 
 CURVES = {"top1_train": ("Top1/train", "train top-1 (%)"), "top1_val": ("Top1/val", "validation top-1 (%)"),
           "top5_train": ("Top5/train", "train top-5 (%)"), "top5_val": ("Top5/val", "validation top-5 (%)")}

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Sequence, Tuple
 
-from results.analysis import comparisons
-from results.analysis.spread import aggregate
-from results.core.kinds import Record
-from results.core.records import by_kind, group_by, newest_sweep
-from results.report import figures
-from results.report.common import Page, md_table, prose
+from hpc_imagenet.results.analysis import comparisons
+from hpc_imagenet.results.analysis.spread import aggregate
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.core.records import by_kind, group_by, newest_sweep
+from hpc_imagenet.results.report import figures
+from hpc_imagenet.results.report.common import Page, md_table, prose
 
 
 def format_name(record: Record) -> str:

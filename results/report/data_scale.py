@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from imagenet.data import DEFAULT_SHARD_MB
-from results.core.kinds import DATA_OPENS, INDEX_MEMORY, DataOpensMetrics, Record
-from results.core.records import by_kind, newest_sweep
-from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report.common import Page, md_table, mib, prose
+from hpc_imagenet.imagenet.data import DEFAULT_SHARD_MB
+from hpc_imagenet.results.core.kinds import DATA_OPENS, INDEX_MEMORY, DataOpensMetrics, Record
+from hpc_imagenet.results.core.records import by_kind, newest_sweep
+from hpc_imagenet.results.core.setups import IMAGENET_TRAIN_IMAGES
+from hpc_imagenet.results.report.common import Page, md_table, mib, prose
 
 TARGETS = {"fast+shards": 2.0, "fast+shards-max320": 3.0}  # per-core goals vs the baseline (train split)
 SHARD_MB = DEFAULT_SHARD_MB  # the converter's default --shard-size
@@ -128,7 +128,7 @@ def section(recs: Sequence[Record]) -> str:
     pipe = newest_sweep(shards_pipeline(recs))
     opens, mem = (newest_sweep(by_kind(recs, k.name)) for k in (DATA_OPENS, INDEX_MEMORY))
     if not (pipe or opens or mem):
-        return "## Data at scale: shards\n\n_(no records yet: run `python -m results.bench shards`)_\n"
+        return "## Data at scale: shards\n\n_(no records yet: run `python -m hpc_imagenet.results.bench shards`)_\n"
     return prose("data_scale.section", pipeline=pipeline_table(pipe) + per_image_budget(pipe),
                  opens=opens_table(opens), memory=memory_table(mem))
 

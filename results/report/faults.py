@@ -16,9 +16,9 @@ from __future__ import annotations
 import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from results.core.kinds import Record
-from results.core.records import group_by
-from results.report.common import Page, md_table, prose
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.core.records import group_by
+from hpc_imagenet.results.report.common import Page, md_table, prose
 
 
 def _newest_sweep(recs: Sequence[Record]) -> Dict[Tuple[str, str], List[dict]]:

@@ -15,8 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from results.analysis.comparisons import times
-from results.analysis.efficiency import efficiencies
+from hpc_imagenet.results.analysis.comparisons import times
+from hpc_imagenet.results.analysis.efficiency import efficiencies
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
-from results.analysis import comparisons
-from results.core.kinds import Record
-from results.report.common import fmt, md_table, pct, prose
+from hpc_imagenet.results.analysis import comparisons
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.report.common import fmt, md_table, pct, prose
 
 TARGET_IMAGES_PER_S, TARGET_SPEEDUP, TARGET_JPEG_FRACTION = 6000.0, 3.3, 0.95
 # The loader setups the targets name, with the worker count each is judged at.

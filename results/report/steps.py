@@ -4,11 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from results.analysis import comparisons
-from results.core.kinds import Record
-from results.core.setups import SETUPS
-from results.report import figures, gpu_step
-from results.report.common import Environments, data_label, md_table, pct, prose
+from hpc_imagenet.results.analysis import comparisons
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.core.setups import SETUPS
+from hpc_imagenet.results.report import figures, gpu_step
+from hpc_imagenet.results.report.common import Environments, data_label, md_table, pct, prose
 
 
 COLUMNS = ("setup", "data", "model", "image size", "batch/proc", "processes", "ms/step", "data ms/step",

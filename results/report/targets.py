@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from results.analysis import comparisons
-from results.core.kinds import Record
-from results.core.records import by_kind, newest_sweep
-from results.report import data_scale, gpu_step, steps
-from results.report.common import fmt, md_table, pct, prose
+from hpc_imagenet.results.analysis import comparisons
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.core.records import by_kind, newest_sweep
+from hpc_imagenet.results.report import data_scale, gpu_step, steps
+from hpc_imagenet.results.report.common import fmt, md_table, pct, prose
 
 
 def _row(target: str, goal: str, value: Optional[str], met: Optional[bool], record: Optional[str]) -> List[str]:

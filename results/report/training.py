@@ -10,15 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from results.analysis.efficiency import efficiencies
-from results.analysis.spread import Point, aggregate
-from results.core.kinds import Record
-from results.core.records import by_kind, group_by
-from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report import figures, gpu_step
-from results.report.common import Page, data_label, fmt, gpu_axis, md_table, pct, prose, recipe_label, train_hours
-from results.report.curves import CURVES, curve_runs, curve_series, epoch_rows
-from results.report.steps import step_section
+from hpc_imagenet.results.analysis.efficiency import efficiencies
+from hpc_imagenet.results.analysis.spread import Point, aggregate
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.core.records import by_kind, group_by
+from hpc_imagenet.results.core.setups import IMAGENET_TRAIN_IMAGES
+from hpc_imagenet.results.report import figures, gpu_step
+from hpc_imagenet.results.report.common import (Page, data_label, fmt, gpu_axis, md_table, pct, prose, recipe_label,
+                                                train_hours)
+from hpc_imagenet.results.report.curves import CURVES, curve_runs, curve_series, epoch_rows
+from hpc_imagenet.results.report.steps import step_section
 
 EPOCHS = 90  # the seed's (and HAL's published) time-to-train: 90 ImageNet epochs
 

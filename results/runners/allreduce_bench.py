@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from results.analysis.allreduce_fit import bus_factor
+from hpc_imagenet.results.analysis.allreduce_fit import bus_factor
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from typing import List, Optional, Sequence
 import torch
 import torchvision
 
-from imagenet.common.files import write_json
-from imagenet.config import WARMUP_STEPS
-from imagenet.run import sysinfo
+from hpc_imagenet.imagenet.common.files import write_json
+from hpc_imagenet.imagenet.config import WARMUP_STEPS
+from hpc_imagenet.imagenet.run import sysinfo
 
 
 def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -96,4 +96,5 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.results.runners.bare_loop import main  # under its one name, not a copy
     sys.exit(main())

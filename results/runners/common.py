@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from results.core import records
-from results.core.records import RESULTS_DIR, SCRATCH_DIR
-from results.runners import jpegs
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.core.records import RESULTS_DIR, SCRATCH_DIR
+from hpc_imagenet.results.runners import jpegs
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ class BenchError(RuntimeError):
 
 
 def environment(nodes: Optional[int] = None) -> dict:
-    from imagenet.run import sysinfo
+    from hpc_imagenet.imagenet.run import sysinfo
     return sysinfo.collect(nodes=nodes)
 
 

@@ -36,13 +36,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from imagenet import config
-from imagenet.data import scan, shards, sources
-from imagenet.data.loader import build_loaders, set_epoch
-from imagenet.common.errors import DataError
-from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.runners import common, pipeline_bench
-from results.runners.common import proc_io
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.data import scan, shards, sources
+from hpc_imagenet.imagenet.data.loader import build_loaders, set_epoch
+from hpc_imagenet.imagenet.common.errors import DataError
+from hpc_imagenet.results.core.setups import IMAGENET_TRAIN_IMAGES
+from hpc_imagenet.results.runners import common, pipeline_bench
+from hpc_imagenet.results.runners.common import proc_io
 
 PARTS = ("pipeline", "opens", "memory")
 IO_BATCH = 8  # the opens run's batch: a few images make whole batches (a last partial one is dropped)

@@ -16,12 +16,12 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List
 
-from imagenet.run import sysinfo
-from results.core import records
-from slurm.localcluster import ClusterError, ClusterUnavailable, SlurmCluster
-from slurm.localcluster.scenarios.jobs import scenario_data
-from slurm.localcluster.scenarios.measure import Measurement
-from slurm.localcluster.scenarios.waves import NAMES, WAVES, run_wave
+from hpc_imagenet.imagenet.run import sysinfo
+from hpc_imagenet.results.core import records
+from hpc_imagenet.slurm.localcluster import ClusterError, ClusterUnavailable, SlurmCluster
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import scenario_data
+from hpc_imagenet.slurm.localcluster.scenarios.measure import Measurement
+from hpc_imagenet.slurm.localcluster.scenarios.waves import NAMES, WAVES, run_wave
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def fault_record(measurement: Measurement, sweep: str, scenario: str) -> Dict:
         metrics["recovered"] = int(measurement.recovered)
     point = {"fault": measurement.fault, "launcher": measurement.launcher, "nodes": measurement.nodes}
     return records.make_record("fault", sweep, point, metrics, sysinfo.collect(nodes=measurement.nodes),
-                               command=f"python -m results.bench faults --only {scenario}",
+                               command=f"python -m hpc_imagenet.results.bench faults --only {scenario}",
                                **measurement.extra)
 
 

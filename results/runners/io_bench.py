@@ -32,9 +32,9 @@ from typing import Callable, Dict, List, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from imagenet.common import cputime
-from results.runners.common import proc_io
-from results.runners.procs import spawn, torch_threads
+from hpc_imagenet.imagenet.common import cputime
+from hpc_imagenet.results.runners.common import proc_io
+from hpc_imagenet.results.runners.procs import spawn, torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def _torchvision_imagefolder(root: Path, image_size: int) -> Dataset:
 
 def _engine_dataset(name: str, root: Path, image_size: int) -> Dataset:
     """A backend registered in imagenet.data.decode (the one --data-backend picks in training)."""
-    from imagenet.data import decode, loader, scan
+    from hpc_imagenet.imagenet.data import decode, loader, scan
     _, samples = scan.scan_dataset(str(root))
     return loader.ImageFiles(samples["train"], decode.transform(name, True, image_size))
 
@@ -79,7 +79,7 @@ def available_backends() -> Dict[str, DatasetBuilder]:
     imports."""
     backends: Dict[str, DatasetBuilder] = {"torchvision": _torchvision_imagefolder}
     try:
-        from imagenet.data import decode
+        from hpc_imagenet.imagenet.data import decode
         for name in decode.per_sample_names():
             backends[name] = functools.partial(_engine_dataset, name)  # picklable for spawn
     except Exception as e:  # the engine's data module is optional for this benchmark

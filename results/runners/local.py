@@ -9,17 +9,17 @@ import shutil
 from dataclasses import asdict
 from typing import List, Optional
 
-from imagenet.common import cputime
-from imagenet.data.decode.augment import Augmentation
-from results.analysis.efficiency import with_efficiency
-from results.analysis.parameters import parameter_count
-from results.core import records
-from results.core.kinds import from_dict
-from results.core.records import RUNS_DIR, SCRATCH_DIR
-from results.core.setups import BASELINE_SETUP, group_key
-from results.runners import allreduce_bench, common, io_bench, train_bench
-from results.runners import pipeline_bench as pipelines
-from results.runners.procs import run_ranks
+from hpc_imagenet.imagenet.common import cputime
+from hpc_imagenet.imagenet.data.decode.augment import Augmentation
+from hpc_imagenet.results.analysis.efficiency import with_efficiency
+from hpc_imagenet.results.analysis.parameters import parameter_count
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.core.kinds import from_dict
+from hpc_imagenet.results.core.records import RUNS_DIR, SCRATCH_DIR
+from hpc_imagenet.results.core.setups import BASELINE_SETUP, group_key
+from hpc_imagenet.results.runners import allreduce_bench, common, io_bench, train_bench
+from hpc_imagenet.results.runners import pipeline_bench as pipelines
+from hpc_imagenet.results.runners.procs import run_ranks
 
 log = logging.getLogger(__name__)
 

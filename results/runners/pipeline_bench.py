@@ -21,14 +21,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch.utils.data import DataLoader
 
-from imagenet.common import cputime
-from imagenet.data import decode
-from imagenet.data.decode.augment import NONE, Augmentation
-from imagenet.data.loader import ImageFiles
-from imagenet.data.scan import scan_dataset
-from results.core.records import group_by
-from results.runners.jpegs import ensure_dataset  # ImageNet-like 500x375 ~110 KB JPEGs
-from results.runners.procs import torch_threads
+from hpc_imagenet.imagenet.common import cputime
+from hpc_imagenet.imagenet.data import decode
+from hpc_imagenet.imagenet.data.decode.augment import NONE, Augmentation
+from hpc_imagenet.imagenet.data.loader import ImageFiles
+from hpc_imagenet.imagenet.data.scan import scan_dataset
+from hpc_imagenet.results.core.records import group_by
+from hpc_imagenet.results.runners.jpegs import ensure_dataset  # ImageNet-like 500x375 ~110 KB JPEGs
+from hpc_imagenet.results.runners.procs import torch_threads
 
 log = logging.getLogger(__name__)
 

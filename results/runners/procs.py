@@ -9,7 +9,7 @@ import queue as _queue
 import time
 from typing import Any, Callable, Iterator, List, Sequence
 
-from launch.ports import free_port
+from hpc_imagenet.launch.ports import free_port
 
 
 def spawn(target: Callable, per_process: Sequence[tuple], expected: int, timeout_s: float) -> List[Any]:

@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from imagenet.common.files import write_text
-from results.analysis.parameters import parameter_count
-from results.core import records
-from results.core.kinds import from_dict
-from results.core.records import RUNS_DIR, SCRATCH_DIR, portable
-from results.runners import storage_bench, train_bench
-from results.runners.common import BenchError, add_flags, environment, record_context
-from slurm import client as slurm_client
-from slurm import generate
+from hpc_imagenet.imagenet.common.files import write_text
+from hpc_imagenet.results.analysis.parameters import parameter_count
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.core.kinds import from_dict
+from hpc_imagenet.results.core.records import RUNS_DIR, SCRATCH_DIR, portable
+from hpc_imagenet.results.runners import storage_bench, train_bench
+from hpc_imagenet.results.runners.common import BenchError, add_flags, environment, record_context
+from hpc_imagenet.slurm import client as slurm_client
+from hpc_imagenet.slurm import generate
 
 log = logging.getLogger(__name__)
 

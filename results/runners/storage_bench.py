@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from imagenet.common.files import write_text
-from results.runners.common import proc_io
+from hpc_imagenet.imagenet.common.files import write_text
+from hpc_imagenet.results.runners.common import proc_io
 
 CHUNK = 1 << 20
 FILE_LIST = "files.txt"
@@ -103,13 +103,15 @@ def metrics(out: Path, nodes: int, readers_per_node: int) -> Dict[str, float]:
 
 
 def job_body(args: argparse.Namespace, readers: int) -> List[str]:
-    return ['"$PYTHON" -m results.runners.storage_bench list "$DATA" "$LOG_DIR" || exit 2',
-            f'srun --ntasks-per-node={readers} --cpus-per-task=1 "$PYTHON" -m results.runners.storage_bench read '
+    return ['"$PYTHON" -m hpc_imagenet.results.runners.storage_bench list "$DATA" "$LOG_DIR" || exit 2',
+            f'srun --ntasks-per-node={readers} --cpus-per-task=1 "$PYTHON" -m '
+            f'hpc_imagenet.results.runners.storage_bench read '
             f'"$LOG_DIR" --seconds {args.seconds:g} --cache {args.cache}']
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m results.runners.storage_bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m hpc_imagenet.results.runners.storage_bench",
+                                 description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     lp = sub.add_parser("list")
     lp.add_argument("data", type=Path)
@@ -132,4 +134,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.results.runners.storage_bench import main  # under its one name, not a copy
     sys.exit(main())

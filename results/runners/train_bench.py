@@ -20,14 +20,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from imagenet.common.files import atomic_write, write_text
-from imagenet.common.variants import SCRIPTS, SINGLE_PROCESS
-from launch import launchers
-from results.core import records
-from results.core.records import RESULTS_DIR, portable
-from results.core.setups import SETUPS
-from results.runners.common import environment, last_line, repo_relative
-from slurm import client as slurm_client
+from hpc_imagenet.imagenet.common.files import atomic_write, write_text
+from hpc_imagenet.imagenet.common.variants import SCRIPTS, SINGLE_PROCESS
+from hpc_imagenet.launch import launchers
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.core.records import RESULTS_DIR, portable
+from hpc_imagenet.results.core.setups import SETUPS
+from hpc_imagenet.results.runners.common import environment, last_line, repo_relative
+from hpc_imagenet.slurm import client as slurm_client
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class SlurmRunner:
                    setup=tuple(args.setup), **more)
 
     def script(self, point: TrainPoint, log_dir: Path) -> str:
-        from slurm import generate
+        from hpc_imagenet.slurm import generate
         train_args = tuple(engine_args(point, log_dir, for_slurm=True, cpu=not self.gpus_per_node))
         spec = generate.JobSpec(name=f"bench-{point.name}"[:60], nodes=point.nodes, gpus_per_node=self.gpus_per_node,
                                 procs_per_node=point.procs_per_node, cpus_per_task=self.cpus_per_task, requeue=False,

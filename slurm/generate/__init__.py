@@ -9,12 +9,12 @@ description plus what only a batch file has, and its derived views),
 change), ``renderer`` (the script, section by section; what the script does is told there),
 ``examples`` (the committed files) and ``cli`` (``main``).
 """
-from slurm.generate.checks import managed_flags, parse_time, validate
-from slurm.generate.cli import main
-from slurm.generate.examples import EXAMPLES, render_example
-from slurm.generate.options import build_parser, spec_from_args
-from slurm.generate.renderer import render, render_step
-from slurm.generate.spec import CPUS_PER_PROCESS, GenerateError, JobSpec
+from hpc_imagenet.slurm.generate.checks import managed_flags, parse_time, validate
+from hpc_imagenet.slurm.generate.cli import main
+from hpc_imagenet.slurm.generate.examples import EXAMPLES, render_example
+from hpc_imagenet.slurm.generate.options import build_parser, spec_from_args
+from hpc_imagenet.slurm.generate.renderer import render, render_step
+from hpc_imagenet.slurm.generate.spec import CPUS_PER_PROCESS, GenerateError, JobSpec
 
 __all__ = ["CPUS_PER_PROCESS", "EXAMPLES", "GenerateError", "JobSpec", "build_parser", "main", "managed_flags",
            "parse_time", "render", "render_example", "render_step", "spec_from_args", "validate"]

@@ -1,6 +1,6 @@
 """``python -m slurm.generate``: see slurm/generate/cli.py."""
 import sys
 
-from slurm.generate.cli import main
+from hpc_imagenet.slurm.generate.cli import main
 
 sys.exit(main())

@@ -5,10 +5,10 @@ import re
 import shlex
 from typing import Dict
 
-from launch import launchers
-from slurm import containers, job
-from slurm.generate.spec import GenerateError, JobSpec
-from slurm.job import check_directive, check_signal, check_text, parse_time
+from hpc_imagenet.launch import launchers
+from hpc_imagenet.slurm import containers, job
+from hpc_imagenet.slurm.generate.spec import GenerateError, JobSpec
+from hpc_imagenet.slurm.job import check_directive, check_signal, check_text, parse_time
 
 __all__ = ["managed_flags", "parse_time", "validate"]
 
@@ -96,7 +96,7 @@ def _check_sweep(spec: JobSpec) -> None:
     for key, values in spec.sweep:
         if key not in SWEEPABLE:
             raise GenerateError(f"--sweep {key}: sweep one of {', '.join(SWEEPABLE)} "
-                                "(submit one job per point to vary nodes: python -m slurm.submit --sweep)")
+                                "(submit one job per point to vary nodes: python -m hpc_imagenet.slurm.submit --sweep)")
         if not values or any(not v for v in values):
             raise GenerateError(f"--sweep {key} needs comma-separated non-empty values")
         for v in values:
@@ -112,7 +112,7 @@ def managed_flags() -> Dict[str, str]:
 def _check_train_args(spec: JobSpec) -> None:
     job.check_unmanaged(spec.train_args, MANAGED, "a generator setting",
                         "it becomes a variable sbatch --export can override")
-    from imagenet import config  # only the flag table; no torch import
+    from hpc_imagenet.imagenet import config  # only the flag table; no torch import
 
     parser = config.build_parser("any")
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 from typing import Optional, Sequence
 
-from imagenet.common.exit_codes import EXIT_USAGE
-from imagenet.common.files import write_text
-from slurm.generate.examples import EXAMPLES, EXAMPLES_DIR, render_example
-from slurm.generate.options import spec_from_args
-from slurm.generate.renderer import render
-from slurm.generate.spec import GenerateError
+from hpc_imagenet.imagenet.common.exit_codes import EXIT_USAGE
+from hpc_imagenet.imagenet.common.files import write_text
+from hpc_imagenet.slurm.generate.examples import EXAMPLES, EXAMPLES_DIR, render_example
+from hpc_imagenet.slurm.generate.options import spec_from_args
+from hpc_imagenet.slurm.generate.renderer import render
+from hpc_imagenet.slurm.generate.spec import GenerateError
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

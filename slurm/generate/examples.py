@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List
 
-from slurm.generate.options import spec_from_args
-from slurm.generate.renderer import render
+from hpc_imagenet.slurm.generate.options import spec_from_args
+from hpc_imagenet.slurm.generate.renderer import render
 
 
 # NVIDIA's NGC PyTorch 25.01 (torch 2.6, Python 3.12: the oldest torch the project supports), prepared once by the

@@ -7,16 +7,16 @@ from __future__ import annotations
 import argparse
 from typing import List, Optional, Sequence, Tuple
 
-from imagenet.recipes import RECIPES, named_in
-from slurm import containers
-from slurm.generate.spec import GenerateError, JobSpec
-from slurm.job import add_options
+from hpc_imagenet.imagenet.recipes import RECIPES, named_in
+from hpc_imagenet.slurm import containers
+from hpc_imagenet.slurm.generate.spec import GenerateError, JobSpec
+from hpc_imagenet.slurm.job import add_options
 
 DESCRIPTION = "sbatch files for N nodes x G GPUs, any variant and launcher, as a pure function of a JobSpec."
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m slurm.generate", description=DESCRIPTION,
+    p = argparse.ArgumentParser(prog="python -m hpc_imagenet.slurm.generate", description=DESCRIPTION,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     d = JobSpec()
     add_options(p, d)  # the shared job description's fields: --name, --nodes, ..., --time, --variant

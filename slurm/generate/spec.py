@@ -8,9 +8,9 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from launch import launchers
-from slurm import containers, start_budget
-from slurm.job import CPUS_PER_PROCESS, JobError, JobShape
+from hpc_imagenet.launch import launchers
+from hpc_imagenet.slurm import containers, start_budget
+from hpc_imagenet.slurm.job import CPUS_PER_PROCESS, JobError, JobShape
 
 __all__ = ["CPUS_PER_PROCESS", "GenerateError", "JobSpec"]
 

@@ -11,12 +11,13 @@ import sys
 import time
 from typing import List, Optional, Sequence
 
-from slurm.localcluster.cluster import SlurmCluster
-from slurm.localcluster.commands import ClusterError, ClusterUnavailable
+from hpc_imagenet.slurm.localcluster.cluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster.commands import ClusterError, ClusterUnavailable
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m slurm.localcluster", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m hpc_imagenet.slurm.localcluster",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=2, help="how many nodes (network namespaces); default 2")
     parser.add_argument("--gpus-per-node", type=int, default=4,
                         help="fake GPUs each node declares (0: a CPU cluster); default 4")
@@ -74,4 +75,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.slurm.localcluster.__main__ import main  # under its one name, not a copy
     raise SystemExit(main())

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
-from slurm import client
-from slurm.localcluster import daemons, network
-from slurm.localcluster.commands import SLURM_SBIN, ClusterError, ClusterUnavailable, sh, which, wait_for
-from slurm.localcluster.config import Shape, write_configs
-from slurm.localcluster.network import Layout, node_index
-from slurm.localcluster.packages import ensure_packages
+from hpc_imagenet.slurm import client
+from hpc_imagenet.slurm.localcluster import daemons, network
+from hpc_imagenet.slurm.localcluster.commands import SLURM_SBIN, ClusterError, ClusterUnavailable, sh, which, wait_for
+from hpc_imagenet.slurm.localcluster.config import Shape, write_configs
+from hpc_imagenet.slurm.localcluster.network import Layout, node_index
+from hpc_imagenet.slurm.localcluster.packages import ensure_packages
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from slurm.localcluster.commands import sh
-from slurm.localcluster.network import Layout
+from hpc_imagenet.slurm.localcluster.commands import sh
+from hpc_imagenet.slurm.localcluster.network import Layout
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Dict, Mapping, Optional, Sequence
 
-from launch.ports import free_port
-from slurm.localcluster.commands import sbin_path, sh, wait_for
-from slurm.localcluster.network import Layout
+from hpc_imagenet.launch.ports import free_port
+from hpc_imagenet.slurm.localcluster.commands import sbin_path, sh, wait_for
+from hpc_imagenet.slurm.localcluster.network import Layout
 
 log = logging.getLogger(__name__)
 

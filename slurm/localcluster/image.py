@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from slurm.localcluster.commands import ClusterError
-from slurm.localcluster.packages import install_lock
+from hpc_imagenet.slurm.localcluster.commands import ClusterError
+from hpc_imagenet.slurm.localcluster.packages import install_lock
 
 CACHE = Path("/var/cache/hpc-imagenet/images")
 PACKAGES = ("python3", f"libpython3.{sys.version_info.minor}")

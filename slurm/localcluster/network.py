@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Dict, List, Mapping, Sequence
 
-from slurm.localcluster.commands import ClusterError, ClusterUnavailable, sh, wait_for
+from hpc_imagenet.slurm.localcluster.commands import ClusterError, ClusterUnavailable, sh, wait_for
 
 NETNS_DIR = Path("/run/netns")
 

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
-from slurm.localcluster.commands import ClusterError, which
+from hpc_imagenet.slurm.localcluster.commands import ClusterError, which
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "libpmix-dev")
 # Debian's pmix plugin (slurm-wlm-basic-plugins, mpi_pmix_v4.so) dlopens this unversioned library at

@@ -11,14 +11,14 @@ import argparse
 import sys
 from typing import Sequence
 
-from slurm.localcluster.packages import SETS, by_hand, dpkg_missing, install, remove
+from hpc_imagenet.slurm.localcluster.packages import SETS, by_hand, dpkg_missing, install, remove
 
 # the compiler and libjpeg's headers stay: other work on the machine uses them
 KEPT = ("build",)
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m slurm.localcluster.system_packages",
+    parser = argparse.ArgumentParser(prog="python3 -m hpc_imagenet.slurm.localcluster.system_packages",
                                      description="Install, remove or list the Debian packages that the tests and "
                                                  "the local cluster take from the distribution.")
     parser.add_argument("action", choices=("install", "remove", "missing"))
@@ -46,4 +46,5 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.slurm.localcluster.system_packages import main  # under its one name, not a copy
     sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 """``python -m slurm.pipeline``."""
 import sys
 
-from slurm.pipeline.cli import main
+from hpc_imagenet.slurm.pipeline.cli import main
 
 sys.exit(main())

@@ -18,13 +18,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from imagenet.common import files
-from imagenet.data import DEFAULT_SHARD_MB
-from slurm import client, containers
-from slurm.generate import CPUS_PER_PROCESS, JobSpec, render, render_step
+from hpc_imagenet.imagenet.common import files
+from hpc_imagenet.imagenet.data import DEFAULT_SHARD_MB
+from hpc_imagenet.slurm import client, containers
+from hpc_imagenet.slurm.generate import CPUS_PER_PROCESS, JobSpec, render, render_step
 
-from . import state as st
-from .state import Layout, PipelineError
+from hpc_imagenet.slurm.pipeline import state as st
+from hpc_imagenet.slurm.pipeline.state import Layout, PipelineError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def with_mounts(spec: JobSpec, archives: Path, out: Path) -> JobSpec:
         # container's; the training file generated alone maps them
         raise PipelineError("--container-runtime charliecloud: the chain's stages name host paths, which ch-run "
                             "binds under /mnt/N; use apptainer, pyxis or podman-hpc for the chain, or run "
-                            "the training file of python -m slurm.generate in Charliecloud")
+                            "the training file of python -m hpc_imagenet.slurm.generate in Charliecloud")
     extra = [str(p) for p in (archives, out) if str(p) not in spec.container_mounts]
     return replace(spec, container_mounts=(*spec.container_mounts, *extra))
 
@@ -71,10 +71,10 @@ def _step_spec(chain: Chain, name: str, cpus: int, time: str, gpus: int = 0, arr
                    train_args=(), command=())
 
 
-TASKS = "slurm.pipeline.tasks"
+TASKS = "hpc_imagenet.slurm.pipeline.tasks"
 # The report stage is the harness's command: rendered here as a command line, never imported (slurm/ sits
 # below results/)
-REPORT = "results.pipeline_report"
+REPORT = "hpc_imagenet.results.pipeline_report"
 
 
 def _task_line(spec: JobSpec, stage: str, command: Sequence[str]) -> List[str]:
@@ -82,7 +82,7 @@ def _task_line(spec: JobSpec, stage: str, command: Sequence[str]) -> List[str]:
     runtime = spec.resolved_runtime
     flags, inside = containers.wrap(runtime, "srun", spec.gpus_per_node > 0) if runtime else ("", "")
     srun = " ".join(x for x in ('srun --ntasks=1 --cpus-per-task="$SLURM_CPUS_PER_TASK"', flags, inside) if x)
-    return [f"# the {stage} stage of python -m slurm.pipeline (its marker says how it went)",
+    return [f"# the {stage} stage of python -m hpc_imagenet.slurm.pipeline (its marker says how it went)",
             f'{srun} "$PYTHON" {shlex.join(command)}']
 
 
@@ -154,7 +154,7 @@ def resume_point(chain: Chain, state: Optional[dict]) -> tuple:
     running = [s for s in now if s.state == "running" or s.state.startswith("pending")]
     if running:
         raise PipelineError(f"the chain is still going (stage {running[0].name}: {running[0].state}); see "
-                            f"`python -m slurm.pipeline status {chain.layout.out}`, or cancel it first")
+                            f"`python -m hpc_imagenet.slurm.pipeline status {chain.layout.out}`, or cancel it first")
     first = next((s.name for s in now if s.state != "done"), None)
     if first == "prepare" and state.get("prepare_tasks") == chain.prepare_tasks:
         every = [t for t in every if (st.read_marker(chain.layout.marker("prepare", t)) or {}).get("status") != "done"]
@@ -183,7 +183,7 @@ def submit(chain: Chain, argv: Sequence[str], dry_run: bool = False, print_=prin
              "prepare_tasks": chain.prepare_tasks, "jobs": jobs, "cancelled": False}
     st.save(layout, state)
     print_(f"submitted {', '.join(f'{n} {ids[n]}' for n in names)}; follow it with "
-           f"`python -m slurm.pipeline status {layout.out}`")
+           f"`python -m hpc_imagenet.slurm.pipeline status {layout.out}`")
     return state
 
 

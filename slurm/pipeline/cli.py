@@ -16,20 +16,20 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from imagenet.data import DEFAULT_SHARD_MB
-from slurm.client import SlurmError
-from slurm.generate import GenerateError, spec_from_args, validate
+from hpc_imagenet.imagenet.data import DEFAULT_SHARD_MB
+from hpc_imagenet.slurm.client import SlurmError
+from hpc_imagenet.slurm.generate import GenerateError, spec_from_args, validate
 
-from . import chain as ch
-from . import preflight
-from . import state as st
-from .state import Layout, PipelineError
+from hpc_imagenet.slurm.pipeline import chain as ch
+from hpc_imagenet.slurm.pipeline import preflight
+from hpc_imagenet.slurm.pipeline import state as st
+from hpc_imagenet.slurm.pipeline.state import Layout, PipelineError
 
 USAGE = "usage:\n" + "\n".join(line for line in __doc__.splitlines() if line.startswith("    python"))
 
 
 def _submit_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m slurm.pipeline submit", allow_abbrev=False,
+    p = argparse.ArgumentParser(prog="python -m hpc_imagenet.slurm.pipeline submit", allow_abbrev=False,
                                 description="ImageNet's download -> shards -> training -> evaluated, exported "
                                             "weights and a report, as one chain of SLURM jobs. Options not listed "
                                             "here are slurm.generate's (for the training job; the other stages "
@@ -66,7 +66,8 @@ def status(out: Path) -> int:
     layout = Layout(out.resolve())
     state = st.load(layout)
     if state is None:
-        raise PipelineError(f"no chain in {out} (no {st.STATE}); submit one with python -m slurm.pipeline submit")
+        raise PipelineError(f"no chain in {out} (no {st.STATE}); submit one with python -m "
+                            f"hpc_imagenet.slurm.pipeline submit")
     stages = st.stages(layout, state)
     width = max(len(s.state) for s in stages)
     for s in stages:
@@ -88,11 +89,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         if command in ("status", "cancel") and len(argv) == 2:
             return status(Path(argv[1])) if command == "status" else ch.cancel(Layout(Path(argv[1]).resolve()))
     except (PipelineError, GenerateError, SlurmError) as e:
-        print(f"python -m slurm.pipeline: {e}", file=sys.stderr)
+        print(f"python -m hpc_imagenet.slurm.pipeline: {e}", file=sys.stderr)
         return 2
     print(USAGE, file=sys.stderr)
     return 2
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.slurm.pipeline.cli import main  # under its one name, not a copy
     sys.exit(main())

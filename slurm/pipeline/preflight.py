@@ -10,10 +10,10 @@ import os
 import shutil
 from pathlib import Path
 
-from imagenet.common.errors import DataError
-from imagenet.data import archives
+from hpc_imagenet.imagenet.common.errors import DataError
+from hpc_imagenet.imagenet.data import archives
 
-from .state import PipelineError
+from hpc_imagenet.slurm.pipeline.state import PipelineError
 
 # The published files' sizes in bytes (image-net.org, ILSVRC 2012)
 OFFICIAL_BYTES = {archives.TRAIN_TAR: 147_897_477_120, archives.VAL_TAR: 6_744_924_160}

@@ -20,12 +20,12 @@ import os
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from imagenet.common import files
-from imagenet.common.errors import DataError
-from imagenet.data import DEFAULT_SHARD_MB, archives, prepare, shards, sources
-from imagenet.data.shards import Member, Options
+from hpc_imagenet.imagenet.common import files
+from hpc_imagenet.imagenet.common.errors import DataError
+from hpc_imagenet.imagenet.data import DEFAULT_SHARD_MB, archives, prepare, shards, sources
+from hpc_imagenet.imagenet.data.shards import Member, Options
 
-from .state import Layout
+from hpc_imagenet.slurm.pipeline.state import Layout
 
 CHECKSUMS = "SHA256SUMS"
 

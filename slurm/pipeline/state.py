@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from imagenet.common import files
-from slurm import client
-from slurm.client import QUEUED, RUNNING
+from hpc_imagenet.imagenet.common import files
+from hpc_imagenet.slurm import client
+from hpc_imagenet.slurm.client import QUEUED, RUNNING
 
 STATE = "pipeline.json"
 STAGES = ("plan", "prepare", "check", "train", "evaluate", "export", "report")
@@ -239,7 +239,7 @@ def stages(layout: Layout, state: dict, queued: Optional[Dict[str, tuple]] = Non
         else:
             st = marker_stage(layout, name, job, queued)
         if state.get("cancelled") and st.state in ("failed", "cancelled"):
-            st = StageState(name, "cancelled", "by `python -m slurm.pipeline cancel`", st.log)
+            st = StageState(name, "cancelled", "by `python -m hpc_imagenet.slurm.pipeline cancel`", st.log)
         elif broken and st.state in ("failed", "cancelled") and name != "report":
             st = StageState(name, "cancelled", f"{broken} failed", st.log)
         broken = broken or (name if st.failed else None)

@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from imagenet.common.errors import one_line
-from imagenet.common.variants import SCRIPTS
+from hpc_imagenet.imagenet.common.errors import one_line
+from hpc_imagenet.imagenet.common.variants import SCRIPTS
 
-from . import prepare_tasks
-from .state import Layout, write_marker
+from hpc_imagenet.slurm.pipeline import prepare_tasks
+from hpc_imagenet.slurm.pipeline.state import Layout, write_marker
 
 REPO = Path(__file__).resolve().parents[2]
 EVALUATED = {"best": "model", "ema": "model_ema"}  # evaluation name -> exported weights' stem
@@ -34,7 +34,7 @@ def _job_id() -> str:
 
 def evaluate(layout: Layout, eval_args: Sequence[str]) -> dict:
     """Export the weights, then score each (best, EMA) with the training script's --evaluate."""
-    from imagenet import export
+    from hpc_imagenet.imagenet import export
 
     export.export(layout.run, layout.export)
     scored = {}
@@ -55,7 +55,7 @@ def evaluate(layout: Layout, eval_args: Sequence[str]) -> dict:
 
 
 def export_weights(layout: Layout) -> dict:
-    from imagenet import export
+    from hpc_imagenet.imagenet import export
 
     evaluations = [f"{name}={layout.evaluate / name / 'run.json'}" for name in EVALUATED
                    if (layout.evaluate / name / "run.json").exists()]
@@ -79,7 +79,7 @@ def run_stage(layout: Layout, stage: str, task: Optional[int], work) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m slurm.pipeline.tasks", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m hpc_imagenet.slurm.pipeline.tasks", description=__doc__.splitlines()[0])
     p.add_argument("stage", choices=("plan", "convert", "check", "evaluate", "export"))
     p.add_argument("out", type=Path)
     p.add_argument("--archives", type=Path)
@@ -100,4 +100,5 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    from hpc_imagenet.slurm.pipeline.tasks import main  # under its one name, not a copy
     sys.exit(main())

@@ -18,7 +18,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from imagenet.data import archives
+from hpc_imagenet.imagenet.data import archives
 
 SYNSET_FIELDS = ("ILSVRC2012_ID", "WNID", "words", "gloss", "num_children", "children", "wordnet_height",
                  "num_train_images")

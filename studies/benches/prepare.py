@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import List
 
-from imagenet.common import cputime
-from imagenet.data import archives, prepare
-from results.runners import jpegs
-from results.runners.common import add_flags, new_sweep
+from hpc_imagenet.imagenet.common import cputime
+from hpc_imagenet.imagenet.data import archives, prepare
+from hpc_imagenet.results.runners import jpegs
+from hpc_imagenet.results.runners.common import add_flags, new_sweep
 from studies.benches import archive_set
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,8 @@ def measure(download: Path, dst: Path, fmt: str, workers: int, shard_mb: float) 
 
 
 def add_parser(sub, common) -> None:
-    s = sub.add_parser("prepare", parents=[common], help="conversion rate of python -m imagenet.prepare on a "
+    s = sub.add_parser("prepare", parents=[common],
+                       help="conversion rate of python -m hpc_imagenet.imagenet.prepare on a "
                        "generated download of ImageNet-like JPEGs")
     add_flags(s, classes=8, val_per_class=16, workers=[1, 2])
     s.add_argument("--per-class", type=int, default=128, help="train images per class")

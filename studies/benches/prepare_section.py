@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from results.core.kinds import Record
-from results.core.records import by_kind, newest_sweep
-from results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
-from results.report.common import md_table
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.core.records import by_kind, newest_sweep
+from hpc_imagenet.results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
+from hpc_imagenet.results.report.common import md_table
 from studies.benches import words
 
 IMAGENET_IMAGES = IMAGENET_TRAIN_IMAGES + IMAGENET_VAL_IMAGES  # the images in the ILSVRC 2012 archives

@@ -21,10 +21,10 @@ import torch
 from PIL import Image
 from torchvision.transforms import RandomResizedCrop
 
-from imagenet.data.decode import jpeg
-from results.runners.common import BenchError, add_flags, jpeg_root, new_sweep
-from results.runners.pipeline_bench import Measurement, summarize
-from results.runners.procs import torch_threads
+from hpc_imagenet.imagenet.data.decode import jpeg
+from hpc_imagenet.results.runners.common import BenchError, add_flags, jpeg_root, new_sweep
+from hpc_imagenet.results.runners.pipeline_bench import Measurement, summarize
+from hpc_imagenet.results.runners.procs import torch_threads
 
 log = logging.getLogger(__name__)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from imagenet.common.files import write_text
-from results.analysis.comparisons import times
-from results.core import records
-from results.core.kinds import Record
-from results.core.records import by_kind
-from results.report import figures
-from results.report.common import Environments, md_table
+from hpc_imagenet.imagenet.common.files import write_text
+from hpc_imagenet.results.analysis.comparisons import times
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.core.records import by_kind
+from hpc_imagenet.results.report import figures
+from hpc_imagenet.results.report.common import Environments, md_table
 from studies.benches import HERE, RECORDS, amp_parity, prepare_section, words
 
 

@@ -9,7 +9,7 @@ count, the goal they set) is :mod:`.protocol`; the engine's recipes are :mod:`.r
 """
 from pathlib import Path
 
-from results.report.common import add_words
+from hpc_imagenet.results.report.common import add_words
 
 HERE = Path(__file__).resolve().parent
 RECORDS = HERE / "records"

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from imagenet.common import cputime
-from results.core import kinds
-from results.runners.common import BenchError
+from hpc_imagenet.imagenet.common import cputime
+from hpc_imagenet.results.core import kinds
+from hpc_imagenet.results.runners.common import BenchError
 
 SAMPLE_EVERY_S = 15.0
 PROGRESS_EVERY_S = 60.0  # a watched program's progress lines are logged at most this often

@@ -4,7 +4,7 @@
 from dataclasses import dataclass
 from typing import Optional
 
-from results.core.kinds import Req, Text, Value, register
+from hpc_imagenet.results.core.kinds import Req, Text, Value, register
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-from results.core.kinds import Record
+from hpc_imagenet.results.core.kinds import Record
 
 KIND = "time_to_accuracy"
 TUNING_KIND = "tta_tuning"

@@ -16,12 +16,12 @@ import re
 from pathlib import Path
 from typing import Optional, Sequence
 
-from imagenet.common.files import write_text
-from results.core import records
-from results.core.kinds import Record
-from results.core.records import group_by
-from results.report import figures
-from results.report.common import fmt, md_table, prose
+from hpc_imagenet.imagenet.common.files import write_text
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.core.records import group_by
+from hpc_imagenet.results.report import figures
+from hpc_imagenet.results.report.common import fmt, md_table, prose
 from studies.fashion_mnist_race import HERE, RECORDS, REFERENCE, headline, protocol
 from studies.fashion_mnist_race.protocol import (EXAMPLES_PROGRAM, GOAL_RATIO, GOAL_TOP1, NAMES, OURS_PROGRAM, Goal,
                                                  Spread)

@@ -33,14 +33,14 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from imagenet.config import section_of
-from imagenet.run import sysinfo
-from imagenet.train import checkpoint
-from imagenet.train.time_to_accuracy import FIRST_STEP_LINE
-from results.core import records
-from results.core.kinds import Record, from_dict
-from results.core.records import RESULTS_DIR, SCRATCH_DIR
-from results.runners.common import BenchError, last_line, new_sweep
+from hpc_imagenet.imagenet.config import section_of
+from hpc_imagenet.imagenet.run import sysinfo
+from hpc_imagenet.imagenet.train import checkpoint
+from hpc_imagenet.imagenet.train.time_to_accuracy import FIRST_STEP_LINE
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.core.kinds import Record, from_dict
+from hpc_imagenet.results.core.records import RESULTS_DIR, SCRATCH_DIR
+from hpc_imagenet.results.runners.common import BenchError, last_line, new_sweep
 from studies.fashion_mnist_race import examples_main, fashion_mnist
 from studies.fashion_mnist_race.recipe import DECLARED, GPU_TUNED_ON_NOTE, RECIPES, TUNED_ON
 from studies.fashion_mnist_race import protocol as tta_protocol

@@ -21,11 +21,11 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from results.analysis.allreduce_fit import fit_alpha_beta, hop_latency
-from results.analysis.parameters import parameter_count
-from results.analysis.spread import aggregate
-from results.core.kinds import Record
-from results.core.records import group_by
+from hpc_imagenet.results.analysis.allreduce_fit import fit_alpha_beta, hop_latency
+from hpc_imagenet.results.analysis.parameters import parameter_count
+from hpc_imagenet.results.analysis.spread import aggregate
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.core.records import group_by
 from studies.published_model import formulas as scaling_model
 from studies.published_model.whole_step import model_overlap
 

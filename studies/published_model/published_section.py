@@ -4,13 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from results.analysis.efficiency import efficiencies
-from results.core.kinds import Record
-from results.core.setups import IMAGENET_TRAIN_IMAGES
-from results.report import figures
-from results.core.setups import GROUP_KEYS
-from results.report.common import Environments, data_label, md_table, mib, pct, recipe_label, sorted_groups, train_hours
-from results.report.training import scaling_panels, train_series
+from hpc_imagenet.results.analysis.efficiency import efficiencies
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.core.setups import IMAGENET_TRAIN_IMAGES
+from hpc_imagenet.results.report import figures
+from hpc_imagenet.results.core.setups import GROUP_KEYS
+from hpc_imagenet.results.report.common import (Environments, data_label, md_table, mib, pct, recipe_label,
+                                                sorted_groups, train_hours)
+from hpc_imagenet.results.report.training import scaling_panels, train_series
 from studies.published_model import words
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from imagenet.common.files import write_text
-from results.analysis.efficiency import with_efficiency
-from results.core import records
-from results.core.records import RECORDS_DIR, by_kind
-from results.report.common import Environments
+from hpc_imagenet.imagenet.common.files import write_text
+from hpc_imagenet.results.analysis.efficiency import with_efficiency
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.core.records import RECORDS_DIR, by_kind
+from hpc_imagenet.results.report.common import Environments
 from studies.common.overlap import OVERLAP_RECORDS
 from studies.published_model import (HERE, REFERENCE, cluster_section, load_reference, published_section,
                                      whole_step_section)

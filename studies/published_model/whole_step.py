@@ -18,9 +18,9 @@ import itertools
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from results.analysis.parameters import parameter_count
-from results.core.kinds import Record
-from results.core.records import newest_sweep
+from hpc_imagenet.results.analysis.parameters import parameter_count
+from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.results.core.records import newest_sweep
 from studies.published_model import formulas as scaling_model
 from studies.common.overlap import hidden_fraction
 

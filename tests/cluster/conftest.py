@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm.localcluster import REQUIRE_ENV, ClusterUnavailable, SlurmCluster
-from slurm.localcluster import image as test_image
-from slurm.localcluster.commands import ClusterError
-from slurm.localcluster.scenarios.jobs import REPO, scenario_data
+from hpc_imagenet.slurm.localcluster import REQUIRE_ENV, ClusterUnavailable, SlurmCluster
+from hpc_imagenet.slurm.localcluster import image as test_image
+from hpc_imagenet.slurm.localcluster.commands import ClusterError
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import REPO, scenario_data
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import List
 
-from slurm.localcluster.scenarios.jobs import EPOCHS
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import EPOCHS
 
 
 def logged_steps(run_dir: Path) -> List[int]:

@@ -16,8 +16,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import pytest
 
-from slurm.localcluster import SlurmCluster
-from slurm.localcluster.scenarios.waves import Wave, run_wave
+from hpc_imagenet.slurm.localcluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster.scenarios.waves import Wave, run_wave
 
 
 def by_test_name(waves: Sequence[Wave], tests: Mapping[str, str]) -> List[Wave]:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from launch.ports import free_port
+from hpc_imagenet.launch.ports import free_port
 from tests.helpers import PYTHON, REPO
 from tests.launch.support import Job, assert_trained, clean_env, run_jobs, train_args
-from slurm.localcluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
@@ -31,7 +31,8 @@ def pod_env(rank: int, port: int) -> dict:
 def test_each_pod_sees_itself_as_one_process_of_the_job(slurm_cluster: SlurmCluster):
     port = free_port()
     for rank, pod in enumerate(PODS):
-        out = subprocess.run(slurm_cluster.node_command(pod, [PYTHON, "-m", "launch", "--gpus", "0"]), cwd=REPO,
+        out = subprocess.run(slurm_cluster.node_command(pod, [PYTHON, "-m", "hpc_imagenet.launch", "--gpus", "0"]),
+                             cwd=REPO,
                              env=pod_env(rank, port), capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == (f"{pod}: pytorchjob: rank {rank}/2 local 0/1 node {rank} master "

@@ -10,9 +10,9 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from launch import environment
+from hpc_imagenet.launch import environment
 from tests.helpers import PYTHON, REPO
-from slurm.localcluster import FINAL_STATES, SlurmCluster, wait_for
+from hpc_imagenet.slurm.localcluster import FINAL_STATES, SlurmCluster, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -21,7 +21,7 @@ ALL_REDUCE = f"""
 import sys, datetime, socket
 sys.path.insert(0, {str(REPO)!r})
 import torch, torch.distributed as dist
-from launch import environment
+from hpc_imagenet.launch import environment
 env = environment.detect()
 env.validate(0)
 dist.init_process_group("gloo", init_method=f"tcp://{{env.master_addr}}:{{env.master_port}}", rank=env.rank,
@@ -55,7 +55,7 @@ def views(tmp_path: Path, pattern: str) -> List[dict]:
 
 
 def test_srun_tasks_and_the_batch_shell(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    show = f"{PYTHON} -m launch --json --gpus 2"
+    show = f"{PYTHON} -m hpc_imagenet.launch --json --gpus 2"
     job = sbatch(slurm_cluster, tmp_path, "-N2", "--ntasks-per-node=2", "--gpus-per-node=2",
                  script=f"{show} > {tmp_path}/batch.json; srun -o {tmp_path}/task.%t.json {show}")
     batch, = views(tmp_path, "batch.json")
@@ -73,7 +73,7 @@ def test_srun_tasks_and_the_batch_shell(slurm_cluster: SlurmCluster, tmp_path: P
 
 def test_srun_with_a_wrong_task_count_gets_the_hint(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     sbatch(slurm_cluster, tmp_path, "-N2", "--ntasks-per-node=2", "--gpus-per-node=2",
-           script=f"srun -n 3 -o {tmp_path}/task.%t.json {PYTHON} -m launch --json --gpus 2 || true")
+           script=f"srun -n 3 -o {tmp_path}/task.%t.json {PYTHON} -m hpc_imagenet.launch --json --gpus 2 || true")
     tasks = views(tmp_path, "task.*.json")
     assert len(tasks) == 3
     for t in tasks:

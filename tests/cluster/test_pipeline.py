@@ -25,13 +25,13 @@ import torchvision
 from PIL import Image
 from torchvision import transforms
 
-from imagenet.data import demo, sources
-from slurm.localcluster import SlurmCluster
-from slurm.localcluster.commands import wait_for
-from slurm.localcluster.scenarios.jobs import ARCH, VENV
-from slurm.pipeline import cli
-from slurm.pipeline.prepare_tasks import all_jobs
-from slurm.pipeline import state as st
+from hpc_imagenet.imagenet.data import demo, sources
+from hpc_imagenet.slurm.localcluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster.commands import wait_for
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH, VENV
+from hpc_imagenet.slurm.pipeline import cli
+from hpc_imagenet.slurm.pipeline.prepare_tasks import all_jobs
+from hpc_imagenet.slurm.pipeline import state as st
 from studies.benches import archive_set
 
 pytestmark = pytest.mark.slurm
@@ -175,4 +175,4 @@ def test_cancel_stops_the_chain(on_cluster, download, tmp_path, capsys):
     left = on_cluster.run(["squeue", "-h", "-o", "%i %T"]).stdout.split("\n")
     assert not [line for line in left if line.split(" ")[0] in ids and "PENDING" in line]
     code, text = _status(capsys, out)
-    assert code == 0 and "by `python -m slurm.pipeline cancel`" in text
+    assert code == 0 and "by `python -m hpc_imagenet.slurm.pipeline cancel`" in text

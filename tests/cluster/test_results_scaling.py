@@ -13,9 +13,9 @@ from typing import List
 
 import pytest
 
-from results.core import records
-from slurm.localcluster import SlurmCluster, wait_for
-from slurm.localcluster.scenarios.jobs import ARCH
+from hpc_imagenet.results.core import records
+from hpc_imagenet.slurm.localcluster import SlurmCluster, wait_for
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH
 
 pytestmark = pytest.mark.slurm
 
@@ -25,7 +25,8 @@ SMALL = ["--gpus-per-node", "0", "--cpus-per-task", "1", "-a", ARCH, "--image-si
 
 
 def command(records_file: Path, *args: str) -> List[str]:
-    return [sys.executable, "-m", "results.bench", "scaling", *args, *SMALL, "--records", str(records_file),
+    return [sys.executable, "-m", "hpc_imagenet.results.bench", "scaling", *args, *SMALL, "--records",
+            str(records_file),
             "--tag", "t"]
 
 

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from results import bench
-from results.core import records
-from results.runners import local
-from slurm.localcluster import SlurmCluster
+from hpc_imagenet.results import bench
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.runners import local
+from hpc_imagenet.slurm.localcluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm.generate import render, spec_from_args
+from hpc_imagenet.slurm.generate import render, spec_from_args
 from tests.helpers import REPO
-from slurm.localcluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster import SlurmCluster
 
 COMMITTED = sorted((REPO / "slurm").glob("*.sh"))
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm import client
-from slurm.localcluster import SlurmCluster
+from hpc_imagenet.slurm import client
+from hpc_imagenet.slurm.localcluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

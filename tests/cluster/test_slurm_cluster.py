@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm.localcluster import SlurmCluster, unavailable_reason
+from hpc_imagenet.slurm.localcluster import SlurmCluster, unavailable_reason
 
 pytestmark = pytest.mark.slurm
 
@@ -79,7 +79,8 @@ def test_the_command_runs_a_command_against_the_cluster_and_returns_its_status()
     if reason:
         pytest.skip(reason)
     probe = "sinfo -h -o '%D %t'; srun -N1 hostname; echo conf=$SLURM_CONF; exit 3"
-    proc = subprocess.run([sys.executable, "-m", "slurm.localcluster", "--nodes", "1", "--gpus-per-node", "0",
+    proc = subprocess.run([sys.executable, "-m", "hpc_imagenet.slurm.localcluster", "--nodes", "1", "--gpus-per-node",
+                           "0",
                            "--no-accounting", "--", "sh", "-c", probe], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 3, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()

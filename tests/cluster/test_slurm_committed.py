@@ -19,8 +19,8 @@ from typing import Dict, Tuple
 
 import pytest
 
-from slurm.localcluster import SlurmCluster
-from slurm.localcluster.scenarios.jobs import ARCH
+from hpc_imagenet.slurm.localcluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH
 from tests.helpers import REPO, container_exports, read_run
 
 pytestmark = pytest.mark.slurm

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import PYTHON, REPO, script
-from slurm.localcluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster import SlurmCluster
 
 LINE = "error: unknown --data-backend 'falst'; did you mean fast? choose one of: baseline, dali, device, fast, pil"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm.localcluster import ClusterUnavailable, SlurmCluster
-from slurm.localcluster.scenarios import faults
-from slurm.localcluster.scenarios.waves import FAULT_WAVES
+from hpc_imagenet.slurm.localcluster import ClusterUnavailable, SlurmCluster
+from hpc_imagenet.slurm.localcluster.scenarios import faults
+from hpc_imagenet.slurm.localcluster.scenarios.waves import FAULT_WAVES
 from tests.cluster.scenarios import Scenarios, by_test_name
 
 TESTS = {  # test -> its scenario

@@ -15,9 +15,9 @@ from typing import Dict, List
 
 import pytest
 
-from slurm.generate import render, spec_from_args
-from slurm.localcluster import SlurmCluster
-from slurm.localcluster.scenarios.jobs import ARCH
+from hpc_imagenet.slurm.generate import render, spec_from_args
+from hpc_imagenet.slurm.localcluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm.localcluster import SlurmCluster
-from slurm.localcluster.scenarios.recovery import KILLS
-from slurm.localcluster.scenarios.waves import RECOVERY_WAVES
+from hpc_imagenet.slurm.localcluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster.scenarios.recovery import KILLS
+from hpc_imagenet.slurm.localcluster.scenarios.waves import RECOVERY_WAVES
 from tests.cluster.scenarios import Scenarios, by_test_name
 
 pytestmark = pytest.mark.slurm

@@ -16,13 +16,13 @@ from typing import Dict
 
 import pytest
 
-from imagenet.data import demo, shards
-from imagenet.data.staging import MARKER, destination
-from slurm.generate import EXAMPLES, GenerateError, render, spec_from_args
-from slurm.localcluster.scenarios.jobs import ARCH, EPOCHS, release_requeued, run_states, wait_for_progress
+from hpc_imagenet.imagenet.data import demo, shards
+from hpc_imagenet.imagenet.data.staging import MARKER, destination
+from hpc_imagenet.slurm.generate import EXAMPLES, GenerateError, render, spec_from_args
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH, EPOCHS, release_requeued, run_states, wait_for_progress
 from tests.cluster.requeue import assert_resumed_exactly
 from tests.helpers import eval_settings
-from slurm.localcluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "slurm" / "ddp_2node_staged.sh"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm import submit as sm
-from slurm.localcluster import SlurmCluster
-from slurm.localcluster.scenarios.jobs import ARCH
+from hpc_imagenet.slurm import submit as sm
+from hpc_imagenet.slurm.localcluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_bad_submission_is_one_line() -> None:
 
 def test_cli_sweep_submits_one_job_per_point(on_cluster: SlurmCluster, jpeg_data, tmp_path: Path) -> None:
     """--sweep nodes=1,2 --wait: a single-node and a 2-node job, each with its own run folder."""
-    cmd = [sys.executable, "-m", "slurm.submit", "--sweep", "nodes=1,2", "--wait", "--procs-per-node", "1",
+    cmd = [sys.executable, "-m", "hpc_imagenet.slurm.submit", "--sweep", "nodes=1,2", "--wait", "--procs-per-node", "1",
            "--cpus-per-task", "1", "--time-min", "10", "--cluster", "slurm", "--name", "sweep",
            "--folder", str(tmp_path / "submitit" / "%j"), "--log-dir", str(tmp_path / "runs"),
            "--", *TINY, str(jpeg_data)]

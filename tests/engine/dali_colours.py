@@ -10,9 +10,9 @@ import pytest
 import torch
 from PIL import Image
 
-from imagenet.data import samplers, scan
-from imagenet.data.decode import dali
-from imagenet.data.loader import set_epoch
+from hpc_imagenet.imagenet.data import samplers, scan
+from hpc_imagenet.imagenet.data.decode import dali
+from hpc_imagenet.imagenet.data.loader import set_epoch
 
 CPU = torch.device("cpu")
 TRAIN, VAL = 24, 11  # samples; 11 val images over 2 ranks and batch 4: 6 + 5, last batches of 2 and 1

@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from imagenet.data import archives, shards, staging_files, staging_listing
-from imagenet.data.shards import Job, Options
-from imagenet.common.errors import DataError
+from hpc_imagenet.imagenet.data import archives, shards, staging_files, staging_listing
+from hpc_imagenet.imagenet.data.shards import Job, Options
+from hpc_imagenet.imagenet.common.errors import DataError
 
 
 def archive_check(folder: Path) -> list:

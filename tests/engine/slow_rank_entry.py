@@ -12,12 +12,12 @@ import time
 sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 
 if __name__ == "__main__":
-    from imagenet.process import preemption
+    from hpc_imagenet.imagenet.process import preemption
 
     preemption.install_early()
     from torch.utils.data import dataloader
 
-    from imagenet.run.cli import main
+    from hpc_imagenet.imagenet.run.cli import main
 
     if os.environ.get("RANK") == os.environ["SLOW_RANK"]:
         delay, real_next = float(os.environ["SLOW_DELAY_S"]), dataloader._BaseDataLoaderIter.__next__

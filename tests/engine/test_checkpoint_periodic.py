@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from imagenet.train import checkpoint
+from hpc_imagenet.imagenet.train import checkpoint
 from tests.helpers import BIN, PYTHON, REPO, TINY, child_env, explain, read_run, run, script
 from tests.warm_start import warm_python
 

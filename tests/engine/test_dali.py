@@ -12,10 +12,10 @@ import sys
 import pytest
 from PIL import Image
 
-from imagenet import config
-from imagenet.common import errors
-from imagenet.data import samplers, scan
-from imagenet.data.loader import build_loaders, set_epoch
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.common import errors
+from hpc_imagenet.imagenet.data import samplers, scan
+from hpc_imagenet.imagenet.data.loader import build_loaders, set_epoch
 from tests.engine.dali_colours import (CPU, TRAIN, VAL, check_solid_colour_batches, colour_dataset, dali_loader,
                                        decode_id, ids_in_scan_order, needs_dali)
 from tests.helpers import explain, read_run, script

@@ -5,15 +5,15 @@ import subprocess
 
 import pytest
 
-from imagenet.data import demo
+from hpc_imagenet.imagenet.data import demo
 from tests.helpers import BIN, PYTHON, REPO, TINY, child_env, explain, free_port, read_run, run, script
 
 # Runs the ddp script with scan.scan_dataset wrapped so that each call leaves a file naming the
 # rank that made it; torch.distributed and the scan itself are the real ones.
 SPY = """import os, sys
 sys.path.insert(0, {repo!r})
-from imagenet.run import cli
-from imagenet.data import scan
+from hpc_imagenet.imagenet.run import cli
+from hpc_imagenet.imagenet.data import scan
 real_scan = scan.scan_dataset
 def spy(root):
     with open(os.path.join({marks!r}, "scanned-by-rank-" + os.environ["RANK"]), "a") as f:

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from imagenet.data import demo
+from hpc_imagenet.imagenet.data import demo
 from tests.helpers import PYTHON, REPO, TINY, child_env, explain, free_port, script
 from tests.warm_start import warm_python
 

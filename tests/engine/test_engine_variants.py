@@ -1,7 +1,7 @@
 """The four scripts, torchrun, torch.distributed.launch and the seed's command lines, run for real."""
 import pytest
 
-from imagenet import config
+from hpc_imagenet.imagenet import config
 from tests.helpers import BIN, PYTHON, TINY, event_files, explain, free_port, read_run, run, script, tb_scalars
 from tests.warm_start import warm_python
 
@@ -32,7 +32,8 @@ def test_each_script_trains_two_epochs(name, extra, jpeg_data, tmp_path):
 
 
 def test_python_dash_m_picks_the_variant(jpeg_data, tmp_path):
-    proc = warm_python("-m", "imagenet", "--variant", "nd", *TINY, "--epochs", "1", "--steps-per-epoch", "2",
+    proc = warm_python("-m", "hpc_imagenet.imagenet", "--variant", "nd", *TINY, "--epochs", "1", "--steps-per-epoch",
+                       "2",
                   "--log-dir", tmp_path, jpeg_data)
     assert proc.returncode == 0, explain(proc)
     assert read_run(tmp_path)["config"]["run"]["variant"] == "nd"
@@ -60,7 +61,7 @@ def test_torchrun_two_processes_rank0_tensorboard_and_ranks_in_sync(jpeg_data, t
 def test_seed_torch_distributed_launch_command_verbatim(tmp_path_factory, tmp_path):
     """python -m torch.distributed.launch --nproc_per_node=2 imagenet_ddp_apex.py -a resnet50 --b 208
     --workers 20 --opt-level O2 DATA, shrunk only by appended flags so it fits 2 CPU cores."""
-    from imagenet.data import demo
+    from hpc_imagenet.imagenet.data import demo
 
     data = demo.generate(tmp_path_factory.mktemp("b208"), classes=2, train_per_class=210,
                               val_per_class=2, size=(24, 24))
@@ -119,7 +120,7 @@ def test_node_level_batch_smaller_than_the_processes_is_refused():
 
 
 def test_device_backend_trains_on_cpu_and_records_its_decoder(jpeg_data, tmp_path):
-    from imagenet.data.decode import device
+    from hpc_imagenet.imagenet.data.decode import device
 
     proc = warm_python(script("imagenet_nd.py"), *TINY, "--data-backend", "device", "--epochs", "1",
                   "--steps-per-epoch", "2", "--val-steps", "1", "--log-dir", tmp_path, jpeg_data)

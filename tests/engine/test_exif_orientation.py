@@ -16,8 +16,8 @@ import pytest
 import torch
 from PIL import Image
 
-from imagenet.data import decode, loader, samplers
-from imagenet.data.decode import dali, device
+from hpc_imagenet.imagenet.data import decode, loader, samplers
+from hpc_imagenet.imagenet.data.decode import dali, device
 
 CPU = torch.device("cpu")
 SIZE = 32

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from imagenet import export
-from imagenet.data.demo import generate
+from hpc_imagenet.imagenet import export
+from hpc_imagenet.imagenet.data.demo import generate
 from tests.helpers import explain, python, read_run, script
 
 ARCH = "resnet18"
@@ -28,7 +28,7 @@ def exported(tmp_path_factory) -> dict:
     run_dir = root / "run"
     proc = python(script("imagenet_nd.py"), *TRAIN, "--log-dir", run_dir, data)
     assert proc.returncode == 0, explain(proc)
-    proc = python("-m", "imagenet.export", run_dir)
+    proc = python("-m", "hpc_imagenet.imagenet.export", run_dir)
     assert proc.returncode == 0, explain(proc)
     evaluated = {}
     for stem in ("model", "model_ema"):

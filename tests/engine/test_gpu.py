@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from imagenet.model import precision as precision_module
+from hpc_imagenet.imagenet.model import precision as precision_module
 from tests.helpers import BIN, TINY, explain, free_port, python, read_run, run, script
 from tests.engine.dali_colours import check_solid_colour_batches, needs_dali
 
@@ -79,8 +79,8 @@ def test_precision_levels_on_cuda(level, dtype, jpeg_data, tmp_path):
 def test_loss_scale_recovers_from_injected_overflow_and_resume_restores_it():
     from torch import nn
 
-    from imagenet import config
-    from imagenet.model import precision
+    from hpc_imagenet.imagenet import config
+    from hpc_imagenet.imagenet.model import precision
 
     cfg = config.parse(["--dummy", "--opt-level", "O1", "--amp-dtype", "float16", "--amp-backend", "native"],
                        "amp")
@@ -124,7 +124,7 @@ def test_device_decode_backend_trains_on_cuda_and_matches_the_cpu_decode(jpeg_da
     proc = python(script("imagenet_ddp_apex.py"), *GPU_TINY, "--data-backend", "device", "--epochs", "1",
                   "--log-dir", tmp_path, jpeg_data)
     assert proc.returncode == 0, explain(proc)
-    from imagenet.data.decode import device
+    from hpc_imagenet.imagenet.data.decode import device
 
     # TorchCodec's batched nvJPEG where it is installed, torchvision's decode_jpeg where not
     assert read_run(tmp_path)["data_decoder"]["device_decoder"] == device.decoder_name()
@@ -142,7 +142,7 @@ def test_device_decode_backend_trains_on_cuda_and_matches_the_cpu_decode(jpeg_da
 def test_device_decode_syncs_the_host_only_inside_decode_jpeg(jpeg_data, monkeypatch):
     """Crops, flips and resizes queue on the device without waiting for it; whether the decoder's
     nvJPEG call itself (TorchCodec's, else torchvision's) synchronises is printed (run with -rP)."""
-    from imagenet.data.decode import device
+    from hpc_imagenet.imagenet.data.decode import device
 
     paths = sorted(str(p) for p in (jpeg_data / "train").rglob("*.JPEG"))[:8]
     batch = device.collate([(device.EncodedTrain(32)(open(p, "rb").read(), p), 0) for p in paths])[0]

@@ -16,11 +16,11 @@ from typing import Iterator, List
 import pytest
 import torch
 
-from imagenet import config
-from imagenet.run import build, distributed
-from imagenet.train import metrics, optim, step, trainer
-from imagenet.process import group
-from imagenet.process.group import DistInfo
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.run import build, distributed
+from hpc_imagenet.imagenet.train import metrics, optim, step, trainer
+from hpc_imagenet.imagenet.process import group
+from hpc_imagenet.imagenet.process.group import DistInfo
 from tests.helpers import TINY, free_port, read_run
 
 CPU = torch.device("cpu")
@@ -106,8 +106,8 @@ def test_data_backend_trains_a_few_steps(tmp_path, jpeg_data, backend):
 
 
 def test_channels_last_reaches_model_and_batches():
-    from imagenet.model import network
-    from imagenet.data import normalize
+    from hpc_imagenet.imagenet.model import network
+    from hpc_imagenet.imagenet.data import normalize
 
     model = network.prepare(network.build("resnet18", 10, False), CPU, True, False)
     assert model.conv1.weight.is_contiguous(memory_format=torch.channels_last)

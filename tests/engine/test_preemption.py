@@ -11,7 +11,7 @@ from unittest import mock
 
 import torch
 
-from imagenet.common.terminal import overwrite_progress
+from hpc_imagenet.imagenet.common.terminal import overwrite_progress
 from tests.helpers import PYTHON, REPO, TINY, child_env, explain, read_run, script
 from tests.warm_start import warm_python
 
@@ -88,7 +88,8 @@ def _mask(status: str, field: str) -> int:
 
 def test_launch_agent_hands_its_workers_stop_signals_blocked_not_ignored():
     """torchrun under launch.agent, as the generated batch files start it (after `trap ""`)."""
-    cmd = ['trap "" USR2 TERM; exec "$0" -m launch.agent torch.distributed.run --standalone --nproc_per_node=1 '
+    cmd = ['trap "" USR2 TERM; exec "$0" -m hpc_imagenet.launch.agent torch.distributed.run --standalone '
+           '--nproc_per_node=1 '
            '--no-python cat /proc/self/status', PYTHON]
     proc = subprocess.run(["bash", "-c", *cmd], cwd=REPO, env=child_env(), capture_output=True, text=True,
                           timeout=120)

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from imagenet.common.errors import DataError
-from imagenet.data import archives, demo, prepare, sources
-from imagenet.data.scan import scan_dataset
+from hpc_imagenet.imagenet.common.errors import DataError
+from hpc_imagenet.imagenet.data import archives, demo, prepare, sources
+from hpc_imagenet.imagenet.data.scan import scan_dataset
 from studies.benches import archive_set
 from tests.engine import dali_colours
 from tests.engine.load import cpu_burners
@@ -35,7 +35,7 @@ SHARD_MB = "0.001"  # about one image a shard: many shards, so a kill lands betw
 
 
 def _prepare(archive_dir, dst, *extra, **kw):
-    return run([PYTHON, "-m", "imagenet.prepare", str(archive_dir), str(dst), "--workers", "2",
+    return run([PYTHON, "-m", "hpc_imagenet.imagenet.prepare", str(archive_dir), str(dst), "--workers", "2",
                 "--shard-size", SHARD_MB, *map(str, extra)], **kw)
 
 
@@ -131,7 +131,8 @@ def _extract_like_valprep(download: Path, out: Path) -> None:
 
 def test_same_files_as_extracting_then_imagenet_shards_and_folder_as_valprep(download, prepared, tmp_path):
     _extract_like_valprep(download, tmp_path / "extracted")
-    proc = run([PYTHON, "-m", "imagenet.shards", tmp_path / "extracted", tmp_path / "from_folder", "--workers", "2",
+    proc = run([PYTHON, "-m", "hpc_imagenet.imagenet.shards", tmp_path / "extracted", tmp_path / "from_folder",
+                "--workers", "2",
                 "--shard-size", SHARD_MB])
     assert proc.returncode == 0, explain(proc)
     shard_files = sorted(p.name for p in prepared.glob("*.tar"))
@@ -154,7 +155,7 @@ def test_kaggle_labels_give_the_same_shards(kaggle, prepared, tmp_path):
 
 def test_a_killed_import_resumes_to_the_same_files(download, prepared, tmp_path):
     dst = tmp_path / "s"
-    cmd = [PYTHON, "-m", "imagenet.prepare", download, dst, "--workers", "1", "--shard-size", SHARD_MB]
+    cmd = [PYTHON, "-m", "hpc_imagenet.imagenet.prepare", download, dst, "--workers", "1", "--shard-size", SHARD_MB]
     proc = subprocess.Popen([str(c) for c in cmd], env=child_env(), stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:  # plain progress lines (no terminal): kill once the first shard is written
         if " shards, " in line:

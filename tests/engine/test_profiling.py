@@ -10,7 +10,7 @@ import gzip
 import json
 
 
-from imagenet.train import profiling
+from hpc_imagenet.imagenet.train import profiling
 from tests.helpers import explain, read_run, script
 from tests.warm_start import warm_python
 

@@ -3,7 +3,7 @@ accumulation, EMA, Mixup/CutMix, progressive resizing and separate validation si
 the same run stopped mid-epoch and resumed ends with the same weights and the same EMA."""
 import torch
 
-from imagenet.process.preemption import STOP_FILE
+from hpc_imagenet.imagenet.process.preemption import STOP_FILE
 from tests.helpers import TINY, explain, read_run, script
 from tests.warm_start import warm_python
 

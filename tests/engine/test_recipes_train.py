@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from imagenet import recipes
+from hpc_imagenet.imagenet import recipes
 from tests.helpers import TINY, child_env, explain, read_run, script
 from tests.warm_start import warm_python
 

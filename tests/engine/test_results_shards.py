@@ -1,16 +1,17 @@
 """``results.bench shards`` on a tiny set: real conversions, strace-counted opens of a seeded multi-epoch
 run with loader workers, real memory of workers, records that validate, and the report section that
 shows them."""
-from results import report
-from results.core import records
-from results.runners.data_scale_bench import index_memory
+from hpc_imagenet.results import report
+from hpc_imagenet.results.core import records
+from hpc_imagenet.results.runners.data_scale_bench import index_memory
 
 from tests.helpers import explain, python
 
 
 def test_shards_bench_records_and_report(tmp_path):
     rec = tmp_path / "r.jsonl"
-    proc = python("-m", "results.bench", "shards", "--images", "16", "--rounds", "1", "--shard-size", "0.5",
+    proc = python("-m", "hpc_imagenet.results.bench", "shards", "--images", "16", "--rounds", "1", "--shard-size",
+                  "0.5",
                   "--index-samples", "20000", "--loader-workers", "2", "--io-workers", "2", "--io-epochs", "3",
                   "--records", rec,
                   "--data", str(_photos(tmp_path)), timeout=900)
@@ -36,7 +37,7 @@ def test_shards_bench_records_and_report(tmp_path):
 
 
 def _photos(tmp_path):
-    from results.runners import jpegs
+    from hpc_imagenet.results.runners import jpegs
 
     root = tmp_path / "jpegs"
     jpegs.ensure_dataset(root, classes=2, train_per_class=8, val_per_class=1)

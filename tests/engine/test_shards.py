@@ -17,11 +17,11 @@ import pytest
 import torch
 from PIL import Image
 
-from imagenet import config
-from imagenet.common import errors
-from imagenet.data import loader, samplers, scan, shards, sources
-from imagenet.data.decode import fast
-from results.runners import jpegs
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.common import errors
+from hpc_imagenet.imagenet.data import loader, samplers, scan, shards, sources
+from hpc_imagenet.imagenet.data.decode import fast
+from hpc_imagenet.results.runners import jpegs
 from tests.engine import dali_colours
 from tests.helpers import BIN, PYTHON, TINY, explain, read_run, run, script
 from tests.warm_start import warm_python
@@ -30,7 +30,7 @@ SEEDED = [*TINY, "--seed", "7", "--deterministic", "-p", "1"]
 
 
 def convert(src, dst, *extra):
-    return run([PYTHON, "-m", "imagenet.shards", str(src), str(dst), "--workers", "2", *map(str, extra)])
+    return run([PYTHON, "-m", "hpc_imagenet.imagenet.shards", str(src), str(dst), "--workers", "2", *map(str, extra)])
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,9 @@ from typing import Iterator
 
 import pytest
 
-from imagenet import config
-from imagenet.data import demo, scan, staging, staging_files
-from imagenet.data.staging import MARKER, StagingError, destination, stage
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.data import demo, scan, staging, staging_files
+from hpc_imagenet.imagenet.data.staging import MARKER, StagingError, destination, stage
 from tests.helpers import BIN, PYTHON, REPO, TINY, child_env, explain, read_run, run, script
 
 
@@ -141,7 +141,7 @@ def test_stage_dir_inside_the_dataset_is_refused(src: Path) -> None:
 @pytest.mark.parametrize("kind", ["folder", "shards"])
 def test_rank0s_index_reads_each_ranks_own_copy(kind: str, src: Path, tmp_path: Path) -> None:
     if kind == "shards":
-        from imagenet.data import shards
+        from hpc_imagenet.imagenet.data import shards
 
         src = Path(shutil.copytree(src, tmp_path / "folder", ignore=shutil.ignore_patterns("class_empty")))
         shards.convert(str(src), str(tmp_path / "shards"), shard_mb=0.01)
@@ -242,7 +242,8 @@ def test_a_second_job_on_the_node_waits_for_the_first(src: Path, tmp_path: Path)
     dest.parent.mkdir(parents=True, mode=0o700)
     with open(dest.parent / f"{dest.name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the first job, copying
-        proc = subprocess.Popen([PYTHON, "-m", "imagenet.staging", str(src), str(tmp_path / "stage")], cwd=REPO,
+        proc = subprocess.Popen([PYTHON, "-m", "hpc_imagenet.imagenet.staging", str(src), str(tmp_path / "stage")],
+                                cwd=REPO,
                                 env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert "waiting for another process staging to" in proc.stdout.readline()
         assert not dest.exists()
@@ -253,7 +254,7 @@ def test_a_second_job_on_the_node_waits_for_the_first(src: Path, tmp_path: Path)
 
 
 def test_stage_command_fails_with_one_line(tmp_path: Path) -> None:
-    proc = run([PYTHON, "-m", "imagenet.staging", tmp_path / "nothing", tmp_path / "stage"], timeout=60)
+    proc = run([PYTHON, "-m", "hpc_imagenet.imagenet.staging", tmp_path / "nothing", tmp_path / "stage"], timeout=60)
     assert proc.returncode == 2 and proc.stdout == "", explain(proc)
     assert proc.stderr == f"error: dataset directory {tmp_path / 'nothing'} does not exist; pass the dataset " \
         "folder to stage\n"
@@ -271,8 +272,8 @@ def test_stage_cleanup_keeps_the_copy_for_a_stopped_run_and_removes_it_when_the_
                                                                                             tmp_path: Path) -> None:
     """A run stopped for a requeue (the stop file the batch scripts write) keeps the node's copy for
     its next start, which reuses it; the run that finishes removes it, leaving the private folder."""
-    from imagenet.train.trainer import EXIT_PREEMPTED
-    from imagenet.process.preemption import STOP_FILE
+    from hpc_imagenet.imagenet.train.trainer import EXIT_PREEMPTED
+    from hpc_imagenet.imagenet.process.preemption import STOP_FILE
 
     run_dir, stage_dir = tmp_path / "run", tmp_path / "stage"
     dest = destination(str(src), stage_dir)

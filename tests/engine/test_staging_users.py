@@ -20,7 +20,7 @@ from typing import Iterator
 
 import pytest
 
-from imagenet.data import demo, staging
+from hpc_imagenet.imagenet.data import demo, staging
 from tests.helpers import REPO, explain
 
 USER, OTHER = 4242, 65534  # the job's user, and someone else on the node
@@ -39,7 +39,7 @@ def as_user(uid: int, *args: str, timeout: float = 60) -> subprocess.CompletedPr
 
 
 def stage_as(uid: int, data: Path, stage_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    return as_user(uid, "-m", "imagenet.staging", data, stage_dir, *extra)
+    return as_user(uid, "-m", "hpc_imagenet.imagenet.staging", data, stage_dir, *extra)
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -86,7 +86,7 @@ def _thesis_intact(node: Path) -> None:
 PLANT_FAKE_COPY = """
 import json, os, sys
 from pathlib import Path
-from imagenet.data import staging, staging_listing, staging_node
+from hpc_imagenet.imagenet.data import staging, staging_listing, staging_node
 data, folder = Path(sys.argv[1]), Path(sys.argv[2])
 os.makedirs(folder, exist_ok=True)
 os.chmod(folder, 0o777)
@@ -208,7 +208,7 @@ def test_a_link_inside_the_copy_is_removed_never_followed(node: Path) -> None:
 HOLD = """
 import sys
 from pathlib import Path
-from imagenet.data import staging
+from hpc_imagenet.imagenet.data import staging
 staging.stage(sys.argv[1], Path(sys.argv[2]), hold=True)
 print("holding", flush=True)
 sys.stdin.readline()
@@ -231,11 +231,11 @@ def test_cleanup_leaves_a_copy_another_job_reads_and_removes_it_after(node: Path
                 break
         else:
             pytest.fail("the other job ended before it held the copy")
-        first = as_user(USER, "-m", "imagenet.staging", "--remove", data, shm)
+        first = as_user(USER, "-m", "hpc_imagenet.imagenet.staging", "--remove", data, shm)
         assert first.returncode == 1 and "another job on this node is reading it" in first.stdout, explain(first)
         assert (private / dest.name / staging.MARKER).is_file()
     finally:
         other_job.communicate("done\n", timeout=60)
-    second = as_user(USER, "-m", "imagenet.staging", "--remove", data, shm)
+    second = as_user(USER, "-m", "hpc_imagenet.imagenet.staging", "--remove", data, shm)
     assert second.returncode == 0 and "removed the staged copy" in second.stdout, explain(second)
     assert not (private / dest.name).exists()

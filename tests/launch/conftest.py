@@ -13,6 +13,7 @@ from tests.helpers import PYTHON, REPO
 def demo_data(tmp_path_factory) -> Path:
     """4 classes, 8 train / 4 val JPEGs each, made by the user-facing command (python -m imagenet.demo_data)."""
     root = tmp_path_factory.mktemp("launch-data") / "demo"
-    subprocess.run([PYTHON, "-m", "imagenet.demo_data", str(root), "--classes", "4", "--train-per-class", "8",
+    subprocess.run([PYTHON, "-m", "hpc_imagenet.imagenet.demo_data", str(root), "--classes", "4", "--train-per-class",
+                    "8",
                     "--val-per-class", "4"], cwd=REPO, check=True, capture_output=True, timeout=120)
     return root

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from launch import manual
+from hpc_imagenet.launch import manual
 from tests.helpers import BIN, REPO, TINY_ARCH
 
 # Variables of any launcher: the tests' children must not inherit a job they are not part of.

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from launch.ports import free_port
+from hpc_imagenet.launch.ports import free_port
 from tests.helpers import REPO
 from tests.launch.support import (Job, assert_trained, clean_env, commands, printed, run_jobs, train_args,
                                   wait_for_port)

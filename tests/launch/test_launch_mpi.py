@@ -23,8 +23,8 @@ from unittest import mock
 
 import pytest
 
-from launch import mpi
-from slurm.localcluster import packages
+from hpc_imagenet.launch import mpi
+from hpc_imagenet.slurm.localcluster import packages
 from tests.helpers import PYTHON, REPO
 from tests.launch.support import Job, assert_trained, clean_env, run_jobs, train_args
 
@@ -34,7 +34,7 @@ MPICH_PREFIX = REPO / "build" / f"mpich-{MPICH_VERSION}"
 # Writes this rank's view (environment + what detect() makes of it) to OUT/rank<RANK>.json.
 SHOW_ENV = """
 import json, os, sys
-from launch import environment
+from hpc_imagenet.launch import environment
 env = environment.detect()
 env.validate(0)
 keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
@@ -95,7 +95,7 @@ def mpich_run(mpich: Dict[str, str]) -> List[str]:
 def run_mpi(tmp_path: Path, launcher: List[str], args: List[str], timeout_s: float = 150,
             **env: str) -> Tuple[Optional[int], str]:
     """(exit status or None when it outlived TIMEOUT_S, output) of LAUNCHER python -m launch.mpi ARGS."""
-    job = Job([*launcher, PYTHON, "-m", "launch.mpi", *args], clean_env(**env), tmp_path / "mpi.log")
+    job = Job([*launcher, PYTHON, "-m", "hpc_imagenet.launch.mpi", *args], clean_env(**env), tmp_path / "mpi.log")
     code, = run_jobs([job], timeout_s)
     return code, job.output
 
@@ -182,7 +182,7 @@ def one_line_error(result: subprocess.CompletedProcess, text: str) -> None:
 
 
 def launch_mpi_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "launch.mpi", *args], cwd=REPO, env=clean_env(**env),
+    return subprocess.run([PYTHON, "-m", "hpc_imagenet.launch.mpi", *args], cwd=REPO, env=clean_env(**env),
                           capture_output=True, text=True, timeout=90)
 
 
@@ -190,7 +190,7 @@ def test_outside_mpi_is_a_one_line_error(tmp_path):
     script = tmp_path / "t.py"
     script.write_text("print('ran')\n")
     one_line_error(launch_mpi_cli(tmp_path, str(script)), "not started by an MPI launcher; usage: mpirun -np N")
-    one_line_error(launch_mpi_cli(tmp_path), "usage: mpirun -np N python -m launch.mpi SCRIPT")
+    one_line_error(launch_mpi_cli(tmp_path), "usage: mpirun -np N python -m hpc_imagenet.launch.mpi SCRIPT")
     one_line_error(launch_mpi_cli(tmp_path, "missing.py"), "no such script: missing.py")
 
 
@@ -207,7 +207,7 @@ def test_mpi4py_library_not_matching_the_launcher(tmp_path):
 @pytest.mark.mpi
 def test_library_probe_names_the_library_without_initialising_mpi(openmpi):
     """What a batch file logs: the library mpi4py loads (here the system Open MPI's), MPI not initialised."""
-    probe = ("from launch import mpi; print(mpi.probe_library()); "
+    probe = ("from hpc_imagenet.launch import mpi; print(mpi.probe_library()); "
              "from mpi4py import MPI; print('initialised', MPI.Is_initialized())")
     out = subprocess.run([PYTHON, "-c", probe], cwd=REPO, env=clean_env(MPI4PY_LIBMPI=openmpi["MPI4PY_LIBMPI"]),
                          capture_output=True, text=True, timeout=60)

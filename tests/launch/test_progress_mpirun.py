@@ -23,7 +23,7 @@ os.dup2(1, 2)  # the rank's stderr onto its stdout pty, before the displays look
 sys.stderr = os.fdopen(2, "w", buffering=1)
 assert sys.stdout.isatty() and sys.stderr.isatty(), "mpirun gave this rank no pty: the test proves nothing"
 from pathlib import Path
-from imagenet.data import shards, staging, staging_files
+from hpc_imagenet.imagenet.data import shards, staging, staging_files
 src, out = Path(sys.argv[1]), Path(sys.argv[2])
 for i in range(3 * staging_files.BATCH):
     (src / f"{i:04d}.bin").write_bytes(b"x" * 100)

@@ -4,7 +4,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from imagenet.train.accumulation import accumulate
+from hpc_imagenet.imagenet.train.accumulation import accumulate
 
 BATCH, STEPS = 8, 3
 

@@ -5,8 +5,8 @@ import os
 import pytest
 import torch
 
-from imagenet.train import checkpoint, checkpoint_writer
-from imagenet.train.checkpoint_writer import BackgroundWriter, to_host
+from hpc_imagenet.imagenet.train import checkpoint, checkpoint_writer
+from hpc_imagenet.imagenet.train.checkpoint_writer import BackgroundWriter, to_host
 
 
 def test_host_snapshot_is_a_copy_that_the_next_optimizer_step_does_not_change():

@@ -3,8 +3,8 @@ import dataclasses
 
 import pytest
 
-from imagenet import config
-from launch import environment
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.launch import environment
 
 
 def test_pytorch_examples_flags():
@@ -106,7 +106,7 @@ def test_global_batch_is_resolved_once_from_the_launcher():
 
 
 def test_local_gpus_follow_the_driver_and_cuda_visible_devices(tmp_path, monkeypatch):
-    from imagenet.config import batch
+    from hpc_imagenet.imagenet.config import batch
 
     for index in range(4):
         (tmp_path / f"0000:0{index}:00.0").mkdir()

@@ -1,8 +1,8 @@
 """The torch-free choice lists of imagenet.config.choices match the libraries they stand in for."""
 import torchvision
 
-from imagenet.config import choices
-from imagenet.data import decode
+from hpc_imagenet.imagenet.config import choices
+from hpc_imagenet.imagenet.data import decode
 
 
 def test_model_names_match_torchvision_classification_models():

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from imagenet import config, recipes
-from imagenet.run import cli
+from hpc_imagenet.imagenet import config, recipes
+from hpc_imagenet.imagenet.run import cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,8 +80,8 @@ def test_a_recipe_file_is_a_config_file(tmp_path):
 
 def test_the_recipe_files_ship_as_package_data():
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "imagenet.recipes" in setuptools["packages"]
-    patterns = setuptools["package-data"]["imagenet.recipes"]
+    assert "hpc_imagenet.imagenet.recipes" in setuptools["packages"]
+    patterns = setuptools["package-data"]["hpc_imagenet.imagenet.recipes"]
     shipped = {p.name for pattern in patterns for p in (REPO / "imagenet" / "recipes").glob(pattern)}
     assert {f"{name}.toml" for name in recipes.names()} <= shipped
     assert set(recipes.names()) >= {"examples", "goyal", "mlperf"}

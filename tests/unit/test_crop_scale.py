@@ -6,9 +6,9 @@ import pytest
 import torch
 from PIL import Image
 
-from imagenet import config
-from imagenet.data import decode
-from imagenet.data.decode.fast import FastTrain
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.data import decode
+from hpc_imagenet.imagenet.data.decode.fast import FastTrain
 
 
 def test_fast_boxes_keep_to_the_scale():

@@ -3,8 +3,8 @@ run stays eager (the capture itself needs a GPU: tests/engine/test_cuda_graph.py
 import pytest
 import torch
 
-from imagenet import config
-from imagenet.train import cuda_graph
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.train import cuda_graph
 
 CUDA = torch.device("cuda")
 

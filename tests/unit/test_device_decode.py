@@ -12,11 +12,11 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from imagenet.common import errors
-from imagenet.data import loader, normalize
-from imagenet.data.decode import device, jpeg
-from imagenet.data.decode.fast import FastTrain, FastVal
-from results.runners import jpegs
+from hpc_imagenet.imagenet.common import errors
+from hpc_imagenet.imagenet.data import loader, normalize
+from hpc_imagenet.imagenet.data.decode import device, jpeg
+from hpc_imagenet.imagenet.data.decode.fast import FastTrain, FastVal
+from hpc_imagenet.results.runners import jpegs
 
 CPU = torch.device("cpu")
 

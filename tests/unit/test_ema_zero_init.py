@@ -4,9 +4,9 @@ import pytest
 import torch
 import torchvision
 
-from imagenet import config
-from imagenet.model import network
-from imagenet.model.ema import WeightAverage, adjusted_decay
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.model import network
+from hpc_imagenet.imagenet.model.ema import WeightAverage, adjusted_decay
 
 
 def _sgd_steps(model, steps, start=0, average=None):

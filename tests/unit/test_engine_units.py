@@ -5,11 +5,11 @@ import stat
 import pytest
 import torch
 
-from imagenet import config
-from imagenet.common import errors, files
-from imagenet.train import checkpoint, optim
-from imagenet.data import samplers
-from imagenet.common.errors import one_line
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.common import errors, files
+from hpc_imagenet.imagenet.train import checkpoint, optim
+from hpc_imagenet.imagenet.data import samplers
+from hpc_imagenet.imagenet.common.errors import one_line
 
 
 def _cfg(*argv):
@@ -125,8 +125,8 @@ def test_worker_errors_become_one_line():
 def test_a_gloo_peer_loss_becomes_the_lost_contact_line(monkeypatch, gloo_error):
     """Both ways gloo reports a peer that stopped answering (which one depends on timing: the second
     came out of DDP's backward on the test cluster with a node's link down)."""
-    from imagenet.process import group
-    from imagenet.run import distributed
+    from hpc_imagenet.imagenet.process import group
+    from hpc_imagenet.imagenet.run import distributed
 
     monkeypatch.setattr(group, "_hosts", ["node1", "node2"])
     line = distributed.lost_peer_message(RuntimeError(gloo_error), 0)
@@ -135,7 +135,7 @@ def test_a_gloo_peer_loss_becomes_the_lost_contact_line(monkeypatch, gloo_error)
 
 
 def test_step_breakdown_splits_each_steady_step_into_waiting_and_the_hosts_loop(monkeypatch):
-    from imagenet.train import metrics
+    from hpc_imagenet.imagenet.train import metrics
 
     clock = iter([0.0, 0.010, 0.050,   # warm-up step: asked, batch in hand, next asked
                   0.052, 0.090,        # steady: 2 ms waiting, then 38 ms in the loop

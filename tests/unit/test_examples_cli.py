@@ -3,9 +3,9 @@ with its meaning, and --no-accel ('disables accelerator'): the CPU, one process 
 import pytest
 import torch
 
-from imagenet.config import ConfigError, batch as batches, parse_command
-from imagenet.run import distributed
-from launch import environment
+from hpc_imagenet.imagenet.config import ConfigError, batch as batches, parse_command
+from hpc_imagenet.imagenet.run import distributed
+from hpc_imagenet.launch import environment
 
 # main.py's add_argument calls, in its order: the flag and a value (None: a switch)
 MAIN_PY = [("-a", "resnet50"), ("-j", "3"), ("--epochs", "5"), ("--start-epoch", "2"), ("-b", "64"), ("--lr", "0.2"),

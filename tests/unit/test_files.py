@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from imagenet.common import files
+from hpc_imagenet.imagenet.common import files
 from tests.helpers import REPO
 
 OTHER_UID = 65534  # nobody
@@ -57,7 +57,7 @@ def test_append_line_refuses_a_link(tmp_path: Path) -> None:
 WRITER = """
 import os, sys
 from pathlib import Path
-from imagenet.common import files
+from hpc_imagenet.imagenet.common import files
 root = Path(sys.argv[1])
 files.write_text(root / "runs" / "a" / "run.json", "{}")
 files.append_line(root / "records" / "r.jsonl", "{}")

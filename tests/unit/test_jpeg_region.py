@@ -13,8 +13,8 @@ import simplejpeg
 import torch
 from PIL import Image
 
-from imagenet.data.decode import jpeg
-from imagenet.data.decode.fast import FastTrain, crop_box
+from hpc_imagenet.imagenet.data.decode import jpeg
+from hpc_imagenet.imagenet.data.decode.fast import FastTrain, crop_box
 from tests.helpers import photo
 
 SUBSAMPLINGS = ["444", "422", "420", "440", "411", "Gray"]

@@ -11,8 +11,8 @@ from unittest import mock
 
 import pytest
 
-from launch import environment as E
-from launch.environment import LaunchError
+from hpc_imagenet.launch import environment as E
+from hpc_imagenet.launch.environment import LaunchError
 
 
 def detect_with(env: Dict[str, str]) -> E.ClusterEnvironment:
@@ -105,7 +105,7 @@ def test_sbatch_shell_is_not_an_srun_task(caplog):
     """`python train.py` typed straight into a batch script: one process, with a warning."""
     env = detect_with(SBATCH_SHELL)
     assert env.name == "single"
-    with caplog.at_level(logging.WARNING, logger="launch.environment"):
+    with caplog.at_level(logging.WARNING, logger="hpc_imagenet.launch.environment"):
         env.validate(4)
     assert "srun" in caplog.text and "8 tasks" in caplog.text
 
@@ -137,7 +137,7 @@ def test_openmpi_single_node():
 def test_openmpi_several_nodes_needs_master_addr():
     env = detect_with(OMPI)
     assert (env.node_rank, env.master_addr) == (1, "")
-    with pytest.raises(LaunchError, match=r"MASTER_ADDR is unset: start through `python -m launch.mpi"):
+    with pytest.raises(LaunchError, match=r"MASTER_ADDR is unset: start through `python -m hpc_imagenet.launch.mpi"):
         env.validate(0)
     env = detect_with({**OMPI, "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "4242"})
     assert (env.master_addr, env.master_port) == ("10.0.0.7", 4242)
@@ -159,7 +159,7 @@ def test_pmix_with_and_without_world_size():
     env = detect_with({"PMIX_RANK": "2", "PMIX_NAMESPACE": "flux-1", "WORLD_SIZE": "4", "LOCAL_RANK": "0",
                        "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "n1"})
     assert layout(env) == ("pmix", 2, 0, 4, 1, 2, "n1", E.derive_port("flux-1"))
-    with pytest.raises(LaunchError, match=r"no world size: start through `python -m launch.mpi"):
+    with pytest.raises(LaunchError, match=r"no world size: start through `python -m hpc_imagenet.launch.mpi"):
         detect_with({"PMIX_RANK": "2", "PMIX_NAMESPACE": "flux-1"})
 
 
@@ -188,7 +188,7 @@ def test_pytorchjob_checks():
 
 
 def test_pytorchjob_pod_with_several_gpus_warns(caplog):
-    with caplog.at_level(logging.WARNING, logger="launch.environment"):
+    with caplog.at_level(logging.WARNING, logger="hpc_imagenet.launch.environment"):
         detect_with(PYTORCHJOB).validate(4)
     assert "leave 3 of 4 GPUs idle; use 4 processes per pod (container command `torchrun --nproc-per-node=4" \
         in caplog.text
@@ -299,7 +299,7 @@ def test_hint_slurm_ntasks_per_node_differs_from_gpus():
 
 def test_slurm_fewer_tasks_than_unallocated_gpus_only_warns(caplog):
     """GPUs visible on a node but not allocated to the job may be someone else's."""
-    with caplog.at_level(logging.WARNING, logger="launch.environment"):
+    with caplog.at_level(logging.WARNING, logger="hpc_imagenet.launch.environment"):
         detect_with(SRUN).validate(8)
     assert "leave 4 of 8 GPUs idle" in caplog.text
 
@@ -332,7 +332,7 @@ def test_hint_gpu_index_out_of_range_names_cuda_visible_devices():
 
 
 def test_fewer_processes_than_gpus_only_warns(caplog):
-    with caplog.at_level(logging.WARNING, logger="launch.environment"):
+    with caplog.at_level(logging.WARNING, logger="hpc_imagenet.launch.environment"):
         detect_with(TORCHRUN).validate(8)
     assert "leave 4 of 8 GPUs idle" in caplog.text
 

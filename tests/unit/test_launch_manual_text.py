@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from launch import manual
-from launch.ports import free_port
+from hpc_imagenet.launch import manual
+from hpc_imagenet.launch.ports import free_port
 from tests.helpers import PYTHON, REPO
 from tests.launch.support import clean_env, commands, printed
 
@@ -20,7 +20,7 @@ SEED_ARGS = ["imagenet/imagenet_ddp_apex.py", "-a", "resnet50", "--b", "208", "-
 
 
 def cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "launch.manual", *argv], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([PYTHON, "-m", "hpc_imagenet.launch.manual", *argv], cwd=REPO, capture_output=True, text=True,
                           timeout=60, env=clean_env())
 
 
@@ -34,7 +34,7 @@ def test_torchrun_commands_for_the_seed_example():
     assert node0 == ("torchrun --nnodes=2 --nproc-per-node=4 --node-rank=0 --master-addr=192.168.100.11 "
                      f"--master-port=8888 {tail}")
     assert node1 == node0.replace("--node-rank=0", "--node-rank=1")
-    assert check == "python -m launch.manual --check 192.168.100.11:8888"
+    assert check == "python -m hpc_imagenet.launch.manual --check 192.168.100.11:8888"
     assert "# --- node 0 (192.168.100.11)" in text and "8 processes" in text
 
 
@@ -68,7 +68,7 @@ def test_awkward_arguments_survive_the_shell():
     nasty = ["s p.py", "--log-dir", "runs/it's here", '/data/"x" $HOME;rm', "", "a\\b"]
     text = printed("--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "h", "--", *nasty)
     for line in commands(text):
-        if "launch.manual" in line:
+        if "hpc_imagenet.launch.manual" in line:
             continue
         echoed = subprocess.run(["sh", "-c", "printf '%s\\0' " + line], capture_output=True, text=True,
                                 check=True).stdout.split("\0")[:-1]
@@ -103,14 +103,14 @@ def test_hostfile_prints_mpirun_with_matching_hostfile(tmp_path):
     lines = commands(text)
     assert lines[0] == 'for h in node-a node-b; do ssh -o BatchMode=yes "$h" true || echo "cannot ssh to $h"; done'
     assert lines[1] == "printf '%s\\n' 'node-a slots=4' 'node-b slots=4' > hostfile.mpi"
-    assert lines[2] == ("mpirun -np 8 --hostfile hostfile.mpi --map-by ppr:4:node python -m launch.mpi "
+    assert lines[2] == ("mpirun -np 8 --hostfile hostfile.mpi --map-by ppr:4:node python -m hpc_imagenet.launch.mpi "
                         "imagenet/imagenet_ddp.py --log-dir 'my runs' /data")
     written = subprocess.run(["sh", "-c", lines[1].replace("> hostfile.mpi", "")], capture_output=True,
                              text=True, check=True).stdout
     assert written == "node-a slots=4\nnode-b slots=4\n"
     mpich = commands(printed("--hostfile", str(hosts), "--nproc-per-node", "2", "--mpi", "mpich", "--", "t.py"))
     assert mpich[1:] == ["printf '%s\\n' node-a:2 node-b:2 > hostfile.mpi",
-                         "mpiexec -n 4 -f hostfile.mpi -ppn 2 python -m launch.mpi t.py"]
+                         "mpiexec -n 4 -f hostfile.mpi -ppn 2 python -m hpc_imagenet.launch.mpi t.py"]
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -10,12 +10,14 @@ from unittest import mock
 
 import pytest
 
-from launch import environment, mpi
+from hpc_imagenet.launch import environment, mpi
 
 def test_parse_target():
     assert mpi.parse_target([__file__, "-a", "x"]) == ("path", __file__, ["-a", "x"])
     assert mpi.parse_target(["--", __file__]) == ("path", __file__, [])
-    assert mpi.parse_target(["-m", "imagenet.run.cli", "--help"]) == ("module", "imagenet.run.cli", ["--help"])
+    assert mpi.parse_target(["-m", "hpc_imagenet.imagenet.run.cli", "--help"]) == ("module",
+                                                                                   "hpc_imagenet.imagenet.run.cli",
+                                                                                   ["--help"])
     for bad, text in ((["-m"], "-m needs a module"), (["-x", "s.py"], "unknown option -x"), ([], "usage")):
         with pytest.raises(mpi.MpiLaunchError, match=text):
             mpi.parse_target(bad)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from launch import __main__ as launch_main
-from launch import environment, launchers, manual
-from launch.envs.torchrun import TorchElasticEnvironment
-from slurm import generate
+from hpc_imagenet.launch import __main__ as launch_main
+from hpc_imagenet.launch import environment, launchers, manual
+from hpc_imagenet.launch.envs.torchrun import TorchElasticEnvironment
+from hpc_imagenet.slurm import generate
 
-from imagenet.run import distributed
+from hpc_imagenet.imagenet.run import distributed
 
 
 class FakeRunEnvironment(TorchElasticEnvironment):
@@ -51,7 +51,7 @@ def test_a_registered_launcher_is_accepted_and_rendered_by_the_generator(fake):
     text = generate.render(generate.spec_from_args(["--nodes", "2", "--launcher", "fakerun"]))
     # one task per node runs the agent, told its node's rank on that node
     assert "#SBATCH --ntasks-per-node=1" in text
-    assert 'exec "$0" -m launch.agent fakerun.agent --host-index="$SLURM_NODEID" "$@"' in text
+    assert 'exec "$0" -m hpc_imagenet.launch.agent fakerun.agent --host-index="$SLURM_NODEID" "$@"' in text
     assert '--hosts="$SLURM_JOB_NUM_NODES" --per-host="$PROCS_PER_NODE" --leader="$MASTER_ADDR":"$MASTER_PORT"' in text
     with pytest.raises(generate.GenerateError, match="one task per node"):
         generate.render(generate.spec_from_args(["--launcher", "fakerun", "--tasks-per-node", "4"]))

@@ -2,9 +2,9 @@
 from that one detection, so the two can never disagree."""
 from __future__ import annotations
 
-from launch import environment
+from hpc_imagenet.launch import environment
 
-from imagenet.run import cli, processes
+from hpc_imagenet.imagenet.run import cli, processes
 
 TORCHRUN = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "h",
             "MASTER_PORT": "1234", "TORCHELASTIC_RUN_ID": "x", "GROUP_RANK": "0"}

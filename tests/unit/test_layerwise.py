@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from imagenet.train.layerwise import KERAS_EPSILON, Lamb, Lars
+from hpc_imagenet.imagenet.train.layerwise import KERAS_EPSILON, Lamb, Lars
 
 MOMENTUM, DECAY, COEFF = 0.9, 2e-4, 0.001
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from imagenet import config
-from imagenet.data import samplers
-from imagenet.data.loader import build_loaders, set_epoch
-from imagenet.data.decode import device
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.data import samplers
+from hpc_imagenet.imagenet.data.loader import build_loaders, set_epoch
+from hpc_imagenet.imagenet.data.decode import device
 
 
 def _loaders(root, backend: str, workers: int):

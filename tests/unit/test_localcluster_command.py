@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm.localcluster.__main__ import build_parser, main
+from hpc_imagenet.slurm.localcluster.__main__ import build_parser, main
 
 
 @pytest.mark.parametrize("argv", [["--nodes", "0"], ["--gpus-per-node", "-1"]])

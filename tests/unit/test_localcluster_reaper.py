@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from slurm.localcluster import cluster, daemons
+from hpc_imagenet.slurm.localcluster import cluster, daemons
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from imagenet.data import archives
-from slurm.generate import render, spec_from_args
-from slurm.pipeline import chain as ch
-from slurm.pipeline import cli, preflight
-from slurm.pipeline import state as st
+from hpc_imagenet.imagenet.data import archives
+from hpc_imagenet.slurm.generate import render, spec_from_args
+from hpc_imagenet.slurm.pipeline import chain as ch
+from hpc_imagenet.slurm.pipeline import cli, preflight
+from hpc_imagenet.slurm.pipeline import state as st
 
 SITE = ["--partition", "gpu", "--account", "proj42", "--module", "cuda/12.4", "--nodes", "2", "--arch", "resnet50",
         "--", "--recipe", "torchvision-v2"]
@@ -71,7 +71,8 @@ def test_stages_run_in_the_container(download, tmp_path):
     texts = ch.scripts(_chain(tmp_path, download, argv, on_login_node=False))  # no apptainer on this machine
     assert f"{download},{tmp_path / 'out'}" in texts["train"]  # both mounted
     # the CPU stages run in the image over a clean environment, the GPU's options only where a stage has GPUs
-    assert 'apptainer exec --cleanenv --bind "$CONTAINER_MOUNTS"' in texts["plan"].split("-m slurm.pipeline.tasks")[0]
+    assert 'apptainer exec --cleanenv --bind "$CONTAINER_MOUNTS"' in texts["plan"].split("-m "
+                                                                                         "hpc_imagenet.slurm.pipeline.tasks")[0]
     assert "exec --cleanenv --nv --bind" in texts["evaluate"]
 
 

@@ -19,10 +19,10 @@ from PIL import Image
 from torchvision import transforms as T
 from torchvision.transforms import functional as F
 
-from imagenet.common import errors
-from imagenet.data import decode as registry, loader
-from imagenet.data.decode import base, jpeg, pil
-from imagenet.data.decode.fast import FastTrain, FastVal, fast_backend, scaled_box
+from hpc_imagenet.imagenet.common import errors
+from hpc_imagenet.imagenet.data import decode as registry, loader
+from hpc_imagenet.imagenet.data.decode import base, jpeg, pil
+from hpc_imagenet.imagenet.data.decode.fast import FastTrain, FastVal, fast_backend, scaled_box
 from tests.helpers import photo
 
 MEAN = torch.tensor(base.IMAGENET_MEAN).view(3, 1, 1)
@@ -71,11 +71,11 @@ def test_frame_header(kw, mode, mcu):
 
 
 def test_fast_backend_without_the_region_decoder_warns_once(monkeypatch, caplog):
-    from imagenet.data.decode import fast
+    from hpc_imagenet.imagenet.data.decode import fast
 
     monkeypatch.setattr(jpeg, "_jpeg_region", None)
     monkeypatch.setattr(fast, "_told_no_region_decoder", False)
-    with caplog.at_level("WARNING", logger="imagenet.data.decode.fast"):
+    with caplog.at_level("WARNING", logger="hpc_imagenet.imagenet.data.decode.fast"):
         fast_backend(True, 32), fast_backend(False, 32), fast_backend(True, 32)
     assert len(caplog.records) == 1 and "without its region decoder" in caplog.records[0].getMessage()
     assert not jpeg.region_decoder_available()
@@ -260,7 +260,7 @@ def test_loader_batches(files):
 
 
 def test_bench_measures_both_backends(files):
-    from results.runners import pipeline_bench
+    from hpc_imagenet.results.runners import pipeline_bench
 
     samples = [(p, 0) for p in files[:2]]
     rows = pipeline_bench.summarize(pipeline_bench.bench(samples, ["baseline", "fast"], [0], 32, 2, rounds=1))

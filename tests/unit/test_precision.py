@@ -3,8 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from imagenet import config
-from imagenet.model import precision
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.model import precision
 
 
 def _tiny_model():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagenet.train import profiling
+from hpc_imagenet.imagenet.train import profiling
 
 
 @pytest.mark.parametrize("name,expected", [

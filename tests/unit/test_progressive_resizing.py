@@ -5,9 +5,9 @@ crop sizes."""
 import numpy as np
 import pytest
 
-from imagenet import config
-from imagenet.data import decode, loader
-from imagenet.data.resolution import ResolutionRamp
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.data import decode, loader
+from hpc_imagenet.imagenet.data.resolution import ResolutionRamp
 
 # rn50_configs/rn50_{epochs}_epochs.yaml: (epochs, start_ramp, end_ramp), min_res 160, max_res 192
 FFCV_RAMPS = [(16, 11, 13), (24, 17, 20), (32, 23, 27), (40, 29, 34), (56, 41, 48), (88, 65, 76)]

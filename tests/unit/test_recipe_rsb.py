@@ -14,12 +14,12 @@ import pytest
 import torch
 from PIL import Image
 
-from imagenet import recipes
-from imagenet.config import ConfigError, parse_command
-from imagenet.data import decode, loader
-from imagenet.data.decode.augment import Augmentation
-from imagenet.train import layerwise, losses, optim
-from launch import environment
+from hpc_imagenet.imagenet import recipes
+from hpc_imagenet.imagenet.config import ConfigError, parse_command
+from hpc_imagenet.imagenet.data import decode, loader
+from hpc_imagenet.imagenet.data.decode.augment import Augmentation
+from hpc_imagenet.imagenet.train import layerwise, losses, optim
+from hpc_imagenet.launch import environment
 from tests.helpers import photo
 
 HPARAMS = "timm hfdocs/source/hparams.mdx, Tags table, row a1/a2/a3"

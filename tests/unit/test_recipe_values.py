@@ -8,11 +8,11 @@ from unittest import mock
 
 import pytest
 
-from imagenet import recipes
-from imagenet.run import cli
-from imagenet.train import optim, schedules
-from imagenet.config import choices, parse_command
-from launch import environment
+from hpc_imagenet.imagenet import recipes
+from hpc_imagenet.imagenet.run import cli
+from hpc_imagenet.imagenet.train import optim, schedules
+from hpc_imagenet.imagenet.config import choices, parse_command
+from hpc_imagenet.launch import environment
 
 # libffcv/ffcv-imagenet rn50_configs/rn50_{epochs}_epochs.yaml (start_ramp, end_ramp) and README's top-1
 FFCV_RUNS = [(16, 11, 13, 73.8), (24, 17, 20, 75.6), (32, 23, 27, 76.6), (40, 29, 34, 77.2), (56, 41, 48, 78.0),
@@ -197,7 +197,7 @@ BAD = [(["--min-res", "192", "--max-res", "160"], "--min-res 192 / --max-res 160
 
 @pytest.mark.parametrize("argv,message", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_component_settings_fail_in_one_line(argv, message):
-    from imagenet.config import ConfigError
+    from hpc_imagenet.imagenet.config import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as caught:
         parse_command([*argv, "/no/such/path"], "ddp", check_data=False, launcher=environment.detect({}))

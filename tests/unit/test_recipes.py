@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from imagenet import config, recipes
-from imagenet.config.validate import check_recipe
+from hpc_imagenet.imagenet import config, recipes
+from hpc_imagenet.imagenet.config.validate import check_recipe
 
 LAUNCH_SETTINGS = {"batch_size", "workers", "world_size", "rank", "dist_url", "procs_per_node", "variant", "recipe"}
 

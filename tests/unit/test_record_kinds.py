@@ -6,10 +6,10 @@ from typing import Optional
 
 import pytest
 
-from results.core import records, registry
-from results.core.kinds import Req, Text
-from results.core.registry import DeclarationError, Kind, declare
-from results.report import cluster
+from hpc_imagenet.results.core import records, registry
+from hpc_imagenet.results.core.kinds import Req, Text
+from hpc_imagenet.results.core.registry import DeclarationError, Kind, declare
+from hpc_imagenet.results.report import cluster
 
 
 @dataclass(frozen=True)

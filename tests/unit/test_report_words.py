@@ -2,9 +2,9 @@
 text file name given by two folders to prose() is an error, not a silent choice."""
 import pytest
 
-from results.report import common
-from results.report.common import ReportError, add_words, md_table, prose
-from results.report.words import Words
+from hpc_imagenet.results.report import common
+from hpc_imagenet.results.report.common import ReportError, add_words, md_table, prose
+from hpc_imagenet.results.report.words import Words
 
 
 def test_each_folder_reads_its_own_words(tmp_path):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from results import bench, report
-from results.core import records
+from hpc_imagenet.results import bench, report
+from hpc_imagenet.results.core import records
 
 # one xdist worker runs the module, so the report (~10 CPU seconds) is regenerated once, not per worker
 pytestmark = pytest.mark.xdist_group("golden")
@@ -87,7 +87,7 @@ class NoTorch(importlib.abc.MetaPathFinder):
             raise ImportError(f"{name} is not installed here")
 
 sys.meta_path.insert(0, NoTorch())
-sys.argv = ["python -m results.report", *sys.argv[1:]]
+sys.argv = ["python -m hpc_imagenet.results.report", *sys.argv[1:]]
 try:
     runpy.run_module("results.report", run_name="__main__", alter_sys=True)
 except SystemExit as done:

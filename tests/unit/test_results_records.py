@@ -3,7 +3,7 @@ committed records are checked line by line."""
 import json
 import re
 
-from results.core import kinds, records
+from hpc_imagenet.results.core import kinds, records
 
 # an absolute path outside the kernel's own folders (/dev/shm, /proc/self/io name the same thing anywhere)
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?!(?:dev|proc|sys)/)[\w.+-]+/[\w.+-]")
@@ -40,7 +40,7 @@ def test_cited_parameter_counts_are_torchvisions():
     """The report takes ResNet sizes from the cited table (no torch needed); they are torchvision's models'."""
     import torchvision
 
-    from results.analysis.parameters import cited_counts
+    from hpc_imagenet.results.analysis.parameters import cited_counts
     counts = {arch: n for arch, n in cited_counts().items() if isinstance(n, int)}
     assert {"resnet18", "resnet50"} <= set(counts)
     for arch, n in counts.items():

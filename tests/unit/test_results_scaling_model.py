@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from results.analysis import allreduce_fit
-from results.analysis.allreduce_fit import bus_factor, fit_alpha_beta
-from results.core import kinds
-from results.core.kinds import AllreduceMetrics
-from results.runners.allreduce_bench import sizes
+from hpc_imagenet.results.analysis import allreduce_fit
+from hpc_imagenet.results.analysis.allreduce_fit import bus_factor, fit_alpha_beta
+from hpc_imagenet.results.core import kinds
+from hpc_imagenet.results.core.kinds import AllreduceMetrics
+from hpc_imagenet.results.runners.allreduce_bench import sizes
 from studies.common.overlap import hidden_fraction
 from studies.published_model import __main__ as check_cli
 from studies.published_model import formulas as sm
@@ -353,7 +353,7 @@ def test_predictions_do_not_depend_on_points_above_four_gpus():
 def test_step_times_recorder_on_cpu():
     import torch
 
-    from imagenet.train.metrics import StepTimes
+    from hpc_imagenet.imagenet.train.metrics import StepTimes
     st = StepTimes(torch.device("cpu"), enabled=True, limit=3)
     st.mark(counted=False)
     for counted in (False, True, True, True, True):

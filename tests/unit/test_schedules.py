@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from imagenet.train.schedules import Schedule, lr_factor
+from hpc_imagenet.imagenet.train.schedules import Schedule, lr_factor
 
 SPE = 10  # steps per epoch
 

@@ -2,7 +2,7 @@
 SLURM's commands (the client on a real cluster: tests/cluster/test_slurm_client.py)."""
 import pytest
 
-from slurm import client
+from hpc_imagenet.slurm import client
 
 
 def test_progress_words():

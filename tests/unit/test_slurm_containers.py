@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from slurm import generate
+from hpc_imagenet.slurm import generate
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def test_apptainer_runs_a_sif_over_a_clean_environment_with_the_jobs_variables(r
     line = _launch_line(text)
     assert f"CONTAINER_IMAGE=${{CONTAINER_IMAGE:-{runtimes}/pt.sif}}" in text
     assert ('apptainer-env apptainer exec --cleanenv --nv --bind "$CONTAINER_MOUNTS" --pwd "$PWD" "$CONTAINER_IMAGE" '
-            "bash -c 'trap \"\" USR2 TERM; exec \"$0\" -m launch.agent torch.distributed.run") in line
+            "bash -c 'trap \"\" USR2 TERM; exec \"$0\" -m hpc_imagenet.launch.agent torch.distributed.run") in line
     assert 'export "APPTAINERENV_$v=${!v}"' in line
     patterns = line.split("case $v in ", 1)[1].split(")", 1)[0].split("|")
     # per task (srun's SLURM_PROCID, CUDA_VISIBLE_DEVICES), and every variable the file exports
@@ -98,7 +98,7 @@ def test_the_site_mpirun_starts_the_images_program_per_rank(runtimes):
     # apptainer.org/docs/user/main/mpi.html: the hybrid model, the host's mpirun outside the container
     line = _launch_line(_script(runtimes, "apptainer", "--launcher", "mpi", "--module", "openmpi"))
     assert line.lstrip().startswith('"$MPIRUN" -np') and "apptainer exec --cleanenv --nv" in line
-    assert line.index("apptainer exec") < line.index('"$PYTHON" -m launch.mpi')
+    assert line.index("apptainer exec") < line.index('"$PYTHON" -m hpc_imagenet.launch.mpi')
 
 
 # ---- Pyxis / enroot

@@ -10,9 +10,9 @@ from unittest import mock
 
 import pytest
 
-from slurm import generate, start_budget
-from slurm.generate import EXAMPLES, GenerateError, JobSpec, render, spec_from_args
-from slurm.generate.renderer import _modules
+from hpc_imagenet.slurm import generate, start_budget
+from hpc_imagenet.slurm.generate import EXAMPLES, GenerateError, JobSpec, render, spec_from_args
+from hpc_imagenet.slurm.generate.renderer import _modules
 from tests.helpers import eval_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,9 +25,9 @@ COMMITTED = sorted((REPO / "slurm").glob("*.sh"))
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_committed_example_matches_the_generator(name: str) -> None:
     path = REPO / "slurm" / f"{name}.sh"
-    assert path.exists(), f"slurm/{name}.sh missing: run python -m slurm.generate --write-examples"
+    assert path.exists(), f"slurm/{name}.sh missing: run python -m hpc_imagenet.slurm.generate --write-examples"
     assert path.read_text() == generate.render_example(name), (
-        f"slurm/{name}.sh drifted from slurm/generate/: run python -m slurm.generate --write-examples")
+        f"slurm/{name}.sh drifted from slurm/generate/: run python -m hpc_imagenet.slurm.generate --write-examples")
 
 
 def test_every_committed_file_is_an_example() -> None:
@@ -90,7 +90,7 @@ def test_recovery_settings_are_in_every_file() -> None:
 
 
 def test_the_checkpoint_the_budget_watches_is_the_trainers() -> None:
-    from imagenet.train.checkpoint import CHECKPOINT
+    from hpc_imagenet.imagenet.train.checkpoint import CHECKPOINT
 
     assert start_budget.CHECKPOINT == CHECKPOINT
 
@@ -192,14 +192,15 @@ def test_bad_input_is_one_line(case: str) -> None:
 
 
 def test_cli_prints_one_line_and_exits_2() -> None:
-    proc = subprocess.run([sys.executable, "-m", "slurm.generate", "--nodes", "0"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "hpc_imagenet.slurm.generate", "--nodes", "0"], cwd=REPO,
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: --nodes must be at least 1")
 
 
 def test_cli_writes_the_script_to_stdout() -> None:
-    proc = subprocess.run([sys.executable, "-m", "slurm.generate", "--nodes", "2", "--launcher", "srun"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "hpc_imagenet.slurm.generate", "--nodes", "2", "--launcher", "srun"],
+                          cwd=REPO,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --nodes=2" in proc.stdout and "#SBATCH --ntasks-per-node=4" in proc.stdout

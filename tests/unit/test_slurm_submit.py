@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm import generate, job
-from slurm import submit as sm
+from hpc_imagenet.slurm import generate, job
+from hpc_imagenet.slurm import submit as sm
 
 # Per field of the shared description: a value both tools take, and one both refuse with the same line.
 # A field added to slurm/job.py fails test_the_table_names_every_shared_field until it has a line here.

@@ -14,8 +14,8 @@ from typing import Tuple
 
 import pytest
 
-from slurm import start_budget
-from slurm.generate import render, spec_from_args
+from hpc_imagenet.slurm import start_budget
+from hpc_imagenet.slurm.generate import render, spec_from_args
 from tests.helpers import REPO
 
 FAKE_SRUN = '#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nexec "$@"\n'  # drop srun's options

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from imagenet.common import startup
+from hpc_imagenet.imagenet.common import startup
 
 
 def test_each_stage_is_the_time_since_the_mark_before_it():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from imagenet.run import distributed, sysinfo
+from hpc_imagenet.imagenet.run import distributed, sysinfo
 
 PROC_VERSION = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  "
                 "(dvs-builder@U16-I3-B03-4-3)  Tue Mar  5 22:15:33 UTC 2024\nGCC version:  gcc version 12.2.0\n")
@@ -55,11 +55,11 @@ def test_driver_from_proc_then_nvidia_smi(no_nvidia, monkeypatch):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this torch uses the GPUs")
 def test_gpu_less_torch_on_a_gpu_node_says_so_in_one_line(no_nvidia, monkeypatch, caplog):
-    with caplog.at_level(logging.WARNING, logger="imagenet.run.sysinfo"):
+    with caplog.at_level(logging.WARNING, logger="hpc_imagenet.imagenet.run.sysinfo"):
         assert distributed.pick_device(0) == torch.device("cpu")
     assert caplog.records == []  # no NVIDIA driver here: nothing to say
     monkeypatch.setattr(sysinfo, "NVIDIA_PROC", fake_proc(no_nvidia))
-    with caplog.at_level(logging.WARNING, logger="imagenet.run.sysinfo"):
+    with caplog.at_level(logging.WARNING, logger="hpc_imagenet.imagenet.run.sysinfo"):
         distributed.pick_device(1)  # not the node's first rank: quiet
         assert caplog.records == []
         distributed.pick_device(0)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm.localcluster import packages
+from hpc_imagenet.slurm.localcluster import packages
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ done
 
 INSTALLER = """import sys
 from pathlib import Path
-from slurm.localcluster import packages
+from hpc_imagenet.slurm.localcluster import packages
 state = Path(sys.argv[1])
 packages.INSTALL_LOCK = state / "install.lock"
 packages.POLICY_RC = state / "policy-rc.d"
@@ -128,7 +128,8 @@ def test_an_install_that_fails_says_so_in_one_line_with_the_command(tmp_path, mo
 
 def test_the_command_line_keeps_the_compiler_and_names_unknown_sets():
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["/usr/bin/python3", "-m", "slurm.localcluster.system_packages", *args], cwd=REPO,
+        return subprocess.run(["/usr/bin/python3", "-m", "hpc_imagenet.slurm.localcluster.system_packages", *args],
+                              cwd=REPO,
                               capture_output=True, text=True, timeout=60)
 
     kept = run("remove", "build")

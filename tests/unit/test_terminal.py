@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from imagenet.common import terminal
-from imagenet.common.terminal import ProgressLine
+from hpc_imagenet.imagenet.common import terminal
+from hpc_imagenet.imagenet.common.terminal import ProgressLine
 
 
 def _read_lines(leader: int, lines: int = 1) -> str:

@@ -20,12 +20,12 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
-from imagenet import config
-from imagenet.data.decode import augment, fast, pil
-from imagenet.data.decode.augment import Augmentation
-from imagenet.data.samplers import RepeatedAugmentationSampler, sample_seeds
-from imagenet.model import network, precision
-from imagenet.train import losses, optim, schedules
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.data.decode import augment, fast, pil
+from hpc_imagenet.imagenet.data.decode.augment import Augmentation
+from hpc_imagenet.imagenet.data.samplers import RepeatedAugmentationSampler, sample_seeds
+from hpc_imagenet.imagenet.model import network, precision
+from hpc_imagenet.imagenet.train import losses, optim, schedules
 from tests.helpers import TORCHVISION_COMMAND, child_env, photo, script
 from tests.warm_start import warm_python
 

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from imagenet import config
-from imagenet.run import sysinfo
-from imagenet.train import time_to_accuracy
+from hpc_imagenet.imagenet import config
+from hpc_imagenet.imagenet.run import sysinfo
+from hpc_imagenet.imagenet.train import time_to_accuracy
 from studies.fashion_mnist_race import command as race
 from studies.fashion_mnist_race import headline, protocol_round
-from results.core import kinds, records
-from results.runners.common import BenchError, new_sweep
+from hpc_imagenet.results.core import kinds, records
+from hpc_imagenet.results.runners.common import BenchError, new_sweep
 from studies.fashion_mnist_race import examples_main, fashion_mnist
 from studies.fashion_mnist_race import recipe as tta_recipe
 from studies.fashion_mnist_race import protocol as tta_protocol

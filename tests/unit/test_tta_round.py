@@ -2,8 +2,8 @@
 headline check refusing them; the source digest that stands in for a clean tree covering the harness and the study."""
 import pytest
 
-from imagenet.run import sysinfo
-from results.core import kinds, records
+from hpc_imagenet.imagenet.run import sysinfo
+from hpc_imagenet.results.core import kinds, records
 from studies.fashion_mnist_race import command as race
 from studies.fashion_mnist_race import headline, protocol
 

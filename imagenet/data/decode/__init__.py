@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ...common.errors import DataError
-from . import dali, device, fast, jpeg, pil
-from .augment import NONE, Augmentation
-from .base import CROP_SCALE, Transform
+from hpc_imagenet.imagenet.common.errors import DataError
+from hpc_imagenet.imagenet.data.decode import dali, device, fast, jpeg, pil
+from hpc_imagenet.imagenet.data.decode.augment import NONE, Augmentation
+from hpc_imagenet.imagenet.data.decode.base import CROP_SCALE, Transform
 
 
 @dataclass(frozen=True)

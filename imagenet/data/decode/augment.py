@@ -27,7 +27,7 @@ from typing import Callable, List, Optional
 import torch
 from torchvision.transforms import InterpolationMode, v2
 
-from .base import IMAGENET_MEAN
+from hpc_imagenet.imagenet.data.decode.base import IMAGENET_MEAN
 
 MEAN_PIXEL = [round(255 * m) for m in IMAGENET_MEAN]  # what erasing to 0 after normalising gives
 

@@ -46,10 +46,10 @@ from typing import Callable, Iterator, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ...common.errors import DataError
-from ..sources import FolderIndex
-from .augment import MEAN_PIXEL, NONE, Augmentation
-from .base import CROP_RATIO, CROP_SCALE, val_resize
+from hpc_imagenet.imagenet.common.errors import DataError
+from hpc_imagenet.imagenet.data.sources import FolderIndex
+from hpc_imagenet.imagenet.data.decode.augment import MEAN_PIXEL, NONE, Augmentation
+from hpc_imagenet.imagenet.data.decode.base import CROP_RATIO, CROP_SCALE, val_resize
 
 PACKAGES = "nvidia-dali-cuda130 (CUDA 13) or nvidia-dali-cuda120 (CUDA 12)"
 PREFETCH = 2  # batches DALI prepares ahead of the one being trained on

@@ -30,11 +30,11 @@ from PIL import Image
 from torch.utils.data import default_collate
 from torchvision.transforms.v2 import functional as TF
 
-from ...common.errors import DataError
-from .augment import NONE, Augmentation, uint8_ops
-from .base import CROP_SCALE, resample_options, val_resize
-from .fast import FastTrain, resized_hw
-from .jpeg import JpegFrame, jpeg_frame
+from hpc_imagenet.imagenet.common.errors import DataError
+from hpc_imagenet.imagenet.data.decode.augment import NONE, Augmentation, uint8_ops
+from hpc_imagenet.imagenet.data.decode.base import CROP_SCALE, resample_options, val_resize
+from hpc_imagenet.imagenet.data.decode.fast import FastTrain, resized_hw
+from hpc_imagenet.imagenet.data.decode.jpeg import JpegFrame, jpeg_frame
 
 try:
     from torchcodec.decoders import decode_jpeg as _torchcodec_decode_jpeg

@@ -46,9 +46,10 @@ import torch
 from PIL import Image
 from torchvision.transforms.v2 import functional as TF
 
-from .augment import NONE, Augmentation, uint8_ops
-from .base import CROP_RATIO, CROP_SCALE, Transform, resample_options, val_resize
-from .jpeg import (JpegFrame, decode_box, decode_hwc, dct_reduction, jpeg_frame, open_reduced,
+from hpc_imagenet.imagenet.data.decode.augment import NONE, Augmentation, uint8_ops
+from hpc_imagenet.imagenet.data.decode.base import CROP_RATIO, CROP_SCALE, Transform, resample_options, val_resize
+from hpc_imagenet.imagenet.data.decode.jpeg import (JpegFrame, decode_box, decode_hwc, dct_reduction, jpeg_frame,
+                                                    open_reduced,
                    region_decoder_available, with_rows)
 
 log = logging.getLogger(__name__)

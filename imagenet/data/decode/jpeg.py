@@ -26,7 +26,7 @@ except ImportError:  # PIL decodes instead
     simplejpeg = None
 
 try:  # our C extension (_jpeg_region.c, built by `pip install -e .` where libjpeg-dev exists)
-    from . import _jpeg_region
+    from hpc_imagenet.imagenet.data.decode import _jpeg_region
 except ImportError:  # whole rows are decoded instead
     _jpeg_region = None
 

@@ -10,8 +10,8 @@ from PIL import Image
 from torchvision import transforms
 from torchvision.transforms import v2
 
-from .augment import NONE, Augmentation, policy, uint8_ops
-from .base import CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, Transform, val_resize
+from hpc_imagenet.imagenet.data.decode.augment import NONE, Augmentation, policy, uint8_ops
+from hpc_imagenet.imagenet.data.decode.base import CROP_SCALE, IMAGENET_MEAN, IMAGENET_STD, Transform, val_resize
 
 
 def pil_rgb(data: bytes) -> Image.Image:

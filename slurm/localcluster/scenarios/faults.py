@@ -21,12 +21,13 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from slurm import client
-from slurm.localcluster.cluster import SlurmCluster
-from slurm.localcluster.commands import ClusterUnavailable, wait_for
-from slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, REPO, TRAIN, release_requeued, requeue_script, run_states,
+from hpc_imagenet.slurm import client
+from hpc_imagenet.slurm.localcluster.cluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster.commands import ClusterUnavailable, wait_for
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, REPO, TRAIN, release_requeued,
+                                                            requeue_script, run_states,
                                                submit_script, wait_for_progress)
-from slurm.localcluster.scenarios.measure import (INTERVAL, PERIODIC, PROGRESS, Measurement, check,
+from hpc_imagenet.slurm.localcluster.scenarios.measure import (INTERVAL, PERIODIC, PROGRESS, Measurement, check,
                                                   checkpoint_at, completed_in_one_allocation, read_run, seconds_lost,
                                                   steps_trained_twice, training_again, wait_for_periodic_checkpoint)
 

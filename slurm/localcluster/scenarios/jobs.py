@@ -10,11 +10,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from imagenet.data import demo
-from slurm import client
-from slurm.generate import render, spec_from_args
-from slurm.localcluster.cluster import SlurmCluster
-from slurm.localcluster.commands import wait_for
+from hpc_imagenet.imagenet.data import demo
+from hpc_imagenet.slurm import client
+from hpc_imagenet.slurm.generate import render, spec_from_args
+from hpc_imagenet.slurm.localcluster.cluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster.commands import wait_for
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout the jobs run from
 VENV = Path(sys.prefix)  # the venv this Python runs in: the jobs' trainers run in the same one

@@ -14,9 +14,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from slurm.localcluster.cluster import SlurmCluster
-from slurm.localcluster.commands import wait_for
-from slurm.localcluster.scenarios.jobs import EPOCHS, run_states
+from hpc_imagenet.slurm.localcluster.cluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster.commands import wait_for
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import EPOCHS, run_states
 
 PROGRESS = re.compile(r"Epoch: \[(\d+)\]\[\s*(\d+)/(\d+)\]")
 PROGRESS_LINE = re.compile(r"^Epoch: \[(\d+)\]\[\s*(\d+)/\d+\].*?([\d.]+) img/s$", re.M)

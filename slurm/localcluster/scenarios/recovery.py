@@ -29,12 +29,14 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from slurm import client
-from slurm.localcluster.cluster import SlurmCluster
-from slurm.localcluster.commands import wait_for
-from slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, REPO, TRAIN, VENV, requeue_script, stand_in_trainer,
+from hpc_imagenet.slurm import client
+from hpc_imagenet.slurm.localcluster.cluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster.commands import wait_for
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, REPO, TRAIN, VENV, requeue_script,
+                                                            stand_in_trainer,
                                                submit_script)
-from slurm.localcluster.scenarios.measure import (INTERVAL, PERIODIC, RESUMED, Measurement, check, checkpoint_at,
+from hpc_imagenet.slurm.localcluster.scenarios.measure import (INTERVAL, PERIODIC, RESUMED, Measurement, check,
+                                                               checkpoint_at,
                                                   completed_in_one_allocation, job_pids, read_run, seconds_lost,
                                                   steps_trained_twice, training_again, wait_for_periodic_checkpoint)
 

@@ -19,9 +19,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Collection, Dict, Optional, Sequence, Tuple, Union
 
-from slurm import client
-from slurm.localcluster.cluster import SlurmCluster
-from slurm.localcluster.scenarios import faults, recovery
+from hpc_imagenet.slurm import client
+from hpc_imagenet.slurm.localcluster.cluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster.scenarios import faults, recovery
 
 # (cluster, data, folder, extra sbatch options) -> the measurement (or None); raises what went wrong
 Scenario = Callable[[SlurmCluster, Path, Path, Sequence[str]], object]
