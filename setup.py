@@ -6,5 +6,5 @@ succeeds, and the fast backend decodes whole JPEG rows instead (imagenet/data/de
 """
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("imagenet.data.decode._jpeg_region", ["imagenet/data/decode/_jpeg_region.c"],
+setup(ext_modules=[Extension("hpc_imagenet.imagenet.data.decode._jpeg_region", ["imagenet/data/decode/_jpeg_region.c"],
                              libraries=["jpeg"], extra_compile_args=["-O2"], optional=True)])
