@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from setuptools import find_packages
 
 from hpc_imagenet.imagenet import config, recipes
 from hpc_imagenet.imagenet.run import cli
@@ -80,7 +81,7 @@ def test_a_recipe_file_is_a_config_file(tmp_path):
 
 def test_the_recipe_files_ship_as_package_data():
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "hpc_imagenet.imagenet.recipes" in setuptools["packages"]
+    assert "hpc_imagenet.imagenet.recipes" in find_packages(str(REPO), **setuptools["packages"]["find"])
     patterns = setuptools["package-data"]["hpc_imagenet.imagenet.recipes"]
     shipped = {p.name for pattern in patterns for p in (REPO / "imagenet" / "recipes").glob(pattern)}
     assert {f"{name}.toml" for name in recipes.names()} <= shipped

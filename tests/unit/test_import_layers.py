@@ -27,6 +27,11 @@ TOP = "top"
 KNOWN_CYCLES: List[List[str]] = []  # none: the whole product is held to no cycle at all
 
 
+def checkout_name(target: str) -> str:
+    """``hpc_imagenet.results.core`` (the name modules import each other by) -> ``results.core`` (its folder)."""
+    return target.removeprefix("hpc_imagenet.")
+
+
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -45,13 +50,14 @@ def imports_of(name: str, path: Path, known: Set[str]) -> Set[str]:
     out: Set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
+            targets = [checkout_name(a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
+            base = checkout_name(node.module or "")
             if node.level:  # relative: from the package, up level - 1
                 anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+            targets = [checkout_name(f"{base}.{a.name}") if checkout_name(f"{base}.{a.name}") in known else base
+                       for a in node.names]
         else:
             continue
         for t in targets:
@@ -126,11 +132,18 @@ def layer_violations(graph: Dict[str, Set[str]]) -> List[str]:
 
 def test_the_checker_sees_imports_inside_functions(tmp_path):
     src = tmp_path / "mod.py"
-    src.write_text("import os\n\ndef f():\n    from hpc_imagenet.results.core import records  # late\n    return "
-                   "records\n")
-    assert imports_of("results.x", src, {"results", "hpc_imagenet.results.core",
-                                         "hpc_imagenet.results.core.records"}) == {"hpc_imagenet.results.core.records"}
+    src.write_text("import os\n\ndef f():\n    from hpc_imagenet.results.core import records  # late\n"
+                   "    from hpc_imagenet import launch\n    return records, launch\n")
+    known = {"results", "results.core", "results.core.records", "launch"}
+    assert imports_of("results.x", src, known) == {"results.core.records", "launch"}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_graph_sees_the_imports_between_the_packages():
+    """The modules import each other as ``hpc_imagenet.X``: the graph holds those edges (an empty one has no cycle)."""
+    graph = import_graph()
+    assert graph["imagenet.run.cli"] >= {"imagenet.config", "launch.environment"}
+    assert {b.split(".")[0] for bs in graph.values() for b in bs} >= {"imagenet", "launch", "slurm", "results"}
 
 
 def test_no_import_cycle_in_the_product():

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
+from setuptools import find_packages
 
 from tests.helpers import REPO
 
 # what a make that runs these tests (make test) hands its children: a nested make would print
 # "Entering/Leaving directory" lines around the commands and inherit the outer make's flags
+PARTS = ("imagenet", "launch", "slurm", "results")  # the root's folders hpc_imagenet holds
 OUTER_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
 
 
@@ -77,9 +82,38 @@ def test_no_mpi_implementation_and_no_dali_anywhere_by_default():
 
 
 def test_the_installed_packages_are_the_packages_on_disk():
-    # setuptools fails the whole install on a listed package that is gone, and leaves out an unlisted one
-    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    on_disk = {".".join(init.parent.relative_to(REPO).parts) for top in ("imagenet", "results", "launch", "slurm")
-               for init in (REPO / top).rglob("__init__.py")}
-    assert {name for name in listed if not (REPO / name.replace(".", "/") / "__init__.py").exists()} == set()
-    assert on_disk - listed == set()
+    # the package finder follows hpc_imagenet/'s links into the root's folders: every package on disk
+    # is installed under hpc_imagenet, and nothing else is
+    found = set(find_packages(str(REPO), **tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+                              ["packages"]["find"]))
+    on_disk = {".".join(("hpc_imagenet", *init.parent.relative_to(REPO).parts))
+               for top in PARTS for init in (REPO / top).rglob("__init__.py")}
+    assert found == on_disk | {"hpc_imagenet"}
+    assert {p.name for p in (REPO / "hpc_imagenet").iterdir() if p.is_symlink()} == set(PARTS)
+
+
+def test_a_wheel_installs_one_top_level_name(tmp_path):
+    """What `pip install .` puts on sys.path: hpc_imagenet alone (no launch, slurm, results or studies
+    beside a user's own packages), with the C decoder and the data files inside it."""
+    # from a copy of what the build reads: setuptools packs all of build/lib, where an older build may
+    # have left top-level folders of its own
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for name in ("hpc_imagenet", *PARTS):
+        shutil.copytree(REPO / name, src / name, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "runs", "records", "reports"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                           "--disable-pip-version-check", "-w", str(tmp_path), str(src)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = tmp_path.glob("hpc_imagenet-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"hpc_imagenet"}
+    assert {n.split("/")[1] for n in names if n.count("/") > 1 and n.startswith("hpc_imagenet/")} == set(PARTS)
+    assert "hpc_imagenet/imagenet/recipes/goyal.toml" in names and "hpc_imagenet/results/report/text/data.md" in names
+    assert any(n.startswith("hpc_imagenet/imagenet/data/decode/_jpeg_region.") and n.endswith(".so") for n in names)
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "hpc-imagenet-train = hpc_imagenet.commands:train" in scripts
