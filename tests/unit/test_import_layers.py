@@ -12,6 +12,8 @@ import ast
 from pathlib import Path
 from typing import Dict, List, Set
 
+# Modules are named here by their folders (imagenet.run.cli), the names they import each other by less the
+# installed prefix (hpc_imagenet.imagenet.run.cli). rename_imports: keep strings
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ("imagenet", "launch", "slurm", "results", "studies")  # studies/ is checked with them: it imports them
 
