@@ -59,7 +59,8 @@ def test_stages_carry_the_site_options(download, tmp_path):
         text = texts[name]
         assert "#SBATCH --partition=gpu" in text and "#SBATCH --account=proj42" in text and "cuda/12.4" in text
         task = "convert" if name == "prepare" else name
-        command = f"results.pipeline_report {layout.out} --tag" if name == "report" else f"slurm.pipeline.tasks {task}"
+        command = (f"hpc_imagenet.results.pipeline_report {layout.out} --tag" if name == "report"
+                   else f"hpc_imagenet.slurm.pipeline.tasks {task}")
         assert "#SBATCH --nodes=1" in text and f'"$PYTHON" -m {command}' in text
     assert "#SBATCH --gpus-per-node=1" in texts["evaluate"] and "--gpus-per-node" not in texts["plan"]
     assert "--recipe torchvision-v2" in texts["evaluate"] and "-a resnet50" in texts["evaluate"]
