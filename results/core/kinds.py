@@ -20,7 +20,7 @@ recorded" tables and for the runners' tests, which read records as dicts.
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, Dict, Mapping, Optional, Tuple, get_type_hints
 
-from hpc_imagenet.results.core.registry import KINDS, Kind, declare, register  # noqa: F401  (register: a study's kinds)
+from hpc_imagenet.results.core.registry import KINDS, Kind, declare
 
 Req = Annotated[Optional[float], "required"]  # a number every ok record of the kind carries
 Num = Annotated[Optional[float], "number"]  # a number where recorded

@@ -44,11 +44,6 @@ UNITS: Dict[str, str] = {name: unit for unit, names in _NAMES_BY_UNIT.items() fo
     "max_opens_per_file": "opens (most of one file by one process)", "workers": "processes",
     "touched": "chunks of 65536 entries", "survived": "1 = the run finished after the fault",
     "detect_s": "s (fault injected -> the job or process ended)",
-    # the time-to-accuracy race's names (studies/fashion_mnist_race registers its kinds without units)
-    "time_to_target_s": "s (wall, evaluation included)", "core_s": "CPU s (user + system, the whole process tree)",
-    "core_s_to_target": "CPU s (user + system, the whole process tree, at the evaluation that reached it)",
-    "budget_s": "s (main.py's wall time)", "images_seen": "images", "eval_s": "s (evaluation wall time, counted in)",
-    "device_hours": "GPU hours (wall x GPUs)", "samples": "samples",
 }  # every kind's units, once declared: the one table records take their units from
 
 
@@ -90,11 +85,6 @@ def declare(kind: Kind) -> Kind:
     UNITS.update(kind.units)
     KINDS[kind.name] = kind
     return kind
-
-
-def register(name: str, point: type, metrics: type) -> Kind:
-    """A kind with no units of its own and no section in the tag report (a study's, drawn in its write-up)."""
-    return declare(Kind(name, point, metrics))
 
 
 def names() -> Tuple[str, ...]:

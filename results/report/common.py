@@ -6,7 +6,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence
 
 from hpc_imagenet.imagenet.recipes import named_in
 from hpc_imagenet.results.core import records
@@ -18,7 +18,6 @@ RESULTS = records.RESULTS_DIR
 REPO = RESULTS.parent
 TEXT = Path(__file__).with_name("text")  # the sections' words, one markdown file per section module
 WORDS = Words(TEXT)
-_ADDED: List[Words] = []  # the folders add_words() let prose() read besides the harness's
 
 
 @dataclass
@@ -33,23 +32,10 @@ class ReportError(RuntimeError):
     """Bad input; one line naming the problem and the fix."""
 
 
-def add_words(folder: Path) -> None:
-    """Let prose() read FOLDER's text files too (a study that has no :class:`Words` of its own yet); a file
-    name that another folder already gives is an error, never a silent choice between the two."""
-    added = Words(folder)
-    if any(w.folder == added.folder for w in _ADDED):
-        return
-    clash = sorted(f.stem for f in added.folder.glob("*.md") if any(w.has(f.stem) for w in (WORDS, *_ADDED)))
-    if clash:
-        raise ReportError(f"the words {', '.join(clash)} in {folder} clash with files of the same name already "
-                          "read by prose(); rename them, or give the study its own results.report.words.Words")
-    _ADDED.append(added)
-
-
 def prose(name: str, /, **values: object) -> str:
-    """The harness's words NAME ("file.block": block of text/file.md) with VALUES in its {fields} (str.format)."""
-    words = next((w for w in _ADDED if w.has(name.split(".")[0])), WORDS)
-    return words(name, **values)
+    """The harness's words NAME ("file.block": block of text/file.md) with VALUES in its {fields} (str.format);
+    a study reads its own folder through its own :class:`Words`."""
+    return WORDS(name, **values)
 
 
 def fmt(value: object) -> str:
@@ -71,15 +57,14 @@ def pct(value: Optional[float]) -> str:
     return f"{100 * value + 0.0:.1f}%".replace("-0.0%", "0.0%")  # no negative zero from rounding
 
 
-def columns(headers: Union[str, Sequence[str]], /, **values: object) -> List[str]:
-    """The column names HEADERS (written beside the section), VALUES in their {fields}; a str names a header
-    block (a line `| a | b |`) of prose() instead, for a study whose headers are still in its text files."""
-    if isinstance(headers, str):
-        return prose(headers, **values)[2:-2].split(" | ")
+def columns(headers: Sequence[str], /, **values: object) -> List[str]:
+    """The column names HEADERS (written beside the section), VALUES in their {fields}."""
+    if isinstance(headers, str):  # one column per letter otherwise
+        raise TypeError(f"table headers {headers!r}: give the column names as a tuple written beside the section")
     return [h.format(**values) for h in headers] if values else list(headers)
 
 
-def md_table(headers: Union[str, Sequence[str]], rows: Sequence[Sequence[object]], **values: object) -> str:
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]], **values: object) -> str:
     """Markdown of ROWS under HEADERS (:func:`columns`: VALUES fill their {fields})."""
     headers = columns(headers, **values)
     if not rows:

@@ -44,7 +44,9 @@ class Words:
         lines: List[str] = []
         for line in (self.folder / f"{file}.md").read_text().splitlines():
             if line.startswith("<!-- ") and line.endswith(" -->"):
-                lines = blocks.setdefault(line[5:-4], [])
+                if line[5:-4] in blocks:  # else the second would silently run on from the first
+                    raise ValueError(f"{self.folder / file}.md: the block {line} is written twice; rename one")
+                lines = blocks[line[5:-4]] = []
             elif lines and lines[-1] and line and not (lines[-1].startswith(WHOLE_LINE) or line.startswith(NEW_LINE)):
                 lines[-1] += " " + line
             else:

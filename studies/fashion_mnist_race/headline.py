@@ -17,8 +17,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from hpc_imagenet.results.core import records
 from hpc_imagenet.results.core.kinds import Record
-from hpc_imagenet.results.report.common import fmt, prose
+from hpc_imagenet.results.report.common import fmt
 from studies.fashion_mnist_race import RECORDS, protocol
+from studies.fashion_mnist_race import words as race_words  # headline.words is this module's own
 from studies.fashion_mnist_race.protocol import (EXAMPLES_PROGRAM, GOAL_RATIO, GOAL_TOP1, MIN_RUNS, NAMES,
                                                  OURS_PROGRAM)
 
@@ -110,15 +111,18 @@ def words(recs: Sequence[Record]) -> str:
     best, problems = headline(recs)
     lines = []
     for rid, broken in problems.items():
-        lines += [prose("time_to_accuracy.round_refused", round=rid)] + [f"  - {p}" for p in broken] if broken else []
+        refused = [race_words("time_to_accuracy.round_refused", round=rid)]
+        lines += refused + [f"  - {p}" for p in broken] if broken else []
     if best is None:
-        return "\n".join([prose("time_to_accuracy.no_headline"), *lines]) + "\n"
+        return "\n".join([race_words("time_to_accuracy.no_headline"), *lines]) + "\n"
     s = best.spreads
-    text = prose("time_to_accuracy.headline", round=best.round, machine=best.machine,
-                 examples=best.counts[EXAMPLES_PROGRAM], ours=best.counts[OURS_PROGRAM], target=fmt(best.goal.target),
-                 budget=fmt(best.goal.budget_s), ours_wall=fmt(s[OURS_PROGRAM]["wall"].median),
-                 examples_wall=fmt(s[EXAMPLES_PROGRAM]["wall"].median), wall=_x(best.wall_ratio),
-                 cpu=_x(best.cpu_ratio), ratio=GOAL_RATIO, best=fmt(s[OURS_PROGRAM]["best"].median), top1=GOAL_TOP1)
+    text = race_words("time_to_accuracy.headline", round=best.round, machine=best.machine,
+                      examples=best.counts[EXAMPLES_PROGRAM], ours=best.counts[OURS_PROGRAM],
+                      target=fmt(best.goal.target), budget=fmt(best.goal.budget_s),
+                      ours_wall=fmt(s[OURS_PROGRAM]["wall"].median),
+                      examples_wall=fmt(s[EXAMPLES_PROGRAM]["wall"].median),
+                      wall=_x(best.wall_ratio), cpu=_x(best.cpu_ratio), ratio=GOAL_RATIO,
+                      best=fmt(s[OURS_PROGRAM]["best"].median), top1=GOAL_TOP1)
     return "\n".join([text, *lines]) + "\n"
 
 

@@ -1,10 +1,11 @@
-"""The race's record kinds, registered with the harness: ``time_to_accuracy`` (a run of the protocol) and
-``tta_tuning`` (a recipe trial on the tuning split, not a benchmark)."""
+"""The race's record kinds, declared with the harness: ``time_to_accuracy`` (a run of the protocol) and
+``tta_tuning`` (a recipe trial on the tuning split, not a benchmark), one point, metrics and units for both."""
 # No ``from __future__ import annotations``: the harness reads the evaluated Annotated markers.
 from dataclasses import dataclass
 from typing import Optional
 
-from hpc_imagenet.results.core.kinds import Req, Text, Value, register
+from hpc_imagenet.results.core.kinds import Req, Text, Value
+from hpc_imagenet.results.core.registry import Kind, declare
 
 
 @dataclass(frozen=True)
@@ -67,5 +68,13 @@ class TimeToAccuracyMetrics:
     cores: Optional[int] = None
 
 
-register("time_to_accuracy", TimeToAccuracyPoint, TimeToAccuracyMetrics)
-register("tta_tuning", TimeToAccuracyPoint, TimeToAccuracyMetrics)
+# The units of the race's own metric names (the others are the harness's); a run's records carry them.
+UNITS = {
+    "time_to_target_s": "s (wall, evaluation included)", "core_s": "CPU s (user + system, the whole process tree)",
+    "core_s_to_target": "CPU s (user + system, the whole process tree, at the evaluation that reached it)",
+    "budget_s": "s (main.py's wall time)", "images_seen": "images", "eval_s": "s (evaluation wall time, counted in)",
+    "device_hours": "GPU hours (wall x GPUs)", "samples": "samples",
+}
+
+TIME_TO_ACCURACY = declare(Kind("time_to_accuracy", TimeToAccuracyPoint, TimeToAccuracyMetrics, units=UNITS))
+TTA_TUNING = declare(Kind("tta_tuning", TimeToAccuracyPoint, TimeToAccuracyMetrics, units=UNITS))

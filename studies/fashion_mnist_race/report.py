@@ -21,8 +21,8 @@ from hpc_imagenet.results.core import records
 from hpc_imagenet.results.core.kinds import Record
 from hpc_imagenet.results.core.records import group_by
 from hpc_imagenet.results.report import figures
-from hpc_imagenet.results.report.common import fmt, md_table, prose
-from studies.fashion_mnist_race import HERE, RECORDS, REFERENCE, headline, protocol
+from hpc_imagenet.results.report.common import fmt, md_table
+from studies.fashion_mnist_race import HERE, RECORDS, REFERENCE, headline, protocol, words
 from studies.fashion_mnist_race.protocol import (EXAMPLES_PROGRAM, GOAL_RATIO, GOAL_TOP1, NAMES, OURS_PROGRAM, Goal,
                                                  Spread)
 
@@ -36,10 +36,10 @@ def section(recs: Sequence[Record], fig_dir: Path, ref_dir: Path = REFERENCE) ->
     earlier = protocol.earlier_runs(recs)
     if not (current or any(history.values()) or tuning or earlier):
         return ""
-    out = [f"## {HEADING}\n", prose("time_to_accuracy.protocol") + "\n", headline.words(recs)]
+    out = [f"## {HEADING}\n", words("time_to_accuracy.protocol") + "\n", headline.words(recs)]
     out += _machines(current, fig_dir) if current else ["No run of the protocol round yet.\n"]
     for version, machines in history.items():
-        out += [prose("time_to_accuracy.history", version=version) + "\n", *_machines(machines, fig_dir, "History: ")] \
+        out += [words("time_to_accuracy.history", version=version) + "\n", *_machines(machines, fig_dir, "History: ")] \
             if machines else []
     out += [_tuning(tuning), _earlier(earlier), published_table(ref_dir)]
     return "\n".join(part for part in out if part)
@@ -97,12 +97,16 @@ def _plot(path: Path, series: Sequence[figures.Series], target: Optional[float],
                  "validation top-1 (%)", setup=marks)
 
 
+RUNS_COLUMNS = ("program", "seed", "counted (other CPU)", "start (s)", "time to target (s)", "CPU s to target",
+                "best top-1 in budget (%)", "best top-1 (%)", "epochs", "wall (s)", "scored on", "record")
+
+
 def _runs_table(runs: dict, fixed: Optional[Goal]) -> str:
     rows = [_run_row(program, r, fixed, protocol.superseded(r, runs[program])) for program in NAMES
             for r in runs[program]]
-    lead = (prose("time_to_accuracy.target", target=fmt(fixed.target), budget=fmt(fixed.budget_s), runs=fixed.runs)
+    lead = (words("time_to_accuracy.target", target=fmt(fixed.target), budget=fmt(fixed.budget_s), runs=fixed.runs)
             if fixed else "No counted main.py run yet: no target, no budget.") + "\n\n"
-    return lead + md_table("time_to_accuracy.runs_columns", rows)
+    return lead + md_table(RUNS_COLUMNS, rows)
 
 
 def _run_row(program: str, run: Record, fixed: Optional[Goal], superseded: bool) -> list:
@@ -127,13 +131,17 @@ def _spread(spread: Spread) -> str:
     return f"{fmt(spread.median)} ({fmt(spread.low)}-{fmt(spread.high)})"
 
 
+SUMMARY_COLUMNS = ("program", "counted runs", "time to target (s)", "CPU s to target", "best top-1 in budget (%)",
+                   "start (s)")
+
+
 def _summary(runs: dict, fixed: Optional[Goal]) -> str:
     if fixed is None:
         return ""
     spreads = {program: protocol.spreads(protocol.counted(runs[program]), fixed) for program in NAMES}
     rows = [[NAMES[p], len(protocol.counted(runs[p])), *(_spread(spreads[p][key]) for key in ("wall", "cpu", "best",
                                                                                             "start"))] for p in NAMES]
-    table = md_table("time_to_accuracy.summary_columns", rows)
+    table = md_table(SUMMARY_COLUMNS, rows)
     return ("Medians (min-max) over the counted runs:\n\n" + table + "\n"
             + _verdicts(spreads, {p: len(protocol.counted(runs[p])) for p in NAMES}))
 
@@ -143,14 +151,14 @@ def _verdicts(spreads: dict, counts: dict) -> str:
     wall = protocol.ratio(examples["wall"].median, ours["wall"].median)
     cpu = protocol.ratio(examples["cpu"].median, ours["cpu"].median)
     best = ours["best"].median
-    lines = [prose("time_to_accuracy.goals", wall=_ratio(wall), cpu=_ratio(cpu), ratio=GOAL_RATIO, top1=GOAL_TOP1,
+    lines = [words("time_to_accuracy.goals", wall=_ratio(wall), cpu=_ratio(cpu), ratio=GOAL_RATIO, top1=GOAL_TOP1,
                    wall_verdict=_verdict(wall, GOAL_RATIO), cpu_verdict=_verdict(cpu, GOAL_RATIO), best=fmt(best),
                    best_verdict=_verdict(best, GOAL_TOP1))]
     short = [f"{NAMES[p]} {n} of {protocol.MIN_RUNS}" for p, n in counts.items() if n < protocol.MIN_RUNS]
     if short:
-        lines.append(prose("time_to_accuracy.provisional", runs=protocol.MIN_RUNS, short=", ".join(short)))
+        lines.append(words("time_to_accuracy.provisional", runs=protocol.MIN_RUNS, short=", ".join(short)))
     else:  # the target is main.py's median best, so about half of its own runs miss it
-        lines += [prose("time_to_accuracy.missed", missed=spreads[p]["missed"], name=NAMES[p])
+        lines += [words("time_to_accuracy.missed", missed=spreads[p]["missed"], name=NAMES[p])
                   for p in NAMES if spreads[p]["missed"]]
     return "\n".join(lines) + "\n"
 
@@ -161,7 +169,7 @@ def _pooled(hardware: str, recs: Sequence[Record], prefix: str = "") -> str:
     runs = {program: [r for r in recs if r.point.program == program] for program in NAMES}
     fixed = protocol.goal(protocol.counted(runs[EXAMPLES_PROGRAM]))
     machines = len({protocol.machine(r) for r in recs})
-    return prose("time_to_accuracy.pooled", prefix=prefix, hardware=hardware, machines=machines) + "\n\n" + \
+    return words("time_to_accuracy.pooled", prefix=prefix, hardware=hardware, machines=machines) + "\n\n" + \
         _summary(runs, fixed)
 
 
@@ -175,6 +183,10 @@ def _verdict(value: Optional[float], goal: float) -> str:
     return "met" if value >= goal else "not met"
 
 
+TUNING_COLUMNS = ("trial", "seed", "epochs", "final top-1 (%)", "best top-1 (%)", "wall (s)", "validation resize",
+                  "record")
+
+
 def _tuning(tuning: Sequence[Record]) -> str:
     if not tuning:
         return ""
@@ -182,7 +194,10 @@ def _tuning(tuning: Sequence[Record]) -> str:
              fmt(r.metrics.final_top1), fmt(r.metrics.best_top1), fmt(r.metrics.wall_s),
              fmt(protocol.validation_resize(r)), r.source]
             for r in sorted(tuning, key=lambda r: r.time)]
-    return prose("time_to_accuracy.tuning", table=md_table("time_to_accuracy.tuning_columns", rows))
+    return words("time_to_accuracy.tuning", table=md_table(TUNING_COLUMNS, rows))
+
+
+EARLIER_COLUMNS = ("program", "best top-1 (%)", "time to its target (s)", "wall (s)", "record")
 
 
 def _earlier(earlier: Sequence[Record]) -> str:
@@ -190,7 +205,10 @@ def _earlier(earlier: Sequence[Record]) -> str:
         return ""
     rows = [[NAMES.get(r.point.program, r.point.program), fmt(r.metrics.best_top1), fmt(r.metrics.time_to_target_s),
              fmt(r.metrics.wall_s), r.source] for r in earlier]
-    return prose("time_to_accuracy.earlier", table=md_table("time_to_accuracy.earlier_columns", rows))
+    return words("time_to_accuracy.earlier", table=md_table(EARLIER_COLUMNS, rows))
+
+
+PUBLISHED_COLUMNS = ("classifier", "preprocessing", "test top-1 (%)")
 
 
 def published_table(ref_dir: Path = REFERENCE) -> str:
@@ -200,7 +218,7 @@ def published_table(ref_dir: Path = REFERENCE) -> str:
         return ""
     ref = json.loads(path.read_text())
     rows = [[r["classifier"], r["preprocessing"], f"{100 * r['accuracy']:.1f}"] for r in ref["rows"]]
-    return prose("time_to_accuracy.published", ref=ref, table=md_table("time_to_accuracy.published_columns", rows))
+    return words("time_to_accuracy.published", ref=ref, table=md_table(PUBLISHED_COLUMNS, rows))
 
 
 def build(record_paths: Sequence[Path] = (RECORDS,), out_dir: Path = HERE, ref_dir: Path = REFERENCE) -> Path:
@@ -208,5 +226,5 @@ def build(record_paths: Sequence[Path] = (RECORDS,), out_dir: Path = HERE, ref_d
     recs = records.load_typed(list(record_paths))[0]
     path = out_dir / "RESULTS.md"
     body = section(recs, out_dir / "figures", ref_dir) or "No records yet.\n"
-    write_text(path, prose("time_to_accuracy.head") + "\n" + body)
+    write_text(path, words("time_to_accuracy.head") + "\n" + body)
     return path

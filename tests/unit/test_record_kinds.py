@@ -1,6 +1,8 @@
 """A record kind is declared in one place (results.core.registry): a toy kind declared here is validated,
 carries its units, is listed among the kinds and drawn by its own section in a tag's report; a second,
 different declaration of a name or a unit is an error."""
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
@@ -74,3 +76,16 @@ def test_a_name_or_a_unit_declared_twice_differently_is_an_error(toy):
     with pytest.raises(DeclarationError, match="is not 'module:function'"):
         declare(Kind("toy2", ToyPoint, ToyMetrics, section="toy_section"))
     assert "toy2" not in registry.names()
+
+
+def test_a_study_declares_its_units_with_its_kinds():
+    """The race's metric names get their units from its own declaration, not from the harness's table."""
+    from studies.fashion_mnist_race import kinds as race
+    assert registry.KINDS["time_to_accuracy"].units == registry.KINDS["tta_tuning"].units == race.UNITS
+    rec = records.make_record("time_to_accuracy", "s1", {"program": "ours"},
+                              {"time_to_target_s": 60.0, "core_s": 90.0, "wall_s": 70.0}, {})
+    assert rec["units"]["time_to_target_s"] == "s (wall, evaluation included)" and rec["units"]["wall_s"] == "s"
+    harness = subprocess.run([sys.executable, "-c", "from hpc_imagenet.results.core import kinds, registry; "
+                              "print(sorted(set(registry.UNITS) & {" + ", ".join(map(repr, race.UNITS)) + "}))"],
+                             capture_output=True, text=True, check=True).stdout
+    assert harness == "[]\n"  # the harness alone knows none of them

@@ -1,10 +1,16 @@
-"""The report's words: each folder read by its own Words, table headers in code with their {fields}, and a
-text file name given by two folders to prose() is an error, not a silent choice."""
+"""The report's words: each folder read by its own Words (the harness's, each study's), a block written twice in
+one file an error, and table headers in code with their {fields}, never a block of a text file."""
+import re
+from pathlib import Path
+
 import pytest
 
 from hpc_imagenet.results.report import common
-from hpc_imagenet.results.report.common import ReportError, add_words, md_table, prose
+from hpc_imagenet.results.report.common import md_table
 from hpc_imagenet.results.report.words import Words
+from studies import benches, fashion_mnist_race, published_model
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_each_folder_reads_its_own_words(tmp_path):
@@ -17,19 +23,28 @@ def test_each_folder_reads_its_own_words(tmp_path):
     assert common.WORDS.folder.name == "text" and "{tag}" in common.WORDS.blocks("cluster")["head"]  # the harness's
 
 
+def test_every_study_reads_its_own_folder():
+    for study in (benches, fashion_mnist_race, published_model):
+        assert study.words.folder == Path(study.__file__).parent / "text"
+    assert fashion_mnist_race.words("time_to_accuracy.head").startswith("# The race: time to accuracy")
+
+
+def test_a_block_written_twice_is_an_error(tmp_path):
+    (tmp_path / "mine.md").write_text("<!-- head -->\n# one\n\n<!-- head -->\n# two\n")
+    with pytest.raises(ValueError, match="mine.md: the block <!-- head --> is written twice"):
+        Words(tmp_path)("mine.head")
+
+
 def test_a_header_in_code_takes_its_fields():
     table = md_table(("setup", ">= {rate:g} images/s"), [["a", 1.5]], rate=2000.0)
     assert table == "| setup | >= 2000 images/s |\n|---|---|\n| a | 1.5 |\n"
+    with pytest.raises(TypeError, match="as a tuple written beside the section"):
+        md_table("time_to_accuracy.runs_columns", [["a"]])
 
 
-def test_a_clash_of_words_is_an_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(common, "_ADDED", [])
-    (tmp_path / "cluster.md").write_text("<!-- summary -->\nnot the harness's\n")
-    with pytest.raises(ReportError, match="the words cluster in .* clash"):
-        add_words(tmp_path)
-    assert common._ADDED == []
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    (mine / "my_study.md").write_text("<!-- head -->\n# mine\n")
-    add_words(mine)
-    assert prose("my_study.head") == "# mine"
+def test_no_text_file_holds_a_table_header():
+    header_only = re.compile(r"<!-- (\S+) -->\n\|[^\n]*\|\n*(?=<!--|\Z)")
+    folders = [common.TEXT, *sorted(REPO.glob("studies/*/text"))]
+    found = [f"{path.relative_to(REPO)}: {m[1]}" for folder in folders for path in sorted(folder.glob("*.md"))
+             for m in header_only.finditer(path.read_text())]
+    assert len(folders) >= 4 and found == []
