@@ -339,6 +339,7 @@ class Record:
     environment: Environment
     error: Text = None
     source: str = ""  # file:line, set by the loader
+    folder: str = ""  # the records file's folder on this machine, set by the loader (never written)
     host_load_1m: Optional[float] = None
     other_cpu_share: Optional[float] = None  # of the machine's CPU time, used by processes not the point's
     not_counted: Text = None  # why a point taken on a crowded machine is no measurement (set once, by the migration)
@@ -394,7 +395,7 @@ class Record:
         return dict(value) if isinstance(value, dict) else {}
 
 
-_SHARED = {f.name for f in fields(Record)} - {"point", "metrics", "source", "raw"}
+_SHARED = {f.name for f in fields(Record)} - {"point", "metrics", "source", "folder", "raw"}
 
 
 def _build(cls: type, values: Mapping[str, Any]) -> Any:

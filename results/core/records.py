@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -173,7 +173,7 @@ def read_records(path: Path) -> Tuple[List[Record], List[Problem]]:
                 bad.append(Problem(str(path), lineno, reason))
             else:
                 rec["_source"] = f"{path.name}:{lineno}"
-                good.append(from_dict(rec))
+                good.append(replace(from_dict(rec), folder=str(path.parent)))
     return good, bad
 
 

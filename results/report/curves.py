@@ -28,18 +28,33 @@ def read_scalars(run_dir: Path, tags: Sequence[str]) -> Dict[str, List[Tuple[int
     return {tag: sorted((e.step, e.value) for e in acc.Scalars(tag)) for tag in tags if tag in logged}
 
 
+def run_folder(record: Record) -> Path:
+    """RECORD's run folder: relative to the checkout (the harness's records), else beside the records file's
+    folder (a report made outside a checkout, as the pipeline's: OUT/report/records and OUT/report/run)."""
+    in_checkout = REPO / record.run_dir
+    if in_checkout.is_dir() or not record.folder:
+        return in_checkout
+    return Path(record.folder).parent / record.run_dir
+
+
+def kept_events(record: Record) -> bool:
+    """Whether RECORD's run folder is here with TensorBoard events in it."""
+    return any(run_folder(record).glob("events.out.tfevents*"))
+
+
 def read_curves(run_dir: Path) -> Dict[str, List[Tuple[int, float]]]:
     """The epoch scalars (top-1 and top-5, train and validation) of a run's TensorBoard events."""
     return read_scalars(run_dir, [tag for tag, _ in CURVES.values()])
 
 
 def curve_runs(train: Sequence[Record], problems: List[records.Problem]) -> List[Tuple[str, dict, dict]]:
-    """(label, record, curves) for runs with kept events; real-data runs when any exist."""
-    with_dir = [r for r in train if r.run_dir and plain_local(r)]
+    """(label, record, curves) for runs with kept events; real-data runs when any exist. A run that was a SLURM
+    job counts where its folder came back with its events (the pipeline's report keeps the run's folder)."""
+    with_dir = [r for r in train if r.run_dir and (plain_local(r) or (not r.point.setup and kept_events(r)))]
     real = [r for r in with_dir if r.point.data != "dummy"]
     out = []
     for r in (real or with_dir):
-        d = REPO / r.run_dir
+        d = run_folder(r)
         c = read_curves(d) if d.is_dir() else {}
         if not c:
             problems.append(records.Problem(r.source, 0, f"learning curves: no TensorBoard events in {d}"))

@@ -121,7 +121,9 @@ def test_killed_prepare_task_resumes_alone_and_the_chain_ends_in_weights(on_clus
     assert marker["written_names"] == task0[2:] and marker["kept"] == 2
 
     _check_weights(out)
-    assert (out / "report" / "reports" / "pipeline" / "README.md").is_file()
+    report = (out / "report" / "reports" / "pipeline" / "README.md").read_text()
+    # the run's learning curves, read from the TensorBoard events of the run folder the report keeps
+    assert "## Learning curves" in report and (out / "report/reports/pipeline/learning_curves.png").is_file()
     code, text = _status(capsys, out)
     assert code == 0 and "best top-1" in text
 
