@@ -1,4 +1,4 @@
-"""The record kinds of the one-off benches (region_decode, prepare), registered with the harness; the overlap
+"""The record kinds of the one-off benches (region_decode, prepare), declared to the harness; the overlap
 bench's kind is in :mod:`studies.common.overlap`, which the published-model study reads too."""
 # No ``from __future__ import annotations``: the harness reads the evaluated Annotated markers.
 from dataclasses import dataclass
@@ -6,7 +6,7 @@ from typing import Optional
 
 from hpc_imagenet.results.core.kinds import Req, Text
 from hpc_imagenet.results.core.registry import Kind, declare
-from studies.common import overlap  # noqa: F401  (registers the overlap kind)
+from studies.common import overlap  # noqa: F401  (declares the overlap kind)
 
 
 @dataclass(frozen=True)
