@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Dict, Sequence
 
 from slurm.localcluster.commands import ClusterError
-from slurm.localcluster.image import TORCH_VARIABLES
+from slurm.localcluster.image import READY, TORCH_VARIABLES
 from slurm.localcluster.packages import SETS, dpkg_missing, install_lock
 
 ROOT = Path("/var/cache/hpc-imagenet/podman")
@@ -41,6 +41,7 @@ PODMAN_HPC = "podman-hpc==1.2.2"
 SQUASHFS_SOURCE = ("squashfs-tools", "trixie")  # the first Debian release with squashfs-tools 4.6
 NPROC = 4096  # runc was refused this machine's own hard limit (96367) for nproc: "operation not permitted"
 TIMEOUT_S = 1800
+COMMANDS = ("podman-hpc", "fuse-overlayfs-wrap")  # what podman-hpc's venv gives the nodes
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class PodmanHpc:
     image: str
 
     def env(self) -> Dict[str, str]:
-        return {"PATH": f"{self.root / 'venv' / 'bin'}:{os.environ.get('PATH', '')}",
+        return {"PATH": f"{self.root / 'bin'}:{os.environ.get('PATH', '')}",
                 "CONTAINERS_CONF": str(self.root / "containers.conf"),
                 "PODMANHPC_CONFIG_FILE": str(self.root / "podman_hpc.yaml"),
                 "SQUASH_DIR": str(self.root / "squash")}
@@ -77,20 +78,28 @@ def ensure(torch_image: Path, root: Path = ROOT) -> PodmanHpc:
         _venv(root)
         _mksquashfs(root)
         _configure(root)
+        # which build of the directory image was migrated: a rebuilt one (same name) is brought in again
+        build = f"{site.image} {(torch_image / READY).stat().st_mtime_ns}\n"
         marker = root / f"{torch_image.name}.migrated"
-        if not marker.exists() or site.image not in _listed(site):
+        if not marker.exists() or marker.read_text() != build or site.image not in _listed(site):
             _import_and_migrate(site, torch_image)
-            marker.write_text(site.image + "\n")
+            marker.write_text(build)
     return site
 
 
 def _venv(root: Path) -> None:
-    if (root / "venv" / "bin" / "podman-hpc").exists():
-        return
-    shutil.rmtree(root / "venv", ignore_errors=True)
-    _run([sys.executable, "-m", "venv", str(root / "venv")], "making podman-hpc's venv")
-    _run([str(root / "venv" / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", PODMAN_HPC],
-         "pip install podman-hpc; check the network to PyPI")
+    """podman-hpc in a venv of its own; only its commands go on the jobs' PATH (ROOT/bin), not the venv's python."""
+    venv = root / "venv"
+    if not (venv / "bin" / "podman-hpc").exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        _run([sys.executable, "-m", "venv", str(venv)], "making podman-hpc's venv")
+        _run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", PODMAN_HPC],
+             "pip install podman-hpc; check the network to PyPI")
+    (root / "bin").mkdir(exist_ok=True)
+    for name in COMMANDS:
+        link = root / "bin" / name
+        if not link.is_symlink():
+            link.symlink_to(venv / "bin" / name)
 
 
 def _mksquashfs(root: Path) -> None:
