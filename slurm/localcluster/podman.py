@@ -159,9 +159,10 @@ def _import_and_migrate(site: PodmanHpc, torch_image: Path) -> None:
         tar.stdout.close()
         tar.wait()
     _run(["podman-hpc", "migrate", site.image], "podman-hpc migrate of the NGC-like image", env=env)
+    if site.image not in _listed(site):  # migrate logs its failure and still exits 0
+        raise ClusterError(f"podman-hpc migrate left no {site.image} in {site.env()['SQUASH_DIR']} (run it by hand "
+                           "with --log-level info to see why)")
     _run(["podman-hpc", "rmi", site.image], "dropping the login store's copy", env=env)
-    if site.image not in _listed(site):
-        raise ClusterError(f"podman-hpc migrate left no {site.image} in {site.env()['SQUASH_DIR']}")
 
 
 def _listed(site: PodmanHpc) -> Sequence[str]:
@@ -177,7 +178,6 @@ def _run(cmd: Sequence[str], what: str, env=None, cwd=None, stdin=None) -> None:
                               stdin=stdin)
     except subprocess.TimeoutExpired:
         raise ClusterError(f"{what}: {cmd[0]} ran past {TIMEOUT_S} s") from None
-    # podman-hpc migrate logs its failure and still exits 0: the caller checks what it left
     if done.returncode != 0:
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
         raise ClusterError(f"{what} failed ({' | '.join(tail)})")
