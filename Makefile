@@ -101,10 +101,15 @@ test-compat: test-system-deps $(COMPAT_VENV)/.installed
 	grep -q "resumed from .*: epoch 1, step 0" $(COMPAT_RUN).log && grep -q '"status": "finished"' $(COMPAT_RUN)/run.json
 
 # The container tier in an image like NGC's PyTorch one (torch 2.6 and the project's dependencies inside it, nothing
-# of the host's): Charliecloud on the test cluster's 4 nodes, preempted and resumed. The image (~5 GB) is built on
-# first use and cached (slurm/localcluster/image.py); -rP prints what the jobs did.
+# of the host's): Charliecloud and Podman-HPC on the test cluster's 4 nodes, preempted and resumed. The image (~5 GB)
+# is built on first use and cached (slurm/localcluster/image.py), and imported into podman and migrated once
+# (slurm/localcluster/podman.py; podman's packages only here, not in make test); -rP prints what the jobs did.
 test-images: test-system-deps setup-dev
-	HPC_IMAGENET_TORCH_IMAGE=1 $(PY) -m pytest -n 0 -rP tests/cluster/test_slurm_ngc_image.py
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  $(PYTHON) -m slurm.localcluster.system_packages install podman; \
+	else $(PYTHON) -m slurm.localcluster.system_packages missing podman; fi
+	HPC_IMAGENET_TORCH_IMAGE=1 $(PY) -m pytest -n 0 -rP tests/cluster/test_slurm_ngc_image.py \
+	  tests/cluster/test_slurm_podman_hpc.py
 
 # ruff's checks (rules and line length in pyproject.toml); CI runs it before the tests
 lint: setup-dev

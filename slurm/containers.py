@@ -238,17 +238,23 @@ def settings(runtime: str, image: str, mounts: Sequence[str]) -> List[str]:
         lines.append('CONTAINER_NAME=${CONTAINER_NAME:-hpc-imagenet-$SLURM_JOB_ID}  # imported once per node and '
                      "job, reused by every step and after a requeue")
     if runtime == "podman-hpc":  # one flag per mount; SRC alone at the same path (podman would make a volume of it)
-        lines += ["CONTAINER_VOLUMES=()", 'IFS=, read -ra mounts <<< "$CONTAINER_MOUNTS"',
+        lines += [_user("podman-hpc"), "CONTAINER_VOLUMES=()", 'IFS=, read -ra mounts <<< "$CONTAINER_MOUNTS"',
                   'for mount in "${mounts[@]}"; do [[ $mount == *:* ]] || mount=$mount:$mount; '
                   'CONTAINER_VOLUMES+=(-v "$mount"); done']
     return lines
+
+
+def _user(command: str) -> str:
+    """ch-run, and podman-hpc (its site configuration reads $USER where os.getlogin() fails, as without a
+    terminal: podman_hpc/siteconfig.py), will not start without $USER."""
+    return f'export USER="${{USER:-$(id -un)}}"  # {command} will not start without $USER'
 
 
 def _charliecloud_settings(mounts: Sequence[str]) -> List[str]:
     plain = ",".join(mounts)
     return [f'CONTAINER_MOUNTS=${{CONTAINER_MOUNTS:-"{plain}"}}  # SRC[:DST],... besides the checkout, the data and '
             f"the run folder ({CH_REPO}, {CH_DATA}, {CH_RUN}); SRC alone goes to /mnt/3..",
-            'export USER="${USER:-$(id -un)}"  # ch-run will not start without $USER',
+            _user("ch-run"),
             # a read-only image has no host folders: bind onto the mount points it has (ch-run(1), -b)
             'RUN_FOLDER=$LOG_DIR; [[ $RUN_FOLDER == /* ]] || RUN_FOLDER=$REPO/$LOG_DIR  # made before the first start',
             f'CONTAINER_BINDS=(-b "$REPO:{CH_REPO}" -b "$DATA:{CH_DATA}" -b "$RUN_FOLDER:{CH_RUN}")',

@@ -29,6 +29,7 @@ MAX_STARTS=${MAX_STARTS:-10}  # starts of the training in this allocation in all
 MODULES=${MODULES-}  # environment modules to load; MODULES= for none
 CONTAINER_IMAGE=${CONTAINER_IMAGE:-nvcr.io/nvidia/pytorch:25.01-py3}  # podman-hpc
 CONTAINER_MOUNTS=${CONTAINER_MOUNTS:-"$REPO,/path/to/imagenet"}  # SRC[:DST],... (the checkout first)
+export USER="${USER:-$(id -un)}"  # podman-hpc will not start without $USER
 CONTAINER_VOLUMES=()
 IFS=, read -ra mounts <<< "$CONTAINER_MOUNTS"
 for mount in "${mounts[@]}"; do [[ $mount == *:* ]] || mount=$mount:$mount; CONTAINER_VOLUMES+=(-v "$mount"); done

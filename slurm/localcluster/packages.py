@@ -46,7 +46,14 @@ SETS: Dict[str, Tuple[str, ...]] = {
     "fashion-mnist": (FASHION_MNIST_PACKAGE,),
     # the container tier: Charliecloud's ch-run, and debootstrap for the image it runs (localcluster/image.py)
     "containers": ("charliecloud-runtime", "debootstrap"),
+    # Podman-HPC on the test cluster (localcluster/podman.py), for `make test-images` only: podman with runc,
+    # podman-hpc's fuse-overlayfs-wrap (fuse-overlayfs, squashfuse, inotifywait) and the headers of the static
+    # mksquashfs that its migrate runs inside an image
+    "podman": ("podman", "runc", "fuse-overlayfs", "squashfuse", "inotify-tools", "liblz4-dev", "zlib1g-dev"),
 }
+# sets that `install` and `missing` leave out unless named: `make test-system-deps` (and so `make test`) does
+# without them
+OPTIONAL = ("podman",)
 
 APT_LOCK_WAIT_S = 600
 # root-only (/run is 0755 root): no other user can plant the lock and hold every install back

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from hpc_imagenet.slurm.localcluster.packages import SETS, by_hand, dpkg_missing, install, remove
+from slurm.localcluster.packages import OPTIONAL, SETS, by_hand, dpkg_missing, install, remove
 
 # the compiler and libjpeg's headers stay: other work on the machine uses them
 KEPT = ("build",)
@@ -23,14 +23,15 @@ def main(argv: Sequence[str]) -> int:
                                                  "the local cluster take from the distribution.")
     parser.add_argument("action", choices=("install", "remove", "missing"))
     parser.add_argument("sets", nargs="*", metavar="SET",
-                        help=f"one of {', '.join(SETS)} (default: all; remove leaves {', '.join(KEPT)})")
+                        help=f"one of {', '.join(SETS)} (default: all but {', '.join(OPTIONAL)}; remove: all but "
+                             f"{', '.join(KEPT)})")
     args = parser.parse_args(argv)
     unknown = [name for name in args.sets if name not in SETS]
     if unknown:
         parser.error(f"unknown package set {', '.join(unknown)}: choose from {', '.join(SETS)}")
     if args.action == "remove" and set(args.sets) & set(KEPT):
         parser.error(f"remove leaves {', '.join(KEPT)} in place: other work on the machine uses it")
-    default = [name for name in SETS if args.action != "remove" or name not in KEPT]
+    default = [name for name in SETS if name not in (KEPT if args.action == "remove" else OPTIONAL)]
     packages = [package for name in (args.sets or default) for package in SETS[name]]
     try:
         if args.action == "install":

@@ -136,6 +136,9 @@ def test_podman_hpc_runs_a_migrated_image_with_its_gpu_nccl_and_mpi_modules(runt
             "-e CUDA_VISIBLE_DEVICES -e MASTER_ADDR") in line
     assert '"${CONTAINER_VOLUMES[@]}" -w "$PWD" "$CONTAINER_IMAGE" bash -c' in line
     assert "--env-host" not in line  # the host's PATH would hide the image's Python
+    # podman-hpc's site configuration (podman_hpc/siteconfig.py) reads $USER where os.getlogin() fails, as it does
+    # without a terminal: set before the first podman-hpc command
+    assert text.index('export USER="${USER:-$(id -un)}"') < text.index("podman-hpc images")
     assert all(f"-e {name}" in line for name in _exports(text))
     # a compute node sees only migrated images: checked before the first start, in one line
     check = next(x for x in text.splitlines() if x.startswith("podman-hpc images"))
