@@ -106,8 +106,8 @@ test-compat: test-system-deps $(COMPAT_VENV)/.installed
 # (slurm/localcluster/podman.py; podman's packages only here, not in make test); -rP prints what the jobs did.
 test-images: test-system-deps setup-dev
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  $(PYTHON) -m slurm.localcluster.system_packages install podman; \
-	else $(PYTHON) -m slurm.localcluster.system_packages missing podman; fi
+	  $(PYTHON) -m hpc_imagenet.slurm.localcluster.system_packages install podman; \
+	else $(PYTHON) -m hpc_imagenet.slurm.localcluster.system_packages missing podman; fi
 	HPC_IMAGENET_TORCH_IMAGE=1 $(PY) -m pytest -n 0 -rP tests/cluster/test_slurm_ngc_image.py \
 	  tests/cluster/test_slurm_podman_hpc.py
 

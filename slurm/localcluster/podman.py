@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Sequence
 
-from slurm.localcluster.commands import ClusterError
-from slurm.localcluster.image import READY, TORCH_VARIABLES
-from slurm.localcluster.packages import SETS, dpkg_missing, install_lock
+from hpc_imagenet.slurm.localcluster.commands import ClusterError
+from hpc_imagenet.slurm.localcluster.image import READY, TORCH_VARIABLES
+from hpc_imagenet.slurm.localcluster.packages import SETS, dpkg_missing, install_lock
 
 ROOT = Path("/var/cache/hpc-imagenet/podman")
 RUN_ROOT = Path("/run/hpc-imagenet-podman")  # podman's run state belongs on a tmpfs: gone after a reboot

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from slurm.localcluster.packages import OPTIONAL, SETS, by_hand, dpkg_missing, install, remove
+from hpc_imagenet.slurm.localcluster.packages import OPTIONAL, SETS, by_hand, dpkg_missing, install, remove
 
 # the compiler and libjpeg's headers stay: other work on the machine uses them
 KEPT = ("build",)

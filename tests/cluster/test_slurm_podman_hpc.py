@@ -25,12 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm.generate import render, spec_from_args
-from slurm.localcluster import SlurmCluster
-from slurm.localcluster import image as test_image
-from slurm.localcluster import podman
-from slurm.localcluster.commands import ClusterError
-from slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, TRAIN, release_requeued, run_states, submit_script,
+from hpc_imagenet.slurm.generate import render, spec_from_args
+from hpc_imagenet.slurm.localcluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster import image as test_image
+from hpc_imagenet.slurm.localcluster import podman
+from hpc_imagenet.slurm.localcluster.commands import ClusterError
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, TRAIN, release_requeued, run_states,
+                                                            submit_script,
                                                wait_for_progress)
 from tests.cluster.requeue import assert_resumed_exactly
 from tests.helpers import REPO
