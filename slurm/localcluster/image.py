@@ -51,6 +51,18 @@ VENV_PACKAGES = (f"python3.{sys.version_info.minor}-venv", "python3-distutils",
                  "python3-pip-whl", "python3-setuptools-whl")
 
 
+
+def debian_mirror() -> str:
+    """The Debian archive the root filesystems and source packages come from: $HPC_IMAGENET_DEBIAN_MIRROR, else
+    the one this machine's apt already uses (its main archive in sources.list.d), else Debian's default."""
+    if os.environ.get(MIRROR_ENV):
+        return os.environ[MIRROR_ENV]
+    for sources in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
+        for line in sources.read_text(errors="replace").splitlines():
+            if line.startswith("URIs:") and line.split()[1:] and line.split()[1].rstrip("/").endswith("/debian"):
+                return line.split()[1]
+    return DEFAULT_MIRROR
+
 def release() -> str:
     """This machine's Debian release name (bookworm), from /etc/os-release."""
     fields = dict(line.rstrip("\n").split("=", 1) for line in Path("/etc/os-release").read_text().splitlines()
@@ -93,7 +105,7 @@ def _build(image: Path, packages: Sequence[str], variables: dict, then=None) -> 
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
     cmd = [debootstrap, "--variant=minbase", f"--include={','.join(packages)}", release(), str(partial),
-           os.environ.get(MIRROR_ENV, DEFAULT_MIRROR)]
+           debian_mirror()]
     _run(cmd, BUILD_TIMEOUT_S, f"check the network to the Debian mirror, or set {MIRROR_ENV}")
     for name in HOST_FILES:  # ch-run binds the host's copy only over a file the image has
         (partial / name).touch()

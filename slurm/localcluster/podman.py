@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Dict, Sequence
 
 from hpc_imagenet.slurm.localcluster.commands import ClusterError
+from hpc_imagenet.slurm.localcluster import image
 from hpc_imagenet.slurm.localcluster.image import READY, TORCH_VARIABLES
 from hpc_imagenet.slurm.localcluster.packages import SETS, dpkg_missing, install_lock
 
@@ -113,7 +114,7 @@ def _mksquashfs(root: Path) -> None:
     (work / "sources").mkdir(parents=True)
     (work / "lists" / "partial").mkdir(parents=True)
     (work / "sources" / "source.sources").write_text(
-        f"Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: {suite}\nComponents: main\n"
+        f"Types: deb-src\nURIs: {image.debian_mirror()}\nSuites: {suite}\nComponents: main\n"
         "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
     apt = ["apt-get", "-q", "-o", "Dir::Etc::SourceList=/dev/null", "-o", f"Dir::Etc::SourceParts={work}/sources",
            "-o", f"Dir::State::Lists={work}/lists"]
