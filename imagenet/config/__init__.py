@@ -14,9 +14,9 @@ from hpc_imagenet.imagenet.config.choices import COMPILE_MODES, DATA_BACKENDS, M
 from hpc_imagenet.imagenet.config.errors import ConfigError
 from hpc_imagenet.imagenet.config.parser import Command, build_parser, parse, parse_command
 from hpc_imagenet.imagenet.config.sections import (SECTIONS, CheckpointSettings, DataSettings, DistSettings,
-                                                   LoggingSettings, ModelSettings,
-                       OptimSettings, PerfSettings, PrecisionSettings, RunSettings, Settings, section_of,
-                       setting_fields, WARMUP_STEPS)
+                                                   LoggingSettings, ModelSettings, OptimSettings, PerfSettings,
+                                                   PrecisionSettings, RunSettings, Settings, section_of, setting_fields,
+                                                   WARMUP_STEPS)
 from hpc_imagenet.imagenet.config.validate import validate
 
 __all__ = [

@@ -18,8 +18,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 
 from hpc_imagenet.imagenet import recipes
 from hpc_imagenet.imagenet.config.choices import (AUTO_AUGMENT_POLICIES, COMPILE_MODES, DIST_BACKENDS, INTERPOLATIONS,
-                                                  LR_SCHEDULE_ALIASES,
-                      LR_SCHEDULES, OPT_LEVELS, OPTIMIZERS, VARIANTS)
+                                                  LR_SCHEDULE_ALIASES, LR_SCHEDULES, OPT_LEVELS, OPTIMIZERS, VARIANTS)
 from hpc_imagenet.imagenet.config.batch import Batch
 
 # Steps per epoch left out of the steady-state throughput (loader start, allocator, autotune); here, in

@@ -59,11 +59,15 @@ class _Layerwise(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._before_update()
         for group in self.param_groups:
             params = [param for param in group["params"] if param.grad is not None]
             if params:
                 self._update_group(params, group)
         return loss
+
+    def _before_update(self) -> None:
+        """What an optimizer does to all the gradients at once before its groups' updates (nothing here)."""
 
     def _update_group(self, params: list, group: dict) -> None:
         raise NotImplementedError
@@ -134,16 +138,9 @@ class Lamb(_Layerwise):
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
                                   "adapt": True})
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+    def _before_update(self) -> None:
         if self.max_grad_norm is not None:
             self._clip_global_norm(self.max_grad_norm)
-        super().step()
-        return loss
 
     def _clip_global_norm(self, max_norm: float) -> None:
         """Divide every gradient by max(1, global norm / MAX_NORM), on the device (no host sync)."""

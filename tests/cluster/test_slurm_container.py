@@ -19,8 +19,7 @@ import pytest
 from hpc_imagenet.slurm.generate import render, spec_from_args
 from hpc_imagenet.slurm.localcluster import SlurmCluster
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, TRAIN, release_requeued, run_states,
-                                                            submit_script,
-                                               wait_for_progress)
+                                                            submit_script, wait_for_progress)
 from tests.cluster.requeue import assert_resumed_exactly
 from tests.helpers import container_exports
 

@@ -31,8 +31,7 @@ from hpc_imagenet.slurm.localcluster import image as test_image
 from hpc_imagenet.slurm.localcluster import podman
 from hpc_imagenet.slurm.localcluster.commands import ClusterError
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, TRAIN, release_requeued, run_states,
-                                                            submit_script,
-                                               wait_for_progress)
+                                                            submit_script, wait_for_progress)
 from tests.cluster.requeue import assert_resumed_exactly
 from tests.helpers import REPO
 

@@ -17,8 +17,8 @@ import pytest
 
 from hpc_imagenet.slurm import submit as sm
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, TRAIN, release_requeued, requeue_script,
-                                                            run_states,
-                                               stand_in_trainer, submit_script, wait_for_progress)
+                                                            run_states, stand_in_trainer, submit_script,
+                                                            wait_for_progress)
 from tests.cluster.requeue import assert_every_step_once, assert_resumed_exactly
 from tests.cluster.scenarios import Scenarios, Wave
 from hpc_imagenet.slurm.localcluster import SlurmCluster, wait_for

@@ -49,8 +49,7 @@ from torchvision.transforms.v2 import functional as TF
 from hpc_imagenet.imagenet.data.decode.augment import NONE, Augmentation, uint8_ops
 from hpc_imagenet.imagenet.data.decode.base import CROP_RATIO, CROP_SCALE, Transform, resample_options, val_resize
 from hpc_imagenet.imagenet.data.decode.jpeg import (JpegFrame, decode_box, decode_hwc, dct_reduction, jpeg_frame,
-                                                    open_reduced,
-                   region_decoder_available, with_rows)
+                                                    open_reduced, region_decoder_available, with_rows)
 
 log = logging.getLogger(__name__)
 

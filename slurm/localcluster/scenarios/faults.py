@@ -24,12 +24,12 @@ from typing import Optional, Sequence
 from hpc_imagenet.slurm import client
 from hpc_imagenet.slurm.localcluster.cluster import SlurmCluster
 from hpc_imagenet.slurm.localcluster.commands import ClusterUnavailable, wait_for
-from hpc_imagenet.slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, REPO, TRAIN, release_requeued,
-                                                            requeue_script, run_states,
-                                               submit_script, wait_for_progress)
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, REPO, TRAIN, release_requeued, requeue_script,
+                                                            run_states, submit_script, wait_for_progress)
 from hpc_imagenet.slurm.localcluster.scenarios.measure import (INTERVAL, PERIODIC, PROGRESS, Measurement, check,
-                                                  checkpoint_at, completed_in_one_allocation, read_run, seconds_lost,
-                                                  steps_trained_twice, training_again, wait_for_periodic_checkpoint)
+                                                               checkpoint_at, completed_in_one_allocation, read_run,
+                                                               seconds_lost, steps_trained_twice, training_again,
+                                                               wait_for_periodic_checkpoint)
 
 COLLECTIVE_TIMEOUT_S = 30  # --collective-timeout of the network scenario: the bound on a lost peer
 SAMPLES_PER_EPOCH = 192  # scenario_data's training images

@@ -33,12 +33,11 @@ from hpc_imagenet.slurm import client
 from hpc_imagenet.slurm.localcluster.cluster import SlurmCluster
 from hpc_imagenet.slurm.localcluster.commands import wait_for
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, REPO, TRAIN, VENV, requeue_script,
-                                                            stand_in_trainer,
-                                               submit_script)
+                                                            stand_in_trainer, submit_script)
 from hpc_imagenet.slurm.localcluster.scenarios.measure import (INTERVAL, PERIODIC, RESUMED, Measurement, check,
-                                                               checkpoint_at,
-                                                  completed_in_one_allocation, job_pids, read_run, seconds_lost,
-                                                  steps_trained_twice, training_again, wait_for_periodic_checkpoint)
+                                                               checkpoint_at, completed_in_one_allocation, job_pids,
+                                                               read_run, seconds_lost, steps_trained_twice,
+                                                               training_again, wait_for_periodic_checkpoint)
 
 COLLECTIVE_TIMEOUT_S = 20  # the stopped-rank scenario's --collective-timeout
 
