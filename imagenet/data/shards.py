@@ -216,7 +216,7 @@ def plan_split(split: str, samples: Sequence[Tuple[Source, int, int]], shard_byt
     return jobs
 
 
-def _fingerprint(src: str, jobs: Dict[str, List[Job]], options: Options) -> dict:
+def plan_fingerprint(src: str, jobs: Dict[str, List[Job]], options: Options) -> dict:
     digest = hashlib.sha256()
     for split in sources.SPLITS:
         for job in jobs[split]:
@@ -299,7 +299,7 @@ def write_splits(src: str, dst: str, classes: Sequence[str], samples: Dict[str, 
     out = Path(dst)
     out.mkdir(parents=True, exist_ok=True)
     jobs = {s: plan_split(s, samples[s], int(shard_mb * 2**20), dst, options) for s in sources.SPLITS}
-    check_plan(out, _fingerprint(src, jobs, options))
+    check_plan(out, plan_fingerprint(src, jobs, options))
     for stale in files.stale_temps(out):  # left by a killed run; never renamed, so never read
         stale.unlink()
     splits, skipped = {}, []

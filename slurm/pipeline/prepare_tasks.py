@@ -39,7 +39,7 @@ def plan(layout: Layout, archive_dir: Path, workers: int, shard_mb: float = DEFA
     files.write_text(layout.plan, json.dumps(doc))
     jobs = _jobs(layout, doc)
     layout.data.mkdir(parents=True, exist_ok=True)
-    shards.check_plan(layout.data, shards._fingerprint(str(archive_dir), jobs, Options()))
+    shards.check_plan(layout.data, shards.plan_fingerprint(str(archive_dir), jobs, Options()))
     counts = {"classes": len(classes), "shards": sum(len(j) for j in jobs.values()),
               **{f"{s}_samples": len(samples[s]) for s in sources.SPLITS}}
     return {**counts, "detail": f"{counts['classes']} classes, {counts['train_samples']} training and "

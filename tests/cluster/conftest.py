@@ -49,3 +49,13 @@ def container_image() -> Path:
             pytest.fail(f"the container tier is required ({REQUIRE_ENV} is set) but its image is unavailable: {exc}")
         pytest.skip(f"no container image: {exc}")
 
+
+@pytest.fixture
+def on_cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
+    """This test process pointed at the test cluster: for code that calls sbatch/squeue/sacct itself (the
+    pipeline, submitit)."""
+    for key in ("SLURM_CONF", "PATH"):
+        monkeypatch.setenv(key, slurm_cluster.env[key])
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return slurm_cluster
+

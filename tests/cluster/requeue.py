@@ -4,13 +4,21 @@ back from the run's TensorBoard events."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from pathlib import Path
 from typing import List
 
+import pytest
+
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import EPOCHS
 
+
+# the NGC-like image tier's tests (its own Python and torch 2.6, ~6 GB to build): make test-images sets the variable
+IMAGE_TIER = [pytest.mark.slurm,
+              pytest.mark.skipif(not os.environ.get("HPC_IMAGENET_TORCH_IMAGE"),
+                                 reason="the NGC-like image tier: make test-images (HPC_IMAGENET_TORCH_IMAGE=1)")]
 
 def logged_steps(run_dir: Path) -> List[int]:
     """Global steps of every Step/loss scalar in every events file of the run (all restarts)."""

@@ -26,7 +26,6 @@ from PIL import Image
 from torchvision import transforms
 
 from hpc_imagenet.imagenet.data import demo, sources
-from hpc_imagenet.slurm.localcluster import SlurmCluster
 from hpc_imagenet.slurm.localcluster.commands import wait_for
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH, VENV
 from hpc_imagenet.slurm.pipeline import cli
@@ -42,15 +41,6 @@ ARGS = ["--any-archives", "--prepare-tasks", str(TASKS), "--prepare-workers", "1
         "--variant", "nd", "--gpus-per-node", "0", "--cpus-per-task", "1", "--time", "10", "--venv", str(VENV),
         "--arch", ARCH, "--epochs", "2", "--batch-size", "8", "--workers", "0",
         "--", "--image-size", "32", "--seed", "0", "--model-ema", "--model-ema-steps", "1"]
-
-
-@pytest.fixture
-def on_cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
-    """The pipeline calls sbatch/squeue itself: point this process at the test cluster."""
-    for key in ("SLURM_CONF", "PATH"):
-        monkeypatch.setenv(key, slurm_cluster.env[key])
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    return slurm_cluster
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ HPC_IMAGENET_TORCH_IMAGE=1 is set (``make test-images``, which .ci/run runs); el
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -22,12 +21,10 @@ from hpc_imagenet.slurm.localcluster import image as test_image
 from hpc_imagenet.slurm.localcluster.commands import ClusterError
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import (ARCH, EPOCHS, TRAIN, release_requeued, run_states,
                                                             submit_script, wait_for_progress)
-from tests.cluster.requeue import assert_resumed_exactly
+from tests.cluster.requeue import IMAGE_TIER, assert_resumed_exactly
 from tests.helpers import REPO
 
-pytestmark = [pytest.mark.slurm,
-              pytest.mark.skipif(not os.environ.get("HPC_IMAGENET_TORCH_IMAGE"),
-                                 reason="the NGC-like image tier: make test-images (HPC_IMAGENET_TORCH_IMAGE=1)")]
+pytestmark = IMAGE_TIER
 EVIDENCE = ("ch-run", "USR2", "checkpoint saved", "requeueing job", "resumed from", "done (finished)")
 
 

@@ -19,15 +19,6 @@ TINY = ("-a", ARCH, "--image-size", "32", "-b", "8", "--epochs", "2", "--steps-p
         "--val-steps", "2", "--workers", "0", "--dist-backend", "gloo", "--seed", "0")
 
 
-@pytest.fixture
-def on_cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
-    """submitit calls sbatch/sacct itself: point this process at the test cluster."""
-    for key in ("SLURM_CONF", "PATH"):
-        monkeypatch.setenv(key, slurm_cluster.env[key])
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    return slurm_cluster
-
-
 def _submission(tmp_path: Path, data: Path, **kw) -> sm.Submission:
     kw = {"procs_per_node": 1, "cluster": "slurm", **kw}
     return sm.Submission(train_args=(*TINY, str(data)), cpus_per_task=1, time_min=10,
