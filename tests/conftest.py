@@ -74,10 +74,18 @@ def pytest_sessionstart(session):
 def pytest_configure(config):
     """One intra-op thread for what a test trains in this process, as its child processes get
     (tests.helpers.child_env): the xdist workers already share the cores, and spare torch threads
-    only spin (about 7 % of the unit tier's CPU)."""
+    only spin (about 7 % of the unit tier's CPU).
+
+    bf16 runs as asked on every CPU (HPC_IMAGENET_CPU_BF16=emulate, inherited by every process a test
+    starts): where the CPU lacks bf16 instructions the engine would otherwise run fp32, and the O1-O3
+    paths, master weights and the bf16 DDP hook would go untested there. The tests of that fallback set
+    the variable to auto themselves."""
     import torch
 
+    from hpc_imagenet.imagenet.model import precision
+
     torch.set_num_threads(1)
+    os.environ.setdefault(precision.CPU_BF16_ENV, "emulate")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks

@@ -40,6 +40,22 @@ def cpuinfo() -> Path:
     return Path(os.environ.get("HPC_IMAGENET_CPUINFO", "/proc/cpuinfo"))
 
 
+# HPC_IMAGENET_CPU_BF16: what a bf16 setting does on a CPU without bf16 instructions. "auto" (the default) runs
+# fp32 and says so; "emulate" runs bf16 as asked, in torch's emulation (slower than fp32, numerically the same
+# machinery): to test or reproduce mixed-precision runs on such a CPU, as the test suite does.
+CPU_BF16_ENV = "HPC_IMAGENET_CPU_BF16"
+CPU_BF16_MODES = ("auto", "emulate")
+
+
+def cpu_bf16_mode() -> str:
+    """The HPC_IMAGENET_CPU_BF16 setting: "auto" (unset) or "emulate"."""
+    value = os.environ.get(CPU_BF16_ENV, "").strip().lower() or "auto"
+    if value not in CPU_BF16_MODES:
+        raise PrecisionError(f"{CPU_BF16_ENV}={value!r} is not one of {', '.join(CPU_BF16_MODES)}: unset it to run "
+                             "fp32 where the CPU has no bf16 instructions, or set it to emulate to run bf16 anyway")
+    return value
+
+
 def cpu_has_bf16(path: Optional[Path] = None) -> bool:
     """Whether this CPU has bfloat16 arithmetic instructions. Without them torch emulates bf16 by converting
     to and from fp32 around fp32 arithmetic: numerically fine but slower than plain fp32. Unknown (no
@@ -64,12 +80,18 @@ class PrecisionSpec:
     loss_scale: Union[str, float]   # "dynamic", a fixed float, or 1.0 when no scaling is needed
     keep_bn_fp32: bool
     backend: str                    # "native" or "apex"
+    requested: str = ""             # the label the settings asked for, where the device changed it
 
     @property
     def label(self) -> str:
-        if self.level == "O0":
-            return "fp32"
-        return f"{self.level}-{'fp16' if self.dtype == torch.float16 else 'bf16'}"
+        return precision_label(self.level, self.dtype)
+
+
+def precision_label(level: str, dtype: Optional[torch.dtype]) -> str:
+    """fp32, or LEVEL-fp16 / LEVEL-bf16: how logs, run.json and the reports name a precision."""
+    if level == "O0":
+        return "fp32"
+    return f"{level}-{'fp16' if dtype == torch.float16 else 'bf16'}"
 
 
 def apex_amp():
@@ -90,10 +112,9 @@ def resolve(cfg, device: torch.device, accumulating: bool = False) -> PrecisionS
     if level != "O0":
         name = cfg.amp_dtype or ("float16" if device.type == "cuda" else "bfloat16")
         dtype = torch.float16 if name == "float16" else torch.bfloat16
+    requested = precision_label(level, dtype)
     if device.type == "cpu" and dtype == torch.bfloat16 and not cpu_has_bf16():
-        log.warning("this CPU has no bfloat16 instructions (no avx512_bf16, amx_bf16 or bf16 in %s), where bf16 "
-                    "is emulated and slower than fp32: running fp32 (--opt-level O0) instead of %s", cpuinfo(), level)
-        level, dtype = "O0", None
+        level, dtype = _without_bf16_instructions(level)
     backend = cfg.amp_backend
     if backend == "auto":
         apex = level != "O0" and device.type == "cuda" and not accumulating and apex_amp() is not None
@@ -108,7 +129,19 @@ def resolve(cfg, device: torch.device, accumulating: bool = False) -> PrecisionS
         scale: Union[str, float] = "dynamic" if cfg.loss_scale == "dynamic" else float(cfg.loss_scale)
     else:
         scale = 1.0  # fp32 and bf16 share fp32's exponent range: nothing underflows
-    return PrecisionSpec(level, dtype, scale, keep_bn, backend)
+    return PrecisionSpec(level, dtype, scale, keep_bn, backend, requested)
+
+
+def _without_bf16_instructions(level: str) -> Tuple[str, Optional[torch.dtype]]:
+    """The level and dtype to run where the CPU emulates bf16: fp32, unless HPC_IMAGENET_CPU_BF16=emulate."""
+    if cpu_bf16_mode() == "emulate":
+        log.warning("this CPU has no bfloat16 instructions (no avx512_bf16, amx_bf16 or bf16 in %s): running %s in "
+                    "emulated bf16, as %s=emulate asks (slower than fp32)", cpuinfo(), level, CPU_BF16_ENV)
+        return level, torch.bfloat16
+    log.warning("this CPU has no bfloat16 instructions (no avx512_bf16, amx_bf16 or bf16 in %s), where bf16 "
+                "is emulated and slower than fp32: running fp32 (--opt-level O0) instead of %s "
+                "(%s=emulate runs bf16 anyway)", cpuinfo(), level, CPU_BF16_ENV)
+    return "O0", None
 
 
 class LossScaler:

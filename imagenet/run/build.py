@@ -218,7 +218,8 @@ def _record(cfg: Settings, info: group.DistInfo, spec: precision.PrecisionSpec, 
                            "device": info.device.type, "nodes": info.nodes, "local_world_size": info.local_world_size},
                      environment=_environment(info), data_decoder=decode.decoder_in_use(cfg.data.data_backend),
                      global_batch=cfg.batch.global_batch, lr=lr,
-                     precision={"label": spec.label, "backend": spec.backend, "level": spec.level})
+                     precision={"label": spec.label, "backend": spec.backend, "level": spec.level,
+                                "requested": spec.requested or spec.label})
 
 
 def run(built: Built) -> int:

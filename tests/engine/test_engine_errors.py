@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import pytest
 
 from hpc_imagenet.imagenet.data import demo
-from tests.helpers import PYTHON, REPO, TINY, child_env, explain, free_port, script
+from tests.helpers import PYTHON, REPO, TINY, child_env, explain, free_port, read_run, script
 from tests.warm_start import warm_python
 
 
@@ -173,14 +173,36 @@ def test_a_zero_collective_timeout_is_one_line(small_data, tmp_path):
                          "positive seconds")
 
 
-def test_bf16_on_a_cpu_without_bf16_instructions_runs_fp32_and_says_so(tmp_path):
-    # a CPU without bf16 instructions, simulated: /proc/cpuinfo's flags without avx512_bf16 or amx_bf16
+def _no_bf16_cpuinfo(tmp_path):
+    """A CPU without bf16 instructions, simulated: /proc/cpuinfo's flags without avx512_bf16 or amx_bf16."""
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: an older x86\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n")
-    proc = warm_python(script("imagenet_nd.py"), *TINY, "--dummy", "--dummy-size", "16", "--num-classes", "4",
+    return cpuinfo
+
+
+def _train_bf16_without_instructions(tmp_path, mode):
+    return warm_python(script("imagenet_nd.py"), *TINY, "--dummy", "--dummy-size", "16", "--num-classes", "4",
                        "--epochs", "1", "--val-steps", "1", "--opt-level", "O1", "--amp-dtype", "bfloat16",
-                       "--log-dir", tmp_path / "run", env=child_env(HPC_IMAGENET_CPUINFO=str(cpuinfo)))
+                       "--log-dir", tmp_path / "run",
+                       env=child_env(HPC_IMAGENET_CPUINFO=str(_no_bf16_cpuinfo(tmp_path)), HPC_IMAGENET_CPU_BF16=mode))
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_runs_fp32_and_says_so(tmp_path):
+    proc = _train_bf16_without_instructions(tmp_path, "auto")
     assert proc.returncode == 0, explain(proc)
     said = [line for line in (proc.stdout + proc.stderr).splitlines() if "no bfloat16 instructions" in line]
     assert len(said) == 1 and "running fp32 (--opt-level O0) instead of O1" in said[0], explain(proc)
+    assert "HPC_IMAGENET_CPU_BF16=emulate runs bf16 anyway" in said[0]
     assert "precision fp32" in proc.stdout + proc.stderr, explain(proc)
+    ran = read_run(tmp_path / "run")["precision"]
+    assert (ran["requested"], ran["label"], ran["level"]) == ("O1-bf16", "fp32", "O0")
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_runs_emulated_when_asked(tmp_path):
+    proc = _train_bf16_without_instructions(tmp_path, "emulate")
+    assert proc.returncode == 0, explain(proc)
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if "no bfloat16 instructions" in line]
+    assert len(said) == 1 and "running O1 in emulated bf16" in said[0], explain(proc)
+    assert "precision O1-bf16" in proc.stdout + proc.stderr, explain(proc)
+    ran = read_run(tmp_path / "run")["precision"]
+    assert (ran["requested"], ran["label"], ran["level"]) == ("O1-bf16", "O1-bf16", "O1")

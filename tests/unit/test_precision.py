@@ -156,11 +156,28 @@ def test_bf16_needs_the_cpus_instructions(tmp_path, monkeypatch, caplog):
     arm.write_text("Features\t: fp asimd bf16 sve\n")
     assert precision.cpu_has_bf16(arm)
     monkeypatch.setenv("HPC_IMAGENET_CPUINFO", str(without))
+    monkeypatch.setenv("HPC_IMAGENET_CPU_BF16", "auto")
     cfg = config.parse(["--dummy", "--opt-level", "O2", "--amp-dtype", "bfloat16"])
     with caplog.at_level("WARNING"):
         spec = precision.resolve(cfg.precision, torch.device("cpu"))
-    assert (spec.level, spec.dtype, spec.label) == ("O0", None, "fp32")
+    assert (spec.level, spec.dtype, spec.label, spec.requested) == ("O0", None, "fp32", "O2-bf16")
     assert [r.getMessage() for r in caplog.records if "no bfloat16 instructions" in r.getMessage()] and \
         "instead of O2" in caplog.text
     monkeypatch.setenv("HPC_IMAGENET_CPUINFO", str(with_bf16))
     assert precision.resolve(cfg.precision, torch.device("cpu")).label == "O2-bf16"
+
+
+def test_emulated_bf16_is_run_as_asked_on_a_cpu_without_the_instructions(tmp_path, monkeypatch, caplog):
+    """HPC_IMAGENET_CPU_BF16=emulate: the user's (and the suite's) way to run bf16 where the CPU lacks it."""
+    without = tmp_path / "without"
+    without.write_text("flags\t\t: fpu avx2 avx512f\n")
+    monkeypatch.setenv("HPC_IMAGENET_CPUINFO", str(without))
+    monkeypatch.setenv("HPC_IMAGENET_CPU_BF16", "emulate")
+    cfg = config.parse(["--dummy", "--opt-level", "O2", "--amp-dtype", "bfloat16"])
+    with caplog.at_level("WARNING"):
+        spec = precision.resolve(cfg.precision, torch.device("cpu"))
+    assert (spec.level, spec.dtype, spec.label, spec.requested) == ("O2", torch.bfloat16, "O2-bf16", "O2-bf16")
+    assert "emulated bf16" in caplog.text
+    monkeypatch.setenv("HPC_IMAGENET_CPU_BF16", "always")
+    with pytest.raises(precision.PrecisionError, match="HPC_IMAGENET_CPU_BF16='always' is not one of auto, emulate"):
+        precision.resolve(cfg.precision, torch.device("cpu"))
