@@ -24,7 +24,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 # The user's install: the engine and launchers; no MPI implementation, no DALI (see requirements.txt).
 setup: $(STAMP)
 
-$(STAMP): requirements.txt constraints.txt pyproject.toml setup.py imagenet/data/decode/_jpeg_region.c
+$(STAMP): requirements.txt constraints.txt pyproject.toml setup.py hpc_imagenet/imagenet/data/decode/_jpeg_region.c
 	$(PYTHON) -m venv $(VENV)
 ifneq ($(TORCH),pypi)
 	$(PIP) torch torchvision -c constraints.txt --index-url $(TORCH_INDEX)
@@ -46,14 +46,14 @@ $(DEV_STAMP): $(STAMP) requirements-dev.txt
 # Debian/Ubuntu as root: every system package the tests use, installed before pytest starts so that no
 # test installs anything (SLURM, munge, MariaDB for the local clusters; Open MPI for the MPI launcher
 # tests; Fashion-MNIST's photographs for the time-to-accuracy tests; a compiler and libjpeg's headers
-# for the C decoder). The lists: slurm/localcluster/packages.py. Elsewhere it says what is missing.
+# for the C decoder). The lists: hpc_imagenet/slurm/localcluster/packages.py. Elsewhere it says what is missing.
 test-system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  $(PYTHON) -m hpc_imagenet.slurm.localcluster.system_packages install; \
 	else $(PYTHON) -m hpc_imagenet.slurm.localcluster.system_packages missing; fi
 
 $(DEMO_DATA)/train:
-	$(PY) -m hpc_imagenet.imagenet.demo_data $(DEMO_DATA) --classes 10 --train-per-class 64 --val-per-class 20
+	$(PY) -m hpc_imagenet.imagenet.data.demo $(DEMO_DATA) --classes 10 --train-per-class 64 --val-per-class 20
 
 demo: setup $(DEMO_DATA)/train
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=2 imagenet/imagenet_ddp.py \
@@ -95,15 +95,15 @@ test-compat: test-system-deps $(COMPAT_VENV)/.installed
 	PYTHONPATH=$(CURDIR) $(COMPAT_PY) -m pytest -n 2 -q tests/unit
 	PYTHONPATH=$(CURDIR) $(COMPAT_PY) -m pytest -n 0 -q tests/engine/test_engine_errors.py::test_a_stopped_rank_is_named_within_the_collective_timeout \
 	  tests/engine/test_results_bench.py::test_allreduce_records tests/engine/test_torchvision_train.py::test_policies_train_on_the_batch_backends
-	rm -rf $(COMPAT_RUN) && PYTHONPATH=$(CURDIR) $(COMPAT_PY) -m hpc_imagenet.imagenet.demo_data $(COMPAT_DATA) --classes 4 --train-per-class 16 --val-per-class 4
+	rm -rf $(COMPAT_RUN) && PYTHONPATH=$(CURDIR) $(COMPAT_PY) -m hpc_imagenet.imagenet.data.demo $(COMPAT_DATA) --classes 4 --train-per-class 16 --val-per-class 4
 	PYTHONPATH=$(CURDIR) $(COMPAT_VENV)/bin/torchrun --standalone --nproc_per_node=2 $(COMPAT_TRAIN) --epochs 1
 	PYTHONPATH=$(CURDIR) $(COMPAT_VENV)/bin/torchrun --standalone --nproc_per_node=2 $(COMPAT_TRAIN) --epochs 2 --resume auto | tee $(COMPAT_RUN).log
 	grep -q "resumed from .*: epoch 1, step 0" $(COMPAT_RUN).log && grep -q '"status": "finished"' $(COMPAT_RUN)/run.json
 
 # The container tier in an image like NGC's PyTorch one (torch 2.6 and the project's dependencies inside it, nothing
 # of the host's): Charliecloud and Podman-HPC on the test cluster's 4 nodes, preempted and resumed. The image (~5 GB)
-# is built on first use and cached (slurm/localcluster/image.py), and imported into podman and migrated once
-# (slurm/localcluster/podman.py; podman's packages only here, not in make test); -rP prints what the jobs did.
+# is built on first use and cached (hpc_imagenet/slurm/localcluster/image.py), and imported into podman and migrated once
+# (hpc_imagenet/slurm/localcluster/podman.py; podman's packages only here, not in make test); -rP prints what the jobs did.
 test-images: test-system-deps setup-dev
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  $(PYTHON) -m hpc_imagenet.slurm.localcluster.system_packages install podman; \
@@ -118,19 +118,19 @@ lint: setup-dev
 # Benchmarks (results/): `make bench` measures a small all-kinds preset here and writes the report;
 # `make report` regenerates results/RESULTS.md, the tags' reports and the studies' write-ups from the committed records alone.
 bench: setup-dev
-	$(PY) -m hpc_imagenet.results.bench quick --fresh
+	$(PY) -m hpc_imagenet.harness.bench quick --fresh
 
-# as root: 1-2-4 node gloo DDP on a local SLURM cluster (slurm/localcluster/, docs/local-cluster.md). It
-# brings the cluster up and runs the same `results.bench scaling` command a user types on a login node,
+# as root: 1-2-4 node gloo DDP on a local SLURM cluster (hpc_imagenet/slurm/localcluster/, docs/local-cluster.md). It
+# brings the cluster up and runs the same `hpc_imagenet.harness.bench scaling` command a user types on a login node,
 # with SLURM_CONF set.
-CLUSTER_NOTE = local SLURM cluster (slurm/localcluster): SLURM nodes as network namespaces on one host, gloo over veth + bridge; 1 process x 1 thread per node, so points with more nodes than the host has cores share cores
+CLUSTER_NOTE = local SLURM cluster (hpc_imagenet/slurm/localcluster): SLURM nodes as network namespaces on one host, gloo over veth + bridge; 1 process x 1 thread per node, so points with more nodes than the host has cores share cores
 bench-cluster: setup-dev
-	$(PY) -m hpc_imagenet.slurm.localcluster --nodes 4 --gpus-per-node 0 -- $(PY) -m hpc_imagenet.results.bench scaling --fresh \
+	$(PY) -m hpc_imagenet.slurm.localcluster --nodes 4 --gpus-per-node 0 -- $(PY) -m hpc_imagenet.harness.bench scaling --fresh \
 	  --tag testcluster --nodes 1 2 4 --gpus-per-node 0 --cpus-per-task 1 -a resnet18 --image-size 64 \
 	  --batch 16 --steps-per-epoch 25 --time 00:20:00 --timeout 1800 --note "$(CLUSTER_NOTE)"
 
 report: setup-dev
-	$(PY) -m hpc_imagenet.results.report
+	$(PY) -m hpc_imagenet.harness.report
 	$(PY) -m studies.published_model
 	$(PY) -m studies.fashion_mnist_race report
 	$(PY) -m studies.benches report

@@ -1,8 +1,12 @@
 """hpc-imagenet: train ImageNet ResNets with PyTorch on HPC clusters and measure how well it scales.
 
-The one name the project installs. Its parts live at the checkout's root, where users run them
-(``imagenet/``, ``launch/``, ``slurm/``, ``results/``); the folders here are links to them, so that
-``hpc_imagenet.imagenet``, ``hpc_imagenet.launch``, ``hpc_imagenet.slurm`` and ``hpc_imagenet.results``
-are the same files from a checkout and from a wheel (which holds copies). Every module imports the
-others by these names, so none is loaded twice under two names.
+The one name the project installs, and the code's only home: every module has one import name.
+
+- ``hpc_imagenet.imagenet``: the engine (settings, data, model, training loop, run set-up, recipes);
+- ``hpc_imagenet.launch``: the launch environments, the launcher table, MPI, the per-node commands;
+- ``hpc_imagenet.slurm``: the job shape, batch-file generation, submitit, the job chain, the local test cluster;
+- ``hpc_imagenet.harness``: benchmark records, runners, analysis and reports.
+
+A checkout keeps beside it what users run and read: ``imagenet/`` (the four entry scripts), ``slurm/`` (the
+committed batch files), ``launch/`` (per-node commands), ``results/`` (records, reports, RESULTS.md: data).
 """

@@ -2,7 +2,7 @@
 
 Training: the stop-signal handler goes in before the slow imports (torch), as in the entry scripts
 ``imagenet/imagenet_*.py``, so that a preemption signal during start-up is not lost. The benchmark: a
-``kill`` stops it as Ctrl-C does, as ``python -m results.bench`` does.
+``kill`` stops it as Ctrl-C does, as ``python -m hpc_imagenet.harness.bench`` does.
 """
 import signal
 
@@ -17,7 +17,7 @@ def _train(variant: str) -> int:
 
 
 def train() -> int:
-    """``hpc-imagenet-train --variant nd|dp|ddp|amp ...``: ``python -m imagenet``."""
+    """``hpc-imagenet-train --variant nd|dp|ddp|amp ...``: ``python -m hpc_imagenet.imagenet``."""
     return _train("any")
 
 
@@ -39,6 +39,6 @@ def nd() -> int:
 
 def bench() -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    from hpc_imagenet.results.bench import main
+    from hpc_imagenet.harness.bench import main
 
     return main()

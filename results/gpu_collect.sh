@@ -30,7 +30,7 @@ for dir in "$@"; do
         # a record is identified by its sweep and point name: append only the ones not filed yet
         "$PY" - "$src" "$dst" <<'PYEOF'
 import json, sys
-from results.core.records import append, identity
+from hpc_imagenet.harness.core.records import append, identity
 src, dst = sys.argv[1:]
 have = {identity(json.loads(l)) for l in open(dst) if l.strip()}
 new = [r for r in (json.loads(l) for l in open(src) if l.strip()) if identity(r) not in have]
@@ -44,7 +44,7 @@ PYEOF
     "$PY" - "$unpacked" "$DEST/runs" <<'PYEOF'
 import sys
 from pathlib import Path
-from results.runners.train_bench import keep_artifacts
+from hpc_imagenet.harness.runners.train_bench import keep_artifacts
 root = Path(sys.argv[1]) / "results" / "runs"
 for run_json in sorted(root.glob("*/*/run.json")) if root.is_dir() else []:
     keep_artifacts(run_json.parent, Path(sys.argv[2]) / run_json.parent.relative_to(root))

@@ -77,7 +77,7 @@ RECORDS="$OUT/$TAG.jsonl"
 bench_train() {  # bench_train <stage> <data> <steps> <bench train flags...>
     local stage=$1 data=$2 steps=$3 stamp; shift 3
     stamp=$(mktemp)  # this stage's run folders are the ones newer than it
-    $PY -m hpc_imagenet.results.bench train --tag "$TAG" --records "$RECORDS" --procs 1 -a "$ARCH" --batch "$BATCH" \
+    $PY -m hpc_imagenet.harness.bench train --tag "$TAG" --records "$RECORDS" --procs 1 -a "$ARCH" --batch "$BATCH" \
         --image-size "$IMAGE" --steps-per-epoch "$steps" --val-steps 2 --workers "$WORKERS" --data "$data" \
         --timeout 300 --note "${NOTE:-one $gpu_name, results/gpu_session.sh stage $stage}" "$@"
     find results/runs -maxdepth 1 -name "$TAG-train-*" -newer "$stamp" -print0 \
@@ -111,7 +111,7 @@ stage_fewcores() {  # 4 loader workers per GPU, as on a node with few cores per 
 
 stage_jpeggen() {  # in the background (setsid), so a later call of the same lease finds the files
     [ -d "$JPEG_ROOT/train" ] && { echo "JPEGs already in $JPEG_ROOT"; return; }
-    setsid nohup taskset -c "${GEN_CPUS:-10-15}" bash -c "rm -rf $JPEG_ROOT.tmp && $PY -m hpc_imagenet.results.runners.jpegs $JPEG_ROOT.tmp \
+    setsid nohup taskset -c "${GEN_CPUS:-10-15}" bash -c "rm -rf $JPEG_ROOT.tmp && $PY -m hpc_imagenet.harness.runners.jpegs $JPEG_ROOT.tmp \
         --classes $JPEG_CLASSES --per-class $JPEG_PER_CLASS --val-per-class 4 --processes 6 \
         && mv $JPEG_ROOT.tmp $JPEG_ROOT" > $LEASE_DIR/jpegs.log 2>&1 < /dev/null &
     echo "JPEG generation started in the background into $JPEG_ROOT"
@@ -125,7 +125,7 @@ stage_wheels() {  # carried wheels (.whl/, git-ignored), e.g. simplejpeg for the
     $PY -m pip install -q --no-index --no-deps --no-cache-dir .whl/*.whl && $PY -c "import simplejpeg" 2>/dev/null \
         && echo "simplejpeg installed" || echo "no simplejpeg: the fast backend decodes with PIL"
     # the fast backend's C region decoder, where the machine has libjpeg-turbo's headers (optional)
-    $PY setup.py -q build_ext --inplace > $LEASE_DIR/build_ext.log 2>&1 && $PY -c "import imagenet.data.decode._jpeg_region" \
+    $PY setup.py -q build_ext --inplace > $LEASE_DIR/build_ext.log 2>&1 && $PY -c "import hpc_imagenet.imagenet.data.decode._jpeg_region" \
         && echo "region decoder built" || echo "no region decoder (see $LEASE_DIR/build_ext.log): rows are decoded"
 }
 
@@ -224,7 +224,7 @@ stage_graph() {  # the whole step in one CUDA graph against eager and compiled, 
 stage_smallstep() {  # the Fashion-MNIST race's step (ResNet-18, 32 px, batch 256) from its JPEGs: where it goes,
     # eager and graphed; needs the carried .fmnist (converted once per lease)
     local data="$LEASE_DIR/tta-data/fashion-mnist"
-    [ -d "$data/train" ] || $PY -c "from results.runners import fashion_mnist as f; from pathlib import Path; \
+    [ -d "$data/train" ] || $PY -c "from hpc_imagenet.harness.runners import fashion_mnist as f; from pathlib import Path; \
         f.convert(f.SOURCE_DIR if not Path('.fmnist').is_dir() else Path('.fmnist'), Path('$LEASE_DIR/tta-data'))"
     ARCH=resnet18 IMAGE=32 bench_train smallstep "$data" 234 --setups engine-bf16 engine-bf16-graph \
         --workers "${SMALL_WORKERS:-$WORKERS}"
@@ -243,7 +243,7 @@ stages=${*:-env synthetic tests jpeg}
 gen_pid=
 if [[ " $stages " == *" jpeg "* || " $stages " == *" fewcores "* || " $stages " == *" steptimes "* ]] \
     && [[ ! -d "$JPEG_ROOT/train" ]]; then
-    $PY -m hpc_imagenet.results.runners.jpegs "$JPEG_ROOT" --classes "$JPEG_CLASSES" --per-class "$JPEG_PER_CLASS" \
+    $PY -m hpc_imagenet.harness.runners.jpegs "$JPEG_ROOT" --classes "$JPEG_CLASSES" --per-class "$JPEG_PER_CLASS" \
         --val-per-class 4 --processes "${GEN_PROCS:-$WORKERS}" > "$OUT/jpegs.log" 2>&1 &
     gen_pid=$!
 fi
@@ -267,7 +267,7 @@ echo "=== done ($(date -u +%H:%M:%S))"
 $PY - "$RECORDS" <<'PYEOF'
 import sys
 from pathlib import Path
-from results.core import records
+from hpc_imagenet.harness.core import records
 path = Path(sys.argv[1])
 for r in (records.load_typed([path])[0] if path.exists() else []):
     if r.kind != "train":

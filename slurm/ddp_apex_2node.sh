@@ -67,7 +67,7 @@ on_preempt() {
 }
 trap on_preempt USR2
 # from here on: `command`, not $(command): a signal caught while bash 5.2 re-parses a
-# $(...) breaks the parse (see slurm/generate/renderer.py)
+# $(...) breaks the parse (see hpc_imagenet/slurm/generate/renderer.py)
 
 # ---- what we got
 echo "job $SLURM_JOB_ID ($SLURM_JOB_NAME) start `date -Is` restart ${SLURM_RESTART_COUNT:-0}: $SLURM_JOB_NUM_NODES node(s) $SLURM_JOB_NODELIST, tasks/node $SLURM_NTASKS_PER_NODE, cpus/task $SLURM_CPUS_PER_TASK"
@@ -78,7 +78,7 @@ fi
 echo "master $MASTER_ADDR:$MASTER_PORT; run folder $LOG_DIR; data $DATA; python `command -v \"$PYTHON\"`"
 env | grep -E '^(SLURM_(JOB|NNODES|NTASKS|CPUS|GPUS|ARRAY|RESTART)|CUDA_VISIBLE|NCCL_|TORCH_NCCL_|OMP_|MASTER_)' | sort
 
-# ---- start budget (slurm/start_budget.py): each start of the training is a line of STARTS_LOG,
+# ---- start budget (hpc_imagenet/slurm/start_budget.py): each start of the training is a line of STARTS_LOG,
 # with the newest checkpoint it began from. A failed training starts again while both bounds allow:
 # MAX_RESTARTS restarts in a row without a newer checkpoint, MAX_STARTS starts in this allocation.
 STARTS_LOG=$LOG_DIR/starts.log

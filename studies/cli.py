@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from hpc_imagenet.results import bench
-from hpc_imagenet.results.core.kinds import from_dict
-from hpc_imagenet.results.report.common import ReportError
-from hpc_imagenet.results.runners.common import BenchError
+from hpc_imagenet.harness import bench
+from hpc_imagenet.harness.core.kinds import from_dict
+from hpc_imagenet.harness.report.common import ReportError
+from hpc_imagenet.harness.runners.common import BenchError
 
 # a measurement: (add its subparser to SUB with the common PARENT, run it on the parsed args -> records)
 Measurement = Tuple[Callable[[argparse._SubParsersAction, argparse.ArgumentParser], None],

@@ -105,3 +105,11 @@ def pytest_collection_modifyitems(config, items):
         if folder == "cluster":
             half = "b" if item.path.stem in SECOND_CLUSTER else "a"
             item.add_marker(pytest.mark.xdist_group(f"cluster-{half}"))
+
+
+@pytest.fixture(scope="session")
+def installed_python(tmp_path_factory) -> Path:
+    """The python of a venv where the project is pip-installed from its wheel, beside no checkout (tests/installed.py)."""
+    from tests import installed
+
+    return installed.build(tmp_path_factory.mktemp("installed"))

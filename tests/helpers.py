@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from hpc_imagenet.launch.ports import free_port  # noqa: F401  (tests import it from here)
-from hpc_imagenet.results.core import records
+from hpc_imagenet.harness.core import records
 from hpc_imagenet.slurm.localcluster.packages import FASHION_MNIST_PACKAGE, can_install, install
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH as TINY_ARCH
 from studies.fashion_mnist_race.fashion_mnist import FILES, SOURCE_DIR

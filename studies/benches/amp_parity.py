@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from hpc_imagenet.results.core.kinds import Record
-from hpc_imagenet.results.report.common import REPO, fmt, md_table
-from hpc_imagenet.results.report.curves import read_scalars
+from hpc_imagenet.harness.core.kinds import Record
+from hpc_imagenet.harness.report.common import REPO, fmt, md_table
+from hpc_imagenet.harness.report.curves import read_scalars
 from studies.benches import words
 
 STEP_LOSS = "Step/loss"

@@ -2,7 +2,7 @@
 ``... report`` writes the write-up (:mod:`studies.cli` holds what every study's command shares)."""
 from typing import Optional, Sequence
 
-from hpc_imagenet.results.core.records import SCRATCH_DIR
+from hpc_imagenet.harness.core.records import SCRATCH_DIR
 from studies import cli
 from studies.benches import RECORDS, __doc__ as DOC, overlap, prepare, region, report
 

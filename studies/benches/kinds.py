@@ -4,8 +4,8 @@ bench's kind is in :mod:`studies.common.overlap`, which the published-model stud
 from dataclasses import dataclass
 from typing import Optional
 
-from hpc_imagenet.results.core.kinds import Req, Text
-from hpc_imagenet.results.core.registry import Kind, declare
+from hpc_imagenet.harness.core.kinds import Req, Text
+from hpc_imagenet.harness.core.registry import Kind, declare
 from studies.common import overlap  # noqa: F401  (declares the overlap kind)
 
 

@@ -18,10 +18,10 @@ import torch
 import torch.distributed as dist
 import torchvision
 
-from hpc_imagenet.results.runners import common
-from hpc_imagenet.results.runners.allreduce_bench import slowest
-from hpc_imagenet.results.runners.common import add_flags
-from hpc_imagenet.results.runners.procs import run_ranks
+from hpc_imagenet.harness.runners import common
+from hpc_imagenet.harness.runners.allreduce_bench import slowest
+from hpc_imagenet.harness.runners.common import add_flags
+from hpc_imagenet.harness.runners.procs import run_ranks
 from studies.common.overlap import hidden_fraction
 
 

@@ -1,7 +1,8 @@
 """Preparing ImageNet from its archives, measured: ``python -m studies.benches prepare``.
 
 Builds a download in the official layout (studies/benches/archive_set.py) from generated ImageNet-like
-JPEGs (results/runners/jpegs.py: 500x375, ~110 KB), then times ``imagenet.prepare`` on it for each
+JPEGs (hpc_imagenet/harness/runners/jpegs.py: 500x375, ~110 KB), then times ``hpc_imagenet.imagenet.data.prepare`` on
+it for each
 ``--format`` and ``--workers``: the whole import (indexing the per-class tars, writing every shard or
 class folder made durable, the index last) into an empty folder, as one ``prepare`` record each:
 images/s, MB/s of the archives (1e6 bytes) and CPU seconds. For scale, each record also carries
@@ -20,8 +21,8 @@ from typing import List
 
 from hpc_imagenet.imagenet.common import cputime
 from hpc_imagenet.imagenet.data import archives, prepare
-from hpc_imagenet.results.runners import jpegs
-from hpc_imagenet.results.runners.common import add_flags, new_sweep
+from hpc_imagenet.harness.runners import jpegs
+from hpc_imagenet.harness.runners.common import add_flags, new_sweep
 from studies.benches import archive_set
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def measure(download: Path, dst: Path, fmt: str, workers: int, shard_mb: float) 
 
 def add_parser(sub, common) -> None:
     s = sub.add_parser("prepare", parents=[common],
-                       help="conversion rate of python -m hpc_imagenet.imagenet.prepare on a "
+                       help="conversion rate of python -m hpc_imagenet.imagenet.data.prepare on a "
                        "generated download of ImageNet-like JPEGs")
     add_flags(s, classes=8, val_per_class=16, workers=[1, 2])
     s.add_argument("--per-class", type=int, default=128, help="train images per class")
@@ -92,7 +93,7 @@ def run(args, scratch: Path) -> List[dict]:
         log.info("[%d/%d] prepare --format %s --workers %d", i, len(points), fmt, workers)
         point = {"format": fmt, "workers": workers, "classes": args.classes, "per_class": args.per_class,
                  "val_per_class": args.val_per_class, "shard_mb": args.shard_size,
-                 "data": "results/runners/jpegs.py 500x375"}
+                 "data": "hpc_imagenet/harness/runners/jpegs.py 500x375"}
         metrics = measure(download, scratch / "prepare-out", fmt, workers, args.shard_size)
         sweep.add(point, metrics)
         log.info("  %.0f images/s, %.1f MB/s (plain read %.0f MB/s), %.1f CPU s", metrics["images_per_s"],

@@ -1,13 +1,13 @@
-"""Section "Preparing ImageNet": the import rate of ``python -m imagenet.prepare``, from
+"""Section "Preparing ImageNet": the import rate of ``python -m hpc_imagenet.imagenet.data.prepare``, from
 ``python -m studies.benches prepare`` records (arithmetic on recorded numbers only)."""
 from __future__ import annotations
 
 from typing import Sequence
 
-from hpc_imagenet.results.core.kinds import Record
-from hpc_imagenet.results.core.records import by_kind, newest_sweep
-from hpc_imagenet.results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
-from hpc_imagenet.results.report.common import md_table
+from hpc_imagenet.harness.core.kinds import Record
+from hpc_imagenet.harness.core.records import by_kind, newest_sweep
+from hpc_imagenet.harness.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
+from hpc_imagenet.harness.report.common import md_table
 from studies.benches import words
 
 IMAGENET_IMAGES = IMAGENET_TRAIN_IMAGES + IMAGENET_VAL_IMAGES  # the images in the ILSVRC 2012 archives

@@ -1,5 +1,6 @@
 """Per-core cost of decoding only a crop box of a JPEG: our C region decoder (libjpeg-turbo's
-``jpeg_skip_scanlines`` + ``jpeg_crop_scanline``, imagenet/data/decode/_jpeg_region.c) against nvImageCodec's
+``jpeg_skip_scanlines`` + ``jpeg_crop_scanline``, hpc_imagenet/imagenet/data/decode/_jpeg_region.c) against
+nvImageCodec's
 CPU decoder (``nvidia-nvimgcodec``, installed with DALI; ``CodeStream.get_sub_code_stream(region=)``).
 ``python -m studies.benches region``.
 
@@ -22,9 +23,9 @@ from PIL import Image
 from torchvision.transforms import RandomResizedCrop
 
 from hpc_imagenet.imagenet.data.decode import jpeg
-from hpc_imagenet.results.runners.common import BenchError, add_flags, jpeg_root, new_sweep
-from hpc_imagenet.results.runners.pipeline_bench import Measurement, summarize
-from hpc_imagenet.results.runners.procs import torch_threads
+from hpc_imagenet.harness.runners.common import BenchError, add_flags, jpeg_root, new_sweep
+from hpc_imagenet.harness.runners.pipeline_bench import Measurement, summarize
+from hpc_imagenet.harness.runners.procs import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,8 @@ def run(args) -> List[dict]:
     sweep = new_sweep("region", args)
     for row in rows:
         point = {"decoder": row["backend"], "images": len(bufs), "boxes": "RandomResizedCrop(0.08-1, 3/4-4/3)",
-                 "data": str(args.data) if args.data else "generated 500x375 JPEGs (results/runners/jpegs.py)"}
+                 "data": str(args.data) if args.data else "generated 500x375 JPEGs "
+                                                          "(hpc_imagenet/harness/runners/jpegs.py)"}
         metrics = {k: row[k] for k in ("images_per_cpu_s", "cpu_ms_per_image", "rounds", "ratio_per_core",
                                        "ratio_min", "ratio_max")}
         sweep.add(point, metrics, kind="region_decode")

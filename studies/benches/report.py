@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Sequence
 
 from hpc_imagenet.imagenet.common.files import write_text
-from hpc_imagenet.results.analysis.comparisons import times
-from hpc_imagenet.results.core import records
-from hpc_imagenet.results.core.kinds import Record
-from hpc_imagenet.results.core.records import by_kind
-from hpc_imagenet.results.report import figures
-from hpc_imagenet.results.report.common import Environments, md_table
+from hpc_imagenet.harness.analysis.comparisons import times
+from hpc_imagenet.harness.core import records
+from hpc_imagenet.harness.core.kinds import Record
+from hpc_imagenet.harness.core.records import by_kind
+from hpc_imagenet.harness.report import figures
+from hpc_imagenet.harness.report.common import Environments, md_table
 from studies.benches import HERE, RECORDS, amp_parity, prepare_section, words
 
 

@@ -8,8 +8,8 @@ neither imports the other.
 from dataclasses import dataclass
 from typing import Optional
 
-from hpc_imagenet.results.core.kinds import Req, Text
-from hpc_imagenet.results.core.registry import Kind, declare
+from hpc_imagenet.harness.core.kinds import Req, Text
+from hpc_imagenet.harness.core.registry import Kind, declare
 from studies import STUDIES
 
 # where the overlap bench appends by default (its command's tag is "overlap")

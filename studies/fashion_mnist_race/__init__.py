@@ -9,7 +9,7 @@ count, the goal they set) is :mod:`.protocol`; the engine's recipes are :mod:`.r
 """
 from pathlib import Path
 
-from hpc_imagenet.results.report.words import Words
+from hpc_imagenet.harness.report.words import Words
 
 HERE = Path(__file__).resolve().parent
 RECORDS = HERE / "records"

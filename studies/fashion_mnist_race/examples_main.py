@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from hpc_imagenet.results.runners.common import BenchError
+from hpc_imagenet.harness.runners.common import BenchError
 from studies.fashion_mnist_race.follow import PROGRESS_EVERY_S, Followed, Moment, follow
 from studies.fashion_mnist_race.protocol import examples_resize
 

@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from hpc_imagenet.imagenet.common.files import write_json
-from hpc_imagenet.results.runners.common import BenchError
+from hpc_imagenet.harness.runners.common import BenchError
 
 SOURCE_DIR = Path("/usr/share/datasets/fashion-mnist")
 FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),

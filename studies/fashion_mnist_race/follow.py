@@ -9,7 +9,7 @@ machine was.
 How much else ran is measured, not guessed from the load average (a program's own loader workers
 load 2 cores past 4): ``other_cpu_share`` is the machine's busy CPU time over the run (``/proc/stat``,
 all cores) less the run's own process tree and this harness's process, as a share of the machine's
-CPU time (wall seconds x cores): :class:`imagenet.common.cputime.OtherWork`, the harness's own measure.
+CPU time (wall seconds x cores): :class:`hpc_imagenet.imagenet.common.cputime.OtherWork`, the harness's own measure.
 A benchmark counts a run only when it is at most ``QUIET_SHARE``.
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 from hpc_imagenet.imagenet.common import cputime
-from hpc_imagenet.results.core import kinds
-from hpc_imagenet.results.runners.common import BenchError
+from hpc_imagenet.harness.core import kinds
+from hpc_imagenet.harness.runners.common import BenchError
 
 SAMPLE_EVERY_S = 15.0
 PROGRESS_EVERY_S = 60.0  # a watched program's progress lines are logged at most this often

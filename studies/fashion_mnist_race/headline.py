@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from hpc_imagenet.results.core import records
-from hpc_imagenet.results.core.kinds import Record
-from hpc_imagenet.results.report.common import fmt
+from hpc_imagenet.harness.core import records
+from hpc_imagenet.harness.core.kinds import Record
+from hpc_imagenet.harness.report.common import fmt
 from studies.fashion_mnist_race import RECORDS, protocol
 from studies.fashion_mnist_race import words as race_words  # headline.words is this module's own
 from studies.fashion_mnist_race.protocol import (EXAMPLES_PROGRAM, GOAL_RATIO, GOAL_TOP1, MIN_RUNS, NAMES,

@@ -4,8 +4,8 @@
 from dataclasses import dataclass
 from typing import Optional
 
-from hpc_imagenet.results.core.kinds import Req, Text, Value
-from hpc_imagenet.results.core.registry import Kind, declare
+from hpc_imagenet.harness.core.kinds import Req, Text, Value
+from hpc_imagenet.harness.core.registry import Kind, declare
 
 
 @dataclass(frozen=True)

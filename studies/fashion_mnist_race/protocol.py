@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-from hpc_imagenet.results.core.kinds import Record
+from hpc_imagenet.harness.core.kinds import Record
 
 KIND = "time_to_accuracy"
 TUNING_KIND = "tta_tuning"
@@ -63,7 +63,7 @@ def machine(run: Record) -> str:
 
 def clean_tree(run: Record) -> bool:
     """Whether RUN's code was its commit's. Records that name their machine's boot were made with a dirty flag
-    that ignores what the harness writes (imagenet.run.sysinfo.HARNESS_OUTPUTS), so ``-dirty`` there means
+    that ignores what the harness writes (hpc_imagenet.imagenet.run.sysinfo.HARNESS_OUTPUTS), so ``-dirty`` there means
     changed code, and such a run does not count. Older records set the flag for the sweep's own records file
     too; their engine sources were audited against their commits instead (docs/time-to-accuracy.md)."""
     return not (run.environment.machine_id and (run.environment.git_commit or "").endswith("-dirty"))
@@ -135,7 +135,8 @@ def validation_resize(run: Record) -> int:
     size = run.point.image_size
     if run.point.program == EXAMPLES_PROGRAM:
         return examples_resize(size)
-    # the engine's default (imagenet/data/decode/base.py's val_resize) restated: that module's package imports
+    # the engine's default (hpc_imagenet/imagenet/data/decode/base.py's val_resize) restated: that module's package
+    # imports
     # torch, which the report runs without
     return (run.point.recipe or {}).get("val_resize_size") or round(size * 256 / 224)
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from hpc_imagenet.imagenet.run import sysinfo
-from hpc_imagenet.results.core import records
-from hpc_imagenet.results.core.kinds import from_dict
-from hpc_imagenet.results.runners.common import BenchError
+from hpc_imagenet.harness.core import records
+from hpc_imagenet.harness.core.kinds import from_dict
+from hpc_imagenet.harness.runners.common import BenchError
 from studies.fashion_mnist_race import examples_main, headline, runner
 from studies.fashion_mnist_race.protocol import EXAMPLES_EPOCHS, LOADER_WORKERS
 

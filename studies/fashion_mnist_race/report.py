@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc_imagenet.imagenet.common.files import write_text
-from hpc_imagenet.results.core import records
-from hpc_imagenet.results.core.kinds import Record
-from hpc_imagenet.results.core.records import group_by
-from hpc_imagenet.results.report import figures
-from hpc_imagenet.results.report.common import fmt, md_table
+from hpc_imagenet.harness.core import records
+from hpc_imagenet.harness.core.kinds import Record
+from hpc_imagenet.harness.core.records import group_by
+from hpc_imagenet.harness.report import figures
+from hpc_imagenet.harness.report.common import fmt, md_table
 from studies.fashion_mnist_race import HERE, RECORDS, REFERENCE, headline, protocol, words
 from studies.fashion_mnist_race.protocol import (EXAMPLES_PROGRAM, GOAL_RATIO, GOAL_TOP1, NAMES, OURS_PROGRAM, Goal,
                                                  Spread)

@@ -37,10 +37,10 @@ from hpc_imagenet.imagenet.config import section_of
 from hpc_imagenet.imagenet.run import sysinfo
 from hpc_imagenet.imagenet.train import checkpoint
 from hpc_imagenet.imagenet.train.time_to_accuracy import FIRST_STEP_LINE
-from hpc_imagenet.results.core import records
-from hpc_imagenet.results.core.kinds import Record, from_dict
-from hpc_imagenet.results.core.records import RESULTS_DIR, SCRATCH_DIR
-from hpc_imagenet.results.runners.common import BenchError, last_line, new_sweep
+from hpc_imagenet.harness.core import records
+from hpc_imagenet.harness.core.kinds import Record, from_dict
+from hpc_imagenet.harness.core.records import RESULTS_DIR, SCRATCH_DIR
+from hpc_imagenet.harness.runners.common import BenchError, last_line, new_sweep
 from studies.fashion_mnist_race import examples_main, fashion_mnist
 from studies.fashion_mnist_race.recipe import DECLARED, GPU_TUNED_ON_NOTE, RECIPES, TUNED_ON
 from studies.fashion_mnist_race import protocol as tta_protocol

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Tuple
 
-from hpc_imagenet.results.report.common import ReportError
-from hpc_imagenet.results.report.words import Words
+from hpc_imagenet.harness.report.common import ReportError
+from hpc_imagenet.harness.report.words import Words
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = HERE / "reference"  # published numbers and cited links

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from hpc_imagenet.results.analysis.parameters import parameter_count
-from hpc_imagenet.results.core import records
-from hpc_imagenet.results.core.records import by_kind
-from hpc_imagenet.results.report.common import ReportError
+from hpc_imagenet.harness.analysis.parameters import parameter_count
+from hpc_imagenet.harness.core import records
+from hpc_imagenet.harness.core.records import by_kind
+from hpc_imagenet.harness.report.common import ReportError
 from studies.published_model import REFERENCE, load_reference, report, tta_check, whole_step
 from studies.published_model import time_to_train as time_to_accuracy
 from studies.published_model import whole_step_section as text

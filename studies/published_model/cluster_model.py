@@ -1,6 +1,6 @@
 """The scaling model's prediction for one cluster, from that cluster's records alone.
 
-A per-cluster report (``python -m results.report --tag T``) asks what the model of
+A per-cluster report (``python -m hpc_imagenet.harness.report --tag T``) asks what the model of
 :mod:`studies.published_model.formulas` predicts for the series it measured, and which term binds.
 The inputs come only from the same tag's records:
 
@@ -21,11 +21,11 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from hpc_imagenet.results.analysis.allreduce_fit import fit_alpha_beta, hop_latency
-from hpc_imagenet.results.analysis.parameters import parameter_count
-from hpc_imagenet.results.analysis.spread import aggregate
-from hpc_imagenet.results.core.kinds import Record
-from hpc_imagenet.results.core.records import group_by
+from hpc_imagenet.harness.analysis.allreduce_fit import fit_alpha_beta, hop_latency
+from hpc_imagenet.harness.analysis.parameters import parameter_count
+from hpc_imagenet.harness.analysis.spread import aggregate
+from hpc_imagenet.harness.core.kinds import Record
+from hpc_imagenet.harness.core.records import group_by
 from studies.published_model import formulas as scaling_model
 from studies.published_model.whole_step import model_overlap
 

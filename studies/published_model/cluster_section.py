@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from hpc_imagenet.results.core.kinds import Record
-from hpc_imagenet.results.core.records import by_kind
-from hpc_imagenet.results.report import figures
-from hpc_imagenet.results.report.common import fmt, gpu_axis, md_table, pct
-from hpc_imagenet.results.report.training import main_series, train_series
+from hpc_imagenet.harness.core.kinds import Record
+from hpc_imagenet.harness.core.records import by_kind
+from hpc_imagenet.harness.report import figures
+from hpc_imagenet.harness.report.common import fmt, gpu_axis, md_table, pct
+from hpc_imagenet.harness.report.training import main_series, train_series
 from studies.published_model import cluster_model, predicted_tta, words
 from studies.published_model.cluster_model import predict_cluster
 

@@ -55,7 +55,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from hpc_imagenet.results.core.setups import IMAGENET_TRAIN_IMAGES
+from hpc_imagenet.harness.core.setups import IMAGENET_TRAIN_IMAGES
 
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # torch DDP bucket_cap_mb default
 BACKWARD_FRACTION = 2.0 / 3.0  # backward ~ twice the forward's FLOPs

@@ -4,13 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from hpc_imagenet.results.analysis.allreduce_fit import fit_alpha_beta, hop_latency
-from hpc_imagenet.results.analysis.parameters import parameter_count
-from hpc_imagenet.results.core.kinds import Record
-from hpc_imagenet.results.core.setups import GROUP_KEYS
-from hpc_imagenet.results.report import figures
-from hpc_imagenet.results.report.comm import allreduce_groups
-from hpc_imagenet.results.report.common import Environments, fmt, md_table, pct, plain_local
+from hpc_imagenet.harness.analysis.allreduce_fit import fit_alpha_beta, hop_latency
+from hpc_imagenet.harness.analysis.parameters import parameter_count
+from hpc_imagenet.harness.core.kinds import Record
+from hpc_imagenet.harness.core.setups import GROUP_KEYS
+from hpc_imagenet.harness.report import figures
+from hpc_imagenet.harness.report.comm import allreduce_groups
+from hpc_imagenet.harness.report.common import Environments, fmt, md_table, pct, plain_local
 from studies.published_model import formulas as scaling_model, words
 from studies.published_model.whole_step import model_overlap
 

@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from hpc_imagenet.results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
-from hpc_imagenet.results.report import figures
-from hpc_imagenet.results.report.common import gpu_axis, md_table
+from hpc_imagenet.harness.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
+from hpc_imagenet.harness.report import figures
+from hpc_imagenet.harness.report.common import gpu_axis, md_table
 from studies.published_model import REFERENCE, words
 from studies.published_model import time_to_train as time_to_accuracy
 from studies.published_model.cluster_model import Prediction

@@ -4,14 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from hpc_imagenet.results.analysis.efficiency import efficiencies
-from hpc_imagenet.results.core.kinds import Record
-from hpc_imagenet.results.core.setups import IMAGENET_TRAIN_IMAGES
-from hpc_imagenet.results.report import figures
-from hpc_imagenet.results.core.setups import GROUP_KEYS
-from hpc_imagenet.results.report.common import (Environments, data_label, md_table, mib, pct, recipe_label,
+from hpc_imagenet.harness.analysis.efficiency import efficiencies
+from hpc_imagenet.harness.core.kinds import Record
+from hpc_imagenet.harness.core.setups import IMAGENET_TRAIN_IMAGES
+from hpc_imagenet.harness.report import figures
+from hpc_imagenet.harness.core.setups import GROUP_KEYS
+from hpc_imagenet.harness.report.common import (Environments, data_label, md_table, mib, pct, recipe_label,
                                                 sorted_groups, train_hours)
-from hpc_imagenet.results.report.training import scaling_panels, train_series
+from hpc_imagenet.harness.report.training import scaling_panels, train_series
 from studies.published_model import words
 
 
@@ -33,7 +33,7 @@ def train_groups(train: Sequence[Record]) -> Dict[str, List[dict]]:
 
 
 def _scaling(train: Sequence[Record]) -> dict:
-    """Series measured at more than one process count, repeats folded (see results.report.cluster)."""
+    """Series measured at more than one process count, repeats folded (see hpc_imagenet.harness.report.cluster)."""
     return {k: v for k, v in train_series(train).items() if len(v) > 1}
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Sequence
 
 from hpc_imagenet.imagenet.common.files import write_text
-from hpc_imagenet.results.analysis.efficiency import with_efficiency
-from hpc_imagenet.results.core import records
-from hpc_imagenet.results.core.records import RECORDS_DIR, by_kind
-from hpc_imagenet.results.report.common import Environments
+from hpc_imagenet.harness.analysis.efficiency import with_efficiency
+from hpc_imagenet.harness.core import records
+from hpc_imagenet.harness.core.records import RECORDS_DIR, by_kind
+from hpc_imagenet.harness.report.common import Environments
 from studies.common.overlap import OVERLAP_RECORDS
 from studies.published_model import (HERE, REFERENCE, cluster_section, load_reference, published_section,
                                      whole_step_section)

@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from hpc_imagenet.results.core.kinds import Record
-from hpc_imagenet.results.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
+from hpc_imagenet.harness.core.kinds import Record
+from hpc_imagenet.harness.core.setups import IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES
 from studies.published_model import formulas as scaling_model
 
 MLPERF_TARGET_TOP1 = 75.9

@@ -18,9 +18,9 @@ import itertools
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from hpc_imagenet.results.analysis.parameters import parameter_count
-from hpc_imagenet.results.core.kinds import Record
-from hpc_imagenet.results.core.records import newest_sweep
+from hpc_imagenet.harness.analysis.parameters import parameter_count
+from hpc_imagenet.harness.core.kinds import Record
+from hpc_imagenet.harness.core.records import newest_sweep
 from studies.published_model import formulas as scaling_model
 from studies.common.overlap import hidden_fraction
 
@@ -90,7 +90,7 @@ def step_samples(train: Sequence[Record]) -> Tuple[Tuple[str, Tuple[float, ...],
 
 
 def storage_ceiling(storage: Sequence[Record], bytes_per_image: float) -> Optional[Tuple[float, float, float, str]]:
-    """Your cluster's storage from the newest ``results.bench scaling --io`` sweep: the highest aggregate
+    """Your cluster's storage from the newest ``hpc_imagenet.harness.bench scaling --io`` sweep: the highest aggregate
     MB/s and files/s of its points, and the images/s they allow (ImageFolder: files/s, one file per image;
     shards: MB/s over ``bytes_per_image``). None without storage records."""
     ok = [r for r in storage if r.metrics.mb_per_s]

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from hpc_imagenet.imagenet.config import WARMUP_STEPS
-from hpc_imagenet.results.core.kinds import Record
-from hpc_imagenet.results.report import figures
-from hpc_imagenet.results.report.common import md_table
+from hpc_imagenet.harness.core.kinds import Record
+from hpc_imagenet.harness.report import figures
+from hpc_imagenet.harness.report.common import md_table
 from studies.published_model import formulas as scaling_model, words
 from studies.published_model import whole_step
 
@@ -49,7 +49,7 @@ def _needs(row: dict) -> str:
     unit, fmt = INPUT_UNITS.get(row["unmeasured_input"], ("", ".3g"))
     have = row["cited_value"]
     if row.get("needed_value") is None:
-        return ("no pipeline record gives the model a loader rate (`python -m hpc_imagenet.results.bench pipeline`)"
+        return ("no pipeline record gives the model a loader rate (`python -m hpc_imagenet.harness.bench pipeline`)"
                 if have is None and row["unmeasured_input"] == "images_per_core_s"
                 else f"no value of {row['unmeasured_input']} reaches it")
     return (f"it needs {format(row['needed_value'], fmt)} {unit}"

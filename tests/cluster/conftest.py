@@ -1,4 +1,4 @@
-"""Fixtures of the cluster tier: a real local SLURM cluster (slurm/localcluster/) for each pytest
+"""Fixtures of the cluster tier: a real local SLURM cluster (hpc_imagenet/slurm/localcluster/) for each pytest
 process that runs cluster tests (make test: two, one per xdist group of tests/conftest.py), started
 by the first test that asks for it and stopped when pytest ends; and the dataset the requeue and
 fault jobs train on."""
@@ -40,7 +40,8 @@ def data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def container_image() -> Path:
-    """The cached container image of the test cluster (slurm/localcluster/image.py, built on first use), with a
+    """The cached container image of the test cluster (hpc_imagenet/slurm/localcluster/image.py, built on first use),
+    with a
     mount point for the checkout. Where it cannot be built the tests skip, unless CI requires the cluster tier."""
     try:
         return test_image.ensure([str(REPO)])

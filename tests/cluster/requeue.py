@@ -1,4 +1,4 @@
-"""What the requeue tests check beyond the scenarios' own helpers (slurm/localcluster/scenarios/
+"""What the requeue tests check beyond the scenarios' own helpers (hpc_imagenet/slurm/localcluster/scenarios/
 jobs.py): that a preempted run resumed exactly where it stopped, every step trained once, read
 back from the run's TensorBoard events."""
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""The cluster scenarios (slurm/localcluster/scenarios/) as pytest tests: each test's scenario
+"""The cluster scenarios (hpc_imagenet/slurm/localcluster/scenarios/) as pytest tests: each test's scenario
 (submit, inject, wait, check) runs in a thread, all of its wave at once on the session's cluster,
 and the test then re-raises its own scenario's outcome. The checks are the scenarios' own, exactly
 as when the tests ran one after the other.
 
 A module's waves map a test's name (``request.node.name``) to its scenario and pin (see
-slurm/localcluster/scenarios/waves.py). A wave starts when its first test asks for an outcome
+hpc_imagenet/slurm/localcluster/scenarios/waves.py). A wave starts when its first test asks for an outcome
 (pytest's per-test timeout then covers one wave) and ends with every node idle, so the next wave
 or module starts on a clean cluster.
 """

@@ -1,4 +1,4 @@
-"""SlurmEnvironment against a real SLURM cluster (slurm/localcluster/: one slurmd per network
+"""SlurmEnvironment against a real SLURM cluster (hpc_imagenet/slurm/localcluster/: one slurmd per network
 namespace, so every node is its own host): srun tasks are told apart from the batch shell, the
 layout and master come out right on every task, a wrong -n gets its hint, and the first host of
 the nodelist with the job-derived port really rendezvouses across two nodes."""

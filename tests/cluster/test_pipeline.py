@@ -1,4 +1,4 @@
-"""python -m slurm.pipeline on the test cluster, from archives in ImageNet's official layout (real tars of
+"""python -m hpc_imagenet.slurm.pipeline on the test cluster, from archives in ImageNet's official layout (real tars of
 real JPEGs, a devkit) to evaluated, exported weights and a report, as real SLURM jobs with real dependencies.
 
 - One chain whose prepare task 0 is killed mid-way (it blocks on a FIFO standing where one of its shards

@@ -1,4 +1,4 @@
-"""``python -m results.bench scaling`` on the test cluster, typed as a user would type it on a login
+"""``python -m hpc_imagenet.harness.bench scaling`` on the test cluster, typed as a user would type it on a login
 node: the command runs as a subprocess whose only link to the cluster is SLURM_CONF (and the SLURM
 client binaries on PATH). Records, resume, a failed point, Ctrl-C, and the storage (--io) sweep."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import List
 
 import pytest
 
-from hpc_imagenet.results.core import records
+from hpc_imagenet.harness.core import records
 from hpc_imagenet.slurm.localcluster import SlurmCluster, wait_for
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH
 
@@ -25,7 +25,7 @@ SMALL = ["--gpus-per-node", "0", "--cpus-per-task", "1", "-a", ARCH, "--image-si
 
 
 def command(records_file: Path, *args: str) -> List[str]:
-    return [sys.executable, "-m", "hpc_imagenet.results.bench", "scaling", *args, *SMALL, "--records",
+    return [sys.executable, "-m", "hpc_imagenet.harness.bench", "scaling", *args, *SMALL, "--records",
             str(records_file),
             "--tag", "t"]
 

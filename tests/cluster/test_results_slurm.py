@@ -1,13 +1,13 @@
-"""``results.bench train --submit slurm`` on the test cluster: a 1- and a 2-node gloo point become
+"""``hpc_imagenet.harness.bench train --submit slurm`` on the test cluster: a 1- and a 2-node gloo point become
 valid records with the job's environment (nodes, rank-0 host, job id) and a 2-node efficiency; a
 point past its timeout is cancelled (the client itself: test_slurm_client.py)."""
 from pathlib import Path
 
 import pytest
 
-from hpc_imagenet.results import bench
-from hpc_imagenet.results.core import records
-from hpc_imagenet.results.runners import local
+from hpc_imagenet.harness import bench
+from hpc_imagenet.harness.core import records
+from hpc_imagenet.harness.runners import local
 from hpc_imagenet.slurm.localcluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm

@@ -1,5 +1,5 @@
 """A real ``sbatch --test-only`` on the 4-node x 4-GPU test cluster accepts every committed job
-file that slurm.generate writes, and refuses what the cluster cannot run."""
+file that hpc_imagenet.slurm.generate writes, and refuses what the cluster cannot run."""
 from __future__ import annotations
 
 import subprocess

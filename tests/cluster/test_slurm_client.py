@@ -1,4 +1,4 @@
-"""slurm.client on the test cluster: a batch file and a script's text submitted, their states from squeue
+"""hpc_imagenet.slurm.client on the test cluster: a batch file and a script's text submitted, their states from squeue
 then sacct, a wait that reports each change, a cancel (an unknown or purged job id is no error), and a
 cancel that slurmctld does not answer gives up and names the jobs instead of hanging a Ctrl-C."""
 import os

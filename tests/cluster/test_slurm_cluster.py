@@ -73,7 +73,7 @@ def _net_inode(proc: Path) -> int:
 
 
 def test_the_command_runs_a_command_against_the_cluster_and_returns_its_status() -> None:
-    """``python -m slurm.localcluster -- CMD``: CMD sees the cluster through SLURM_CONF, its exit status
+    """``python -m hpc_imagenet.slurm.localcluster -- CMD``: CMD sees the cluster through SLURM_CONF, its exit status
     is the tool's, and the cluster is gone afterwards."""
     reason = unavailable_reason()
     if reason:

@@ -2,7 +2,7 @@
 cluster's 4 nodes, torchrun started in the image on each, gloo over the nodes' network.
 
 The image is Debian's minimal root filesystem with Python, built here without a registry and cached
-(slurm/localcluster/image.py); the checkout and the data are bind-mounted by the batch file's own
+(hpc_imagenet/slurm/localcluster/image.py); the checkout and the data are bind-mounted by the batch file's own
 ``--container-mounts``, and the venv's packages come in on ``PYTHONPATH``. Mid-run the batch script gets
 the time-limit signal (USR2, as ``--signal=B:USR2@T`` sends it): the trainers in the image checkpoint, the job
 requeues, and the second run resumes at the exact step and trains to its end, every step once.

@@ -1,6 +1,7 @@
 """Chaos on the test cluster: a node's network gone in mid-step, a full disk while a checkpoint is
 written, a slurmd killed, fewer nodes after a requeue. The scenarios (what is injected, what must
-follow) are slurm/localcluster/scenarios/faults.py's, the ones ``python -m results.bench faults``
+follow) are hpc_imagenet/slurm/localcluster/scenarios/faults.py's, the ones ``python -m hpc_imagenet.harness.bench
+faults``
 records; each test here re-raises its scenario's failed check.
 
 The SLURM scenarios run at once, in waves on the session's cluster (tests/cluster/scenarios.py): much

@@ -1,7 +1,8 @@
 """The generated Charliecloud file trains in an image like NVIDIA's NGC PyTorch one, on the test cluster's 4
 nodes: the image's own Python with torch 2.6 (the bottom of the supported window) and the project's
 dependencies inside it, read-only, none of the host's folders in it, variables of its own
-(slurm/localcluster/image.py, ``ensure_torch``). Nothing of the host's venv is mounted or put on a path: the
+(hpc_imagenet/slurm/localcluster/image.py, ``ensure_torch``). Nothing of the host's venv is mounted or put on a path:
+the
 file binds the checkout, the data and the run folder onto the image's own mount points. Mid-run the batch
 script gets USR2, the trainers checkpoint, the job requeues and resumes at the exact step.
 

@@ -1,13 +1,16 @@
 """The generated Podman-HPC file trains in the NGC-like image on the test cluster's 4 nodes: Debian's podman with
-runc, PyPI's podman-hpc, the image (slurm/localcluster/image.py, ``ensure_torch``: its own Python with torch 2.6,
+runc, PyPI's podman-hpc, the image (hpc_imagenet/slurm/localcluster/image.py, ``ensure_torch``: its own Python with
+torch 2.6,
 nothing of the host's) imported into podman with its own variables and migrated with ``podman-hpc migrate``
-(slurm/localcluster/podman.py). The file checks that the node sees the image (``podman-hpc images``), mounts
+(hpc_imagenet/slurm/localcluster/podman.py). The file checks that the node sees the image (``podman-hpc images``),
+mounts
 only the checkout, the data and the run folder at their host paths, and runs torchrun in the image with
 ``--net host``. Mid-run the batch script gets USR2, the trainers checkpoint, the job requeues and resumes at the
 exact step.
 
 What differs from a real cluster: the SLURM "nodes" are network namespaces of one host
-(slurm/localcluster/network.py), so podman, started by each node's srun task, joins that node's namespace with
+(hpc_imagenet/slurm/localcluster/network.py), so podman, started by each node's srun task, joins that node's namespace
+with
 ``--net host``; but podman's storage (the squashed store that ``SQUASH_DIR`` names, as a shared filesystem
 would hold it, and the node store, which a real node keeps on its own local disk) is one folder shared by all
 four. The site's settings (the containers.conf with runc and ulimits, podman-hpc's configuration, its venv on

@@ -1,7 +1,8 @@
 """Recovery without a user on the test cluster: faults injected into tiny real jobs that the
 generated batch files must survive on their own (a killed rank, a node's processes killed, a
 training crashing at every start (4 starts, then one line), a node failure, a stopped rank). The scenarios are
-slurm/localcluster/scenarios/recovery.py's, the ones ``python -m results.bench faults`` records;
+hpc_imagenet/slurm/localcluster/scenarios/recovery.py's, the ones ``python -m hpc_imagenet.harness.bench faults``
+records;
 each test here re-raises its scenario's failed check.
 
 The scenarios run at once, in waves on the session's cluster (tests/cluster/scenarios.py): most of a

@@ -68,7 +68,7 @@ def _submitit_preemption(slurm_cluster: SlurmCluster, data: Path, tmp_path: Path
     wait_for_progress(log, 1, 2)
     # submitit's test hook: USR2 to every task, as SLURM does signal_delay_s before the time limit.
     # (Its preemption flavour sends TERM and USR2 back to back; a rank that sees USR2 first takes the
-    # TERM as "asked twice" and exits without a checkpoint: see imagenet/process/preemption.py.)
+    # TERM as "asked twice" and exits without a checkpoint: see hpc_imagenet/imagenet/process/preemption.py.)
     job._interrupt(timeout=True)
     release_requeued(slurm_cluster, job.job_id)
     summary = sm.result(job)

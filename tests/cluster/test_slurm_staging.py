@@ -1,6 +1,6 @@
 """Staging on the test cluster: the committed slurm/ddp_2node_staged.sh, submitted with the sbatch
 command a user types (--export for the tiny data and CPU settings), stages a shard folder
-(imagenet.shards) to each node's own folder, is requeued by the time-limit signal, resumes exactly,
+(hpc_imagenet.imagenet.data.shards) to each node's own folder, is requeued by the time-limit signal, resumes exactly,
 and the second run
 reuses both nodes' copies instead of copying again.
 

@@ -1,4 +1,4 @@
-"""slurm.submit on the test cluster: submitit jobs on 1 and 2 nodes return the trainer's summary,
+"""hpc_imagenet.slurm.submit on the test cluster: submitit jobs on 1 and 2 nodes return the trainer's summary,
 a failing job reports its failure, and --sweep submits one job per point."""
 from __future__ import annotations
 

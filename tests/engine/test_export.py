@@ -1,4 +1,4 @@
-"""imagenet.export on a real tiny training run: the exported weights load strictly into torchvision's
+"""hpc_imagenet.imagenet.export on a real tiny training run: the exported weights load strictly into torchvision's
 model, reproduce the top-1 the engine's --evaluate measured on the same images, match their safetensors
 twin, and the model card says what was trained; a missing or damaged run folder is one line."""
 from __future__ import annotations

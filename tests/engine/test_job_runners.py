@@ -7,7 +7,7 @@ line run of the MD5 case under the same load is in test_prepare.py.
 """
 from __future__ import annotations
 
-from hpc_imagenet.results.runners import jpegs
+from hpc_imagenet.harness.runners import jpegs
 from tests.engine.load import cpu_burners
 from tests.helpers import explain, python
 

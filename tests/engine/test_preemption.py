@@ -1,6 +1,6 @@
 """Stop signals are never lost or late: one that comes in an epoch's last print interval (or during
 validation) stops the run right after the epoch's checkpoint; one that comes while a trainer
-starts waits, pending, for its handler (launch.agent holds it back for torchrun's workers); and
+starts waits, pending, for its handler (hpc_imagenet.launch.agent holds it back for torchrun's workers); and
 progress lines end in \\r only on a real terminal, never in a collected log."""
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_signal_without_a_print_boundary_left_stops_after_the_epoch_checkpoint(j
     _resume_finishes(tmp_path, jpeg_data, 3)
 
 
-def _block_stop_signals() -> None:  # what a trainer inherits from launch.agent
+def _block_stop_signals() -> None:  # what a trainer inherits from hpc_imagenet.launch.agent
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP)
 
 
@@ -87,7 +87,7 @@ def _mask(status: str, field: str) -> int:
 
 
 def test_launch_agent_hands_its_workers_stop_signals_blocked_not_ignored():
-    """torchrun under launch.agent, as the generated batch files start it (after `trap ""`)."""
+    """torchrun under hpc_imagenet.launch.agent, as the generated batch files start it (after `trap ""`)."""
     cmd = ['trap "" USR2 TERM; exec "$0" -m hpc_imagenet.launch.agent torch.distributed.run --standalone '
            '--nproc_per_node=1 '
            '--no-python cat /proc/self/status', PYTHON]

@@ -1,10 +1,11 @@
-"""python -m imagenet.prepare on a small download in ImageNet's official layout (real tar files, real JPEGs).
+"""python -m hpc_imagenet.imagenet.data.prepare on a small download in ImageNet's official layout (real tar files, real
+JPEGs).
 
 The download (studies/benches/archive_set.py) is a tar of per-class tars, a flat validation tar and a devkit
 whose meta.mat comes from scipy.io.savemat (shuffled IDs, WordNet inner nodes), or Kaggle's label
 files; it includes ImageNet's odd files (a PNG under a .JPEG name, a CMYK JPEG). Checked: every
 sample is byte-identical to its source image with the right class; the shards are the very files
-python -m imagenet.shards writes from the extracted folder, and --format folder is that folder;
+python -m hpc_imagenet.imagenet.data.shards writes from the extracted folder, and --format folder is that folder;
 devkit and Kaggle labels agree; a process killed with SIGKILL resumes to the same files; each bad
 input stops in one line with nothing that looks complete; every backend trains on the result.
 """
@@ -35,7 +36,7 @@ SHARD_MB = "0.001"  # about one image a shard: many shards, so a kill lands betw
 
 
 def _prepare(archive_dir, dst, *extra, **kw):
-    return run([PYTHON, "-m", "hpc_imagenet.imagenet.prepare", str(archive_dir), str(dst), "--workers", "2",
+    return run([PYTHON, "-m", "hpc_imagenet.imagenet.data.prepare", str(archive_dir), str(dst), "--workers", "2",
                 "--shard-size", SHARD_MB, *map(str, extra)], **kw)
 
 
@@ -131,7 +132,7 @@ def _extract_like_valprep(download: Path, out: Path) -> None:
 
 def test_same_files_as_extracting_then_imagenet_shards_and_folder_as_valprep(download, prepared, tmp_path):
     _extract_like_valprep(download, tmp_path / "extracted")
-    proc = run([PYTHON, "-m", "hpc_imagenet.imagenet.shards", tmp_path / "extracted", tmp_path / "from_folder",
+    proc = run([PYTHON, "-m", "hpc_imagenet.imagenet.data.shards", tmp_path / "extracted", tmp_path / "from_folder",
                 "--workers", "2",
                 "--shard-size", SHARD_MB])
     assert proc.returncode == 0, explain(proc)
@@ -155,7 +156,8 @@ def test_kaggle_labels_give_the_same_shards(kaggle, prepared, tmp_path):
 
 def test_a_killed_import_resumes_to_the_same_files(download, prepared, tmp_path):
     dst = tmp_path / "s"
-    cmd = [PYTHON, "-m", "hpc_imagenet.imagenet.prepare", download, dst, "--workers", "1", "--shard-size", SHARD_MB]
+    cmd = [PYTHON, "-m", "hpc_imagenet.imagenet.data.prepare", download, dst, "--workers", "1",
+           "--shard-size", SHARD_MB]
     proc = subprocess.Popen([str(c) for c in cmd], env=child_env(), stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:  # plain progress lines (no terminal): kill once the first shard is written
         if " shards, " in line:

@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from hpc_imagenet.results import bench
+from hpc_imagenet.harness import bench
 from studies.benches import command as benches
-from hpc_imagenet.results.analysis.efficiency import with_efficiency
-from hpc_imagenet.results.core import kinds, records
-from hpc_imagenet.results.report import curves as report_curves
-from hpc_imagenet.results.runners import common, local, train_bench
+from hpc_imagenet.harness.analysis.efficiency import with_efficiency
+from hpc_imagenet.harness.core import kinds, records
+from hpc_imagenet.harness.report import curves as report_curves
+from hpc_imagenet.harness.runners import common, local, train_bench
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def test_allreduce_records(tmp_path):
 def test_io_records_workers_readers_cache(tmp_path):
     out = tmp_path / "r.jsonl"
     data = tmp_path / "jpegs"
-    from hpc_imagenet.results.runners import jpegs
+    from hpc_imagenet.harness.runners import jpegs
     info = jpegs.ensure_dataset(data, classes=2, train_per_class=8, val_per_class=1)
     assert 60_000 < info["mean_image_bytes"] < 160_000  # ImageNet-like files
     assert bench.main(["io", "--data", str(data), "--backends", "torchvision", "--workers", "0", "1",
@@ -54,7 +54,7 @@ def test_io_records_workers_readers_cache(tmp_path):
 def test_pipeline_records_steady_state_ratios(tmp_path):
     out = tmp_path / "r.jsonl"
     data = tmp_path / "jpegs"
-    from hpc_imagenet.results.runners import jpegs
+    from hpc_imagenet.harness.runners import jpegs
     jpegs.ensure_dataset(data, classes=2, train_per_class=4, val_per_class=1)
     assert bench.main(["pipeline", "--data", str(data), "--images", "8", "--workers", "0", "--rounds", "2",
                        "--batch", "4", "--image-size", "32", "--records", str(out), "--tag", "t"]) == 0
@@ -72,7 +72,7 @@ def test_region_records_compare_the_c_decoder_with_nvimgcodec(tmp_path):
     """Both decoders on the same training boxes; the harness first checks they give the same pixels."""
     pytest.importorskip("nvidia.nvimgcodec", reason="nvImageCodec comes with DALI (requirements-dev.txt)")
     out, data = tmp_path / "r.jsonl", tmp_path / "jpegs"
-    from hpc_imagenet.results.runners import jpegs
+    from hpc_imagenet.harness.runners import jpegs
     jpegs.ensure_dataset(data, classes=2, train_per_class=4, val_per_class=1)
     assert benches.main(["region", "--data", str(data), "--images", "8", "--rounds", "2", "--records", str(out),
                        "--tag", "t"]) == 0
@@ -166,7 +166,7 @@ def test_each_command_has_its_own_default_tag(cmd, tag):
 
 
 def test_storage_readers_split_the_files_and_read_each_whole(tmp_path, monkeypatch):
-    from hpc_imagenet.results.runners import storage_bench
+    from hpc_imagenet.harness.runners import storage_bench
     data, out = tmp_path / "data", tmp_path / "out"
     sizes = {}
     for i in range(7):

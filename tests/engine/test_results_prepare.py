@@ -1,6 +1,6 @@
 """``python -m studies.benches prepare`` on a tiny generated download: records that validate and carry no
 machine paths, one per format x workers, and the write-up section that shows them."""
-from hpc_imagenet.results.core import records
+from hpc_imagenet.harness.core import records
 from studies.benches import report
 from tests.helpers import REPO, explain, python
 

@@ -1,16 +1,16 @@
-"""``results.bench shards`` on a tiny set: real conversions, strace-counted opens of a seeded multi-epoch
+"""``hpc_imagenet.harness.bench shards`` on a tiny set: real conversions, strace-counted opens of a seeded multi-epoch
 run with loader workers, real memory of workers, records that validate, and the report section that
 shows them."""
-from hpc_imagenet.results import report
-from hpc_imagenet.results.core import records
-from hpc_imagenet.results.runners.data_scale_bench import index_memory
+from hpc_imagenet.harness import report
+from hpc_imagenet.harness.core import records
+from hpc_imagenet.harness.runners.data_scale_bench import index_memory
 
 from tests.helpers import explain, python
 
 
 def test_shards_bench_records_and_report(tmp_path):
     rec = tmp_path / "r.jsonl"
-    proc = python("-m", "hpc_imagenet.results.bench", "shards", "--images", "16", "--rounds", "1", "--shard-size",
+    proc = python("-m", "hpc_imagenet.harness.bench", "shards", "--images", "16", "--rounds", "1", "--shard-size",
                   "0.5",
                   "--index-samples", "20000", "--loader-workers", "2", "--io-workers", "2", "--io-epochs", "3",
                   "--records", rec,
@@ -37,7 +37,7 @@ def test_shards_bench_records_and_report(tmp_path):
 
 
 def _photos(tmp_path):
-    from hpc_imagenet.results.runners import jpegs
+    from hpc_imagenet.harness.runners import jpegs
 
     root = tmp_path / "jpegs"
     jpegs.ensure_dataset(root, classes=2, train_per_class=8, val_per_class=1)

@@ -21,7 +21,7 @@ from hpc_imagenet.imagenet import config
 from hpc_imagenet.imagenet.common import errors
 from hpc_imagenet.imagenet.data import loader, samplers, scan, shards, sources
 from hpc_imagenet.imagenet.data.decode import fast
-from hpc_imagenet.results.runners import jpegs
+from hpc_imagenet.harness.runners import jpegs
 from tests.engine import dali_colours
 from tests.helpers import BIN, PYTHON, TINY, explain, read_run, run, script
 from tests.warm_start import warm_python
@@ -30,7 +30,8 @@ SEEDED = [*TINY, "--seed", "7", "--deterministic", "-p", "1"]
 
 
 def convert(src, dst, *extra):
-    return run([PYTHON, "-m", "hpc_imagenet.imagenet.shards", str(src), str(dst), "--workers", "2", *map(str, extra)])
+    return run([PYTHON, "-m", "hpc_imagenet.imagenet.data.shards", str(src), str(dst), "--workers", "2",
+                *map(str, extra)])
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +126,7 @@ def test_an_interrupted_conversion_resumes_and_keeps_finished_shards(photos, pho
     # what a kill leaves: no index, a half-written temp shard, a shard not yet started
     (dst / sources.INDEX_NAME).unlink()
     (dst / "train-000001.tar").unlink()
-    (dst / ".train-000001.tar.k2x9q.tmp").write_bytes(b"half a shard")  # imagenet.common.files' temp name
+    (dst / ".train-000001.tar.k2x9q.tmp").write_bytes(b"half a shard")  # hpc_imagenet.imagenet.common.files' temp name
     (dst / "train-000001.tar.tmp").write_bytes(b"half a shard")  # the name older versions used
     kept = os.stat(dst / "train-000000.tar").st_mtime_ns
     with pytest.raises(errors.DataError):

@@ -1,4 +1,4 @@
-"""Node-local staging (imagenet.staging): a copy is made once, reused when complete, completed when
+"""Node-local staging (hpc_imagenet.imagenet.data.staging): a copy is made once, reused when complete, completed when
 partial or stale, checked by size (and checksum with --stage-verify), refused with one line when
 the disk is too small (a real tmpfs of a few hundred KiB), and made by one process per node."""
 from __future__ import annotations
@@ -242,7 +242,7 @@ def test_a_second_job_on_the_node_waits_for_the_first(src: Path, tmp_path: Path)
     dest.parent.mkdir(parents=True, mode=0o700)
     with open(dest.parent / f"{dest.name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the first job, copying
-        proc = subprocess.Popen([PYTHON, "-m", "hpc_imagenet.imagenet.staging", str(src), str(tmp_path / "stage")],
+        proc = subprocess.Popen([PYTHON, "-m", "hpc_imagenet.imagenet.data.staging", str(src), str(tmp_path / "stage")],
                                 cwd=REPO,
                                 env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert "waiting for another process staging to" in proc.stdout.readline()
@@ -254,7 +254,8 @@ def test_a_second_job_on_the_node_waits_for_the_first(src: Path, tmp_path: Path)
 
 
 def test_stage_command_fails_with_one_line(tmp_path: Path) -> None:
-    proc = run([PYTHON, "-m", "hpc_imagenet.imagenet.staging", tmp_path / "nothing", tmp_path / "stage"], timeout=60)
+    proc = run([PYTHON, "-m", "hpc_imagenet.imagenet.data.staging", tmp_path / "nothing", tmp_path / "stage"],
+               timeout=60)
     assert proc.returncode == 2 and proc.stdout == "", explain(proc)
     assert proc.stderr == f"error: dataset directory {tmp_path / 'nothing'} does not exist; pass the dataset " \
         "folder to stage\n"

@@ -39,7 +39,7 @@ def as_user(uid: int, *args: str, timeout: float = 60) -> subprocess.CompletedPr
 
 
 def stage_as(uid: int, data: Path, stage_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    return as_user(uid, "-m", "hpc_imagenet.imagenet.staging", data, stage_dir, *extra)
+    return as_user(uid, "-m", "hpc_imagenet.imagenet.data.staging", data, stage_dir, *extra)
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -231,11 +231,11 @@ def test_cleanup_leaves_a_copy_another_job_reads_and_removes_it_after(node: Path
                 break
         else:
             pytest.fail("the other job ended before it held the copy")
-        first = as_user(USER, "-m", "hpc_imagenet.imagenet.staging", "--remove", data, shm)
+        first = as_user(USER, "-m", "hpc_imagenet.imagenet.data.staging", "--remove", data, shm)
         assert first.returncode == 1 and "another job on this node is reading it" in first.stdout, explain(first)
         assert (private / dest.name / staging.MARKER).is_file()
     finally:
         other_job.communicate("done\n", timeout=60)
-    second = as_user(USER, "-m", "hpc_imagenet.imagenet.staging", "--remove", data, shm)
+    second = as_user(USER, "-m", "hpc_imagenet.imagenet.data.staging", "--remove", data, shm)
     assert second.returncode == 0 and "removed the staged copy" in second.stdout, explain(second)
     assert not (private / dest.name).exists()

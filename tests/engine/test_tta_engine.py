@@ -10,7 +10,7 @@ import pytest
 from hpc_imagenet.imagenet.run import sysinfo
 from hpc_imagenet.imagenet.train import time_to_accuracy
 from studies.fashion_mnist_race import command as race
-from hpc_imagenet.results.core import records
+from hpc_imagenet.harness.core import records
 from studies.fashion_mnist_race import examples_main, fashion_mnist
 from studies.fashion_mnist_race import recipe as tta_recipe
 from studies.fashion_mnist_race import runner as tta

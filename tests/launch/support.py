@@ -1,5 +1,5 @@
 """Shared pieces of the launcher tests: the tiny CPU training command, a launcher-free environment,
-running commands with a deadline, checking a finished run folder, and launch.manual's printed
+running commands with a deadline, checking a finished run folder, and hpc_imagenet.launch.manual's printed
 commands. (Helpers only: the demo dataset fixture is in conftest.py.)"""
 from __future__ import annotations
 
@@ -31,12 +31,12 @@ def clean_env(**extra: str) -> Dict[str, str]:
 
 
 def printed(*argv: str) -> str:
-    """What ``python -m launch.manual ARGV`` prints."""
+    """What ``python -m hpc_imagenet.launch.manual ARGV`` prints."""
     return manual.render(manual.build_parser().parse_args(list(argv)))
 
 
 def commands(text: str) -> List[str]:
-    """The command lines of launch.manual's output (its # comments left out)."""
+    """The command lines of hpc_imagenet.launch.manual's output (its # comments left out)."""
     return [line for line in text.splitlines() if line and not line.startswith("#")]
 
 

@@ -1,4 +1,4 @@
-"""launch.manual for real: the printed commands run as two local 'nodes' on 127.0.0.1 that rendezvous
+"""hpc_imagenet.launch.manual for real: the printed commands run as two local 'nodes' on 127.0.0.1 that rendezvous
 and train (the printed text, its errors and --check: tests/unit/test_launch_manual_text.py)."""
 from __future__ import annotations
 

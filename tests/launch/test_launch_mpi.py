@@ -1,5 +1,5 @@
-"""launch.mpi: its error paths, then real jobs: Open MPI's ``mpirun -np 2`` and MPICH's ``mpiexec -n 2``
-run launch.mpi with the DDP script and train, and a failing rank brings the whole job down (its
+"""hpc_imagenet.launch.mpi: its error paths, then real jobs: Open MPI's ``mpirun -np 2`` and MPICH's ``mpiexec -n 2``
+run hpc_imagenet.launch.mpi with the DDP script and train, and a failing rank brings the whole job down (its
 choices, one function at a time, are in tests/unit/test_launch_mpi_units.py).
 
 Open MPI is the system's (Debian's openmpi-bin/libopenmpi-dev, installed by the test setup where
@@ -94,7 +94,7 @@ def mpich_run(mpich: Dict[str, str]) -> List[str]:
 
 def run_mpi(tmp_path: Path, launcher: List[str], args: List[str], timeout_s: float = 150,
             **env: str) -> Tuple[Optional[int], str]:
-    """(exit status or None when it outlived TIMEOUT_S, output) of LAUNCHER python -m launch.mpi ARGS."""
+    """(exit status or None when it outlived TIMEOUT_S, output) of LAUNCHER python -m hpc_imagenet.launch.mpi ARGS."""
     job = Job([*launcher, PYTHON, "-m", "hpc_imagenet.launch.mpi", *args], clean_env(**env), tmp_path / "mpi.log")
     code, = run_jobs([job], timeout_s)
     return code, job.output
@@ -142,7 +142,7 @@ def test_ddp_training_under_mpi(tmp_path, demo_data, launcher):
     assert code == 0, output[-4000:]
     record = assert_trained(run_dir, world_size=2, environment=f"mpi/{flavour}")
     assert record["dist"]["backend"] == "gloo"
-    ran = record["environment"]["mpi"]  # the library launch.mpi initialised, as mpi4py reports it
+    ran = record["environment"]["mpi"]  # the library hpc_imagenet.launch.mpi initialised, as mpi4py reports it
     assert ran["library"].startswith({"openmpi": "Open MPI v", "mpich": "MPICH Version:"}[flavour]), ran
     assert ran["file"] == os.path.realpath(env["MPI4PY_LIBMPI"]) and re.fullmatch(r"\d\.\d", ran["standard"])
     # Open MPI gives its ranks a pty even when its output goes to a file: still one line per report
@@ -159,8 +159,8 @@ def test_a_failing_rank_aborts_the_job(tmp_path, launcher):
     assert code is not None, "rank 0 kept running after rank 1 failed: the job was not aborted"
     assert code != 0
     assert "ValueError: rank 1 breaks" in output
-    assert "launch.mpi: rank 1 failed (exit status 1); aborting all 2 ranks" in output
-    assert "launch/mpi.py" not in output  # the traceback starts in the script
+    assert "hpc_imagenet.launch.mpi: rank 1 failed (exit status 1); aborting all 2 ranks" in output
+    assert "hpc_imagenet/launch/mpi.py" not in output  # the traceback starts in the script
 
 
 @pytest.mark.mpi
@@ -224,4 +224,4 @@ def test_mpi4py_missing_is_a_one_line_error(capsys):
             mock.patch.dict(os.environ, {"OMPI_COMM_WORLD_SIZE": "2"}, clear=True):
         assert mpi.main([__file__]) == mpi.EXIT_USAGE
     err = capsys.readouterr().err
-    assert err.startswith("error: launch.mpi needs mpi4py: pip install mpi4py") and err.count("\n") == 1
+    assert err.startswith("error: hpc_imagenet.launch.mpi needs mpi4py: pip install mpi4py") and err.count("\n") == 1

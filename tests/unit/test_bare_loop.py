@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from hpc_imagenet.results.core.setups import SETUPS
-from hpc_imagenet.results.runners import bare_loop, train_bench
+from hpc_imagenet.harness.core.setups import SETUPS
+from hpc_imagenet.harness.runners import bare_loop, train_bench
 
 
 @pytest.mark.parametrize("flags", [[], ["--opt-level", "O1", "--amp-dtype", "bfloat16", "--channels-last"]])

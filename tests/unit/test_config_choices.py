@@ -1,4 +1,4 @@
-"""The torch-free choice lists of imagenet.config.choices match the libraries they stand in for."""
+"""The torch-free choice lists of hpc_imagenet.imagenet.config.choices match the libraries they stand in for."""
 import torchvision
 
 from hpc_imagenet.imagenet.config import choices

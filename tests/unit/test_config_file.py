@@ -73,7 +73,7 @@ def test_a_missing_config_file_is_named(tmp_path):
 
 def test_a_recipe_file_is_a_config_file(tmp_path):
     """The same format: a packaged recipe given as --config sets what --recipe sets."""
-    path = str(REPO / "imagenet" / "recipes" / "mlperf.toml")
+    path = str(REPO / "hpc_imagenet" / "imagenet" / "recipes" / "mlperf.toml")
     by_file = config.parse(["--dummy", "-b", "512", "--config", path], environ={})
     by_name = config.parse(["--dummy", "-b", "512", "--recipe", "mlperf"], environ={})
     assert by_file.optim == by_name.optim
@@ -83,6 +83,6 @@ def test_the_recipe_files_ship_as_package_data():
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "hpc_imagenet.imagenet.recipes" in find_packages(str(REPO), **setuptools["packages"]["find"])
     patterns = setuptools["package-data"]["hpc_imagenet.imagenet.recipes"]
-    shipped = {p.name for pattern in patterns for p in (REPO / "imagenet" / "recipes").glob(pattern)}
+    shipped = {p.name for pattern in patterns for p in (REPO / "hpc_imagenet" / "imagenet" / "recipes").glob(pattern)}
     assert {f"{name}.toml" for name in recipes.names()} <= shipped
     assert set(recipes.names()) >= {"examples", "goyal", "mlperf"}

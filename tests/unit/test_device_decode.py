@@ -16,7 +16,7 @@ from hpc_imagenet.imagenet.common import errors
 from hpc_imagenet.imagenet.data import loader, normalize
 from hpc_imagenet.imagenet.data.decode import device, jpeg
 from hpc_imagenet.imagenet.data.decode.fast import FastTrain, FastVal
-from hpc_imagenet.results.runners import jpegs
+from hpc_imagenet.harness.runners import jpegs
 
 CPU = torch.device("cpu")
 

@@ -1,6 +1,6 @@
 """The repository files that the documents a reader sees name (README, the docs/ pages, the package
 READMEs, RESULTS.md, the per-tag reports) exist: a module that moves must take its mentions with it.
-Two kinds of mention are checked: a path written from the repository root (`imagenet/data/loader.py`,
+Two kinds of mention are checked: a path written from the repository root (`hpc_imagenet/imagenet/data/loader.py`,
 `docs/slurm.md`), and a markdown link relative to its document (`[data](data.md#bad-data)`,
 `(../launch/README.md)`), whose #anchor must also name a heading of the linked page. The reports
 are generated, so a stale path there comes from the report code and `make report` carries the fix.
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("imagenet", "launch", "slurm", "results", "studies", "tests", "docs")
+PACKAGES = ("hpc_imagenet", "imagenet", "launch", "slurm", "results", "studies", "tests", "docs")
 PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*\w\.(?:py|sh|md|jsonl|json|c))" % "|".join(PACKAGES))
 # Paths named on purpose that are not this repository's files.
 ELSEWHERE = {
@@ -21,13 +21,13 @@ ELSEWHERE = {
 }
 # Paths the committed records name as they were when measured: the generated reports quote the records'
 # notes, and what a record measured is never rewritten. The local cluster lived in tests/ then (now
-# slurm/localcluster/).
+# hpc_imagenet/slurm/localcluster/).
 RECORDED = {"tests/slurm_cluster.py"}
 GENERATED = ("results/RESULTS.md", "results/reports/", "studies/published_model/RESULTS.md",
              "studies/fashion_mnist_race/RESULTS.md", "studies/benches/RESULTS.md")  # made by `make report`
 # The report's words (markdown templates): their links resolve where the report is written, and are
 # checked there, in the generated RESULTS.md and reports/<tag>/README.md
-TEMPLATES = ("results/report/text/", "studies/published_model/text/", "studies/fashion_mnist_race/text/",
+TEMPLATES = ("hpc_imagenet/harness/report/text/", "studies/published_model/text/", "studies/fashion_mnist_race/text/",
              "studies/benches/text/")
 SCRATCH = "results/scratch/"  # the harness's ignored work area: records name their run folders there
 # build: setuptools output (pip wheel .); .venv-compat: make test-compat's venv
@@ -36,7 +36,7 @@ LINK = re.compile(r"\]\(([^()\s]+)\)")  # the target of [text](target)
 FENCE = "```"
 # Packages whose README has a line per module (a module is named as `name.py` or by its path from the
 # README's folder).
-MODULE_LINES = ("imagenet", "launch", "results", "slurm", "studies", "tests")
+MODULE_LINES = ("hpc_imagenet", "imagenet", "studies", "tests")
 
 
 def _documents() -> Iterator[Path]:
@@ -93,8 +93,9 @@ def _broken_link(doc: Path, target: str) -> str:
 
 
 def test_the_pattern_finds_paths_in_prose_and_code_spans():
-    found = [p for _, p in _mentions("see `imagenet/data/loader.py` and results/runners/jpegs.py, not x/imagenet/a.py")]
-    assert found == ["imagenet/data/loader.py", "results/runners/jpegs.py"]
+    found = [p for _, p in _mentions("see `hpc_imagenet/imagenet/data/loader.py` and slurm/ddp_4node.sh, not "
+                                     "x/imagenet/a.py")]
+    assert found == ["hpc_imagenet/imagenet/data/loader.py", "slurm/ddp_4node.sh"]
 
 
 def test_every_repository_path_a_document_names_exists():
@@ -143,3 +144,27 @@ def test_every_module_has_a_line_in_its_package_readme():
             if not any(f"`{name}`" in readme.read_text() for name in names):
                 unnamed.append(f"{module.relative_to(ROOT)} (add its line to {readme.relative_to(ROOT)})")
     assert not unnamed, "modules without a line in their package README:\n" + "\n".join(unnamed)
+
+
+COMMAND = re.compile(r"python3? -m ([\w.]+)")
+OTHERS_COMMANDS = ("torch.", "pytest", "pip", "venv")  # other projects' modules the documents name
+
+
+def test_every_command_the_documents_teach_is_the_packages_one_name():
+    """`python -m NAME` in the README, docs and package READMEs is the form the tests run: a module of the package
+    (or a study) under its one name, never a root-folder name such as `slurm.generate`. Generated reports quote
+    their records' notes as measured, and are left out."""
+    import importlib.util
+
+    wrong = []
+    for doc in _documents():
+        if str(doc.relative_to(ROOT)).startswith(GENERATED):
+            continue
+        for number, line in enumerate(doc.read_text(errors="replace").splitlines(), 1):
+            for name in COMMAND.findall(line):
+                if name.startswith(OTHERS_COMMANDS) or name.endswith("."):  # `hpc_imagenet.<part>`: a pattern
+                    continue
+                if not name.startswith(("hpc_imagenet.", "studies.")) and name != "hpc_imagenet" or \
+                        importlib.util.find_spec(name) is None:
+                    wrong.append(f"{doc.relative_to(ROOT)}:{number}: python -m {name}")
+    assert not wrong, "commands that are not the package's one name:\n" + "\n".join(wrong)

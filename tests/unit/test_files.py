@@ -1,4 +1,4 @@
-"""imagenet.common.files on a shared filesystem: what it writes follows the user's umask but is never
+"""hpc_imagenet.imagenet.common.files on a shared filesystem: what it writes follows the user's umask but is never
 world-writable (even under umask 0), and a planted symbolic link is replaced or refused, never
 written through. The other user is a real uid (``setpriv``), not a mock."""
 from __future__ import annotations

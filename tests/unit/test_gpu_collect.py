@@ -6,7 +6,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from hpc_imagenet.results.core import records
+from hpc_imagenet.harness.core import records
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "results" / "gpu_collect.sh"

@@ -1,5 +1,5 @@
-"""Imports point one way: no import cycle among the product packages and the studies, results/ in its layers,
-slurm/ below results/, and no product package importing a study.
+"""Imports point one way: no import cycle among the product packages and the studies, the harness in its layers,
+slurm below the harness, and no product package importing a study.
 
 Read from the source with ``ast`` (nothing is imported), so an import placed inside a function to
 dodge a cycle counts like any other. An edge ``a -> b`` is recorded for every ``import b`` /
@@ -9,16 +9,18 @@ exists), for modules of the product packages only.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List, Set
 
-# Modules are named here by their folders (imagenet.run.cli), the names they import each other by less the
-# installed prefix (hpc_imagenet.imagenet.run.cli). rename_imports: keep strings
+# Modules are named here by their import names less the package's prefix (hpc_imagenet.imagenet.run.cli ->
+# imagenet.run.cli; the studies keep theirs: studies.benches.report).
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("imagenet", "launch", "slurm", "results", "studies")  # studies/ is checked with them: it imports them
+PRODUCT = ("hpc_imagenet", "studies")  # studies/ is checked with the package: it imports it
 
-# results/: what each layer may import (see results/README.md). The top (results.bench and the
-# command-line aliases) may import every layer; nothing imports the top.
+# the harness: what each layer may import (see hpc_imagenet/harness/README.md). The top (harness.bench and the
+# command lines) may import every layer; nothing imports the top.
 LAYERS = {
     "core": {"core"},
     "analysis": {"core", "analysis"},
@@ -30,15 +32,15 @@ KNOWN_CYCLES: List[List[str]] = []  # none: the whole product is held to no cycl
 
 
 def checkout_name(target: str) -> str:
-    """``hpc_imagenet.results.core`` (the name modules import each other by) -> ``results.core`` (its folder)."""
-    return target.removeprefix("hpc_imagenet.")
+    """``hpc_imagenet.harness.core`` (the name modules import each other by) -> ``harness.core``."""
+    return "" if target == "hpc_imagenet" else target.removeprefix("hpc_imagenet.")
 
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return checkout_name(".".join(parts))
 
 
 def product_modules() -> Dict[str, Path]:
@@ -58,12 +60,12 @@ def imports_of(name: str, path: Path, known: Set[str]) -> Set[str]:
             if node.level:  # relative: from the package, up level - 1
                 anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
-            targets = [checkout_name(f"{base}.{a.name}") if checkout_name(f"{base}.{a.name}") in known else base
+            targets = [f"{base}.{a.name}".strip(".") if f"{base}.{a.name}".strip(".") in known else base
                        for a in node.names]
         else:
             continue
         for t in targets:
-            while t and t not in known:  # ``import results.core.records`` also names results, results.core
+            while t and t not in known:  # ``import hpc_imagenet.harness.core.records`` also names harness.core
                 t = t.rpartition(".")[0]
             if t and t != name:
                 out.add(t)
@@ -113,7 +115,7 @@ def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
 
 
 def layer(module: str) -> str:
-    """results.<layer>... -> its layer; results itself, results.bench and the aliases -> the top."""
+    """harness.<layer>... -> its layer; the harness itself, harness.bench and the command lines -> the top."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and parts[1] in LAYERS else TOP
 
@@ -121,11 +123,11 @@ def layer(module: str) -> str:
 def layer_violations(graph: Dict[str, Set[str]]) -> List[str]:
     bad = []
     for a, targets in sorted(graph.items()):
-        if not a.startswith("results"):
+        if not a.startswith("harness"):
             continue
-        for b in sorted(t for t in targets if t.startswith("results.")):
+        for b in sorted(t for t in targets if t.startswith("harness.")):
             la, lb = layer(a), layer(b)
-            if lb == TOP and b != "results":
+            if lb == TOP and b != "harness":
                 bad.append(f"{a} -> {b}: nothing imports the command line on top")
             elif la != TOP and lb != TOP and lb not in LAYERS[la]:
                 bad.append(f"{a} -> {b}: the {la} layer may import only {', '.join(sorted(LAYERS[la]))}")
@@ -134,10 +136,10 @@ def layer_violations(graph: Dict[str, Set[str]]) -> List[str]:
 
 def test_the_checker_sees_imports_inside_functions(tmp_path):
     src = tmp_path / "mod.py"
-    src.write_text("import os\n\ndef f():\n    from hpc_imagenet.results.core import records  # late\n"
+    src.write_text("import os\n\ndef f():\n    from hpc_imagenet.harness.core import records  # late\n"
                    "    from hpc_imagenet import launch\n    return records, launch\n")
-    known = {"results", "results.core", "results.core.records", "launch"}
-    assert imports_of("results.x", src, known) == {"results.core.records", "launch"}
+    known = {"harness", "harness.core", "harness.core.records", "launch"}
+    assert imports_of("harness.x", src, known) == {"harness.core.records", "launch"}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -145,7 +147,7 @@ def test_the_graph_sees_the_imports_between_the_packages():
     """The modules import each other as ``hpc_imagenet.X``: the graph holds those edges (an empty one has no cycle)."""
     graph = import_graph()
     assert graph["imagenet.run.cli"] >= {"imagenet.config", "launch.environment"}
-    assert {b.split(".")[0] for bs in graph.values() for b in bs} >= {"imagenet", "launch", "slurm", "results"}
+    assert {b.split(".")[0] for bs in graph.values() for b in bs} >= {"imagenet", "launch", "slurm", "harness"}
 
 
 def test_no_import_cycle_in_the_product():
@@ -155,24 +157,24 @@ def test_no_import_cycle_in_the_product():
 
 def test_results_layers_point_one_way():
     graph = import_graph()
-    assert {layer(m) for m in graph if m.startswith("results.")} >= set(LAYERS)  # the layers exist
+    assert {layer(m) for m in graph if m.startswith("harness.")} >= set(LAYERS)  # the layers exist
     assert not layer_violations(graph), "\n".join(layer_violations(graph))
 
 
-def test_the_engine_never_imports_results():
+def test_the_engine_never_imports_the_harness():
     graph = import_graph()
     bad = [f"{a} -> {b}" for a, bs in graph.items() if a.split(".")[0] in ("imagenet", "launch")
-           for b in bs if b.split(".")[0] == "results"]
+           for b in bs if b.split(".")[0] in ("harness", "slurm")]
     assert not bad, bad
 
 
-def test_slurm_never_imports_results():
-    """slurm/ sits below the harness: results/ submits through slurm.client and writes batch files with
-    slurm.generate; the stage slurm.pipeline hands to the harness (its report) is a command line it
-    renders, never an import."""
+def test_slurm_never_imports_the_harness():
+    """slurm sits below the harness: the harness submits through hpc_imagenet.slurm.client and writes batch files
+    with hpc_imagenet.slurm.generate; the stage the job chain hands to the harness (its report) is a command line
+    it renders, never an import."""
     graph = import_graph()
     bad = [f"{a} -> {b}" for a, bs in graph.items() if a.split(".")[0] == "slurm"
-           for b in bs if b.split(".")[0] == "results"]
+           for b in bs if b.split(".")[0] == "harness"]
     assert not bad, bad
 
 
@@ -203,3 +205,17 @@ def test_no_study_imports_another():
     bad = [f"{a} -> {b}" for a, bs in graph.items() if study(a) not in below
            for b in bs if study(b) not in below and study(b) != study(a)]
     assert not bad, bad
+
+
+def test_no_module_can_be_imported_under_a_second_name():
+    """Every module of the package has one name: from the checkout's root (on sys.path, as `python -m` puts it), the
+    name without the package's prefix finds nothing, nor does the harness's old name under results."""
+    names = [m for m in product_modules() if m and not m.startswith("studies")]
+    second = [n for n in names] + [f"results.{n.removeprefix('harness.')}" for n in names if n.startswith("harness.")]
+    code = ("import importlib.util, sys\nfound = []\nfor name in sys.argv[1:]:\n"
+            "    try:\n        spec = importlib.util.find_spec(name)\n    except ImportError:\n        spec = None\n"
+            "    if spec is not None and spec.origin not in (None, 'namespace'):\n        found.append(name)\n"
+            "print(' '.join(found))\n")
+    proc = subprocess.run([sys.executable, "-c", code, *second], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert len(second) > 150 and proc.stdout.split() == [], f"importable under a second name: {proc.stdout}"

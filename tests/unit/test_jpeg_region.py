@@ -1,4 +1,5 @@
-"""The C region decoder (imagenet/data/decode/_jpeg_region.c): a box decoded alone must equal the same box cut
+"""The C region decoder (hpc_imagenet/imagenet/data/decode/_jpeg_region.c): a box decoded alone must equal the same box
+cut
 from a full decode, for every chroma subsampling, progressive and greyscale files, odd sizes and
 boxes on every edge; what it cannot decode must fall back to the row decoders, unchanged.
 """

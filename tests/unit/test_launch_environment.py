@@ -1,4 +1,4 @@
-"""Unit tests for launch.environment: detection of every launcher from its variables, the SLURM
+"""Unit tests for hpc_imagenet.launch.environment: detection of every launcher from its variables, the SLURM
 hostlist and task-count parsers, port derivation, and every validate() hint.
 
 Each test patches os.environ with clear=True, so the machine's own variables never leak in."""

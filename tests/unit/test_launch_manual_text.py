@@ -1,4 +1,4 @@
-"""launch.manual without launching anything: the printed per-node commands (text, quoting, hostfiles,
+"""hpc_imagenet.launch.manual without launching anything: the printed per-node commands (text, quoting, hostfiles,
 one-line errors) and the reachability check against a local socket (the printed commands really
 run as two local nodes in tests/launch/test_launch_manual.py)."""
 from __future__ import annotations

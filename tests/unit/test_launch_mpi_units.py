@@ -1,4 +1,4 @@
-"""launch.mpi's choices, one function at a time: the target to run, the world-size hints, the MPI
+"""hpc_imagenet.launch.mpi's choices, one function at a time: the target to run, the world-size hints, the MPI
 library's name, MASTER_ADDR/MASTER_PORT, the layout's environment, the thread budget and exit codes
 (the real mpirun/mpiexec jobs are in tests/launch/test_launch_mpi.py)."""
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The launcher table (launch.launchers) is the one list: a launcher registered there is offered by
-`python -m launch.manual`, accepted and rendered by slurm.generate, listed by `python -m launch --list`,
+"""The launcher table (hpc_imagenet.launch.launchers) is the one list: a launcher registered there is offered by
+`python -m hpc_imagenet.launch.manual`, accepted and rendered by hpc_imagenet.slurm.generate, listed by `python -m
+hpc_imagenet.launch --list`,
 detected at run time and joined the way its entry says, with nothing else edited."""
 from __future__ import annotations
 

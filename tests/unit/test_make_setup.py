@@ -19,7 +19,7 @@ from tests.helpers import REPO
 
 # what a make that runs these tests (make test) hands its children: a nested make would print
 # "Entering/Leaving directory" lines around the commands and inherit the outer make's flags
-PARTS = ("imagenet", "launch", "slurm", "results")  # the root's folders hpc_imagenet holds
+PARTS = ("imagenet", "launch", "slurm", "harness")  # the parts of the one package
 OUTER_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
 
 
@@ -82,14 +82,13 @@ def test_no_mpi_implementation_and_no_dali_anywhere_by_default():
 
 
 def test_the_installed_packages_are_the_packages_on_disk():
-    # the package finder follows hpc_imagenet/'s links into the root's folders: every package on disk
-    # is installed under hpc_imagenet, and nothing else is
+    # one real package: every package on disk under hpc_imagenet/ is installed, and nothing else; no links
     found = set(find_packages(str(REPO), **tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
                               ["packages"]["find"]))
-    on_disk = {".".join(("hpc_imagenet", *init.parent.relative_to(REPO).parts))
-               for top in PARTS for init in (REPO / top).rglob("__init__.py")}
-    assert found == on_disk | {"hpc_imagenet"}
-    assert {p.name for p in (REPO / "hpc_imagenet").iterdir() if p.is_symlink()} == set(PARTS)
+    on_disk = {".".join(init.parent.relative_to(REPO).parts) for init in (REPO / "hpc_imagenet").rglob("__init__.py")}
+    assert found == on_disk and {p.name for p in (REPO / "hpc_imagenet").iterdir() if p.is_dir()} >= set(PARTS)
+    tracked = subprocess.run(["git", "ls-files", "-s"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert not [line for line in tracked.splitlines() if line.startswith("120000")], "a symlink is tracked"
 
 
 def test_a_wheel_installs_one_top_level_name(tmp_path):
@@ -101,9 +100,8 @@ def test_a_wheel_installs_one_top_level_name(tmp_path):
     src.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(REPO / name, src / name)
-    for name in ("hpc_imagenet", *PARTS):
-        shutil.copytree(REPO / name, src / name, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "runs", "records", "reports"))
+    shutil.copytree(REPO / "hpc_imagenet", src / "hpc_imagenet", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                            "--disable-pip-version-check", "-w", str(tmp_path), str(src)],
                           capture_output=True, text=True, timeout=300)
@@ -112,7 +110,7 @@ def test_a_wheel_installs_one_top_level_name(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"hpc_imagenet"}
     assert {n.split("/")[1] for n in names if n.count("/") > 1 and n.startswith("hpc_imagenet/")} == set(PARTS)
-    assert "hpc_imagenet/imagenet/recipes/goyal.toml" in names and "hpc_imagenet/results/report/text/data.md" in names
+    assert "hpc_imagenet/imagenet/recipes/goyal.toml" in names and "hpc_imagenet/harness/report/text/data.md" in names
     assert any(n.startswith("hpc_imagenet/imagenet/data/decode/_jpeg_region.") and n.endswith(".so") for n in names)
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     scripts = zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -1,4 +1,4 @@
-"""slurm.pipeline without a cluster: --dry-run's sbatch lines, the stages' batch files, the checks before
+"""hpc_imagenet.slurm.pipeline without a cluster: --dry-run's sbatch lines, the stages' batch files, the checks before
 submitting, a stage's progress as `status` shows it (the chain on a real cluster:
 tests/cluster/test_pipeline.py)."""
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_stages_carry_the_site_options(download, tmp_path):
         text = texts[name]
         assert "#SBATCH --partition=gpu" in text and "#SBATCH --account=proj42" in text and "cuda/12.4" in text
         task = "convert" if name == "prepare" else name
-        command = (f"hpc_imagenet.results.pipeline_report {layout.out} --tag" if name == "report"
+        command = (f"hpc_imagenet.harness.pipeline_report {layout.out} --tag" if name == "report"
                    else f"hpc_imagenet.slurm.pipeline.tasks {task}")
         assert "#SBATCH --nodes=1" in text and f'"$PYTHON" -m {command}' in text
     assert "#SBATCH --gpus-per-node=1" in texts["evaluate"] and "--gpus-per-node" not in texts["plan"]

@@ -260,7 +260,7 @@ def test_loader_batches(files):
 
 
 def test_bench_measures_both_backends(files):
-    from hpc_imagenet.results.runners import pipeline_bench
+    from hpc_imagenet.harness.runners import pipeline_bench
 
     samples = [(p, 0) for p in files[:2]]
     rows = pipeline_bench.summarize(pipeline_bench.bench(samples, ["baseline", "fast"], [0], 32, 2, rounds=1))

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from hpc_imagenet.imagenet.common import cputime
-from hpc_imagenet.results.core import kinds, records
-from hpc_imagenet.results.report import cluster
+from hpc_imagenet.harness.core import kinds, records
+from hpc_imagenet.harness.report import cluster
 from tests.helpers import REPORT_ENV as ENV
 from tests.helpers import train_record as _train
 from tests.helpers import write_records as _write

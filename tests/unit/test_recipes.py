@@ -1,4 +1,4 @@
-"""--recipe: named presets read from imagenet/recipes/*.toml under the explicit flags, over the defaults;
+"""--recipe: named presets read from hpc_imagenet/imagenet/recipes/*.toml under the explicit flags, over the defaults;
 every packaged file cites its sources and names only settings."""
 import math
 

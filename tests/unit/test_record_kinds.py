@@ -1,4 +1,4 @@
-"""A record kind is declared in one place (results.core.registry): a toy kind declared here is validated,
+"""A record kind is declared in one place (hpc_imagenet.harness.core.registry): a toy kind declared here is validated,
 carries its units, is listed among the kinds and drawn by its own section in a tag's report; a second,
 different declaration of a name or a unit is an error."""
 import subprocess
@@ -8,10 +8,10 @@ from typing import Optional
 
 import pytest
 
-from hpc_imagenet.results.core import records, registry
-from hpc_imagenet.results.core.kinds import Req, Text
-from hpc_imagenet.results.core.registry import DeclarationError, Kind, declare
-from hpc_imagenet.results.report import cluster
+from hpc_imagenet.harness.core import records, registry
+from hpc_imagenet.harness.core.kinds import Req, Text
+from hpc_imagenet.harness.core.registry import DeclarationError, Kind, declare
+from hpc_imagenet.harness.report import cluster
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def test_a_study_declares_its_units_with_its_kinds():
     rec = records.make_record("time_to_accuracy", "s1", {"program": "ours"},
                               {"time_to_target_s": 60.0, "core_s": 90.0, "wall_s": 70.0}, {})
     assert rec["units"]["time_to_target_s"] == "s (wall, evaluation included)" and rec["units"]["wall_s"] == "s"
-    harness = subprocess.run([sys.executable, "-c", "from hpc_imagenet.results.core import kinds, registry; "
+    harness = subprocess.run([sys.executable, "-c", "from hpc_imagenet.harness.core import kinds, registry; "
                               "print(sorted(set(registry.UNITS) & {" + ", ".join(map(repr, race.UNITS)) + "}))"],
                              capture_output=True, text=True, check=True).stdout
     assert harness == "[]\n"  # the harness alone knows none of them

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from hpc_imagenet.results.report import common
-from hpc_imagenet.results.report.common import md_table
-from hpc_imagenet.results.report.words import Words
+from hpc_imagenet.harness.report import common
+from hpc_imagenet.harness.report.common import md_table
+from hpc_imagenet.harness.report.words import Words
 from studies import benches, fashion_mnist_race, published_model
 
 REPO = Path(__file__).resolve().parents[2]

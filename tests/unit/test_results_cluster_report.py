@@ -3,9 +3,9 @@ panel per hardware kind, the summary's numbers; and the published-model study's 
 import math
 import re
 
-from hpc_imagenet.results.analysis.spread import aggregate
-from hpc_imagenet.results.core import kinds, records
-from hpc_imagenet.results.report import cluster, training
+from hpc_imagenet.harness.analysis.spread import aggregate
+from hpc_imagenet.harness.core import kinds, records
+from hpc_imagenet.harness.report import cluster, training
 from studies.published_model import cluster_model, cluster_section
 from studies.published_model import formulas as scaling_model
 from tests.helpers import REPORT_ENV as ENV

@@ -6,11 +6,11 @@ import json
 import pytest
 from PIL import Image
 
-from hpc_imagenet.results import report
-from hpc_imagenet.results.analysis.efficiency import with_efficiency
-from hpc_imagenet.results.core import records
-from hpc_imagenet.results.report.common import Environments
-from hpc_imagenet.results.runners import io_bench
+from hpc_imagenet.harness import report
+from hpc_imagenet.harness.analysis.efficiency import with_efficiency
+from hpc_imagenet.harness.core import records
+from hpc_imagenet.harness.report.common import Environments
+from hpc_imagenet.harness.runners import io_bench
 from studies.published_model.published_section import multinode_section
 
 ENV = {"hostname": "vm", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.x", "gpu_count": 0, "nodes": 1}
@@ -93,7 +93,7 @@ def test_multinode_efficiency_and_figures(built):
 
 
 def test_reader_cpu_seconds_cover_loader_workers(tmp_path):
-    from hpc_imagenet.results.runners import jpegs
+    from hpc_imagenet.harness.runners import jpegs
     jpegs.ensure_dataset(tmp_path, classes=1, train_per_class=8, val_per_class=1)
     builder = io_bench.available_backends()["baseline"]
     ds = builder(tmp_path, 64)

@@ -1,9 +1,9 @@
 """The faults report's table: one row per fault and launcher of the newest sweep; recovered without
 a user, median and maximum times to detect and to training again, the most work lost, the
 checkpoints lost; failed runs listed with their error."""
-from hpc_imagenet.results import report
-from hpc_imagenet.results.core import kinds, records
-from hpc_imagenet.results.report import faults as faults_report
+from hpc_imagenet.harness import report
+from hpc_imagenet.harness.core import kinds, records
+from hpc_imagenet.harness.report import faults as faults_report
 
 ENV = {"hostname": "node1", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.x", "nodes": 2}
 
@@ -51,11 +51,11 @@ def test_no_fault_records_no_section():
 
 
 def test_a_scenarios_measurement_is_recorded_as_the_committed_records_are():
-    """``results.bench faults`` turns a scenario's Measurement into a record with the fields, point and
+    """``hpc_imagenet.harness.bench faults`` turns a scenario's Measurement into a record with the fields, point and
     metrics (rounded to 0.01 s) of the committed ones, which the report reads."""
     import json
 
-    from hpc_imagenet.results.runners.faults_bench import fault_record
+    from hpc_imagenet.harness.runners.faults_bench import fault_record
     from hpc_imagenet.slurm.localcluster.scenarios.measure import Measurement
 
     measured = Measurement("stopped rank (SIGSTOP)", "srun", 2, True, 1, detect_s=25.114, recovered=True,
@@ -67,4 +67,4 @@ def test_a_scenarios_measurement_is_recorded_as_the_committed_records_are():
     assert set(record) == set(committed) and set(record["metrics"]) == set(committed["metrics"])
     assert record["point"] == committed["point"] and record["error"] == "error: rank(s) 1 did not arrive"
     assert record["metrics"]["detect_s"] == 25.11 and record["metrics"]["recover_s"] == 30.53
-    assert record["command"] == "python -m hpc_imagenet.results.bench faults --only stopped-rank"
+    assert record["command"] == "python -m hpc_imagenet.harness.bench faults --only stopped-rank"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hpc_imagenet.results import bench, report
-from hpc_imagenet.results.core import records
+from hpc_imagenet.harness import bench, report
+from hpc_imagenet.harness.core import records
 
 # one xdist worker runs the module, so the report (~10 CPU seconds) is regenerated once, not per worker
 pytestmark = pytest.mark.xdist_group("golden")
@@ -29,7 +29,7 @@ def _diff(got: Path, want: Path) -> str:
 
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory):
-    """The report regenerated once, by `python -m results.report` with torch and torchvision
+    """The report regenerated once, by `python -m hpc_imagenet.harness.report` with torch and torchvision
     unimportable (test_report_regenerates_identically_without_torch): every golden test reads it."""
     folder = tmp_path_factory.mktemp("report")
     wrapper = folder / "without_torch.py"
@@ -62,7 +62,7 @@ def test_results_md_opens_with_the_targets_and_links_every_tag(regenerated):
 
 
 def test_a_sweep_ends_with_its_tags_report(tmp_path):
-    """What results.bench scaling --tag T --records FILE runs at its end."""
+    """What hpc_imagenet.harness.bench scaling --tag T --records FILE runs at its end."""
     recs = tmp_path / "sweep.jsonl"
     shutil.copy(records.RECORDS_DIR / f"{GOLDEN_TAG}.jsonl", recs)
     assert bench.report_of(recs, "mycluster") == 0
@@ -87,9 +87,9 @@ class NoTorch(importlib.abc.MetaPathFinder):
             raise ImportError(f"{name} is not installed here")
 
 sys.meta_path.insert(0, NoTorch())
-sys.argv = ["python -m hpc_imagenet.results.report", *sys.argv[1:]]
+sys.argv = ["python -m hpc_imagenet.harness.report", *sys.argv[1:]]
 try:
-    runpy.run_module("results.report", run_name="__main__", alter_sys=True)
+    runpy.run_module("hpc_imagenet.harness.report", run_name="__main__", alter_sys=True)
 except SystemExit as done:
     if done.code:
         raise

@@ -5,8 +5,8 @@ them, and read back with TensorBoard's reader), and a tag's report's kernel-boun
 from pathlib import Path
 from typing import List
 
-from hpc_imagenet.results.core import kinds, records
-from hpc_imagenet.results.report import gpu_step
+from hpc_imagenet.harness.core import kinds, records
+from hpc_imagenet.harness.report import gpu_step
 from studies.benches import amp_parity
 
 GPU_ENV = {"hostname": "gpu1", "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1, "nodes": 1}

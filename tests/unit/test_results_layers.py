@@ -1,9 +1,9 @@
-"""results/analysis/ is arithmetic only: no printing, no command line, no files written; the words,
+"""hpc_imagenet/harness/analysis/ is arithmetic only: no printing, no command line, no files written; the words,
 tables and commands live in report/ and the command-line packages (results/README.md)."""
 import ast
 from pathlib import Path
 
-ANALYSIS = Path(__file__).resolve().parents[2] / "results" / "analysis"
+ANALYSIS = Path(__file__).resolve().parents[2] / "hpc_imagenet" / "harness" / "analysis"
 NOT_ARITHMETIC = {"argparse", "sys", "subprocess"}  # a command line, exits and streams, other programs
 WRITERS = {"print", "open", "write_text", "write_bytes"}
 

@@ -3,7 +3,7 @@ committed records are checked line by line."""
 import json
 import re
 
-from hpc_imagenet.results.core import kinds, records
+from hpc_imagenet.harness.core import kinds, records
 
 # an absolute path outside the kernel's own folders (/dev/shm, /proc/self/io name the same thing anywhere)
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?!(?:dev|proc|sys)/)[\w.+-]+/[\w.+-]")
@@ -13,7 +13,7 @@ def test_append_writes_no_machine_path(tmp_path):
     rec = records.make_record(
         "io", "t-io-1", {"data": "/tmp/x9/imagenet_like", "backend": "fast"},
         {"images_per_s": 1.0, "mb_per_s": 1.0, "elapsed_s": 1.0, "images": 1},
-        {"command": "/home/u/hpc-imagenet/results/bench.py io --records /scratch/u/out/t.jsonl"},
+        {"command": "/home/u/hpc-imagenet/hpc_imagenet/harness/bench.py io --records /scratch/u/out/t.jsonl"},
         note="staged to /dev/shm; counted by /proc/self/io",
         traceback='File "/home/u/hpc-imagenet/.venv/lib/python3.11/site-packages/torch/x.py", line 3')
     out = tmp_path / "t.jsonl"
@@ -22,7 +22,7 @@ def test_append_writes_no_machine_path(tmp_path):
     assert not MACHINE_PATH.search(line), line
     back = json.loads(line)
     assert back["point"]["data"] == "imagenet_like"  # the data set's name stays
-    assert back["environment"]["command"] == "results/bench.py io --records t.jsonl"  # checkout-relative
+    assert back["environment"]["command"] == "hpc_imagenet/harness/bench.py io --records t.jsonl"  # checkout-relative
     assert back["note"] == "staged to /dev/shm; counted by /proc/self/io"
     assert '".venv/lib/python3.11/site-packages/torch/x.py"' in back["traceback"]
     assert rec["point"]["data"] == "/tmp/x9/imagenet_like"  # the caller's record is left as it was
@@ -40,7 +40,7 @@ def test_cited_parameter_counts_are_torchvisions():
     """The report takes ResNet sizes from the cited table (no torch needed); they are torchvision's models'."""
     import torchvision
 
-    from hpc_imagenet.results.analysis.parameters import cited_counts
+    from hpc_imagenet.harness.analysis.parameters import cited_counts
     counts = {arch: n for arch, n in cited_counts().items() if isinstance(n, int)}
     assert {"resnet18", "resnet50"} <= set(counts)
     for arch, n in counts.items():

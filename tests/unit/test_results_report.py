@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from hpc_imagenet.results import report
-from hpc_imagenet.results.core import records
-from hpc_imagenet.results.report.common import Environments, fmt
+from hpc_imagenet.harness import report
+from hpc_imagenet.harness.core import records
+from hpc_imagenet.harness.report.common import Environments, fmt
 from studies.published_model import formulas as sm
 from studies.published_model import load_reference, report as model_report
 from studies.published_model.model_section import hal_model, model_section

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from hpc_imagenet.results.analysis import allreduce_fit
-from hpc_imagenet.results.analysis.allreduce_fit import bus_factor, fit_alpha_beta
-from hpc_imagenet.results.core import kinds
-from hpc_imagenet.results.core.kinds import AllreduceMetrics
-from hpc_imagenet.results.runners.allreduce_bench import sizes
+from hpc_imagenet.harness.analysis import allreduce_fit
+from hpc_imagenet.harness.analysis.allreduce_fit import bus_factor, fit_alpha_beta
+from hpc_imagenet.harness.core import kinds
+from hpc_imagenet.harness.core.kinds import AllreduceMetrics
+from hpc_imagenet.harness.runners.allreduce_bench import sizes
 from studies.common.overlap import hidden_fraction
 from studies.published_model import __main__ as check_cli
 from studies.published_model import formulas as sm

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hpc_imagenet.results.core import records
+from hpc_imagenet.harness.core import records
 from studies.published_model import REFERENCE, cluster_section
 from studies.published_model import __main__ as command
 from studies.published_model import formulas as sm

@@ -1,4 +1,4 @@
-"""slurm.client without a cluster: how a queue entry reads, and the one-line errors of a machine without
+"""hpc_imagenet.slurm.client without a cluster: how a queue entry reads, and the one-line errors of a machine without
 SLURM's commands (the client on a real cluster: tests/cluster/test_slurm_client.py)."""
 import pytest
 

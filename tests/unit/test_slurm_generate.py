@@ -1,4 +1,4 @@
-"""slurm.generate: committed examples match the generator, values are quoted, bad input is one
+"""hpc_imagenet.slurm.generate: committed examples match the generator, values are quoted, bad input is one
 line (a real ``sbatch --test-only`` of every file on the test cluster: tests/cluster/test_sbatch_test_only.py)."""
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def test_committed_example_matches_the_generator(name: str) -> None:
     path = REPO / "slurm" / f"{name}.sh"
     assert path.exists(), f"slurm/{name}.sh missing: run python -m hpc_imagenet.slurm.generate --write-examples"
     assert path.read_text() == generate.render_example(name), (
-        f"slurm/{name}.sh drifted from slurm/generate/: run python -m hpc_imagenet.slurm.generate --write-examples")
+        f"slurm/{name}.sh drifted from hpc_imagenet/slurm/generate/: run python -m hpc_imagenet.slurm.generate "
+        f"--write-examples")
 
 
 def test_every_committed_file_is_an_example() -> None:

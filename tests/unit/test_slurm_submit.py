@@ -1,4 +1,5 @@
-"""One job description for slurm.generate and slurm.submit (slurm/job.py): each of its fields is an
+"""One job description for hpc_imagenet.slurm.generate and hpc_imagenet.slurm.submit (hpc_imagenet/slurm/job.py): each
+of its fields is an
 option of both command lines, reaches both descriptions and both batch files, and is checked once,
 with the same one-line refusal in both tools. No job is submitted here (tests/cluster/test_slurm_submit.py
 submits real ones)."""
@@ -10,7 +11,7 @@ from hpc_imagenet.slurm import generate, job
 from hpc_imagenet.slurm import submit as sm
 
 # Per field of the shared description: a value both tools take, and one both refuse with the same line.
-# A field added to slurm/job.py fails test_the_table_names_every_shared_field until it has a line here.
+# A field added to hpc_imagenet/slurm/job.py fails test_the_table_names_every_shared_field until it has a line here.
 FIELDS = {
     "name": ("mine", "a'b", "must be non-empty and contain no quotes"),
     "nodes": ("2", "0", "--nodes must be at least 1 (got 0)"),

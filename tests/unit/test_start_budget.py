@@ -1,4 +1,4 @@
-"""The start budget of a generated batch file (slurm/start_budget.py), run by bash for real: the whole
+"""The start budget of a generated batch file (hpc_imagenet/slurm/start_budget.py), run by bash for real: the whole
 generated script, with SLURM's commands stood in by tiny scripts (srun runs its command here,
 scontrol names one node) and a stand-in trainer that writes a newer checkpoint (a rename, as the
 trainer does) on its first PROGRESS starts and then fails. The real SLURM and torchrun runs of the

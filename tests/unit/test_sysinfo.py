@@ -1,4 +1,4 @@
-"""imagenet.run.sysinfo: what a run records about the software that decides its speed, and the one
+"""hpc_imagenet.imagenet.run.sysinfo: what a run records about the software that decides its speed, and the one
 line a rank prints when its node has NVIDIA GPUs that this torch cannot use.
 
 There is no NVIDIA GPU or driver on the CPU machines, so the driver is a stand-in: a fake
@@ -86,10 +86,11 @@ def test_record_names_driver_libraries_decoder_and_mpi(no_nvidia, monkeypatch):
     assert libs["pillow"] == importlib.metadata.version("pillow")
     assert libs["torchvision"] == info["torchvision"] == importlib.metadata.version("torchvision")
     assert libs["apex"] is None or isinstance(libs["apex"], str)
-    decode_dir = sysinfo.REPO_ROOT / "imagenet" / "data" / "decode"
+    decode_dir = sysinfo.REPO_ROOT / "hpc_imagenet" / "imagenet" / "data" / "decode"
     assert info["region_decoder_built"] == any(decode_dir.glob("_jpeg_region*.so"))
     monkeypatch.setattr(sysinfo, "NVIDIA_PROC", fake_proc(no_nvidia))
-    monkeypatch.setattr("sys.argv", [str(sysinfo.REPO_ROOT / "results" / "bench.py"), "region", "/data/x"])
+    bench = sysinfo.REPO_ROOT / "hpc_imagenet" / "harness" / "bench.py"
+    monkeypatch.setattr("sys.argv", [str(bench), "region", "/data/x"])
     info = sysinfo.collect()
     assert info["gpu_driver"] == "550.54.15"
-    assert info["command"] == "results/bench.py region /data/x"  # no machine's checkout path in a record
+    assert info["command"] == "hpc_imagenet/harness/bench.py region /data/x"  # no machine's checkout path in a record

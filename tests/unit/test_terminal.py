@@ -1,4 +1,4 @@
-"""The one progress display (imagenet.common.terminal.ProgressLine) on a real pseudo-terminal and in a
+"""The one progress display (hpc_imagenet.imagenet.common.terminal.ProgressLine) on a real pseudo-terminal and in a
 log file: a redrawn line on the one, plain lines (throttled) in the other."""
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ from hpc_imagenet.imagenet.run import sysinfo
 from hpc_imagenet.imagenet.train import time_to_accuracy
 from studies.fashion_mnist_race import command as race
 from studies.fashion_mnist_race import headline, protocol_round
-from hpc_imagenet.results.core import kinds, records
-from hpc_imagenet.results.runners.common import BenchError, new_sweep
+from hpc_imagenet.harness.core import kinds, records
+from hpc_imagenet.harness.runners.common import BenchError, new_sweep
 from studies.fashion_mnist_race import examples_main, fashion_mnist
 from studies.fashion_mnist_race import recipe as tta_recipe
 from studies.fashion_mnist_race import protocol as tta_protocol

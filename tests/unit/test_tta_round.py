@@ -3,7 +3,7 @@ headline check refusing them; the source digest that stands in for a clean tree 
 import pytest
 
 from hpc_imagenet.imagenet.run import sysinfo
-from hpc_imagenet.results.core import kinds, records
+from hpc_imagenet.harness.core import kinds, records
 from studies.fashion_mnist_race import command as race
 from studies.fashion_mnist_race import headline, protocol
 
@@ -110,8 +110,9 @@ def test_check_prints_the_headline_or_why_there_is_none(tmp_path, capsys):
 
 
 def test_the_source_digest_covers_the_engine_the_harness_and_the_study(tmp_path):
-    files = {"imagenet/a.py": "a", "launch/b.py": "b", "results/c.py": "c", "results/gpu_session.sh": "s",
-             "studies/race/d.py": "d", "imagenet/data/e.c": "e"}
+    files = {"hpc_imagenet/imagenet/a.py": "a", "hpc_imagenet/launch/b.py": "b", "hpc_imagenet/harness/c.py": "c",
+             "imagenet/imagenet_x.py": "x", "results/gpu_session.sh": "s", "studies/race/d.py": "d",
+             "hpc_imagenet/imagenet/data/e.c": "e"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)

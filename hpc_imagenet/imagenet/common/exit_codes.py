@@ -1,0 +1,15 @@
+"""The exit statuses of a training process: the one home of a contract read by the batch scripts
+(hpc_imagenet/slurm/generate/ writes them into every loop), hpc_imagenet.slurm.submit, and the trainers themselves.
+
+Torch-free on purpose: the generator and the submitter import it without the engine.
+"""
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_LOST_PEER = 1  # a peer lost in mid-collective (killed, node or network down): worth a restart
+EXIT_USAGE = 2  # a user error (flags, data, an unreachable master): a restart would fail the same way
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: a checkpoint was saved, start me again (requeue) to continue
+EXIT_INTERRUPTED = 130  # Ctrl-C
+
+# Statuses after which a batch script never starts the training again in the same allocation.
+NO_RESTART = (EXIT_OK, EXIT_USAGE, EXIT_PREEMPTED)

@@ -1,4 +1,0 @@
-"""The chores every room shares: safe file writes, one-line errors, exit statuses, the progress line
-and the training console (rank 0 shows, the other ranks get one that does nothing), the variant
-names, CPU seconds. Nothing here imports torch or another room; imagenet/common/README.md has a line
-per module."""
