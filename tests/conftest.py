@@ -109,7 +109,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def installed_python(tmp_path_factory) -> Path:
-    """The python of a venv where the project is pip-installed from its wheel, beside no checkout (tests/installed.py)."""
+    """The python of a venv where the project is pip-installed from its wheel, beside no checkout
+    (tests/installed.py)."""
     from tests import installed
 
     return installed.build(tmp_path_factory.mktemp("installed"))

@@ -25,8 +25,8 @@ def build(root: Path) -> Path:
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(REPO / name, src / name)
     shutil.copytree(REPO / "hpc_imagenet", src / "hpc_imagenet", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "--disable-pip-version-check",
-          "-w", str(wheels), str(src)], cwd=root)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+          "--disable-pip-version-check", "-w", str(wheels), str(src)], cwd=root)
     (wheel,) = wheels.glob("hpc_imagenet-*.whl")
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=root)
     python = venv / "bin" / "python"
