@@ -19,7 +19,7 @@ from tests.helpers import REPO
 
 # what a make that runs these tests (make test) hands its children: a nested make would print
 # "Entering/Leaving directory" lines around the commands and inherit the outer make's flags
-PARTS = ("imagenet", "launch", "slurm", "harness")  # the parts of the one package
+PARTS = ("imagenet", "launch", "requeue", "slurm", "harness")  # the parts of the one package
 OUTER_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
 
 

@@ -5,6 +5,7 @@ import re
 import shlex
 from typing import Dict
 
+from hpc_imagenet.slurm.generate import own_script
 from hpc_imagenet.launch import launchers
 from hpc_imagenet.slurm import containers, job
 from hpc_imagenet.slurm.generate.spec import GenerateError, JobSpec
@@ -152,5 +153,8 @@ def validate(spec: JobSpec) -> None:
     _check_values(spec)
     _check_requeue(spec)
     _check_sweep(spec)
-    _check_train_args(spec)
+    if spec.script is not None:
+        own_script.check(spec)  # its flags are the script's own, not the engine's
+    else:
+        _check_train_args(spec)
     _check_container(spec)

@@ -33,6 +33,13 @@ EXAMPLES: Dict[str, List[str]] = {
                   "--launcher", "mpi", "--module", "openmpi", "--venv", ".venv", "--env", "NCCL_DEBUG=WARN"],
     "ddp_2node_staged": ["--name", "ddp_2node_staged", "--nodes", "2", "--gpus-per-node", "4", "--variant", "ddp",
                          "--launcher", "torchrun", "--venv", ".venv", "--stage-dir", "$TMPDIR"],
+    # your own script under the same batch file (hpc_imagenet/requeue/): a plain DDP one under torchrun, a Lightning
+    # one under srun (one task per process, as Lightning wants under SLURM)
+    "own_ddp_2node": ["--script", "launch/examples/train_ddp.py", "--name", "own_ddp_2node", "--nodes", "2",
+                      "--gpus-per-node", "4", "--launcher", "torchrun", "--venv", ".venv", "--", "--steps", "2000"],
+    "own_lightning_2node": ["--script", "launch/examples/train_lightning.py", "--framework", "lightning", "--name",
+                            "own_lightning_2node", "--nodes", "2", "--gpus-per-node", "4", "--launcher", "srun",
+                            "--venv", ".venv", "--", "--steps", "2000"],
     # NVIDIA's NGC PyTorch image (PyTorch, NCCL, cuDNN and DALI built together), as each runtime runs it; the data
     # folder is mounted at the same path (Charliecloud: at /mnt/1, a mount point the read-only image has)
     "ddp_4node_apptainer": ["--name", "ddp_4node_apptainer", "--nodes", "4", "--gpus-per-node", "4", "--variant",

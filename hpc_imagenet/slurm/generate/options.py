@@ -10,6 +10,7 @@ from typing import List, Optional, Sequence, Tuple
 from hpc_imagenet.imagenet.common import checkout
 from hpc_imagenet.imagenet.recipes import RECIPES, named_in
 from hpc_imagenet.slurm import containers
+from hpc_imagenet.slurm.generate import own_script
 from hpc_imagenet.slurm.generate.spec import GenerateError, JobSpec
 from hpc_imagenet.slurm.job import add_options
 
@@ -41,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what the job runs: the checkout's imagenet/*.py (checkout: submit from the checkout) or "
                    "the package installed in PYTHON's environment (installed: submit from any folder); default: "
                    "checkout when this command runs from a checkout, else installed")
+    p.add_argument("--script", default=None, metavar="PATH", help="run your own training script (its path from the "
+                   "folder you submit from) instead of the engine's, under the requeue contract "
+                   "(hpc_imagenet.requeue); its own flags go after --")
+    p.add_argument("--framework", default=d.framework, choices=own_script.FRAMEWORKS,
+                   help="with --script: plain (the script calls hpc_imagenet.requeue) or lightning (a Lightning "
+                   "Trainer with hpc_imagenet.requeue.lightning.Requeue)")
     p.add_argument("--data", default=d.data, help="DATA default: dataset root")
     p.add_argument("--arch", default=d.arch, help="ARCH default")
     p.add_argument("--stage-dir", default=d.stage_dir, help="STAGE_DIR default: copy DATA to this node-local "
@@ -84,6 +91,8 @@ def spec_from_args(argv: Sequence[str], on_login_node: bool = True) -> JobSpec:
 
     parser.error = reject  # type: ignore[method-assign]
     ns = vars(parser.parse_args(list(argv)))
+    if ns["script"] is not None:
+        own_script.refuse_engine_options(argv)
     ns.pop("write_examples")
     train = ns.pop("train_args")
     ns["train_args"] = tuple(train[1:] if train[:1] == ["--"] else train)
@@ -95,7 +104,7 @@ def spec_from_args(argv: Sequence[str], on_login_node: bool = True) -> JobSpec:
         ns["container_runtime"] = containers.detect()
     ns["env"] = tuple(_pairs(ns.pop("env"), "--env"))
     ns["sweep"] = tuple((k, tuple(v.split(","))) for k, v in _pairs(ns.pop("sweep"), "--sweep"))
-    recipe = _recipe_epochs(ns["train_args"])
+    recipe = None if ns["script"] else _recipe_epochs(ns["train_args"])
     if recipe is not None and "--epochs" not in argv[:len(argv) - len(train)]:
         ns["epochs"] = recipe  # EPOCHS is passed as --epochs, which would win over the recipe's own
     return JobSpec(**ns, command=tuple(argv), on_login_node=on_login_node)

@@ -35,6 +35,10 @@ class JobSpec(JobShape):
     # what the job runs: the checkout's entry scripts from $REPO ("checkout"), or the package installed in PYTHON's
     # environment, `python -m hpc_imagenet.imagenet --variant V` from any folder ("installed")
     entry: str = "checkout"
+    # your own training script instead of the engine's (hpc_imagenet/slurm/generate/own_script.py): its path from the
+    # folder the job runs in; train_args are then its own flags; framework: whose checkpoints and signals it uses
+    script: Optional[str] = None
+    framework: str = "plain"
     data: str = "/path/to/imagenet"
     arch: str = "resnet50"
     epochs: int = 90

@@ -1,0 +1,149 @@
+"""``python -m hpc_imagenet.requeue SCRIPT [ARGS...]``: run your own training script under the requeue contract.
+
+What the generated batch files start on every rank (under torchrun or srun). Before anything else it listens for
+the stop signals (a launcher's agent may have held them pending: they arrive now), so a signal that comes while
+the script is still importing is kept. Then it runs SCRIPT as ``python SCRIPT`` would, with a watchdog: once a
+stop is requested, a script that has not ended within $HPC_IMAGENET_STOP_GRACE seconds (the batch file sets it to
+leave time before the limit) is ended with exit 3 and the run folder marked, so that the job ends before its
+time limit and is not requeued; the line it prints says why. A script that stopped through the contract (or a
+callback that marked the stop) ends with exit 75 even when it returned normally (0 under a torchrun that would
+restart it; the run folder's mark says "requeue" either way).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import runpy
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from hpc_imagenet import requeue
+from hpc_imagenet.imagenet.common import files
+from hpc_imagenet.imagenet.process import preemption
+
+USAGE = "usage: python -m hpc_imagenet.requeue SCRIPT [ARGS...]  (your training script, under the requeue contract)"
+DEFAULT_GRACE_S = 120.0
+POLL_S = 0.5
+
+
+def grace_s() -> float:
+    try:
+        return float(os.environ.get(requeue.GRACE_ENV) or DEFAULT_GRACE_S)
+    except ValueError:
+        raise SystemExit(f"error: {requeue.GRACE_ENV}={os.environ[requeue.GRACE_ENV]!r} is not seconds: "
+                         "set a number or unset it") from None
+
+
+def _ignored(script: str, grace: float, why: str) -> str:
+    return (f"error: {script} did not stop within {grace:.0f} s of the stop request ({why}): it does not follow the "
+            "requeue contract (hpc_imagenet.requeue.should_stop, save, stop), so it is ended before the time limit "
+            "and not requeued, as a requeue would only start it over (docs/slurm.md, Your own script)")
+
+
+def _watch(script: str, grace: float) -> None:
+    """Daemon thread: end the process GRACE seconds after a stop request that the script does not act on."""
+    stop = requeue.listen()
+    while not stop.pending(requeue.run_dir()):
+        time.sleep(POLL_S)
+    time.sleep(grace)
+    print(_ignored(script, grace, stop.name or "stop"), file=sys.stderr, flush=True)
+    try:
+        files.write_text(requeue.run_dir() / requeue.IGNORED_MARK, f"{script}\n")
+    finally:
+        os._exit(requeue.EXIT_IGNORED)
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+# srun starts one task per process and names its place in SLURM's variables; a DDP script reads torch's
+SRUN_TO_TORCH = {"RANK": "SLURM_PROCID", "WORLD_SIZE": "SLURM_NTASKS", "LOCAL_RANK": "SLURM_LOCALID",
+                 "LOCAL_WORLD_SIZE": "SLURM_NTASKS_PER_NODE"}
+
+
+def torch_variables_from_srun(environ=os.environ) -> None:
+    """Under srun (no RANK yet), set torch's rank variables from SLURM's; torchrun's own stay as they are."""
+    if "RANK" in environ or "SLURM_PROCID" not in environ:
+        return
+    for torch_name, slurm_name in SRUN_TO_TORCH.items():
+        if slurm_name in environ:
+            environ[torch_name] = environ[slurm_name].split("(")[0]  # SLURM_NTASKS_PER_NODE may read "2(x4)"
+
+
+def run(script: str, args: Sequence[str]) -> int:
+    """Run SCRIPT with ARGS as __main__ under the contract; the process's exit status."""
+    if (requeue.run_dir() / requeue.IGNORED_MARK).exists():  # a launcher restarting what the watchdog ended
+        print(f"error: {script} was ended for not stopping at the stop request in this allocation; not started "
+              "again", file=sys.stderr, flush=True)
+        return requeue.EXIT_IGNORED
+    torch_variables_from_srun()
+    threading.Thread(target=_watch, args=(script, grace_s()), name="requeue-watchdog", daemon=True).start()
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` would
+    try:
+        runpy.run_path(script, run_name="__main__")
+        code = 0
+    except SystemExit as exit_:
+        code = _exit_code(exit_.code)
+    _close_process_group()
+    if requeue.stopped() and code in (0, requeue.EXIT_STOPPED):
+        return _stopped_exit()
+    return code
+
+
+def _stopped_exit() -> int:
+    """75, except under an agent that restarts failed workers (torchrun --max-restarts N), which would start the
+    script again at once: 0 ends the agent's run there, and the run folder's mark tells the batch file to requeue."""
+    return 0 if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0 else requeue.EXIT_STOPPED
+
+
+def _close_process_group() -> None:
+    """End a process group the script left open (Lightning's trainer does): torch's own teardown at interpreter
+    exit can abort the process ("terminate called without an active exception") after a clean finish."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def leave(code: int) -> None:
+    """End the process with CODE once the script's exit handlers have run and its output is flushed, skipping the
+    interpreter's own teardown: torch's C++ objects torn down there can abort a process that finished cleanly
+    ("terminate called without an active exception", seen at the end of DDP runs on the test cluster), and a
+    launcher would take that abort for a failure and restart the workers."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    requeue.listen()  # first: a stop signal during the imports below, or the script's, is kept
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
+    if not args or args[0].startswith("-"):
+        print(f"error: {USAGE}", file=sys.stderr)
+        return requeue.EXIT_DO_NOT_RETRY
+    if not Path(args[0]).is_file():
+        print(f"error: no such script: {args[0]} (give its path from the folder the job runs in)", file=sys.stderr)
+        return requeue.EXIT_DO_NOT_RETRY
+    try:
+        return run(args[0], args[1:])
+    finally:
+        # a stop signal from here on waits, pending, for the process's end: the interpreter restores the default
+        # actions as it shuts down, and a signal then would kill it (a stop after the script finished)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [getattr(signal, name) for name in preemption.STOP_SIGNALS])

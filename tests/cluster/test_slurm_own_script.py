@@ -1,0 +1,165 @@
+"""Your own script on the generated batch files, on the test cluster: the plain DDP example
+(launch/examples/train_ddp.py, which keeps the requeue contract) and the Lightning one with the callback
+(launch/examples/train_lightning.py) are stopped by the time-limit signal in mid-run under torchrun (2 nodes x 2
+processes), requeued, and resumed so that every step is trained once; the same when the signal comes while the
+script is still importing; and a script that ignores the contract is ended before the time limit under srun, not
+requeued, and its batch log says why.
+
+The jobs run at once: most of each is waiting on SLURM (the signal, the requeue hold, the next start)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict
+
+import pytest
+
+from hpc_imagenet.slurm.generate import render, spec_from_args
+from hpc_imagenet.slurm.localcluster import SlurmCluster, wait_for
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import release_requeued, run_states
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.slurm
+EXAMPLE = REPO / "launch" / "examples" / "train_ddp.py"
+LIGHTNING = REPO / "launch" / "examples" / "train_lightning.py"
+STEPS = 200  # about 20 s of training for 4 ranks of batch 32 here: the signal comes in mid-run
+SLOW_IMPORT = """import os, pathlib, runpy, sys, time
+# the job's first run is still importing (a slow filesystem, a large package) when the signal comes
+if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+    pathlib.Path(os.environ["HPC_IMAGENET_RUN_DIR"], "importing-" + os.environ["RANK"]).touch()
+    while not pathlib.Path(os.environ["HPC_IMAGENET_RUN_DIR"], "stop.requested").exists():  # the job's limit bounds it
+        time.sleep(0.2)
+    time.sleep(2)  # the signal itself reaches the process a moment after the batch file's stop file
+sys.argv[0] = {example!r}
+runpy.run_path({example!r}, run_name="__main__")
+"""
+IGNORES = """import time
+print("a script that never asks whether to stop", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+@dataclass
+class Job:
+    job_id: str
+    run_dir: Path
+    log: Callable[[], str]
+
+
+def _generate(tmp: Path, name: str, script: Path, launcher: str, nodes: int, procs: int, *script_args: str) -> Path:
+    argv = ["--script", str(script), "--name", name, "--nodes", str(nodes), "--gpus-per-node", "0",
+            "--procs-per-node", str(procs), "--cpus-per-task", "1", "--launcher", launcher, "--time", "10",
+            "--signal-seconds", "60", "--venv", sys.prefix, "--output", str(tmp / "%x-%j.out"), "--", *script_args]
+    path = tmp / f"{name}.sh"
+    path.write_text(render(spec_from_args(argv)))
+    return path
+
+
+def _submit(cluster: SlurmCluster, script: Path, run_dir: Path) -> Job:
+    out = subprocess.run(["sbatch", "--parsable", "--export", f"ALL,LOG_DIR={run_dir},OMP_NUM_THREADS=1",
+                          str(script)], cwd=script.parent, env=cluster.env, capture_output=True, text=True,
+                         check=True)
+    job_id = out.stdout.strip().split(";")[0]
+    log = script.parent / f"{script.stem}-{job_id}.out"
+    return Job(job_id, run_dir, lambda: log.read_text() if log.exists() else "")
+
+
+def _signal(cluster: SlurmCluster, job: Job) -> None:
+    """What --signal=B:USR2@T does at the time limit."""
+    cluster.run(["scancel", "--batch", "--signal=USR2", job.job_id])
+
+
+@pytest.fixture(scope="module")
+def jobs(slurm_cluster: SlurmCluster, tmp_path_factory) -> Dict[str, Job]:
+    tmp = tmp_path_factory.mktemp("own_script")
+    slow = tmp / "slow_import.py"
+    slow.write_text(SLOW_IMPORT.format(example=str(EXAMPLE)))
+    ignores = tmp / "ignores.py"
+    ignores.write_text(IGNORES)
+    started = {}
+    for name, script, launcher, nodes, procs in (("plain", EXAMPLE, "torchrun", 2, 2),
+                                                 ("lightning", LIGHTNING, "torchrun", 2, 2),
+                                                 ("importing", slow, "torchrun", 2, 1),
+                                                 ("ignores", ignores, "srun", 1, 1)):
+        run_dir = tmp / f"run-{name}"
+        batch = _generate(tmp, name, script, launcher, nodes, procs, "--steps", str(STEPS), "--batch-size", "32",
+                          "--print-every", "1", "--trace", str(run_dir / "trace.txt"))
+        started[name] = _submit(slurm_cluster, batch, run_dir)
+    _signal_each_at_its_moment(slurm_cluster, started)
+    return started
+
+
+SIGNAL_WHEN = {  # job -> when its time-limit signal comes
+    "plain": lambda job: "step 4/" in job.log(),  # in mid-run
+    "lightning": lambda job: "step 4/" in job.log(),
+    "importing": lambda job: len(list(job.run_dir.glob("importing-*"))) == 2,  # both nodes still importing
+    "ignores": lambda job: "never asks whether to stop" in job.log(),
+}
+
+
+def _signal_each_at_its_moment(cluster: SlurmCluster, started: Dict[str, Job]) -> None:
+    """Watch the jobs together and signal each as it reaches its moment: they train at once, none waits for
+    another's test."""
+    waiting = dict(started)
+
+    def signal_ready() -> bool:
+        for name in [n for n, job in waiting.items() if SIGNAL_WHEN[n](job)]:
+            _signal(cluster, waiting.pop(name))
+        return not waiting
+
+    wait_for(f"the jobs to reach their moment for the signal ({', '.join(waiting)})", signal_ready, 300,
+             interval=0.2)
+
+
+def _requeued_then_completed(cluster: SlurmCluster, job: Job) -> str:
+    release_requeued(cluster, job.job_id)
+    row = cluster.wait_finished(job.job_id, timeout=240, runs=2)
+    assert row["State"] == "COMPLETED", f"{row}\n{job.log()[-3000:]}"
+    assert run_states(cluster, job.job_id) == ["REQUEUED", "COMPLETED"]
+    return job.log()
+
+
+def _every_step_once(job: Job, ranks: int) -> Counter:
+    """(rank, step) -> times trained, from the example's trace; each of STEPS steps on each rank exactly once."""
+    lines = [line.split() for line in (job.run_dir / "trace.txt").read_text().splitlines()]
+    trained = Counter((int(rank), int(step)) for rank, step, _ in lines)
+    assert trained == Counter({(rank, step): 1 for rank in range(ranks) for step in range(STEPS)}), trained
+    return Counter(int(run) for _, _, run in lines)
+
+
+def test_a_plain_script_stopped_mid_run_resumes_at_the_exact_step(slurm_cluster: SlurmCluster, jobs) -> None:
+    job = jobs["plain"]
+    log = _requeued_then_completed(slurm_cluster, job)
+    assert "USR2: asking the training processes to checkpoint" in log and "requeueing job" in log
+    runs = _every_step_once(job, ranks=4)
+    assert runs[0] >= 4 * 4 and runs[1] >= 4, runs  # both runs trained: the signal came in mid-run
+    assert "resumed from" in log
+
+
+def test_a_lightning_script_with_the_callback_resumes_at_the_exact_step(slurm_cluster: SlurmCluster, jobs) -> None:
+    """Under torchrun, where Lightning itself installs no requeue handler at all."""
+    job = jobs["lightning"]
+    log = _requeued_then_completed(slurm_cluster, job)
+    assert "the script stopped at the stop request" in log and "Restored all states from the checkpoint" in log
+    runs = _every_step_once(job, ranks=4)
+    assert runs[0] >= 4 * 4 and runs[1] >= 4, runs
+
+
+def test_a_signal_during_the_scripts_imports_is_not_lost(slurm_cluster: SlurmCluster, jobs) -> None:
+    job = jobs["importing"]
+    _requeued_then_completed(slurm_cluster, job)
+    runs = _every_step_once(job, ranks=2)
+    assert runs[0] == 0 and runs[1] == 2 * STEPS, runs  # stopped before its first step, all of it after
+
+
+def test_a_script_that_ignores_the_contract_ends_in_time_and_says_why(slurm_cluster: SlurmCluster, jobs) -> None:
+    job = jobs["ignores"]
+    row = slurm_cluster.wait_finished(job.job_id, timeout=120)
+    log = job.log()
+    assert row["State"] == "FAILED" and run_states(slurm_cluster, job.job_id) == ["FAILED"], f"{row}\n{log[-3000:]}"
+    assert "did not stop within 30 s of the stop request (SIGUSR2)" in log, log[-3000:]
+    assert "not requeued: the script did not stop at the stop request" in log, log[-3000:]

@@ -1,0 +1,47 @@
+"""--script in the batch-file generator: what a user's own script gets, and what is refused in one line."""
+from __future__ import annotations
+
+import pytest
+
+from hpc_imagenet.slurm.generate import GenerateError, render, spec_from_args
+from tests.helpers import REPO
+
+EXAMPLE = str(REPO / "launch" / "examples" / "train_ddp.py")
+
+
+def _render(*argv: str) -> str:
+    return render(spec_from_args(["--script", EXAMPLE, "--gpus-per-node", "0", *argv]))
+
+
+def test_the_script_runs_under_the_requeue_runner_with_its_own_flags() -> None:
+    text = _render("--nodes", "2", "--", "--steps", "10")
+    assert '-m hpc_imagenet.requeue "$SCRIPT" "${TRAIN_ARGS[@]}"' in text and "TRAIN_ARGS+=(--steps 10)" in text
+    assert "export HPC_IMAGENET_RUN_DIR=$LOG_DIR" in text and "HPC_IMAGENET_STOP_GRACE:-150" in text
+    assert "--resume auto" not in text and "imagenet/imagenet_" not in text and "DATA=" not in text
+    assert 'rm -f "$LOG_DIR/requeue.requested" "$LOG_DIR/stop.ignored"' in text
+    assert 'if [ "$preempted" = 1 ] && [ -e "$LOG_DIR/requeue.requested" ]; then' in text
+
+
+def test_srun_runs_one_task_per_process() -> None:
+    text = _render("--launcher", "srun", "--procs-per-node", "2", "--framework", "lightning")
+    assert "#SBATCH --ntasks-per-node=2" in text and '"$PYTHON" -m hpc_imagenet.requeue "$SCRIPT"' in text
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--data", "/x"], "--data sets the engine's training, and --script runs your own script"),
+    (["--epochs=3"], "--epochs sets the engine's training"),
+    (["--launcher", "mpi"], "--launcher mpi with --script: use torchrun (one agent per node) or srun"),
+    (["--framework", "lightning", "--launcher", "launch"], "or srun (one task per process, as Lightning wants)"),
+    (["--framework", "lightning", "--name", "bash"], "Lightning takes a job of that name for an interactive"),
+])
+def test_what_cannot_work_is_one_line(argv, says) -> None:
+    with pytest.raises(GenerateError, match=None) as err:
+        _render(*argv)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_missing_script_is_one_line(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(GenerateError) as err:
+        render(spec_from_args(["--script", "train.py", "--gpus-per-node", "0"]))
+    assert str(err.value) == "--script train.py: no such file here; give its path from the folder you submit from"
