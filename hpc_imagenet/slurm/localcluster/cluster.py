@@ -227,7 +227,17 @@ class SlurmCluster:
     def revive_node(self, node: str) -> None:
         """Bring a failed node back: its slurmd again, and the node returned to service."""
         self.start_slurmd(node)
-        self.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+        resumed = self.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
+        # ReturnToService=2: a DOWN node whose slurmd registers is back in service by itself, and RESUME is then
+        # refused ("Invalid node state specified"); only a node still down is an error
+        if resumed.returncode != 0 and self.node_down(node):
+            raise ClusterError(f"scontrol update NodeName={node} State=RESUME: {resumed.stderr.strip()}")
+
+    def node_down(self, node: str) -> bool:
+        """Whether NODE is out of service (DOWN, DRAIN or FAIL in its state)."""
+        out = self.run(["scontrol", "-o", "show", "node", node], check=False).stdout
+        state = dict(token.split("=", 1) for token in out.split() if "=" in token).get("State", "")
+        return any(word in state for word in ("DOWN", "DRAIN", "FAIL"))
 
     def set_network(self, node: str, up: bool) -> None:
         """NODE's network cable out (``up=False``: its peers just stop hearing from it) or back in."""
