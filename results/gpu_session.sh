@@ -224,7 +224,7 @@ stage_graph() {  # the whole step in one CUDA graph against eager and compiled, 
 stage_smallstep() {  # the Fashion-MNIST race's step (ResNet-18, 32 px, batch 256) from its JPEGs: where it goes,
     # eager and graphed; needs the carried .fmnist (converted once per lease)
     local data="$LEASE_DIR/tta-data/fashion-mnist"
-    [ -d "$data/train" ] || $PY -c "from hpc_imagenet.harness.runners import fashion_mnist as f; from pathlib import Path; \
+    [ -d "$data/train" ] || $PY -c "from studies.fashion_mnist_race import fashion_mnist as f; from pathlib import Path; \
         f.convert(f.SOURCE_DIR if not Path('.fmnist').is_dir() else Path('.fmnist'), Path('$LEASE_DIR/tta-data'))"
     ARCH=resnet18 IMAGE=32 bench_train smallstep "$data" 234 --setups engine-bf16 engine-bf16-graph \
         --workers "${SMALL_WORKERS:-$WORKERS}"

@@ -1,5 +1,5 @@
-"""The requeue contract for a PyTorch Lightning script: a callback that works under srun and torchrun, and in
-containers (the ``lightning`` extra).
+"""The requeue contract for a PyTorch Lightning script: a callback for srun and torchrun, which needs nothing on
+the rank beyond Lightning (no ``scontrol``, as in a container image; the ``lightning`` extra).
 
     trainer = L.Trainer(..., callbacks=[Requeue()])
     trainer.fit(model, data, ckpt_path=Requeue.resume_from())
@@ -9,8 +9,8 @@ rank agrees through the strategy (one all-reduce), the trainer writes its checkp
 optimizers, loops) into the run folder atomically, outside any signal handler, and stops; the runner then ends
 the process with 75 and the batch file requeues the job from the host. What it does that Lightning does not:
 Lightning requeues only under srun (SLURMEnvironment; under torchrun it installs no requeue handler), skips its
-handler when one is already installed, saves inside the signal handler (Lightning #21406) and runs ``scontrol``
-on the rank, which container images usually lack (#21404).
+handler when one is already installed, saves inside the signal handler (where the save may never complete) and
+runs ``scontrol`` on the rank, which container images usually lack.
 """
 from __future__ import annotations
 

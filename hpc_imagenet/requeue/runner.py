@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from hpc_imagenet import requeue
-from hpc_imagenet.imagenet.common import files
+from hpc_imagenet.imagenet.common import exit_codes, files
 from hpc_imagenet.imagenet.process import preemption
 
 USAGE = "usage: python -m hpc_imagenet.requeue SCRIPT [ARGS...]  (your training script, under the requeue contract)"
@@ -97,22 +97,17 @@ def run(script: str, args: Sequence[str]) -> int:
         code = _exit_code(exit_.code)
     _close_process_group()
     if requeue.stopped() and code in (0, requeue.EXIT_STOPPED):
-        return _stopped_exit()
+        return exit_codes.preempted_status()  # the run folder's mark tells the batch file to requeue
     return code
 
 
-def _stopped_exit() -> int:
-    """75, except under an agent that restarts failed workers (torchrun --max-restarts N), which would start the
-    script again at once: 0 ends the agent's run there, and the run folder's mark tells the batch file to requeue."""
-    return 0 if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0 else requeue.EXIT_STOPPED
-
-
 def _close_process_group() -> None:
-    """End a process group the script left open (Lightning's trainer does): torch's own teardown at interpreter
-    exit can abort the process ("terminate called without an active exception") after a clean finish."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    """End a process group the script left open (Lightning's trainer does), the engine's way: its cleanup leaves
+    gloo's to the process's end on torch before 2.10, where destroying it can hang for good."""
+    if "torch.distributed" in sys.modules:
+        from hpc_imagenet.imagenet.process import group
+
+        group.cleanup()
 
 
 def leave(code: int) -> None:

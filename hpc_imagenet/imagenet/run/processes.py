@@ -35,7 +35,7 @@ from hpc_imagenet.imagenet.process import group
 from hpc_imagenet.imagenet.run import distributed
 from hpc_imagenet.imagenet.train import checkpoint
 from hpc_imagenet.imagenet.data import staging
-from hpc_imagenet.imagenet.common import startup
+from hpc_imagenet.imagenet.common import exit_codes, startup
 from hpc_imagenet.imagenet.common.errors import DataError, one_line
 from hpc_imagenet.imagenet.common.exit_codes import EXIT_INTERRUPTED, EXIT_LOST_PEER, EXIT_PREEMPTED, EXIT_USAGE
 
@@ -78,12 +78,8 @@ def _run(cfg: config.Settings, info: group.DistInfo) -> int:
 
 
 def _elastic_exit(code: int) -> int:
-    """A preempted trainer exits 75, except under an elastic agent that restarts failed workers
-    (torchrun --max-restarts N): that agent would start it again and train on instead of letting the
-    job be requeued. It exits 0 there, which ends the agent's run; run.json says "preempted"."""
-    if code == EXIT_PREEMPTED and int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0:
-        return 0
-    return code
+    """A preempted trainer's status under its launcher (exit_codes.preempted_status; run.json says "preempted")."""
+    return exit_codes.preempted_status() if code == EXIT_PREEMPTED else code
 
 
 def _guarded(fn, *args) -> int:
