@@ -11,7 +11,7 @@ def _train(variant: str) -> int:
     from hpc_imagenet.imagenet.process import preemption
 
     preemption.install_early()
-    from hpc_imagenet.imagenet.run.cli import main
+    from hpc_imagenet.imagenet.run.train_command import main
 
     return main(variant)
 

@@ -12,6 +12,6 @@ if __name__ == "__main__":
     from hpc_imagenet.imagenet.process import preemption
 
     preemption.install_early()
-    from hpc_imagenet.imagenet.run.cli import main
+    from hpc_imagenet.imagenet.run.train_command import main
 
     sys.exit(main("amp"))

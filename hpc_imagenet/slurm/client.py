@@ -2,7 +2,7 @@
 
 Whatever cluster ``sbatch`` on PATH reaches (``SLURM_CONF`` in the environment on a test cluster, the
 site's config on a login node); every call takes an optional ``env`` for a cluster other than the
-process's own. The harness's runners, ``hpc_imagenet.slurm.pipeline`` and the local cluster's scenarios all go
+process's own. The harness's runners, ``hpc_imagenet.slurm.jobchain`` and the local cluster's scenarios all go
 through here; ``hpc_imagenet.slurm.submit`` keeps submitit, which is a client of its own.
 
 Jobs are watched with ``squeue`` (no accounting database needed): a job that has left the queue is

@@ -111,7 +111,7 @@ class TrainingTask:
         env = submitit.JobEnvironment()
         _export_rendezvous(env)
         submitit_handler = signal.getsignal(signal.SIGUSR2)  # the trainer replaces it while training
-        from hpc_imagenet.imagenet.run.cli import main
+        from hpc_imagenet.imagenet.run.train_command import main
 
         code = main(self.variant, self.argv)
         if code == EXIT_PREEMPTED:

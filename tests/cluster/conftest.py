@@ -54,7 +54,7 @@ def container_image() -> Path:
 @pytest.fixture
 def on_cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
     """This test process pointed at the test cluster: for code that calls sbatch/squeue/sacct itself (the
-    pipeline, submitit)."""
+    job chain, submitit)."""
     for key in ("SLURM_CONF", "PATH"):
         monkeypatch.setenv(key, slurm_cluster.env[key])
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

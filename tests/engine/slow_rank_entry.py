@@ -17,7 +17,7 @@ if __name__ == "__main__":
     preemption.install_early()
     from torch.utils.data import dataloader
 
-    from hpc_imagenet.imagenet.run.cli import main
+    from hpc_imagenet.imagenet.run.train_command import main
 
     if os.environ.get("RANK") == os.environ["SLOW_RANK"]:
         delay, real_next = float(os.environ["SLOW_DELAY_S"]), dataloader._BaseDataLoaderIter.__next__

@@ -12,7 +12,7 @@ from tests.helpers import BIN, PYTHON, REPO, TINY, child_env, explain, free_port
 # rank that made it; torch.distributed and the scan itself are the real ones.
 SPY = """import os, sys
 sys.path.insert(0, {repo!r})
-from hpc_imagenet.imagenet.run import cli
+from hpc_imagenet.imagenet.run import train_command
 from hpc_imagenet.imagenet.data import scan
 real_scan = scan.scan_dataset
 def spy(root):
@@ -20,7 +20,7 @@ def spy(root):
         f.write(root + "\\n")
     return real_scan(root)
 scan.scan_dataset = spy
-sys.exit(cli.main("ddp"))
+sys.exit(train_command.main("ddp"))
 """
 
 

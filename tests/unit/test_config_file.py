@@ -9,7 +9,7 @@ import pytest
 from setuptools import find_packages
 
 from hpc_imagenet.imagenet import config, recipes
-from hpc_imagenet.imagenet.run import cli
+from hpc_imagenet.imagenet.run import train_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,7 +61,7 @@ def test_a_bad_config_file_is_one_line_naming_the_key(tmp_path, text, message):
 
 def test_the_entry_script_exits_2_with_the_line(tmp_path, capsys):
     path = _file(tmp_path, '[values]\nwarmup_epoch = 2.0\n')
-    assert cli.main("ddp", ["--dummy", "--config", path, "--print-config"]) == 2
+    assert train_command.main("ddp", ["--dummy", "--config", path, "--print-config"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --config ") and "did you mean warmup_epochs?" in err and "\n" not in err
 

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Set
 
-# Modules are named here by their import names less the package's prefix (hpc_imagenet.imagenet.run.cli ->
-# imagenet.run.cli; the studies keep theirs: studies.benches.report).
+# Modules are named here by their import names less the package's prefix (hpc_imagenet.imagenet.run.train_command ->
+# imagenet.run.train_command; the studies keep theirs: studies.benches.report).
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ("hpc_imagenet", "studies")  # studies/ is checked with the package: it imports it
 
@@ -146,7 +146,7 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
 def test_the_graph_sees_the_imports_between_the_packages():
     """The modules import each other as ``hpc_imagenet.X``: the graph holds those edges (an empty one has no cycle)."""
     graph = import_graph()
-    assert graph["imagenet.run.cli"] >= {"imagenet.config", "launch.environment"}
+    assert graph["imagenet.run.train_command"] >= {"imagenet.config", "launch.environment"}
     assert {b.split(".")[0] for bs in graph.values() for b in bs} >= {"imagenet", "launch", "slurm", "harness"}
 
 

@@ -15,8 +15,8 @@ from hpc_imagenet.launch import environment, mpi
 def test_parse_target():
     assert mpi.parse_target([__file__, "-a", "x"]) == ("path", __file__, ["-a", "x"])
     assert mpi.parse_target(["--", __file__]) == ("path", __file__, [])
-    assert mpi.parse_target(["-m", "hpc_imagenet.imagenet.run.cli", "--help"]) == ("module",
-                                                                                   "hpc_imagenet.imagenet.run.cli",
+    assert mpi.parse_target(["-m", "hpc_imagenet.imagenet.run.train_command", "--help"]) == ("module",
+                                                                                   "hpc_imagenet.imagenet.run.train_command",
                                                                                    ["--help"])
     for bad, text in ((["-m"], "-m needs a module"), (["-x", "s.py"], "unknown option -x"), ([], "usage")):
         with pytest.raises(mpi.MpiLaunchError, match=text):

@@ -44,15 +44,15 @@ def _test_modules() -> List[Path]:
 def test_the_check_sees_every_form_of_import() -> None:
     source = """
 import tests.cluster.test_slurm_requeue
-from tests.unit import test_pipelines
-from tests.unit.test_pipelines import photo
+from tests.unit import test_decode_backends
+from tests.unit.test_decode_backends import photo
 from .test_dali import needs_dali
 from . import test_dali as d
 def later():
     import test_shards
 """
     assert imported_test_modules(source) == [".test_dali", "test_shards", "tests.cluster.test_slurm_requeue",
-                                             "tests.unit.test_pipelines"]
+                                             "tests.unit.test_decode_backends"]
     allowed = "from tests.helpers import photo\nfrom tests.cluster.requeue import submit_script\nimport pytest\n"
     assert imported_test_modules(allowed) == []
 

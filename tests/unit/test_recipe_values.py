@@ -9,7 +9,7 @@ from unittest import mock
 import pytest
 
 from hpc_imagenet.imagenet import recipes
-from hpc_imagenet.imagenet.run import cli
+from hpc_imagenet.imagenet.run import train_command
 from hpc_imagenet.imagenet.train import optim, schedules
 from hpc_imagenet.imagenet.config import choices, parse_command
 from hpc_imagenet.launch import environment
@@ -107,7 +107,7 @@ def test_goyal_at_256_has_no_warm_up():
 def _entry_script_prints(capsys, *argv):
     """imagenet_ddp.py ARGV --print-config DATA, as one process outside any launcher."""
     with mock.patch.dict(os.environ, {"PATH": os.environ.get("PATH", "")}, clear=True):
-        assert cli.main("ddp", [*argv, "--print-config", "DATA"]) == 0
+        assert train_command.main("ddp", [*argv, "--print-config", "DATA"]) == 0
     return json.loads(capsys.readouterr().out)
 
 

@@ -2,4 +2,5 @@
 group, build the run's parts and start the loop.
 
 hpc_imagenet/imagenet/run/README.md has a line per module. This file imports nothing: the entry scripts import
-``hpc_imagenet.imagenet.process.preemption`` before torch, and ``hpc_imagenet.imagenet.run.cli`` parses without it."""
+``hpc_imagenet.imagenet.process.preemption`` before torch, and ``hpc_imagenet.imagenet.run.train_command`` parses
+without it."""

@@ -1,5 +1,5 @@
-"""Place the training process(es) of checked settings, run them, exit cleanly (hpc_imagenet.imagenet.run.cli comes
-first).
+"""Place the training process(es) of checked settings, run them, exit cleanly (hpc_imagenet.imagenet.run.train_command
+comes first).
 
 User mistakes found on the device (bad data, an unreachable master, a missing Apex) end with one line
 on stderr and exit status 2; a peer lost in mid-collective (killed, node or network down) ends with one

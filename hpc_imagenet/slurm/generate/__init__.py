@@ -7,10 +7,10 @@ The parts, in the order a job goes through them: ``spec`` (the JobSpec: hpc_imag
 description plus what only a batch file has, and its derived views),
 ``options`` (the command line -> a JobSpec), ``checks`` (``validate``: one line saying what to
 change), ``renderer`` (the script, section by section; what the script does is told there),
-``examples`` (the committed files) and ``cli`` (``main``).
+``examples`` (the committed files) and ``generate_command`` (``main``).
 """
 from hpc_imagenet.slurm.generate.checks import managed_flags, parse_time, validate
-from hpc_imagenet.slurm.generate.cli import main
+from hpc_imagenet.slurm.generate.generate_command import main
 from hpc_imagenet.slurm.generate.examples import EXAMPLES, render_example
 from hpc_imagenet.slurm.generate.options import build_parser, spec_from_args
 from hpc_imagenet.slurm.generate.renderer import render, render_step

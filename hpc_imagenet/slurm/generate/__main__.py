@@ -1,6 +1,6 @@
-"""``python -m hpc_imagenet.slurm.generate``: see hpc_imagenet/slurm/generate/cli.py."""
+"""``python -m hpc_imagenet.slurm.generate``: see hpc_imagenet/slurm/generate/generate_command.py."""
 import sys
 
-from hpc_imagenet.slurm.generate.cli import main
+from hpc_imagenet.slurm.generate.generate_command import main
 
 sys.exit(main())

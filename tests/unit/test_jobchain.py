@@ -1,6 +1,6 @@
-"""hpc_imagenet.slurm.pipeline without a cluster: --dry-run's sbatch lines, the stages' batch files, the checks before
+"""hpc_imagenet.slurm.jobchain without a cluster: --dry-run's sbatch lines, the stages' batch files, the checks before
 submitting, a stage's progress as `status` shows it (the chain on a real cluster:
-tests/cluster/test_pipeline.py)."""
+tests/cluster/test_jobchain.py)."""
 from __future__ import annotations
 
 import json
@@ -12,9 +12,9 @@ import pytest
 
 from hpc_imagenet.imagenet.data import archives
 from hpc_imagenet.slurm.generate import render, spec_from_args
-from hpc_imagenet.slurm.pipeline import chain as ch
-from hpc_imagenet.slurm.pipeline import cli, preflight
-from hpc_imagenet.slurm.pipeline import state as st
+from hpc_imagenet.slurm.jobchain import chain as ch
+from hpc_imagenet.slurm.jobchain import chain_commands, preflight
+from hpc_imagenet.slurm.jobchain import state as st
 
 SITE = ["--partition", "gpu", "--account", "proj42", "--module", "cuda/12.4", "--nodes", "2", "--arch", "resnet50",
         "--", "--recipe", "torchvision-v2"]
@@ -38,8 +38,8 @@ def _chain(tmp_path: Path, download: Path, argv=SITE, on_login_node: bool = True
 
 def test_dry_run_prints_every_sbatch_line_and_writes_nothing(download, tmp_path, capsys):
     out = tmp_path / "out"
-    assert cli.main(["submit", str(download), str(out), "--any-archives", "--dry-run", "--prepare-tasks", "4",
-                     *SITE]) == 0
+    assert chain_commands.main(["submit", str(download), str(out), "--any-archives", "--dry-run", "--prepare-tasks",
+                                "4", *SITE]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[-1] for line in lines] == [str(out / "jobs" / f"{s}.sh") for s in st.STAGES]
     assert "--array=0-3" in lines[1] and "--dependency=afterok:<plan>" in lines[1]
@@ -59,8 +59,8 @@ def test_stages_carry_the_site_options(download, tmp_path):
         text = texts[name]
         assert "#SBATCH --partition=gpu" in text and "#SBATCH --account=proj42" in text and "cuda/12.4" in text
         task = "convert" if name == "prepare" else name
-        command = (f"hpc_imagenet.harness.pipeline_report {layout.out} --tag" if name == "report"
-                   else f"hpc_imagenet.slurm.pipeline.tasks {task}")
+        command = (f"hpc_imagenet.harness.jobchain_report {layout.out} --tag" if name == "report"
+                   else f"hpc_imagenet.slurm.jobchain.tasks {task}")
         assert "#SBATCH --nodes=1" in text and f'"$PYTHON" -m {command}' in text
     assert "#SBATCH --gpus-per-node=1" in texts["evaluate"] and "--gpus-per-node" not in texts["plan"]
     assert "--recipe torchvision-v2" in texts["evaluate"] and "-a resnet50" in texts["evaluate"]
@@ -73,13 +73,13 @@ def test_stages_run_in_the_container(download, tmp_path):
     assert f"{download},{tmp_path / 'out'}" in texts["train"]  # both mounted
     # the CPU stages run in the image over a clean environment, the GPU's options only where a stage has GPUs
     assert 'apptainer exec --cleanenv --bind "$CONTAINER_MOUNTS"' in texts["plan"].split("-m "
-                                                                                         "hpc_imagenet.slurm.pipeline.tasks")[0]
+                                                                                         "hpc_imagenet.slurm.jobchain.tasks")[0]
     assert "exec --cleanenv --nv --bind" in texts["evaluate"]
 
 
 def test_charliecloud_is_refused_for_the_chain_in_one_line(download, tmp_path):
     argv = ["--container", "/images/pytorch", "--container-runtime", "charliecloud", *SITE]
-    with pytest.raises(st.PipelineError, match="ch-run binds under /mnt/N; use apptainer, pyxis or podman-hpc"):
+    with pytest.raises(st.ChainError, match="ch-run binds under /mnt/N; use apptainer, pyxis or podman-hpc"):
         _chain(tmp_path, download, argv, on_login_node=False)
 
 
@@ -88,24 +88,33 @@ def test_array_ranges():
 
 
 def test_archives_checked_before_anything(download, tmp_path):
-    with pytest.raises(st.PipelineError, match="not the published 147,897,477,120"):
+    with pytest.raises(st.ChainError, match="not the published 147,897,477,120"):
         preflight.check_archives(download)
     preflight.check_archives(download, official=False)
     with open(download / archives.VAL_TAR, "ab") as f:
         f.write(b"x" * 100)  # a tar cut short ends in data, not in its two zero blocks
-    with pytest.raises(st.PipelineError, match="ends mid-file"):
+    with pytest.raises(st.ChainError, match="ends mid-file"):
         preflight.check_archives(download, official=False)
     (download / archives.TRAIN_TAR).unlink()
-    with pytest.raises(st.PipelineError, match="ILSVRC2012_img_train.tar is missing"):
+    with pytest.raises(st.ChainError, match="ILSVRC2012_img_train.tar is missing"):
         preflight.check_archives(download, official=False)
 
 
 def test_no_room_is_one_line(tmp_path, capsys):
-    with pytest.raises(st.PipelineError, match="GB free but the shards need"):
+    with pytest.raises(st.ChainError, match="GB free but the shards need"):
         preflight.check_space(tmp_path / "new" / "out", 10**18, tmp_path / "new" / "out" / "data")
     preflight.check_space(tmp_path / "out", 10**6, tmp_path / "out" / "data")
-    assert cli.main(["status", str(tmp_path / "nothing")]) == 2
+    assert chain_commands.main(["status", str(tmp_path / "nothing")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_chain_of_an_earlier_version_is_named_not_mistaken_for_none(tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / st.EARLIER_STATE).write_text("{}")
+    assert chain_commands.main(["status", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "submitted by an earlier version (pipeline.json)" in err
+    assert "submit again to a new folder" in err
 
 
 def test_training_progress_line(tmp_path):

@@ -1,4 +1,4 @@
-"""``python -m hpc_imagenet.slurm.pipeline``: ImageNet's download to evaluated, exported weights and a report, as one
+"""``python -m hpc_imagenet.slurm.jobchain``: ImageNet's download to evaluated, exported weights and a report, as one
 chain of SLURM jobs.
 
 Stages, each a batch file written with :mod:`hpc_imagenet.slurm.generate` (the site's options) and submitted with a
@@ -10,9 +10,9 @@ dependency on the one before (``afterok``; the report ``afterany``, so a failed 
     train     the generated training batch file (requeue, restarts, staging as ever)
     evaluate  the best and the EMA weights on the validation set, one record each
     export    torchvision state dicts, safetensors, the model card (hpc_imagenet.imagenet.export)
-    report    the harness's per-tag report of the run (its command, python -m hpc_imagenet.harness.pipeline_report)
+    report    the harness's per-tag report of the run (its command, python -m hpc_imagenet.harness.jobchain_report)
 
-Modules: ``cli`` (the command line), ``chain`` (the batch files and their submission), ``state`` (the
+Modules: ``chain_commands`` (the command line), ``chain`` (the batch files and their submission), ``state`` (the
 chain's JSON and each stage's state), ``preflight`` (checks before anything is submitted),
 ``prepare_tasks`` and ``tasks`` (what runs inside the jobs).
 """

@@ -1,10 +1,10 @@
-"""What each stage's job runs: ``python -m hpc_imagenet.slurm.pipeline.tasks STAGE OUT [...]``.
+"""What each stage's job runs: ``python -m hpc_imagenet.slurm.jobchain.tasks STAGE OUT [...]``.
 
 Every stage ends by writing its marker (done with its counts, or failed with the one-line reason) and
 exits non-zero on failure, so the next stage's ``afterok`` dependency is never satisfied and
 ``status`` can say why. The stages of the weights call the project's own commands: the training
 script's ``--evaluate`` and :mod:`hpc_imagenet.imagenet.export`. The report stage is the harness's own command
-(``python -m hpc_imagenet.harness.pipeline_report``), which writes its marker with :func:`run_stage`: slurm/ never
+(``python -m hpc_imagenet.harness.jobchain_report``), which writes its marker with :func:`run_stage`: slurm/ never
 imports the harness.
 """
 from __future__ import annotations
@@ -22,8 +22,8 @@ from hpc_imagenet.imagenet.common import checkout
 from hpc_imagenet.imagenet.common.errors import one_line
 from hpc_imagenet.imagenet.common.variants import SCRIPTS
 
-from hpc_imagenet.slurm.pipeline import prepare_tasks
-from hpc_imagenet.slurm.pipeline.state import Layout, write_marker
+from hpc_imagenet.slurm.jobchain import prepare_tasks
+from hpc_imagenet.slurm.jobchain.state import Layout, write_marker
 
 REPO = checkout.root() or Path.cwd()  # the checkout whose entry scripts the tasks run
 EVALUATED = {"best": "model", "ema": "model_ema"}  # evaluation name -> exported weights' stem
@@ -80,7 +80,7 @@ def run_stage(layout: Layout, stage: str, task: Optional[int], work) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hpc_imagenet.slurm.pipeline.tasks", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m hpc_imagenet.slurm.jobchain.tasks", description=__doc__.splitlines()[0])
     p.add_argument("stage", choices=("plan", "convert", "check", "evaluate", "export"))
     p.add_argument("out", type=Path)
     p.add_argument("--archives", type=Path)
@@ -101,5 +101,5 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    from hpc_imagenet.slurm.pipeline.tasks import main  # under its one name, not a copy
+    from hpc_imagenet.slurm.jobchain.tasks import main  # under its one name, not a copy
     sys.exit(main())

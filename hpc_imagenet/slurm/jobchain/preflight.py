@@ -13,7 +13,7 @@ from pathlib import Path
 from hpc_imagenet.imagenet.common.errors import DataError
 from hpc_imagenet.imagenet.data import archives
 
-from hpc_imagenet.slurm.pipeline.state import PipelineError
+from hpc_imagenet.slurm.jobchain.state import ChainError
 
 # The published files' sizes in bytes (image-net.org, ILSVRC 2012)
 OFFICIAL_BYTES = {archives.TRAIN_TAR: 147_897_477_120, archives.VAL_TAR: 6_744_924_160}
@@ -23,21 +23,21 @@ TAR_END = 1024  # two 512-byte zero blocks
 
 
 def check_archives(folder: Path, official: bool = True) -> archives.Archives:
-    """The download in FOLDER; PipelineError for a missing file, a tar cut short, a size not published."""
+    """The download in FOLDER; ChainError for a missing file, a tar cut short, a size not published."""
     try:
         found = archives.find(str(folder))
     except DataError as e:
-        raise PipelineError(str(e)) from None
+        raise ChainError(str(e)) from None
     for path in (found.train, found.val):
         size = os.path.getsize(path)
         expected = OFFICIAL_BYTES[os.path.basename(path)]
         if official and size != expected:
-            raise PipelineError(f"{path} is {size:,} bytes, not the published {expected:,}: the download is incomplete "
-                                f"or not ILSVRC 2012's; {archives.DOWNLOAD} again (or pass --any-archives for a "
+            raise ChainError(f"{path} is {size:,} bytes, not the published {expected:,}: the download is incomplete "
+                             f"or not ILSVRC 2012's; {archives.DOWNLOAD} again (or pass --any-archives for a "
                                 "subset or archives of your own)")
         if size < TAR_END or _tail(path) != bytes(TAR_END):
-            raise PipelineError(f"{path} ends mid-file ({size:,} bytes): the download was cut short; "
-                                f"{archives.DOWNLOAD} again")
+            raise ChainError(f"{path} ends mid-file ({size:,} bytes): the download was cut short; "
+                             f"{archives.DOWNLOAD} again")
     return found
 
 
@@ -62,12 +62,12 @@ def folder_bytes(folder: Path) -> int:
 
 
 def check_space(out: Path, needed: int, data: Path) -> None:
-    """PipelineError when OUT's filesystem lacks room for what is still to be written."""
+    """ChainError when OUT's filesystem lacks room for what is still to be written."""
     existing = out
     while not existing.exists():
         existing = existing.parent
     free = shutil.disk_usage(existing).free
     missing = needed - folder_bytes(data)
     if free < missing:
-        raise PipelineError(f"{existing} has {free / 1e9:.1f} GB free but the shards need {missing / 1e9:.1f} GB "
-                            f"more; free space there or pass another output folder")
+        raise ChainError(f"{existing} has {free / 1e9:.1f} GB free but the shards need {missing / 1e9:.1f} GB "
+                         f"more; free space there or pass another output folder")

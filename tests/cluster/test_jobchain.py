@@ -1,4 +1,4 @@
-"""python -m hpc_imagenet.slurm.pipeline on the test cluster, from archives in ImageNet's official layout (real tars of
+"""python -m hpc_imagenet.slurm.jobchain on the test cluster, from archives in ImageNet's official layout (real tars of
 real JPEGs, a devkit) to evaluated, exported weights and a report, as real SLURM jobs with real dependencies.
 
 - One chain whose prepare task 0 is killed mid-way (it blocks on a FIFO standing where one of its shards
@@ -28,9 +28,9 @@ from torchvision import transforms
 from hpc_imagenet.imagenet.data import demo, sources
 from hpc_imagenet.slurm.localcluster.commands import wait_for
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH, VENV
-from hpc_imagenet.slurm.pipeline import cli
-from hpc_imagenet.slurm.pipeline.prepare_tasks import all_jobs
-from hpc_imagenet.slurm.pipeline import state as st
+from hpc_imagenet.slurm.jobchain import chain_commands
+from hpc_imagenet.slurm.jobchain.prepare_tasks import all_jobs
+from hpc_imagenet.slurm.jobchain import state as st
 from studies.benches import archive_set
 
 pytestmark = pytest.mark.slurm
@@ -71,7 +71,7 @@ def _settled(out: Path) -> Dict[str, st.StageState]:
 
 
 def _status(capsys, out: Path) -> tuple:
-    code = cli.main(["status", str(out)])
+    code = chain_commands.main(["status", str(out)])
     return code, capsys.readouterr().out
 
 
@@ -81,7 +81,7 @@ def _files(folder: Path) -> Dict[str, tuple]:
 
 def test_killed_prepare_task_resumes_alone_and_the_chain_ends_in_weights(on_cluster, download, tmp_path, capsys):
     out = tmp_path / "out"
-    assert cli.main(["submit", str(download), str(out), *ARGS]) == 0
+    assert chain_commands.main(["submit", str(download), str(out), *ARGS]) == 0
     state = json.loads((out / st.STATE).read_text())
     prepare = state["jobs"]["prepare"]["id"]
     on_cluster.run(["scontrol", "hold", prepare])  # it waits on the plan anyway: no race
@@ -102,7 +102,7 @@ def test_killed_prepare_task_resumes_alone_and_the_chain_ends_in_weights(on_clus
     (out / "data" / task0[2]).unlink()
     before = _files(out / "data")
     assert set(before) == set(names) - set(task0[2:])  # the other tasks finished
-    assert cli.main(["submit", str(download), str(out), *ARGS]) == 0
+    assert chain_commands.main(["submit", str(download), str(out), *ARGS]) == 0
     assert json.loads((out / st.STATE).read_text())["jobs"]["prepare"]["tasks"] == [0]
     stages = _settled(out)
     assert {s.state for s in stages.values()} == {"done"}, stages
@@ -111,9 +111,9 @@ def test_killed_prepare_task_resumes_alone_and_the_chain_ends_in_weights(on_clus
     assert marker["written_names"] == task0[2:] and marker["kept"] == 2
 
     _check_weights(out)
-    report = (out / "report" / "reports" / "pipeline" / "README.md").read_text()
+    report = (out / "report" / "reports" / "jobchain" / "README.md").read_text()
     # the run's learning curves, read from the TensorBoard events of the run folder the report keeps
-    assert "## Learning curves" in report and (out / "report/reports/pipeline/learning_curves.png").is_file()
+    assert "## Learning curves" in report and (out / "report/reports/jobchain/learning_curves.png").is_file()
     code, text = _status(capsys, out)
     assert code == 0 and "best top-1" in text
 
@@ -139,7 +139,7 @@ def _check_weights(out: Path) -> None:
 def test_failed_training_stops_the_chain(on_cluster, download, tmp_path, capsys):
     out = tmp_path / "out"
     args = [a if a != ARCH else "no_such_net" for a in ARGS]
-    assert cli.main(["submit", str(download), str(out), *args]) == 0
+    assert chain_commands.main(["submit", str(download), str(out), *args]) == 0
     stages = _settled(out)
     assert [stages[s].state for s in ("plan", "prepare", "check")] == ["done"] * 3
     assert stages["train"].state == "failed" and "unknown model" in stages["train"].detail
@@ -150,21 +150,22 @@ def test_failed_training_stops_the_chain(on_cluster, download, tmp_path, capsys)
 
 
 def test_bad_input_is_refused_before_submitting(download, tmp_path, capsys):
-    assert cli.main(["submit", str(tmp_path / "nowhere"), str(tmp_path / "out"), *ARGS]) == 2
+    assert chain_commands.main(["submit", str(tmp_path / "nowhere"), str(tmp_path / "out"), *ARGS]) == 2
     assert "does not exist" in capsys.readouterr().err
-    assert cli.main(["submit", str(download), str(tmp_path / "out"), *ARGS[1:]]) == 2  # not the published sizes
+    # not the published sizes
+    assert chain_commands.main(["submit", str(download), str(tmp_path / "out"), *ARGS[1:]]) == 2
     assert "not the published" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
 def test_cancel_stops_the_chain(on_cluster, download, tmp_path, capsys):
     out = tmp_path / "out"
-    assert cli.main(["submit", str(download), str(out), *ARGS]) == 0
+    assert chain_commands.main(["submit", str(download), str(out), *ARGS]) == 0
     ids = [job["id"] for job in json.loads((out / st.STATE).read_text())["jobs"].values()]
-    assert cli.main(["cancel", str(out)]) == 0
+    assert chain_commands.main(["cancel", str(out)]) == 0
     stages = _settled(out)
     assert {s.state for s in stages.values()} <= {"done", "cancelled"} and stages["report"].state == "cancelled"
     left = on_cluster.run(["squeue", "-h", "-o", "%i %T"]).stdout.split("\n")
     assert not [line for line in left if line.split(" ")[0] in ids and "PENDING" in line]
     code, text = _status(capsys, out)
-    assert code == 0 and "by `python -m hpc_imagenet.slurm.pipeline cancel`" in text
+    assert code == 0 and "by `python -m hpc_imagenet.slurm.jobchain cancel`" in text

@@ -1,7 +1,7 @@
-"""``python -m hpc_imagenet.harness.pipeline_report OUT [--tag TAG]``: the report stage of ``python -m
-hpc_imagenet.slurm.pipeline``.
+"""``python -m hpc_imagenet.harness.jobchain_report OUT [--tag TAG]``: the report stage of ``python -m
+hpc_imagenet.slurm.jobchain``.
 
-The chain's report job runs this command (hpc_imagenet.slurm.pipeline renders the line, and never imports the
+The chain's report job runs this command (hpc_imagenet.slurm.jobchain renders the line, and never imports the
 harness): the run in OUT/run becomes one harness ``train`` record, as the harness makes it for a point
 that ran as a SLURM job, in OUT/report/records/TAG.jsonl, and that tag's report is written under
 OUT/report. Like every stage it ends by writing its marker (done, or failed and why) and exits non-zero
@@ -18,8 +18,8 @@ from typing import List, Optional
 from hpc_imagenet.harness.core import records
 from hpc_imagenet.harness.report import main as report_main
 from hpc_imagenet.harness.runners import train_bench
-from hpc_imagenet.slurm.pipeline.state import FINISHED_RUN, Layout
-from hpc_imagenet.slurm.pipeline.tasks import run_stage
+from hpc_imagenet.slurm.jobchain.state import FINISHED_RUN, Layout
+from hpc_imagenet.slurm.jobchain.tasks import run_stage
 
 
 def report(layout: Layout, tag: str) -> dict:
@@ -58,15 +58,15 @@ def point_of(run: dict) -> train_bench.TrainPoint:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hpc_imagenet.harness.pipeline_report",
+    p = argparse.ArgumentParser(prog="python -m hpc_imagenet.harness.jobchain_report",
                                 description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="the chain's output folder")
-    p.add_argument("--tag", default="pipeline", help="the report's tag (OUT/report/reports/TAG/README.md)")
+    p.add_argument("--tag", default="jobchain", help="the report's tag (OUT/report/reports/TAG/README.md)")
     a = p.parse_args(argv)
     layout = Layout(a.out)
     return run_stage(layout, "report", None, lambda: report(layout, a.tag))
 
 
 if __name__ == "__main__":
-    from hpc_imagenet.harness.pipeline_report import main  # under its one name, not a copy
+    from hpc_imagenet.harness.jobchain_report import main  # under its one name, not a copy
     sys.exit(main())

@@ -25,7 +25,7 @@ from hpc_imagenet.imagenet.common.errors import DataError
 from hpc_imagenet.imagenet.data import DEFAULT_SHARD_MB, archives, prepare, shards, sources
 from hpc_imagenet.imagenet.data.shards import Member, Options
 
-from hpc_imagenet.slurm.pipeline.state import Layout
+from hpc_imagenet.slurm.jobchain.state import Layout
 
 CHECKSUMS = "SHA256SUMS"
 
@@ -90,7 +90,7 @@ def check(layout: Layout, workers: int) -> dict:
     missing = [job.name for job in jobs if not (layout.data / job.name).is_file()]
     if missing:
         raise DataError(f"{len(missing)} of {len(jobs)} shards are missing (first {missing[0]}): a prepare task did "
-                        "not finish; run the same pipeline command again to finish them")
+                        "not finish; run the same jobchain submit command again to finish them")
     counts = shards.write_splits(doc["archives"], str(layout.data), doc["classes"], _samples(doc), doc["shard_mb"],
                                  workers, Options(), doc["names"])
     planned = {f"{s}_samples": len(doc["samples"][s]) for s in sources.SPLITS}

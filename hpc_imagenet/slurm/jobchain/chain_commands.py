@@ -1,9 +1,9 @@
-"""The command line of ``python -m hpc_imagenet.slurm.pipeline``:
+"""The command line of ``python -m hpc_imagenet.slurm.jobchain``:
 
-    python -m hpc_imagenet.slurm.pipeline submit ARCHIVES OUT [pipeline options] [hpc_imagenet.slurm.generate options]
+    python -m hpc_imagenet.slurm.jobchain submit ARCHIVES OUT [chain options] [hpc_imagenet.slurm.generate options]
     [-- training flags]
-    python -m hpc_imagenet.slurm.pipeline status OUT
-    python -m hpc_imagenet.slurm.pipeline cancel OUT
+    python -m hpc_imagenet.slurm.jobchain status OUT
+    python -m hpc_imagenet.slurm.jobchain cancel OUT
 
 ``submit`` checks the input (archives, room in OUT, the generator's options) before anything is
 submitted, then submits the chain from where it stands: the first time from the start, after a
@@ -21,16 +21,16 @@ from hpc_imagenet.imagenet.data import DEFAULT_SHARD_MB
 from hpc_imagenet.slurm.client import SlurmError
 from hpc_imagenet.slurm.generate import GenerateError, spec_from_args, validate
 
-from hpc_imagenet.slurm.pipeline import chain as ch
-from hpc_imagenet.slurm.pipeline import preflight
-from hpc_imagenet.slurm.pipeline import state as st
-from hpc_imagenet.slurm.pipeline.state import Layout, PipelineError
+from hpc_imagenet.slurm.jobchain import chain as ch
+from hpc_imagenet.slurm.jobchain import preflight
+from hpc_imagenet.slurm.jobchain import state as st
+from hpc_imagenet.slurm.jobchain.state import ChainError, Layout
 
 USAGE = "usage:\n" + "\n".join(line for line in __doc__.splitlines() if line.startswith("    python"))
 
 
 def _submit_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hpc_imagenet.slurm.pipeline submit", allow_abbrev=False,
+    p = argparse.ArgumentParser(prog="python -m hpc_imagenet.slurm.jobchain submit", allow_abbrev=False,
                                 description="ImageNet's download -> shards -> training -> evaluated, exported "
                                             "weights and a report, as one chain of SLURM jobs. Options not listed "
                                             "here are hpc_imagenet.slurm.generate's (for the training job; the "
@@ -44,7 +44,7 @@ def _submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard-size", type=float, default=DEFAULT_SHARD_MB, help="MB of source images per shard")
     p.add_argument("--any-archives", action="store_true", help="archives other than the published ones (a "
                    "subset, your own): their sizes are not checked against ILSVRC 2012's")
-    p.add_argument("--tag", default="pipeline", help="the report's tag (report/reports/TAG/README.md)")
+    p.add_argument("--tag", default="jobchain", help="the report's tag (report/reports/TAG/README.md)")
     p.add_argument("--dry-run", action="store_true", help="print the sbatch lines; submit nothing")
     return p
 
@@ -68,8 +68,8 @@ def status(out: Path) -> int:
     layout = Layout(out.resolve())
     state = st.load(layout)
     if state is None:
-        raise PipelineError(f"no chain in {out} (no {st.STATE}); submit one with python -m "
-                            f"hpc_imagenet.slurm.pipeline submit")
+        raise ChainError(f"no chain in {out} (no {st.STATE}); submit one with python -m "
+                         f"hpc_imagenet.slurm.jobchain submit")
     stages = st.stages(layout, state)
     width = max(len(s.state) for s in stages)
     for s in stages:
@@ -90,8 +90,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             return submit(argv[1:])
         if command in ("status", "cancel") and len(argv) == 2:
             return status(Path(argv[1])) if command == "status" else ch.cancel(Layout(Path(argv[1]).resolve()))
-    except (PipelineError, GenerateError, SlurmError) as e:
-        print(f"python -m hpc_imagenet.slurm.pipeline: {e}", file=sys.stderr)
+    except (ChainError, GenerateError, SlurmError) as e:
+        print(f"python -m hpc_imagenet.slurm.jobchain: {e}", file=sys.stderr)
         return 2
     if command in ("-h", "--help"):  # asked for: the usage on stdout, success
         print(USAGE)
@@ -101,5 +101,5 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    from hpc_imagenet.slurm.pipeline.cli import main  # under its one name, not a copy
+    from hpc_imagenet.slurm.jobchain.chain_commands import main  # under its one name, not a copy
     sys.exit(main())

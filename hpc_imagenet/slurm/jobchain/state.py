@@ -1,4 +1,4 @@
-"""The chain's state: ``OUT/pipeline.json`` (what was submitted), the stages' markers (what finished),
+"""The chain's state: ``OUT/jobchain.json`` (what was submitted), the stages' markers (what finished),
 and each stage's state as ``status`` shows it.
 
 Jobs are watched with ``squeue`` alone (no accounting database needed): a job still in the queue
@@ -20,12 +20,13 @@ from hpc_imagenet.imagenet.common import files
 from hpc_imagenet.slurm import client
 from hpc_imagenet.slurm.client import QUEUED, RUNNING
 
-STATE = "pipeline.json"
+STATE = "jobchain.json"
+EARLIER_STATE = "pipeline.json"  # the same file, as versions before the job chain's rename named it
 STAGES = ("plan", "prepare", "check", "train", "evaluate", "export", "report")
 FINISHED_RUN = ("finished", "reached_desired_acc", "time_budget")  # run.json statuses of a finished training
 
 
-class PipelineError(RuntimeError):
+class ChainError(RuntimeError):
     """Bad input or a chain that cannot go on; the message is one line naming the problem and the fix."""
 
 
@@ -80,11 +81,14 @@ class Layout:
 
 def load(layout: Layout) -> Optional[dict]:
     if not layout.state.exists():
+        if (layout.out / EARLIER_STATE).exists():
+            raise ChainError(f"{layout.out} holds a chain submitted by an earlier version ({EARLIER_STATE}), whose "
+                             "jobs run commands this version no longer has; submit again to a new folder")
         return None
     try:
         return json.loads(layout.state.read_text())
     except ValueError as e:
-        raise PipelineError(f"{layout.state} is damaged ({e}); delete it to start the chain afresh") from None
+        raise ChainError(f"{layout.state} is damaged ({e}); delete it to start the chain afresh") from None
 
 
 def save(layout: Layout, state: dict) -> None:
@@ -239,7 +243,7 @@ def stages(layout: Layout, state: dict, queued: Optional[Dict[str, tuple]] = Non
         else:
             st = marker_stage(layout, name, job, queued)
         if state.get("cancelled") and st.state in ("failed", "cancelled"):
-            st = StageState(name, "cancelled", "by `python -m hpc_imagenet.slurm.pipeline cancel`", st.log)
+            st = StageState(name, "cancelled", "by `python -m hpc_imagenet.slurm.jobchain cancel`", st.log)
         elif broken and st.state in ("failed", "cancelled") and name != "report":
             st = StageState(name, "cancelled", f"{broken} failed", st.log)
         broken = broken or (name if st.failed else None)

@@ -2,8 +2,8 @@
 
 Training is the batch file ``hpc_imagenet.slurm.generate`` writes for the given options (``render``), with DATA the
 prepared shards and LOG_DIR the chain's run folder. Every other stage is that spec's directives,
-settings and software setup (``render_step``) on one node, running ``python -m hpc_imagenet.slurm.pipeline.tasks``
-(the report: the harness's ``python -m hpc_imagenet.harness.pipeline_report``) as one job step (inside the container
+settings and software setup (``render_step``) on one node, running ``python -m hpc_imagenet.slurm.jobchain.tasks``
+(the report: the harness's ``python -m hpc_imagenet.harness.jobchain_report``) as one job step (inside the container
 where there is one). Each job depends on the one before
 (``afterok``; the report ``afterany`` on training and export) with ``--kill-on-invalid-dep=yes``, so
 when a stage fails SLURM cancels the rest rather than leaving them pending forever.
@@ -23,15 +23,15 @@ from hpc_imagenet.imagenet.data import DEFAULT_SHARD_MB
 from hpc_imagenet.slurm import client, containers
 from hpc_imagenet.slurm.generate import CPUS_PER_PROCESS, JobSpec, render, render_step
 
-from hpc_imagenet.slurm.pipeline import state as st
-from hpc_imagenet.slurm.pipeline.state import Layout, PipelineError
+from hpc_imagenet.slurm.jobchain import state as st
+from hpc_imagenet.slurm.jobchain.state import ChainError, Layout
 
 REPO = checkout.root() or Path.cwd()  # the checkout whose entry scripts the tasks run
 
 
 @dataclass(frozen=True)
 class Chain:
-    """One pipeline: its inputs, the training job's spec and the prepare array's shape."""
+    """One chain: its inputs, the training job's spec and the prepare array's shape."""
     archives: Path
     layout: Layout
     spec: JobSpec  # the training job, as hpc_imagenet.slurm.generate's options gave it
@@ -39,7 +39,7 @@ class Chain:
     prepare_workers: int = 8
     prepare_time: str = "4:00:00"
     shard_mb: float = DEFAULT_SHARD_MB
-    tag: str = "pipeline"
+    tag: str = "jobchain"
 
     @property
     def eval_args(self) -> List[str]:
@@ -55,8 +55,8 @@ def with_mounts(spec: JobSpec, archives: Path, out: Path) -> JobSpec:
     if spec.resolved_runtime == "charliecloud":
         # ch-run binds onto the image's /mnt/N (hpc_imagenet/slurm/containers.py), so the stages' host paths are not the
         # container's; the training file generated alone maps them
-        raise PipelineError("--container-runtime charliecloud: the chain's stages name host paths, which ch-run "
-                            "binds under /mnt/N; use apptainer, pyxis or podman-hpc for the chain, or run "
+        raise ChainError("--container-runtime charliecloud: the chain's stages name host paths, which ch-run "
+                         "binds under /mnt/N; use apptainer, pyxis or podman-hpc for the chain, or run "
                             "the training file of python -m hpc_imagenet.slurm.generate in Charliecloud")
     extra = [str(p) for p in (archives, out) if str(p) not in spec.container_mounts]
     return replace(spec, container_mounts=(*spec.container_mounts, *extra))
@@ -71,10 +71,10 @@ def _step_spec(chain: Chain, name: str, cpus: int, time: str, gpus: int = 0, arr
                    train_args=(), command=())
 
 
-TASKS = "hpc_imagenet.slurm.pipeline.tasks"
+TASKS = "hpc_imagenet.slurm.jobchain.tasks"
 # The report stage is the harness's command: rendered here as a command line, never imported (slurm/ sits
 # below results/)
-REPORT = "hpc_imagenet.harness.pipeline_report"
+REPORT = "hpc_imagenet.harness.jobchain_report"
 
 
 def _task_line(spec: JobSpec, stage: str, command: Sequence[str]) -> List[str]:
@@ -82,7 +82,7 @@ def _task_line(spec: JobSpec, stage: str, command: Sequence[str]) -> List[str]:
     runtime = spec.resolved_runtime
     flags, inside = containers.wrap(runtime, "srun", spec.gpus_per_node > 0) if runtime else ("", "")
     srun = " ".join(x for x in ('srun --ntasks=1 --cpus-per-task="$SLURM_CPUS_PER_TASK"', flags, inside) if x)
-    return [f"# the {stage} stage of python -m hpc_imagenet.slurm.pipeline (its marker says how it went)",
+    return [f"# the {stage} stage of python -m hpc_imagenet.slurm.jobchain (its marker says how it went)",
             f'{srun} "$PYTHON" {shlex.join(command)}']
 
 
@@ -153,8 +153,8 @@ def resume_point(chain: Chain, state: Optional[dict]) -> tuple:
     now = st.stages(chain.layout, state)
     running = [s for s in now if s.state == "running" or s.state.startswith("pending")]
     if running:
-        raise PipelineError(f"the chain is still going (stage {running[0].name}: {running[0].state}); see "
-                            f"`python -m hpc_imagenet.slurm.pipeline status {chain.layout.out}`, or cancel it first")
+        raise ChainError(f"the chain is still going (stage {running[0].name}: {running[0].state}); see "
+                         f"`python -m hpc_imagenet.slurm.jobchain status {chain.layout.out}`, or cancel it first")
     first = next((s.name for s in now if s.state != "done"), None)
     if first == "prepare" and state.get("prepare_tasks") == chain.prepare_tasks:
         every = [t for t in every if (st.read_marker(chain.layout.marker("prepare", t)) or {}).get("status") != "done"]
@@ -183,7 +183,7 @@ def submit(chain: Chain, argv: Sequence[str], dry_run: bool = False, print_=prin
              "prepare_tasks": chain.prepare_tasks, "jobs": jobs, "cancelled": False}
     st.save(layout, state)
     print_(f"submitted {', '.join(f'{n} {ids[n]}' for n in names)}; follow it with "
-           f"`python -m hpc_imagenet.slurm.pipeline status {layout.out}`")
+           f"`python -m hpc_imagenet.slurm.jobchain status {layout.out}`")
     return state
 
 
@@ -214,7 +214,7 @@ def _submit_stages(chain: Chain, names: Sequence[str], texts: Dict[str, str], ta
 def cancel(layout: Layout, print_=print) -> int:
     state = st.load(layout)
     if state is None:
-        raise PipelineError(f"no chain in {layout.out} (no {st.STATE}); pass the output folder of a submitted chain")
+        raise ChainError(f"no chain in {layout.out} (no {st.STATE}); pass the output folder of a submitted chain")
     ids = [job["id"] for job in state["jobs"].values()]
     client.cancel(ids)
     state["cancelled"] = True
