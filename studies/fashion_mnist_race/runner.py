@@ -398,9 +398,9 @@ def _settings(run_json: dict) -> dict:
     """The recipe as the engine resolved it (its lr after scaling, warm-up, batch...)."""
     sections, home = run_json.get("config", {}), section_of()  # run.json keeps the settings by section
     keys = ("batch_size", "opt", "lr", "lr_scaling", "lr_schedule", "lr_peak_epoch", "warmup_epochs", "epochs",
-            "momentum", "weight_decay", "no_bn_wd", "label_smoothing", "train_crop_scale", "zero_init_residual",
-            "model_ema", "model_ema_steps", "model_ema_decay", "eval_every", "val_resize_size", "val_crop_size",
-            "workers", "data_backend", "seed")
+            "momentum", "weight_decay", "no_bn_wd", "label_smoothing", "train_crop_scale", "train_crop_ratio",
+            "zero_init_residual", "model_ema", "model_ema_steps", "model_ema_decay", "eval_every", "val_resize_size",
+            "val_crop_size", "workers", "data_backend", "seed")
     return {**{k: sections.get(home[k], {}).get(k) for k in keys}, "scaled_lr": run_json.get("lr"),
             "global_batch": run_json.get("global_batch")}
 

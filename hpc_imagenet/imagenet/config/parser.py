@@ -84,7 +84,7 @@ def _normalised(values: Dict[str, Any]) -> Dict[str, Any]:
     out = torchvision_cli.normalised(values)
     if out.get("desired_acc") is not None and out["desired_acc"] > 1:
         out["desired_acc"] = out["desired_acc"] / 100.0
-    for name in ("lr_steps", "train_crop_scale"):
+    for name in ("lr_steps", "train_crop_scale", "train_crop_ratio"):
         if name in out:
             out[name] = tuple(out[name])
     return out

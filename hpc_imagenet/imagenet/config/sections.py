@@ -47,6 +47,11 @@ class DataSettings:
                                                  "(RandomResizedCrop's scale; 0.08 1 is ImageNet's; small images "
                                                  "such as 28-px photos want a milder MIN, e.g. 0.4)", type=float,
                                                  nargs=2, metavar=("MIN", "MAX"))
+    train_crop_ratio: Tuple[float, float] = _opt((3 / 4, 4 / 3), "--train-crop-ratio", help="the training crop's "
+                                                 "aspect ratio (width/height), drawn log-uniformly between MIN and "
+                                                 "MAX (RandomResizedCrop's ratio; 0.75 1.333 is ImageNet's; 1 1 keeps "
+                                                 "centred, upright items unstretched)", type=float, nargs=2,
+                                                 metavar=("MIN", "MAX"))
     val_resize_size: Optional[int] = _opt(None, "--val-resize-size", help="validation: resize the short side to "
                                           "this (default: val crop size * 256 / 224)", type=int)
     val_crop_size: Optional[int] = _opt(None, "--val-crop-size", help="validation: centre crop size (default: "

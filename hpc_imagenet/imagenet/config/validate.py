@@ -176,6 +176,10 @@ def _check_sizes(settings: Settings) -> None:
     if not 0 < low <= high <= 1:
         raise ConfigError(f"--train-crop-scale {low:g} {high:g}: give 0 < MIN <= MAX <= 1 (fractions of the image's "
                           "area, e.g. 0.08 1)")
+    low, high = data.train_crop_ratio
+    if not 0 < low <= high:
+        raise ConfigError(f"--train-crop-ratio {low:g} {high:g}: give 0 < MIN <= MAX (width/height, e.g. 0.75 1.333, "
+                          "or 1 1 for square crops)")
     if data.mixup_alpha < 0 or data.cutmix_alpha < 0:
         raise ConfigError(f"--mixup-alpha {data.mixup_alpha:g} / --cutmix-alpha {data.cutmix_alpha:g} must be "
                           ">= 0 (0 turns each off)")

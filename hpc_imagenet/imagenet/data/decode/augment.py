@@ -22,12 +22,12 @@ Two things torchvision does not have:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from torchvision.transforms import InterpolationMode, v2
 
-from hpc_imagenet.imagenet.data.decode.base import IMAGENET_MEAN
+from hpc_imagenet.imagenet.data.decode.base import CROP_RATIO, IMAGENET_MEAN
 
 MEAN_PIXEL = [round(255 * m) for m in IMAGENET_MEAN]  # what erasing to 0 after normalising gives
 
@@ -41,12 +41,13 @@ class Augmentation:
     severity: int = 3                  # --augmix-severity
     erase: float = 0.0                 # --random-erase
     interpolation: str = "bilinear"    # --interpolation
+    crop_ratio: Tuple[float, float] = CROP_RATIO  # --train-crop-ratio (the training crop's aspect ratios)
 
     @classmethod
     def of(cls, data) -> "Augmentation":
         """From the data settings DATA."""
         return cls(data.auto_augment, data.ra_magnitude, data.ra_magnitude_std, data.augmix_severity,
-                   data.random_erase, data.interpolation)
+                   data.random_erase, data.interpolation, tuple(data.train_crop_ratio))
 
     @classmethod
     def for_val(cls, data) -> "Augmentation":

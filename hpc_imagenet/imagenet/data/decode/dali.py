@@ -50,7 +50,7 @@ import torch
 from hpc_imagenet.imagenet.common.errors import DataError
 from hpc_imagenet.imagenet.data.sources import FolderIndex
 from hpc_imagenet.imagenet.data.decode.augment import MEAN_PIXEL, NONE, Augmentation
-from hpc_imagenet.imagenet.data.decode.base import CROP_RATIO, CROP_SCALE, val_resize
+from hpc_imagenet.imagenet.data.decode.base import CROP_SCALE, val_resize
 
 PACKAGES = "nvidia-dali-cuda130 (CUDA 13) or nvidia-dali-cuda120 (CUDA 12)"
 PREFETCH = 2  # batches DALI prepares ahead of the one being trained on
@@ -134,7 +134,8 @@ def _graph(source: EpochSource, train: bool, image_size: int, gpu: bool, resize_
     interp = _interp(augment.interpolation)
     if train:
         images = fn.decoders.image_random_crop(jpegs, device=decoder, output_type=types.RGB,
-                                               random_area=list(crop_scale), random_aspect_ratio=list(CROP_RATIO),
+                                               random_area=list(crop_scale),
+                                               random_aspect_ratio=list(augment.crop_ratio),
                                                num_attempts=10, adjust_orientation=False)
         images = fn.resize(images, size=[image_size, image_size], interp_type=interp, antialias=True)
         images = fn.flip(images, horizontal=fn.random.coin_flip(probability=0.5))

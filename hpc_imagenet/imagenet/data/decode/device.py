@@ -164,7 +164,8 @@ class EncodedTrain:
 
     def __call__(self, buf: bytes, name: str = "") -> EncodedImage:
         buf, frame = _device_jpeg(buf)
-        (top, left, h, w), flip = FastTrain.sample(frame.height, frame.width, self.crop_scale)
+        (top, left, h, w), flip = FastTrain.sample(frame.height, frame.width, self.crop_scale,
+                                                self.augment.crop_ratio)
         seed = int(torch.randint(0, 2**62, ())) if self.augments else -1
         return _encoded(buf, [top, left, h, w, int(flip), self.size, seed], name, self.augment)
 

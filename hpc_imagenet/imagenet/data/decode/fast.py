@@ -120,24 +120,26 @@ class FastTrain:
     the augmentation policy and random erasing, if any."""
 
     def __init__(self, image_size: int, crop_scale: Tuple[float, float] = CROP_SCALE, augment: Augmentation = NONE):
-        self.size, self.crop_scale = image_size, crop_scale
+        self.size, self.crop_scale, self.crop_ratio = image_size, crop_scale, augment.crop_ratio
         self.mode, self.ops = augment.interpolation, uint8_ops(augment)
 
     @staticmethod
-    def sample(height: int, width: int,
-               scale: Tuple[float, float] = CROP_SCALE) -> Tuple[Tuple[int, int, int, int], bool]:
-        """A crop box (its area a fraction in SCALE of the image's) and a flip, from torch's CPU random
-        stream (seeded per sample in seeded runs: hpc_imagenet.imagenet.data.loader.ImageFiles)."""
+    def sample(height: int, width: int, scale: Tuple[float, float] = CROP_SCALE,
+               ratio: Tuple[float, float] = CROP_RATIO) -> Tuple[Tuple[int, int, int, int], bool]:
+        """A crop box (its area a fraction in SCALE of the image's, its aspect ratio in RATIO) and a flip,
+        from torch's CPU random stream (seeded per sample in seeded runs:
+        hpc_imagenet.imagenet.data.loader.ImageFiles)."""
         u = torch.rand(41).tolist()
-        return crop_box(height, width, u[:40], scale), u[40] < 0.5
+        return crop_box(height, width, u[:40], scale, ratio), u[40] < 0.5
 
     def __call__(self, buf: bytes, name: str = "") -> torch.Tensor:
         frame = jpeg_frame(buf)
         if frame is None:  # not a JPEG (or an odd one): decode fully, augment the same way
             im = _rgb(Image.open(io.BytesIO(buf)))
-            out = self.render_decoded(im, *self.sample(im.height, im.width, self.crop_scale))
+            out = self.render_decoded(im, *self.sample(im.height, im.width, self.crop_scale, self.crop_ratio))
         else:
-            out = self.render(buf, frame, *self.sample(frame.height, frame.width, self.crop_scale))
+            out = self.render(buf, frame, *self.sample(frame.height, frame.width, self.crop_scale,
+                                                                  self.crop_ratio))
         return self.ops(out) if self.ops is not None else out
 
     def render(self, buf: bytes, frame: JpegFrame, box: Tuple[int, int, int, int], flip: bool) -> torch.Tensor:

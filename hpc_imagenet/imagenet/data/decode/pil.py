@@ -39,7 +39,8 @@ def baseline_backend(train: bool, image_size: int, resize_size: Optional[int] = 
     normalize = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)
     mode = augment.mode
     if train:
-        ops = [transforms.RandomResizedCrop(image_size, scale=crop_scale, interpolation=mode),
+        ops = [transforms.RandomResizedCrop(image_size, scale=crop_scale, ratio=augment.crop_ratio,
+                                            interpolation=mode),
                transforms.RandomHorizontalFlip(), policy(augment, tensor=False), transforms.ToTensor(), normalize,
                transforms.RandomErasing(p=augment.erase, value=0) if augment.erase > 0 else None]
     else:
@@ -54,7 +55,8 @@ def pil_backend(train: bool, image_size: int, resize_size: Optional[int] = None,
     AUGMENT's policy and erasing on the uint8 crop."""
     mode = augment.mode
     if train:
-        ops = [v2.RandomResizedCrop(image_size, scale=crop_scale, interpolation=mode, antialias=True),
+        ops = [v2.RandomResizedCrop(image_size, scale=crop_scale, ratio=augment.crop_ratio, interpolation=mode,
+                                    antialias=True),
                v2.RandomHorizontalFlip(), v2.PILToTensor(), uint8_ops(augment)]
     else:
         ops = [v2.Resize(resize_size or val_resize(image_size), interpolation=mode, antialias=True),
