@@ -33,6 +33,11 @@ def test_srun_runs_one_task_per_process() -> None:
     (["--launcher", "mpi"], "--launcher mpi with --script: use torchrun (one agent per node) or srun"),
     (["--framework", "lightning", "--launcher", "launch"], "or srun (one task per process, as Lightning wants)"),
     (["--framework", "lightning", "--name", "bash"], "Lightning takes a job of that name for an interactive"),
+    (["--framework", "lightning", "--procs-per-node", "2", "--", "--devices", "4"],
+     "the script's devices=4 but the job runs 2 (from --procs-per-node); Lightning stops at a mismatch under SLURM: "
+     "pass --procs-per-node 4 or the script's --devices 2"),
+    (["--framework", "lightning", "--nodes", "2", "--", "--trainer.num_nodes=4"],
+     "the script's num_nodes=4 but the job runs 2 (from --nodes)"),
 ])
 def test_what_cannot_work_is_one_line(argv, says) -> None:
     with pytest.raises(GenerateError, match=None) as err:
@@ -45,3 +50,10 @@ def test_a_missing_script_is_one_line(tmp_path, monkeypatch) -> None:
     with pytest.raises(GenerateError) as err:
         render(spec_from_args(["--script", "train.py", "--gpus-per-node", "0"]))
     assert str(err.value) == "--script train.py: no such file here; give its path from the folder you submit from"
+
+
+def test_a_lightning_layout_that_matches_the_job_passes() -> None:
+    text = _render("--framework", "lightning", "--launcher", "srun", "--procs-per-node", "2", "--nodes", "2", "--",
+                   "--devices", "2", "--num_nodes=2")
+    assert "TRAIN_ARGS+=(--devices 2 --num_nodes=2)" in text
+    _render("--", "--devices", "4")  # a plain script's flags mean what the script says: not checked

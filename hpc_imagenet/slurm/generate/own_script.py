@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from hpc_imagenet import requeue
 from hpc_imagenet.slurm.job import JobError
@@ -24,6 +24,10 @@ INTERACTIVE_NAMES = ("bash", "interactive")
 # the generator's options that set the engine's training: refused with --script (the script has its own flags)
 ENGINE_OPTIONS = ("--data", "--arch", "--epochs", "--batch-size", "--workers", "--stage-dir", "--variant",
                   "--entry", "--sweep", "--recipe")
+# a Lightning script's own flags for its layout (Lightning's CLI spells them --trainer.NAME): under srun,
+# Lightning's SLURMEnvironment insists that they match the job's tasks per node and nodes
+LIGHTNING_LAYOUT = {"devices": ("--devices", "--trainer.devices"),
+                    "num_nodes": ("--num-nodes", "--num_nodes", "--trainer.num_nodes")}
 MIN_GRACE_S = 10
 FAIL = f"exit {requeue.EXIT_DO_NOT_RETRY}"  # a setup mistake: as the engine's files end on one
 
@@ -51,6 +55,29 @@ def check(spec) -> None:
         raise JobError(f"--script {spec.script}: no such file here; give its path from the folder you submit from")
     if spec.single_process:
         raise JobError(f"--variant {spec.variant} is the engine's; --script runs your script's DDP ranks")
+    if spec.framework == "lightning":
+        _check_lightning_layout(spec)
+
+
+def flag_value(args: Sequence[str], names: Sequence[str]) -> Optional[str]:
+    """The last value ARGS give any of NAMES (``--name V`` or ``--name=V``), or None."""
+    value = None
+    for i, arg in enumerate(args):
+        name, eq, rest = arg.partition("=")
+        if name in names:
+            value = rest if eq else (args[i + 1] if i + 1 < len(args) else None)
+    return value
+
+
+def _check_lightning_layout(spec) -> None:
+    """One line when the script's own --devices / --num-nodes contradict the job's processes per node / nodes."""
+    for field, job_value, option in (("devices", spec.procs, "--procs-per-node" if not spec.gpus_per_node
+                                      else "--gpus-per-node"), ("num_nodes", spec.nodes, "--nodes")):
+        given = flag_value(spec.train_args, LIGHTNING_LAYOUT[field])
+        if given is not None and given.isdigit() and int(given) != job_value:
+            raise JobError(f"the script's {field}={given} but the job runs {job_value} (from {option}); Lightning "
+                           f"stops at a mismatch under SLURM: pass {option} {given} or the script's "
+                           f"{LIGHTNING_LAYOUT[field][0]} {job_value}")
 
 
 def grace_s(spec) -> int:
