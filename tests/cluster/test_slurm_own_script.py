@@ -2,8 +2,9 @@
 (launch/examples/train_ddp.py, which keeps the requeue contract) and the Lightning one with the callback
 (launch/examples/train_lightning.py) are stopped by the time-limit signal in mid-run under torchrun (2 nodes x 2
 processes), requeued, and resumed so that every step is trained once; the same when the signal comes while the
-script is still importing; and a script that ignores the contract is ended before the time limit under srun, not
-requeued, and its batch log says why.
+script is still importing; a script that ignores the contract is ended before the time limit under srun, not
+requeued, and its batch log says why; and a script that fails at every start is started as often as the start
+budget allows, then given up on in one line.
 
 The jobs run at once: most of each is waiting on SLURM (the signal, the requeue hold, the next start)."""
 from __future__ import annotations
@@ -35,6 +36,8 @@ if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
     time.sleep(2)  # the signal itself reaches the process a moment after the batch file's stop file
 sys.argv[0] = {example!r}
 runpy.run_path({example!r}, run_name="__main__")
+"""
+CRASHES = """raise SystemExit("a script broken at start (a missing module, a bad path)")
 """
 IGNORES = """import time
 print("a script that never asks whether to stop", flush=True)
@@ -80,11 +83,14 @@ def jobs(slurm_cluster: SlurmCluster, tmp_path_factory) -> Dict[str, Job]:
     slow.write_text(SLOW_IMPORT.format(example=str(EXAMPLE)))
     ignores = tmp / "ignores.py"
     ignores.write_text(IGNORES)
+    crashes = tmp / "crashes.py"
+    crashes.write_text(CRASHES)
     started = {}
     for name, script, launcher, nodes, procs in (("plain", EXAMPLE, "torchrun", 2, 2),
                                                  ("lightning", LIGHTNING, "torchrun", 2, 2),
                                                  ("importing", slow, "torchrun", 2, 1),
-                                                 ("ignores", ignores, "srun", 1, 1)):
+                                                 ("ignores", ignores, "srun", 1, 1),
+                                                 ("crashes", crashes, "srun", 1, 1)):
         run_dir = tmp / f"run-{name}"
         batch = _generate(tmp, name, script, launcher, nodes, procs, "--steps", str(STEPS), "--batch-size", "32",
                           "--print-every", "1", "--trace", str(run_dir / "trace.txt"))
@@ -93,7 +99,7 @@ def jobs(slurm_cluster: SlurmCluster, tmp_path_factory) -> Dict[str, Job]:
     return started
 
 
-SIGNAL_WHEN = {  # job -> when its time-limit signal comes
+SIGNAL_WHEN = {  # job -> when its time-limit signal comes (none for a job that never runs long enough)
     "plain": lambda job: "step 4/" in job.log(),  # in mid-run
     "lightning": lambda job: "step 4/" in job.log(),
     "importing": lambda job: len(list(job.run_dir.glob("importing-*"))) == 2,  # both nodes still importing
@@ -104,7 +110,7 @@ SIGNAL_WHEN = {  # job -> when its time-limit signal comes
 def _signal_each_at_its_moment(cluster: SlurmCluster, started: Dict[str, Job]) -> None:
     """Watch the jobs together and signal each as it reaches its moment: they train at once, none waits for
     another's test."""
-    waiting = dict(started)
+    waiting = {name: job for name, job in started.items() if name in SIGNAL_WHEN}
 
     def signal_ready() -> bool:
         for name in [n for n, job in waiting.items() if SIGNAL_WHEN[n](job)]:
@@ -163,3 +169,17 @@ def test_a_script_that_ignores_the_contract_ends_in_time_and_says_why(slurm_clus
     assert row["State"] == "FAILED" and run_states(slurm_cluster, job.job_id) == ["FAILED"], f"{row}\n{log[-3000:]}"
     assert "did not stop within 30 s of the stop request (SIGUSR2)" in log, log[-3000:]
     assert "not requeued: the script did not stop at the stop request" in log, log[-3000:]
+
+
+def test_a_script_that_fails_at_every_start_spends_the_start_budget_then_stops(slurm_cluster: SlurmCluster,
+                                                                              jobs) -> None:
+    job = jobs["crashes"]
+    row = slurm_cluster.wait_finished(job.job_id, timeout=180)
+    log = job.log()
+    assert row["State"] == "FAILED" and run_states(slurm_cluster, job.job_id) == ["FAILED"], f"{row}\n{log[-3000:]}"
+    assert log.count("a script broken at start") == 4, log[-3000:]
+    giving_up = [line for line in log.splitlines() if "giving up" in line]
+    assert len(giving_up) == 1 and "after 4 start(s) in a row without a newer checkpoint (MAX_RESTARTS=3)" in \
+        giving_up[0], log[-3000:]
+    starts = (job.run_dir / "starts.log").read_text().splitlines()
+    assert len({line.split()[0] for line in starts}) == 4, starts

@@ -10,11 +10,13 @@ from __future__ import annotations
 import sys
 
 import pytest
+import torch
 from PIL import Image
 
 from hpc_imagenet.imagenet import config
 from hpc_imagenet.imagenet.common import errors
 from hpc_imagenet.imagenet.data import samplers, scan
+from hpc_imagenet.imagenet.data.decode import dali
 from hpc_imagenet.imagenet.data.loader import build_loaders, set_epoch
 from tests.engine.dali_colours import (CPU, TRAIN, VAL, check_solid_colour_batches, colour_dataset, dali_loader,
                                        decode_id, ids_in_scan_order, needs_dali)
@@ -46,9 +48,12 @@ def test_validation_sees_every_image_once_across_ranks(tmp_path):
     seen, sizes = [], []
     for rank in (0, 1):
         loader = dali_loader(samples["val"], samplers.ShardSampler(VAL, rank, 2), False, CPU)
-        for _ in range(2):  # a second validation pass gives the same images
+        pipes = []
+        for _ in range(2):  # a second validation pass gives the same images, from the same pipeline
             batches = list(loader)
             sizes.append([len(t) for _, t in batches])
+            pipes.append(loader.pipe)
+        assert pipes[0] is pipes[1], "a validation pass rebuilt the pipeline (and restarted its reader processes)"
         seen += [decode_id(im) for images, _ in batches for im in images]
     assert sorted(seen) == sorted(ids) == list(range(VAL))
     assert sizes == [[4, 2], [4, 2], [4, 1], [4, 1]]
@@ -66,6 +71,13 @@ def test_flip_happens_about_half_the_time(tmp_path):
     flipped = [int(im[:, :, :4].float().mean() > im[:, :, -4:].float().mean()) for images, _ in loader for im in images]
     # a crop always keeps part of both halves only sometimes; count the crops whose edges differ
     assert len(flipped) == 64 and 0.25 < sum(flipped) / 64 < 0.75
+
+
+@needs_dali
+def test_reader_processes_are_forked_without_cuda_and_spawned_with_it(monkeypatch):
+    assert dali.worker_start_method() == "fork"  # no CUDA here: forking is safe and ~4 s faster a pipeline
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # stands in for a GPU run's process
+    assert dali.worker_start_method() == "spawn"
 
 
 def test_missing_dali_is_one_line_naming_the_package(tmp_path, monkeypatch):

@@ -33,8 +33,10 @@ What runs where:
 One pipeline serves every epoch of a loader: its reader processes ask their own copy of the
 sampler for each epoch's indices, and an epoch ends after --steps-per-epoch (--val-steps) batches,
 so nothing is left queued. It is rebuilt only for a resumed or abandoned epoch, seeded from seed,
-epoch and rank. Its workers are spawned, not forked, because CUDA is already initialised in the
-training process. Augmentation draws come from DALI's generator, so a resumed
+epoch and rank; a validation loader, whose sampler has no epochs, goes on where its last pass ended. Its
+workers are spawned where CUDA is initialised in the training process (a forked CUDA process is unusable), and
+forked otherwise: the CPU operators' pipeline then starts in ~0.1 s instead of ~4 s, every worker re-importing
+torch. Augmentation draws come from DALI's generator, so a resumed
 run reads the same samples in the same order but draws other crops than an uninterrupted one.
 """
 from __future__ import annotations
@@ -196,10 +198,16 @@ def build_pipeline(source: EpochSource, train: bool, image_size: int, device: to
         return _graph(source, train, image_size, gpu, resize_size, crop_scale, augment)
 
     pipe = epoch(batch_size=source.batch_size, num_threads=max(1, workers), device_id=device.index if gpu else None,
-                 seed=seed, py_num_workers=max(1, workers), py_start_method="spawn", prefetch_queue_depth=PREFETCH,
+                 seed=seed, py_num_workers=max(1, workers), py_start_method=worker_start_method(),
+                 prefetch_queue_depth=PREFETCH,
                  exec_dynamic=True)
     pipe.build()
     return pipe
+
+
+def worker_start_method() -> str:
+    """How DALI starts its reader processes: spawned once CUDA is initialised here, else forked (DALI's default)."""
+    return "spawn" if torch.cuda.is_initialized() else "fork"
 
 
 def _to_torch(tensor_list, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -286,7 +294,9 @@ class DaliLoader:
         raise RuntimeError("DALI pipeline produced more batches than the epoch has")
 
     def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
-        epoch = getattr(self.sampler, "epoch", 0)  # set by hpc_imagenet.imagenet.data.loader.set_epoch
+        epoch = getattr(self.sampler, "epoch", None)  # set by hpc_imagenet.imagenet.data.loader.set_epoch
+        if epoch is None:  # a sampler without epochs (validation's): each pass goes on where the last ended
+            epoch = self.next_epoch or 0
         skip = getattr(self.sampler, "start_index", 0) // self.batch_size
         if hasattr(self.sampler, "start_index"):
             self.sampler.start_index = 0  # consumed, as ResumableSampler.__iter__ does
