@@ -5,7 +5,11 @@ callback (hpc_imagenet.requeue.lightning.Requeue, marked CONTRACT below).
         --nodes 2 --gpus-per-node 4 -- --steps 2000 > my_job.sh && sbatch my_job.sh
 
 The same script runs under torchrun (one agent per node) and under srun (one task per process); the number of
-devices and nodes is read from the launcher's variables. The model is a small CNN on seeded random batches, made
+devices and nodes is read from the launcher's variables. With ``--native`` it leaves the stop to Lightning's own
+SLURM auto-requeue instead (``--framework lightning-native``, srun only): no callback, Lightning's checkpoints in
+the run folder (``default_root_dir``), restored by Lightning on the next start; nothing of hpc_imagenet imported.
+
+The model is a small CNN on seeded random batches, made
 from the step they train (so a resumed run trains on what it would have); ``--trace FILE`` appends
 "RANK STEP RUN" for every step a rank trains, RUN being the job's run (SLURM_RESTART_COUNT).
 """
@@ -17,8 +21,6 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy
 from torch import nn
 
-from hpc_imagenet.requeue.lightning import Requeue
-
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -28,6 +30,8 @@ def parse_args():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--print-every", type=int, default=10)
     parser.add_argument("--trace", help="append 'RANK STEP RUN' for each step trained to this file")
+    parser.add_argument("--native", action="store_true", help="Lightning's own SLURM auto-requeue (under srun) "
+                        "instead of the callback")
     return parser.parse_args()
 
 
@@ -85,11 +89,16 @@ def main():
     args = parse_args()
     pl.seed_everything(args.seed, workers=True)
     devices, nodes = layout()
-    trainer = pl.Trainer(accelerator="cpu" if not torch.cuda.is_available() else "gpu", devices=devices,
-                         num_nodes=nodes, strategy=DDPStrategy(process_group_backend=None), max_steps=args.steps,
-                         callbacks=[Requeue()],  # CONTRACT: checkpoint and stop at the signal
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False)
+    common = dict(accelerator="cpu" if not torch.cuda.is_available() else "gpu", devices=devices, num_nodes=nodes,
+                  strategy=DDPStrategy(process_group_backend=None), max_steps=args.steps, logger=False,
+                  enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    if args.native:  # Lightning's SLURMEnvironment saves hpc_ckpt_N.ckpt here at the signal, and restores it
+        trainer = pl.Trainer(default_root_dir=os.environ.get("HPC_IMAGENET_RUN_DIR", "."), **common)
+        trainer.fit(SmallCNN(args))
+        return
+    from hpc_imagenet.requeue.lightning import Requeue
+
+    trainer = pl.Trainer(callbacks=[Requeue()], **common)  # CONTRACT: checkpoint and stop at the signal
     trainer.fit(SmallCNN(args), ckpt_path=Requeue.resume_from())  # CONTRACT: the newest checkpoint, if any
 
 

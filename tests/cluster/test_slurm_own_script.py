@@ -1,10 +1,12 @@
 """Your own script on the generated batch files, on the test cluster: the plain DDP example
 (launch/examples/train_ddp.py, which keeps the requeue contract) and the Lightning one with the callback
 (launch/examples/train_lightning.py) are stopped by the time-limit signal in mid-run under torchrun (2 nodes x 2
-processes), requeued, and resumed so that every step is trained once; the same when the signal comes while the
-script is still importing; a script that ignores the contract is ended before the time limit under srun, not
-requeued, and its batch log says why; and a script that fails at every start is started as often as the start
-budget allows, then given up on in one line.
+processes), requeued, and resumed so that every step is trained once; the Lightning one with Lightning's own SLURM
+auto-requeue under srun (its scontrol the batch file's stand-in), requeued from the host and restored by Lightning
+from its own checkpoint (one process: with several, Lightning's handler deadlocks over gloo, see docs/slurm.md);
+the plain one when the signal comes while the script is still importing; a script that ignores the contract is
+ended before the time limit under srun, not requeued, and its batch log says why; and a script that fails at every
+start is started as often as the start budget allows, then given up on in one line.
 
 The jobs run at once: most of each is waiting on SLURM (the signal, the requeue hold, the next start)."""
 from __future__ import annotations
@@ -53,10 +55,12 @@ class Job:
     log: Callable[[], str]
 
 
-def _generate(tmp: Path, name: str, script: Path, launcher: str, nodes: int, procs: int, *script_args: str) -> Path:
-    argv = ["--script", str(script), "--name", name, "--nodes", str(nodes), "--gpus-per-node", "0",
-            "--procs-per-node", str(procs), "--cpus-per-task", "1", "--launcher", launcher, "--time", "10",
-            "--signal-seconds", "60", "--venv", sys.prefix, "--output", str(tmp / "%x-%j.out"), "--", *script_args]
+def _generate(tmp: Path, name: str, script: Path, launcher: str, nodes: int, procs: int, *script_args: str,
+              framework: str = "plain") -> Path:
+    argv = ["--script", str(script), "--framework", framework, "--name", name, "--nodes", str(nodes),
+            "--gpus-per-node", "0", "--procs-per-node", str(procs), "--cpus-per-task", "1", "--launcher", launcher,
+            "--time", "10", "--signal-seconds", "60", "--venv", sys.prefix, "--output", str(tmp / "%x-%j.out"), "--",
+            *script_args]
     path = tmp / f"{name}.sh"
     path.write_text(render(spec_from_args(argv)))
     return path
@@ -86,14 +90,16 @@ def jobs(slurm_cluster: SlurmCluster, tmp_path_factory) -> Dict[str, Job]:
     crashes = tmp / "crashes.py"
     crashes.write_text(CRASHES)
     started = {}
-    for name, script, launcher, nodes, procs in (("plain", EXAMPLE, "torchrun", 2, 2),
-                                                 ("lightning", LIGHTNING, "torchrun", 2, 2),
-                                                 ("importing", slow, "torchrun", 2, 1),
-                                                 ("ignores", ignores, "srun", 1, 1),
-                                                 ("crashes", crashes, "srun", 1, 1)):
+    for name, script, launcher, nodes, procs, framework in (("plain", EXAMPLE, "torchrun", 2, 2, "plain"),
+                                                            ("lightning", LIGHTNING, "torchrun", 2, 2, "lightning"),
+                                                            ("native", LIGHTNING, "srun", 1, 1, "lightning-native"),
+                                                            ("importing", slow, "torchrun", 2, 1, "plain"),
+                                                            ("ignores", ignores, "srun", 1, 1, "plain"),
+                                                            ("crashes", crashes, "srun", 1, 1, "plain")):
         run_dir = tmp / f"run-{name}"
+        native = ["--native"] if framework == "lightning-native" else []
         batch = _generate(tmp, name, script, launcher, nodes, procs, "--steps", str(STEPS), "--batch-size", "32",
-                          "--print-every", "1", "--trace", str(run_dir / "trace.txt"))
+                          "--print-every", "1", "--trace", str(run_dir / "trace.txt"), *native, framework=framework)
         started[name] = _submit(slurm_cluster, batch, run_dir)
     _signal_each_at_its_moment(slurm_cluster, started)
     return started
@@ -102,6 +108,7 @@ def jobs(slurm_cluster: SlurmCluster, tmp_path_factory) -> Dict[str, Job]:
 SIGNAL_WHEN = {  # job -> when its time-limit signal comes (none for a job that never runs long enough)
     "plain": lambda job: "step 4/" in job.log(),  # in mid-run
     "lightning": lambda job: "step 4/" in job.log(),
+    "native": lambda job: "step 4/" in job.log(),
     "importing": lambda job: len(list(job.run_dir.glob("importing-*"))) == 2,  # both nodes still importing
     "ignores": lambda job: "never asks whether to stop" in job.log(),
 }
@@ -153,6 +160,22 @@ def test_a_lightning_script_with_the_callback_resumes_at_the_exact_step(slurm_cl
     assert "the script stopped at the stop request" in log and "Restored all states from the checkpoint" in log
     runs = _every_step_once(job, ranks=4)
     assert runs[0] >= 4 * 4 and runs[1] >= 4, runs
+
+
+def test_lightnings_own_requeue_under_srun_is_requeued_from_the_host_and_restored(slurm_cluster: SlurmCluster,
+                                                                                 jobs) -> None:
+    """Lightning's SLURMEnvironment saves its hpc_ckpt at the signal and calls scontrol: the batch file's stand-in,
+    first on the tasks' PATH as in an image without one, marks the run folder and the host requeues."""
+    job = jobs["native"]
+    log = _requeued_then_completed(slurm_cluster, job)
+    assert "Lightning saved its checkpoint and asked for a requeue; requeueing job" in log, log[-3000:]
+    assert "Restored all states from the checkpoint" in log and "hpc_ckpt_1.ckpt" in log, log[-3000:]
+    lines = [line.split() for line in (job.run_dir / "trace.txt").read_text().splitlines()]
+    trained = {run: sorted({int(step) for rank, step, r in lines if r == run}) for run in ("0", "1")}
+    assert trained["0"] and trained["1"], trained  # the signal came in mid-run
+    assert set(trained["0"]) | set(trained["1"]) == set(range(STEPS))  # every step trained (some twice: Lightning
+    # saves inside its handler, then goes on until the requeue ends it)
+    assert trained["1"][0] <= trained["0"][-1] + 1 and trained["1"][-1] == STEPS - 1
 
 
 def test_a_signal_during_the_scripts_imports_is_not_lost(slurm_cluster: SlurmCluster, jobs) -> None:

@@ -33,6 +33,9 @@ def test_srun_runs_one_task_per_process() -> None:
     (["--launcher", "mpi"], "--launcher mpi with --script: use torchrun (one agent per node) or srun"),
     (["--framework", "lightning", "--launcher", "launch"], "or srun (one task per process, as Lightning wants)"),
     (["--framework", "lightning", "--name", "bash"], "Lightning takes a job of that name for an interactive"),
+    (["--framework", "lightning-native"], "--framework lightning-native with --launcher torchrun: Lightning's own "
+     "requeue works only under srun (SLURMEnvironment); use --launcher srun, or --framework lightning"),
+    (["--framework", "lightning-native", "--launcher", "srun", "--name", "interactive"], "an interactive session"),
     (["--framework", "lightning", "--procs-per-node", "2", "--", "--devices", "4"],
      "the script's devices=4 but the job runs 2 (from --procs-per-node); Lightning stops at a mismatch under SLURM: "
      "pass --procs-per-node 4 or the script's --devices 2"),
@@ -57,3 +60,16 @@ def test_a_lightning_layout_that_matches_the_job_passes() -> None:
                    "--devices", "2", "--num_nodes=2")
     assert "TRAIN_ARGS+=(--devices 2 --num_nodes=2)" in text
     _render("--", "--devices", "4")  # a plain script's flags mean what the script says: not checked
+
+
+def test_lightnings_own_requeue_gets_its_signal_and_an_scontrol_stand_in() -> None:
+    """--framework lightning-native: the script alone on each task (no runner), Lightning's USR1 forwarded, a
+    stand-in scontrol first on the tasks' PATH that marks the run folder, the host's scontrol requeueing."""
+    text = _render("--framework", "lightning-native", "--launcher", "srun", "--procs-per-node", "1", "--", "--native")
+    assert '"$PYTHON" -u "$SCRIPT" "${TRAIN_ARGS[@]}" &' in text and "hpc_imagenet.requeue" not in text.split(
+        "# ---- launch")[1]
+    assert 'scancel --signal=USR1 "$SLURM_JOB_ID"' in text and "    native_requeue &" in text
+    assert 'PATH="$REQUEUE_BIN:$PATH" srun ' in text
+    stand_in = text.split("<<'STAND_IN'\n")[1].split("STAND_IN\n")[0]
+    assert stand_in.startswith("#!/bin/sh\n") and ': > "$HPC_IMAGENET_RUN_DIR/requeue.requested"' in stand_in
+    assert 'import hpc_imagenet" ||' not in text  # nothing of this project needed on the tasks

@@ -6,6 +6,12 @@ signal trap, the restart loop, the start budget). Every rank runs ``python -m hp
 to the requeue contract. The job is requeued when the script stopped at the signal and marked the run folder
 (``requeue.requested``); a script that did not stop is ended before the time limit (``stop.ignored``) and the log
 says why it was not requeued. Needs no checkout: only PYTHON's environment with hpc_imagenet installed.
+
+``--framework lightning-native`` leaves the stop to Lightning's own SLURM auto-requeue instead (srun only): every
+task runs the script itself, the time-limit signal reaches the tasks as Lightning's requeue signal (SIGUSR1), and
+Lightning saves its ``hpc_ckpt_N.ckpt`` in the run folder and runs ``scontrol requeue``. That ``scontrol`` is a
+stand-in the batch file puts first on the tasks' PATH (an image usually has none): it marks the run folder, and the
+batch script requeues the job from the host. Lightning restores the checkpoint itself on the next start.
 """
 from __future__ import annotations
 
@@ -17,7 +23,9 @@ from hpc_imagenet import requeue
 from hpc_imagenet.slurm.job import JobError
 
 LAUNCHERS = ("torchrun", "srun")  # one agent per node, or one task per process (as Lightning wants under SLURM)
-FRAMEWORKS = ("plain", "lightning")
+FRAMEWORKS = ("plain", "lightning", "lightning-native")
+NATIVE = "lightning-native"
+NATIVE_SIGNAL = "USR1"  # Lightning's SLURMEnvironment requeue_signal (its default)
 # Lightning's SLURMEnvironment takes a job with one of these names for an interactive session, and neither
 # requeues it nor reads its ranks from SLURM
 INTERACTIVE_NAMES = ("bash", "interactive")
@@ -29,6 +37,7 @@ ENGINE_OPTIONS = ("--data", "--arch", "--epochs", "--batch-size", "--workers", "
 LIGHTNING_LAYOUT = {"devices": ("--devices", "--trainer.devices"),
                     "num_nodes": ("--num-nodes", "--num_nodes", "--trainer.num_nodes")}
 MIN_GRACE_S = 10
+STAND_IN_DIR = ".lightning-requeue"  # in the run folder: the tasks' scontrol stand-in (lightning-native)
 FAIL = f"exit {requeue.EXIT_DO_NOT_RETRY}"  # a setup mistake: as the engine's files end on one
 
 
@@ -48,14 +57,18 @@ def check(spec) -> None:
                        "(one task per process" + (", as Lightning wants)" if spec.framework == "lightning" else ")"))
     if spec.framework not in FRAMEWORKS:
         raise JobError(f"--framework {spec.framework!r}: choose {' or '.join(FRAMEWORKS)}")
-    if spec.framework == "lightning" and spec.name in INTERACTIVE_NAMES:
+    if spec.framework == NATIVE and spec.resolved_launcher != "srun":
+        raise JobError(f"--framework {NATIVE} with --launcher {spec.resolved_launcher}: Lightning's own requeue works "
+                       "only under srun (SLURMEnvironment); use --launcher srun, or --framework lightning (the "
+                       "callback) under torchrun")
+    if spec.framework != "plain" and spec.name in INTERACTIVE_NAMES:
         raise JobError(f"--name {spec.name}: Lightning takes a job of that name for an interactive session and "
                        "ignores SLURM's ranks; name the job otherwise")
     if spec.on_login_node and not Path(spec.script).is_file():
         raise JobError(f"--script {spec.script}: no such file here; give its path from the folder you submit from")
     if spec.single_process:
         raise JobError(f"--variant {spec.variant} is the engine's; --script runs your script's DDP ranks")
-    if spec.framework == "lightning":
+    if spec.framework != "plain":
         _check_lightning_layout(spec)
 
 
@@ -95,6 +108,8 @@ def settings(spec) -> List[str]:
 def setup(spec) -> List[str]:
     lines = [f'[ -f "$SCRIPT" ] || {{ echo "error: no script $SCRIPT in $REPO: submit from the folder its path is '
              f'relative to, or pass --export=ALL,SCRIPT=/path/to/train.py" >&2; {FAIL}; }}']
+    if spec.framework == NATIVE:  # the tasks run the script alone: nothing of hpc_imagenet on them
+        return lines + _scontrol_stand_in()
     if not spec.container:  # an image brings its own Python
         lines.append(f'"$PYTHON" -c "import hpc_imagenet" || {{ echo "error: $PYTHON cannot import hpc_imagenet (the '
                      f'requeue contract): pip install hpc-imagenet there, or pass --export=ALL,PYTHON=..." >&2; '
@@ -102,8 +117,62 @@ def setup(spec) -> List[str]:
     return lines
 
 
-def program() -> str:
-    return '-m hpc_imagenet.requeue "$SCRIPT"'
+def _scontrol_stand_in() -> List[str]:
+    return ["# Lightning's auto-requeue runs `scontrol requeue JOB` on rank 0 once its checkpoint is saved; the tasks",
+            "# find this stand-in first on their PATH (an image usually has no scontrol): it marks the run folder,",
+            "# and this script requeues the job from the host (on_preempt)",
+            f'REQUEUE_BIN="$LOG_DIR/{STAND_IN_DIR}"',
+            f'mkdir -p "$REQUEUE_BIN" || {FAIL}',
+            "cat > \"$REQUEUE_BIN/scontrol\" <<'STAND_IN'",
+            "#!/bin/sh",
+            '[ "$1" = requeue ] || { echo "scontrol $*: this stand-in answers only Lightning\'s requeue" >&2; '
+            'exit 1; }',
+            f': > "${requeue.RUN_DIR_ENV}/{requeue.REQUEUE_MARK}"',
+            "STAND_IN",
+            'chmod +x "$REQUEUE_BIN/scontrol"']
+
+
+def program(spec) -> str:
+    return '-u "$SCRIPT"' if spec.framework == NATIVE else '-m hpc_imagenet.requeue "$SCRIPT"'
+
+
+def task_environment(spec) -> str:
+    """What goes before the tasks' srun: the scontrol stand-in first on their PATH (lightning-native)."""
+    return 'PATH="$REQUEUE_BIN:$PATH" ' if spec.framework == NATIVE else ""
+
+
+def forwarded_signal(spec) -> str:
+    """The signal the trap sends the tasks: Lightning's requeue signal for lightning-native, else the job's own."""
+    return NATIVE_SIGNAL if spec.framework == NATIVE else spec.signal
+
+
+def on_preempt(spec) -> List[str]:
+    """lightning-native: in the background, requeue from the host once Lightning marked its checkpoint saved; end
+    the training when it has not within the grace, so that the job ends before its time limit."""
+    if spec.framework != NATIVE:
+        return []
+    return ["    native_requeue &"]
+
+
+def native_requeue(spec) -> List[str]:
+    if spec.framework != NATIVE:
+        return []
+    return [
+        "native_requeue() {",
+        "    waited=0",
+        f'    while [ ! -e "$LOG_DIR/{requeue.REQUEUE_MARK}" ]; do',
+        f'        if [ "$waited" -ge "${requeue.GRACE_ENV}" ]; then',
+        f'            echo "`date -Is` Lightning did not save its checkpoint within ${requeue.GRACE_ENV} s of the '
+        "signal (it saves inside its signal handler, where ranks that took the signal at different collectives "
+        'wait on each other for ever; --framework lightning does not); ending the training before the time limit"',
+        f'            : > "$LOG_DIR/{requeue.IGNORED_MARK}"; scancel --signal=KILL "$SLURM_JOB_ID"; return',
+        "        fi",
+        "        sleep 1; waited=$((waited + 1))",
+        "    done",
+        '    echo "`date -Is` Lightning saved its checkpoint and asked for a requeue; requeueing job $SLURM_JOB_ID '
+        'from the host"',
+        '    scontrol requeue "$SLURM_JOB_ID"',
+        "}"]
 
 
 def train_args(spec) -> List[str]:
@@ -118,10 +187,14 @@ def stale_marks() -> str:
     return f'rm -f "$LOG_DIR/{requeue.REQUEUE_MARK}" "$LOG_DIR/{requeue.IGNORED_MARK}"  # the last run\'s answers'
 
 
-def finish() -> List[str]:
+def finish(spec) -> List[str]:
     """Requeue when the script asked for it; otherwise say why not."""
+    asks = "Lightning's requeue (its scontrol stand-in)" if spec.framework == NATIVE else "hpc_imagenet.requeue.stop"
+    ignored = ("Lightning did not save its checkpoint within the grace after the signal, so a requeue would only "
+               "start it over" if spec.framework == NATIVE else "the script did not stop at the stop request, so it "
+               "does not follow the requeue contract and a requeue would only start it over")
     return [
-        "", "# after the signal, requeue when the script stopped and asked for it (hpc_imagenet.requeue.stop);",
+        "", f"# after the signal, requeue when the script stopped and asked for it ({asks});",
         "# finished (0) and do-not-retry (2) scripts are not requeued, nor one that ignored the signal",
         f'if [ "$preempted" = 1 ] && [ -e "$LOG_DIR/{requeue.REQUEUE_MARK}" ]; then',
         '    echo "`date -Is` the script stopped at the stop request (status $status) and asked for a requeue; '
@@ -129,10 +202,9 @@ def finish() -> List[str]:
         '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
         "fi",
         f'if [ -e "$LOG_DIR/{requeue.IGNORED_MARK}" ]; then',
-        '    echo "`date -Is` not requeued: the script did not stop at the stop request, so it does not follow the '
-        'requeue contract and a requeue would only start it over (docs/slurm.md, Your own script)"',
+        f'    echo "`date -Is` not requeued: {ignored} (docs/slurm.md, Your own script)"',
         'elif [ "$preempted" = 1 ]; then',
         '    echo "`date -Is` not requeued: the script ended with status $status after the stop request without '
-        'asking for a requeue (hpc_imagenet.requeue.stop)"',
+        f'asking for a requeue ({asks})"',
         "fi",
         'echo "`date -Is` training exited with status $status"', 'exit "$status"']
