@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import pytest
 
@@ -53,6 +54,7 @@ class Job:
     job_id: str
     run_dir: Path
     log: Callable[[], str]
+    release_error: Optional[Exception] = None  # why its requeued run could not be released, if so
 
 
 def _generate(tmp: Path, name: str, script: Path, launcher: str, nodes: int, procs: int, *script_args: str,
@@ -102,7 +104,27 @@ def jobs(slurm_cluster: SlurmCluster, tmp_path_factory) -> Dict[str, Job]:
                           "--print-every", "1", "--trace", str(run_dir / "trace.txt"), *native, framework=framework)
         started[name] = _submit(slurm_cluster, batch, run_dir)
     _signal_each_at_its_moment(slurm_cluster, started)
+    _release_each_requeued(slurm_cluster, started)
     return started
+
+
+REQUEUED = ("plain", "lightning", "native", "importing")  # the jobs that stop at the signal and ask for a requeue
+
+
+def _release_each_requeued(cluster: SlurmCluster, started: Dict[str, Job]) -> None:
+    """Release every requeued job from SLURM's hold as soon as it may start, all at once: a test that waited for
+    the tests before it would find its job started again by itself once the hold was over."""
+    def release(job: Job) -> None:
+        try:
+            release_requeued(cluster, job.job_id)
+        except Exception as exc:  # the job's own test reports it
+            job.release_error = exc
+
+    threads = [threading.Thread(target=release, args=(started[name],)) for name in REQUEUED]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 SIGNAL_WHEN = {  # job -> when its time-limit signal comes (none for a job that never runs long enough)
@@ -129,7 +151,8 @@ def _signal_each_at_its_moment(cluster: SlurmCluster, started: Dict[str, Job]) -
 
 
 def _requeued_then_completed(cluster: SlurmCluster, job: Job) -> str:
-    release_requeued(cluster, job.job_id)
+    if job.release_error is not None:
+        raise job.release_error
     row = cluster.wait_finished(job.job_id, timeout=240, runs=2)
     assert row["State"] == "COMPLETED", f"{row}\n{job.log()[-3000:]}"
     assert run_states(cluster, job.job_id) == ["REQUEUED", "COMPLETED"]
