@@ -73,3 +73,10 @@ def test_lightnings_own_requeue_gets_its_signal_and_an_scontrol_stand_in() -> No
     stand_in = text.split("<<'STAND_IN'\n")[1].split("STAND_IN\n")[0]
     assert stand_in.startswith("#!/bin/sh\n") and ': > "$HPC_IMAGENET_RUN_DIR/requeue.requested"' in stand_in
     assert 'import hpc_imagenet" ||' not in text  # nothing of this project needed on the tasks
+
+
+def test_a_framework_without_a_script_is_one_line() -> None:
+    with pytest.raises(GenerateError) as err:
+        render(spec_from_args(["--framework", "lightning-native", "--launcher", "srun", "--gpus-per-node", "0"]))
+    assert str(err.value) == ("--framework lightning-native is for your own training script: add --script PATH, "
+                              "or drop --framework for the engine's training")

@@ -156,5 +156,8 @@ def validate(spec: JobSpec) -> None:
     if spec.script is not None:
         own_script.check(spec)  # its flags are the script's own, not the engine's
     else:
+        if spec.framework != "plain":
+            raise GenerateError(f"--framework {spec.framework} is for your own training script: add --script PATH, or "
+                                "drop --framework for the engine's training")
         _check_train_args(spec)
     _check_container(spec)
