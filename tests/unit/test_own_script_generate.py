@@ -70,6 +70,7 @@ def test_lightnings_own_requeue_gets_its_signal_and_an_scontrol_stand_in() -> No
         "# ---- launch")[1]
     assert 'scancel --signal=USR1 "$SLURM_JOB_ID"' in text and "    native_requeue &" in text
     assert 'PATH="$REQUEUE_BIN:$PATH" srun ' in text
+    assert '{ rm -rf "$REQUEUE_BIN" && mkdir -m 700 "$REQUEUE_BIN"; } || exit 2' in text  # private, made afresh
     stand_in = text.split("<<'STAND_IN'\n")[1].split("STAND_IN\n")[0]
     assert stand_in.startswith("#!/bin/sh\n") and ': > "$HPC_IMAGENET_RUN_DIR/requeue.requested"' in stand_in
     assert 'import hpc_imagenet" ||' not in text  # nothing of this project needed on the tasks

@@ -122,7 +122,8 @@ def _scontrol_stand_in() -> List[str]:
             "# find this stand-in first on their PATH (an image usually has no scontrol): it marks the run folder,",
             "# and this script requeues the job from the host (on_preempt)",
             f'REQUEUE_BIN="$LOG_DIR/{STAND_IN_DIR}"',
-            f'mkdir -p "$REQUEUE_BIN" || {FAIL}',
+            # made afresh and private: nothing planted there (a link, another user's file) runs as the job
+            f'{{ rm -rf "$REQUEUE_BIN" && mkdir -m 700 "$REQUEUE_BIN"; }} || {FAIL}',
             "cat > \"$REQUEUE_BIN/scontrol\" <<'STAND_IN'",
             "#!/bin/sh",
             '[ "$1" = requeue ] || { echo "scontrol $*: this stand-in answers only Lightning\'s requeue" >&2; '
