@@ -44,6 +44,14 @@ def test_each_rank_trains_its_own_share_normalised_like_the_engine(photos):
     assert raw.dtype == torch.uint8 and torch.equal(images, DeviceNormalizer(torch.device("cpu"), False)(raw))
 
 
+def test_batches_kept_by_the_caller_stay_as_they_were(photos):
+    """The engine's loop reuses one buffer a shape on the CPU; a user's loop may keep batches, so not here."""
+    data = _loaders(photos)
+    kept = [images for images, _ in data.val]
+    assert len({images.data_ptr() for images in kept}) == len(kept)
+    assert not torch.equal(kept[0][:2], kept[1][:2])
+
+
 def test_the_validation_images_are_seen_once_across_ranks(photos):
     seen = [_labels_and_sums(_loaders(photos, rank=r, world_size=2).val_batches) for r in (0, 1)]
     assert len(seen[0]) + len(seen[1]) == 10  # 5 a class, no padding repeats

@@ -56,7 +56,8 @@ class ImageLoaders:
     channels_last: bool = False
 
     def __post_init__(self) -> None:
-        self.normalise = DeviceNormalizer(self.device, self.channels_last)
+        # a fresh tensor a batch: a user's loop may keep batches, which a reused buffer would overwrite
+        self.normalise = DeviceNormalizer(self.device, self.channels_last, reuse=False)
 
     @property
     def train(self) -> Normalised:

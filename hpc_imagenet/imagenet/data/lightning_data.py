@@ -58,5 +58,6 @@ class ImageNetDataModule(pl.LightningDataModule):
         images, target = batch
         device = images.device
         if device not in self._normalisers:
-            self._normalisers[device] = DeviceNormalizer(device, self.channels_last)
+            # a fresh tensor a batch: callbacks and loggers may keep one
+            self._normalisers[device] = DeviceNormalizer(device, self.channels_last, reuse=False)
         return self._normalisers[device](images), target

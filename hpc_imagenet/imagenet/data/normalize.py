@@ -26,14 +26,14 @@ class DeviceNormalizer:
     On a CPU the result lives in a buffer reused by the next batch of its shape: a step consumes its
     batch (forward and backward) before the loop asks for the next, and autograd would refuse a
     backward through a buffer overwritten under it, so a batch kept longer fails loudly rather than
-    silently."""
+    silently. A caller that keeps batches (a user's own loop) passes REUSE=False: a fresh tensor each batch."""
 
-    def __init__(self, device: torch.device, channels_last: bool):
+    def __init__(self, device: torch.device, channels_last: bool, reuse: bool = True):
         self.mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1) * 255
         self.device = device
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        self.reuse = torch.device(device).type == "cpu"
+        self.reuse = reuse and torch.device(device).type == "cpu"
         self._buffers: Dict[Tuple[int, ...], torch.Tensor] = {}
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
