@@ -19,7 +19,7 @@ EXTRAS ?=
 STAMP := $(VENV)/.installed-$(TORCH)
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: setup setup-dev test-system-deps demo test test-fast test-compat test-images lint bench bench-cluster report clean
+.PHONY: setup setup-dev test-system-deps region-decoder demo test test-fast test-compat test-images lint bench bench-cluster report clean
 
 # The user's install: the engine and launchers; no MPI implementation, no DALI (see requirements.txt).
 setup: $(STAMP)
@@ -63,8 +63,14 @@ demo: setup $(DEMO_DATA)/train
 # the system packages first: the C decoder in setup builds only where libjpeg's headers are there.
 # three pytest-xdist workers: two run the cluster tier (two xdist groups, a SLURM cluster each) while
 # the third runs the CPU-bound tiers in the time the cluster tests wait on SLURM
-test: test-system-deps setup-dev
+test: test-system-deps setup-dev region-decoder
 	$(PY) -m pytest -n 3 --dist loadgroup
+
+# `make demo` may have set the venv up before test-system-deps brought libjpeg's headers: build the C region
+# decoder now where that left it unbuilt (the tests check the fast backend with it)
+REGION_DECODER = hpc_imagenet/imagenet/data/decode/_jpeg_region
+region-decoder: test-system-deps setup-dev
+	@ls $(REGION_DECODER).*.so >/dev/null 2>&1 || $(PY) setup.py -q build_ext --inplace
 
 # the unit tier only (tests/unit: no training launched; two xdist workers, one per core here): the
 # loop while editing

@@ -167,7 +167,8 @@ def disk_full(cluster: Optional[SlurmCluster], data: Path, folder: Path, pin: Se
     try:
         shutil.copytree(first, full, dirs_exist_ok=True)
         failed = _train_here(*train, "--epochs", "2", "--resume", "auto", "--log-dir", full, data)
-        errors = [line for line in failed.stderr.splitlines() if line.strip()]
+        # warnings (a machine without the C region decoder prints one) are not the error
+        errors = [line for line in failed.stderr.splitlines() if line.strip() and not line.startswith("WARNING:")]
         check(failed.returncode == 2, _explain(failed))
         check(len(errors) == 1 and "No space left on device" in errors[0], _explain(failed))
         check(errors[0].startswith("error: cannot write checkpoint") and "previous one is kept" in errors[0], errors)
