@@ -24,6 +24,7 @@ import pytest
 
 from hpc_imagenet.slurm.generate import render, spec_from_args
 from hpc_imagenet.slurm.localcluster import SlurmCluster, wait_for
+from hpc_imagenet.slurm.localcluster.commands import ClusterError
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import release_requeued, run_states
 from tests.helpers import REPO
 
@@ -147,8 +148,18 @@ def _signal_each_at_its_moment(cluster: SlurmCluster, started: Dict[str, Job]) -
             _signal(cluster, waiting.pop(name))
         return not waiting
 
-    wait_for(f"the jobs to reach their moment for the signal ({', '.join(waiting)})", signal_ready, 300,
-             interval=0.2)
+    try:
+        wait_for("the jobs to reach their moment for the signal", signal_ready, 300, interval=0.2)
+    except ClusterError as exc:
+        raise ClusterError(f"{exc}; still waiting:\n" + "\n".join(_where(cluster, name, job)
+                                                                 for name, job in waiting.items())) from None
+
+
+def _where(cluster: SlurmCluster, name: str, job: Job) -> str:
+    """What a job that has not reached its moment is doing: its state, why, and the end of its log."""
+    state = cluster.job_state(job.job_id)
+    return (f"{name} (job {job.job_id}): {state.get('JobState')} {state.get('Reason')}, log ends:\n"
+            f"{job.log()[-1500:]}")
 
 
 def _requeued_then_completed(cluster: SlurmCluster, job: Job) -> str:

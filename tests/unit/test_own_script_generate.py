@@ -1,6 +1,9 @@
 """--script in the batch-file generator: what a user's own script gets, and what is refused in one line."""
 from __future__ import annotations
 
+import stat
+import subprocess
+
 import pytest
 
 from hpc_imagenet.slurm.generate import GenerateError, render, spec_from_args
@@ -70,10 +73,23 @@ def test_lightnings_own_requeue_gets_its_signal_and_an_scontrol_stand_in() -> No
         "# ---- launch")[1]
     assert 'scancel --signal=USR1 "$SLURM_JOB_ID"' in text and "    native_requeue &" in text
     assert 'PATH="$REQUEUE_BIN:$PATH" srun ' in text
-    assert '{ rm -rf "$REQUEUE_BIN" && mkdir -m 700 "$REQUEUE_BIN"; } || exit 2' in text  # private, made afresh
+    # private, made afresh, in a run folder that may not exist yet
+    assert '{ rm -rf "$REQUEUE_BIN" && mkdir -p "$LOG_DIR" && mkdir -m 700 "$REQUEUE_BIN"; } || {' in text
     stand_in = text.split("<<'STAND_IN'\n")[1].split("STAND_IN\n")[0]
     assert stand_in.startswith("#!/bin/sh\n") and ': > "$HPC_IMAGENET_RUN_DIR/requeue.requested"' in stand_in
     assert 'import hpc_imagenet" ||' not in text  # nothing of this project needed on the tasks
+
+
+def test_the_stand_in_is_made_in_a_run_folder_that_does_not_exist_yet(tmp_path) -> None:
+    """The batch file's own lines, run by bash: the run folder is new on a first submission."""
+    text = _render("--framework", "lightning-native", "--launcher", "srun", "--procs-per-node", "1")
+    lines = text[text.index('REQUEUE_BIN="'):text.index('chmod +x "$REQUEUE_BIN/scontrol"\n')]
+    run_dir = tmp_path / "new" / "run"
+    env = {"PATH": "/usr/bin:/bin", "LOG_DIR": str(run_dir), "HPC_IMAGENET_RUN_DIR": str(run_dir)}
+    subprocess.run(["bash", "-c", lines + 'chmod +x "$REQUEUE_BIN/scontrol"\n"$REQUEUE_BIN/scontrol" requeue 7'],
+                   env=env, check=True)
+    assert (run_dir / "requeue.requested").exists()
+    assert stat.S_IMODE((run_dir / ".lightning-requeue").stat().st_mode) == 0o700
 
 
 def test_a_framework_without_a_script_is_one_line() -> None:

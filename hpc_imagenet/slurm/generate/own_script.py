@@ -123,7 +123,8 @@ def _scontrol_stand_in() -> List[str]:
             "# and this script requeues the job from the host (on_preempt)",
             f'REQUEUE_BIN="$LOG_DIR/{STAND_IN_DIR}"',
             # made afresh and private: nothing planted there (a link, another user's file) runs as the job
-            f'{{ rm -rf "$REQUEUE_BIN" && mkdir -m 700 "$REQUEUE_BIN"; }} || {FAIL}',
+            f'{{ rm -rf "$REQUEUE_BIN" && mkdir -p "$LOG_DIR" && mkdir -m 700 "$REQUEUE_BIN"; }} || {{ echo "error: '
+            f'cannot make $REQUEUE_BIN: pass --export=ALL,LOG_DIR=/a/writable/folder" >&2; {FAIL}; }}',
             "cat > \"$REQUEUE_BIN/scontrol\" <<'STAND_IN'",
             "#!/bin/sh",
             '[ "$1" = requeue ] || { echo "scontrol $*: this stand-in answers only Lightning\'s requeue" >&2; '
