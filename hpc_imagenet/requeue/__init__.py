@@ -10,10 +10,14 @@ anything, so a signal that comes while it is still importing is kept. Then:
   the time limit itself) and USR1 count the same.
 - **The run folder**, the same after every requeue: :func:`run_dir` (``$HPC_IMAGENET_RUN_DIR``, the batch file's
   ``LOG_DIR``).
+- **The data** (generated with ``--data DIR``): :func:`data_dir` (``$HPC_IMAGENET_DATA``); with ``--stage-dir``
+  the batch file copies DIR to each node first and this is the node's own copy.
 - **"Should I stop?"**: :func:`should_stop`, the same answer on every rank (one all-reduce): call it on every rank
   at the same step boundary.
 - **Save**: :func:`save` writes atomically from rank 0 (the old checkpoint or the new one, never a torn one).
 - **Resume**: :func:`latest` is the newest checkpoint, or None on the first start.
+- **Measured** (optional): :func:`step_done` after each step records its time for the scaling harness
+  (``bench scaling --script``).
 - **Stopped, requeue me**: :func:`stop` (after the save) marks the run folder and exits 75; the batch file requeues
   the job. **Finished**: exit 0. **Do not retry**: exit 2 (:data:`EXIT_DO_NOT_RETRY`), the batch file neither
   restarts nor requeues.
@@ -29,14 +33,19 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from hpc_imagenet.imagenet.common import files
 from hpc_imagenet.imagenet.common.exit_codes import EXIT_PREEMPTED, EXIT_USAGE
 from hpc_imagenet.imagenet.process import preemption
+from hpc_imagenet.requeue import steps
 
 RUN_DIR_ENV = "HPC_IMAGENET_RUN_DIR"
 GRACE_ENV = "HPC_IMAGENET_STOP_GRACE"
+DATA_ENV = "HPC_IMAGENET_DATA"  # the dataset folder the script reads (the runner makes it this node's staged copy)
+RECORD_ENVIRONMENT_ENV = "HPC_IMAGENET_RECORD_ENVIRONMENT"  # set by the scaling harness: the runner writes...
+ENVIRONMENT_FILE = "environment.json"  # ...what rank 0 ran on, into the run folder
+STAGE_DIR_ENV = "HPC_IMAGENET_STAGE_DIR"  # the batch file's STAGE_DIR, for the runner to find this node's copy
 EXIT_STOPPED = EXIT_PREEMPTED  # 75: a checkpoint is saved, requeue the job to continue
 EXIT_DO_NOT_RETRY = EXIT_USAGE  # 2: it would fail the same way again
 EXIT_IGNORED = 3  # the script did not stop within the grace after the signal (set by the runner)
@@ -46,6 +55,7 @@ CHECKPOINT = "checkpoint.pth.tar"  # the engine's name: the batch file's start b
 
 _stop: Optional[preemption.StopSignal] = None
 _marked = False  # this process's run stopped for the signal (mark_stopped was called)
+_steps: Optional[steps.StepLog] = None  # step_done's file, opened at the first step
 
 
 def listen() -> preemption.StopSignal:
@@ -59,6 +69,13 @@ def listen() -> preemption.StopSignal:
 def run_dir() -> Path:
     """The run folder, the same after every requeue ($HPC_IMAGENET_RUN_DIR; runs/local outside a batch file)."""
     return Path(os.environ.get(RUN_DIR_ENV) or "runs/local")
+
+
+def data_dir(default: Optional[Union[str, Path]] = None) -> Optional[Path]:
+    """The dataset folder to read: $HPC_IMAGENET_DATA (the batch file's DATA, or this node's copy of it where the
+    file stages it), else DEFAULT (e.g. the script's own --data, outside a batch file)."""
+    given = os.environ.get(DATA_ENV) or default
+    return Path(given) if given else None
 
 
 def _dist():
@@ -112,6 +129,17 @@ def latest(name: str = CHECKPOINT) -> Optional[Path]:
     """The checkpoint to resume from: run_dir()/NAME, or None on the first start."""
     path = run_dir() / name
     return path if path.is_file() else None
+
+
+def step_done(images: int) -> None:
+    """After each training step: its end time and IMAGES (all ranks' together) into run_dir()/steps.tsv, for the
+    scaling harness (rank 0 writes; the others return at once)."""
+    global _steps
+    if _rank() != 0:
+        return
+    if _steps is None:
+        _steps = steps.StepLog(run_dir() / steps.STEPS_FILE)
+    _steps.done(images)
 
 
 def mark_stopped() -> None:

@@ -15,21 +15,24 @@ runs ``scontrol`` on the rank, which container images usually lack.
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Any, Optional
 
 import lightning.pytorch as pl
+import torch
 
 from hpc_imagenet import requeue
 from hpc_imagenet.imagenet.common import files
 
 
 class Requeue(pl.Callback):
-    """Checkpoint and stop at the first batch end after a stop request (every EVERY_N_STEPS optimizer steps)."""
+    """Checkpoint and stop at the first batch end after a stop request (every EVERY_N_STEPS optimizer steps); each
+    batch's images go to the step log the scaling harness reads (requeue.step_done): the first tensor's length in
+    the batch times the ranks, or IMAGES_PER_BATCH (all ranks together) where the batch is shaped otherwise."""
 
-    def __init__(self, every_n_steps: int = 1) -> None:
+    def __init__(self, every_n_steps: int = 1, images_per_batch: Optional[int] = None) -> None:
         if every_n_steps < 1:
             raise ValueError(f"every_n_steps must be at least 1 (got {every_n_steps})")
-        self.every_n_steps = every_n_steps
+        self.every_n_steps, self.images_per_batch = every_n_steps, images_per_batch
         requeue.listen()  # a script run without the runner still listens from here on
 
     @staticmethod
@@ -40,6 +43,8 @@ class Requeue(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch,
                            batch_idx: int) -> None:
+        if trainer.is_global_zero:
+            requeue.step_done(self.images_per_batch or _batch_size(batch) * trainer.world_size)
         if trainer.global_step % self.every_n_steps:
             return
         if not trainer.strategy.reduce_boolean_decision(requeue.stop_requested(), all=False):
@@ -58,3 +63,11 @@ class Requeue(pl.Callback):
             os.replace(partial, path)
             files.fsync_dir(path.parent)
         trainer.strategy.barrier("hpc_imagenet.requeue")
+
+
+def _batch_size(batch: Any) -> int:
+    """The length of the batch's first tensor (images, labels), else 0: a step log without images still times the
+    steps."""
+    while isinstance(batch, (list, tuple, dict)) and batch:
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return len(batch) if isinstance(batch, torch.Tensor) and batch.dim() > 0 else 0

@@ -12,6 +12,7 @@ restart it; the run folder's mark says "requeue" either way).
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import runpy
 import signal
@@ -80,6 +81,29 @@ def torch_variables_from_srun(environ=os.environ) -> None:
             environ[torch_name] = environ[slurm_name].split("(")[0]  # SLURM_NTASKS_PER_NODE may read "2(x4)"
 
 
+class StagedDataError(Exception):
+    """This node has no complete copy of the data the batch file staged (one line)."""
+
+
+def staged_data(environ=os.environ) -> None:
+    """Where the batch file staged DATA (STAGE_DIR, expanded here, on this node), give the script this node's copy
+    in $HPC_IMAGENET_DATA: the copy's folder depends on the node's own STAGE_DIR ($TMPDIR) and the user."""
+    stage_dir = environ.pop(requeue.STAGE_DIR_ENV, "")
+    if not stage_dir or not environ.get(requeue.DATA_ENV):
+        return
+    from hpc_imagenet.imagenet.data import staging  # no torch: the copy is found before the script imports it
+
+    try:
+        copy = staging.destination(environ[requeue.DATA_ENV], staging.expand(stage_dir))
+    except staging.StagingError as exc:
+        raise StagedDataError(str(exc)) from None
+    if not (copy / staging.MARKER).is_file():
+        raise StagedDataError(f"{copy} is not a complete copy of {environ[requeue.DATA_ENV]} on this node (the "
+                              "batch file stages it before the script starts): see the staging step's line in the "
+                              "job log")
+    environ[requeue.DATA_ENV] = str(copy)
+
+
 def run(script: str, args: Sequence[str]) -> int:
     """Run SCRIPT with ARGS as __main__ under the contract; the process's exit status."""
     if (requeue.run_dir() / requeue.IGNORED_MARK).exists():  # a launcher restarting what the watchdog ended
@@ -87,6 +111,11 @@ def run(script: str, args: Sequence[str]) -> int:
               "again", file=sys.stderr, flush=True)
         return requeue.EXIT_IGNORED
     torch_variables_from_srun()
+    try:
+        staged_data()
+    except StagedDataError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return requeue.EXIT_DO_NOT_RETRY
     threading.Thread(target=_watch, args=(script, grace_s()), name="requeue-watchdog", daemon=True).start()
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` would
@@ -96,9 +125,25 @@ def run(script: str, args: Sequence[str]) -> int:
     except SystemExit as exit_:
         code = _exit_code(exit_.code)
     _close_process_group()
+    record_environment()
     if requeue.stopped() and code in (0, requeue.EXIT_STOPPED):
         return exit_codes.preempted_status()  # the run folder's mark tells the batch file to requeue
     return code
+
+
+def record_environment() -> None:
+    """Where the scaling harness asks ($HPC_IMAGENET_RECORD_ENVIRONMENT): rank 0 writes what it ran on (versions,
+    devices, host, job) into the run folder's environment.json, for the point's record. A failure to write is a
+    warning: the training itself is over."""
+    if not os.environ.get(requeue.RECORD_ENVIRONMENT_ENV) or os.environ.get("RANK", "0") != "0":
+        return
+    from hpc_imagenet.imagenet.run import sysinfo  # here: only the harness's runs need it
+
+    nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or 1)
+    try:
+        files.write_text(requeue.run_dir() / requeue.ENVIRONMENT_FILE, json.dumps(sysinfo.collect(nodes=nodes)))
+    except OSError as exc:
+        print(f"warning: cannot write {requeue.ENVIRONMENT_FILE}: {exc}", file=sys.stderr, flush=True)
 
 
 def _close_process_group() -> None:

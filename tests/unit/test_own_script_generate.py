@@ -31,7 +31,11 @@ def test_srun_runs_one_task_per_process() -> None:
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["--data", "/x"], "--data sets the engine's training, and --script runs your own script"),
+    (["--arch", "resnet50"], "--arch sets the engine's training, and --script runs your own script"),
+    (["--stage-dir", "$TMPDIR"], "--stage-dir copies --data to each node: give --data DIR too"),
+    (["--data", "/d", "--stage-dir", "$TMPDIR", "--framework", "lightning-native", "--launcher", "srun"],
+     "--stage-dir with --framework lightning-native: its tasks run the script alone"),
+    (["--data", "/d", "--stage-dir", "/dev/shm"], "a copy in shared memory holds the node's memory"),
     (["--epochs=3"], "--epochs sets the engine's training"),
     (["--launcher", "mpi"], "--launcher mpi with --script: use torchrun (one agent per node) or srun"),
     (["--framework", "lightning", "--launcher", "launch"], "or srun (one task per process, as Lightning wants)"),
@@ -97,3 +101,25 @@ def test_a_framework_without_a_script_is_one_line() -> None:
         render(spec_from_args(["--framework", "lightning-native", "--launcher", "srun", "--gpus-per-node", "0"]))
     assert str(err.value) == ("--framework lightning-native is for your own training script: add --script PATH, "
                               "or drop --framework for the engine's training")
+
+
+def test_data_is_given_to_the_script_and_staged_on_each_node_first() -> None:
+    text = _render("--data", "/shared/imagenet", "--stage-dir", "$TMPDIR", "--nodes", "2")
+    assert "DATA=${DATA:-/shared/imagenet}" in text and "export HPC_IMAGENET_DATA=$DATA" in text
+    staging_step, launch = text.split("# ---- launch")
+    step = [line for line in staging_step.splitlines() if "hpc_imagenet.imagenet.data.staging" in line]
+    assert len(step) == 1 and step[0].startswith('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" '
+                                                 "--ntasks-per-node=1 ")
+    assert step[0].endswith("exit 2; }") and "export HPC_IMAGENET_STAGE_DIR=$STAGE_DIR" in staging_step
+    assert "STAGE_DIR=${STAGE_DIR:-'$TMPDIR'}" in text and "--stage-dir" not in launch  # the runner finds the copy
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    plain = _render()
+    assert "DATA=" not in plain and "HPC_IMAGENET_DATA" not in plain  # the script's data is its own business
+
+
+def test_a_container_gets_the_contracts_variables() -> None:
+    text = render(spec_from_args(["--script", EXAMPLE, "--gpus-per-node", "0", "--data", "/shared/imagenet",
+                                  "--container", "nvcr.io#nvidia/pytorch:25.01-py3", "--container-runtime", "pyxis",
+                                  "--container-mounts", "/shared", "--launcher", "srun"], on_login_node=False))
+    env = text.split("--container-env=")[1].split()[0]
+    assert {"HPC_IMAGENET_RUN_DIR", "HPC_IMAGENET_STOP_GRACE", "HPC_IMAGENET_DATA"} <= set(env.split(","))

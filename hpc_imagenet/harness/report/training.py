@@ -35,6 +35,10 @@ def hardware(record: Record) -> str:
 def series_name(record: Record) -> str:
     """A configuration, as a reader names it: setup or variant, model, precision, batch, data, launcher."""
     p, m = record.point, record.metrics
+    if p.variant == "script":  # a user's own script (bench scaling --script): its file and its own flags
+        flags = " ".join(p.extra_args or [])
+        return (f"your script {p.arch} ({flags}), batch {p.batch_size}/process, SLURM {p.procs_per_node or 1} "
+                "proc/node")
     name = p.setup or p.variant
     prec = m.precision_label or p.precision
     data = data_label(p.data) + ("" if p.data == "dummy" else f" ({p.workers or 0} loader workers)")

@@ -32,7 +32,7 @@ from hpc_imagenet.harness.analysis.parameters import parameter_count
 from hpc_imagenet.harness.core import records
 from hpc_imagenet.harness.core.kinds import from_dict
 from hpc_imagenet.harness.core.records import RUNS_DIR, SCRATCH_DIR, portable
-from hpc_imagenet.harness.runners import storage_bench, train_bench
+from hpc_imagenet.harness.runners import script_points, storage_bench, train_bench
 from hpc_imagenet.harness.runners.common import BenchError, add_flags, environment, record_context
 from hpc_imagenet.slurm import client as slurm_client
 from hpc_imagenet.slurm import generate
@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     kind = "storage" if args.io else "train"
     sweep, done = (records.new_sweep_id(kind, args.tag), {}) if args.fresh else \
         resume(args.records, kind, same_sweep_key(args), args.tag)
-    points = (storage_points if args.io else train_points)(args, sweep, done, scratch_root, runs_root)
+    make = storage_points if args.io else script_train_points if args.script else train_points
+    points = make(args, sweep, done, scratch_root, runs_root)
     if args.dry_run:
         for p in points:
             print(f"# ---- {p.label}: {p.scratch / 'job.sh'}\n{p.script}")
@@ -90,6 +91,8 @@ def same_sweep_key(args: argparse.Namespace) -> dict:
     """What must match for an earlier record to belong to this sweep (everything but the node count)."""
     keys = ["io", "gpus_per_node", "cpus_per_task", "arch", "batch", "image_size", "steps_per_epoch", "data",
             "workers", "variant", "precision", "readers", "seconds", "format_label", "cache"]
+    if getattr(args, "script", None):  # only then: an engine sweep's key stays what its earlier records hold
+        keys += ["script", "script_args", "framework", "launcher"]
     return portable({k: getattr(args, k) for k in keys if hasattr(args, k)})  # recorded: no machine paths
 
 
@@ -132,6 +135,23 @@ def train_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[int]
         if why:
             raise BenchError(why)
         out.append(Point(f"{n} node(s) x {procs} process(es)", scratch, r.script(p, scratch), finish))
+    return out
+
+
+def script_train_points(args: argparse.Namespace, sweep: str, done: Dict[int, List[int]], scratch_root: Path,
+                        runs_root: Path) -> List[Point]:
+    """``--script``: one job per node count running the user's script (hpc_imagenet.harness.runners.script_points);
+    the run folder stays where it ran (RUNS_ROOT is the engine's kept-files folder: nothing of a script's is
+    copied)."""
+    out = []
+    for p in script_points.points(args, [n for n in args.nodes if n not in done]):
+        scratch = scratch_root / sweep / p.name
+        extra = record_context(args, "slurm", scaling_key=same_sweep_key(args))
+
+        def finish(pt: Point, point=p, scratch=scratch, extra=extra) -> dict:
+            return script_points.record(point, sweep, scratch, pt.error, extra)
+        out.append(Point(f"{p.nodes} node(s) x {p.procs_per_node} process(es) of {Path(p.script).name}", scratch,
+                         script_points.batch_file(p, args, scratch), finish))
     return out
 
 
@@ -258,6 +278,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                    "records stay in the file)")
     c.add_argument("--dry-run", action="store_true", help="print the batch files, submit nothing")
     c.add_argument("--no-report", dest="report", action="store_false", help="skip regenerating the report")
+    script_points.add_flags(c)
     io = c.add_argument_group("--io: storage read throughput seen from the nodes")
     io.add_argument("--io", action="store_true", help="sweep readers per node x nodes reading --data")
     io.add_argument("--readers", nargs="+", type=int, default=[1, 4], help="reader processes per node")

@@ -93,6 +93,8 @@ def spec_from_args(argv: Sequence[str], on_login_node: bool = True) -> JobSpec:
     ns = vars(parser.parse_args(list(argv)))
     if ns["script"] is not None:
         own_script.refuse_engine_options(argv)
+        if not own_script.given(argv, "--data"):
+            ns["data"] = None  # the script's data is its own business unless --data is given
     ns.pop("write_examples")
     train = ns.pop("train_args")
     ns["train_args"] = tuple(train[1:] if train[:1] == ["--"] else train)

@@ -30,8 +30,7 @@ NATIVE_SIGNAL = "USR1"  # Lightning's SLURMEnvironment requeue_signal (its defau
 # requeues it nor reads its ranks from SLURM
 INTERACTIVE_NAMES = ("bash", "interactive")
 # the generator's options that set the engine's training: refused with --script (the script has its own flags)
-ENGINE_OPTIONS = ("--data", "--arch", "--epochs", "--batch-size", "--workers", "--stage-dir", "--variant",
-                  "--entry", "--sweep", "--recipe")
+ENGINE_OPTIONS = ("--arch", "--epochs", "--batch-size", "--workers", "--variant", "--entry", "--sweep", "--recipe")
 # a Lightning script's own flags for its layout (Lightning's CLI spells them --trainer.NAME): under srun,
 # Lightning's SLURMEnvironment insists that they match the job's tasks per node and nodes
 LIGHTNING_LAYOUT = {"devices": ("--devices", "--trainer.devices"),
@@ -41,11 +40,16 @@ STAND_IN_DIR = ".lightning-requeue"  # in the run folder: the tasks' scontrol st
 FAIL = f"exit {requeue.EXIT_DO_NOT_RETRY}"  # a setup mistake: as the engine's files end on one
 
 
+def given(argv: Sequence[str], option: str) -> bool:
+    """Whether the generator's own options (those before ``--``) in ARGV include OPTION."""
+    own = list(argv[:argv.index("--")] if "--" in argv else argv)
+    return any(arg == option or arg.startswith(option + "=") for arg in own)
+
+
 def refuse_engine_options(argv: Sequence[str]) -> None:
     """One line for a generator option of the engine's training given with --script."""
-    given = list(argv[:argv.index("--")] if "--" in argv else argv)
     for option in ENGINE_OPTIONS:
-        if any(arg == option or arg.startswith(option + "=") for arg in given):
+        if given(argv, option):
             raise JobError(f"{option} sets the engine's training, and --script runs your own script: pass the "
                            f"script's own flags after --, e.g. --script train.py -- --epochs 10")
 
@@ -70,6 +74,27 @@ def check(spec) -> None:
         raise JobError(f"--variant {spec.variant} is the engine's; --script runs your script's DDP ranks")
     if spec.framework != "plain":
         _check_lightning_layout(spec)
+    if spec.stage_dir:
+        _check_staging(spec)
+    if spec.container and spec.resolved_runtime == "charliecloud":
+        raise JobError("--script with Charliecloud is not supported yet (ch-run shows the run folder and the data at "
+                       "/mnt/N, which the script would not be told): use another --container-runtime")
+
+
+def _check_staging(spec) -> None:
+    """One line for a --stage-dir the script could not read its node's copy from."""
+    if not spec.data:
+        raise JobError("--stage-dir copies --data to each node: give --data DIR too (the dataset folder your "
+                       "script reads; it finds its node's copy in $HPC_IMAGENET_DATA)")
+    if spec.framework == NATIVE:
+        raise JobError(f"--stage-dir with --framework {NATIVE}: its tasks run the script alone, without the runner "
+                       "that finds each node's copy; use --framework lightning (the callback), or drop --stage-dir")
+    if spec.container:
+        raise JobError("--stage-dir with --script and --container is not supported yet: stage in the engine's jobs, "
+                       "or drop --stage-dir and mount DATA into the image")
+    if spec.stage_dir.rstrip("/").startswith("/dev/shm"):
+        raise JobError(f"--stage-dir {spec.stage_dir}: a copy in shared memory holds the node's memory after your "
+                       "script ends, and nothing removes it: stage to node-local disk, e.g. --stage-dir '$TMPDIR'")
 
 
 def flag_value(args: Sequence[str], names: Sequence[str]) -> Optional[str]:
@@ -99,10 +124,34 @@ def grace_s(spec) -> int:
 
 
 def settings(spec) -> List[str]:
-    return [f"SCRIPT=${{SCRIPT:-{shlex.quote(spec.script)}}}  # your training script, from the folder the job runs in",
-            f"export {requeue.RUN_DIR_ENV}=$LOG_DIR  # the run folder the script saves in: the same after a requeue",
-            f"export {requeue.GRACE_ENV}=${{{requeue.GRACE_ENV}:-{grace_s(spec)}}}  # seconds to stop after the "
-            "signal"]
+    lines = [f"SCRIPT=${{SCRIPT:-{shlex.quote(spec.script)}}}  # your training script, from the folder the job runs in",
+             f"export {requeue.RUN_DIR_ENV}=$LOG_DIR  # the run folder the script saves in: the same after a requeue",
+             f"export {requeue.GRACE_ENV}=${{{requeue.GRACE_ENV}:-{grace_s(spec)}}}  # seconds to stop after the "
+             "signal"]
+    if spec.data:
+        lines += [f"DATA=${{DATA:-{shlex.quote(spec.data)}}}  # the dataset folder your script reads",
+                  f"export {requeue.DATA_ENV}=$DATA  # where the script finds it"
+                  + (" (each node's own copy: see staging)" if spec.stage_dir else "")]
+    return lines
+
+
+def exported(spec) -> List[str]:
+    """The variables of the contract the file exports: a container runtime passes them into the image by name."""
+    return [requeue.RUN_DIR_ENV, requeue.GRACE_ENV, *([requeue.DATA_ENV] if spec.data else [])]
+
+
+def staging(spec, srun: str) -> List[str]:
+    """With --stage-dir: SRUN (one task a node) copies DATA to each node before the script's first start (the
+    engine's trainers stage for themselves)."""
+    if not (spec.script and spec.stage_dir):
+        return []
+    return ["", "# ---- staging: each node copies DATA into its own STAGE_DIR (expanded there: $TMPDIR is the node's)",
+            "# before the script starts; a requeue finds the copies complete and reuses them. The runner gives the",
+            f"# script its node's copy in ${requeue.DATA_ENV} (hpc_imagenet.requeue.data_dir())",
+            f'{srun} "$PYTHON" -m hpc_imagenet.imagenet.data.staging "$DATA" "$STAGE_DIR" || {{ echo "error: staging '
+            '$DATA into $STAGE_DIR failed on a node (its line is above): free space there, or pass --export=ALL,'
+            f'STAGE_DIR=/another/node-local/folder" >&2; {FAIL}; }}',
+            f"export {requeue.STAGE_DIR_ENV}=$STAGE_DIR"]
 
 
 def setup(spec) -> List[str]:

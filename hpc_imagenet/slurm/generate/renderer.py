@@ -374,7 +374,8 @@ def _launch(spec: JobSpec) -> str:
     # (--kill-on-bad-exit: one failed task ends the step, so a hung rank cannot hold it)
     tasks = _per_node(spec, tasks=True)
     # in a container: srun's own flags (Pyxis) or a command before each task's program (the other runtimes)
-    flags, inside = (containers.wrap(spec.resolved_runtime, launcher, spec.gpus_per_node > 0, list(_exports(spec)))
+    names = [*_exports(spec), *(own_script.exported(spec) if spec.script else [])]
+    flags, inside = (containers.wrap(spec.resolved_runtime, launcher, spec.gpus_per_node > 0, names)
                      if spec.container else ("", ""))
     srun = (f'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$((SLURM_JOB_NUM_NODES * {tasks})) '
             f'--ntasks-per-node={_shell_value(tasks)} --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1'
@@ -393,7 +394,10 @@ def _launch(spec: JobSpec) -> str:
                  '--bind-to none ' + (f"{inside} " if inside else "") +
                  f'"$PYTHON" -m hpc_imagenet.launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
     body = [*start_budget.loop_head(), *start, *start_budget.decide()]
-    return "\n".join([*start_budget.functions(agent_restarts=spec.launcher_entry.restarts_workers),
+    one_a_node = ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
+                  '--cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1')
+    return "\n".join([*own_script.staging(spec, one_a_node),
+                      *start_budget.functions(agent_restarts=spec.launcher_entry.restarts_workers),
                       "", f"# ---- launch ({launcher}); a failed training starts again from the newest checkpoint",
                       "# within the start budget; a preempted one is requeued instead (see the end)",
                       *_train_args(spec), "while :; do", *("    " + line for line in body), "done"])

@@ -39,7 +39,7 @@ class JobSpec(JobShape):
     # folder the job runs in; train_args are then its own flags; framework: whose checkpoints and signals it uses
     script: Optional[str] = None
     framework: str = "plain"
-    data: str = "/path/to/imagenet"
+    data: Optional[str] = "/path/to/imagenet"  # None: a --script job given no --data
     arch: str = "resnet50"
     epochs: int = 90
     batch_size: int = 256  # per process
