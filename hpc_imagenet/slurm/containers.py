@@ -54,6 +54,8 @@ TASK_PREFIXES = ("SLURM_", "SLURMD_", "OMPI_", "PMIX_", "PMI_")
 # Charliecloud's mount points, which most images have (ch-run(1)); the first three are the generator's
 CH_MOUNTS = tuple(f"/mnt/{n}" for n in range(10))
 CH_REPO, CH_DATA, CH_RUN = CH_MOUNTS[:3]
+# the requeue contract's variables that name those folders (hpc_imagenet/requeue: RUN_DIR_ENV, DATA_ENV)
+CH_PATHS = {"HPC_IMAGENET_RUN_DIR": CH_RUN, "HPC_IMAGENET_DATA": CH_DATA}
 
 
 class ContainerError(ValueError):
@@ -219,6 +221,8 @@ def wrap(runtime: str, launcher: str, gpus: bool, names: Sequence[str] = ()) -> 
                  *(f"-e {name}" for name in passed)]
         return "", f'podman-hpc {" ".join(flags)} "${{CONTAINER_VOLUMES[@]}}" -w "$PWD" "$CONTAINER_IMAGE"'
     sets = [f"--set-env=LOG_DIR={CH_RUN}", f"--set-env=STARTS_LOG={CH_RUN}/starts.log", "--set-env=TMPDIR=/tmp"]
+    # a user's script learns the run folder and the data from the requeue contract's variables: their image paths
+    sets += [f"--set-env={name}={CH_PATHS[name]}" for name in names if name in CH_PATHS]
     return "", f'ch-run --set-env {" ".join(sets)} "${{CONTAINER_BINDS[@]}}" -c {CH_REPO} "$CONTAINER_IMAGE" --'
 
 
@@ -227,11 +231,12 @@ def image_paths(runtime: Optional[str]) -> Dict[str, str]:
     return {'"$DATA"': CH_DATA, '"$LOG_DIR"': CH_RUN} if runtime == "charliecloud" else {}
 
 
-def settings(runtime: str, image: str, mounts: Sequence[str]) -> List[str]:
-    """The batch file's lines that name the image and the mounts (overridable at submit time, as every setting)."""
+def settings(runtime: str, image: str, mounts: Sequence[str], data: bool = True) -> List[str]:
+    """The batch file's lines that name the image and the mounts (overridable at submit time, as every setting);
+    DATA: the job has a DATA folder to mount (a user's script may have none)."""
     lines = [f"CONTAINER_IMAGE=${{CONTAINER_IMAGE:-{image}}}  # {runtime}"]
     if runtime == "charliecloud":
-        return lines + _charliecloud_settings(mounts)
+        return lines + _charliecloud_settings(mounts, data)
     default = ",".join(["$REPO", *mounts])
     lines.append(f'CONTAINER_MOUNTS=${{CONTAINER_MOUNTS:-"{default}"}}  # SRC[:DST],... (the checkout first)')
     if runtime == "pyxis":
@@ -250,14 +255,15 @@ def _user(command: str) -> str:
     return f'export USER="${{USER:-$(id -un)}}"  # {command} will not start without $USER'
 
 
-def _charliecloud_settings(mounts: Sequence[str]) -> List[str]:
+def _charliecloud_settings(mounts: Sequence[str], data: bool) -> List[str]:
     plain = ",".join(mounts)
+    binds = f'-b "$REPO:{CH_REPO}" ' + (f'-b "$DATA:{CH_DATA}" ' if data else "") + f'-b "$RUN_FOLDER:{CH_RUN}"'
     return [f'CONTAINER_MOUNTS=${{CONTAINER_MOUNTS:-"{plain}"}}  # SRC[:DST],... besides the checkout, the data and '
             f"the run folder ({CH_REPO}, {CH_DATA}, {CH_RUN}); SRC alone goes to /mnt/3..",
             _user("ch-run"),
             # a read-only image has no host folders: bind onto the mount points it has (ch-run(1), -b)
             'RUN_FOLDER=$LOG_DIR; [[ $RUN_FOLDER == /* ]] || RUN_FOLDER=$REPO/$LOG_DIR  # made before the first start',
-            f'CONTAINER_BINDS=(-b "$REPO:{CH_REPO}" -b "$DATA:{CH_DATA}" -b "$RUN_FOLDER:{CH_RUN}")',
+            f"CONTAINER_BINDS=({binds})",
             'IFS=, read -ra mounts <<< "$CONTAINER_MOUNTS"', "point=3",
             'for mount in "${mounts[@]}"; do [[ $mount == *:* ]] || { mount=$mount:/mnt/$point; point=$((point + 1)); '
             '}; CONTAINER_BINDS+=(-b "$mount"); done']

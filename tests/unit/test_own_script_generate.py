@@ -123,3 +123,25 @@ def test_a_container_gets_the_contracts_variables() -> None:
                                   "--container-mounts", "/shared", "--launcher", "srun"], on_login_node=False))
     env = text.split("--container-env=")[1].split()[0]
     assert {"HPC_IMAGENET_RUN_DIR", "HPC_IMAGENET_STOP_GRACE", "HPC_IMAGENET_DATA"} <= set(env.split(","))
+
+
+def _charliecloud(tmp_path, *more: str) -> str:
+    image = tmp_path / "image.sqsh"
+    image.touch()
+    return render(spec_from_args(["--script", EXAMPLE, "--gpus-per-node", "0", "--nodes", "2", "--container",
+                                  str(image), "--container-runtime", "charliecloud", *more], on_login_node=False))
+
+
+def test_charliecloud_tells_the_script_the_images_paths_and_stages_in_the_image(tmp_path) -> None:
+    """ch-run sees the run folder at /mnt/2 and DATA at /mnt/1: the contract's variables say so inside, the
+    staging step runs in the image as the training does, and a script without --data mounts no DATA."""
+    text = _charliecloud(tmp_path, "--data", "/shared/imagenet", "--stage-dir", "$TMPDIR")
+    assert "--set-env=HPC_IMAGENET_RUN_DIR=/mnt/2 --set-env=HPC_IMAGENET_DATA=/mnt/1" in text
+    (step,) = [line for line in text.splitlines() if "hpc_imagenet.imagenet.data.staging" in line]
+    assert ' -c /mnt/0 "$CONTAINER_IMAGE" -- "$PYTHON" -m hpc_imagenet.imagenet.data.staging /mnt/1 "$STAGE_DIR"' \
+        in step
+    assert text.index('mkdir -p "$LOG_DIR" && : >> "$STARTS_LOG"') < text.index(step)  # the bound folder exists
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    plain = _charliecloud(tmp_path)
+    assert 'CONTAINER_BINDS=(-b "$REPO:/mnt/0" -b "$RUN_FOLDER:/mnt/2")' in plain
+    assert "HPC_IMAGENET_DATA" not in plain and "--set-env=HPC_IMAGENET_RUN_DIR=/mnt/2" in plain

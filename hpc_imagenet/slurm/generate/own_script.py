@@ -76,9 +76,6 @@ def check(spec) -> None:
         _check_lightning_layout(spec)
     if spec.stage_dir:
         _check_staging(spec)
-    if spec.container and spec.resolved_runtime == "charliecloud":
-        raise JobError("--script with Charliecloud is not supported yet (ch-run shows the run folder and the data at "
-                       "/mnt/N, which the script would not be told): use another --container-runtime")
 
 
 def _check_staging(spec) -> None:
@@ -89,9 +86,6 @@ def _check_staging(spec) -> None:
     if spec.framework == NATIVE:
         raise JobError(f"--stage-dir with --framework {NATIVE}: its tasks run the script alone, without the runner "
                        "that finds each node's copy; use --framework lightning (the callback), or drop --stage-dir")
-    if spec.container:
-        raise JobError("--stage-dir with --script and --container is not supported yet: stage in the engine's jobs, "
-                       "or drop --stage-dir and mount DATA into the image")
     if spec.stage_dir.rstrip("/").startswith("/dev/shm"):
         raise JobError(f"--stage-dir {spec.stage_dir}: a copy in shared memory holds the node's memory after your "
                        "script ends, and nothing removes it: stage to node-local disk, e.g. --stage-dir '$TMPDIR'")
@@ -137,7 +131,8 @@ def settings(spec) -> List[str]:
 
 def exported(spec) -> List[str]:
     """The variables of the contract the file exports: a container runtime passes them into the image by name."""
-    return [requeue.RUN_DIR_ENV, requeue.GRACE_ENV, *([requeue.DATA_ENV] if spec.data else [])]
+    return [requeue.RUN_DIR_ENV, requeue.GRACE_ENV, *([requeue.DATA_ENV] if spec.data else []),
+            *([requeue.STAGE_DIR_ENV] if spec.stage_dir else [])]
 
 
 def staging(spec, srun: str) -> List[str]:

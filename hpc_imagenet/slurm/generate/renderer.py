@@ -153,7 +153,8 @@ def _settings(spec: JobSpec) -> str:
     if spec.stage_dir:  # kept unexpanded here: each training process expands it on its own node
         lines.append(f"STAGE_DIR=${{STAGE_DIR:-{_q(spec.stage_dir)}}}  # node-local copy of DATA, made once per node")
     if spec.container:
-        lines += containers.settings(spec.resolved_runtime, spec.container, spec.container_mounts)
+        lines += containers.settings(spec.resolved_runtime, spec.container, spec.container_mounts,
+                                     data=bool(spec.data))
     lines += _procs_per_node(spec)
     return "\n".join(lines)
 
@@ -350,7 +351,11 @@ def _train_args(spec: JobSpec) -> List[str]:
         lines.append(f"TRAIN_ARGS+=({' '.join(_q(a) for a in spec.train_args)})")
     lines += ["# shellcheck disable=SC2206  # EXTRA_ARGS is split into words on purpose",
               'TRAIN_ARGS+=($EXTRA_ARGS "$DATA")']
-    # in an image that sees host folders elsewhere (Charliecloud's /mnt/N), the training gets those paths
+    return _image_paths(spec, lines)
+
+
+def _image_paths(spec: JobSpec, lines: List[str]) -> List[str]:
+    """LINES with the host folders the programs are given as the image sees them (Charliecloud's /mnt/N)."""
     for host, inside in containers.image_paths(spec.resolved_runtime).items():
         lines = [line.replace(host, inside) for line in lines]
     return lines
@@ -395,9 +400,11 @@ def _launch(spec: JobSpec) -> str:
                  f'"$PYTHON" -m hpc_imagenet.launch.mpi {script} "${{TRAIN_ARGS[@]}}" &']
     body = [*start_budget.loop_head(), *start, *start_budget.decide()]
     one_a_node = ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
-                  '--cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1')
-    return "\n".join([*own_script.staging(spec, one_a_node),
-                      *start_budget.functions(agent_restarts=spec.launcher_entry.restarts_workers),
+                  '--cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1'
+                  + (f" {flags}" if flags else "") + (f" {inside}" if inside else ""))  # in the image, as training
+    # the staging step after the budget's functions: they make the run folder, which an image may bind
+    return "\n".join([*start_budget.functions(agent_restarts=spec.launcher_entry.restarts_workers),
+                      *_image_paths(spec, own_script.staging(spec, one_a_node)),
                       "", f"# ---- launch ({launcher}); a failed training starts again from the newest checkpoint",
                       "# within the start budget; a preempted one is requeued instead (see the end)",
                       *_train_args(spec), "while :; do", *("    " + line for line in body), "done"])
