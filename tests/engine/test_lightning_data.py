@@ -1,6 +1,7 @@
 """The engine's data path as a LightningDataModule under a real Lightning Trainer (one CPU process): the model is
-fed normalised float batches of this rank's share, validation sees every image, and a distributed trainer that
-would shard the batches a second time is refused in one line."""
+fed normalised float batches of this rank's share, validation sees every image, a distributed trainer that
+would shard the batches a second time is refused in one line, and a run stopped in mid-epoch resumes at the next
+batch."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -59,3 +60,39 @@ def test_a_distributed_trainer_keeping_lightnings_sampler_is_refused(tmp_path):
     with pytest.raises(ValueError, match="use_distributed_sampler=False") as err:
         data.setup("fit")
     assert "\n" not in str(err.value)
+
+
+class StopAfter(pl.Callback):
+    """Save a checkpoint at the end of batch STEPS - 1 and stop there, as the requeue callback does at a signal."""
+
+    def __init__(self, steps: int, path) -> None:
+        self.steps, self.path = steps, path
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.steps:
+            trainer.save_checkpoint(self.path)
+            trainer.should_stop = True
+
+
+def _trainer(tmp_path, **more) -> pl.Trainer:
+    return pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
+                      num_sanity_val_steps=0, limit_val_batches=0, default_root_dir=tmp_path, **more)
+
+
+def test_a_run_stopped_in_mid_epoch_resumes_at_the_next_batch(tmp_path):
+    """Stopped after 3 of an epoch's 6 batches, resumed from its checkpoint: the second run is fed batches 4-6,
+    so the two runs together are fed the epoch's batches once each, in order."""
+    root = demo.generate(tmp_path / "photos", classes=2, train_per_class=12, val_per_class=1, size=(40, 32))
+    ckpt = tmp_path / "stopped.ckpt"
+    fed = []
+    for callbacks, resume in (([StopAfter(3, ckpt)], None), ([], ckpt)):
+        data = ImageNetDataModule(root, batch_size=4, image_size=16, workers=0)
+        model = Recorder(2)
+        _trainer(tmp_path, callbacks=callbacks).fit(model, datamodule=data, ckpt_path=resume)
+        fed.append(model.fed)
+    assert [len(run) for run in fed] == [3, 3]
+    data.loaders.set_epoch(0)
+    normalise = DeviceNormalizer(torch.device("cpu"), False, reuse=False)  # each batch its own tensor
+    epoch = [normalise(images) for images, _ in data.loaders.train_batches]
+    assert len(epoch) == 6 and all(torch.equal(a, b) for a, b in zip(fed[0] + fed[1], epoch))

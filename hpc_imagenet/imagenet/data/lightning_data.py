@@ -8,7 +8,9 @@ Each rank gets its share of the batches from :func:`.library.image_loaders` (the
 per-sample augmentation seeds; Lightning sets each epoch's seeds through the sampler's ``set_epoch``), as uint8;
 they are normalised after Lightning has moved them to the device (``on_after_batch_transfer``), as the engine
 does. Lightning's own sampler injection would shard the validation set a second time, so a distributed trainer
-that keeps it is refused in one line.
+that keeps it is refused in one line. A run resumed from a checkpoint saved in mid-epoch (the requeue callback's)
+goes on at the next batch of that epoch, where each batch is one optimizer step (no gradient accumulation) and
+every epoch runs whole (no ``limit_train_batches``).
 """
 from __future__ import annotations
 
@@ -49,6 +51,11 @@ class ImageNetDataModule(pl.LightningDataModule):
         return self.loaders.num_classes
 
     def train_dataloader(self):
+        # Lightning restores its loops before it asks for the loaders: a run resumed in mid-epoch goes on at the
+        # batch after its checkpoint's last optimizer step (one step a batch, every epoch whole)
+        trainer, per_epoch = self.trainer, len(self.loaders.train_batches)
+        done = min(max(trainer.global_step - trainer.current_epoch * per_epoch, 0), per_epoch)
+        self.loaders.set_epoch(trainer.current_epoch, samples_done=done * self.batch_size)
         return self.loaders.train_batches
 
     def val_dataloader(self):
