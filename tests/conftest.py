@@ -5,6 +5,7 @@ marker, so ``-m unit`` or ``-m "not cluster"`` select by tier. Fixtures only one
 that folder's conftest.py (the SLURM cluster in cluster/conftest.py)."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -21,7 +22,8 @@ TESTS = Path(__file__).resolve().parent
 # SLURM at once while the third trains. These modules form the second group: about half of the
 # tier's time, as measured in the suite.
 SECOND_CLUSTER = {"test_slurm_requeue", "test_slurm_committed", "test_slurm_staging", "test_results_scaling",
-                  "test_results_slurm", "test_launch_pytorchjob", "test_launch_slurm"}
+                  "test_results_slurm", "test_launch_pytorchjob", "test_launch_slurm",
+                  "test_slurm_own_script_container"}
 
 
 # What the whole suite needs free where pytest keeps its temporary folders. Measured under `make test`
@@ -110,7 +112,17 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def installed_python(tmp_path_factory) -> Path:
     """The python of a venv where the project is pip-installed from its wheel, beside no checkout
-    (tests/installed.py)."""
+    (tests/installed.py). Built once per pytest run: the xdist workers that need it (the engine tier's and a
+    cluster group's) share one build in the run's common temporary folder, the first to come making it."""
     from tests import installed
 
-    return installed.build(tmp_path_factory.mktemp("installed"))
+    base = tmp_path_factory.getbasetemp()  # under xdist a worker's own folder (popen-gwN) in the run's
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "installed"
+    with open(f"{shared}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait here for the first build
+        python = shared / "venv" / "bin" / "python"
+        if not python.exists():
+            shutil.rmtree(shared, ignore_errors=True)  # a build that failed part-way starts over
+            shared.mkdir()
+            python = installed.build(shared)
+    return python

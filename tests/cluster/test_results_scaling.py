@@ -1,6 +1,7 @@
 """``python -m hpc_imagenet.harness.bench scaling`` on the test cluster, typed as a user would type it on a login
 node: the command runs as a subprocess whose only link to the cluster is SLURM_CONF (and the SLURM
-client binaries on PATH). Records, resume, a failed point, Ctrl-C, and the storage (--io) sweep."""
+client binaries on PATH). Records, resume, a failed point, Ctrl-C, the storage (--io) sweep, and a sweep of a
+user's own script (--script) with its report."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,7 @@ from typing import List
 import pytest
 
 from hpc_imagenet.harness.core import records
+from hpc_imagenet.harness.runners import script_points
 from hpc_imagenet.slurm.localcluster import SlurmCluster, wait_for
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH
 
@@ -149,3 +151,32 @@ def test_io_sweep_reads_every_file_once_per_point(slurm_cluster: SlurmCluster, t
         assert m["mb_per_s"] == pytest.approx(m["bytes"] / m["elapsed_s"] / 1e6)
         assert m["mb_per_s_per_node"] == pytest.approx(m["mb_per_s"] / p["nodes"])
     assert json.dumps(recs).count(str(tmp_path)) == 0  # the data path is recorded without this machine's path
+
+
+def test_a_users_own_script_is_swept_recorded_from_its_steps_and_reported(slurm_cluster: SlurmCluster,
+                                                                        tmp_path: Path) -> None:
+    """--script: the plain DDP example at 1, 2 and 4 nodes, its steps timed through
+    hpc_imagenet.requeue.step_done, each point a train record from the node it ran on, then the cluster report."""
+    out = tmp_path / "r.jsonl"
+    cmd = [sys.executable, "-m", "hpc_imagenet.harness.bench", "scaling", "--script", "launch/examples/train_ddp.py",
+           "--script-args", "--steps 30 --batch-size 16", "--nodes", "1", "2", "4", "--gpus-per-node", "0",
+           "--procs-per-node", "1", "--cpus-per-task", "1", "--time", "00:05:00", "--no-report", "--records",
+           str(out), "--tag", "t"]
+    proc = run(slurm_cluster, cmd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = read(out)
+    assert [(r["status"], r["point"]["nodes"], r["point"]["variant"]) for r in recs] == [
+        ("ok", 1, "script"), ("ok", 2, "script"), ("ok", 4, "script")], [r["error"] for r in recs]
+    for rec, nodes in zip(recs, (1, 2, 4)):
+        m, env = rec["metrics"], rec["environment"]
+        assert m["world_size"] == nodes and m["global_batch"] == 16 * nodes and m["images_per_s"] > 0
+        assert m["measured_steps"] == 30 - script_points.WARMUP_STEPS - 1
+        assert env["hostname"].startswith("node") and env["slurm_job_id"] and env["nodes"] == nodes
+        assert str(tmp_path) not in json.dumps(rec)
+    report = subprocess.run([sys.executable, "-m", "hpc_imagenet.harness.report", "--records", str(out), "--tag", "t",
+                             "--out", str(tmp_path / "out"), "--quiet-share", "1"], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    text = (tmp_path / "out" / "reports" / "t" / "README.md").read_text()
+    assert "your script train_ddp.py (--framework=plain --steps 30 --batch-size 16), batch 16/process" in text
+    assert "Scaling efficiency at the largest scale" in text and "at 4 process(es)" in text

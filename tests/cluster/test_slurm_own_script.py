@@ -18,10 +18,11 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Sequence
 
 import pytest
 
+from hpc_imagenet.imagenet.data.staging import MARKER, destination
 from hpc_imagenet.slurm.generate import render, spec_from_args
 from hpc_imagenet.slurm.localcluster import SlurmCluster, wait_for
 from hpc_imagenet.slurm.localcluster.commands import ClusterError
@@ -30,6 +31,9 @@ from tests.helpers import REPO
 
 pytestmark = pytest.mark.slurm
 EXAMPLE = REPO / "launch" / "examples" / "train_ddp.py"
+IMAGES = REPO / "launch" / "examples" / "train_images.py"
+STAGED_EPOCHS = 3  # of 12 steps (192 images, 2 ranks of batch 8)
+STAGED_NODES = ("node3", "node4")
 LIGHTNING = REPO / "launch" / "examples" / "train_lightning.py"
 STEPS = 200  # about 20 s of training for 4 ranks of batch 32 here: the signal comes in mid-run
 SLOW_IMPORT = """import os, pathlib, runpy, sys, time
@@ -60,20 +64,20 @@ class Job:
 
 
 def _generate(tmp: Path, name: str, script: Path, launcher: str, nodes: int, procs: int, *script_args: str,
-              framework: str = "plain") -> Path:
+              framework: str = "plain", options: Sequence[str] = ()) -> Path:
     argv = ["--script", str(script), "--framework", framework, "--name", name, "--nodes", str(nodes),
             "--gpus-per-node", "0", "--procs-per-node", str(procs), "--cpus-per-task", "1", "--launcher", launcher,
-            "--time", "10", "--signal-seconds", "60", "--venv", sys.prefix, "--output", str(tmp / "%x-%j.out"), "--",
-            *script_args]
+            "--time", "10", "--signal-seconds", "60", "--venv", sys.prefix, "--output", str(tmp / "%x-%j.out"),
+            *options, "--", *script_args]
     path = tmp / f"{name}.sh"
     path.write_text(render(spec_from_args(argv)))
     return path
 
 
-def _submit(cluster: SlurmCluster, script: Path, run_dir: Path) -> Job:
+def _submit(cluster: SlurmCluster, script: Path, run_dir: Path, *sbatch_args: str) -> Job:
     out = subprocess.run(["sbatch", "--parsable", "--export", f"ALL,LOG_DIR={run_dir},OMP_NUM_THREADS=1",
-                          str(script)], cwd=script.parent, env=cluster.env, capture_output=True, text=True,
-                         check=True)
+                          *sbatch_args, str(script)], cwd=script.parent, env=cluster.env, capture_output=True,
+                         text=True, check=True)
     job_id = out.stdout.strip().split(";")[0]
     log = script.parent / f"{script.stem}-{job_id}.out"
     return Job(job_id, run_dir, lambda: log.read_text() if log.exists() else "")
@@ -85,7 +89,7 @@ def _signal(cluster: SlurmCluster, job: Job) -> None:
 
 
 @pytest.fixture(scope="module")
-def jobs(slurm_cluster: SlurmCluster, tmp_path_factory) -> Dict[str, Job]:
+def jobs(slurm_cluster: SlurmCluster, tmp_path_factory, data: Path) -> Dict[str, Job]:
     tmp = tmp_path_factory.mktemp("own_script")
     slow = tmp / "slow_import.py"
     slow.write_text(SLOW_IMPORT.format(example=str(EXAMPLE)))
@@ -105,12 +109,25 @@ def jobs(slurm_cluster: SlurmCluster, tmp_path_factory) -> Dict[str, Job]:
         batch = _generate(tmp, name, script, launcher, nodes, procs, "--steps", str(STEPS), "--batch-size", "32",
                           "--print-every", "1", "--trace", str(run_dir / "trace.txt"), *native, framework=framework)
         started[name] = _submit(slurm_cluster, batch, run_dir)
+    started["staged"] = _submit_staged(slurm_cluster, tmp, data)
     _signal_each_at_its_moment(slurm_cluster, started)
     _release_each_requeued(slurm_cluster, started)
     return started
 
 
-REQUEUED = ("plain", "lightning", "native", "importing")  # the jobs that stop at the signal and ask for a requeue
+def _submit_staged(cluster: SlurmCluster, tmp: Path, data: Path) -> Job:
+    """The data-path example on 2 nodes, DATA staged to each node's own folder first (the test nodes share this
+    machine's disk: '$SLURMD_NODENAME' in STAGE_DIR, expanded on each node, as '$TMPDIR' is on a real cluster)."""
+    run_dir = tmp / "run-staged"
+    batch = _generate(tmp, "staged", IMAGES, "torchrun", 2, 1, "--arch", "resnet18", "--image-size", "32",
+                      "--batch-size", "8", "--workers", "1", "--epochs", str(STAGED_EPOCHS), "--print-every", "1",
+                      "--trace", str(run_dir / "trace.txt"),
+                      options=["--data", str(data), "--stage-dir", str(tmp / "stage" / "$SLURMD_NODENAME")])
+    return _submit(cluster, batch, run_dir, f"--nodelist={','.join(STAGED_NODES)}")  # both runs on the same two
+
+
+# the jobs that stop at the signal and ask for a requeue
+REQUEUED = ("plain", "lightning", "native", "importing", "staged")
 
 
 def _release_each_requeued(cluster: SlurmCluster, started: Dict[str, Job]) -> None:
@@ -135,6 +152,7 @@ SIGNAL_WHEN = {  # job -> when its time-limit signal comes (none for a job that 
     "native": lambda job: "step 4/" in job.log(),
     "importing": lambda job: len(list(job.run_dir.glob("importing-*"))) == 2,  # both nodes still importing
     "ignores": lambda job: "never asks whether to stop" in job.log(),
+    "staged": lambda job: "step 4/" in job.log(),
 }
 
 
@@ -171,11 +189,11 @@ def _requeued_then_completed(cluster: SlurmCluster, job: Job) -> str:
     return job.log()
 
 
-def _every_step_once(job: Job, ranks: int) -> Counter:
-    """(rank, step) -> times trained, from the example's trace; each of STEPS steps on each rank exactly once."""
+def _every_step_once(job: Job, ranks: int, steps: int = STEPS) -> Counter:
+    """Run -> steps trained, from the example's trace; each of STEPS steps on each rank exactly once."""
     lines = [line.split() for line in (job.run_dir / "trace.txt").read_text().splitlines()]
     trained = Counter((int(rank), int(step)) for rank, step, _ in lines)
-    assert trained == Counter({(rank, step): 1 for rank in range(ranks) for step in range(STEPS)}), trained
+    assert trained == Counter({(rank, step): 1 for rank in range(ranks) for step in range(steps)}), trained
     return Counter(int(run) for _, _, run in lines)
 
 
@@ -242,3 +260,18 @@ def test_a_script_that_fails_at_every_start_spends_the_start_budget_then_stops(s
         giving_up[0], log[-3000:]
     starts = (job.run_dir / "starts.log").read_text().splitlines()
     assert len({line.split()[0] for line in starts}) == 4, starts
+
+
+def test_a_script_reads_its_nodes_staged_copy_and_resumes_mid_epoch_at_the_exact_batch(slurm_cluster: SlurmCluster,
+                                                                                       jobs, data: Path) -> None:
+    """--data and --stage-dir: the batch file copies DATA to each node before the script starts, the runner hands
+    each node's processes their copy, the requeued run reuses the copies and resumes in mid-epoch."""
+    job = jobs["staged"]
+    log = _requeued_then_completed(slurm_cluster, job)
+    copies = {node: destination(str(data), job.run_dir.parent / "stage" / node) for node in STAGED_NODES}
+    assert all((copy / MARKER).is_file() for copy in copies.values()), log[-3000:]
+    assert sum(log.count(f"reading {copy};") for copy in copies.values()) == 2, log[-3000:]  # rank 0, both runs
+    assert log.count("reusing the complete staged copy") == 2, log[-3000:]  # the requeued run, on each node
+    runs = _every_step_once(job, ranks=2, steps=STAGED_EPOCHS * 12)
+    assert runs[0] >= 2 * 4 and runs[1] >= 2, runs
+    assert "resumed at step" in log and "epoch 3/3 val top1" in log, log[-3000:]

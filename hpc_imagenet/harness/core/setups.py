@@ -45,6 +45,10 @@ SETUPS: Dict[str, Setup] = {
     # The yardstick: the same step as a bare PyTorch loop (hpc_imagenet/harness/runners/bare_loop.py), synthetic data
     # only
     "bare": Setup("bare", "O0", None, (), "a bare PyTorch loop: model, cross-entropy, SGD on synthetic tensors, fp32"),
+    # PyTorch Lightning's Trainer on the same model, data folder and batch (hpc_imagenet/harness/runners/
+    # lightning_loop.py): the engine's loaders through ImageNetDataModule; a data folder only
+    "lightning": Setup("lightning", "O0", None, (), "PyTorch Lightning's Trainer on the engine's loaders "
+                                                    "(ImageNetDataModule): the same model, SGD, batch, fp32"),
     "bare-channels-last": Setup("bare", "O0", None, ("--channels-last",), "the bare loop, channels-last, fp32"),
     "bare-bf16": Setup("bare", "O1", "bfloat16", (), "the bare loop under bf16 autocast"),
     "bare-bf16-channels-last": Setup("bare", "O1", "bfloat16", ("--channels-last",),

@@ -18,9 +18,9 @@ from typing import List, Optional, Sequence
 import torch
 import torchvision
 
-from hpc_imagenet.imagenet.common.files import write_json
 from hpc_imagenet.imagenet.config import WARMUP_STEPS
 from hpc_imagenet.imagenet.run import sysinfo
+from hpc_imagenet.harness.runners.common import write_loop_run
 
 
 def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -87,11 +87,7 @@ def measure(args: argparse.Namespace) -> dict:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parse(argv)
-    run = measure(args)
-    args.log_dir.mkdir(parents=True, exist_ok=True)
-    write_json(args.log_dir / "run.json", run)
-    print(f"bare loop: {run['throughput']['images_per_s']:.1f} images/s, "
-          f"{run['throughput']['step_time_ms']:.1f} ms a step", flush=True)
+    write_loop_run(args.log_dir, measure(args), "bare loop")
     return 0
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from hpc_imagenet.harness.core import records
+from hpc_imagenet.imagenet.common.files import write_json
 from hpc_imagenet.harness.core.records import RESULTS_DIR, SCRATCH_DIR
 from hpc_imagenet.harness.runners import jpegs
 
@@ -74,6 +75,15 @@ def proc_io(pid: str = "self") -> Dict[str, int]:
             return {k: int(v) for k, v in (line.split(":") for line in f if ":" in line)}
     except OSError:
         return {}
+
+
+def write_loop_run(log_dir: Path, run: dict, name: str) -> None:
+    """What a yardstick loop (the bare loop, the Lightning loop) leaves for the train bench: LOG_DIR/run.json,
+    and its speed in one line."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    write_json(log_dir / "run.json", run)
+    print(f"{name}: {run['throughput']['images_per_s']:.1f} images/s, "
+          f"{run['throughput']['step_time_ms']:.1f} ms a step", flush=True)
 
 
 def last_line(text: str) -> str:

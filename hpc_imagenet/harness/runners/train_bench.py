@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 REPO = RESULTS_DIR.parent
 # What each point's variant runs: the engine's entry scripts, and the bare loop the engine is measured against
-SCRIPTS_RUN = {**SCRIPTS, "bare": "hpc_imagenet/harness/runners/bare_loop.py"}
+SCRIPTS_RUN = {**SCRIPTS, "bare": "hpc_imagenet/harness/runners/bare_loop.py",
+               "lightning": "hpc_imagenet/harness/runners/lightning_loop.py"}
 ONE_PROCESS = (*SINGLE_PROCESS, "bare")
 
 
