@@ -75,9 +75,12 @@ def _generate(tmp: Path, name: str, script: Path, launcher: str, nodes: int, pro
 
 
 def _submit(cluster: SlurmCluster, script: Path, run_dir: Path, *sbatch_args: str) -> Job:
-    out = subprocess.run(["sbatch", "--parsable", "--export", f"ALL,LOG_DIR={run_dir},OMP_NUM_THREADS=1",
-                          *sbatch_args, str(script)], cwd=script.parent, env=cluster.env, capture_output=True,
-                         text=True, check=True)
+    # the grace after the signal: the 30 s of --signal-seconds 60, but two minutes for the script still importing
+    # when it comes (it then imports torch and forms its process group, slow on this loaded machine)
+    grace = 120 if script.stem == "importing" else 30
+    out = subprocess.run(["sbatch", "--parsable", "--export", f"ALL,LOG_DIR={run_dir},OMP_NUM_THREADS=1,"
+                          f"HPC_IMAGENET_STOP_GRACE={grace}", *sbatch_args, str(script)], cwd=script.parent,
+                         env=cluster.env, capture_output=True, text=True, check=True)
     job_id = out.stdout.strip().split(";")[0]
     log = script.parent / f"{script.stem}-{job_id}.out"
     return Job(job_id, run_dir, lambda: log.read_text() if log.exists() else "")

@@ -4,6 +4,7 @@ its time before the first step went; without a data folder it says so in one lin
 import json
 
 import pytest
+import torch
 
 from hpc_imagenet.harness.core.setups import SETUPS
 from hpc_imagenet.harness.runners import lightning_loop, train_bench
@@ -16,6 +17,7 @@ def test_the_lightning_loop_writes_what_the_bench_reads(tmp_path):
                                                           data=str(root)), "lightning")
     args = train_bench.engine_args(point, tmp_path / "run", cpu=True)  # the flags the bench passes, as given
     assert lightning_loop.main(args) == 0
+    assert not torch.distributed.is_initialized()  # one process: no group left behind for the next test
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     metrics = train_bench.metrics_from_run(run)  # the bench's own reader
     assert metrics["warmup_steps"] == 2 and metrics["measured_steps"] == 5  # 8 steps: 2 warm-up, 6 ends, 5 spans

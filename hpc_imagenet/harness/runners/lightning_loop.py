@@ -113,7 +113,9 @@ def measure(args: argparse.Namespace) -> dict:
     clock = StepClock(timeline)
     devices = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # torchrun's layout, as Lightning checks it
     nodes = max(1, int(os.environ.get("WORLD_SIZE", devices)) // devices)
-    trainer = pl.Trainer(accelerator="auto", devices=devices, num_nodes=nodes, strategy=DDPStrategy(),
+    # one process: no process group (as the engine's one-process runs), which Lightning's DDP would leave behind
+    strategy = DDPStrategy() if devices * nodes > 1 else "auto"
+    trainer = pl.Trainer(accelerator="auto", devices=devices, num_nodes=nodes, strategy=strategy,
                          max_steps=args.steps_per_epoch, limit_val_batches=0, num_sanity_val_steps=0,
                          use_distributed_sampler=False, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, callbacks=[clock])
