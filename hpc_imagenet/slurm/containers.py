@@ -42,6 +42,8 @@ import shutil
 import subprocess
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from hpc_imagenet import requeue
+
 RUNTIMES = ("apptainer", "singularity", "pyxis", "podman-hpc", "charliecloud")
 # the command each runtime needs on the login node (Pyxis is a plugin of srun: asked through srun --help)
 COMMANDS = {"apptainer": "apptainer", "singularity": "singularity", "podman-hpc": "podman-hpc",
@@ -54,8 +56,8 @@ TASK_PREFIXES = ("SLURM_", "SLURMD_", "OMPI_", "PMIX_", "PMI_")
 # Charliecloud's mount points, which most images have (ch-run(1)); the first three are the generator's
 CH_MOUNTS = tuple(f"/mnt/{n}" for n in range(10))
 CH_REPO, CH_DATA, CH_RUN = CH_MOUNTS[:3]
-# the requeue contract's variables that name those folders (hpc_imagenet/requeue: RUN_DIR_ENV, DATA_ENV)
-CH_PATHS = {"HPC_IMAGENET_RUN_DIR": CH_RUN, "HPC_IMAGENET_DATA": CH_DATA}
+# the requeue contract's variables that name those folders
+CH_PATHS = {requeue.RUN_DIR_ENV: CH_RUN, requeue.DATA_ENV: CH_DATA}
 
 
 class ContainerError(ValueError):
