@@ -42,6 +42,8 @@ PODMAN_HPC = "podman-hpc==1.2.2"
 SQUASHFS_SOURCE = ("squashfs-tools", "trixie")  # the first Debian release with squashfs-tools 4.6
 NPROC = 4096  # runc was refused this machine's own hard limit (96367) for nproc: "operation not permitted"
 TIMEOUT_S = 1800
+# import writes the image into the login store and migrate squashes a second copy before the first is dropped
+IMPORT_COPIES = 2
 COMMANDS = ("podman-hpc", "fuse-overlayfs-wrap")  # what podman-hpc's venv gives the nodes
 
 
@@ -148,7 +150,18 @@ def _configure(root: Path) -> None:
     (root / "podman_hpc.yaml").write_text("".join(f'{k}: "{v}"\n' for k, v in settings.items()))
 
 
+def require_room(torch_image: Path, root: Path) -> None:
+    """ClusterError, before an import that would fill the disk (podman then fails with a line that hides why),
+    where ROOT's filesystem has less free than IMPORT_COPIES copies of TORCH_IMAGE."""
+    needed = IMPORT_COPIES * sum(f.lstat().st_size for f in torch_image.rglob("*") if not f.is_symlink())
+    free = shutil.disk_usage(root).free
+    if free < needed:
+        raise ClusterError(f"importing the NGC-like image needs {needed / 2**30:.1f} GiB free under {root}, which "
+                           f"has {free / 2**30:.1f} GiB: free some space (old checkouts, their .venv), then rerun")
+
+
 def _import_and_migrate(site: PodmanHpc, torch_image: Path) -> None:
+    require_room(torch_image, site.root)
     env = site.login_env()
     changes = [arg for k, v in TORCH_VARIABLES.items() for arg in ("--change", f"ENV {k}={v}")]
     tar = subprocess.Popen(["tar", "-C", str(torch_image), "--exclude", "./ch", "-c", "."],
