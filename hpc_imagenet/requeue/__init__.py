@@ -16,8 +16,8 @@ anything, so a signal that comes while it is still importing is kept. Then:
   at the same step boundary.
 - **Save**: :func:`save` writes atomically from rank 0 (the old checkpoint or the new one, never a torn one).
 - **Resume**: :func:`latest` is the newest checkpoint, or None on the first start.
-- **Measured** (optional): :func:`step_done` after each step records its time for the scaling harness
-  (``bench scaling --script``).
+- **Measured** (optional): :func:`step_done` after each step records its time when the scaling harness runs the
+  script (``bench scaling --script`` sets ``$HPC_IMAGENET_MEASURED``; elsewhere it writes nothing).
 - **Stopped, requeue me**: :func:`stop` (after the save) marks the run folder and exits 75; the batch file requeues
   the job. **Finished**: exit 0. **Do not retry**: exit 2 (:data:`EXIT_DO_NOT_RETRY`), the batch file neither
   restarts nor requeues.
@@ -43,8 +43,10 @@ from hpc_imagenet.requeue import steps
 RUN_DIR_ENV = "HPC_IMAGENET_RUN_DIR"
 GRACE_ENV = "HPC_IMAGENET_STOP_GRACE"
 DATA_ENV = "HPC_IMAGENET_DATA"  # the dataset folder the script reads (the runner makes it this node's staged copy)
-RECORD_ENVIRONMENT_ENV = "HPC_IMAGENET_RECORD_ENVIRONMENT"  # set by the scaling harness: the runner writes...
-ENVIRONMENT_FILE = "environment.json"  # ...what rank 0 ran on, into the run folder
+# Set by the scaling harness on the runs it measures: step_done writes steps.tsv and the runner writes what rank 0
+# ran on into ENVIRONMENT_FILE. Elsewhere both stay off: a long run would log every step to no one.
+MEASURED_ENV = "HPC_IMAGENET_MEASURED"
+ENVIRONMENT_FILE = "environment.json"
 STAGE_DIR_ENV = "HPC_IMAGENET_STAGE_DIR"  # the batch file's STAGE_DIR, for the runner to find this node's copy
 EXIT_STOPPED = EXIT_PREEMPTED  # 75: a checkpoint is saved, requeue the job to continue
 EXIT_DO_NOT_RETRY = EXIT_USAGE  # 2: it would fail the same way again
@@ -132,10 +134,10 @@ def latest(name: str = CHECKPOINT) -> Optional[Path]:
 
 
 def step_done(images: int) -> None:
-    """After each training step: its end time and IMAGES (all ranks' together) into run_dir()/steps.tsv, for the
-    scaling harness (rank 0 writes; the others return at once)."""
+    """After each training step: its end time and IMAGES (all ranks' together) into run_dir()/steps.tsv, where the
+    scaling harness measures the run ($HPC_IMAGENET_MEASURED; rank 0 writes, the others return at once)."""
     global _steps
-    if _rank() != 0:
+    if _rank() != 0 or not os.environ.get(MEASURED_ENV):
         return
     if _steps is None:
         _steps = steps.StepLog(run_dir() / steps.STEPS_FILE)

@@ -132,10 +132,10 @@ def run(script: str, args: Sequence[str]) -> int:
 
 
 def record_environment() -> None:
-    """Where the scaling harness asks ($HPC_IMAGENET_RECORD_ENVIRONMENT): rank 0 writes what it ran on (versions,
+    """Where the scaling harness measures the run ($HPC_IMAGENET_MEASURED): rank 0 writes what it ran on (versions,
     devices, host, job) into the run folder's environment.json, for the point's record. A failure to write is a
     warning: the training itself is over."""
-    if not os.environ.get(requeue.RECORD_ENVIRONMENT_ENV) or os.environ.get("RANK", "0") != "0":
+    if not os.environ.get(requeue.MEASURED_ENV) or os.environ.get("RANK", "0") != "0":
         return
     from hpc_imagenet.imagenet.run import sysinfo  # here: only the harness's runs need it
 

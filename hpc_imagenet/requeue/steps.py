@@ -1,6 +1,7 @@
 """Step timing for your own script, which the scaling harness measures: after each training step rank 0 calls
 ``hpc_imagenet.requeue.step_done(images)`` (the images the step trained on all ranks together), and the step's end
-time and images go into the run folder's ``steps.tsv``. The Lightning callback does it by itself.
+time and images go into the run folder's ``steps.tsv`` (in the runs the harness starts, which carry
+``$HPC_IMAGENET_MEASURED``). The Lightning callback does it by itself.
 
 One line a step, ``TIME<TAB>IMAGES`` (wall-clock seconds, so that the runs of a requeued job line up), and a
 ``# start TIME`` line each time a process opens the file: the harness takes each run's steady steps apart from its

@@ -28,9 +28,13 @@ def _write(path, *runs):
     return path
 
 
-def test_step_done_writes_a_run_line_then_one_line_a_step_from_rank_0(tmp_path, monkeypatch) -> None:
+def test_step_done_writes_a_run_line_then_one_line_a_step_from_rank_0_when_measured(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(requeue.RUN_DIR_ENV, str(tmp_path / "run"))
     monkeypatch.setattr(requeue, "_steps", None)
+    monkeypatch.delenv(requeue.MEASURED_ENV, raising=False)
+    requeue.step_done(64)  # not measured: a run outside the harness logs nothing
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setenv(requeue.MEASURED_ENV, "1")
     for _ in range(3):
         requeue.step_done(64)
     (run,) = steps.segments(tmp_path / "run" / steps.STEPS_FILE)

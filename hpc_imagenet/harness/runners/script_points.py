@@ -70,7 +70,7 @@ def batch_file(point: ScriptPoint, args: argparse.Namespace, log_dir: Path) -> s
     argv += [arg for line in args.setup for arg in ("--setup", line)]
     argv += ["--cpus-per-task", str(args.cpus_per_task)] if args.cpus_per_task else []
     argv += ["--data", point.data] if point.data else []
-    argv += ["--env", f"{requeue.RECORD_ENVIRONMENT_ENV}=1"]  # rank 0 records what it ran on
+    argv += ["--env", f"{requeue.MEASURED_ENV}=1"]  # the steps' times, and what rank 0 ran on
     try:
         return render(spec_from_args([*argv, "--", *point.extra_args]))
     except GenerateError as exc:
