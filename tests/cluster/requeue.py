@@ -1,6 +1,6 @@
 """What the requeue tests check beyond the scenarios' own helpers (hpc_imagenet/slurm/localcluster/scenarios/
 jobs.py): that a preempted run resumed exactly where it stopped, every step trained once, read
-back from the run's TensorBoard events."""
+back from the run's TensorBoard events or from a script's own trace; and the signal sent in mid-run."""
 from __future__ import annotations
 
 import json
@@ -8,11 +8,12 @@ import os
 import re
 from collections import Counter
 from pathlib import Path
-from typing import List
+from typing import Callable, List
 
 import pytest
 
-from hpc_imagenet.slurm.localcluster.scenarios.jobs import EPOCHS
+from hpc_imagenet.slurm.localcluster import SlurmCluster, wait_for
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import EPOCHS, release_requeued, run_states
 
 
 # the NGC-like image tier's tests (its own Python and torch 2.6, ~6 GB to build): make test-images sets the variable
@@ -50,3 +51,26 @@ def assert_every_step_once(run_dir: Path) -> None:
     assert not repeated, f"steps trained twice: {repeated}"
     per_epoch = len(steps) // EPOCHS
     assert sorted(steps) == list(range(1, EPOCHS * per_epoch + 1)), "steps missing"
+
+
+def signal_in_mid_run(cluster: SlurmCluster, job_id: str, log: Callable[[], str], seen: str,
+                      timeout: float = 300) -> str:
+    """Once SEEN is in the batch log, the time-limit signal (USR2) to the batch script; the requeued job started at
+    once; its second run ends COMPLETED after the first's REQUEUED. The batch log's text."""
+    wait_for(f"{seen!r} in the batch log", lambda: seen in log(), timeout, interval=0.3)
+    cluster.run(["scancel", "--batch", "--signal=USR2", job_id])
+    release_requeued(cluster, job_id)
+    row = cluster.wait_finished(job_id, timeout=timeout, runs=2)
+    assert row["State"] == "COMPLETED", f"{row}\n{log()[-3000:]}"
+    assert run_states(cluster, job_id) == ["REQUEUED", "COMPLETED"]
+    return log()
+
+
+def assert_traced_once(trace: Path, ranks: int, steps: int, before_signal: int) -> None:
+    """A script's --trace lines ("RANK STEP RUN"): every (rank, step) once over both runs, the first run at least
+    BEFORE_SIGNAL steps a rank and the second some (the signal came in mid-run)."""
+    lines = [line.split() for line in trace.read_text().splitlines()]
+    trained = Counter((int(rank), int(step)) for rank, step, _ in lines)
+    assert trained == Counter({(rank, step): 1 for rank in range(ranks) for step in range(steps)})
+    runs = Counter(run for _, _, run in lines)
+    assert runs["0"] >= ranks * before_signal and runs["1"] >= ranks, runs

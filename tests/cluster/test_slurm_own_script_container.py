@@ -9,15 +9,15 @@ The image is the test cluster's light one (hpc_imagenet/slurm/localcluster/image
 packages on PYTHONPATH). The nodes share this machine's disk, so the job's TMPDIR is one folder of this test."""
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from hpc_imagenet.imagenet.data.staging import MARKER
 from hpc_imagenet.slurm.generate import render, spec_from_args
-from hpc_imagenet.slurm.localcluster import SlurmCluster, wait_for
-from hpc_imagenet.slurm.localcluster.scenarios.jobs import release_requeued, run_states, submit_script
+from hpc_imagenet.slurm.localcluster import SlurmCluster
+from hpc_imagenet.slurm.localcluster.scenarios.jobs import submit_script
+from tests.cluster.requeue import assert_traced_once, signal_in_mid_run
 from tests.helpers import REPO, container_exports
 
 pytestmark = pytest.mark.slurm
@@ -44,20 +44,10 @@ def test_a_script_in_an_image_reads_its_staged_copy_and_resumes_at_the_exact_bat
     script = _batch_file(tmp_path, data, container_image)
     job_id, log = submit_script(slurm_cluster, script, run_dir, *container_exports(container_image),
                                 f"TMPDIR={node_tmp}")
-    wait_for("the script to train 4 steps", lambda: "step 4/" in log(), 300, interval=0.3)
-    slurm_cluster.run(["scancel", "--batch", "--signal=USR2", job_id])
-    release_requeued(slurm_cluster, job_id)
-    row = slurm_cluster.wait_finished(job_id, timeout=300, runs=2)
-    assert row["State"] == "COMPLETED", f"{row}\n{log()[-3000:]}"
-    assert run_states(slurm_cluster, job_id) == ["REQUEUED", "COMPLETED"]
-    text = log()
+    text = signal_in_mid_run(slurm_cluster, job_id, log, "step 4/")
     assert "ch-run" in script.read_text() and "the script stopped at the stop request" in text, text[-3000:]
     (copy,) = [path.parent for path in node_tmp.glob(f"*/*/{MARKER}")]  # the image's /tmp is the job's TMPDIR
     assert text.count(f"reading /tmp/{copy.parent.name}/{copy.name};") == 2, text[-3000:]  # both runs, in the image
     assert text.count("reusing the complete staged copy") >= 2, text[-3000:]  # the second run, each node
-    lines = [line.split() for line in (run_dir / "trace.txt").read_text().splitlines()]
-    trained = Counter((int(rank), int(step)) for rank, step, _ in lines)
-    assert trained == Counter({(rank, step): 1 for rank in range(2) for step in range(EPOCHS * STEPS_PER_EPOCH)})
-    runs = Counter(run for _, _, run in lines)
-    assert runs["0"] >= 2 * 4 and runs["1"] >= 2, runs  # both runs trained: the signal came in mid-run
+    assert_traced_once(run_dir / "trace.txt", 2, EPOCHS * STEPS_PER_EPOCH, 4)
     assert "resumed at step" in text and f"epoch {EPOCHS}/{EPOCHS} val top1" in text, text[-3000:]

@@ -10,9 +10,10 @@ environment file ``/ch/environment`` (ch-run(1)).
   this machine's release gives. About a minute and a half to build.
 - ``ensure_torch()``: an image like NVIDIA's NGC PyTorch one: its own Python environment (``/opt/pytorch``)
   with torch and torchvision at the bottom of the project's supported window (``TORCH``) and the project's
-  other dependencies installed inside it, its own variables in ``/ch/environment``, and none of the host's
-  folders. A job mounts only the checkout and the data. Building downloads the PyTorch wheels (~3 GB; pip's
-  cache on this machine is used), a few minutes.
+  other dependencies installed inside it, Lightning added as a user's own image adds it (``USER_PACKAGES``: NGC's
+  image has none), its own variables in ``/ch/environment``, and none of the host's folders. A job mounts only
+  the checkout and the data. Building downloads the PyTorch wheels (~3 GB; pip's cache on this machine is used),
+  a few minutes.
 
 Images are kept under ``/var/cache/hpc-imagenet/images`` and reused by every later run; a marker written last
 tells a finished build from one that stopped.
@@ -41,6 +42,7 @@ BUILD_TIMEOUT_S = 900
 VERSION = 2  # of the layout (mount points, /ch/environment): an older cached image is rebuilt
 # the torch image: the oldest torch the project supports (NGC PyTorch 25.01's), and the project's other needs
 TORCH = ("torch==2.6.0", "torchvision==0.21.0")
+USER_PACKAGES = ("lightning>=2.4,<3",)  # what a user's image adds on top of NGC's for a Lightning script
 TORCH_ENV = Path("/opt/pytorch")
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TORCH_VARIABLES = {"PATH": f"{TORCH_ENV}/bin:{BASE_PATH}", "PYTORCH_VERSION": TORCH[0].split("==")[1],
@@ -88,8 +90,8 @@ def ensure(mount_points: Iterable[str] = (), cache: Path = CACHE) -> Path:
 
 def ensure_torch(repo: Path, cache: Path = CACHE) -> Path:
     """The cached NGC-like image (built first where missing): its own Python with TORCH and the dependencies of
-    REPO's requirements.txt, nothing of the host's."""
-    image = cache / f"{release()}-torch{TORCH[0].split('==')[1]}-v{VERSION}"
+    REPO's requirements.txt and USER_PACKAGES, nothing of the host's."""
+    image = cache / f"{release()}-torch{TORCH[0].split('==')[1]}-lightning-v{VERSION}"
     with install_lock():
         if not (image / READY).exists():
             _build(image, (*PACKAGES, *VENV_PACKAGES), TORCH_VARIABLES,
@@ -138,7 +140,7 @@ def _install_torch(partial: Path, repo: Path) -> None:
     _run([*ch_run, f"python3.{sys.version_info.minor}", "-m", "venv", str(TORCH_ENV)], 300,
          "the image's Python could not make a venv", env)
     _run([*ch_run, str(TORCH_ENV / "bin" / "pip"), "install", "--disable-pip-version-check", "-q", "--cache-dir",
-          "/mnt/0", *cert, "--index-url", "https://pypi.org/simple", *TORCH, *needs], PIP_TIMEOUT_S,
+          "/mnt/0", *cert, "--index-url", "https://pypi.org/simple", *TORCH, *needs, *USER_PACKAGES], PIP_TIMEOUT_S,
          "check the network to PyPI", env)
 
 
