@@ -1,5 +1,5 @@
-"""Benchmark harness: ``python -m hpc_imagenet.harness.bench train|io|allreduce|pipeline|quick|scaling|shards|faults
-...``.
+"""Benchmark harness: ``python -m hpc_imagenet.harness.bench train|io|allreduce|pipeline|loaders|quick|scaling|shards|
+faults ...``.
 
 The one command line on top of results/ (results/README.md lists the runner of each kind): it parses,
 picks the runner and, where the kind ends with one, writes the report. Each measured point appends one
@@ -27,7 +27,7 @@ from hpc_imagenet.harness.core import records
 from hpc_imagenet.harness.core.kinds import from_dict
 from hpc_imagenet.harness.core.records import RUNS_DIR, SCRATCH_DIR
 from hpc_imagenet.harness.core.setups import CPU_SETUPS, SETUPS
-from hpc_imagenet.harness.runners import data_scale_bench, faults_bench, local, scaling, train_bench
+from hpc_imagenet.harness.runners import data_scale_bench, faults_bench, loader_bench, local, scaling, train_bench
 from hpc_imagenet.harness.runners.common import BenchError, add_flags, progress
 from hpc_imagenet.slurm import client as slurm_client
 from hpc_imagenet.slurm.generate import GenerateError
@@ -119,11 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     # no default here: parents share their action objects, so a subparser's set_defaults(tag=...)
     # would change every command's default; main() picks it per command (DEFAULT_TAGS)
     common.add_argument("--tag", help="name of this machine/run set; records go to results/records/<tag>.jsonl "
-                        "and sweep ids start with it (default: local; quick: quick; scaling: scaling)")
+                        "and sweep ids start with it (default: local; quick: quick; scaling: scaling; loaders: "
+                        "cpu-loaders)")
     common.add_argument("--records", type=Path, help="records file (default results/records/<tag>.jsonl)")
     common.add_argument("-v", "--verbose", action="store_true")
     for add in (_add_train, _add_io, _add_allreduce, _add_pipeline, _add_quick, scaling.add_parser,
-                data_scale_bench.add_parser, faults_bench.add_parser):
+                data_scale_bench.add_parser, faults_bench.add_parser, loader_bench.add_parser):
         add(sub, common)
     return p
 
@@ -192,7 +193,7 @@ def _add_quick(sub, common: argparse.ArgumentParser) -> None:
     q.add_argument("--fresh", action="store_true", help="replace this tag's earlier records and runs")
 
 
-DEFAULT_TAGS = {"quick": "quick", "scaling": "scaling", "faults": "faults"}
+DEFAULT_TAGS = {"quick": "quick", "scaling": "scaling", "faults": "faults", "loaders": "cpu-loaders"}
 
 
 def resolve_tag(args: argparse.Namespace) -> None:
@@ -229,7 +230,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rc = faults_bench.run(a)
             return rc or (report.main([]) if a.report else 0)
         out = {"train": local.run_train, "io": local.run_io, "allreduce": local.run_allreduce,
-               "pipeline": local.run_pipeline, "shards": data_scale_bench.run}[a.cmd](a)
+               "pipeline": local.run_pipeline, "shards": data_scale_bench.run, "loaders": loader_bench.run}[a.cmd](a)
     except (BenchError, slurm_client.SlurmError, GenerateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
