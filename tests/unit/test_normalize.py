@@ -1,5 +1,6 @@
 """The last step of the data flow on a CPU: uint8 batches normalised into a buffer kept per shape, with the values
-of the plain formula to the last bit, in either memory layout, and a batch overwritten under a live graph refused."""
+of the plain formula to the last bit, in either memory layout, and a batch overwritten under a live graph refused;
+without reuse, a tensor of its own for each batch, with the same values."""
 import pytest
 import torch
 
@@ -35,6 +36,19 @@ def test_one_buffer_per_shape_reused_batch_after_batch():
     for n in range(5, 5 + 2 * KEPT_SHAPES):  # shapes that come and go do not pile up
         normalize(torch.zeros((n, 3, 8, 8), dtype=torch.uint8))
     assert len(normalize._buffers) <= KEPT_SHAPES
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_without_reuse_each_batch_is_its_own_tensor_with_the_formulas_values(channels_last):
+    """What a user's own loop gets (the library's data.train): batches it may keep, each allocated once."""
+    normalize = DeviceNormalizer(CPU, channels_last, reuse=False)
+    first, second = (torch.randint(0, 256, (4, 3, 9, 7), dtype=torch.uint8) for _ in range(2))
+    kept = normalize(first)
+    out = normalize(second)
+    assert kept.data_ptr() != out.data_ptr() and not normalize._buffers
+    assert torch.equal(kept, formula(first)) and torch.equal(out, formula(second))  # the first is not overwritten
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    assert out.is_contiguous(memory_format=layout)
 
 
 def test_float_batches_pass_through():
