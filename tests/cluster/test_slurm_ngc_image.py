@@ -84,10 +84,11 @@ LIGHTNING_EPOCHS, LIGHTNING_STEPS_PER_EPOCH = 3, 12  # the cluster's dataset: 19
 
 def _lightning_batch_file(folder: Path, data: Path, image: Path) -> Path:
     # the script's path from the checkout, the folder the job runs in: the image sees the checkout at /mnt/0 only
-    argv = ["--script", str(LIGHTNING_SCRIPT.relative_to(REPO)), "--framework", "lightning", "--name", "requeue_ngc_lightning",
-            "--nodes", "2", "--gpus-per-node", "0", "--procs-per-node", "1", "--cpus-per-task", "1", "--launcher",
-            "torchrun", "--time", "10", "--signal-seconds", "60", "--data", str(data), "--stage-dir", "$TMPDIR",
-            "--output", str(folder / "%x-%j.out"), "--container", str(image), "--container-runtime", "charliecloud",
+    argv = ["--script", str(LIGHTNING_SCRIPT.relative_to(REPO)), "--framework", "lightning", "--name",
+            "requeue_ngc_lightning", "--nodes", "2", "--gpus-per-node", "0", "--procs-per-node", "1",
+            "--cpus-per-task", "1", "--launcher", "torchrun", "--time", "10", "--signal-seconds", "60",
+            "--data", str(data), "--stage-dir", "$TMPDIR", "--output", str(folder / "%x-%j.out"),
+            "--container", str(image), "--container-runtime", "charliecloud",
             "--", "--image-size", "32", "--batch-size", "8", "--workers", "0", "--epochs", str(LIGHTNING_EPOCHS),
             "--print-every", "1", "--trace", "/mnt/2/trace.txt"]  # the run folder, as the image sees it
     path = folder / "ngc_lightning.sh"
