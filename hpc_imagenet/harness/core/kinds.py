@@ -91,7 +91,8 @@ class AllreducePoint:
 @dataclass(frozen=True)
 class PipelinePoint:
     """``backend`` names what decoded; ``variant``, where set, the source and backend of the shards bench (fast+folder,
-    fast+shards, ...). ``auto_augment``: the policy every backend applied after its crop (None: none)."""
+    fast+shards, ...); ``loader``, where set, the loader a user's script takes (``bench loaders``: baseline, fast,
+    fast-float32, dali). ``auto_augment``: the policy every backend applied after its crop (None: none)."""
 
     backend: Text = None
     auto_augment: Text = None
@@ -102,6 +103,7 @@ class PipelinePoint:
     split: Text = None
     workers: Optional[int] = None
     variant: Text = None
+    loader: Text = None
 
 
 @dataclass(frozen=True)

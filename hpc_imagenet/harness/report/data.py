@@ -92,9 +92,10 @@ def loader_section(io: Sequence[Record], fig_dir: Path) -> str:
 
 
 def _decoder(record: Record) -> str:
-    """What a pipeline point decoded with, and from where: its backend, or the shards bench's source and backend."""
+    """What a pipeline point decoded with, and from where: its backend, the shards bench's source and backend, or the
+    loader a user's script takes (bench loaders)."""
     p = record.point
-    return ", ".join(str(v) for v in (p.variant or p.backend, p.split, p.auto_augment) if v)
+    return ", ".join(str(v) for v in (p.variant or p.backend or p.loader, p.split, p.auto_augment) if v)
 
 
 PIPELINE_COLUMNS = ("backend, split", "workers", "rounds", "per core vs baseline (median)", "range",

@@ -13,7 +13,7 @@ differ:
 A first pass over the training split starts each loader's workers; then each round runs one measured pass of every
 loader in turn, so a busy moment of the machine falls on all of them alike. Each pass counts the CPU seconds of
 the whole process tree (the workers' and the receiving process's) and the wall seconds. The records are pipeline
-records (``variant``: the loader) with each loader's images/s per core and its ratio to the baseline's in the same
+records (``loader``: which one) with each loader's images/s per core and its ratio to the baseline's in the same
 round, as ``bench pipeline`` records the decoders alone. FFCV, which reads its own dataset format and builds from
 source, is not among them. Written here, not with a benchmark library: the measurement is one timed pass of
 loaders this project builds.
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> List[dict]:
     common.progress(1, 1, f"loaders {', '.join(names)} on {root}: batch {args.batch}, {args.workers} worker(s), "
                     f"{args.rounds} round(s)")
     results = bench(root, names, args.batch, args.image_size, args.workers, args.rounds)
-    for row in pipelines.record(sweep, results, "variant", image_size=args.image_size, batch_size=args.batch,
+    for row in pipelines.record(sweep, results, "loader", image_size=args.image_size, batch_size=args.batch,
                                 images=results[0].images, data=common.repo_relative(root)):
         ratio = row["ratio_per_core"]
         log.info("    %-12s %.0f images/s per core%s", row["backend"], row["images_per_cpu_s"],
