@@ -19,7 +19,7 @@ EXTRAS ?=
 STAMP := $(VENV)/.installed-$(TORCH)
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: setup setup-dev test-system-deps region-decoder demo test test-fast test-compat test-images lint bench bench-cluster report clean
+.PHONY: setup setup-dev test-system-deps region-decoder demo test test-long test-fast test-compat test-images lint bench bench-cluster report clean
 
 # The user's install: the engine and launchers; no MPI implementation, no DALI (see requirements.txt).
 setup: $(STAMP)
@@ -64,7 +64,12 @@ demo: setup $(DEMO_DATA)/train
 # three pytest-xdist workers: two run the cluster tier (two xdist groups, a SLURM cluster each) while
 # the third runs the CPU-bound tiers in the time the cluster tests wait on SLURM
 test: test-system-deps setup-dev region-decoder
-	$(PY) -m pytest -n 3 --dist loadgroup
+	$(PY) -m pytest -n 3 --dist loadgroup -m "not long"
+
+# the long end-to-end scenarios make test leaves out (tests/conftest.py's LONG_MODULES): faults, restarts,
+# sweeps, job chains, staging and containers on the test cluster, the seed's full-size command; CI runs it too
+test-long: test-system-deps setup-dev region-decoder
+	$(PY) -m pytest -n 3 --dist loadgroup -m long
 
 # `make demo` may have set the venv up before test-system-deps brought libjpeg's headers: build the C region
 # decoder now where that left it unbuilt (the tests check the fast backend with it)

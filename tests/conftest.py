@@ -1,8 +1,9 @@
 """What every tier shares: the generated JPEG datasets, and each test's tier marker.
 
 The tiers are the folders of tests/ (unit, engine, launch, cluster); each test gets its folder's
-marker, so ``-m unit`` or ``-m "not cluster"`` select by tier. Fixtures only one tier uses live in
-that folder's conftest.py (the SLURM cluster in cluster/conftest.py)."""
+marker, so ``-m unit`` or ``-m "not cluster"`` select by tier. The long end-to-end scenarios of the
+engine and cluster tiers are also marked ``long``: ``make test`` leaves them to ``make test-long``. Fixtures
+only one tier uses live in that folder's conftest.py (the SLURM cluster in cluster/conftest.py)."""
 from __future__ import annotations
 
 import fcntl
@@ -24,6 +25,31 @@ TESTS = Path(__file__).resolve().parent
 SECOND_CLUSTER = {"test_slurm_requeue", "test_slurm_committed", "test_slurm_staging", "test_results_scaling",
                   "test_results_slurm", "test_launch_pytorchjob", "test_launch_slurm",
                   "test_slurm_own_script_container"}
+
+# The long end-to-end scenarios, marked `long`: each starts whole multi-node jobs again and again (faults,
+# restarts, sweeps, job chains, staging and containers with requeues) or trains the seed's full-size command.
+# `make test` deselects them so that it keeps within its 15 minutes on the slowest 2-core VM (the suite is
+# CPU-bound: every trainer they start imports torch, ~4 CPU s); `make test-long` runs them, and CI (.ci/run)
+# runs both. What make test keeps of each behaviour: USR2 -> checkpoint -> requeue -> exact resume under srun,
+# scontrol's SIGTERM under torchrun and submitit's preemption; a plain DDP script and a Lightning one with the
+# callback, stopped and resumed exactly; the committed batch files; the Charliecloud job preempted and resumed;
+# the engine's staging, shards, preemption and collective-timeout tests; the seed's other command lines.
+LONG_MODULES = {"cluster/test_slurm_faults.py", "cluster/test_slurm_recovery.py", "cluster/test_results_scaling.py",
+                "cluster/test_jobchain.py", "cluster/test_slurm_own_script_container.py",
+                "cluster/test_slurm_staging.py", "engine/test_tta_engine.py"}
+LONG_TESTS = {"test_seed_torch_distributed_launch_command_verbatim",
+              # the requeue path's variants (make test keeps USR2 under srun, scontrol's SIGTERM, submitit)
+              "test_time_limit_signal_checkpoints_requeues_and_resumes[mpi]",
+              "test_time_limit_signal_checkpoints_requeues_and_resumes[launch]",
+              "test_time_limit_signal_during_start_up_is_not_lost",
+              "test_a_run_that_finishes_after_the_signal_is_not_requeued",
+              "test_a_trainer_killed_by_the_signal_while_starting_is_requeued",
+              # a user's own script: make test keeps the plain DDP script and the Lightning one with the callback
+              "test_lightnings_own_requeue_under_srun_is_requeued_from_the_host_and_restored",
+              "test_a_signal_during_the_scripts_imports_is_not_lost",
+              "test_a_script_that_ignores_the_contract_ends_in_time_and_says_why",
+              "test_a_script_that_fails_at_every_start_spends_the_start_budget_then_stops",
+              "test_a_script_reads_its_nodes_staged_copy_and_resumes_mid_epoch_at_the_exact_batch"}
 
 
 # What the whole suite needs free where pytest keeps its temporary folders. Measured under `make test`
@@ -99,11 +125,14 @@ def pytest_collection_modifyitems(config, items):
     runs the CPU-bound tiers in the time the cluster tests spend waiting on SLURM."""
     for item in items:
         try:
-            folder = item.path.resolve().relative_to(TESTS).parts[0]
+            module = item.path.resolve().relative_to(TESTS)
         except ValueError:  # collected from outside tests/
             continue
+        folder = module.parts[0]
         if folder in TIERS:
             item.add_marker(folder)
+        if module.as_posix() in LONG_MODULES or {item.name, getattr(item, "originalname", None)} & LONG_TESTS:
+            item.add_marker("long")
         if folder == "cluster":
             half = "b" if item.path.stem in SECOND_CLUSTER else "a"
             item.add_marker(pytest.mark.xdist_group(f"cluster-{half}"))

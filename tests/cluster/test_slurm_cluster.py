@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_imagenet.slurm.localcluster import SlurmCluster, unavailable_reason
+from hpc_imagenet.slurm.localcluster import SlurmCluster, unavailable_reason, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -42,7 +42,13 @@ def test_two_node_job_sees_two_hosts_and_its_gpus(slurm_cluster: SlurmCluster, t
 def test_failing_job_reports_its_exit_code(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     proc = _sbatch_wait(slurm_cluster, tmp_path, "--wrap", "exit 3")
     assert proc.returncode == 3
-    row = slurm_cluster.wait_finished(proc.stdout.strip())
+    job_id = proc.stdout.strip()
+    slurm_cluster.wait_finished(job_id)
+    # slurmdbd may show the final state a moment before the exit code (seen once as FAILED 0:0 under the suite's load)
+    def with_exit_code():
+        return next((r for r in slurm_cluster.sacct(job_id) if r["JobID"] == job_id and r["ExitCode"] != "0:0"), None)
+
+    row = wait_for("the job's exit code in accounting", with_exit_code, 30)
     assert (row["State"], row["ExitCode"]) == ("FAILED", "3:0")
 
 

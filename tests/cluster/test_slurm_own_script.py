@@ -91,8 +91,21 @@ def _signal(cluster: SlurmCluster, job: Job) -> None:
     cluster.run(["scancel", "--batch", "--signal=USR2", job.job_id])
 
 
+# each job and the test that checks it: a job runs only where its test was selected (make test leaves some to
+# make test-long, tests/conftest.py)
+TEST_OF = {"plain": "test_a_plain_script_stopped_mid_run_resumes_at_the_exact_step",
+           "lightning": "test_a_lightning_script_with_the_callback_resumes_at_the_exact_step",
+           "native": "test_lightnings_own_requeue_under_srun_is_requeued_from_the_host_and_restored",
+           "importing": "test_a_signal_during_the_scripts_imports_is_not_lost",
+           "ignores": "test_a_script_that_ignores_the_contract_ends_in_time_and_says_why",
+           "crashes": "test_a_script_that_fails_at_every_start_spends_the_start_budget_then_stops",
+           "staged": "test_a_script_reads_its_nodes_staged_copy_and_resumes_mid_epoch_at_the_exact_batch"}
+
+
 @pytest.fixture(scope="module")
-def jobs(slurm_cluster: SlurmCluster, tmp_path_factory, data: Path) -> Dict[str, Job]:
+def jobs(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, tmp_path_factory, data: Path) -> Dict[str, Job]:
+    selected = {item.originalname for item in request.session.items if getattr(item, "module", None) is request.module}
+    wanted = {name for name, test in TEST_OF.items() if test in selected}
     tmp = tmp_path_factory.mktemp("own_script")
     slow = tmp / "slow_import.py"
     slow.write_text(SLOW_IMPORT.format(example=str(EXAMPLE)))
@@ -107,12 +120,15 @@ def jobs(slurm_cluster: SlurmCluster, tmp_path_factory, data: Path) -> Dict[str,
                                                             ("importing", slow, "torchrun", 2, 1, "plain"),
                                                             ("ignores", ignores, "srun", 1, 1, "plain"),
                                                             ("crashes", crashes, "srun", 1, 1, "plain")):
+        if name not in wanted:
+            continue
         run_dir = tmp / f"run-{name}"
         native = ["--native"] if framework == "lightning-native" else []
         batch = _generate(tmp, name, script, launcher, nodes, procs, "--steps", str(STEPS), "--batch-size", "32",
                           "--print-every", "1", "--trace", str(run_dir / "trace.txt"), *native, framework=framework)
         started[name] = _submit(slurm_cluster, batch, run_dir)
-    started["staged"] = _submit_staged(slurm_cluster, tmp, data)
+    if "staged" in wanted:
+        started["staged"] = _submit_staged(slurm_cluster, tmp, data)
     _signal_each_at_its_moment(slurm_cluster, started)
     _release_each_requeued(slurm_cluster, started)
     return started
@@ -142,7 +158,7 @@ def _release_each_requeued(cluster: SlurmCluster, started: Dict[str, Job]) -> No
         except Exception as exc:  # the job's own test reports it
             job.release_error = exc
 
-    threads = [threading.Thread(target=release, args=(started[name],)) for name in REQUEUED]
+    threads = [threading.Thread(target=release, args=(started[name],)) for name in REQUEUED if name in started]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -74,3 +74,15 @@ def test_every_test_module_is_in_a_tier_folder() -> None:
 def test_this_test_carries_its_tiers_marker(request) -> None:
     assert request.node.get_closest_marker("unit") is not None
     assert not any(request.node.get_closest_marker(tier) for tier in TIERS if tier != "unit")
+
+
+def test_the_long_tier_names_tests_that_exist() -> None:
+    """make test leaves tests/conftest.py's long scenarios to make test-long: a renamed module or test would quietly
+    move back into make test's time."""
+    from tests import conftest
+
+    missing_modules = sorted(path for path in conftest.LONG_MODULES if not (TESTS / path).is_file())
+    functions = {node.name for path in _test_modules() for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.FunctionDef)}
+    missing_tests = sorted(name for name in conftest.LONG_TESTS if name.split("[")[0] not in functions)
+    assert not missing_modules and not missing_tests, (missing_modules, missing_tests)
