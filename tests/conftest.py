@@ -38,6 +38,10 @@ LONG_MODULES = {"cluster/test_slurm_faults.py", "cluster/test_slurm_recovery.py"
                 "cluster/test_jobchain.py", "cluster/test_slurm_own_script_container.py",
                 "cluster/test_slurm_staging.py", "engine/test_tta_engine.py"}
 LONG_TESTS = {"test_seed_torch_distributed_launch_command_verbatim",
+              # engine faults beyond the collective timeout's, and the shards bench's sweep of its variants
+              "test_a_slowed_rank_is_named_in_the_log_and_in_run_json",
+              "test_kill_in_mid_write_keeps_the_previous_checkpoint_and_the_resume_is_exact",
+              "test_shards_bench_records_and_report",
               # the requeue path's variants (make test keeps USR2 under srun, scontrol's SIGTERM, submitit)
               "test_time_limit_signal_checkpoints_requeues_and_resumes[mpi]",
               "test_time_limit_signal_checkpoints_requeues_and_resumes[launch]",
