@@ -12,12 +12,19 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Set
 
 import pytest
 
 from hpc_imagenet.slurm.localcluster import SlurmCluster
 from hpc_imagenet.slurm.localcluster.scenarios.waves import Wave, run_wave
+
+
+def selected_names(request: pytest.FixtureRequest) -> Set[str]:
+    """The names of the tests of REQUEST's module that this session runs (after -m and -k): a module fixture
+    starts jobs for these alone."""
+    module = request.module
+    return {item.name for item in request.session.items if getattr(item, "module", None) is module}
 
 
 def by_test_name(waves: Sequence[Wave], tests: Mapping[str, str]) -> List[Wave]:
@@ -32,8 +39,7 @@ class Scenarios:
 
     def __init__(self, request: pytest.FixtureRequest, cluster: SlurmCluster, data: Path,
                  waves: Sequence[Wave], at_once: Optional[int] = None) -> None:
-        module = request.module
-        self.selected = {item.name for item in request.session.items if getattr(item, "module", None) is module}
+        self.selected = selected_names(request)
         self.cluster, self.data, self.waves, self.at_once = cluster, data, waves, at_once
         self.tmp = request.getfixturevalue("tmp_path_factory")
         self.futures: Dict[str, Future] = {}

@@ -27,6 +27,7 @@ from hpc_imagenet.slurm.generate import render, spec_from_args
 from hpc_imagenet.slurm.localcluster import SlurmCluster, wait_for
 from hpc_imagenet.slurm.localcluster.commands import ClusterError
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import release_requeued, run_states
+from tests.cluster.scenarios import selected_names
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.slurm
@@ -104,7 +105,7 @@ TEST_OF = {"plain": "test_a_plain_script_stopped_mid_run_resumes_at_the_exact_st
 
 @pytest.fixture(scope="module")
 def jobs(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, tmp_path_factory, data: Path) -> Dict[str, Job]:
-    selected = {item.originalname for item in request.session.items if getattr(item, "module", None) is request.module}
+    selected = selected_names(request)
     wanted = {name for name, test in TEST_OF.items() if test in selected}
     tmp = tmp_path_factory.mktemp("own_script")
     slow = tmp / "slow_import.py"
