@@ -42,6 +42,16 @@ LONG_TESTS = {"test_seed_torch_distributed_launch_command_verbatim",
               "test_a_slowed_rank_is_named_in_the_log_and_in_run_json",
               "test_kill_in_mid_write_keeps_the_previous_checkpoint_and_the_resume_is_exact",
               "test_shards_bench_records_and_report",
+              # the runners' hang hunt, 3 x 50 calls beside a busy loop per core (make test keeps the prepare
+              # command's one run under that load)
+              "test_every_runner_ends_with_the_jobs_error_50_times_under_load",
+              # generated jobs beyond one per launcher (torchrun on one node: the scontrol requeue scenario's)
+              "test_generated_job_trains[torchrun_1node]", "test_generated_job_trains[mpi_srun_pmix_2node]",
+              # two committed files whose paths make test runs in its container and own-script jobs
+              "test_committed_file_trains_through_its_export_settings[ddp_4node_charliecloud.sh]",
+              "test_committed_file_trains_through_its_export_settings[own_lightning_2node.sh]",
+              # the harness's SLURM point past its timeout (make test keeps its 1- and 2-node records)
+              "test_slurm_point_past_its_timeout_is_cancelled_not_left_queued",
               # the requeue path's variants (make test keeps USR2 under srun, scontrol's SIGTERM, submitit)
               "test_time_limit_signal_checkpoints_requeues_and_resumes[mpi]",
               "test_time_limit_signal_checkpoints_requeues_and_resumes[launch]",
@@ -49,6 +59,8 @@ LONG_TESTS = {"test_seed_torch_distributed_launch_command_verbatim",
               "test_a_run_that_finishes_after_the_signal_is_not_requeued",
               "test_a_trainer_killed_by_the_signal_while_starting_is_requeued",
               # a user's own script: make test keeps the plain DDP script and the Lightning one with the callback
+              # (on 2 x 2; the 4 x 2 here)
+              "test_a_lightning_script_with_the_callback_resumes_at_the_exact_step[4x2]",
               "test_lightnings_own_requeue_under_srun_is_requeued_from_the_host_and_restored",
               "test_a_signal_during_the_scripts_imports_is_not_lost",
               "test_a_script_that_ignores_the_contract_ends_in_time_and_says_why",

@@ -5,10 +5,14 @@ folder, one step an epoch).
 
 The allocation is shrunk on sbatch's command line, not in the file (``--nodes=1 --cpus-per-task=1
 --gpus-per-node=1``, which override the ``#SBATCH`` lines, as a user may; the cluster's GPUs are
-stand-ins the CPU trainers never use): the seven then run side by side in about a minute instead of
+stand-ins the CPU trainers never use): the files then run side by side in about a minute instead of
 one after another (the 4-node files take the whole cluster). The scripts size every launch from
 the allocation (one process per allocated GPU), so they run unchanged; trainings across nodes are
 test_slurm_jobs.py's.
+
+Make test leaves two files to make test-long (tests/conftest.py), whose paths it runs elsewhere: the Charliecloud
+one (test_slurm_container.py's job, preempted and resumed in the image) and the Lightning one
+(test_slurm_own_script.py's job); only the selected files are submitted.
 
 What it proves is that nothing in a file needs a hand edit on such a site: the settings reach the
 trainer, the launchers start, the start budget and the requeue trap are valid bash on real SLURM."""
@@ -21,6 +25,7 @@ import pytest
 
 from hpc_imagenet.slurm.localcluster import SlurmCluster
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH
+from tests.cluster.scenarios import selected_names
 from tests.helpers import REPO, container_exports, read_run
 
 pytestmark = pytest.mark.slurm
@@ -31,6 +36,7 @@ pytestmark = pytest.mark.slurm
 NOT_HERE = {"ddp_4node_apptainer", "ddp_4node_pyxis", "ddp_4node_podman_hpc"}
 COMMITTED = sorted(p for p in (REPO / "slurm").glob("*.sh") if p.stem not in NOT_HERE)
 TINY = "--image-size 32 --steps-per-epoch 1 --val-steps 1 --dist-backend gloo -p 1"
+TEST = "test_committed_file_trains_through_its_export_settings"
 OWN_TINY = "--steps 3 --batch-size 4 --print-every 1"  # the example scripts' own flags (launch/examples/)
 
 
@@ -39,7 +45,7 @@ def _own(path: Path) -> bool:
     return "SCRIPT=${SCRIPT:-" in path.read_text()
 
 
-def _settings(path: Path, data: Path, tmp: Path, image: Path) -> str:
+def _settings(request: pytest.FixtureRequest, path: Path, data: Path, tmp: Path) -> str:
     settings = ["ALL", "MODULES=", f"LOG_DIR={tmp / ('run-' + path.stem)}", f"DATA={data}", f"ARCH={ARCH}",
                 "EPOCHS=1", "BATCH_SIZE=4", "WORKERS=0", f"EXTRA_ARGS={OWN_TINY if _own(path) else TINY}",
                 "OMP_NUM_THREADS=1",
@@ -48,22 +54,25 @@ def _settings(path: Path, data: Path, tmp: Path, image: Path) -> str:
         settings.append(f"STAGE_DIR={tmp / 'stage'}")  # the file's default, $TMPDIR, is not set here
     if "ch-run" in path.read_text():
         # the light test image (the file binds the data and the run folder itself)
-        settings += container_exports(image)
+        settings += container_exports(request.getfixturevalue("container_image"))  # made only if a file needs it
     return ",".join(settings)
 
 
 @pytest.fixture(scope="module")
-def submitted(slurm_cluster: SlurmCluster, data: Path, tmp_path_factory,
-              container_image: Path) -> Tuple[Path, Dict[str, str]]:
-    """(the folder of the logs and run folders, name -> job id): every committed file submitted with
+def submitted(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, data: Path,
+              tmp_path_factory) -> Tuple[Path, Dict[str, str]]:
+    """(the folder of the logs and run folders, name -> job id): every selected committed file submitted with
     sbatch and --export only."""
     tmp = tmp_path_factory.mktemp("committed")
+    selected = selected_names(request)
     jobs = {}
     for path in COMMITTED:
+        if f"{TEST}[{path.name}]" not in selected:
+            continue
         jobs[path.stem] = slurm_cluster.run(
             ["sbatch", "--parsable", "--time=10", "--nodes=1", "--cpus-per-task=1", "--gpus-per-node=1",
              f"--output={tmp / '%x-%j.out'}",
-             "--export", _settings(path, data, tmp, container_image), str(path)], cwd=REPO).stdout.strip()
+             "--export", _settings(request, path, data, tmp), str(path)], cwd=REPO).stdout.strip()
     yield tmp, jobs
     slurm_cluster.run(["scancel", *jobs.values()], check=False)
 

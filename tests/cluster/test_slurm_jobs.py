@@ -1,9 +1,11 @@
 """Generated batch files train for real on the test cluster: CPU jobs (gloo, tiny generated JPEGs)
 on 1, 2 and 4 nodes through the torchrun, srun, mpi and torch.distributed.launch launchers.
 
-All jobs are submitted at once (``sbatch --wait`` each, in the background) so their start-up
-latencies overlap; each test then checks one job: exit 0, run.json with world size = nodes x
-processes from the expected launcher, two epochs, and TensorBoard events from rank 0 only."""
+The selected tests' jobs are submitted at once (``sbatch --wait`` each, in the background) so their
+start-up latencies overlap (make test leaves torchrun on one node, which its scontrol requeue scenario
+also runs, and the PMIx starter to make test-long: tests/conftest.py); each test then checks one job:
+exit 0, run.json with world size = nodes x processes from the expected launcher, two epochs, and
+TensorBoard events from rank 0 only."""
 from __future__ import annotations
 
 import json
@@ -18,6 +20,7 @@ import pytest
 from hpc_imagenet.slurm.generate import render, spec_from_args
 from hpc_imagenet.slurm.localcluster import SlurmCluster
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH
+from tests.cluster.scenarios import selected_names
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
@@ -67,10 +70,13 @@ CASES = {  # name: (nodes, processes per node, launcher, environment, generator 
 
 
 @pytest.fixture(scope="module")
-def jobs(slurm_cluster: SlurmCluster, jpeg_data, tmp_path_factory) -> Dict[str, Job]:
+def jobs(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, jpeg_data, tmp_path_factory) -> Dict[str, Job]:
     tmp = tmp_path_factory.mktemp("slurm_jobs")
+    selected = selected_names(request)
     started = {}
     for name, (nodes, procs, launcher, environment, flags) in CASES.items():
+        if f"test_generated_job_trains[{name}]" not in selected:
+            continue
         script = tmp / f"{name}.sh"
         script.write_text(render(spec_from_args(tiny_job(name, nodes, procs, launcher, jpeg_data, tmp, *flags))))
         run_dir = tmp / f"run-{name}"

@@ -1,12 +1,13 @@
 """Your own script on the generated batch files, on the test cluster: the plain DDP example
 (launch/examples/train_ddp.py, which keeps the requeue contract) and the Lightning one with the callback
 (launch/examples/train_lightning.py) are stopped by the time-limit signal in mid-run under torchrun (2 nodes x 2
-processes), requeued, and resumed so that every step is trained once; the Lightning one with Lightning's own SLURM
-auto-requeue under srun (its scontrol the batch file's stand-in), requeued from the host and restored by Lightning
-from its own checkpoint (one process: with several, Lightning's handler deadlocks over gloo, see docs/slurm.md);
-the plain one when the signal comes while the script is still importing; a script that ignores the contract is
-ended before the time limit under srun, not requeued, and its batch log says why; and a script that fails at every
-start is started as often as the start budget allows, then given up on in one line.
+processes; the Lightning one also on 4 nodes x 2 in the long tier), requeued, and resumed so that every step is
+trained once; the Lightning one with Lightning's own SLURM auto-requeue under srun (its scontrol the batch file's
+stand-in), requeued from the host and restored by Lightning from its own checkpoint (one process: with several,
+Lightning's handler deadlocks over gloo, see docs/slurm.md); the plain one when the signal comes while the script
+is still importing; a script that ignores the contract is ended before the time limit under srun, not requeued, and
+its batch log says why; and a script that fails at every start is started as often as the start budget allows,
+then given up on in one line.
 
 The jobs run at once: most of each is waiting on SLURM (the signal, the requeue hold, the next start)."""
 from __future__ import annotations
@@ -36,7 +37,7 @@ IMAGES = REPO / "launch" / "examples" / "train_images.py"
 STAGED_EPOCHS = 3  # of 12 steps (192 images, 2 ranks of batch 8)
 STAGED_NODES = ("node3", "node4")
 LIGHTNING = REPO / "launch" / "examples" / "train_lightning.py"
-STEPS = 200  # about 20 s of training for 4 ranks of batch 32 here: the signal comes in mid-run
+STEPS = 100  # about 10 s of training for 4 ranks of batch 32 here: the signal comes in mid-run
 SLOW_IMPORT = """import os, pathlib, runpy, sys, time
 # the job's first run is still importing (a slow filesystem, a large package) when the signal comes
 if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
@@ -94,8 +95,10 @@ def _signal(cluster: SlurmCluster, job: Job) -> None:
 
 # each job and the test that checks it: a job runs only where its test was selected (make test leaves some to
 # make test-long, tests/conftest.py)
+LIGHTNING_TEST = "test_a_lightning_script_with_the_callback_resumes_at_the_exact_step"
+LIGHTNING_SHAPES = {"lightning": (2, 2), "lightning_wide": (4, 2)}  # job -> (nodes, processes per node)
 TEST_OF = {"plain": "test_a_plain_script_stopped_mid_run_resumes_at_the_exact_step",
-           "lightning": "test_a_lightning_script_with_the_callback_resumes_at_the_exact_step",
+           **{job: f"{LIGHTNING_TEST}[{nodes}x{procs}]" for job, (nodes, procs) in LIGHTNING_SHAPES.items()},
            "native": "test_lightnings_own_requeue_under_srun_is_requeued_from_the_host_and_restored",
            "importing": "test_a_signal_during_the_scripts_imports_is_not_lost",
            "ignores": "test_a_script_that_ignores_the_contract_ends_in_time_and_says_why",
@@ -116,7 +119,8 @@ def jobs(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, tmp_path_f
     crashes.write_text(CRASHES)
     started = {}
     for name, script, launcher, nodes, procs, framework in (("plain", EXAMPLE, "torchrun", 2, 2, "plain"),
-                                                            ("lightning", LIGHTNING, "torchrun", 4, 2, "lightning"),
+                                                            *((job, LIGHTNING, "torchrun", *shape, "lightning")
+                                                              for job, shape in LIGHTNING_SHAPES.items()),
                                                             ("native", LIGHTNING, "srun", 1, 1, "lightning-native"),
                                                             ("importing", slow, "torchrun", 2, 1, "plain"),
                                                             ("ignores", ignores, "srun", 1, 1, "plain"),
@@ -147,7 +151,7 @@ def _submit_staged(cluster: SlurmCluster, tmp: Path, data: Path) -> Job:
 
 
 # the jobs that stop at the signal and ask for a requeue
-REQUEUED = ("plain", "lightning", "native", "importing", "staged")
+REQUEUED = ("plain", *LIGHTNING_SHAPES, "native", "importing", "staged")
 
 
 def _release_each_requeued(cluster: SlurmCluster, started: Dict[str, Job]) -> None:
@@ -166,13 +170,17 @@ def _release_each_requeued(cluster: SlurmCluster, started: Dict[str, Job]) -> No
         thread.join()
 
 
+def _in_mid_run(job: Job) -> bool:
+    return "step 4/" in job.log()
+
+
 SIGNAL_WHEN = {  # job -> when its time-limit signal comes (none for a job that never runs long enough)
-    "plain": lambda job: "step 4/" in job.log(),  # in mid-run
-    "lightning": lambda job: "step 4/" in job.log(),
-    "native": lambda job: "step 4/" in job.log(),
+    "plain": _in_mid_run,
+    **dict.fromkeys(LIGHTNING_SHAPES, _in_mid_run),
+    "native": _in_mid_run,
     "importing": lambda job: len(list(job.run_dir.glob("importing-*"))) == 2,  # both nodes still importing
     "ignores": lambda job: "never asks whether to stop" in job.log(),
-    "staged": lambda job: "step 4/" in job.log(),
+    "staged": _in_mid_run,
 }
 
 
@@ -226,13 +234,17 @@ def test_a_plain_script_stopped_mid_run_resumes_at_the_exact_step(slurm_cluster:
     assert "resumed from" in log
 
 
-def test_a_lightning_script_with_the_callback_resumes_at_the_exact_step(slurm_cluster: SlurmCluster, jobs) -> None:
-    """Under torchrun on 4 nodes x 2 processes, where Lightning itself installs no requeue handler at all."""
-    job = jobs["lightning"]
+@pytest.mark.parametrize("name", LIGHTNING_SHAPES, ids=lambda job: "x".join(map(str, LIGHTNING_SHAPES[job])))
+def test_a_lightning_script_with_the_callback_resumes_at_the_exact_step(slurm_cluster: SlurmCluster, jobs,
+                                                                        name: str) -> None:
+    """Under torchrun on several nodes and processes, where Lightning itself installs no requeue handler at all."""
+    job = jobs[name]
+    nodes, procs = LIGHTNING_SHAPES[name]
+    ranks = nodes * procs
     log = _requeued_then_completed(slurm_cluster, job)
     assert "the script stopped at the stop request" in log and "Restored all states from the checkpoint" in log
-    runs = _every_step_once(job, ranks=8)
-    assert runs[0] >= 8 * 4 and runs[1] >= 8, runs
+    runs = _every_step_once(job, ranks=ranks)
+    assert runs[0] >= ranks * 4 and runs[1] >= ranks, runs
 
 
 def test_lightnings_own_requeue_under_srun_is_requeued_from_the_host_and_restored(slurm_cluster: SlurmCluster,

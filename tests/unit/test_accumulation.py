@@ -1,5 +1,7 @@
 """Gradient accumulation equals the large batch for a model without BatchNorm: in one process, and
 under DDP over 2 real gloo ranks (no_sync on all but the last micro-batch) against one process."""
+import gc
+
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -49,17 +51,29 @@ def test_accumulated_micro_batches_equal_the_large_batch():
 def _rank(rank, world, init_file, out):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        model = torch.nn.parallel.DistributedDataParallel(_model())
-        calls = []
-        model.register_comm_hook(None, lambda state, bucket: (calls.append(1), _allreduce(bucket))[1])
-        weights = _train(model, 2, rank, world)
+        weights, allreduces = _train_ddp(rank, world)
         if rank == 0:
-            out.put(([w.numpy() for w in weights], len(calls)))
+            out.put(([w.numpy() for w in weights], allreduces))
         # both ranks past every collective before the group goes: a rank tearing gloo down while its
         # peer still finishes the last asynchronous all-reduce aborted ('terminate called') under load
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def _train_ddp(rank, world):
+    """(weights, bucket all-reduces) of the DDP run. The DDP object and its reducer (which holds the Python
+    comm hook and its last future) are collected before this returns, while the group and the interpreter are
+    whole: a rank still aborted once in a loaded suite after _rank's barrier ('terminate called without an
+    active exception' at the interpreter's exit), and the DDP object left to that exit was the one thing still
+    holding gloo's work."""
+    model = torch.nn.parallel.DistributedDataParallel(_model())
+    calls = []
+    model.register_comm_hook(None, lambda state, bucket: (calls.append(1), _allreduce(bucket))[1])
+    weights = _train(model, 2, rank, world)
+    del model
+    gc.collect()
+    return weights, len(calls)
 
 
 def _allreduce(bucket):
