@@ -47,6 +47,8 @@ LONG_TESTS = {"test_seed_torch_distributed_launch_command_verbatim",
               "test_every_runner_ends_with_the_jobs_error_50_times_under_load",
               # generated jobs beyond one per launcher (torchrun on one node: the scontrol requeue scenario's)
               "test_generated_job_trains[torchrun_1node]", "test_generated_job_trains[mpi_srun_pmix_2node]",
+              # the Charliecloud job preempted and resumed in the image on 4 nodes (make test: on 2)
+              "test_charliecloud_job_is_preempted_requeued_and_resumes_exactly[4nodes]",
               # two committed files whose paths make test runs in its container and own-script jobs
               "test_committed_file_trains_through_its_export_settings[ddp_4node_charliecloud.sh]",
               "test_committed_file_trains_through_its_export_settings[own_lightning_2node.sh]",

@@ -1,5 +1,6 @@
 """A generated batch file that trains inside a container image, for real: Charliecloud's ch-run on the test
-cluster's 4 nodes, torchrun started in the image on each, gloo over the nodes' network.
+cluster's nodes (2 in make test, 4 in make test-long), torchrun started in the image on each, gloo over the
+nodes' network.
 
 The image is Debian's minimal root filesystem with Python, built here without a registry and cached
 (hpc_imagenet/slurm/localcluster/image.py); the checkout and the data are bind-mounted by the batch file's own
@@ -34,9 +35,9 @@ def _image_python(image: Path) -> str:
     return done.stdout.strip()
 
 
-def _container_script(folder: Path, data: Path, image: Path) -> Path:
-    """The generated 4-node torchrun file, run in IMAGE by Charliecloud, as a user would generate it."""
-    argv = ["--name", "requeue_container", "--nodes", "4", "--gpus-per-node", "0", "--procs-per-node", "1",
+def _container_script(folder: Path, data: Path, image: Path, nodes: int) -> Path:
+    """The generated torchrun file for NODES nodes, run in IMAGE by Charliecloud, as a user would generate it."""
+    argv = ["--name", "requeue_container", "--nodes", str(nodes), "--gpus-per-node", "0", "--procs-per-node", "1",
             "--cpus-per-task", "1", "--launcher", "torchrun", "--time", "10", "--signal-seconds", "60",
             "--data", str(data), "--arch", ARCH, "--epochs", str(EPOCHS), "--batch-size", "8", "--workers", "0",
             "--output", str(folder / "%x-%j.out"), "--container", str(image), "--container-runtime",
@@ -46,11 +47,12 @@ def _container_script(folder: Path, data: Path, image: Path) -> Path:
     return path
 
 
-def test_charliecloud_job_on_4_nodes_is_preempted_requeued_and_resumes_exactly(slurm_cluster: SlurmCluster,
-                                                                               data: Path, tmp_path: Path,
-                                                                               container_image: Path):
+@pytest.mark.parametrize("nodes", [2, 4], ids=lambda nodes: f"{nodes}nodes")
+def test_charliecloud_job_is_preempted_requeued_and_resumes_exactly(slurm_cluster: SlurmCluster, data: Path,
+                                                                    tmp_path: Path, container_image: Path,
+                                                                    nodes: int):
     image = container_image
-    script = _container_script(tmp_path, data, image)
+    script = _container_script(tmp_path, data, image, nodes)
     assert "ch-run" in script.read_text()
     job_id, log = submit_script(slurm_cluster, script, tmp_path / "run", *container_exports(image))
     wait_for_progress(log, 1, 2, timeout=300)
@@ -62,9 +64,9 @@ def test_charliecloud_job_on_4_nodes_is_preempted_requeued_and_resumes_exactly(s
     assert "USR2: asking the training processes to checkpoint" in log() and "requeueing job" in log()
     assert_resumed_exactly(tmp_path / "run", log())
     record = json.loads((tmp_path / "run" / "run.json").read_text())
-    # the trainers ran in the image: its Python, on 4 nodes
+    # the trainers ran in the image: its Python, on every node
     assert record["environment"]["python"] == _image_python(image)
-    assert record["dist"]["world_size"] == 4 and record["dist"]["nodes"] == 4
+    assert record["dist"]["world_size"] == nodes and record["dist"]["nodes"] == nodes
     evidence = [line for line in log().splitlines() if any(word in line for word in EVIDENCE)]
     print("\n".join(evidence))  # what happened, in the test's output (pytest -rP shows it)
 

@@ -12,7 +12,8 @@ import torch
 
 from hpc_imagenet.imagenet import export
 from hpc_imagenet.imagenet.data.demo import generate
-from tests.helpers import explain, python, read_run, script
+from tests.helpers import explain, read_run, script
+from tests.warm_start import warm_python
 
 # one xdist worker runs the whole module, so that its one training (the module fixture) runs once
 pytestmark = pytest.mark.xdist_group("export")
@@ -29,14 +30,15 @@ def exported(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("export")
     data = generate(root / "data", classes=4, train_per_class=16, val_per_class=8)
     run_dir = root / "run"
-    proc = python(script("imagenet_nd.py"), *TRAIN, "--log-dir", run_dir, data)
+    proc = warm_python(script("imagenet_nd.py"), *TRAIN, "--log-dir", run_dir, data)
     assert proc.returncode == 0, explain(proc)
-    proc = python("-m", "hpc_imagenet.imagenet.export", run_dir)
+    proc = warm_python("-m", "hpc_imagenet.imagenet.export", run_dir)
     assert proc.returncode == 0, explain(proc)
     evaluated = {}
     for stem in ("model", "model_ema"):
-        proc = python(script("imagenet_nd.py"), *TRAIN, "--evaluate", "--resume", run_dir / "export" / f"{stem}.pth",
-                      "--log-dir", root / f"eval_{stem}", data)
+        weights = run_dir / "export" / f"{stem}.pth"
+        proc = warm_python(script("imagenet_nd.py"), *TRAIN, "--evaluate", "--resume", weights,
+                           "--log-dir", root / f"eval_{stem}", data)
         assert proc.returncode == 0, explain(proc)
         evaluated[stem] = read_run(root / f"eval_{stem}")["evaluation"]
     return {"data": data, "run": run_dir, "out": run_dir / "export", "evaluated": evaluated, "root": root}
