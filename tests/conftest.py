@@ -32,8 +32,9 @@ SECOND_CLUSTER = {"test_slurm_requeue", "test_slurm_committed", "test_slurm_stag
 # CPU-bound: every trainer they start imports torch, ~4 CPU s); `make test-long` runs them, and CI (.ci/run)
 # runs both. What make test keeps of each behaviour: USR2 -> checkpoint -> requeue -> exact resume under srun,
 # scontrol's SIGTERM under torchrun and submitit's preemption; a plain DDP script and a Lightning one with the
-# callback, stopped and resumed exactly; the committed batch files; the Charliecloud job preempted and resumed;
-# the engine's staging, shards, preemption and collective-timeout tests; the seed's other command lines.
+# callback (2 x 1), stopped and resumed exactly; one generated job per launcher; the committed batch files but
+# the two whose paths other jobs run; the Charliecloud job preempted and resumed (2 nodes); the harness's SLURM
+# records; the engine's staging, shards, preemption and collective-timeout tests; the seed's other command lines.
 LONG_MODULES = {"cluster/test_slurm_faults.py", "cluster/test_slurm_recovery.py", "cluster/test_results_scaling.py",
                 "cluster/test_jobchain.py", "cluster/test_slurm_own_script_container.py",
                 "cluster/test_slurm_staging.py", "engine/test_tta_engine.py"}
@@ -52,6 +53,14 @@ LONG_TESTS = {"test_seed_torch_distributed_launch_command_verbatim",
               # two committed files whose paths make test runs in its container and own-script jobs
               "test_committed_file_trains_through_its_export_settings[ddp_4node_charliecloud.sh]",
               "test_committed_file_trains_through_its_export_settings[own_lightning_2node.sh]",
+              # each recipe family trains in make test (examples, ffcv-16, goyal, mlperf, rsb-a1, torchvision-v2);
+              # the family's other sizes here
+              *(f"test_recipe_trains_on_jpegs_and_run_json_names_it[{name}]"
+                for name in ("ffcv-24", "ffcv-32", "ffcv-40", "ffcv-56", "ffcv-88", "rsb-a2", "rsb-a3")),
+              # the prepared ImageNet's odd files (the PNG, the CMYK JPEG) through the default and the fast decoder
+              # in make test; through PIL's, the batch decoder and DALI here
+              *(f"test_every_backend_trains_on_the_prepared_shards_with_the_odd_files[{backend}]"
+                for backend in ("pil", "device", "dali")),
               # the harness's SLURM point past its timeout (make test keeps its 1- and 2-node records)
               "test_slurm_point_past_its_timeout_is_cancelled_not_left_queued",
               # the requeue path's variants (make test keeps USR2 under srun, scontrol's SIGTERM, submitit)
@@ -61,7 +70,7 @@ LONG_TESTS = {"test_seed_torch_distributed_launch_command_verbatim",
               "test_a_run_that_finishes_after_the_signal_is_not_requeued",
               "test_a_trainer_killed_by_the_signal_while_starting_is_requeued",
               # a user's own script: make test keeps the plain DDP script and the Lightning one with the callback
-              # (on 2 x 2; the 4 x 2 here)
+              # (on 2 x 1; the 4 x 2 here)
               "test_a_lightning_script_with_the_callback_resumes_at_the_exact_step[4x2]",
               "test_lightnings_own_requeue_under_srun_is_requeued_from_the_host_and_restored",
               "test_a_signal_during_the_scripts_imports_is_not_lost",

@@ -1,7 +1,7 @@
 """Your own script on the generated batch files, on the test cluster: the plain DDP example
 (launch/examples/train_ddp.py, which keeps the requeue contract) and the Lightning one with the callback
 (launch/examples/train_lightning.py) are stopped by the time-limit signal in mid-run under torchrun (2 nodes x 2
-processes; the Lightning one also on 4 nodes x 2 in the long tier), requeued, and resumed so that every step is
+processes; the Lightning one on 2 x 1, and on 4 x 2 in the long tier), requeued, and resumed so that every step is
 trained once; the Lightning one with Lightning's own SLURM auto-requeue under srun (its scontrol the batch file's
 stand-in), requeued from the host and restored by Lightning from its own checkpoint (one process: with several,
 Lightning's handler deadlocks over gloo, see docs/slurm.md); the plain one when the signal comes while the script
@@ -96,7 +96,7 @@ def _signal(cluster: SlurmCluster, job: Job) -> None:
 # each job and the test that checks it: a job runs only where its test was selected (make test leaves some to
 # make test-long, tests/conftest.py)
 LIGHTNING_TEST = "test_a_lightning_script_with_the_callback_resumes_at_the_exact_step"
-LIGHTNING_SHAPES = {"lightning": (2, 2), "lightning_wide": (4, 2)}  # job -> (nodes, processes per node)
+LIGHTNING_SHAPES = {"lightning": (2, 1), "lightning_wide": (4, 2)}  # job -> (nodes, processes per node)
 TEST_OF = {"plain": "test_a_plain_script_stopped_mid_run_resumes_at_the_exact_step",
            **{job: f"{LIGHTNING_TEST}[{nodes}x{procs}]" for job, (nodes, procs) in LIGHTNING_SHAPES.items()},
            "native": "test_lightnings_own_requeue_under_srun_is_requeued_from_the_host_and_restored",
