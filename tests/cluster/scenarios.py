@@ -27,6 +27,14 @@ def selected_names(request: pytest.FixtureRequest) -> Set[str]:
     return {item.name for item in request.session.items if getattr(item, "module", None) is module}
 
 
+def selected_ids(request: pytest.FixtureRequest, test: str) -> Set[str]:
+    """The parameter ids of TEST, a parametrized test of REQUEST's module, that this session runs: a module fixture
+    starts the jobs of these alone."""
+    module = request.module
+    return {item.callspec.id for item in request.session.items
+            if getattr(item, "module", None) is module and item.originalname == test}
+
+
 def by_test_name(waves: Sequence[Wave], tests: Mapping[str, str]) -> List[Wave]:
     """WAVES with each scenario's name replaced by the name of the test (TESTS: test -> scenario)
     that asserts on it; scenarios no test names are left out."""

@@ -25,7 +25,7 @@ import pytest
 
 from hpc_imagenet.slurm.localcluster import SlurmCluster
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH
-from tests.cluster.scenarios import selected_names
+from tests.cluster.scenarios import selected_ids
 from tests.helpers import REPO, container_exports, read_run
 
 pytestmark = pytest.mark.slurm
@@ -36,7 +36,6 @@ pytestmark = pytest.mark.slurm
 NOT_HERE = {"ddp_4node_apptainer", "ddp_4node_pyxis", "ddp_4node_podman_hpc"}
 COMMITTED = sorted(p for p in (REPO / "slurm").glob("*.sh") if p.stem not in NOT_HERE)
 TINY = "--image-size 32 --steps-per-epoch 1 --val-steps 1 --dist-backend gloo -p 1"
-TEST = "test_committed_file_trains_through_its_export_settings"
 OWN_TINY = "--steps 3 --batch-size 4 --print-every 1"  # the example scripts' own flags (launch/examples/)
 
 
@@ -64,10 +63,10 @@ def submitted(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, data:
     """(the folder of the logs and run folders, name -> job id): every selected committed file submitted with
     sbatch and --export only."""
     tmp = tmp_path_factory.mktemp("committed")
-    selected = selected_names(request)
+    selected = selected_ids(request, "test_committed_file_trains_through_its_export_settings")
     jobs = {}
     for path in COMMITTED:
-        if f"{TEST}[{path.name}]" not in selected:
+        if path.name not in selected:
             continue
         jobs[path.stem] = slurm_cluster.run(
             ["sbatch", "--parsable", "--time=10", "--nodes=1", "--cpus-per-task=1", "--gpus-per-node=1",

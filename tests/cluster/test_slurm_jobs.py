@@ -20,7 +20,7 @@ import pytest
 from hpc_imagenet.slurm.generate import render, spec_from_args
 from hpc_imagenet.slurm.localcluster import SlurmCluster
 from hpc_imagenet.slurm.localcluster.scenarios.jobs import ARCH
-from tests.cluster.scenarios import selected_names
+from tests.cluster.scenarios import selected_ids
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
@@ -72,10 +72,10 @@ CASES = {  # name: (nodes, processes per node, launcher, environment, generator 
 @pytest.fixture(scope="module")
 def jobs(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster, jpeg_data, tmp_path_factory) -> Dict[str, Job]:
     tmp = tmp_path_factory.mktemp("slurm_jobs")
-    selected = selected_names(request)
+    selected = selected_ids(request, "test_generated_job_trains")
     started = {}
     for name, (nodes, procs, launcher, environment, flags) in CASES.items():
-        if f"test_generated_job_trains[{name}]" not in selected:
+        if name not in selected:
             continue
         script = tmp / f"{name}.sh"
         script.write_text(render(spec_from_args(tiny_job(name, nodes, procs, launcher, jpeg_data, tmp, *flags))))

@@ -97,8 +97,15 @@ def _signal(cluster: SlurmCluster, job: Job) -> None:
 # make test-long, tests/conftest.py)
 LIGHTNING_TEST = "test_a_lightning_script_with_the_callback_resumes_at_the_exact_step"
 LIGHTNING_SHAPES = {"lightning": (2, 1), "lightning_wide": (4, 2)}  # job -> (nodes, processes per node)
+
+
+def _shape_id(job: str) -> str:
+    """The Lightning test's parameter id for JOB: its nodes x processes, "2x1"."""
+    return "x".join(map(str, LIGHTNING_SHAPES[job]))
+
+
 TEST_OF = {"plain": "test_a_plain_script_stopped_mid_run_resumes_at_the_exact_step",
-           **{job: f"{LIGHTNING_TEST}[{nodes}x{procs}]" for job, (nodes, procs) in LIGHTNING_SHAPES.items()},
+           **{job: f"{LIGHTNING_TEST}[{_shape_id(job)}]" for job in LIGHTNING_SHAPES},
            "native": "test_lightnings_own_requeue_under_srun_is_requeued_from_the_host_and_restored",
            "importing": "test_a_signal_during_the_scripts_imports_is_not_lost",
            "ignores": "test_a_script_that_ignores_the_contract_ends_in_time_and_says_why",
@@ -234,7 +241,7 @@ def test_a_plain_script_stopped_mid_run_resumes_at_the_exact_step(slurm_cluster:
     assert "resumed from" in log
 
 
-@pytest.mark.parametrize("name", LIGHTNING_SHAPES, ids=lambda job: "x".join(map(str, LIGHTNING_SHAPES[job])))
+@pytest.mark.parametrize("name", LIGHTNING_SHAPES, ids=_shape_id)
 def test_a_lightning_script_with_the_callback_resumes_at_the_exact_step(slurm_cluster: SlurmCluster, jobs,
                                                                         name: str) -> None:
     """Under torchrun on several nodes and processes, where Lightning itself installs no requeue handler at all."""
